@@ -1,0 +1,1 @@
+"""Spark and log4j defaults that hopsml ships; installed as the package hopsml.conf."""

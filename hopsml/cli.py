@@ -1,0 +1,138 @@
+"""The `hopsml` command: look at experiments, and run the quickstart pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Sequence
+
+from hopsml import config, layout
+from hopsml.errors import HopsmlError
+from hopsml.fs import Storage
+from hopsml.tracking import record as records
+from hopsml.tracking.metrics import read_metrics
+
+LIST_COLUMNS = ("id", "user", "name", "start", "finished", "status", "module", "function",
+                "hyperparameters", "metric")
+_MAX_CELL = 40
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        value = ",".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if isinstance(value, float):
+        value = f"{value:.6g}"
+    text = str(value)
+    return text if len(text) <= _MAX_CELL else text[:_MAX_CELL - 1] + "…"
+
+
+def format_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A plain aligned text table."""
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _short_time(stamp: str | None) -> str | None:
+    return stamp[:19].replace("T", " ") if stamp else None
+
+
+def _list_rows(storage: Storage, project: str, name: str | None, state: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for rec in records.list_records(storage, project):
+        if name and name not in rec.name:
+            continue
+        if state and rec.state != state.upper():
+            continue
+        rows.append({"id": rec.id, "user": rec.user, "name": rec.name, "start": _short_time(rec.start),
+                     "finished": _short_time(rec.finished), "status": rec.state, "module": rec.module,
+                     "function": rec.function, "hyperparameters": rec.hyperparameters, "metric": rec.metric})
+    return rows
+
+
+def experiments_list(settings: config.Settings, name: str | None = None, state: str | None = None,
+                     limit: int | None = None) -> str:
+    rows = _list_rows(Storage(settings.root), settings.project, name, state)[:limit]
+    if not rows:
+        return f"no experiments in project {settings.project!r} under {Storage(settings.root).uri()}"
+    return format_table(rows, LIST_COLUMNS)
+
+
+def experiments_show(settings: config.Settings, exp_id: str) -> str:
+    storage = Storage(settings.root)
+    rec = records.read_record(storage, settings.project, exp_id)
+    exp_dir = layout.ExperimentDir.from_id(settings.project, exp_id)
+    data = rec.to_dict()
+    data.pop("spark_conf", None)
+    lines = [json.dumps(data, indent=2, default=str), "", f"files in {storage.uri(exp_dir.path)}:"]
+    lines += [f"  {p[len(exp_dir.path) + 1:]}" for p in storage.ls(exp_dir.path, recursive=True)]
+    if storage.exists(exp_dir.metrics):
+        last: dict[str, dict[str, Any]] = {}
+        for row in read_metrics(storage.read_text(exp_dir.metrics)):
+            last[row["name"]] = row
+        if last:
+            lines += ["", "last metrics:"]
+            lines += [f"  {n} = {r['value']} (step {r['step']})" for n, r in sorted(last.items())]
+    return "\n".join(lines)
+
+
+def quickstart(settings: config.Settings) -> str:
+    """Train the digits model as a versioned experiment and show where it went."""
+    from hopsml import experiment
+    from hopsml.examples import digits
+
+    print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
+    logdir, result = experiment.launch(digits.train, {"lr": 0.5, "epochs": 10}, name="quickstart-digits",
+                                       description="softmax regression on scikit-learn's digits",
+                                       metric_key="accuracy")
+    return "\n".join([f"\nexperiment finished: accuracy {result['accuracy']:.4f}", f"logdir: {logdir}", "",
+                      experiments_list(settings, limit=10)])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hopsml", description=__doc__)
+    parser.add_argument("--root", help="root URI (default: HOPSML_ROOT, conf/hopsml.toml, ~/hopsml)")
+    parser.add_argument("--project", help="project name (default: HOPSML_PROJECT, conf/hopsml.toml, demo)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show hopsml's log messages")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    exps = commands.add_parser("experiments", help="list and inspect experiments")
+    exp_commands = exps.add_subparsers(dest="action", required=True)
+    lister = exp_commands.add_parser("list", help="experiments of the project, newest first")
+    lister.add_argument("--name", help="only names containing this text")
+    lister.add_argument("--state", choices=[s.value for s in records.State], type=str.upper)
+    lister.add_argument("--limit", type=int, help="show at most this many")
+    shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
+    shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
+
+    commands.add_parser("quickstart", help="run a small versioned experiment on bundled data")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        settings = config.load(root=args.root, project=args.project)
+        if args.command == "quickstart":
+            output = quickstart(settings)
+        elif args.action == "list":
+            output = experiments_list(settings, args.name, args.state, args.limit)
+        else:
+            output = experiments_show(settings, args.id)
+    except HopsmlError as exc:
+        print(f"hopsml: error: {exc}", file=sys.stderr)
+        return 1
+    print(output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Settings, read in one place: argument > HOPSML_* environment variable > conf/hopsml.toml > default.
+
+Every value remembers where it came from, so an error can say "num_workers='x' (from environment
+variable HOPSML_NUM_WORKERS) ...".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from hopsml.errors import SettingsError
+
+ENV_PREFIX = "HOPSML_"
+CONF_ENV = "HOPSML_CONF"
+DEFAULT_CONF_FILE = Path("conf") / "hopsml.toml"
+
+
+def _default_master() -> str:
+    # Barrier stages need one slot per rank: never fewer than 4 slots, more on bigger machines.
+    return f"local[{max(4, os.cpu_count() or 1)}]"
+
+
+def _parse_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    number = int(str(value).strip()) if not isinstance(value, int) else value
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
+
+
+def _parse_name(value: Any) -> str:
+    from hopsml.layout import validate_name  # layout is pure; local import keeps the layering flat
+
+    return validate_name(str(value), what="project name")
+
+
+def _parse_str(value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _parse_spark_conf(value: Any) -> dict[str, str]:
+    """A mapping, JSON object text, or 'k=v,k=v' text."""
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    text = str(value).strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        parsed = json.loads(text)
+        if not isinstance(parsed, dict):
+            raise ValueError("must be a JSON object")
+        return {str(k): str(v) for k, v in parsed.items()}
+    pairs = {}
+    for item in text.split(","):
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value pairs separated by commas, got {item!r}")
+        pairs[key.strip()] = val.strip()
+    return pairs
+
+
+@dataclass(frozen=True)
+class _Field:
+    parse: Callable[[Any], Any]
+    default: Callable[[], Any]
+    help: str
+
+
+_FIELDS: dict[str, _Field] = {
+    "project": _Field(_parse_name, lambda: "demo", "project name under <root>/Projects/"),
+    "root": _Field(_parse_str, lambda: "~/hopsml", "root URI of all state (path, file://, hdfs://, s3://)"),
+    "master": _Field(_parse_str, _default_master, "Spark master when hopsml starts the session"),
+    "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
+    "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs"),
+    "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts"),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings; `sources` says where each value came from."""
+
+    project: str
+    root: str
+    master: str
+    num_workers: int
+    log_dir: str
+    spark_conf: dict[str, str]
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def source(self, name: str) -> str:
+        return self.sources.get(name, "default")
+
+
+def _conf_file(environ: Mapping[str, str]) -> Path | None:
+    if CONF_ENV in environ:
+        path = Path(environ[CONF_ENV]).expanduser()
+        if not path.is_file():
+            raise SettingsError(f"{CONF_ENV}={environ[CONF_ENV]!r} does not name a file; "
+                                "point it at a hopsml.toml or unset it")
+        return path
+    return DEFAULT_CONF_FILE if DEFAULT_CONF_FILE.is_file() else None
+
+
+def _read_conf_file(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"cannot read settings file {path}: {exc}") from exc
+    values = dict(data)
+    if "spark" in values:  # the [spark] table is the spark_conf setting
+        values["spark_conf"] = values.pop("spark")
+    unknown = sorted(set(values) - set(_FIELDS))
+    if unknown:
+        raise SettingsError(f"unknown setting(s) {', '.join(unknown)} in {path}; "
+                            f"known: {', '.join(sorted(_FIELDS))} and a [spark] table")
+    return values
+
+
+def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Resolve every setting; keyword arguments that are None fall through to the next source."""
+    environ = os.environ if environ is None else environ
+    unknown = sorted(set(overrides) - set(_FIELDS))
+    if unknown:
+        raise SettingsError(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+    conf_path = _conf_file(environ)
+    from_file = _read_conf_file(conf_path) if conf_path else {}
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, spec in _FIELDS.items():
+        env_name = ENV_PREFIX + name.upper()
+        if overrides.get(name) is not None:
+            raw, source = overrides[name], "argument"
+        elif env_name in environ:
+            raw, source = environ[env_name], f"environment variable {env_name}"
+        elif name in from_file:
+            raw, source = from_file[name], f"settings file {conf_path}"
+        else:
+            raw, source = spec.default(), "default"
+        try:
+            values[name] = spec.parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise SettingsError(f"setting {name}={raw!r} (from {source}) is invalid: {exc}. "
+                                f"It is the {spec.help}.") from exc
+        sources[name] = source
+    if "spark_conf" in from_file and sources["spark_conf"] != f"settings file {conf_path}":
+        # Spark settings merge: file values first, env/argument values on top.
+        values["spark_conf"] = {**_parse_spark_conf(from_file["spark_conf"]), **values["spark_conf"]}
+    return Settings(**values, sources=sources)

@@ -1,0 +1,63 @@
+"""The one exception family of hopsml: every message says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class HopsmlError(Exception):
+    """Root of every error hopsml raises on purpose."""
+
+
+class SettingsError(HopsmlError, ValueError):
+    """A setting has a wrong value; the message names the setting and where it came from."""
+
+
+class InvalidNameError(HopsmlError, ValueError):
+    """A name that would become part of a path is empty or contains a separator or '..'."""
+
+
+class StorageError(HopsmlError, OSError):
+    """The project root cannot be reached, read or written."""
+
+
+class ResourceNotFoundError(HopsmlError, FileNotFoundError):
+    """A file the user asked to version or copy does not exist."""
+
+
+class ExperimentNotFoundError(HopsmlError, LookupError):
+    """No experiment with the given id exists under the project."""
+
+
+class SerializationError(HopsmlError, TypeError):
+    """A training function returned something hopsml cannot record."""
+
+
+class ExperimentFailed(HopsmlError, RuntimeError):
+    """The training function raised; carries its traceback and last output lines."""
+
+    def __init__(self, message: str, *, traceback: str = "", output_tail: str = "",
+                 logdir: str | None = None) -> None:
+        parts = [message]
+        if traceback:
+            parts.append("Traceback from the function:\n" + traceback.rstrip())
+        if output_tail:
+            parts.append("Last output lines:\n" + output_tail.rstrip())
+        super().__init__("\n\n".join(parts))
+        self.traceback = traceback
+        self.output_tail = output_tail
+        self.logdir = logdir
+
+
+class ClusterError(HopsmlError, RuntimeError):
+    """The Spark cluster cannot run what was asked (too few slots, missing GPUs, ...)."""
+
+
+class AuthenticationError(HopsmlError, ConnectionError):
+    """A peer did not prove it knows the experiment's secret."""
+
+
+class CollectiveError(HopsmlError, RuntimeError):
+    """A collective operation failed: a peer died, timed out or sent mismatched data."""
+
+
+class NotInRunError(HopsmlError, RuntimeError):
+    """A function meant for use inside a running experiment was called outside one."""

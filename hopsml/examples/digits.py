@@ -1,0 +1,99 @@
+"""A small model on scikit-learn's bundled digits (8x8 images, 10 classes), written once for numpy
+and cupy: the array module follows where the arrays live. Used by the quickstart and the notebooks."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+def load(test_fraction: float = 0.25, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_test, y_test): pixels scaled to [0, 1], a fixed shuffled split."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    cut = int(len(x) * (1 - test_fraction))
+    train, test = order[:cut], order[cut:]
+    return x[train], y[train], x[test], y[test]
+
+
+def array_module(array: Any) -> Any:
+    """numpy, or cupy for cupy arrays (without importing cupy when it is not in use)."""
+    if type(array).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+@dataclass
+class SoftmaxRegression:
+    """Multinomial logistic regression: small, exact gradients, enough to show data parallelism."""
+
+    weights: Any
+    bias: Any
+
+    @classmethod
+    def create(cls, n_features: int, n_classes: int, xp: Any = np, seed: int = 0) -> "SoftmaxRegression":
+        rng = np.random.default_rng(seed)
+        weights = rng.normal(0, 0.01, (n_features, n_classes)).astype(np.float32)
+        return cls(xp.asarray(weights), xp.zeros(n_classes, dtype=xp.float32))
+
+    def probabilities(self, x: Any) -> Any:
+        xp = array_module(x)
+        logits = x @ self.weights + self.bias
+        logits -= logits.max(axis=1, keepdims=True)
+        exp = xp.exp(logits)
+        return exp / exp.sum(axis=1, keepdims=True)
+
+    def loss_and_gradients(self, x: Any, y: Any) -> tuple[float, list[Any]]:
+        """Mean cross-entropy over the batch and its gradients [dW, db]."""
+        xp = array_module(x)
+        probs = self.probabilities(x)
+        n = x.shape[0]
+        loss = float(-xp.log(probs[xp.arange(n), y] + 1e-12).mean())
+        probs[xp.arange(n), y] -= 1.0
+        probs /= n
+        return loss, [x.T @ probs, probs.sum(axis=0)]
+
+    def apply(self, gradients: list[Any], lr: float) -> None:
+        self.weights -= lr * gradients[0]
+        self.bias -= lr * gradients[1]
+
+    def accuracy(self, x: Any, y: Any) -> float:
+        return float((self.probabilities(x).argmax(axis=1) == y).mean())
+
+    def save(self, path: str) -> str:
+        xp = array_module(self.weights)
+        as_numpy = (lambda a: xp.asnumpy(a)) if xp is not np else np.asarray
+        np.savez(path, weights=as_numpy(self.weights), bias=as_numpy(self.bias))
+        return path
+
+
+def train(lr: float = 0.5, epochs: int = 15, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
+    """Single-process training for experiment.launch: logs loss per epoch, returns accuracy and the model file."""
+    from hopsml import tensorboard
+
+    x_train, y_train, x_test, y_test = load(seed=seed)
+    model = SoftmaxRegression.create(x_train.shape[1], 10, seed=seed)
+    rng = np.random.default_rng(seed)
+    for epoch in range(epochs):
+        order = rng.permutation(len(x_train))
+        losses = []
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            loss, grads = model.loss_and_gradients(x_train[batch], y_train[batch])
+            model.apply(grads, lr)
+            losses.append(loss)
+        accuracy = model.accuracy(x_test, y_test)
+        tensorboard.log({"loss": float(np.mean(losses)), "accuracy": accuracy}, step=epoch)
+        print(f"epoch {epoch + 1}/{epochs}: loss {np.mean(losses):.4f} test accuracy {accuracy:.4f}")
+    path = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), "model.npz"))
+    return {"accuracy": model.accuracy(x_test, y_test), "loss": float(np.mean(losses)), "model": path}

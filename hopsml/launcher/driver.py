@@ -1,0 +1,111 @@
+"""Driver side: run a stage of tasks as one Spark job group, stream their output live, and stop
+everything promptly on Ctrl-C or when a task reports a failure."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from hopsml import auth
+from hopsml.errors import ClusterError
+from hopsml.launcher.channel import Connection, DriverChannel
+from hopsml.tracking.versioning import installed_file
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Live:
+    """Messages from running tasks: output goes to the caller's stdout; other kinds to handlers."""
+
+    prefix_ranks: bool = False
+    handlers: dict[str, Callable[[dict[str, Any], Connection], None]] = field(default_factory=dict)
+    failed: threading.Event = field(default_factory=threading.Event)
+
+    def __call__(self, message: dict[str, Any], connection: Connection) -> None:
+        kind = message.get("kind")
+        if kind == "output":
+            rank = message.get("rank")
+            prefix = f"[rank {rank}] " if self.prefix_ranks and rank is not None else ""
+            sys.stdout.write(f"{prefix}{message.get('line', '')}\n")
+        elif kind == "failed":
+            self.failed.set()
+        elif kind in self.handlers:
+            self.handlers[kind](message, connection)
+
+
+def ship_by_value(fn: Callable[..., Any]) -> None:
+    """Make Spark send the code of `fn`'s module along with it when executors cannot import it.
+
+    Functions from a user's own module (a test file, a helper next to the notebook) are pickled by
+    reference, and executors that lack the module fail with ModuleNotFoundError; installed
+    packages and hopsml itself are importable everywhere and stay by reference.
+    """
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if module is None or module.__name__ == "__main__" or module.__name__.split(".")[0] == "hopsml":
+        return
+    source = getattr(module, "__file__", None)
+    if not source or installed_file(source):
+        return
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+
+
+def driver_host(sc: Any) -> str:
+    """The address executors use to reach this driver."""
+    return sc.getConf().get("spark.driver.host", "127.0.0.1")
+
+
+def open_channel(sc: Any, live: Live) -> DriverChannel:
+    return DriverChannel(driver_host(sc), auth.new_secret(), live)
+
+
+def run_stage(sc: Any, partition_fn: Callable[[Iterable[int]], Iterable[Any]], num_tasks: int, *,
+              job_group: str, description: str, barrier: bool = False,
+              abort: threading.Event | None = None) -> list[Any]:
+    """Run `partition_fn` on `num_tasks` partitions (barrier mode if asked) and collect the results.
+
+    The job runs in a helper thread so the caller can cancel it: on Ctrl-C, or as soon as `abort`
+    is set (a task reported a failure), the job group is cancelled.
+    """
+    outcome: dict[str, Any] = {}
+
+    def collect() -> None:
+        sc.setJobGroup(job_group, description, interruptOnCancel=True)
+        try:
+            rdd = sc.parallelize(range(num_tasks), num_tasks)
+            if barrier:
+                rdd = rdd.barrier()
+            outcome["value"] = rdd.mapPartitions(partition_fn).collect()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=collect, name=f"hopsml-{job_group}", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.05)
+            if abort is not None and abort.is_set():
+                sc.cancelJobGroup(job_group)
+                thread.join(30)
+                break
+    except KeyboardInterrupt:
+        sc.cancelJobGroup(job_group)
+        thread.join(30)
+        raise
+    if "value" in outcome:
+        return outcome["value"]
+    if abort is not None and abort.is_set():
+        return []
+    error = outcome.get("error")
+    raise ClusterError(f"the Spark job {description!r} failed: {_short(error)}") from error
+
+
+def _short(error: BaseException | None) -> str:
+    text = str(error) if error is not None else "it stopped without a result"
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[:12])

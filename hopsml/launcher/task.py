@@ -1,0 +1,181 @@
+"""Task side: run the user's function inside a Spark task with its output captured and its run
+context set, and turn whatever happens into a JSON-safe report for the driver.
+
+Failures of the function are reported, not raised: a raised error would make Spark retry the task
+and run the training again.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import numbers
+import os
+import shutil
+import sys
+import threading
+import traceback
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from hopsml.errors import SerializationError
+from hopsml.fs import Storage
+from hopsml.launcher.channel import TaskChannel
+from hopsml.layout import RunDir
+from hopsml.tracking.context import active_run
+
+TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What every task needs to know; pickled into the Spark closure (no live handles)."""
+
+    storage: Storage
+    run_dir: str
+    channel_address: tuple[str, int] | None
+    secret: bytes
+    log_name: str = "output.log"
+
+
+class _Tee(io.TextIOBase):
+    """A text stream that writes to the log file, keeps a tail, and streams whole lines to the driver."""
+
+    def __init__(self, log_file: io.TextIOBase, channel: TaskChannel | None, rank: int | None,
+                 echo: io.TextIOBase | None) -> None:
+        self._file, self._channel, self._rank, self._echo = log_file, channel, rank, echo
+        self._partial = ""
+        self._lock = threading.Lock()
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._file.write(text)
+            if self._echo is not None:
+                self._echo.write(text)
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()
+            for line in lines:
+                self.tail.append(line)
+                if self._channel is not None:
+                    self._channel.send({"kind": "output", "rank": self._rank, "line": line})
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._file.flush()
+
+    def close_partial(self) -> None:
+        if self._partial:
+            self.write("\n")
+
+
+@contextmanager
+def captured_output(path: str, channel: TaskChannel | None, rank: int | None) -> Iterator[_Tee]:
+    """Send this process's stdout/stderr to `path` and the driver for the duration of the block."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    saved = sys.stdout, sys.stderr
+    with open(path, "a", buffering=1, encoding="utf-8", errors="replace") as log_file:
+        tee = _Tee(log_file, channel, rank, echo=None)
+        sys.stdout = sys.stderr = tee
+        try:
+            yield tee
+        finally:
+            tee.close_partial()
+            sys.stdout, sys.stderr = saved
+
+
+def _json_safe(value: Any, where: str) -> Any:
+    """Numbers, strings, booleans, None, lists and dicts of them; numpy/cupy scalars and arrays converted."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return number if math.isfinite(number) else str(number)
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy / cupy arrays and scalars
+        return _json_safe(value.tolist(), where)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise SerializationError(f"{where} is a {type(value).__name__}, which hopsml cannot record; return "
+                             "numbers, strings, lists or dicts of them, or the path of a file you wrote")
+
+
+def normalise_result(value: Any, storage: Storage, run_dir: RunDir) -> dict[str, Any]:
+    """The function's return value as a dict; local files it names are copied into the run dir."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) and not hasattr(value, "item"):
+            raise SerializationError(f"the function returned a {type(value).__name__}; return a number "
+                                     "(the metric) or a dict of metrics and file paths")
+        value = {"metric": value}
+    result = {}
+    for key, item in value.items():
+        if isinstance(item, str) and os.path.isfile(item):
+            item = _keep_file(item, storage, run_dir)
+        result[str(key)] = _json_safe(item, f"return value [{key!r}]")
+    return result
+
+
+def _keep_file(path: str, storage: Storage, run_dir: RunDir) -> str:
+    target = run_dir.file(os.path.basename(path))
+    local_target = storage.local_path(target)
+    if local_target and os.path.abspath(path) == local_target:
+        return local_target
+    if local_target:
+        os.makedirs(os.path.dirname(local_target), exist_ok=True)
+        shutil.copyfile(path, local_target)
+    else:
+        storage.upload(path, target)
+    return storage.uri(target)
+
+
+def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec, *, rank: int = 0,
+                 world_size: int = 1, write_metrics: bool = True,
+                 before: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Run `fn(**kwargs)` as one rank of a run; returns {'ok', 'result' | 'error', 'traceback', 'tail'}."""
+    channel = TaskChannel.connect(spec.channel_address, spec.secret) if spec.channel_address else None
+    run_dir = RunDir(spec.run_dir)
+    tee = None
+    try:
+        with active_run(spec.storage, run_dir, rank=rank, world_size=world_size,
+                        write_metrics=write_metrics) as ctx:
+            log_path = os.path.join(ctx.local_dir, spec.log_name)
+            with captured_output(log_path, channel, rank if world_size > 1 else None) as tee:
+                try:
+                    if before is not None:
+                        before()
+                    value = fn(**kwargs)
+                    report = {"ok": True, "result": normalise_result(value, spec.storage, run_dir),
+                              "tail": ""}
+                except BaseException as exc:  # noqa: BLE001 - everything is reported to the driver
+                    report = _failure(exc, tail="\n".join(tee.tail))
+                    sys.stderr.write(report["traceback"])
+                if ctx._metrics is not None:
+                    report["last_metrics"] = dict(ctx._metrics.last)
+    except BaseException as exc:  # noqa: BLE001 - storage trouble while saving the run's files
+        report = _failure(exc, tail="\n".join(tee.tail) if tee is not None else "")
+    finally:
+        if channel is not None:
+            channel.close()
+    report["rank"] = rank
+    return report
+
+
+def _failure(exc: BaseException, tail: str) -> dict[str, Any]:
+    """A failure report whose traceback starts at the user's code, not at hopsml's wrapper."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is run_function.__code__ and tb.tb_next is not None:
+        tb = tb.tb_next
+    error = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        error = f"{type(exc).__name__} raised by the function"
+    return {"ok": False, "error": error, "tail": tail,
+            "traceback": "".join(traceback.format_exception(type(exc), exc, tb))}

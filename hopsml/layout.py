@@ -1,0 +1,214 @@
+"""The project directory layout: every path hopsml writes is built here and only here.
+
+Pure string functions, no I/O. Paths are relative to the root URI (the storage layer joins them).
+
+>>> exp = ExperimentDir.of("demo", "local-1700000000000", 3)
+>>> exp.path
+'Projects/demo/Experiments/local-1700000000000_3'
+>>> exp.record
+'Projects/demo/Experiments/local-1700000000000_3/experiment.json'
+>>> exp.worker_log(1)
+'Projects/demo/Experiments/local-1700000000000_3/logs/worker_1.log'
+>>> exp.trial({"lr": 0.001, "dropout": 0.7}).path
+'Projects/demo/Experiments/local-1700000000000_3/lr=0.001&dropout=0.7'
+>>> dataset_dir("demo", "digits")
+'Projects/demo/Datasets/digits'
+>>> model_dir("demo", "mnist", 2)
+'Projects/demo/Models/mnist/2'
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from hopsml.errors import InvalidNameError
+
+PROJECTS = "Projects"
+EXPERIMENTS = "Experiments"
+DATASETS = "Datasets"
+MODELS = "Models"
+
+RECORD = "experiment.json"
+ENVIRONMENT = "conda.yml"
+PROGRAM_STEM = "program"
+OUTPUT_LOG = "output.log"
+METRICS = "metrics.jsonl"
+LOGS = "logs"
+TENSORBOARD = "tensorboard"
+CHECKPOINT = "checkpoint"
+EVAL = "eval"
+RESOURCES = "resources"
+SUMMARY = ".summary.json"
+HPARAMS = ".hparams.json"
+OUTPUTS = ".outputs.json"
+METRIC = ".metric"
+
+_RUN_NAME = re.compile(r"^(?P<app_id>.+)_(?P<run_id>\d+)$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._\-=+,]")
+
+
+def validate_name(name: str, what: str = "name") -> str:
+    """Return `name` if it is safe as one path component, else raise InvalidNameError.
+
+    >>> validate_name("mnist-v2")
+    'mnist-v2'
+    >>> validate_name("../etc")
+    Traceback (most recent call last):
+    ...
+    hopsml.errors.InvalidNameError: invalid name '../etc': it must not contain '/', '\\\\' or '..' ...
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidNameError(f"invalid {what} {name!r}: it must be a non-empty string")
+    if "/" in name or "\\" in name or ".." in name or name in (".",) or "\x00" in name:
+        raise InvalidNameError(f"invalid {what} {name!r}: it must not contain '/', '\\\\' or '..' "
+                               "(it becomes a single folder name); choose a plain name like 'mnist-v2'")
+    return name
+
+
+def join(*parts: str) -> str:
+    """Join relative path parts with '/', whatever the local OS uses."""
+    return posixpath.join(*parts)
+
+
+def project_dir(project: str) -> str:
+    return join(PROJECTS, validate_name(project, "project name"))
+
+
+def experiments_dir(project: str) -> str:
+    return join(project_dir(project), EXPERIMENTS)
+
+
+def dataset_dir(project: str, name: str) -> str:
+    return join(project_dir(project), DATASETS, validate_name(name, "dataset name"))
+
+
+def model_dir(project: str, name: str, version: int) -> str:
+    return join(project_dir(project), MODELS, validate_name(name, "model name"), str(int(version)))
+
+
+def experiment_id(app_id: str, run_id: int) -> str:
+    """The id users see and type: '<app_id>_<run_id>'.
+
+    >>> experiment_id("application_1_0001", 7)
+    'application_1_0001_7'
+    """
+    return f"{validate_name(app_id, 'application id')}_{int(run_id)}"
+
+
+def parse_experiment_id(exp_id: str) -> tuple[str, int]:
+    """Split an experiment id into (app_id, run_id).
+
+    >>> parse_experiment_id("local-1700000000000_12")
+    ('local-1700000000000', 12)
+    """
+    match = _RUN_NAME.match(validate_name(exp_id, "experiment id"))
+    if not match:
+        raise InvalidNameError(f"invalid experiment id {exp_id!r}: expected '<app_id>_<run_id>', "
+                               "as shown by 'hopsml experiments list'")
+    return match["app_id"], int(match["run_id"])
+
+
+def trial_name(params: Mapping[str, Any]) -> str:
+    """A folder name for one trial, as Hopsworks writes it: 'k1=v1&k2=v2', made safe.
+
+    >>> trial_name({"lr": 0.001, "optimizer": "adam/w"})
+    'lr=0.001&optimizer=adam_w'
+    """
+    if not params:
+        raise InvalidNameError("a trial needs at least one parameter to be named")
+    text = "&".join(f"{_UNSAFE.sub('_', str(k))}={_UNSAFE.sub('_', str(v))}" for k, v in params.items())
+    return validate_name(text.replace("..", "_"), "trial name")[:200]
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The files of anything that runs a function: an experiment or one trial of a search."""
+
+    path: str
+
+    @property
+    def output_log(self) -> str:
+        return join(self.path, OUTPUT_LOG)
+
+    @property
+    def metrics(self) -> str:
+        return join(self.path, METRICS)
+
+    @property
+    def tensorboard(self) -> str:
+        return join(self.path, TENSORBOARD)
+
+    @property
+    def checkpoint(self) -> str:
+        return join(self.path, CHECKPOINT)
+
+    @property
+    def eval(self) -> str:
+        return join(self.path, EVAL)
+
+    @property
+    def hparams(self) -> str:
+        return join(self.path, HPARAMS)
+
+    @property
+    def outputs(self) -> str:
+        return join(self.path, OUTPUTS)
+
+    @property
+    def metric(self) -> str:
+        return join(self.path, METRIC)
+
+    def file(self, name: str) -> str:
+        """A file the function returned, copied into this directory under its base name."""
+        return join(self.path, validate_name(name, "file name"))
+
+
+@dataclass(frozen=True)
+class ExperimentDir(RunDir):
+    """`Projects/<project>/Experiments/<app_id>_<run_id>/` and what it holds."""
+
+    @classmethod
+    def of(cls, project: str, app_id: str, run_id: int) -> "ExperimentDir":
+        return cls(join(experiments_dir(project), experiment_id(app_id, run_id)))
+
+    @classmethod
+    def from_id(cls, project: str, exp_id: str) -> "ExperimentDir":
+        return cls.of(project, *parse_experiment_id(exp_id))
+
+    @property
+    def id(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def record(self) -> str:
+        return join(self.path, RECORD)
+
+    @property
+    def environment(self) -> str:
+        return join(self.path, ENVIRONMENT)
+
+    def program(self, suffix: str) -> str:
+        """'program.ipynb' or 'program.py'."""
+        if suffix not in (".ipynb", ".py"):
+            raise InvalidNameError(f"a versioned program is a .ipynb or .py file, not {suffix!r}")
+        return join(self.path, PROGRAM_STEM + suffix)
+
+    def resource(self, name: str) -> str:
+        return join(self.path, RESOURCES, validate_name(name, "resource name"))
+
+    @property
+    def logs(self) -> str:
+        return join(self.path, LOGS)
+
+    def worker_log(self, rank: int) -> str:
+        return join(self.path, LOGS, f"worker_{int(rank)}.log")
+
+    @property
+    def summary(self) -> str:
+        return join(self.path, SUMMARY)
+
+    def trial(self, params: Mapping[str, Any]) -> RunDir:
+        return RunDir(join(self.path, trial_name(params)))

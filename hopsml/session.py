@@ -1,0 +1,81 @@
+"""The SparkSession hopsml runs on: the active one (notebook, spark-submit) or an embedded local one.
+
+Starting the embedded default needs care that the builder alone cannot give: the workers must run
+this very Python (PYSPARK_PYTHON is read when the JVM starts, not from the builder's conf), the
+console must stay quiet, and Spark's own logs go to a file instead of the user's screen.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hopsml import config
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+
+_QUIET_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Barrier stages without enough slots fail in seconds instead of retrying for ~10 minutes.
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
+}
+
+
+def conf_dir() -> str:
+    """The folder with hopsml's spark-defaults.conf and log4j2.properties (shipped in the package)."""
+    try:
+        return str(importlib.resources.files("hopsml.conf"))
+    except ModuleNotFoundError:  # imported from a source checkout: conf/ lies beside the package
+        return str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def _prepare_environment(settings: config.Settings) -> None:
+    """Environment the JVM and its Python workers must see before the JVM starts."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if settings.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_CONF_DIR", conf_dir())
+    log_dir = os.path.abspath(os.path.expanduser(settings.log_dir))
+    os.makedirs(log_dir, exist_ok=True)
+    os.environ.setdefault("HOPSML_LOG_DIR", log_dir)
+    os.environ.setdefault("HOPSML_LOG_TAG", f"driver-{os.getpid()}")
+
+
+def active() -> "SparkSession | None":
+    """The running SparkSession, if any; never starts one."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    return SparkSession.getActiveSession()
+
+
+def get_or_create(settings: config.Settings | None = None, app_name: str = "hopsml") -> "SparkSession":
+    """Reuse the active session, else start the embedded default described by the settings."""
+    from pyspark.sql import SparkSession
+
+    with _lock:
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            return session
+        settings = settings or config.load()
+        _prepare_environment(settings)
+        builder = SparkSession.builder.master(settings.master).appName(app_name)
+        for key, value in {**_QUIET_DEFAULTS, **settings.spark_conf}.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        log.info("started Spark %s (%s), Spark logs in %s", session.version, settings.master,
+                 os.environ["HOPSML_LOG_DIR"])
+        return session

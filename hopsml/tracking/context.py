@@ -1,0 +1,81 @@
+"""The run a piece of code is inside: set by the launcher around the user's function, read by
+`tensorboard.logdir()`, `tensorboard.log()` and the collective helpers. Importable without pyspark."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from hopsml.errors import NotInRunError
+from hopsml.fs import Storage
+from hopsml.layout import RunDir
+from hopsml.tracking.metrics import MetricsLogger
+
+_current: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("hopsml_run", default=None)
+
+
+@dataclass
+class RunContext:
+    """Where one running function writes: a local working folder mirrored to the run directory."""
+
+    storage: Storage
+    run_dir: RunDir
+    local_dir: str
+    rank: int = 0
+    world_size: int = 1
+    write_metrics: bool = True
+    _metrics: MetricsLogger | None = field(default=None, repr=False)
+
+    @property
+    def tensorboard_dir(self) -> str:
+        return os.path.join(self.local_dir, "tensorboard")
+
+    @property
+    def metrics(self) -> MetricsLogger | None:
+        """The per-step metrics writer; None on ranks that do not write metrics."""
+        if not self.write_metrics:
+            return None
+        if self._metrics is None:
+            self._metrics = MetricsLogger(os.path.join(self.local_dir, "metrics.jsonl"), self.tensorboard_dir)
+        return self._metrics
+
+
+def current() -> RunContext:
+    """The active run, or a NotInRunError saying how to get one."""
+    ctx = _current.get()
+    if ctx is None:
+        raise NotInRunError("this works only inside a function run by hopsml (experiment.launch, "
+                            "experiment.allreduce or a search); call it from your training function")
+    return ctx
+
+
+def current_or_none() -> RunContext | None:
+    return _current.get()
+
+
+@contextmanager
+def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: int = 1,
+               write_metrics: bool = True) -> Iterator[RunContext]:
+    """Make a run current; on exit close its writers and copy its files to a remote root."""
+    local = storage.local_path(run_dir.path)
+    staging = None if local else tempfile.mkdtemp(prefix="hopsml-run-")
+    local_dir = local or staging
+    os.makedirs(local_dir, exist_ok=True)
+    ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics)
+    token = _current.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _current.reset(token)
+        if ctx._metrics is not None:
+            ctx._metrics.close()
+        if staging is not None:
+            try:
+                storage.upload(staging, run_dir.path)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,30 @@
+"""Execute every notebook in notebooks/ in a fresh kernel of this environment, as a user would."""
+
+import json
+import os
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((pathlib.Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs_and_is_versioned(path, root, monkeypatch, tmp_path):
+    # Jupyter tells a kernel its notebook through JPY_SESSION_NAME; do the same.
+    monkeypatch.setenv("JPY_SESSION_NAME", str(path))
+    monkeypatch.setenv("HOPSML_LOG_DIR", str(tmp_path / "logs"))
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+
+    experiments = root / "Projects" / "test" / "Experiments"
+    runs = sorted(experiments.iterdir()) if experiments.exists() else []
+    assert runs, f"{path.name} ran no experiment"
+    for run in runs:
+        record = json.loads((run / "experiment.json").read_text())
+        assert record["state"] == "FINISHED", record.get("error")
+        assert record["program"] == str(path)
+        assert json.loads((run / "program.ipynb").read_text())["cells"], "the notebook was not versioned"

@@ -1,0 +1,78 @@
+"""experiment.launch end to end on the shared local SparkSession."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from hopsml import experiment, tensorboard
+from hopsml.errors import ExperimentFailed, InvalidNameError, ResourceNotFoundError
+from hopsml.tracking.metrics import read_metrics
+
+
+def _record(logdir):
+    with open(os.path.join(logdir, "experiment.json")) as f:
+        return json.load(f)
+
+
+def train(lr, epochs=3):
+    import tempfile
+
+    print(f"training with lr={lr}")
+    for step in range(epochs):
+        tensorboard.log({"loss": lr / (step + 1)}, step=step)
+    path = os.path.join(tempfile.mkdtemp(), "weights.npy")
+    np.save(path, np.ones(3))
+    return {"accuracy": 0.75, "weights": path, "pid": os.getpid()}
+
+
+def test_launch_versions_everything(spark, root, capsys):
+    logdir, result = experiment.launch(train, {"lr": 0.5}, name="unit", description="d", metric_key="accuracy")
+    rec = _record(logdir)
+    assert rec["state"] == "FINISHED" and rec["metric"] == 0.75
+    assert rec["hyperparameters"] == {"lr": 0.5} and rec["function"] == "train"
+    assert rec["app_id"] == spark.sparkContext.applicationId and rec["id"].startswith(rec["app_id"] + "_")
+    assert rec["versions"]["spark"] == spark.version and rec["finished"] and rec["duration"] >= 0
+    files = set(os.listdir(logdir))
+    assert {"experiment.json", "program.py", "conda.yml", "output.log", "metrics.jsonl", "tensorboard",
+            "weights.npy"} <= files
+    assert "training with lr=0.5" in open(os.path.join(logdir, "output.log")).read()
+    assert "training with lr=0.5" in capsys.readouterr().out  # streamed to the caller
+    assert [r["step"] for r in read_metrics(open(os.path.join(logdir, "metrics.jsonl")).read())] == [0, 1, 2]
+    assert result["weights"] == os.path.join(logdir, "weights.npy")
+    assert result["pid"] != os.getpid()  # ran in a Spark task, not on the driver
+
+
+def test_two_launches_get_distinct_ids(spark, root):
+    first, _ = experiment.launch(lambda: 1.0, name="a")
+    second, _ = experiment.launch(lambda: 2.0, name="b")
+    assert first != second and _record(second)["metric"] == 2.0
+
+
+def failing():
+    print("loaded data")
+    raise ValueError("learning rate too high")
+
+
+def test_failure_is_recorded_and_raised_with_traceback(spark, root):
+    with pytest.raises(ExperimentFailed) as info:
+        experiment.launch(failing, name="fails")
+    message = str(info.value)
+    assert "learning rate too high" in message and "in failing" in message and "loaded data" in message
+    rec = _record(info.value.logdir)
+    assert rec["state"] == "FAILED" and "learning rate too high" in rec["traceback"]
+
+
+def test_unserialisable_return_fails_clearly(spark, root):
+    with pytest.raises(ExperimentFailed, match="SerializationError"):
+        experiment.launch(lambda: {"model": object()}, name="unpicklable")
+
+
+def test_bad_arguments_fail_before_spark_runs(spark, root, tmp_path):
+    with pytest.raises(InvalidNameError):
+        experiment.launch(lambda: 1, name="../x")
+    with pytest.raises(ResourceNotFoundError):
+        experiment.launch(lambda: 1, name="x", versioned_resources=[str(tmp_path / "nope.csv")])
+    assert not os.path.exists(root / "Projects" / "test" / "Experiments") or not os.listdir(
+        root / "Projects" / "test" / "Experiments")

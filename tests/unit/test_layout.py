@@ -1,0 +1,30 @@
+import pytest
+
+from hopsml import layout
+from hopsml.errors import InvalidNameError
+
+
+@pytest.mark.parametrize("bad", ["", "  ", "a/b", "..", "a..b", "x\\y", "."])
+def test_unsafe_names_are_refused(bad):
+    with pytest.raises(InvalidNameError):
+        layout.validate_name(bad)
+
+
+def test_experiment_paths_round_trip():
+    exp = layout.ExperimentDir.of("p", "application_17_0003", 12)
+    assert exp.id == "application_17_0003_12"
+    assert layout.ExperimentDir.from_id("p", exp.id) == exp
+    assert exp.program(".ipynb").endswith("/program.ipynb")
+    with pytest.raises(InvalidNameError):
+        exp.program(".sh")
+
+
+def test_trial_names_are_safe_single_components():
+    name = layout.trial_name({"lr": 0.1, "path": "../../etc", "opt": "a b"})
+    assert "/" not in name and ".." not in name
+    assert layout.validate_name(name) == name
+
+
+def test_bad_experiment_id():
+    with pytest.raises(InvalidNameError, match="app_id"):
+        layout.parse_experiment_id("no-run-number")
