@@ -1,0 +1,243 @@
+"""Decode, convert, resize and center-crop images with Pillow, for the image -> shard jobs.
+
+The pipeline of :func:`transform`, in order:
+
+1. Decode. A JPEG that is at least twice the resize target in both directions is decoded
+   straight at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling, ``Image.draft``), always keeping the
+   decoded image at least as large as the target, so the final resize still downsamples.
+2. Convert to 8-bit RGB (or L, turned into RGB at the very end, which gives the same pixels):
+   'L', '1', 'P', 'CMYK', 'YCbCr', 'RGBX', ... through Pillow's ``convert`` (CMYK naively, ICC
+   profiles are ignored); images with an alpha channel ('RGBA', 'LA', 'PA', 'P' with
+   transparency, ...) are composited onto white, so transparent areas do not become whatever
+   colour the encoder left under them; 16-bit ('I;16*') and 32-bit integer ('I') images are
+   clipped to 0..65535 and scaled to 0..255 with rounding (Pillow's own conversion clips at 255
+   instead). Float images ('F') have no agreed range and are rejected.
+3. Resize to ``resize`` = (width, height) with Pillow's antialiased BILINEAR filter (the aspect
+   ratio is not kept).
+4. Center-crop to ``crop`` = (width, height); with an odd margin the extra pixel is cut on the
+   right / bottom.
+
+No EXIF orientation is applied: pixels are used as stored. Multi-frame files (GIF, TIFF) give
+their first frame.
+
+Bad input raises :class:`ImageRejected` whose ``reason`` is one of :data:`REASONS` (or
+``'unsupported mode <MODE>'``); :func:`transform_batch` turns rejections into reasons so that
+one bad file never fails a batch.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Sequence
+from typing import Optional
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from hopsml.errors import HopsmlError, SettingsError
+
+__all__ = [
+    "REASONS",
+    "ImageEncodingError",
+    "ImageRejected",
+    "encode_jpeg",
+    "encode_png",
+    "inspect",
+    "transform",
+    "transform_batch",
+]
+
+logger = logging.getLogger(__name__)
+
+Size = tuple[int, int]
+
+EMPTY_FILE = "empty file"
+NOT_AN_IMAGE = "not an image"
+CORRUPT_IMAGE = "corrupt image"
+TOO_LARGE = "too large"          # over Pillow's decompression-bomb limit
+TOO_SMALL = "too small"          # smaller than the crop when there is no resize
+UNSUPPORTED_MODE = "unsupported mode"
+REASONS = (EMPTY_FILE, NOT_AN_IMAGE, CORRUPT_IMAGE, TOO_LARGE, TOO_SMALL, UNSUPPORTED_MODE)
+
+_WHITE = (255, 255, 255)
+_ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
+_WIDE_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
+
+
+class ImageRejected(HopsmlError, ValueError):
+    """An image cannot be used; ``reason`` is a short, stable label for statistics."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        message = f"image rejected: {reason}"
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message)
+        self.reason = reason
+        self.detail = detail
+
+
+class ImageEncodingError(HopsmlError, ValueError):
+    """An array cannot be encoded as an image; the message says which shapes and types work."""
+
+
+def _check_size(name: str, size: Optional[Size]) -> Optional[Size]:
+    if size is None:
+        return None
+    try:
+        width, height = (int(v) for v in size)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{name}={size!r} is not a (width, height) pair") from None
+    if width < 1 or height < 1:
+        raise SettingsError(f"{name}={size!r} must have a positive width and height")
+    return width, height
+
+
+def _open(data: bytes) -> Image.Image:
+    """Open ``data`` lazily (header only), mapping failures to rejection reasons."""
+    if not data:
+        raise ImageRejected(EMPTY_FILE)
+    try:
+        return Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as error:
+        raise ImageRejected(TOO_LARGE, str(error)) from None
+    except UnidentifiedImageError:
+        raise ImageRejected(NOT_AN_IMAGE) from None
+    except Exception as error:  # noqa: BLE001 - third-party decoders raise anything on bad input
+        raise ImageRejected(CORRUPT_IMAGE, f"{type(error).__name__}: {error}") from None
+
+
+def inspect(data: bytes) -> tuple[int, int, str, str]:
+    """Return (width, height, mode, format) from the image header, without decoding pixels."""
+    with _open(data) as image:
+        return image.width, image.height, image.mode, image.format or ""
+
+
+def _load(image: Image.Image) -> None:
+    try:
+        image.load()
+    except Image.DecompressionBombError as error:
+        raise ImageRejected(TOO_LARGE, str(error)) from None
+    except Exception as error:  # noqa: BLE001 - truncated / broken streams surface here
+        raise ImageRejected(CORRUPT_IMAGE, f"{type(error).__name__}: {error}") from None
+
+
+def _to_8bit(image: Image.Image) -> Image.Image:
+    """Return ``image`` as 8-bit 'L' or 'RGB' (see the module docstring for each mode)."""
+    mode = image.mode
+    if mode in ("RGB", "L"):
+        return image
+    if mode in _WIDE_MODES:
+        wide = np.asarray(image).astype(np.int64)
+        scaled = (np.clip(wide, 0, 65535) * 255 + 32767) // 65535
+        return Image.fromarray(scaled.astype(np.uint8))  # mode L
+    if mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+        mode = "RGBA"
+    if mode in _ALPHA_MODES:
+        if mode != "RGBA":
+            image = image.convert("RGBA")
+        background = Image.new("RGB", image.size, _WHITE)
+        background.paste(image, mask=image.getchannel("A"))
+        return background
+    if mode == "1":
+        return image.convert("L")
+    if mode == "F":
+        raise ImageRejected(f"{UNSUPPORTED_MODE} {mode}", "float pixels have no agreed range")
+    try:
+        return image.convert("RGB")
+    except (ValueError, OSError) as error:
+        raise ImageRejected(f"{UNSUPPORTED_MODE} {mode}", str(error)) from None
+
+
+def transform(data: bytes, resize: Optional[Size] = (200, 200),
+              crop: Optional[Size] = (180, 180), *, draft: bool = True) -> np.ndarray:
+    """Decode an image and return it resized and center-cropped as an (H, W, 3) uint8 array.
+
+    ``resize`` and ``crop`` are (width, height); None skips that step. ``draft=False`` decodes
+    JPEGs at full size (slower for large photos, same pixels as decoding then resizing). Raises
+    :class:`ImageRejected` for input that is empty, not an image, corrupt, or of an unusable mode.
+    """
+    resize = _check_size("resize", resize)
+    crop = _check_size("crop", crop)
+    if resize and crop and (crop[0] > resize[0] or crop[1] > resize[1]):
+        raise SettingsError(f"crop={crop} is larger than resize={resize}; "
+                            "the crop must fit inside the resized image")
+    image = _open(data)
+    try:
+        box = None
+        if draft and resize and image.format == "JPEG":
+            drafted = image.draft("RGB", resize)
+            if drafted is not None:
+                box = drafted[1]
+        _load(image)
+        result = _to_8bit(image)
+        if resize and (result.size != resize or box is not None):
+            result = result.resize(resize, Image.Resampling.BILINEAR, box=box)
+        if crop:
+            width, height = result.size
+            if crop[0] > width or crop[1] > height:
+                raise ImageRejected(TOO_SMALL, f"{width}x{height} is smaller than crop {crop}")
+            left, top = (width - crop[0]) // 2, (height - crop[1]) // 2
+            if (crop[0], crop[1]) != (width, height):
+                result = result.crop((left, top, left + crop[0], top + crop[1]))
+        if result.mode == "L":
+            result = result.convert("RGB")
+        return np.array(result)
+    finally:
+        image.close()
+
+
+def transform_batch(images: Sequence[Optional[bytes]], resize: Optional[Size] = (200, 200),
+                    crop: Optional[Size] = (180, 180), *, draft: bool = True
+                    ) -> tuple[list[Optional[np.ndarray]], list[Optional[str]]]:
+    """Transform many images; a rejected one gives (None, reason) instead of failing the batch.
+
+    Returns two lists as long as ``images``: the arrays (None where rejected) and the rejection
+    reasons (None where accepted). A missing image (None) is rejected as 'empty file'.
+    """
+    resize = _check_size("resize", resize)
+    crop = _check_size("crop", crop)
+    arrays: list[Optional[np.ndarray]] = []
+    reasons: list[Optional[str]] = []
+    for data in images:
+        try:
+            arrays.append(transform(data, resize, crop, draft=draft))
+            reasons.append(None)
+        except ImageRejected as rejected:
+            logger.debug("skipping image: %s", rejected)
+            arrays.append(None)
+            reasons.append(rejected.reason)
+    return arrays, reasons
+
+
+def _image_from_array(array: np.ndarray, allow_16bit: bool) -> Image.Image:
+    array = np.asarray(array)
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.dtype == np.uint16 and array.ndim == 2 and allow_16bit:
+        return Image.fromarray(np.ascontiguousarray(array, dtype="<u2"))  # mode I;16
+    shape_ok = array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (3, 4))
+    if array.dtype != np.uint8 or not shape_ok:
+        sixteen = " or (H, W) uint16" if allow_16bit else ""
+        raise ImageEncodingError(
+            f"cannot encode an array of shape {array.shape} and dtype {array.dtype}; pass "
+            f"(H, W), (H, W, 1), (H, W, 3) or (H, W, 4) uint8{sixteen}")
+    return Image.fromarray(np.ascontiguousarray(array))  # mode L, RGB or RGBA
+
+
+def encode_png(array: np.ndarray, compress_level: int = 1) -> bytes:
+    """Encode a uint8 (H, W[, 1|3|4]) or uint16 (H, W) array as PNG (fast compression level)."""
+    out = io.BytesIO()
+    _image_from_array(array, allow_16bit=True).save(out, "PNG", compress_level=compress_level)
+    return out.getvalue()
+
+
+def encode_jpeg(array: np.ndarray, quality: int = 95) -> bytes:
+    """Encode a uint8 (H, W[, 1|3]) array as baseline JPEG."""
+    image = _image_from_array(array, allow_16bit=False)
+    if image.mode == "RGBA":
+        raise ImageEncodingError("JPEG has no alpha channel; drop it (array[..., :3]) first")
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return out.getvalue()

@@ -1,0 +1,610 @@
+"""TFRecord files and tf.train.Example messages, byte-compatible with TensorFlow, without it.
+
+A TFRecord file is a sequence of records, each framed as TensorFlow frames it::
+
+    uint64 length (LE) | uint32 masked crc32c(length bytes) | data | uint32 masked crc32c(data)
+
+The writer hands whole batches of records to the kernel with one ``writev`` (no copy of the
+payloads in Python); the reader pulls large blocks and slices records out of them. Gzip and zlib
+compressed files are the streams TensorFlow writes with ``compression_type='GZIP'`` / ``'ZLIB'``.
+
+Examples are encoded by writing the protobuf wire format directly: every nested length is
+computed first and the message is joined once, so a large bytes feature is copied exactly once.
+Decoding goes through protobuf (:mod:`hopsml.data.example_proto`), which also accepts the
+unpacked encodings that other producers may write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO, Union
+
+import crc32c as _crc32c
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from hopsml.data.example_proto import Example
+from hopsml.errors import HopsmlError, SettingsError
+
+__all__ = [
+    "CorruptRecordError",
+    "FeatureTypeError",
+    "TFRecordWriter",
+    "TruncatedRecordError",
+    "decode_example",
+    "encode_example",
+    "masked_crc32c",
+    "read_records",
+    "shard_name",
+]
+
+logger = logging.getLogger(__name__)
+
+PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
+
+_HEADER = struct.Struct("<QI")   # length, masked crc of the length bytes
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_MASK_DELTA = 0xA282EAD8
+_U32 = 0xFFFFFFFF
+
+_COMPRESSIONS = {None: None, "": None, "none": None, "gzip": "gzip", "zlib": "zlib"}
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+
+_SMALL_RECORD = 64 * 1024        # smaller records are copied into a staging block
+_WRITE_BUFFER = 4 * 1024 * 1024  # bytes gathered before one writev
+_MAX_IOV = 512                   # well under the IOV_MAX of every Linux (1024)
+_READ_BLOCK = 1024 * 1024        # bytes pulled from the file per read
+
+
+class CorruptRecordError(HopsmlError, ValueError):
+    """A TFRecord file fails its checksums; the message names the file and byte offset."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class TruncatedRecordError(CorruptRecordError):
+    """A TFRecord file ends inside a record, usually because its writer did not finish."""
+
+
+class FeatureTypeError(HopsmlError, TypeError):
+    """A feature value cannot be expressed as a bytes, float or int64 list."""
+
+    def __init__(self, name: str, value: Any, problem: str = "") -> None:
+        problem = problem or (f"a value of type {type(value).__name__} is not bytes, str, int or "
+                              "float (or a list/array of one kind of them); convert it, e.g. "
+                              "serialize it to bytes or make it a numpy array")
+        super().__init__(f"feature {name!r} cannot be encoded: {problem}")
+        self.feature = name
+
+
+def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
+    """Return TensorFlow's masked CRC-32C of ``data`` (rotated right by 15 bits, plus a delta)."""
+    crc = _crc32c.crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
+
+
+def shard_name(index: int, count: int, compression: str | None = None) -> str:
+    """Return the file name of shard ``index`` of ``count``, e.g. ``part-00003-of-00010.tfrecord``.
+
+    >>> shard_name(3, 10)
+    'part-00003-of-00010.tfrecord'
+    >>> shard_name(0, 2, "gzip")
+    'part-00000-of-00002.tfrecord.gz'
+    """
+    if count < 1 or not 0 <= index < count:
+        raise SettingsError(f"shard index {index} is outside 0..{count - 1}; "
+                            "pass 0 <= index < count and count >= 1")
+    suffix = {None: "", "gzip": ".gz", "zlib": ".zz"}[_compression(compression)]
+    return f"part-{index:05d}-of-{count:05d}.tfrecord{suffix}"
+
+
+def _compression(compression: str | None) -> str | None:
+    key = compression.lower() if isinstance(compression, str) else compression
+    if key not in _COMPRESSIONS:
+        raise SettingsError(f"compression={compression!r} is not supported; "
+                            "use None, 'gzip' or 'zlib'")
+    return _COMPRESSIONS[key]
+
+
+def _describe(path_or_file: Any) -> str:
+    if isinstance(path_or_file, (str, os.PathLike)):
+        return os.fspath(path_or_file)
+    return str(getattr(path_or_file, "name", None) or repr(path_or_file))
+
+
+class TFRecordWriter:
+    """Write records to a TFRecord file (a local path or an open binary stream).
+
+    Records are gathered into batches of about 4 MiB and handed to the file together. A stream
+    passed in stays open on :meth:`close`; a path is opened here and closed on :meth:`close`.
+
+    >>> import io
+    >>> buffer = io.BytesIO()
+    >>> with TFRecordWriter(buffer) as writer:
+    ...     writer.write(b"hello")
+    >>> list(read_records(io.BytesIO(buffer.getvalue())))
+    [b'hello']
+    """
+
+    def __init__(self, path_or_file: PathOrFile, compression: str | None = None, *,
+                 compression_level: int = 6) -> None:
+        self._compression = _compression(compression)
+        self.name = _describe(path_or_file)
+        if isinstance(path_or_file, (str, os.PathLike)):
+            self._file: Any = open(path_or_file, "wb", buffering=0)  # noqa: SIM115
+            self._owns_file = True
+        else:
+            self._file = path_or_file
+            self._owns_file = False
+        # Only a file opened here is written through its descriptor: a stream passed in may
+        # hold buffered bytes of its own that must come first.
+        self._fd: int | None = (self._file.fileno()
+                                if self._owns_file and hasattr(os, "writev") else None)
+        self._compressor = (zlib.compressobj(compression_level, zlib.DEFLATED,
+                                             _WBITS[self._compression])
+                            if self._compression else None)
+        self._pending: list[Any] = []   # bytes-like pieces, in file order
+        self._pending_bytes = 0
+        self._staging = bytearray()     # small records, copied together
+        self._closed = False
+        self.records_written = 0
+        self.bytes_written = 0          # uncompressed
+
+    def write(self, record: bytes | bytearray | memoryview) -> None:
+        """Append one record; a bytes object is kept by reference until the next flush."""
+        if self._closed:
+            raise ValueError(f"TFRecordWriter for {self.name} is closed")
+        if type(record) is not bytes:
+            record = bytes(record)  # the caller may change its buffer after we return
+        length = len(record)
+        length_bytes = _LENGTH.pack(length)
+        header = _HEADER.pack(length, masked_crc32c(length_bytes))
+        footer = _CRC.pack(masked_crc32c(record))
+        if length < _SMALL_RECORD:
+            self._staging += header
+            self._staging += record
+            self._staging += footer
+            if len(self._staging) >= _SMALL_RECORD:
+                self._stage_out()
+        else:
+            self._stage_out()
+            self._pending += (header, record, footer)
+        self._pending_bytes += length + 16
+        self.records_written += 1
+        self.bytes_written += length + 16
+        if self._pending_bytes >= _WRITE_BUFFER or len(self._pending) >= _MAX_IOV:
+            self._flush_pending()
+
+    def _stage_out(self) -> None:
+        if self._staging:
+            self._pending.append(self._staging)
+            self._staging = bytearray()
+
+    def _flush_pending(self) -> None:
+        self._stage_out()
+        pieces, self._pending, self._pending_bytes = self._pending, [], 0
+        if not pieces:
+            return
+        if self._compressor is not None:
+            compress = self._compressor.compress
+            pieces = [out for out in map(compress, pieces) if out]
+        if self._fd is not None:
+            _writev_all(self._fd, pieces)
+        else:
+            for piece in pieces:
+                self._file.write(piece)
+
+    def flush(self) -> None:
+        """Push every record written so far to the file (a full flush point for compression)."""
+        self._flush_pending()
+        if self._compressor is not None:
+            self._write_raw(self._compressor.flush(zlib.Z_SYNC_FLUSH))
+        if hasattr(self._file, "flush"):
+            self._file.flush()
+
+    def _write_raw(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._fd is not None:
+            _writev_all(self._fd, [data])
+        else:
+            self._file.write(data)
+
+    def close(self) -> None:
+        """Flush, end the compressed stream, and close the file if this writer opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._flush_pending()
+            if self._compressor is not None:
+                self._write_raw(self._compressor.flush(zlib.Z_FINISH))
+            if not self._owns_file and hasattr(self._file, "flush"):
+                self._file.flush()
+        finally:
+            if self._owns_file:
+                self._file.close()
+
+    def __enter__(self) -> TFRecordWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _writev_all(fd: int, pieces: list[Any]) -> None:
+    """Write every piece, in order, with as few system calls as the kernel allows."""
+    views = [memoryview(piece) for piece in pieces]
+    first = 0
+    while first < len(views):
+        written = os.writev(fd, views[first:first + _MAX_IOV])
+        while first < len(views) and written >= len(views[first]):
+            written -= len(views[first])
+            first += 1
+        if written:  # a partial write ended inside this piece
+            views[first] = views[first][written:]
+
+
+class _Source:
+    """Sequential exact-size reads from a stream, through a decompressor when compressed."""
+
+    def __init__(self, path_or_file: PathOrFile, compression: str | None) -> None:
+        self.name = _describe(path_or_file)
+        if isinstance(path_or_file, (str, os.PathLike)):
+            self._file: Any = open(path_or_file, "rb", buffering=_READ_BLOCK)  # noqa: SIM115
+            self._owns_file = True
+        else:
+            self._file = path_or_file
+            self._owns_file = False
+        self._wbits = _WBITS[compression] if compression else 0
+        self._decompressor = zlib.decompressobj(self._wbits) if compression else None
+        self._inflated = b""    # decompressed bytes not handed out yet
+        self.truncated = False  # the compressed stream ended before its end marker
+
+    def read(self, size: int) -> bytes:
+        """Return ``size`` bytes, fewer only at the end of the data."""
+        if self._decompressor is None:
+            data = self._file.read(size)
+            if len(data) == size or not data:
+                return data
+            parts, got = [data], len(data)
+            while got < size:  # streams may return short reads before their end
+                more = self._file.read(size - got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            return b"".join(parts)
+        if len(self._inflated) >= size:
+            data, self._inflated = self._inflated[:size], self._inflated[size:]
+            return data
+        parts, got = [], 0
+        while got < size:
+            if not self._inflated:
+                self._inflated = self._inflate()
+                if not self._inflated:
+                    break
+            take = self._inflated[:size - got]
+            self._inflated = self._inflated[len(take):]
+            parts.append(take)
+            got += len(take)
+        return b"".join(parts)
+
+    def _inflate(self) -> bytes:
+        """Return the next non-empty block of decompressed bytes, or b"" at the end."""
+        while not self.truncated:
+            decompressor = self._decompressor
+            if decompressor.eof:
+                # another gzip member may follow, as `cat a.gz b.gz` produces
+                rest = decompressor.unused_data or self._file.read(_READ_BLOCK)
+                if not rest:
+                    return b""
+                decompressor = self._decompressor = zlib.decompressobj(self._wbits)
+                chunk = rest
+            else:
+                chunk = self._file.read(_READ_BLOCK)
+                if not chunk:
+                    self.truncated = True
+                    return decompressor.flush()
+            out = decompressor.decompress(chunk)
+            if out:
+                return out
+        return b""
+
+    def close(self) -> None:
+        if self._owns_file:
+            self._file.close()
+
+
+def read_records(path_or_file: PathOrFile, compression: str | None = None, *,
+                 verify: bool = True) -> Iterator[bytes]:
+    """Yield each record of a TFRecord file as bytes.
+
+    The length checksum is always checked (a damaged length must not make the reader allocate
+    gigabytes); ``verify=False`` skips only the data checksum. A damaged or truncated file raises
+    :class:`CorruptRecordError` / :class:`TruncatedRecordError` naming the file and the byte
+    offset of the record (in the uncompressed stream for compressed files).
+    """
+    compression = _compression(compression)
+    if compression is None and isinstance(path_or_file, (str, os.PathLike)):
+        yield from _read_plain_file(path_or_file, verify)
+        return
+    source = _Source(path_or_file, compression)
+    try:
+        yield from _read_stream(source, verify)
+    finally:
+        source.close()
+
+
+def _read_plain_file(path: str | os.PathLike[str], verify: bool) -> Iterator[bytes]:
+    """Read an uncompressed local file: large reads into one buffer, records sliced out of it."""
+    name = os.fspath(path)
+    unpack_header = _HEADER.unpack_from
+    unpack_crc = _CRC.unpack_from
+    with open(path, "rb", buffering=0) as file:
+        buffer = bytearray(_READ_BLOCK)
+        view = memoryview(buffer)
+        start = end = 0      # unread bytes are buffer[start:end]
+        offset = 0           # file offset of buffer[start]
+        while True:
+            if end - start < 12:
+                start, end = _refill(file, view, start, end, 12)
+                if start == end:
+                    return
+                if end < 12:
+                    raise _truncated(name, offset, 12, end, "file")
+            length, length_crc = unpack_header(buffer, start)
+            if masked_crc32c(view[start:start + 8]) != length_crc:
+                raise _corrupt(name, offset, "length")
+            need = length + 16
+            if end - start < need:
+                if need > len(buffer):  # a record larger than the buffer: grow it once
+                    size = os.fstat(file.fileno()).st_size
+                    if offset + need > size:  # do not allocate for a record that is not there
+                        raise _truncated(name, offset, need, size - offset, "file")
+                    grown = bytearray(need + _READ_BLOCK)
+                    grown[:end - start] = view[start:end]
+                    buffer, view = grown, memoryview(grown)
+                    start, end = 0, end - start
+                start, end = _refill(file, view, start, end, need)
+                if end < need:
+                    raise _truncated(name, offset, need, end, "file")
+            data_start = start + 12
+            record = bytes(view[data_start:data_start + length])
+            if verify and masked_crc32c(record) != unpack_crc(buffer, data_start + length)[0]:
+                raise _corrupt(name, offset, "data")
+            start += need
+            offset += need
+            yield record
+
+
+def _refill(file: Any, view: memoryview, start: int, end: int, want: int) -> tuple[int, int]:
+    """Move the unread bytes to the front of the buffer and read until ``want`` are there."""
+    remaining = end - start
+    if start:
+        view[:remaining] = view[start:end]
+    end = remaining
+    while end < want:
+        got = file.readinto(view[end:])
+        if not got:
+            break
+        end += got
+    return 0, end
+
+
+def _read_stream(source: _Source, verify: bool) -> Iterator[bytes]:
+    """Read records from any stream with ``read`` (compressed files, remote files)."""
+    name = source.name
+    offset = 0
+    read = source.read
+    while True:
+        try:
+            header = read(12)
+            if not header:
+                if source.truncated:
+                    raise _truncated(name, offset, 12, 0, "compressed stream")
+                return
+            if len(header) < 12:
+                raise _truncated(name, offset, 12, len(header), "file")
+            length, length_crc = _HEADER.unpack(header)
+            if masked_crc32c(header[:8]) != length_crc:
+                raise _corrupt(name, offset, "length")
+            body = read(length + 4)
+        except zlib.error as error:
+            raise CorruptRecordError(
+                f"TFRecord file {name} is corrupt: its compressed stream cannot be decompressed "
+                f"after uncompressed byte offset {offset} ({error}); check the compression "
+                "argument, else rewrite the shard from its source data.",
+                path=name, offset=offset) from None
+        if len(body) < length + 4:
+            raise _truncated(name, offset, length + 16, 12 + len(body), "file")
+        record = body[:length]
+        if verify and masked_crc32c(record) != _CRC.unpack_from(body, length)[0]:
+            raise _corrupt(name, offset, "data")
+        offset += length + 16
+        yield record
+
+
+def _corrupt(name: str, offset: int, part: str) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"TFRecord file {name} is corrupt: the {part} checksum of the record at byte offset "
+        f"{offset} does not match; the file was damaged after writing or is not a TFRecord "
+        "file. Rewrite the shard from its source data.", path=name, offset=offset)
+
+
+def _truncated(name: str, offset: int, needed: int, found: int, part: str) -> TruncatedRecordError:
+    return TruncatedRecordError(
+        f"TFRecord file {name} is truncated: the record at byte offset {offset} needs {needed} "
+        f"bytes but only {found} remain in the {part}; the writer probably did not finish. "
+        "Rewrite the shard from its source data.", path=name, offset=offset)
+
+
+# ---------------------------------------------------------------------------------------------
+# tf.train.Example
+
+_BYTES_LIST, _FLOAT_LIST, _INT64_LIST = 1, 2, 3
+_NUMPY_KINDS = {"b": _INT64_LIST, "i": _INT64_LIST, "u": _INT64_LIST, "f": _FLOAT_LIST,
+                "S": _BYTES_LIST, "U": _BYTES_LIST, "O": None}
+
+
+def _varint(value: int) -> bytes:
+    """Encode a non-negative int below 2**64 as a protobuf varint."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+
+
+def _varints(values: np.ndarray) -> bytes:
+    """Encode int64 values as concatenated varints (negatives take ten bytes, as protobuf does)."""
+    unsigned = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
+    if unsigned.size < 16:
+        return b"".join(_varint(int(v)) for v in unsigned.tolist())
+    sizes = 1 + np.searchsorted(_VARINT_LIMITS, unsigned, side="right").astype(np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    out = np.empty(int(sizes.sum()), dtype=np.uint8)
+    shifted = unsigned.copy()
+    for k in range(10):
+        present = sizes > k
+        if not present.any():
+            break
+        low = (shifted & np.uint64(0x7F)).astype(np.uint8)
+        low[sizes > k + 1] |= 0x80
+        out[starts[present] + k] = low[present]
+        shifted >>= np.uint64(7)
+    return out.tobytes()
+
+
+def _as_bytes(value: Any, name: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview, np.bytes_)):
+        return bytes(value)
+    raise FeatureTypeError(name, value)
+
+
+def _feature_payload(name: str, value: Any) -> tuple[int, list[Any], int]:
+    """Return (kind, pieces of the list message, its length) for one feature value."""
+    if isinstance(value, (bytes, str, bytearray, memoryview)):
+        value = [value]
+    elif isinstance(value, (bool, int, float, np.generic)):
+        value = np.asarray([value])
+    if isinstance(value, np.ndarray):
+        kind = _NUMPY_KINDS.get(value.dtype.kind)
+        if kind is None and value.dtype.kind != "O":
+            raise FeatureTypeError(name, value)
+        if kind is None:
+            value = value.ravel().tolist()
+        else:
+            return _array_payload(kind, value.ravel(), name)
+    if not isinstance(value, (list, tuple)):
+        if isinstance(value, Mapping) or not hasattr(value, "__iter__"):
+            raise FeatureTypeError(name, value)
+        value = list(value)
+    if not value:
+        return 0, [], 0
+    if all(isinstance(v, (bytes, str, bytearray, memoryview, np.bytes_, np.str_))
+           for v in value):
+        pieces: list[Any] = []
+        total = 0
+        for item in value:
+            data = _as_bytes(item, name)
+            prefix = b"\x0a" + _varint(len(data))
+            pieces += (prefix, data)
+            total += len(prefix) + len(data)
+        return _BYTES_LIST, pieces, total
+    if all(isinstance(v, (int, np.integer)) for v in value):  # bool is an int
+        return _array_payload(_INT64_LIST, np.asarray(value, dtype=np.int64), name)
+    if all(isinstance(v, (int, float, np.integer, np.floating)) for v in value):
+        return _array_payload(_FLOAT_LIST, np.asarray(value, dtype=np.float32), name)
+    bad = next(v for v in value if not isinstance(v, (int, float, np.integer, np.floating)))
+    raise FeatureTypeError(name, bad)
+
+
+def _array_payload(kind: int, array: np.ndarray, name: str) -> tuple[int, list[Any], int]:
+    if kind == _BYTES_LIST:
+        return _feature_payload(name, [v.encode("utf-8") if isinstance(v, str) else bytes(v)
+                                     for v in array.tolist()])
+    if array.size == 0:
+        return kind, [], 0
+    if kind == _FLOAT_LIST:
+        packed: Any = np.ascontiguousarray(array, dtype="<f4").tobytes()
+    else:
+        if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+            raise FeatureTypeError(name, array, "an unsigned value above 2**63 - 1 does not fit "
+                                   "in int64; store it as bytes")
+        packed = _varints(array)
+    prefix = b"\x0a" + _varint(len(packed))
+    return kind, [prefix, packed], len(prefix) + len(packed)
+
+
+def encode_example(features: Mapping[str, Any]) -> bytes:
+    """Serialize ``{name: value}`` as a ``tf.train.Example``.
+
+    bytes/str values (or lists of them) become a bytes_list, ints and integer arrays an
+    int64_list, floats and float arrays a float_list (float32, packed); arrays of any shape are
+    flattened. A list mixing ints and floats becomes a float_list. An empty python list gives a
+    Feature without a kind; pass an empty numpy array of the wanted dtype to fix its kind.
+    """
+    entries: list[Any] = []
+    features_length = 0
+    for name, value in features.items():
+        if not isinstance(name, str):
+            raise FeatureTypeError(repr(name), name)
+        kind, pieces, list_length = _feature_payload(name, value)
+        if kind:
+            list_header = bytes((kind << 3 | 2,)) + _varint(list_length)
+            feature_length = len(list_header) + list_length
+        else:
+            list_header, feature_length = b"", 0
+        key = name.encode("utf-8")
+        key_field = b"\x0a" + _varint(len(key)) + key
+        value_header = b"\x12" + _varint(feature_length)
+        entry_length = len(key_field) + len(value_header) + feature_length
+        entry_header = b"\x0a" + _varint(entry_length)
+        entries += (entry_header, key_field, value_header, list_header)
+        entries += pieces
+        features_length += len(entry_header) + entry_length
+    return b"".join([b"\x0a", _varint(features_length), *entries])
+
+
+def decode_example(data: bytes) -> dict[str, Any]:
+    """Parse a serialized ``tf.train.Example`` into ``{name: value}``.
+
+    bytes_list features come back as a list of bytes, float_list as a float32 numpy array,
+    int64_list as an int64 numpy array, and a Feature without a kind as an empty list.
+    """
+    try:
+        message = Example.FromString(data)
+    except DecodeError as error:
+        raise CorruptRecordError(f"record is not a serialized tf.train.Example ({error}); "
+                                 "check that the file holds Examples and not raw bytes") from None
+    result: dict[str, Any] = {}
+    for name, feature in message.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        if kind == "bytes_list":
+            result[name] = list(feature.bytes_list.value)
+        elif kind == "float_list":
+            result[name] = np.array(feature.float_list.value, dtype=np.float32)
+        elif kind == "int64_list":
+            result[name] = np.array(feature.int64_list.value, dtype=np.int64)
+        else:
+            result[name] = []
+    return result
