@@ -72,6 +72,9 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
     data.pop("spark_conf", None)
     lines = [json.dumps(data, indent=2, default=str), "", f"files in {storage.uri(exp_dir.path)}:"]
     lines += [f"  {p[len(exp_dir.path) + 1:]}" for p in storage.ls(exp_dir.path, recursive=True)]
+    if storage.exists(exp_dir.summary):
+        lines += ["", "trials, best first:", _trials_table(storage.read_json(exp_dir.summary)["trials"],
+                                                          rec.direction or "max")]
     if storage.exists(exp_dir.metrics):
         last: dict[str, dict[str, Any]] = {}
         for row in read_metrics(storage.read_text(exp_dir.metrics)):
@@ -82,17 +85,36 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
     return "\n".join(lines)
 
 
+def _trials_table(trials: list[dict[str, Any]], direction: str) -> str:
+    sign = -1 if direction == "max" else 1
+    ordered = sorted(trials, key=lambda t: (t["metric"] is None, sign * (t["metric"] or 0)))
+    rows = [{"trial": t["dir"].rsplit("/", 1)[-1], "state": t["state"], "metric": t["metric"],
+             "seconds": t["duration"]} for t in ordered]
+    return format_table(rows, ("trial", "state", "metric", "seconds"))
+
+
 def quickstart(settings: config.Settings) -> str:
     """Train the digits model as a versioned experiment and show where it went."""
     from hopsml import experiment
     from hopsml.examples import digits
 
     print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
+    print("\n1. one training run (experiment.launch)")
     logdir, result = experiment.launch(digits.train, {"lr": 0.5, "epochs": 10}, name="quickstart-digits",
                                        description="softmax regression on scikit-learn's digits",
                                        metric_key="accuracy")
-    return "\n".join([f"\nexperiment finished: accuracy {result['accuracy']:.4f}", f"logdir: {logdir}", "",
-                      experiments_list(settings, limit=10)])
+    print(f"   accuracy {result['accuracy']:.4f} -> {logdir}")
+    print(f"\n2. data-parallel training on {settings.num_workers} ranks (experiment.allreduce)")
+    dp_logdir, dp_result = experiment.allreduce(digits.train_data_parallel, name="quickstart-allreduce",
+                                                description="the same model, gradients averaged by all-reduce",
+                                                metric_key="accuracy")
+    print(f"   accuracy {dp_result['accuracy']:.4f} -> {dp_logdir}")
+    print("\n3. grid search over learning rate and dropout, trials in parallel (experiment.grid_search)")
+    search_logdir, best, outputs = experiment.grid_search(
+        digits.train_with_dropout, {"lr": [0.05, 0.5], "dropout": [0.0, 0.5]}, optimization_key="accuracy",
+        name="quickstart-grid", description="learning rate x dropout of the digits model")
+    print(f"   best {best}: accuracy {outputs['accuracy']:.4f} -> {search_logdir}")
+    return "\n".join(["", experiments_list(settings, limit=10)])
 
 
 def _parser() -> argparse.ArgumentParser:

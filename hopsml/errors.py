@@ -61,3 +61,11 @@ class CollectiveError(HopsmlError, RuntimeError):
 
 class NotInRunError(HopsmlError, RuntimeError):
     """A function meant for use inside a running experiment was called outside one."""
+
+
+class TrialStopped(BaseException):
+    """Raised inside a trial when the search told it to stop early.
+
+    A BaseException, like KeyboardInterrupt, so that a training loop's `except Exception` does not
+    swallow it; hopsml catches it and records the trial as EARLY_STOPPED with its partial result.
+    """

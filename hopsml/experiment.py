@@ -15,8 +15,14 @@ from typing import Any, Callable, Iterable, Iterator
 from hopsml import config, session
 from hopsml.errors import ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
-from hopsml.launcher.driver import Live, open_channel, run_stage, ship_by_value
+from hopsml.launcher.driver import Live, check_barrier_stage, open_channel, run_stage, ship_by_value
+from hopsml.launcher.rank import barrier_partition
 from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.search import space
+from hopsml.search.early_stopping import RULES, MedianStoppingRule
+from hopsml.search.evolution import DifferentialEvolution, Member
+from hopsml.search.runner import Search, Trial
+from hopsml.search.space import Direction, SearchSpaceError
 from hopsml.tracking.record import ExperimentRun, ExperimentType
 
 log = logging.getLogger(__name__)
@@ -82,3 +88,150 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
         result = report["result"]
         run.finish(metric=_metric(result, metric_key), results=result)
     return run.logdir, result
+
+
+def allreduce(train_fn: Callable[[], Any], name: str = "no-name", description: str | None = None,
+              num_workers: int | None = None, gpus_per_worker: int | None = None,
+              metric_key: str | None = None, versioned_resources: list[str] | None = None,
+              timeout_s: float | None = None, all_ranks_write_metrics: bool = False
+              ) -> tuple[str, dict[str, Any]]:
+    """Data-parallel training: `train_fn()` runs once per rank, in one barrier-mode Spark task each,
+    with `hopsml.collective` connected between the ranks; returns (logdir, rank 0's return_dict).
+
+    Each rank's output goes to logs/worker_<rank>.log and streams here prefixed with its rank. If a
+    rank fails, the others are stopped and ExperimentFailed names the rank and shows its last lines.
+    """
+    _check_function(train_fn, None)
+    ship_by_value(train_fn)
+    settings = config.load(num_workers=num_workers)
+    workers, gpus = settings.num_workers, int(gpus_per_worker or 0)
+    if gpus < 0:
+        raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus_per_worker}")
+    storage = Storage(settings.root)
+    sc = session.get_or_create(settings).sparkContext
+    check_barrier_stage(sc, workers, gpus)
+    run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
+                     description=description, metric_key=metric_key,
+                     type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=workers, gpus_per_executor=gpus)
+    log.info("distributed experiment %s started with %d ranks: %s", run.id, workers, run.logdir)
+    with run:
+        live = Live(prefix_ranks=True, abort_on_failure=True)
+        channel = open_channel(sc, live)
+        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret)
+        partition = barrier_partition(train_fn, spec, gpus_per_worker=gpus, timeout_s=timeout_s,
+                                      all_ranks_write_metrics=all_ranks_write_metrics)
+        try:
+            reports = run_stage(sc, partition, workers, barrier=True, abort=live.failed, job_group=run.id,
+                                description=f"hopsml allreduce '{name}' ({run.id}, {workers} ranks)")
+        finally:
+            channel.close()
+        failures = sorted([r for r in live.finished + reports if not r["ok"]], key=_first_cause)
+        if failures:
+            first = failures[0]
+            raise ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {first['error']}",
+                                   traceback=first.get("traceback", ""), output_tail=first.get("tail", ""),
+                                   logdir=run.logdir)
+        by_rank = {r["rank"]: r["result"] for r in reports}
+        result = by_rank[0]
+        run.finish(metric=_metric(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)])
+    return run.logdir, result
+
+
+collective_all_reduce = allreduce
+
+
+def _first_cause(report: dict[str, Any]) -> tuple[int, int]:
+    """Order failures so the rank that caused them comes first, not a peer that lost it."""
+    lost_peer = "CollectiveError" in report.get("error", "")
+    return (1 if lost_peer else 0, report.get("rank", 0))
+
+
+def _search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
+            optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
+            early_stopping: str | None, early_stopping_min_steps: int,
+            batches: Callable[[Search], None], **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What every search verb shares: checks, the experiment record, the trials, the best result."""
+    _check_function(train_fn, None)
+    if not isinstance(optimization_key, str) or not optimization_key:
+        raise SearchSpaceError(f"optimization_key must name the metric to optimise, got {optimization_key!r}")
+    goal = Direction.of(direction)
+    if early_stopping not in (None, *RULES):
+        raise SearchSpaceError(f"early_stopping must be one of {', '.join(RULES)} or None, not {early_stopping!r}")
+    rule = MedianStoppingRule(goal, min_steps=early_stopping_min_steps) if early_stopping else None
+    ship_by_value(train_fn)
+    settings = config.load()
+    storage = Storage(settings.root)
+    sc = session.get_or_create(settings).sparkContext
+    run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
+                     description=description, type=ExperimentType.PARALLEL_EXPERIMENTS.value,
+                     hyperparameters=space_description, direction=goal.value, optimization_key=optimization_key,
+                     metric_key=optimization_key, executors=sc.defaultParallelism)
+    log.info("search %s started: %s", run.id, run.logdir)
+    with run:
+        search = Search(sc, run, train_fn, optimization_key=optimization_key, direction=goal, early_stopping=rule)
+        batches(search)
+        best = search.conclude(**record_fields)
+    return run.logdir, best.params, best.outputs
+
+
+def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], direction: Direction | str = "max",
+                name: str = "no-name", description: str | None = None, optimization_key: str = "metric",
+                versioned_resources: list[str] | None = None, early_stopping: str | None = None,
+                early_stopping_min_steps: int = 3) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Every combination of `grid_dict` as its own trial, in parallel; returns (logdir, best_params, best_return)."""
+    combos = space.grid(grid_dict)
+    return _search(train_fn, dict(grid_dict), direction, optimization_key, name, description, versioned_resources,
+                   early_stopping, early_stopping_min_steps, lambda s: s.run_batch(combos, len(combos)),
+                   strategy="grid")
+
+
+def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
+                  samples: int = 10, seed: int | None = None, name: str = "no-name",
+                  description: str | None = None, optimization_key: str = "metric",
+                  versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
+                  early_stopping: str | None = None, early_stopping_min_steps: int = 3
+                  ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """`samples` random points within `boundary_dict` ([low, high] numbers, or lists as categories;
+    names in `log_scale` are sampled on a log scale); the same seed gives the same trials."""
+    points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
+    return _search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
+                   versioned_resources, early_stopping, early_stopping_min_steps,
+                   lambda s: s.run_batch(points, len(points)), strategy="random", seed=seed)
+
+
+def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str, Any],
+                           direction: Direction | str = "max", generations: int = 4, population: int = 6,
+                           mutation: float = 0.5, crossover: float = 0.7, seed: int | None = None,
+                           name: str = "no-name", description: str | None = None,
+                           optimization_key: str = "metric", versioned_resources: list[str] | None = None,
+                           log_scale: list[str] | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Evolve a population over `generations`, each generation one parallel batch of trials."""
+    evolution = DifferentialEvolution(space.Space.from_bounds(boundary_dict, log_scale or ()),
+                                      population=population, mutation=mutation, crossover=crossover,
+                                      direction=Direction.of(direction), seed=seed)
+    if not isinstance(generations, int) or generations < 1:
+        raise SearchSpaceError(f"generations must be a positive integer, got {generations!r}")
+    total = population * generations
+    best_per_generation: list[float | None] = []
+
+    def evolve(search: Search) -> None:
+        def members(trials: list[Trial]) -> list[Member]:
+            return [Member(t.params, t.metric if t.state == "FINISHED" else None) for t in trials]
+
+        current = members(search.run_batch(evolution.initial(), total))
+        best_per_generation.append(_best_metric(current, evolution))
+        for _ in range(generations - 1):
+            offspring = members(search.run_batch(evolution.offspring(current), total))
+            current = evolution.select(current, offspring)
+            best_per_generation.append(_best_metric(current, evolution))
+
+    return _search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
+                   versioned_resources, None, 3, evolve, strategy="differential_evolution",
+                   generations=generations, population=population, best_per_generation=best_per_generation)
+
+
+def _best_metric(members: list[Member], evolution: DifferentialEvolution) -> float | None:
+    scores = [m.metric for m in members if m.metric is not None]
+    if not scores:
+        return None
+    return max(scores) if evolution.direction is Direction.MAX else min(scores)

@@ -16,7 +16,6 @@ def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
     """Record scalar metrics for one step: a line per value in metrics.jsonl and TensorBoard events.
 
     Only rank 0 of a distributed run writes (unless asked otherwise); on other ranks it does nothing.
+    In a search with early stopping, the values also go to the driver, which may stop the trial here.
     """
-    writer = context.current().metrics
-    if writer is not None:
-        writer.log(metrics, step)
+    context.current().log(metrics, step)

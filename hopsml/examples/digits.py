@@ -97,3 +97,80 @@ def train(lr: float = 0.5, epochs: int = 15, batch_size: int = 64, seed: int = 0
         print(f"epoch {epoch + 1}/{epochs}: loss {np.mean(losses):.4f} test accuracy {accuracy:.4f}")
     path = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), "model.npz"))
     return {"accuracy": model.accuracy(x_test, y_test), "loss": float(np.mean(losses)), "model": path}
+
+
+def _rank_array_module() -> Any:
+    """cupy when this rank has a GPU and cupy is installed, else numpy."""
+    from hopsml import devices
+
+    if devices.get_num_gpus() > 0:
+        try:
+            import cupy
+
+            return cupy
+        except ImportError:
+            pass
+    return np
+
+
+def train_data_parallel(lr: float = 0.5, epochs: int = 15, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
+    """One rank of data-parallel training for experiment.allreduce.
+
+    Each rank trains on its own shard (every size-th row), computes gradients on its part of the
+    global batch, and the ranks average them with one fused all-reduce per step, so every rank
+    applies the same update and the model equals single-process training on the global batch.
+    """
+    from hopsml import collective, tensorboard
+
+    rank, size = collective.rank(), collective.size()
+    xp = _rank_array_module()
+    x_train, y_train, x_test, y_test = load(seed=seed)
+    per_rank = len(x_train) // size  # equal shards: every rank takes the same number of steps
+    x_shard = xp.asarray(x_train[rank::size][:per_rank])
+    y_shard = xp.asarray(y_train[rank::size][:per_rank])
+    x_test, y_test = xp.asarray(x_test), xp.asarray(y_test)
+    local_batch = max(1, batch_size // size)
+    model = SoftmaxRegression.create(x_train.shape[1], 10, xp=xp, seed=seed)
+    collective.broadcast(model.weights, root=0)  # identical start, whatever each rank's seed did
+    collective.broadcast(model.bias, root=0)
+    rng = np.random.default_rng(seed + rank)
+    print(f"rank {rank}/{size}: {per_rank} rows on {xp.__name__}, local batch {local_batch}")
+    for epoch in range(epochs):
+        order = xp.asarray(rng.permutation(per_rank))
+        losses = []
+        for start in range(0, per_rank - local_batch + 1, local_batch):
+            batch = order[start:start + local_batch]
+            loss, grads = model.loss_and_gradients(x_shard[batch], y_shard[batch])
+            collective.allreduce_many(grads, op="mean")
+            model.apply(grads, lr)
+            losses.append(loss)
+        mean_loss = float(collective.allreduce(np.array([np.mean(losses)]), op="mean")[0])
+        accuracy = model.accuracy(x_test, y_test)
+        tensorboard.log({"loss": mean_loss, "accuracy": accuracy}, step=epoch)
+        print(f"epoch {epoch + 1}/{epochs}: loss {mean_loss:.4f} test accuracy {accuracy:.4f}")
+    result: dict[str, Any] = {"accuracy": model.accuracy(x_test, y_test), "loss": mean_loss,
+                              "checksum": float(model.weights.sum()) + float(model.bias.sum())}
+    if rank == 0:
+        result["model"] = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), "model.npz"))
+    return result
+
+
+def train_with_dropout(lr: float = 0.5, dropout: float = 0.0, epochs: int = 10, batch_size: int = 64,
+                       seed: int = 0) -> dict[str, Any]:
+    """A trial for a search: inputs dropped at rate `dropout` while training; reports accuracy per epoch
+    (so median early stopping can act) and returns the final test accuracy."""
+    from hopsml import tensorboard
+
+    x_train, y_train, x_test, y_test = load(seed=seed)
+    model = SoftmaxRegression.create(x_train.shape[1], 10, seed=seed)
+    rng = np.random.default_rng(seed)
+    for epoch in range(epochs):
+        order = rng.permutation(len(x_train))
+        for start in range(0, len(order), batch_size):
+            batch = x_train[order[start:start + batch_size]]
+            if dropout:
+                batch = batch * (rng.random(batch.shape) >= dropout) / (1 - dropout)
+            _, grads = model.loss_and_gradients(batch.astype(np.float32), y_train[order[start:start + batch_size]])
+            model.apply(grads, lr)
+        tensorboard.log({"accuracy": model.accuracy(x_test, y_test)}, step=epoch)
+    return {"accuracy": model.accuracy(x_test, y_test)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -22,18 +23,23 @@ class Live:
     """Messages from running tasks: output goes to the caller's stdout; other kinds to handlers."""
 
     prefix_ranks: bool = False
+    abort_on_failure: bool = False
+    echo: bool = True
     handlers: dict[str, Callable[[dict[str, Any], Connection], None]] = field(default_factory=dict)
     failed: threading.Event = field(default_factory=threading.Event)
+    finished: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(self, message: dict[str, Any], connection: Connection) -> None:
         kind = message.get("kind")
-        if kind == "output":
+        if kind == "output" and self.echo:
             rank = message.get("rank")
             prefix = f"[rank {rank}] " if self.prefix_ranks and rank is not None else ""
             sys.stdout.write(f"{prefix}{message.get('line', '')}\n")
-        elif kind == "failed":
-            self.failed.set()
-        elif kind in self.handlers:
+        elif kind == "finished":
+            self.finished.append(message)
+            if self.abort_on_failure and not message.get("ok"):
+                self.failed.set()
+        if kind in self.handlers:
             self.handlers[kind](message, connection)
 
 
@@ -109,3 +115,40 @@ def _short(error: BaseException | None) -> str:
     text = str(error) if error is not None else "it stopped without a result"
     lines = [line for line in text.splitlines() if line.strip()]
     return "\n".join(lines[:12])
+
+
+def concurrent_slots(sc: Any) -> int:
+    """How many tasks the cluster can run at once right now (what a barrier stage needs)."""
+    try:
+        jsc = sc._jsc.sc()
+        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:  # noqa: BLE001 - older Spark or a restricted gateway: fall back to the estimate
+        return int(sc.defaultParallelism)
+
+
+def wait_for_slots(sc: Any, needed: int, timeout_s: float) -> int:
+    """Slots available once executors have registered (they come up after the session starts)."""
+    deadline = time.monotonic() + timeout_s
+    while (slots := concurrent_slots(sc)) < needed and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return slots
+
+
+def check_barrier_stage(sc: Any, num_workers: int, gpus_per_worker: int, start_timeout_s: float = 60.0) -> None:
+    """Refuse what would make a barrier stage fail late or hang, with the fix in the message."""
+    conf = sc.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        raise ClusterError("barrier stages do not work with dynamic allocation: start Spark with "
+                           "spark.dynamicAllocation.enabled=false and a fixed number of executors")
+    slots = wait_for_slots(sc, num_workers, 0 if sc.master.startswith("local[") else start_timeout_s)
+    if slots < num_workers:
+        raise ClusterError(
+            f"{num_workers} workers need {num_workers} task slots at once, but the cluster has {slots} "
+            f"(master {sc.master}). Ask for fewer workers, or more slots: local[{num_workers}] in local "
+            "mode (HOPSML_MASTER), more executors (--num-executors) or cores (--executor-cores)")
+    if gpus_per_worker and not sc.master.startswith("local"):
+        amount = conf.get("spark.task.resource.gpu.amount", None)
+        if amount is None:
+            raise ClusterError(f"gpus_per_worker={gpus_per_worker} but Spark does not schedule GPUs: set "
+                               "spark.executor.resource.gpu.amount, spark.task.resource.gpu.amount and a "
+                               "discovery script (spark.executor.resource.gpu.discoveryScript)")

@@ -14,19 +14,21 @@ import os
 import shutil
 import sys
 import threading
+import time
 import traceback
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from hopsml.errors import SerializationError
+from hopsml.errors import SerializationError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.launcher.channel import TaskChannel
 from hopsml.layout import RunDir
 from hopsml.tracking.context import active_run
 
 TAIL_LINES = 30
+_LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class TaskSpec:
     channel_address: tuple[str, int] | None
     secret: bytes
     log_name: str = "output.log"
+    trial: int | None = None  # set for the trials of a search
 
 
 class _Tee(io.TextIOBase):
@@ -138,23 +141,25 @@ def _keep_file(path: str, storage: Storage, run_dir: RunDir) -> str:
 
 
 def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec, *, rank: int = 0,
-                 world_size: int = 1, write_metrics: bool = True,
-                 before: Callable[[], None] | None = None) -> dict[str, Any]:
+                 world_size: int = 1, write_metrics: bool = True) -> dict[str, Any]:
     """Run `fn(**kwargs)` as one rank of a run; returns {'ok', 'result' | 'error', 'traceback', 'tail'}."""
+    started = time.monotonic()
     channel = TaskChannel.connect(spec.channel_address, spec.secret) if spec.channel_address else None
     run_dir = RunDir(spec.run_dir)
     tee = None
     try:
-        with active_run(spec.storage, run_dir, rank=rank, world_size=world_size,
-                        write_metrics=write_metrics) as ctx:
+        with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
+                        channel=channel, trial=spec.trial) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None) as tee:
                 try:
-                    if before is not None:
-                        before()
                     value = fn(**kwargs)
                     report = {"ok": True, "result": normalise_result(value, spec.storage, run_dir),
                               "tail": ""}
+                except TrialStopped as stop:
+                    print(f"hopsml: {stop}")
+                    last = dict(ctx._metrics.last) if ctx._metrics is not None else {}
+                    report = {"ok": True, "stopped": True, "result": last, "tail": ""}
                 except BaseException as exc:  # noqa: BLE001 - everything is reported to the driver
                     report = _failure(exc, tail="\n".join(tee.tail))
                     sys.stderr.write(report["traceback"])
@@ -162,17 +167,21 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
                     report["last_metrics"] = dict(ctx._metrics.last)
     except BaseException as exc:  # noqa: BLE001 - storage trouble while saving the run's files
         report = _failure(exc, tail="\n".join(tee.tail) if tee is not None else "")
-    finally:
-        if channel is not None:
-            channel.close()
-    report["rank"] = rank
+    report.update(rank=rank, trial=spec.trial, duration=round(time.monotonic() - started, 3))
+    if channel is not None:
+        channel.send({"kind": "finished", **report})  # at once: a failure stops the other ranks
+        channel.close()
     return report
+
+
+def _is_launcher_frame(frame: Any) -> bool:
+    return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _LAUNCHER_DIR
 
 
 def _failure(exc: BaseException, tail: str) -> dict[str, Any]:
     """A failure report whose traceback starts at the user's code, not at hopsml's wrapper."""
     tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code is run_function.__code__ and tb.tb_next is not None:
+    while tb is not None and tb.tb_next is not None and _is_launcher_frame(tb.tb_frame):
         tb = tb.tb_next
     error = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, (SystemExit, KeyboardInterrupt)):

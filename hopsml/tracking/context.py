@@ -9,9 +9,9 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
-from hopsml.errors import NotInRunError
+from hopsml.errors import NotInRunError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.layout import RunDir
 from hopsml.tracking.metrics import MetricsLogger
@@ -29,6 +29,8 @@ class RunContext:
     rank: int = 0
     world_size: int = 1
     write_metrics: bool = True
+    channel: Any = None  # the task's channel to the driver, when the driver listens for metrics
+    trial: int | None = None  # index of this trial in a search: intermediate values go to the driver
     _metrics: MetricsLogger | None = field(default=None, repr=False)
 
     @property
@@ -43,6 +45,21 @@ class RunContext:
         if self._metrics is None:
             self._metrics = MetricsLogger(os.path.join(self.local_dir, "metrics.jsonl"), self.tensorboard_dir)
         return self._metrics
+
+
+    def log(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        """Write metrics (on ranks that write them); in a search, report them and obey a stop."""
+        writer = self.metrics
+        if writer is None:
+            return
+        step = writer.log(metrics, step)
+        if self.trial is None or self.channel is None:
+            return
+        self.channel.send({"kind": "metric", "trial": self.trial, "step": step,
+                           "values": {k: writer.last[k] for k in metrics}})
+        while not self.channel.inbox.empty():
+            if self.channel.inbox.get_nowait().get("kind") == "stop":
+                raise TrialStopped(f"trial {self.trial} stopped early at step {step}")
 
 
 def current() -> RunContext:
@@ -60,13 +77,13 @@ def current_or_none() -> RunContext | None:
 
 @contextmanager
 def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: int = 1,
-               write_metrics: bool = True) -> Iterator[RunContext]:
+               write_metrics: bool = True, channel: Any = None, trial: int | None = None) -> Iterator[RunContext]:
     """Make a run current; on exit close its writers and copy its files to a remote root."""
     local = storage.local_path(run_dir.path)
     staging = None if local else tempfile.mkdtemp(prefix="hopsml-run-")
     local_dir = local or staging
     os.makedirs(local_dir, exist_ok=True)
-    ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics)
+    ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, channel, trial)
     token = _current.set(ctx)
     try:
         yield ctx

@@ -1,0 +1,230 @@
+"""All-reduce bandwidth and latency of hopsml.collective against torch.distributed's gloo backend.
+
+    python bench/allreduce.py                       # 2 and 4 ranks, 4 KiB .. 256 MiB, 5 repetitions
+    python bench/allreduce.py --quick               # a smoke run: small sizes, 2 ranks, 2 repetitions
+    python bench/allreduce.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo
+
+Both systems run as separate processes on 127.0.0.1, started once and kept alive; the runs interleave
+(hopsml, gloo, hopsml, gloo, ...) so that both see the same machine state. A run is a warm-up op and
+then a timed loop of float32 sum all-reduces; the time per op of a run is the slowest rank's; the table
+shows the median over the repetitions. Bandwidth follows nccl-tests: algbw = bytes / time,
+busbw = algbw * 2 (n - 1) / n. gloo needs torch (an optional benchmark dependency); without it the
+gloo columns are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DEFAULT_SIZES = ["4K", "256K", "4M", "64M", "256M"]
+_RUN_BYTES = 512 << 20  # bytes all-reduced per timed run (bounded below and above by iteration limits)
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().removesuffix("IB").removesuffix("B")
+    if text and text[-1] in _UNITS:
+        return int(float(text[:-1]) * _UNITS[text[-1]])
+    return int(text)
+
+
+def format_size(nbytes: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor} {unit}"
+    return f"{nbytes} B"
+
+
+def format_time(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"
+
+
+def iterations(nbytes: int, quick: bool) -> int:
+    limit = 200 if quick else 2000
+    return max(2, min(limit, _RUN_BYTES // max(nbytes, 1)))
+
+
+def _serve(conn: Connection, rank: int, allreduce: Callable[[np.ndarray], None], barrier: Callable[[], None]) -> None:
+    """Answer ('run', nbytes, iters) with the seconds per op on this rank, until ('stop',)."""
+    buffers: dict[int, np.ndarray] = {}
+    while True:
+        message = conn.recv()
+        if message[0] == "stop":
+            return
+        _, nbytes, iters = message
+        if nbytes not in buffers:
+            buffers.clear()
+            buffers[nbytes] = np.zeros(nbytes // 4, dtype=np.float32)
+        data = buffers[nbytes]
+        allreduce(data)  # warm-up
+        barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            allreduce(data)
+        conn.send((time.perf_counter() - start) / iters)
+
+
+def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection) -> None:
+    from hopsml import collective
+
+    listener, address = collective.listen("127.0.0.1")
+    addresses_out.put((rank, address))
+    addresses, secret = conn.recv()
+    with collective.Communicator.connect(rank, size, addresses, listener, secret, timeout_s=120) as comm:
+        conn.send("ready")
+        _serve(conn, rank, comm.allreduce, comm.barrier)
+
+
+def _gloo_rank(rank: int, size: int, port: int, conn: Connection) -> None:
+    import torch
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", port, size + 1, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
+    conn.send("ready")
+
+    def allreduce(data: np.ndarray) -> None:
+        dist.all_reduce(torch.from_numpy(data))
+
+    _serve(conn, rank, allreduce, dist.barrier)
+    dist.destroy_process_group()
+
+
+class Group:
+    """n rank processes of one system, driven over pipes."""
+
+    def __init__(self, name: str, conns: list[Connection], processes: list[mp.Process]) -> None:
+        self.name = name
+        self.conns = conns
+        self.processes = processes
+
+    def run(self, nbytes: int, iters: int) -> float:
+        for conn in self.conns:
+            conn.send(("run", nbytes, iters))
+        return max(conn.recv() for conn in self.conns)
+
+    def stop(self) -> None:
+        for conn in self.conns:
+            conn.send(("stop",))
+        for process in self.processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+
+
+def start_hopsml(ctx: mp.context.BaseContext, size: int) -> Group:
+    from hopsml import auth
+
+    addresses_q = ctx.Queue()
+    pipes = [ctx.Pipe() for _ in range(size)]
+    processes = [ctx.Process(target=_hopsml_rank, args=(r, size, addresses_q, pipes[r][1]), daemon=True)
+                 for r in range(size)]
+    for process in processes:
+        process.start()
+    found = dict(addresses_q.get(timeout=60) for _ in range(size))
+    secret = auth.new_secret()
+    for r in range(size):
+        pipes[r][0].send(([found[i] for i in range(size)], secret))
+    for r in range(size):
+        pipes[r][0].recv()
+    return Group("hopsml", [p[0] for p in pipes], processes)
+
+
+def start_gloo(ctx: mp.context.BaseContext, size: int) -> tuple[Group, object]:
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, size + 1, is_master=True, wait_for_workers=False)
+    pipes = [ctx.Pipe() for _ in range(size)]
+    processes = [ctx.Process(target=_gloo_rank, args=(r, size, store.port, pipes[r][1]), daemon=True)
+                 for r in range(size)]
+    for process in processes:
+        process.start()
+    for r in range(size):
+        pipes[r][0].recv()
+    return Group("gloo", [p[0] for p in pipes], processes), store
+
+
+def torch_available() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return dist.is_available() and dist.is_gloo_available()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, nargs="+", default=None, help="world sizes (default: 2 4)")
+    parser.add_argument("--sizes", nargs="+", default=None, help="message sizes, e.g. 4K 64M (default: 4K .. 256M)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per size and system (default: 5)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 ranks, 4K 256K 4M, 2 repetitions")
+    parser.add_argument("--no-gloo", action="store_true", help="benchmark hopsml alone")
+    args = parser.parse_args(argv)
+    ranks = args.ranks or ([2] if args.quick else [2, 4])
+    sizes = [parse_size(s) for s in (args.sizes or (["4K", "256K", "4M"] if args.quick else DEFAULT_SIZES))]
+    reps = args.reps or (2 if args.quick else 5)
+    use_gloo = not args.no_gloo and torch_available()
+    if not args.no_gloo and not use_gloo:
+        print("torch with gloo is not installed: benchmarking hopsml alone (pip install torch for the comparison)")
+    ctx = mp.get_context("spawn")
+    print(f"hopsml.collective vs {'gloo' if use_gloo else '(no gloo)'}: float32 sum all-reduce on 127.0.0.1, "
+          f"{os.cpu_count()} CPUs, median of {reps} interleaved runs; busbw = bytes/time * 2(n-1)/n")
+    header = f"{'ranks':>5} {'size':>8} {'iters':>5} | {'hopsml/op':>10} {'busbw GB/s':>10}"
+    if use_gloo:
+        header += f" | {'gloo/op':>10} {'busbw GB/s':>10} | {'hopsml/gloo':>11}"
+    latency: dict[int, tuple[float, float | None]] = {}
+    for size in ranks:
+        print()
+        print(header)
+        print("-" * len(header))
+        hopsml = start_hopsml(ctx, size)
+        gloo, store = start_gloo(ctx, size) if use_gloo else (None, None)
+        try:
+            for nbytes in sizes:
+                iters = iterations(nbytes, args.quick)
+                times: dict[str, list[float]] = {"hopsml": [], "gloo": []}
+                for _ in range(reps):
+                    times["hopsml"].append(hopsml.run(nbytes, iters))
+                    if gloo is not None:
+                        times["gloo"].append(gloo.run(nbytes, iters))
+                factor = 2 * (size - 1) / size
+                t_h = statistics.median(times["hopsml"])
+                line = f"{size:>5} {format_size(nbytes):>8} {iters:>5} | {format_time(t_h):>10} " \
+                       f"{nbytes / t_h * factor / 1e9:>10.3f}"
+                t_g = None
+                if gloo is not None:
+                    t_g = statistics.median(times["gloo"])
+                    line += f" | {format_time(t_g):>10} {nbytes / t_g * factor / 1e9:>10.3f} | {t_g / t_h:>11.2f}"
+                print(line, flush=True)
+                if nbytes == 4 << 10:
+                    latency[size] = (t_h, t_g)
+        finally:
+            hopsml.stop()
+            if gloo is not None:
+                gloo.stop()
+            del store
+    for size, (t_h, t_g) in latency.items():
+        extra = f", gloo {t_g * 1e6:.1f} us" if t_g is not None else ""
+        print(f"4 KiB all-reduce latency, {size} ranks: hopsml {t_h * 1e6:.1f} us{extra}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

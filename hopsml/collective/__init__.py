@@ -1,0 +1,26 @@
+"""Collectives between the ranks of a distributed run: all-reduce, broadcast, all-gather, barrier.
+
+Inside a training function run by `experiment.allreduce`::
+
+    grads = collective.allreduce(grads, op="mean")          # numpy: TCP ring; cupy: NCCL
+    collective.allreduce_many([g1, g2, g3], op="mean")      # fused: one pass for many small arrays
+
+Rendezvous, as the launcher does it in each rank (and tests do with multiprocessing)::
+
+    listener, address = collective.listen(host)             # 1. listen first, keep the socket open
+    addresses = exchange_once(address)                      # 2. e.g. BarrierTaskContext.allGather
+    with collective.Communicator.connect(rank, size, addresses, listener, secret) as comm, \\
+            collective.use(comm):                           # 3. authenticated full mesh
+        train()
+
+Imports neither pyspark nor cupy; cupy is loaded only when a cupy array reaches a collective.
+"""
+
+from hopsml.collective.communicator import Communicator
+from hopsml.collective.context import (allgather, allreduce, allreduce_many, barrier, broadcast, current, init,
+                                       is_initialized, rank, shutdown, size, use)
+from hopsml.collective.timeout import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
+from hopsml.collective.transport import listen
+
+__all__ = ["Communicator", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "allgather", "allreduce", "allreduce_many",
+           "barrier", "broadcast", "current", "init", "is_initialized", "listen", "rank", "shutdown", "size", "use"]

@@ -1,0 +1,509 @@
+"""The Communicator: one rank's authenticated connections to all other ranks, and the collectives on them.
+
+Every collective starts with a header exchange (see `protocol`): each rank sends every peer what it is
+about to do, in a pairwise schedule (at step k, send to rank+k and receive from rank-k) so that no two
+ranks wait on each other. Messages of at most SMALL_BYTES travel inside that same exchange and are
+combined in rank order on every rank (one round trip: the latency path). Larger ones go around the
+pipelined ring after the header check (the bandwidth path). Both give every rank identical bits.
+
+A peer that dies, disconnects or stops making progress for `timeout_s` becomes a CollectiveError on this
+rank; the rank then tells every peer why on the control connections and shuts its data connections down,
+so that the other ranks fail at once with the same root cause instead of waiting for their timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from socket import socket
+from typing import Any, TypeVar
+
+import numpy as np
+
+from hopsml.collective import gpu
+from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
+from hopsml.collective.ring import (Layout, SendWorker, chain_broadcast, reduce_rank_ordered, ring_allreduce)
+from hopsml.collective.timeout import TIMEOUT_ENV, resolve_timeout
+from hopsml.collective.transport import Peer, PeerLost, connect_peers
+from hopsml.errors import CollectiveError, SettingsError
+
+logger = logging.getLogger(__name__)
+
+SMALL_BYTES = 64 << 10  # up to this size a collective is one direct exchange instead of the ring
+SEGMENT_BYTES = 512 << 10  # pipeline segment of the ring and the chain broadcast
+_ALIGN = 64  # byte alignment of each dtype's region in a fused buffer
+_REDUCIBLE_KINDS = "biufc"
+
+ArrayT = TypeVar("ArrayT")
+
+
+def _dtype_text(dtype: np.dtype) -> str:
+    return dtype.name if dtype.isnative else dtype.str
+
+
+def _local_problem(array: Any, op: str | None, writable: bool = True) -> str:
+    """Why this rank cannot take part, or '' (sent to all ranks so that every rank raises together)."""
+    if op is not None and op not in OPS:
+        return f"op {op!r} is not one of {', '.join(map(repr, OPS))}"
+    dtype = array.dtype
+    if dtype.kind not in _REDUCIBLE_KINDS:
+        return f"dtype {dtype} cannot be reduced; pass a numeric array"
+    if op == "mean" and dtype.kind == "b":
+        return "op 'mean' needs a numeric dtype, not bool"
+    if writable and isinstance(array, np.ndarray) and not array.flags.writeable:
+        return "the array is read-only; the collective writes its result into it"
+    return ""
+
+
+def _fused_description(arrays: Sequence[np.ndarray], layout: Layout) -> str:
+    text = f"{len(arrays)} arrays: " + ", ".join(describe_array("", _dtype_text(a.dtype), a.shape) for a in arrays)
+    if len(text) <= 400:
+        return text
+    digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    totals = ", ".join(f"{count} x {_dtype_text(dtype)}" for dtype, _, count in layout)
+    return f"{len(arrays)} arrays ({totals}; shapes signature {digest})"
+
+
+class Communicator:
+    """One rank's view of the world: `rank`, `size`, and the collectives.
+
+    Build it with `Communicator.connect`; use it from one thread at a time, and close it (or use it as a
+    context manager) when done. After a peer failure it refuses further work; after a mismatch (the
+    ranks asked for different things) it stays usable.
+    """
+
+    def __init__(self, rank: int, size: int, peers: dict[int, Peer], timeout_s: float) -> None:
+        self._rank = rank
+        self._size = size
+        self._peers = peers
+        self.timeout_s = timeout_s
+        self._seq = 0
+        self._label = ""
+        self._failure: str | None = None
+        self._fail_lock = threading.Lock()
+        self._closed = False
+        self._worker = SendWorker(f"hopsml-collective-send-{rank}") if size > 1 else None
+        self._prev = peers.get((rank - 1) % size)
+        self._next = peers.get((rank + 1) % size)
+        self._nccl: gpu.NcclComm | None = None
+        self._warned_host_fallback = False
+
+    @classmethod
+    def connect(cls, rank: int, size: int, addresses: Sequence[str], listener: socket | None, secret: bytes,
+                timeout_s: float | None = None) -> Communicator:
+        """Connect this rank to every other one (authenticated) and return the communicator.
+
+        `addresses[i]` is what rank i's `collective.listen(host)` returned; `listener` is this rank's own
+        listening socket from that call (the communicator closes it once all peers are connected).
+        `timeout_s` bounds every wait; default: $HOPSML_COLLECTIVE_TIMEOUT_S, else 300 s.
+        """
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise SettingsError(f"size is {size!r}; the number of ranks must be an integer >= 1")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
+            raise SettingsError(f"rank is {rank!r}; it must be an integer in [0, {size})")
+        timeout = resolve_timeout(timeout_s)
+        if size == 1:
+            if listener is not None:
+                listener.close()
+            return cls(0, 1, {}, timeout)
+        if len(addresses) != size:
+            raise SettingsError(f"got {len(addresses)} addresses for {size} ranks; pass every rank's address, "
+                                "in rank order")
+        if not isinstance(secret, bytes) or not secret:
+            raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
+        return cls(rank, size, connect_peers(rank, size, list(addresses), listener, secret, timeout), timeout)
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        state = "failed" if self._failure else "closed" if self._closed else "open"
+        return f"Communicator(rank={self._rank}, size={self._size}, {state})"
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections; the peers see end-of-stream. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._nccl is not None:
+            self._nccl.close()
+        if self._worker is not None:
+            self._worker.close()
+        for peer in self._peers.values():
+            peer.close()
+
+    # failure handling
+
+    def _fail(self, lost: PeerLost, label: str) -> str:
+        """Record the first failure, tell the peers, shut the data connections down; returns the first cause."""
+        with self._fail_lock:
+            if self._failure is not None:
+                return self._failure
+            me, peer = self._rank, lost.peer
+            notice = None if lost.timed_out else self._peers[peer].read_notice()
+            if notice:
+                # pass the first cause on unchanged, so that every rank names the rank that really failed
+                cause, message = notice, f"{notice} (rank {me} learned this from rank {peer}, which aborted)"
+            elif lost.timed_out:
+                cause = message = (f"rank {me} timed out during {label}: rank {peer} made no progress for "
+                                   f"{self.timeout_s:g} s; rank {peer} may be hung, stuck before the same call, "
+                                   f"or on an unreachable host (raise {TIMEOUT_ENV} if it is just slow)")
+            else:
+                cause = message = (f"rank {me} lost its connection to rank {peer} ({lost.reason}) during {label}; "
+                                   f"rank {peer} probably died: look at its log for the cause")
+            self._abort(message, cause)
+            return message
+
+    def _abort(self, message: str, cause: str | None = None) -> None:
+        """Remember the failure, send its cause to every peer on the control connections, stop the data."""
+        if self._failure is None:
+            self._failure = message
+        logger.error("%s", message)
+        for peer in self._peers.values():
+            peer.send_notice(cause or message)
+        for peer in self._peers.values():
+            peer.shutdown()
+
+    def _on_failure(self, lost: PeerLost) -> None:
+        self._fail(lost, self._label)
+
+    @contextmanager
+    def _operation(self, kind: str) -> Iterator[int]:
+        if self._failure is not None:
+            raise CollectiveError(f"this communicator stopped after an earlier failure ({self._failure}); "
+                                  "the experiment has to be restarted")
+        if self._closed:
+            raise CollectiveError("the communicator is closed; collectives only work while the run is active")
+        self._seq += 1
+        self._label = f"{kind} #{self._seq}"
+        try:
+            yield self._seq
+        except PeerLost as lost:
+            raise CollectiveError(self._fail(lost, self._label)) from None
+        except CollectiveError:
+            raise  # every rank raised it after a complete exchange: the communicator is still in step
+        except BaseException:
+            with self._fail_lock:
+                if self._failure is None:
+                    self._abort(f"rank {self._rank} was interrupted during {self._label}")
+            raise
+
+    # the header exchange
+
+    def _exchange(self, header: Header, payload: memoryview | None = None,
+                  sink: Callable[[int, Header], memoryview | None] | None = None) -> list[Header]:
+        """Send our header (and inline payload) to every peer and read theirs; `sink` says where a peer's
+        inline payload goes (None: read and drop it)."""
+        n, me = self._size, self._rank
+        message = [header.pack()]
+        if header.inline:
+            message.append(payload)
+        job = None
+        if sum(len(part) for part in message) <= SMALL_BYTES + 4096:
+            for k in range(1, n):  # fits in the socket buffers: no need to receive concurrently
+                self._peers[(me + k) % n].send(message)
+        else:
+            def send_all() -> None:
+                try:
+                    for k in range(1, n):
+                        self._peers[(me + k) % n].send(message)
+                except PeerLost as lost:
+                    self._on_failure(lost)
+                    raise
+
+            job = self._worker.submit(send_all)
+        headers: list[Header] = [header] * n
+        fixed = bytearray(FIXED_SIZE)
+        try:
+            for k in range(1, n):
+                rank = (me - k) % n
+                peer = self._peers[rank]
+                peer.recv_into(memoryview(fixed))
+                parsed = Header.unpack_fixed(fixed)
+                if parsed is None:
+                    raise PeerLost(rank, "it sent bytes that are not a collective header: the ranks are out of "
+                                         "step, or something else writes to the collective connections")
+                theirs, desc_len = parsed
+                if desc_len:
+                    desc = bytearray(desc_len)
+                    peer.recv_into(memoryview(desc))
+                    theirs = replace(theirs, desc=desc.decode("utf-8", "replace"))
+                if theirs.inline:
+                    target = sink(rank, theirs) if sink is not None else None
+                    if target is None or len(target) != theirs.inline:
+                        target = memoryview(bytearray(theirs.inline))
+                    peer.recv_into(target)
+                headers[rank] = theirs
+        except PeerLost as lost:
+            self._on_failure(lost)
+            if job is not None:
+                job.done.wait()
+            raise
+        if job is not None:
+            job.done.wait()
+            if job.error is not None:
+                raise job.error
+        return headers
+
+    def _matches(self, mine: Header, theirs: Header) -> bool:
+        return (theirs.kind, theirs.seq, theirs.op, theirs.root, theirs.desc, theirs.nbytes, theirs.error) == \
+            (mine.kind, mine.seq, mine.op, mine.root, mine.desc, mine.nbytes, mine.error)
+
+    # the collectives
+
+    def barrier(self) -> None:
+        """Return once every rank has called barrier()."""
+        if self._size == 1:
+            return
+        with self._operation("barrier") as seq:
+            check_headers(self._exchange(Header("barrier", seq, "")))
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """Every rank's picklable object, in rank order (pickles come only from authenticated peers)."""
+        problem = ""
+        try:
+            payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - any pickling failure is reported to all ranks
+            payload, problem = b"", f"the object cannot be pickled: {exc}"
+        if self._size == 1:
+            if problem:
+                raise CollectiveError(f"allgather: {problem}")
+            return [obj]
+        with self._operation("allgather") as seq:
+            header = Header("allgather", seq, problem or "object", nbytes=len(payload),
+                            inline=len(payload), error=bool(problem))
+            received: dict[int, memoryview] = {}
+
+            def sink(rank: int, theirs: Header) -> memoryview:
+                received[rank] = memoryview(bytearray(theirs.inline))
+                return received[rank]
+
+            check_headers(self._exchange(header, memoryview(payload), sink), same_nbytes=False)
+            return [obj if rank == self._rank else pickle.loads(received[rank]) for rank in range(self._size)]
+
+    def allreduce(self, array: ArrayT, op: str = "sum") -> ArrayT:
+        """Combine the array over all ranks with op ('sum', 'mean', 'min', 'max'); in place for numpy and
+        cupy arrays, which are returned. Anything else is converted to a new numpy array, which is returned.
+        'mean' of integers is rounded down (floor division)."""
+        if gpu.is_device_array(array):
+            return self._device_allreduce(array, op)
+        arr = array if isinstance(array, np.ndarray) else np.array(array)
+        problem = _local_problem(arr, op)
+        if self._size == 1:
+            if problem:
+                raise CollectiveError(f"allreduce: {problem}")
+            return arr
+        contiguous = arr.flags.c_contiguous
+        flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
+        desc = describe_array("", _dtype_text(arr.dtype), arr.shape)
+        self._allreduce_flat("allreduce", flat.view(np.uint8) if not problem else np.empty(0, np.uint8),
+                             [(flat.dtype, 0, flat.size)], op, desc, problem)
+        if not contiguous:
+            arr[...] = flat.reshape(arr.shape)
+        return arr
+
+    def allreduce_many(self, arrays: Sequence[ArrayT], op: str = "sum") -> list[ArrayT]:
+        """All-reduce many arrays in one fused operation: one buffer per dtype, one pass, in place.
+
+        Fusion trades a copy into and out of the buffer for a single header exchange and one ring pass
+        instead of one per array, which is what makes many small gradients cheap.
+        """
+        arrays = list(arrays)
+        if any(gpu.is_device_array(a) for a in arrays):
+            return self._device_allreduce_many(arrays, op)
+        arrays = [a if isinstance(a, np.ndarray) else np.array(a) for a in arrays]
+        problem = next((f"array {i}: {p}" for i, a in enumerate(arrays) if (p := _local_problem(a, op))), "")
+        if op not in OPS:
+            problem = _local_problem(np.empty(0), op)
+        if self._size == 1:
+            if problem:
+                raise CollectiveError(f"allreduce_many: {problem}")
+            return arrays
+        layout: Layout = []
+        places: list[tuple[int, int]] = []  # per array: (group index, element offset inside the group)
+        groups: dict[np.dtype, int] = {}
+        counts: list[int] = []
+        for a in arrays:
+            g = groups.setdefault(a.dtype, len(groups))
+            if g == len(counts):
+                counts.append(0)
+            places.append((g, counts[g]))
+            counts[g] += a.size
+        offset = 0
+        for dtype, g in groups.items():
+            layout.append((dtype, offset, counts[g]))
+            offset += -(-counts[g] * dtype.itemsize // _ALIGN) * _ALIGN
+        desc = _fused_description(arrays, layout)
+        raw = np.empty(0 if problem else offset, dtype=np.uint8)
+
+        def region(i: int) -> np.ndarray:
+            g, start = places[i]
+            dtype, byte_offset, _ = layout[g]
+            begin = byte_offset + start * dtype.itemsize
+            return raw[begin:begin + arrays[i].size * dtype.itemsize].view(dtype)
+
+        if not problem:
+            for i, a in enumerate(arrays):
+                region(i)[...] = a.reshape(-1)
+        self._allreduce_flat("allreduce_many", raw, layout, op, desc, problem)
+        for i, a in enumerate(arrays):
+            a[...] = region(i).reshape(a.shape)
+        return arrays
+
+    def _allreduce_flat(self, kind: str, raw: np.ndarray, layout: Layout, op: str, desc: str,
+                        problem: str) -> None:
+        """All-reduce the regions `layout` of the contiguous byte array `raw` in place."""
+        if self._size == 1:
+            if problem:
+                raise CollectiveError(f"{kind}: {problem}")
+            return
+        with self._operation(kind) as seq:
+            nbytes = raw.size
+            small = nbytes <= SMALL_BYTES
+            header = Header(kind, seq, problem or desc, op if op in OPS else "", -1, nbytes,
+                            inline=nbytes if small else 0, error=bool(problem))
+            if not small:
+                check_headers(self._exchange(header))
+                for dtype, offset, count in layout:
+                    region = raw[offset:offset + count * dtype.itemsize].view(dtype)
+                    ring_allreduce(region, op, self._rank, self._size, self._prev, self._next, self._worker,
+                                   self._on_failure, SEGMENT_BYTES)
+                return
+            rows = np.empty((self._size, -(-nbytes // _ALIGN) * _ALIGN), dtype=np.uint8)
+
+            def sink(rank: int, theirs: Header) -> memoryview | None:
+                return memoryview(rows[rank, :nbytes]) if theirs.inline == nbytes else None
+
+            check_headers(self._exchange(header, memoryview(raw), sink))
+            reduce_rank_ordered(raw, layout, rows, op, self._rank, self._size)
+
+    def broadcast(self, array: ArrayT, root: int = 0) -> ArrayT:
+        """Overwrite the array on every rank with root's; in place, returned. Every rank passes an array of
+        the same dtype and shape."""
+        if gpu.is_device_array(array):
+            return self._device_broadcast(array, root)
+        problem = ""
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self._size:
+            problem, root = f"root {root!r} is not a rank in [0, {self._size})", -1
+        if not isinstance(array, np.ndarray):
+            if self._rank != root:
+                problem = problem or (f"broadcast needs a numpy array to receive into, got {type(array).__name__}")
+            array = np.array(array)
+        arr = array
+        if not arr.flags.writeable and self._rank != root:
+            problem = problem or "the array is read-only; broadcast writes root's data into it"
+        if self._size == 1:
+            if problem:
+                raise CollectiveError(f"broadcast: {problem}")
+            return arr
+        contiguous = arr.flags.c_contiguous
+        flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
+        raw = flat.view(np.uint8) if flat.dtype.kind != "O" else np.empty(0, np.uint8)
+        if flat.dtype.kind == "O":
+            problem = problem or "broadcast of object arrays is not supported; use allgather for Python objects"
+        desc = describe_array("", _dtype_text(arr.dtype), arr.shape)
+        with self._operation("broadcast") as seq:
+            nbytes = raw.size
+            small = nbytes <= SMALL_BYTES
+            header = Header("broadcast", seq, problem or desc, "", root, nbytes,
+                            inline=nbytes if small and self._rank == root and not problem else 0,
+                            error=bool(problem))
+            if small:
+                expected = replace(header, inline=nbytes, error=False)
+
+                def sink(rank: int, theirs: Header) -> memoryview | None:
+                    # straight into the array, but only data that is certain to pass the check
+                    return memoryview(raw) if rank == root and self._matches(expected, theirs) else None
+
+                check_headers(self._exchange(header, memoryview(raw), sink))
+            else:
+                check_headers(self._exchange(header))
+                chain_broadcast(flat.view(np.uint8), root, self._rank, self._size, self._prev, self._next,
+                                self._worker, self._on_failure, SEGMENT_BYTES)
+        if not contiguous and self._rank != root:
+            arr[...] = flat.reshape(arr.shape)
+        return arr
+
+    # the GPU path
+
+    def _nccl_comm(self) -> gpu.NcclComm | None:
+        """The NCCL communicator, created collectively on first use; None when NCCL is not available."""
+        nccl = gpu.nccl_module()
+        if nccl is None:
+            if not self._warned_host_fallback:
+                self._warned_host_fallback = True
+                logger.warning("cupy has no NCCL support here: GPU collectives go through host memory and the "
+                               "TCP ring, which is much slower; install a cupy build with NCCL")
+            return None
+        if self._nccl is None:
+            unique_id = self.allgather(nccl.get_unique_id() if self._rank == 0 else None)[0]
+            self._nccl = gpu.NcclComm(nccl, self._size, self._rank, unique_id)
+        return self._nccl
+
+    def _device_checked(self, kind: str, array: Any, op: str, root: int = -1) -> gpu.NcclComm | None:
+        """Exchange headers for a device collective; returns the NCCL communicator, or None for the host path."""
+        if self._size == 1 or not gpu.nccl_supports(array.dtype):
+            return None
+        comm = self._nccl_comm()
+        if comm is None:
+            return None
+        problem = _local_problem(array, op if kind == "allreduce" else None, writable=False)
+        desc = describe_array("cuda/nccl", str(array.dtype), array.shape)
+        with self._operation(kind) as seq:
+            nbytes = array.size * array.dtype.itemsize
+            check_headers(self._exchange(Header(kind, seq, problem or desc, op if op in OPS else "", root,
+                                                nbytes, error=bool(problem))))
+        return comm
+
+    def _device_allreduce(self, array: ArrayT, op: str) -> ArrayT:
+        comm = self._device_checked("allreduce", array, op)
+        if comm is not None:
+            comm.allreduce(array, op)
+        elif self._size > 1 or op not in OPS:
+            cupy = gpu.cupy_module()
+            host = self.allreduce(cupy.asnumpy(array), op)
+            array[...] = cupy.asarray(host)
+        return array
+
+    def _device_allreduce_many(self, arrays: list[Any], op: str) -> list[Any]:
+        cupy = gpu.cupy_module()
+        arrays = [a if gpu.is_device_array(a) else cupy.asarray(a) for a in arrays]
+        by_dtype: dict[Any, list[int]] = {}
+        for i, a in enumerate(arrays):
+            by_dtype.setdefault(a.dtype, []).append(i)
+        for indices in by_dtype.values():
+            packed = cupy.concatenate([arrays[i].reshape(-1) for i in indices])
+            self._device_allreduce(packed, op)
+            start = 0
+            for i in indices:
+                n = arrays[i].size
+                arrays[i][...] = packed[start:start + n].reshape(arrays[i].shape)
+                start += n
+        return arrays
+
+    def _device_broadcast(self, array: ArrayT, root: int) -> ArrayT:
+        valid_root = isinstance(root, int) and not isinstance(root, bool) and 0 <= root < self._size
+        comm = self._device_checked("broadcast", array, "", root) if valid_root else None
+        if comm is not None:
+            comm.broadcast(array, root)
+        elif self._size > 1:
+            cupy = gpu.cupy_module()
+            host = self.broadcast(cupy.asnumpy(array), root)
+            array[...] = cupy.asarray(host)
+        return array

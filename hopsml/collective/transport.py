@@ -1,0 +1,408 @@
+"""TCP between ranks: the listening socket, authenticated connection set-up, and blocking I/O with timeouts.
+
+Every pair of ranks shares two connections: a data connection that carries the collectives, and a
+control connection that stays silent until a rank aborts; then it carries one notice saying why, so
+that the rank at the other end can name the rank that really failed instead of the messenger.
+
+The higher rank dials the lower one. Each connection first passes the `hopsml.auth` challenge, then
+the dialer says who it is (rank, world size, channel). A connection that fails the challenge is
+logged and closed, and the listener keeps waiting for the genuine peer until the timeout.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections.abc import Sequence
+
+from hopsml import auth
+from hopsml.collective.timeout import Timeout
+from hopsml.errors import AuthenticationError, CollectiveError
+
+logger = logging.getLogger(__name__)
+
+DATA, CTRL = 0, 1
+_CHANNEL_NAMES = {DATA: "data", CTRL: "control"}
+_MAGIC = b"HMLC"
+_HELLO = struct.Struct("!4sIIB")  # magic, dialer rank, world size, channel
+_NOTICE = struct.Struct("!4sI")  # magic, length of the utf-8 text that follows
+_ACCEPTED, _REJECTED = b"\x01", b"\x00"
+
+# Large buffers keep a whole pipeline segment in flight; they must be set before connect()/listen()
+# so that TCP negotiates a window scale big enough to use them. The kernel caps them at
+# net.core.wmem_max / rmem_max.
+SOCKET_BUFFER_BYTES = 4 << 20
+_HANDSHAKE_TIMEOUT_S = 30.0
+_NOTICE_TIMEOUT_S = 1.0
+_LISTEN_BACKLOG = 128
+
+
+class PeerLost(Exception):
+    """Internal: the connection to one peer failed; the communicator turns it into a CollectiveError."""
+
+    def __init__(self, peer: int, reason: str, *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.peer = peer
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """'host:port' or '[v6host]:port' -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise CollectiveError(f"rank address {address!r} is not of the form 'host:port'; "
+                              "pass the addresses that collective.listen() returned, unchanged")
+    return host.strip("[]"), int(port)
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _tune(sock: socket.socket) -> None:
+    """Buffers, no Nagle delay, and keepalive so that a vanished host is noticed before the timeout."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        except OSError:
+            pass
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+            except OSError:
+                pass
+
+
+def _set_nodelay(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def listen(host: str) -> tuple[socket.socket, str]:
+    """Open this rank's listening socket on `host`, port 0; returns it and the address to share ("host:port").
+
+    Keep the socket open and pass it to `Communicator.connect`: nobody else can take the port in between.
+    """
+    family, type_, proto, _, sockaddr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM,
+                                                           flags=socket.AI_PASSIVE)[0]
+    listener = socket.socket(family, type_, proto)
+    try:
+        _tune(listener)  # accepted connections inherit the buffer sizes
+        listener.bind(sockaddr)
+        listener.listen(_LISTEN_BACKLOG)
+    except OSError as exc:
+        listener.close()
+        raise CollectiveError(f"cannot listen on {host!r}: {exc}; pass an address of this host "
+                              "that the other ranks can reach") from exc
+    return listener, format_address(host, listener.getsockname()[1])
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("peer closed the connection")
+        got += k
+    return bytes(buf)
+
+
+def _describe_os_error(exc: OSError) -> str:
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by peer"
+    if isinstance(exc, BrokenPipeError):
+        return "peer closed the connection"
+    if exc.errno == errno.ETIMEDOUT:
+        return "connection timed out: the peer's host stopped answering"
+    return exc.strerror or str(exc)
+
+
+class Peer:
+    """The two connections to one other rank; blocking I/O whose every wait is bounded by the timeout."""
+
+    def __init__(self, rank: int, data: socket.socket, ctrl: socket.socket, timeout_s: float) -> None:
+        self.rank = rank
+        self.timeout_s = timeout_s
+        self._data = data
+        self._ctrl = ctrl
+        # Blocking sockets with kernel-side timeouts: one recv(MSG_WAITALL) or sendall() call moves a whole
+        # segment without a poll() before every syscall; a wait without progress ends with EAGAIN.
+        data.settimeout(None)
+        seconds = int(timeout_s)
+        timeval = struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6))
+        data.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        data.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        _set_nodelay(data)
+
+    def _lost(self, exc: OSError) -> PeerLost:
+        if isinstance(exc, BlockingIOError):
+            return PeerLost(self.rank, f"no progress for {self.timeout_s:g} s", timed_out=True)
+        return PeerLost(self.rank, _describe_os_error(exc))
+
+    def send(self, buffers: Sequence[memoryview | bytes]) -> None:
+        """Send the buffers back to back (one gathering syscall when possible)."""
+        try:
+            if len(buffers) == 1:
+                self._data.sendall(buffers[0])
+                return
+            views = [memoryview(b) for b in buffers if len(b)]
+            while views:
+                sent = self._data.sendmsg(views)
+                while sent:
+                    if sent >= len(views[0]):
+                        sent -= len(views.pop(0))
+                    else:
+                        views[0] = views[0][sent:]
+                        sent = 0
+        except OSError as exc:
+            raise self._lost(exc) from None
+
+    def recv_into(self, view: memoryview) -> None:
+        """Fill the whole byte view from the peer."""
+        n = len(view)
+        got = 0
+        sock = self._data
+        while got < n:
+            try:
+                k = sock.recv_into(view[got:] if got else view, n - got, socket.MSG_WAITALL)
+            except OSError as exc:
+                raise self._lost(exc) from None
+            if k == 0:
+                raise PeerLost(self.rank, "peer closed the connection")
+            got += k
+
+    def send_notice(self, text: str) -> None:
+        """Tell the peer why this rank aborts; best effort, bounded by a short timeout."""
+        payload = text.encode("utf-8", "replace")
+        try:
+            self._ctrl.settimeout(_NOTICE_TIMEOUT_S)
+            self._ctrl.sendall(_NOTICE.pack(_MAGIC, len(payload)) + payload)
+        except OSError:
+            pass
+
+    def read_notice(self, wait_s: float = _NOTICE_TIMEOUT_S) -> str | None:
+        """The abort notice the peer sent before it closed, or None if it sent none (it died)."""
+        try:
+            self._ctrl.settimeout(wait_s)
+            magic, length = _NOTICE.unpack(_recv_exact(self._ctrl, _NOTICE.size))
+            if magic != _MAGIC or length > 1 << 16:
+                return None
+            return _recv_exact(self._ctrl, length).decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return None
+
+    def shutdown(self) -> None:
+        """Wake any thread blocked on the data connection and make the peer see end-of-stream at once."""
+        try:
+            self._data.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for sock in (self._data, self._ctrl):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
+class _Acceptor:
+    """Accepts the higher ranks' connections on a thread; each handshake runs on its own short-lived thread,
+    so a silent or hostile connection cannot hold up the genuine peers."""
+
+    def __init__(self, listener: socket.socket, secret: bytes, rank: int, size: int, timeout: Timeout) -> None:
+        self._listener = listener
+        self._secret = secret
+        self._rank = rank
+        self._size = size
+        self._timeout = timeout
+        self._expected = {(peer, channel) for peer in range(rank + 1, size) for channel in (DATA, CTRL)}
+        self._found: dict[tuple[int, int], socket.socket] = {}
+        self._pending: set[socket.socket] = set()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._thread = threading.Thread(target=self._run, name=f"hopsml-collective-accept-{rank}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                ready = {key.fileobj for key, _ in selector.select(timeout=self._timeout.remaining() + 1.0)}
+                if self._wake_r in ready or self._timeout.expired():
+                    return
+                if self._listener in ready:
+                    try:
+                        conn, remote = self._listener.accept()
+                    except OSError:
+                        continue
+                    with self._cond:
+                        self._pending.add(conn)
+                    threading.Thread(target=self._handshake, args=(conn, remote), daemon=True,
+                                     name=f"hopsml-collective-handshake-{self._rank}").start()
+
+    def _handshake(self, conn: socket.socket, remote: object) -> None:
+        registered = False
+        try:
+            conn.settimeout(max(0.001, min(_HANDSHAKE_TIMEOUT_S, self._timeout.remaining())))
+            auth.challenge(conn, self._secret)
+            magic, peer, size, channel = _HELLO.unpack(_recv_exact(conn, _HELLO.size))
+            key = (peer, channel)
+            with self._cond:
+                problem = None
+                if magic != _MAGIC:
+                    problem = "it does not speak the hopsml collective protocol"
+                elif size != self._size:
+                    problem = f"it believes the world has {size} ranks, this rank was told {self._size}"
+                elif key not in self._expected:
+                    problem = f"rank {peer} should not connect to rank {self._rank} on channel {channel}"
+                elif key in self._found:
+                    problem = f"rank {peer} already connected its {_CHANNEL_NAMES[channel]} channel"
+                elif self._stopped:
+                    problem = "the rendezvous is over"
+                if problem is None:
+                    self._found[key] = conn
+                    self._pending.discard(conn)
+                    registered = True
+                    self._cond.notify_all()
+            if problem is not None:
+                logger.warning("rank %d refused an authenticated connection from %s: %s",
+                               self._rank, remote, problem)
+                conn.sendall(_REJECTED)
+                return
+            conn.sendall(_ACCEPTED)
+        except AuthenticationError as exc:
+            logger.warning("rank %d refused a connection from %s: %s", self._rank, remote, exc)
+        except (OSError, struct.error) as exc:
+            logger.warning("rank %d dropped a connection from %s during the handshake: %s",
+                           self._rank, remote, exc)
+        finally:
+            if not registered:
+                with self._cond:
+                    self._pending.discard(conn)
+                conn.close()
+
+    def wait(self) -> dict[tuple[int, int], socket.socket]:
+        """Block until every higher rank connected both channels, or raise when the timeout passes."""
+        with self._cond:
+            while len(self._found) < len(self._expected):
+                remaining = self._timeout.remaining()
+                if remaining <= 0:
+                    missing = sorted({peer for peer, _ in self._expected - self._found.keys()})
+                    raise self._timeout.error(f"ranks {missing} never connected to rank {self._rank}")
+                self._cond.wait(remaining)
+            return dict(self._found)
+
+    def stop(self) -> None:
+        """Stop accepting; connections still in their handshake are cut off."""
+        with self._cond:
+            self._stopped = True
+            pending = list(self._pending)
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self._thread.join()
+        for conn in pending:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def close_found(self) -> None:
+        with self._cond:
+            for conn in self._found.values():
+                conn.close()
+
+
+def _dial(address: str, timeout: Timeout) -> socket.socket:
+    """Connect to a peer's listener; a refusal (full backlog) is retried with backoff until the deadline."""
+    host, port = parse_address(address)
+    delay = 0.02
+    while True:
+        try:
+            family, type_, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+            sock = socket.socket(family, type_, proto)
+        except OSError as exc:
+            raise CollectiveError(f"cannot resolve rank address {address!r}: {exc}") from exc
+        try:
+            _tune(sock)
+            sock.settimeout(max(0.001, timeout.remaining()))
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if timeout.remaining() <= delay:
+                raise timeout.error(f"last error connecting to {address}: {exc}") from exc
+            time.sleep(delay)
+            delay = min(2 * delay, 0.5)
+
+
+def _connect_to(peer: int, address: str, channel: int, rank: int, size: int, secret: bytes,
+                timeout: Timeout) -> socket.socket:
+    sock = _dial(address, timeout)
+    try:
+        sock.settimeout(max(0.001, min(_HANDSHAKE_TIMEOUT_S, timeout.remaining())))
+        auth.respond(sock, secret)
+        sock.sendall(_HELLO.pack(_MAGIC, rank, size, channel))
+        if _recv_exact(sock, 1) != _ACCEPTED:
+            raise CollectiveError(f"rank {peer} at {address} refused rank {rank}'s {_CHANNEL_NAMES[channel]} "
+                                  "connection; its log says why (wrong world size or a duplicate rank)")
+        return sock
+    except AuthenticationError as exc:
+        sock.close()
+        raise CollectiveError(f"the process listening at {address} (rank {peer}) failed authentication: {exc}; "
+                              "every rank must be given the same secret and the addresses of this run") from exc
+    except OSError as exc:
+        sock.close()
+        if timeout.expired():
+            raise timeout.error(f"handshake with rank {peer} at {address}: {exc}") from exc
+        raise CollectiveError(f"rank {rank} could not complete the handshake with rank {peer} at {address}: "
+                              f"{exc}") from exc
+    except BaseException:
+        sock.close()
+        raise
+
+
+def connect_peers(rank: int, size: int, addresses: Sequence[str], listener: socket.socket | None,
+                  secret: bytes, timeout_s: float) -> dict[int, Peer]:
+    """Build the authenticated full mesh; consumes (closes) the listener."""
+    timeout = Timeout(timeout_s, f"the other {size - 1} ranks to connect to rank {rank}")
+    if listener is None:
+        raise CollectiveError(f"rank {rank} of {size} needs its listening socket; create it with "
+                              "collective.listen(host) before the addresses are exchanged")
+    acceptor = _Acceptor(listener, secret, rank, size, timeout)
+    dialed: dict[tuple[int, int], socket.socket] = {}
+    try:
+        for peer in range(rank):
+            for channel in (DATA, CTRL):
+                dialed[(peer, channel)] = _connect_to(peer, addresses[peer], channel, rank, size, secret, timeout)
+        accepted = acceptor.wait()
+    except BaseException:
+        acceptor.stop()
+        acceptor.close_found()
+        for sock in dialed.values():
+            sock.close()
+        listener.close()
+        raise
+    acceptor.stop()
+    listener.close()
+    sockets = {**dialed, **accepted}
+    logger.debug("rank %d connected to its %d peers", rank, size - 1)
+    return {peer: Peer(peer, sockets[(peer, DATA)], sockets[(peer, CTRL)], timeout_s)
+            for peer in range(size) if peer != rank}
+

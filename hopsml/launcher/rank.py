@@ -1,0 +1,127 @@
+"""Task side of a distributed run: one rank per barrier task.
+
+Each rank binds its collective listener first (and keeps it: no bind-then-release race), exchanges
+addresses with the other ranks in one `BarrierTaskContext.allGather` (it costs about a second, so
+exactly once), pins its GPU, exports the variables other frameworks expect, connects the
+communicator and runs the user's function with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from hopsml import collective
+from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.layout import LOGS
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """What a rank learns at rendezvous."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    addresses: list[str]
+    hosts: list[str]
+    gpus: list[str]
+    master_port: int
+
+
+def _task_host(ctx: Any) -> str:
+    """This task's executor address, as Spark knows it (listen only there)."""
+    infos = ctx.getTaskInfos()
+    return infos[ctx.partitionId()].address.rsplit(":", 1)[0]
+
+
+def _assigned_gpus(ctx: Any) -> list[str]:
+    """The GPUs Spark's resource scheduling gave this task (none in local mode)."""
+    resource = ctx.resources().get("gpu")
+    return list(resource.addresses) if resource is not None else []
+
+
+def _free_port(host: str) -> int:
+    """A port for frameworks that open their own rendezvous (MASTER_PORT); they bind it themselves,
+    so it is released here: unavoidable for them, never used by hopsml's own collectives."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def rendezvous(ctx: Any, listener_address: str, gpus_per_worker: int) -> RankInfo:
+    """One allGather: every rank's listener address, host, GPUs (and rank 0's MASTER_PORT)."""
+    rank = ctx.partitionId()
+    host = listener_address.rsplit(":", 1)[0]
+    gpus = _assigned_gpus(ctx)
+    mine = {"address": listener_address, "host": host, "gpus": gpus,
+            "master_port": _free_port(host) if rank == 0 else None}
+    everyone = [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
+    hosts = [m["host"] for m in everyone]
+    local_rank = sum(1 for h in hosts[:rank] if h == host)
+    if not gpus and gpus_per_worker:
+        # Not scheduled by Spark (e.g. local mode): take this rank's share of the visible GPUs.
+        from hopsml.devices import visible_gpus
+
+        visible = visible_gpus()
+        gpus = visible[local_rank * gpus_per_worker:(local_rank + 1) * gpus_per_worker]
+    return RankInfo(rank, len(everyone), local_rank, [m["address"] for m in everyone], hosts, gpus,
+                    everyone[0]["master_port"])
+
+
+def export_environment(info: RankInfo) -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT, TF_CONFIG and CUDA_VISIBLE_DEVICES."""
+    os.environ.update({
+        "RANK": str(info.rank), "WORLD_SIZE": str(info.world_size), "LOCAL_RANK": str(info.local_rank),
+        "MASTER_ADDR": info.hosts[0], "MASTER_PORT": str(info.master_port),
+        "TF_CONFIG": json.dumps({"cluster": {"worker": info.addresses},
+                                 "task": {"type": "worker", "index": info.rank}}),
+    })
+    if info.gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(info.gpus)
+
+
+def pin_gpu(info: RankInfo) -> None:
+    """Make the rank's first GPU cupy's current device, when cupy and a GPU are there."""
+    if not info.gpus:
+        return
+    try:
+        import cupy
+    except ImportError:
+        return
+    cupy.cuda.Device(0).use()  # CUDA_VISIBLE_DEVICES leaves this rank's GPUs only: device 0 is its own
+
+
+def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker: int, timeout_s: float | None,
+                      all_ranks_write_metrics: bool) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
+    """The function Spark runs in each barrier task."""
+
+    def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
+        from pyspark import BarrierTaskContext
+
+        ctx = BarrierTaskContext.get()
+        saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
+        listener, address = collective.listen(_task_host(ctx))
+        try:
+            info = rendezvous(ctx, address, gpus_per_worker)
+            export_environment(info)
+
+            def connected_fn() -> Any:
+                pin_gpu(info)
+                with collective.Communicator.connect(info.rank, info.world_size, info.addresses, listener,
+                                                     spec.secret, timeout_s) as comm, collective.use(comm):
+                    return fn()
+
+            rank_spec = TaskSpec(spec.storage, spec.run_dir, spec.channel_address, spec.secret,
+                                 log_name=f"{LOGS}/worker_{info.rank}.log")
+            yield run_function(connected_fn, {}, rank_spec, rank=info.rank, world_size=info.world_size,
+                               write_metrics=all_ranks_write_metrics or info.rank == 0)
+        finally:
+            listener.close()
+            os.environ.clear()
+            os.environ.update(saved_environment)
+
+    return run_rank

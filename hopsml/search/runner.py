@@ -1,0 +1,185 @@
+"""Driver side of a search: trials as parallel Spark tasks, each in its own folder of the experiment,
+with live progress, early stopping over the authenticated channel, and a summary kept up to date."""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+from tqdm.auto import tqdm
+
+from hopsml.errors import ExperimentFailed
+from hopsml.launcher.channel import Connection
+from hopsml.launcher.driver import Live, open_channel, run_stage
+from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.layout import RunDir
+from hopsml.search.early_stopping import MedianStoppingRule
+from hopsml.search.space import Direction
+from hopsml.tracking.record import ExperimentRun, State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Trial:
+    """One set of parameters and what became of it (written to .summary.json)."""
+
+    index: int
+    params: dict[str, Any]
+    dir: str
+    state: str = "PENDING"
+    metric: float | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+    duration: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Search:
+    """Runs batches of trials for one PARALLEL_EXPERIMENTS experiment."""
+
+    def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], *, optimization_key: str,
+                 direction: Direction, early_stopping: MedianStoppingRule | None = None) -> None:
+        self.sc, self.run, self.fn = sc, run, fn
+        self.key, self.direction, self.rule = optimization_key, direction, early_stopping
+        self.trials: list[Trial] = []
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+        self._bar: Any = None
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+    def _new_trial(self, params: dict[str, Any]) -> Trial:
+        base = self.run.dir.trial(params).path
+        path, n = base, 1
+        while path in self._names:  # the same parameters twice (random or evolutionary search)
+            n += 1
+            path = f"{base}_{n}"
+        self._names.add(path)
+        trial = Trial(len(self.trials), params, path)
+        self.trials.append(trial)
+        self.run.storage.write_json(RunDir(path).hparams, params)
+        return trial
+
+    def _metric_of(self, outputs: dict[str, Any]) -> float:
+        if self.key not in outputs:
+            raise ValueError(f"the return value has no {self.key!r} (the optimization_key); it has: "
+                             f"{', '.join(outputs) or 'nothing'}")
+        value = outputs[self.key]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{self.key!r} must be a finite number, got {value!r}")
+        return float(value)
+
+    def _finish(self, report: dict[str, Any]) -> None:
+        """Record a trial's end (from its live message, or from the collected results)."""
+        with self._lock:
+            trial = self.trials[report["trial"]]
+            if trial.state != "RUNNING":
+                return
+            trial.duration = report.get("duration")
+            outputs = report.get("result") or {}
+            trial.outputs = outputs
+            if report["ok"]:
+                try:
+                    trial.metric = self._metric_of(outputs)
+                    trial.state = State.EARLY_STOPPED.value if report.get("stopped") else State.FINISHED.value
+                except ValueError as exc:
+                    trial.state, trial.error = State.FAILED.value, str(exc)
+                    if report.get("stopped"):  # stopped before it logged the key: keep it as stopped
+                        trial.state, trial.error = State.EARLY_STOPPED.value, None
+            else:
+                trial.state, trial.error = State.FAILED.value, report.get("error")
+                trial.traceback = report.get("traceback")
+            if trial.state == State.FINISHED.value and self.rule is not None:
+                self.rule.complete(trial.index)
+            storage, trial_dir = self.run.storage, RunDir(trial.dir)
+            storage.write_json(trial_dir.outputs, outputs)
+            if trial.metric is not None:
+                storage.write_text(trial_dir.metric, repr(trial.metric))
+            self._write_summary()
+            self._update_bar()
+
+    def _on_metric(self, message: dict[str, Any], connection: Connection) -> None:
+        value = (message.get("values") or {}).get(self.key)
+        if self.rule is None or not isinstance(value, numbers.Real):
+            return
+        if self.rule.report(message["trial"], int(message["step"]), float(value)):
+            connection.send({"kind": "stop"})
+
+    def _write_summary(self) -> None:
+        self.run.storage.write_json(self.run.dir.summary, {"trials": [t.summary() for t in self.trials]})
+
+    def best(self) -> Trial | None:
+        scored = [t for t in self.trials if t.metric is not None and t.state == State.FINISHED.value]
+        scored = scored or [t for t in self.trials if t.metric is not None]
+        if not scored:
+            return None
+        best = scored[0]
+        for trial in scored[1:]:
+            if self.direction.better(trial.metric, best.metric):
+                best = trial
+        return best
+
+    def _update_bar(self) -> None:
+        if self._bar is None:
+            return
+        done = [t for t in self.trials if t.state not in ("PENDING", "RUNNING")]
+        best = self.best()
+        self._bar.n = len(done)
+        self._bar.set_postfix(failed=sum(t.state == State.FAILED.value for t in done),
+                              stopped=sum(t.state == State.EARLY_STOPPED.value for t in done),
+                              best=f"{best.metric:.4g}" if best else "-", refresh=True)
+
+    # --- running -------------------------------------------------------------------------------
+    def run_batch(self, params_list: list[dict[str, Any]], total: int) -> list[Trial]:
+        """Run trials in parallel (as many at once as the cluster has slots); returns them when all end."""
+        batch = [self._new_trial(p) for p in params_list]
+        live = Live(echo=False, handlers={"metric": self._on_metric,
+                                          "finished": lambda m, _: self._finish(m)})
+        channel = open_channel(self.sc, live)
+        storage, fn = self.run.storage, self.fn
+        specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index))
+                 for t in batch]
+
+        def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
+            for i in partition:
+                params, spec = specs[i]
+                yield run_function(fn, params, spec)
+
+        if self._bar is None:
+            self._bar = tqdm(total=total, desc=f"{self.run.record.name} trials", unit="trial", leave=True)
+        for trial in batch:
+            trial.state = "RUNNING"
+        try:
+            reports = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id,
+                                description=f"hopsml search '{self.run.record.name}' ({self.run.id})")
+            for report in reports:  # trials whose live message did not reach us
+                self._finish(report)
+        finally:
+            channel.close()
+        return batch
+
+    def conclude(self, **record_fields: Any) -> Trial:
+        """Close the progress bar and record the best trial; raise if every trial failed."""
+        if self._bar is not None:
+            self._bar.close()
+        best = self.best()
+        failed = [t for t in self.trials if t.state == State.FAILED.value]
+        if best is None:
+            first = failed[0] if failed else None
+            raise ExperimentFailed(f"all {len(self.trials)} trials of experiment {self.run.id} failed"
+                                   + (f"; the first: {first.error}" if first else ""),
+                                   traceback=(first.traceback or "") if first else "", logdir=self.run.logdir)
+        if failed:
+            log.warning("%d of %d trials failed; see %s", len(failed), len(self.trials), self.run.dir.summary)
+        counts = {state: sum(t.state == state for t in self.trials)
+                  for state in (State.FINISHED.value, State.FAILED.value, State.EARLY_STOPPED.value)}
+        self.run.finish(metric=best.metric, results=best.outputs, best_hyperparameters=best.params,
+                        best_logdir=self.run.storage.uri(best.dir), trials=counts, **record_fields)
+        return best

@@ -1,0 +1,126 @@
+"""Search spaces: the parameter combinations of a grid, and bounds to sample from.
+
+Everything is checked before any Spark job starts, with messages that name the parameter.
+
+>>> grid({"lr": [0.1, 0.01], "dropout": [0.5]})
+[{'lr': 0.1, 'dropout': 0.5}, {'lr': 0.01, 'dropout': 0.5}]
+>>> space = Space.from_bounds({"layers": [1, 4], "lr": [1e-4, 1e-1], "opt": ["adam", "sgd"]}, log_scale=["lr"])
+>>> sorted(space.sample(3, seed=0)[0])
+['layers', 'lr', 'opt']
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+import random
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping, Sequence
+
+from hopsml.errors import HopsmlError
+
+
+class SearchSpaceError(HopsmlError, ValueError):
+    """A grid or a set of bounds that cannot be searched; the message names the parameter."""
+
+
+class Direction(str, Enum):
+    MAX = "max"
+    MIN = "min"
+
+    @classmethod
+    def of(cls, value: "Direction | str") -> "Direction":
+        if isinstance(value, Direction):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise SearchSpaceError(f"direction must be 'max' or 'min' (or a Direction), not {value!r}") from None
+
+    def better(self, a: float, b: float) -> bool:
+        """True when `a` is strictly better than `b`."""
+        return a > b if self is Direction.MAX else a < b
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise SearchSpaceError(f"parameter name {name!r} must be a valid Python identifier "
+                               "(it is passed to the training function as a keyword argument)")
+    return name
+
+
+def grid(grid_dict: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the listed values, in the order given (first key varies slowest)."""
+    if not isinstance(grid_dict, Mapping) or not grid_dict:
+        raise SearchSpaceError("the grid is empty: give a dict like {'lr': [0.1, 0.01], 'dropout': [0.5]}")
+    for name, values in grid_dict.items():
+        _check_name(name)
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
+            raise SearchSpaceError(f"grid values of {name!r} must be a non-empty list, got {values!r}")
+    names = list(grid_dict)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(grid_dict[n] for n in names))]
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One parameter: a numeric range [low, high] (ints stay ints) or a list of categories."""
+
+    name: str
+    low: float | None = None
+    high: float | None = None
+    integer: bool = False
+    log: bool = False
+    categories: tuple[Any, ...] | None = None
+
+    @classmethod
+    def parse(cls, name: str, bound: Any, log: bool) -> "Dimension":
+        _check_name(name)
+        if isinstance(bound, (list, tuple)) and len(bound) == 2 and all(
+                isinstance(b, numbers.Real) and not isinstance(b, bool) for b in bound):
+            low, high = bound
+            if low > high:
+                raise SearchSpaceError(f"bound of {name!r} has low > high: {list(bound)}")
+            integer = all(isinstance(b, numbers.Integral) for b in bound)
+            if log and low <= 0:
+                raise SearchSpaceError(f"{name!r} is sampled on a log scale, so its bounds must be > 0: {list(bound)}")
+            return cls(name, float(low), float(high), integer, log)
+        if isinstance(bound, (list, tuple)) and len(bound) > 0:
+            if log:
+                raise SearchSpaceError(f"{name!r} is a list of categories and cannot use a log scale")
+            return cls(name, categories=tuple(bound))
+        raise SearchSpaceError(f"bound of {name!r} must be [low, high] numbers or a non-empty list of "
+                               f"categories, got {bound!r}")
+
+    def sample(self, rng: random.Random) -> Any:
+        if self.categories is not None:
+            return rng.choice(self.categories)
+        return self.clip(math.exp(rng.uniform(math.log(self.low), math.log(self.high))) if self.log
+                         else rng.uniform(self.low, self.high))
+
+    def clip(self, value: float) -> Any:
+        """A numeric value brought inside the bounds and to the right type."""
+        value = min(max(value, self.low), self.high)
+        return int(round(value)) if self.integer else float(value)
+
+
+@dataclass(frozen=True)
+class Space:
+    dimensions: tuple[Dimension, ...]
+
+    @classmethod
+    def from_bounds(cls, boundary_dict: Mapping[str, Any], log_scale: Sequence[str] = ()) -> "Space":
+        if not isinstance(boundary_dict, Mapping) or not boundary_dict:
+            raise SearchSpaceError("the search space is empty: give a dict like {'lr': [1e-4, 1e-1]}")
+        unknown = set(log_scale) - set(boundary_dict)
+        if unknown:
+            raise SearchSpaceError(f"log_scale names unknown parameter(s): {', '.join(sorted(unknown))}")
+        return cls(tuple(Dimension.parse(name, bound, name in log_scale) for name, bound in boundary_dict.items()))
+
+    def sample(self, samples: int, seed: int | None = None) -> list[dict[str, Any]]:
+        """`samples` random points; the same seed gives the same points."""
+        if not isinstance(samples, int) or samples < 1:
+            raise SearchSpaceError(f"samples must be a positive integer, got {samples!r}")
+        rng = random.Random(seed)
+        return [{d.name: d.sample(rng) for d in self.dimensions} for _ in range(samples)]

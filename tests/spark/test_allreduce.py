@@ -1,0 +1,98 @@
+"""experiment.allreduce: barrier-mode ranks with real collectives on the shared local session."""
+
+import json
+import os
+import time
+
+import pytest
+
+from hopsml import experiment
+from hopsml.errors import ClusterError, ExperimentFailed
+from hopsml.examples import digits
+
+
+def _record(logdir):
+    with open(os.path.join(logdir, "experiment.json")) as f:
+        return json.load(f)
+
+
+def test_data_parallel_digits_matches_single_rank(spark, root):
+    def train():
+        return digits.train_data_parallel(lr=0.5, epochs=8, batch_size=64)
+
+    one_dir, one = experiment.allreduce(train, name="dp1", num_workers=1)
+    two_dir, two = experiment.allreduce(train, name="dp2", num_workers=2, metric_key="accuracy")
+    rec = _record(two_dir)
+    assert rec["state"] == "FINISHED" and rec["type"] == "DISTRIBUTED_TRAINING" and rec["executors"] == 2
+    checksums = [r["checksum"] for r in rec["results"]]
+    assert len(checksums) == 2 and checksums[0] == checksums[1]  # every rank holds the same parameters
+    assert abs(two["accuracy"] - one["accuracy"]) <= 0.01 and two["accuracy"] > 0.85
+    assert rec["metric"] == two["accuracy"]
+    logs = sorted(os.listdir(os.path.join(two_dir, "logs")))
+    assert logs == ["worker_0.log", "worker_1.log"]
+    assert "rank 1/2" in open(os.path.join(two_dir, "logs", "worker_1.log")).read()
+    metrics = open(os.path.join(two_dir, "metrics.jsonl")).read().splitlines()
+    assert len(metrics) == 2 * 8  # loss and accuracy per epoch, from rank 0 only
+
+
+def test_rank_environment_for_other_frameworks(spark, root):
+    def env():
+        from hopsml import collective
+
+        names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG")
+        return {"env": json.dumps(collective.allgather({n: os.environ.get(n) for n in names}))}
+
+    _, result = experiment.allreduce(env, name="env", num_workers=3)
+    seen = json.loads(result["env"])
+    assert [e["RANK"] for e in seen] == ["0", "1", "2"] and {e["WORLD_SIZE"] for e in seen} == {"3"}
+    assert [e["LOCAL_RANK"] for e in seen] == ["0", "1", "2"]  # one host
+    assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in seen}) == 1
+    assert [json.loads(e["TF_CONFIG"])["task"]["index"] for e in seen] == [0, 1, 2]
+
+
+def test_failing_rank_fails_the_experiment_quickly(spark, root, capsys):
+    def train():
+        import numpy as np
+
+        from hopsml import collective
+
+        print("started")
+        if collective.rank() == 1:
+            raise RuntimeError("rank one diverged")
+        collective.allreduce(np.ones(10))  # rank 0 waits for a peer that is gone
+        return 1.0
+
+    start = time.monotonic()
+    with pytest.raises(ExperimentFailed) as info:
+        experiment.allreduce(train, name="fails", num_workers=2, timeout_s=120)
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert "rank 1" in message and "rank one diverged" in message and "started" in message
+    assert elapsed < 60, f"took {elapsed:.0f}s"  # far below the 120 s collective timeout
+    assert _record(info.value.logdir)["state"] == "FAILED"
+    assert "[rank 0] started" in capsys.readouterr().out  # streamed live with the rank
+
+
+def test_killed_rank_gives_collective_error_not_a_hang(spark, root):
+    def train():
+        import numpy as np
+
+        from hopsml import collective
+
+        if collective.rank() == 1:
+            collective.allreduce(np.ones(1000))
+            os._exit(3)  # dies without a word, mid-training
+        for _ in range(5):
+            collective.allreduce(np.ones(1000))
+        return 1.0
+
+    with pytest.raises((ExperimentFailed, ClusterError)) as info:
+        experiment.allreduce(train, name="killed", num_workers=2, timeout_s=120)
+    assert "rank 1" in str(info.value) or "CollectiveError" in str(info.value)
+
+
+def test_too_many_workers_fails_fast_and_says_how_many_slots(spark, root):
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match=r"need 64 task slots.*has 4"):
+        experiment.allreduce(lambda: 1, name="big", num_workers=64)
+    assert time.monotonic() - start < 10

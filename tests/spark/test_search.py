@@ -1,0 +1,125 @@
+"""Searches on the shared local session: trials as parallel Spark tasks, one folder each."""
+
+import json
+import os
+import time
+
+import pytest
+
+from hopsml import experiment, tensorboard
+from hopsml.errors import ExperimentFailed
+from hopsml.search.space import Direction, SearchSpaceError
+
+
+def _json(*parts):
+    with open(os.path.join(*parts)) as f:
+        return json.load(f)
+
+
+def peak(x, y):
+    return {"score": -((x - 2) ** 2) - (y - 1) ** 2, "x_seen": x}
+
+
+def test_grid_finds_the_optimum_and_writes_a_folder_per_trial(spark, root):
+    grid = {"x": [0, 1, 2, 3], "y": [0, 1]}
+    logdir, best, outputs = experiment.grid_search(peak, grid, direction="max", name="grid",
+                                                   optimization_key="score")
+    assert best == {"x": 2, "y": 1} and outputs["score"] == 0
+    trial_dirs = [d for d in os.listdir(logdir) if "=" in d]
+    assert len(trial_dirs) == 8 and "x=2&y=1" in trial_dirs
+    trial = os.path.join(logdir, "x=2&y=1")
+    assert _json(trial, ".hparams.json") == {"x": 2, "y": 1}
+    assert _json(trial, ".outputs.json")["x_seen"] == 2
+    assert float(open(os.path.join(trial, ".metric")).read()) == 0.0
+    assert os.path.exists(os.path.join(trial, "output.log"))
+    summary = _json(logdir, ".summary.json")["trials"]
+    assert len(summary) == 8 and {t["state"] for t in summary} == {"FINISHED"}
+    record = _json(logdir, "experiment.json")
+    assert record["type"] == "PARALLEL_EXPERIMENTS" and record["state"] == "FINISHED"
+    assert record["best_hyperparameters"] == best and record["metric"] == 0 and record["direction"] == "max"
+    assert record["best_logdir"].endswith("x=2&y=1")
+
+
+def test_min_direction_enum(spark, root):
+    _, best, _ = experiment.grid_search(lambda x: {"loss": (x - 3) ** 2}, {"x": [1, 3, 5]},
+                                        direction=Direction.MIN, optimization_key="loss")
+    assert best == {"x": 3}
+
+
+def test_random_search_bounds_types_and_seed(spark, root):
+    bounds = {"x": [0, 4], "y": [0.0, 2.0]}
+    logdir, best, _ = experiment.random_search(peak, bounds, samples=5, seed=3, optimization_key="score")
+    again, best_again, _ = experiment.random_search(peak, bounds, samples=5, seed=3, optimization_key="score")
+    params = [t["params"] for t in _json(logdir, ".summary.json")["trials"]]
+    assert params == [t["params"] for t in _json(again, ".summary.json")["trials"]] and best == best_again
+    assert all(isinstance(p["x"], int) and 0 <= p["x"] <= 4 and 0 <= p["y"] <= 2 for p in params)
+
+
+def test_differential_evolution_improves_on_its_first_generation(spark, root):
+    logdir, best, outputs = experiment.differential_evolution(
+        peak, {"x": [-10.0, 10.0], "y": [-10.0, 10.0]}, generations=6, population=6, seed=2,
+        optimization_key="score")
+    record = _json(logdir, "experiment.json")
+    history = record["best_per_generation"]
+    assert len(history) == 6 and history == sorted(history)  # selection never loses the best
+    assert history[-1] > history[0] and outputs["score"] == history[-1]
+    assert len(_json(logdir, ".summary.json")["trials"]) == 36
+
+
+def flaky(x):
+    if x == 2:
+        raise ValueError("x=2 is cursed")
+    return {"metric": x}
+
+
+def test_one_failing_trial_is_recorded_and_the_search_completes(spark, root):
+    logdir, best, _ = experiment.grid_search(flaky, {"x": [1, 2, 3]})
+    assert best == {"x": 3}
+    trials = {t["params"]["x"]: t for t in _json(logdir, ".summary.json")["trials"]}
+    assert trials[2]["state"] == "FAILED" and "cursed" in trials[2]["traceback"]
+    assert _json(logdir, "experiment.json")["trials"] == {"FINISHED": 2, "FAILED": 1, "EARLY_STOPPED": 0}
+
+
+def test_all_trials_failing_raises_with_the_first_traceback(spark, root):
+    with pytest.raises(ExperimentFailed, match="all 2 trials") as info:
+        experiment.grid_search(lambda x: 1 / 0, {"x": [1, 2]})
+    assert "ZeroDivisionError" in str(info.value)
+
+
+def test_missing_or_non_numeric_metric_fails_the_trial_clearly(spark, root):
+    with pytest.raises(ExperimentFailed, match="no 'accuracy'"):
+        experiment.grid_search(lambda x: {"acc": x}, {"x": [1]}, optimization_key="accuracy")
+    with pytest.raises(ExperimentFailed, match="finite number"):
+        experiment.grid_search(lambda x: {"metric": "high"}, {"x": [1]})
+
+
+def test_bad_searches_fail_before_spark(spark, root):
+    with pytest.raises(SearchSpaceError, match="empty"):
+        experiment.grid_search(peak, {})
+    with pytest.raises(SearchSpaceError, match="low > high"):
+        experiment.random_search(peak, {"x": [3, 1]})
+    with pytest.raises(SearchSpaceError, match="direction"):
+        experiment.grid_search(peak, {"x": [1]}, direction="sideways")
+    assert not (root / "Projects").exists()
+
+
+def curve(quality, seed):
+    """Converges to `quality`; bad trials are slow, so the good ones complete while they run."""
+    for step in range(12):
+        tensorboard.log({"accuracy": quality * (1 - 0.5 ** (step + 1))}, step=step)
+        time.sleep(0.02 if quality > 0.5 else 0.4)
+    return {"accuracy": quality, "seed": seed}
+
+
+def test_median_early_stopping(spark, root):
+    # Three good trials with the same curve (never worse than their own median) and three bad ones.
+    grid = {"quality": [0.9, 0.1], "seed": [1, 2, 3]}
+    logdir, best, _ = experiment.grid_search(curve, grid, optimization_key="accuracy",
+                                             early_stopping="median", early_stopping_min_steps=3)
+    trials = _json(logdir, ".summary.json")["trials"]
+    good = [t for t in trials if t["params"]["quality"] == 0.9]
+    bad = [t for t in trials if t["params"]["quality"] == 0.1]
+    assert best["quality"] == 0.9 and all(t["state"] == "FINISHED" for t in good)
+    assert all(t["state"] == "EARLY_STOPPED" for t in bad)
+    assert all(t["metric"] is not None and t["duration"] < 12 * 0.4 for t in bad)  # partial result kept
+    assert _json(logdir, "experiment.json")["trials"]["EARLY_STOPPED"] == 3
