@@ -6,39 +6,19 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 from typing import Any, Sequence
 
 from hopsml import config, layout
+from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
+from hopsml.text import format_table
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
 
 LIST_COLUMNS = ("id", "user", "name", "start", "finished", "status", "module", "function",
                 "hyperparameters", "metric")
-_MAX_CELL = 40
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, dict):
-        value = ",".join(f"{k}={v}" for k, v in value.items()) or "-"
-    if isinstance(value, float):
-        value = f"{value:.6g}"
-    text = str(value)
-    return text if len(text) <= _MAX_CELL else text[:_MAX_CELL - 1] + "…"
-
-
-def format_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
-    """A plain aligned text table."""
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
-    return "\n".join(lines)
-
-
 def _short_time(stamp: str | None) -> str | None:
     return stamp[:19].replace("T", " ") if stamp else None
 
@@ -99,6 +79,9 @@ def quickstart(settings: config.Settings) -> str:
     from hopsml.examples import digits
 
     print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
+    print("\n0. prepare the bundled data with Spark (digits as image files, iris as a CSV table)")
+    for summary in data_commands.prepare_samples(settings, tempfile.mkdtemp(prefix="hopsml-samples-")):
+        print(f"   {summary}")
     print("\n1. one training run (experiment.launch)")
     logdir, result = experiment.launch(digits.train, {"lr": 0.5, "epochs": 10}, name="quickstart-digits",
                                        description="softmax regression on scikit-learn's digits",
@@ -133,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
 
-    commands.add_parser("quickstart", help="run a small versioned experiment on bundled data")
+    commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel and search")
+    data_commands.add_commands(commands)
     return parser
 
 
@@ -145,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = config.load(root=args.root, project=args.project)
         if args.command == "quickstart":
             output = quickstart(settings)
+        elif args.command in data_commands.COMMANDS:
+            output = data_commands.run(args, settings)
         elif args.action == "list":
             output = experiments_list(settings, args.name, args.state, args.limit)
         else:

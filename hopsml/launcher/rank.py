@@ -92,7 +92,10 @@ def pin_gpu(info: RankInfo) -> None:
         import cupy
     except ImportError:
         return
-    cupy.cuda.Device(0).use()  # CUDA_VISIBLE_DEVICES leaves this rank's GPUs only: device 0 is its own
+    # If CUDA started in this process before (Python workers are reused), CUDA_VISIBLE_DEVICES came too
+    # late and every GPU is still visible: then select ours by its id.
+    visible = cupy.cuda.runtime.getDeviceCount()
+    cupy.cuda.Device(0 if visible == len(info.gpus) else int(info.gpus[0])).use()
 
 
 def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker: int, timeout_s: float | None,

@@ -68,7 +68,7 @@ def test_failing_rank_fails_the_experiment_quickly(spark, root, capsys):
     elapsed = time.monotonic() - start
     message = str(info.value)
     assert "rank 1" in message and "rank one diverged" in message and "started" in message
-    assert elapsed < 60, f"took {elapsed:.0f}s"  # far below the 120 s collective timeout
+    assert elapsed < 30, f"took {elapsed:.0f}s"  # far below the 120 s collective timeout
     assert _record(info.value.logdir)["state"] == "FAILED"
     assert "[rank 0] started" in capsys.readouterr().out  # streamed live with the rank
 

@@ -16,3 +16,18 @@ def test_list_and_show(spark, root, capsys):
     assert '"state": "FINISHED"' in out and "experiment.json" in out
     assert cli.main(["experiments", "show", "nothere_3"]) == 1
     assert "no experiment 'nothere_3'" in capsys.readouterr().err
+
+
+def test_prep_and_datasets_commands(spark, root, tmp_path, capsys):
+    from hopsml.data import samples
+
+    csv = tmp_path / "iris.csv"
+    samples.write_table(str(csv))
+    assert cli.main(["prep", "tabular", str(csv), "flowers", "--label", "species"]) == 0
+    assert "dataset 'flowers'" in capsys.readouterr().out
+    assert cli.main(["datasets", "list"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[0].split()[:2] == ["NAME", "KIND"] and listing[1].startswith("flowers")
+    assert cli.main(["datasets", "show", "flowers"]) == 0
+    assert "statistics" in capsys.readouterr().out
+    assert cli.main(["datasets", "show", "nothing"]) == 1

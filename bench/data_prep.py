@@ -1,0 +1,179 @@
+"""Throughput of the data pipeline against its anchors, side by side in one run.
+
+    python bench/data_prep.py [--images 300] [--rows 20000] [--runs 3] [--records 1000]
+
+1. Image job: images/s of ``prepare_images`` (Spark binaryFile + mapInPandas, resize 200x200, crop
+   180x180, PNG into TFRecord, Parquet) against a multiprocessing Pool(N) Pillow loop doing the
+   same read/decode/resize/crop/encode on the same cores (N = CPU count), on 500x375 JPEGs.
+2. Rank reader: rows/s of 32x32x3 uint8 images into numpy batches, hopsml's reader against
+   petastorm's ``make_reader`` and a raw pyarrow read of the same Parquet files.
+3. TFRecord write/read MB/s for 100 KiB records (bench/codecs.py; against TensorFlow if installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _load_codecs_bench():
+    """bench/codecs.py, loaded by path: its name would shadow the standard library's codecs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hopsml_bench_codecs", Path(__file__).with_name("codecs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_codecs = _load_codecs_bench()
+bench_tfrecord, photo = _codecs.bench_tfrecord, _codecs.photo
+
+from hopsml import config, session  # noqa: E402
+from hopsml.data import imaging  # noqa: E402
+from hopsml.data.images import prepare_images  # noqa: E402
+from hopsml.data.readers import reader  # noqa: E402
+
+RESIZE, CROP = (200, 200), (180, 180)
+
+
+def _pillow_one(path: str) -> int:
+    with open(path, "rb") as handle:
+        pixels = imaging.transform(handle.read(), RESIZE, CROP)
+    return len(imaging.encode_png(pixels))
+
+
+def write_jpegs(folder: str, count: int) -> list[str]:
+    paths = []
+    for i in range(count):
+        label_dir = os.path.join(folder, f"class{i % 4}")
+        os.makedirs(label_dir, exist_ok=True)
+        path = os.path.join(label_dir, f"{i:05d}.jpg")
+        with open(path, "wb") as out:
+            out.write(imaging.encode_jpeg(photo(500, 375, i % 50), quality=90))
+        paths.append(path)
+    return paths
+
+
+def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settings) -> None:
+    src = os.path.join(workdir, "jpegs")
+    paths = write_jpegs(src, count)
+    cores = os.cpu_count() or 1
+    with multiprocessing.get_context("fork").Pool(cores) as pool:
+        pool.map(_pillow_one, paths[:cores * 4])  # warm up
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            pool.map(_pillow_one, paths, chunksize=8)
+            times.append(time.perf_counter() - start)
+    pool_rate = count / min(times)
+    prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)  # warm up
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        summary = prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)
+        times.append(time.perf_counter() - start)
+    if summary.written != count:
+        raise RuntimeError(f"the image job wrote {summary.written} of {count} images")
+    job_rate = count / min(times)
+    print(f"Image job, {count} JPEGs 500x375 -> resize 200x200, crop 180x180, PNG; best of {runs}; {cores} cores")
+    print(f"  hopsml prepare_images (Spark {settings.master}) {job_rate:7.0f} img/s | "
+          f"multiprocessing Pool({cores}) Pillow loop {pool_rate:7.0f} img/s (ratio {job_rate / pool_rate:4.2f})")
+
+
+def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) -> None:
+    import pyarrow.parquet as pq
+    from petastorm import make_reader
+
+    from hopsml.data.codec import decode_column
+
+    src = os.path.join(workdir, "tiny")
+    rng = np.random.default_rng(0)
+    for i in range(rows):
+        label_dir = os.path.join(src, f"c{i % 10}")
+        os.makedirs(label_dir, exist_ok=True)
+        imaging_png = imaging.encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), compress_level=0)
+        with open(os.path.join(label_dir, f"{i:06d}.png"), "wb") as out:
+            out.write(imaging_png)
+    start = time.perf_counter()
+    summary = prepare_images(src, "bench-tiny", resize=None, crop=(32, 32), overwrite=True, settings=settings)
+    build = time.perf_counter() - start
+    folder = os.path.join(os.path.expanduser(settings.root), "Projects", settings.project, "Datasets",
+                          "bench-tiny", "parquet", "all")
+
+    def ours() -> int:
+        return sum(len(b["label"]) for b in reader("bench-tiny", batch_size=256, settings=settings))
+
+    def ours_petastorm() -> int:
+        return sum(len(b["label"]) for b in reader("bench-tiny", batch_size=256, engine="petastorm",
+                                                   settings=settings))
+
+    def raw_pyarrow() -> int:
+        table = pq.read_table(folder, columns=["image", "label"])
+        images = decode_column(table.column("image"), (32, 32, 3))
+        labels = table.column("label").to_numpy()
+        return len(np.ascontiguousarray(images)) + 0 * len(labels)
+
+    limit = min(rows, 5000)
+
+    def petastorm_make_reader() -> int:
+        seen = 0
+        with make_reader("file://" + folder, schema_fields=["image", "label"], num_epochs=1) as rows_:
+            for _ in rows_:
+                seen += 1
+                if seen >= limit:
+                    break
+        return seen
+
+    def rate(fn) -> float:
+        fn()
+        best = 0.0
+        for _ in range(runs):
+            start = time.perf_counter()
+            count = fn()
+            best = max(best, count / (time.perf_counter() - start))
+        return best
+
+    import warnings
+    warnings.simplefilter("ignore")
+    results = {"hopsml reader (arrow)": rate(ours), "hopsml reader (petastorm engine)": rate(ours_petastorm),
+               "petastorm make_reader": rate(petastorm_make_reader), "raw pyarrow read": rate(raw_pyarrow)}
+    print(f"Rank reader, {summary.written} images 32x32x3 uint8 -> numpy batches of 256, rows/s, best of {runs} "
+          f"(dataset built in {build:.1f}s)")
+    base = results["hopsml reader (arrow)"]
+    for name, value in results.items():
+        ratio = "" if name == "hopsml reader (arrow)" else f" (hopsml/this {base / value:6.2f})"
+        print(f"  {name:34s} {value:10.0f} rows/s{ratio}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=300)
+    parser.add_argument("--rows", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--records", type=int, default=1000)
+    parser.add_argument("--skip", nargs="*", default=(), choices=("images", "reader", "tfrecord"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hopsml-bench-") as workdir:
+        settings = config.load(root=os.path.join(workdir, "root"), project="bench",
+                               log_dir=os.path.join(workdir, "logs"))
+        session.get_or_create(settings, app_name="hopsml-bench")
+        if "images" not in args.skip:
+            bench_image_job(workdir, args.images, args.runs, settings)
+        if "reader" not in args.skip:
+            bench_reader(workdir, args.rows, args.runs, settings)
+    if "tfrecord" not in args.skip:
+        bench_tfrecord(args.records, 100, args.runs)
+
+
+if __name__ == "__main__":
+    main()

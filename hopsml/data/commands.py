@@ -1,0 +1,197 @@
+"""The data commands of the ``hopsml`` CLI: ``prep images|tabular`` and ``datasets list|show``.
+
+``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one
+that was parsed and returns the text to print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import posixpath
+from typing import Any
+
+from hopsml import config
+from hopsml.data import dataset as ds
+from hopsml.fs import Storage
+from hopsml.text import format_table
+
+COMMANDS = ("prep", "datasets")
+
+
+def _size(text: str) -> tuple[int, int] | None:
+    """'200x180' or '200' -> (width, height); 'none' -> None."""
+    if text.lower() == "none":
+        return None
+    width, _, height = text.lower().partition("x")
+    try:
+        return int(width), int(height or width)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT (e.g. 200x200) or 'none'") from None
+
+
+def _csv_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``prep`` and ``datasets`` to the CLI's subparsers."""
+    prep = subparsers.add_parser("prep", help="prepare a dataset with Spark: images or a CSV table")
+    kinds = prep.add_subparsers(dest="prep_kind", required=True)
+
+    _images_args(kinds.add_parser("images", help="a folder of label folders of JPEG/PNG files -> Parquet + TFRecord"))
+    _table_args(kinds.add_parser("tabular", help="a CSV table -> train/test Parquet + TFRecord + transform"))
+
+    datasets = subparsers.add_parser("datasets", help="list and inspect prepared datasets")
+    actions = datasets.add_subparsers(dest="datasets_action", required=True)
+    actions.add_parser("list", help="the finished datasets of the project")
+    show = actions.add_parser("show", help="one dataset: manifest, counts, statistics")
+    show.add_argument("name")
+    show.add_argument("--html", action="store_true", help="print the path of the statistics page")
+
+
+def _images_args(images: argparse.ArgumentParser) -> None:
+    images.add_argument("src", help="folder (path or URI) with one folder per label")
+    images.add_argument("dataset", help="name of the dataset under Projects/<project>/Datasets/")
+    images.add_argument("--resize", type=_size, default=(200, 200), help="WIDTHxHEIGHT (default 200x200)")
+    images.add_argument("--crop", type=_size, default=(180, 180), help="center crop WIDTHxHEIGHT (default 180x180)")
+    images.add_argument("--format", dest="image_format", choices=("png", "jpeg"), default="png",
+                        help="encoding of image/encoded in the TFRecord shards")
+    images.add_argument("--glob", default=None, help="file name pattern (default: jpg, jpeg, png in any case)")
+    _common(images)
+    images.add_argument("--strict", action="store_true", help="fail instead of skipping bad images")
+
+
+def _table_args(table: argparse.ArgumentParser) -> None:
+    table.add_argument("src", help="CSV file or folder of CSV files (path or URI)")
+    table.add_argument("dataset", help="name of the dataset under Projects/<project>/Datasets/")
+    table.add_argument("--label", required=True, help="the label column")
+    table.add_argument("--no-header", dest="header", action="store_false", help="the file has no header line")
+    table.add_argument("--columns", type=_csv_list, help="column names, comma separated (for files without header)")
+    table.add_argument("--na-values", type=_csv_list, default=["?"], help="texts meaning missing (default '?')")
+    table.add_argument("--missing", choices=("drop", "fill"), default="drop", help="rows with missing values")
+    table.add_argument("--categorical", type=_csv_list, help="columns to treat as categories")
+    table.add_argument("--schema", type=json.loads, help='column types as JSON, e.g. {"age": "int"}')
+    table.add_argument("--one-hot", action="store_true", help="one-hot encode categorical columns")
+    table.add_argument("--standardize", action="store_true", help="standardise numeric columns (train statistics)")
+    table.add_argument("--test-fraction", type=float, default=0.2)
+    table.add_argument("--seed", type=int, default=0)
+    table.add_argument("--delimiter", default=",")
+    _common(table)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shards", type=int, help="least number of shards (default: enough for num_workers)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset of that name")
+
+
+def job_main(kind: str, argv: list[str] | None = None) -> int:
+    """The spark-submit entry points: ``prep images|tabular`` options plus --root/--project."""
+    import sys
+
+    from hopsml.errors import HopsmlError
+
+    parser = argparse.ArgumentParser(prog=f"preprocess_{'images' if kind == 'images' else 'tabular'}.py",
+                                     description=f"prepare a hopsml dataset from {kind} with Spark")
+    parser.add_argument("--root", help="root URI (default: HOPSML_ROOT, conf/hopsml.toml, ~/hopsml)")
+    parser.add_argument("--project", help="project name (default: HOPSML_PROJECT, conf/hopsml.toml, demo)")
+    (_images_args if kind == "images" else _table_args)(parser)
+    args = parser.parse_args(argv)
+    args.command, args.prep_kind = "prep", kind
+    try:
+        print(run(args, config.load(root=args.root, project=args.project)))
+    except HopsmlError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace, settings: config.Settings) -> str:
+    """Run the parsed data command; returns what to print."""
+    if args.command == "prep":
+        if args.prep_kind == "images":
+            from hopsml.data.images import DEFAULT_GLOB, prepare_images
+
+            summary = prepare_images(args.src, args.dataset, resize=args.resize, crop=args.crop,
+                                     shards=args.shards, glob=args.glob or DEFAULT_GLOB, strict=args.strict,
+                                     image_format=args.image_format, overwrite=args.overwrite,
+                                     settings=settings)
+        else:
+            from hopsml.data.tables import prepare_table
+
+            summary = prepare_table(args.src, args.dataset, label=args.label, header=args.header,
+                                    columns=args.columns, schema=args.schema, na_values=args.na_values,
+                                    missing=args.missing, categorical=args.categorical,
+                                    one_hot=args.one_hot, standardize=args.standardize,
+                                    test_fraction=args.test_fraction, seed=args.seed, shards=args.shards,
+                                    delimiter=args.delimiter, overwrite=args.overwrite, settings=settings)
+        return str(summary)
+    if args.datasets_action == "list":
+        return datasets_list(settings)
+    return datasets_show(settings, args.name, html=args.html)
+
+
+def datasets_list(settings: config.Settings) -> str:
+    """A table of the finished datasets: name, kind, rows per split, rejected, created."""
+    storage = Storage(settings.root)
+    rows = []
+    for name in ds.list_names(storage, settings.project):
+        try:
+            manifest = storage.read_json(ds.DatasetDir.of(settings.project, name).manifest)
+        except (OSError, ValueError):
+            continue
+        counts = manifest.get("counts", {})
+        rows.append({"name": name, "kind": manifest.get("kind"),
+                     "rows": ",".join(f"{k}={v['rows']}" for k, v in manifest.get("splits", {}).items()),
+                     "rejected": counts.get("rejected"), "created": (manifest.get("created") or "")[:19],
+                     "source": manifest.get("source")})
+    if not rows:
+        return f"no datasets in project {settings.project!r} under {storage.uri()}"
+    return format_table(rows, ("name", "kind", "rows", "rejected", "created", "source"))
+
+
+def datasets_show(settings: config.Settings, name: str, html: bool = False) -> str:
+    """One dataset: its manifest, files and a short statistics summary."""
+    storage = Storage(settings.root)
+    ddir, manifest = ds.open_dataset(storage, settings.project, name)
+    if html:
+        return storage.uri(ddir.stats_html)
+    lines = [json.dumps(manifest, indent=2, default=str), "", f"files in {storage.uri(ddir.path)}:"]
+    for rel in storage.ls(ddir.path):
+        base = posixpath.basename(rel)
+        count = len(storage.ls(rel, recursive=True)) if storage.isdir(rel) else None
+        lines.append(f"  {base}" + (f"/ ({count} files)" if count is not None else ""))
+    if storage.exists(ddir.stats_json):
+        stats = storage.read_json(ddir.stats_json)
+        lines += ["", "statistics (count / missing / mean or top value per split):"]
+        for column in stats.get("columns", []):
+            cells = []
+            for split, entry in column["splits"].items():
+                main = (f"mean {entry['mean']:.4g}" if entry.get("mean") is not None
+                        else f"top {entry['top'][0][0]!r}" if entry.get("top") else "")
+                cells.append(f"{split}: {entry.get('count', 0)} / {entry.get('missing', 0)} / {main}")
+            lines.append(f"  {column['name']:<24} " + " | ".join(cells))
+        lines.append(f"  page: {storage.uri(ddir.stats_html)}")
+    return "\n".join(lines)
+
+
+def prepare_samples(settings: config.Settings, workdir: str, *, limit: int | None = None,
+                    overwrite: bool = True) -> list[ds.DatasetSummary]:
+    """Write the shipped sample data to ``workdir`` and prepare it as the datasets 'digits'
+    (images, 32x32 cropped to 28x28) and 'iris' (table): what the quickstart runs first."""
+    import os
+
+    from hopsml.data import samples
+    from hopsml.data.images import prepare_images
+    from hopsml.data.tables import prepare_table
+
+    image_dir = os.path.join(workdir, "digits")
+    table_path = os.path.join(workdir, "iris.csv")
+    if not os.path.isdir(image_dir):
+        samples.write_digits(image_dir, limit=limit)
+    if not os.path.isfile(table_path):
+        samples.write_table(table_path)
+    return [prepare_images(image_dir, "digits", resize=(32, 32), crop=(28, 28), overwrite=overwrite,
+                           settings=settings),
+            prepare_table(table_path, "iris", label="species", missing="fill", standardize=True,
+                          overwrite=overwrite, settings=settings)]

@@ -1,0 +1,213 @@
+"""One prepared dataset on storage: where its files live, its manifest, and the write-aside commit.
+
+A data job writes into a hidden staging folder beside the final one and renames it into place as
+its last step, with ``_SUCCESS`` as the last file inside; a failed job leaves no folder that looks
+like a finished dataset.
+
+>>> d = DatasetDir.of("demo", "digits")
+>>> d.path
+'Projects/demo/Datasets/digits'
+>>> d.manifest
+'Projects/demo/Datasets/digits/dataset.json'
+>>> d.parquet("train")
+'Projects/demo/Datasets/digits/parquet/train'
+>>> d.tfrecord("train")
+'Projects/demo/Datasets/digits/tfrecord/train'
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import posixpath
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+from hopsml import layout
+from hopsml.errors import HopsmlError
+from hopsml.fs import Storage
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+MANIFEST = "dataset.json"
+SUCCESS = "_SUCCESS"
+LABELS = "labels.json"
+TRANSFORM = "transform.json"
+STATS_JSON = "stats.json"
+STATS_HTML = "stats.html"
+REJECTED = "_rejected"
+PARTS = "_parts"
+PARQUET = "parquet"
+TFRECORD = "tfrecord"
+
+
+class DatasetError(HopsmlError, ValueError):
+    """A dataset cannot be prepared or read as asked; the message says what to change."""
+
+
+class DatasetNotFoundError(DatasetError, LookupError):
+    """No finished dataset of that name exists in the project."""
+
+
+class DatasetExistsError(DatasetError):
+    """A dataset of that name exists and overwrite was not asked for."""
+
+
+class RejectedInputError(DatasetError):
+    """strict=True and some input was rejected; nothing was committed."""
+
+
+@dataclass(frozen=True)
+class DatasetDir:
+    """The files of one dataset folder, relative to the root."""
+
+    path: str
+
+    @classmethod
+    def of(cls, project: str, name: str) -> "DatasetDir":
+        return cls(layout.dataset_dir(project, name))
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    def file(self, name: str) -> str:
+        return layout.join(self.path, name)
+
+    @property
+    def manifest(self) -> str:
+        return self.file(MANIFEST)
+
+    @property
+    def success(self) -> str:
+        return self.file(SUCCESS)
+
+    @property
+    def labels(self) -> str:
+        return self.file(LABELS)
+
+    @property
+    def transform(self) -> str:
+        return self.file(TRANSFORM)
+
+    @property
+    def stats_json(self) -> str:
+        return self.file(STATS_JSON)
+
+    @property
+    def stats_html(self) -> str:
+        return self.file(STATS_HTML)
+
+    @property
+    def rejected(self) -> str:
+        return self.file(REJECTED)
+
+    @property
+    def parts(self) -> str:
+        return self.file(PARTS)
+
+    def parquet(self, split: str) -> str:
+        return layout.join(self.path, PARQUET, layout.validate_name(split, "split name"))
+
+    def tfrecord(self, split: str) -> str:
+        return layout.join(self.path, TFRECORD, layout.validate_name(split, "split name"))
+
+
+@dataclass
+class DatasetSummary:
+    """What a data job did: counts that add up (read = written + rejected + dropped) and where."""
+
+    name: str
+    kind: str
+    uri: str
+    read: int
+    written: int
+    rejected: int
+    dropped: int = 0
+    splits: dict[str, int] = field(default_factory=dict)
+    shards: int = 0
+    rejected_reasons: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        splits = ", ".join(f"{k} {v}" for k, v in self.splits.items())
+        text = (f"dataset {self.name!r} ({self.kind}) at {self.uri}: read {self.read}, written "
+                f"{self.written} ({splits}), rejected {self.rejected}")
+        if self.dropped:
+            text += f", dropped {self.dropped} (missing values)"
+        if self.rejected_reasons:
+            text += " [" + ", ".join(f"{k}: {v}" for k, v in sorted(self.rejected_reasons.items())) + "]"
+        return text + f", {self.shards} shards per split, {self.seconds:.1f}s"
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def parquet_url(storage: Storage, rel: str) -> str:
+    """A URL Spark and petastorm both understand for a root-relative path."""
+    local = storage.local_path(rel)
+    return "file://" + local if local is not None else storage.uri(rel)
+
+
+@contextmanager
+def staged(storage: Storage, project: str, name: str, overwrite: bool) -> Iterator[DatasetDir]:
+    """Yield a hidden staging DatasetDir; on success rename it to the final name, else delete it."""
+    final = DatasetDir.of(project, name)
+    if storage.exists(final.path) and not overwrite:
+        raise DatasetExistsError(f"dataset {name!r} already exists at {storage.uri(final.path)}; "
+                                 "pass overwrite=True (--overwrite) or choose another name")
+    parent = posixpath.dirname(final.path)
+    stage = DatasetDir(layout.join(parent, f".{name}.staging-{uuid.uuid4().hex[:12]}"))
+    storage.makedirs(stage.path)
+    try:
+        yield stage
+        _commit(storage, stage, final, overwrite)
+    except BaseException:
+        try:
+            storage.delete(stage.path)
+        except OSError as exc:  # keep the original error; the staging folder is hidden anyway
+            log.warning("could not remove staging folder %s: %s", storage.uri(stage.path), exc)
+        raise
+
+
+def _commit(storage: Storage, stage: DatasetDir, final: DatasetDir, overwrite: bool) -> None:
+    storage.write_text(stage.success, now() + "\n")  # the last file of a complete dataset
+    old = None
+    if storage.exists(final.path):
+        if not overwrite:
+            raise DatasetExistsError(f"dataset {final.name!r} appeared at {storage.uri(final.path)} "
+                                     "while this job ran; pass overwrite=True or choose another name")
+        old = layout.join(posixpath.dirname(final.path), f".{final.name}.old-{uuid.uuid4().hex[:12]}")
+        storage.fs.move(storage.path(final.path), storage.path(old))
+    storage.fs.move(storage.path(stage.path), storage.path(final.path))
+    if old is not None:
+        storage.delete(old)
+
+
+def open_dataset(storage: Storage, project: str, name: str) -> tuple[DatasetDir, dict[str, Any]]:
+    """The folder and manifest of a finished dataset, or DatasetNotFoundError saying what exists."""
+    ddir = DatasetDir.of(project, name)
+    if not storage.exists(ddir.success) or not storage.exists(ddir.manifest):
+        known = ", ".join(list_names(storage, project)) or "none"
+        raise DatasetNotFoundError(
+            f"no finished dataset {name!r} in project {project!r} under {storage.uri()} "
+            f"(finished datasets: {known}); prepare it with 'hopsml prep images|tabular'")
+    return ddir, storage.read_json(ddir.manifest)
+
+
+def list_names(storage: Storage, project: str) -> list[str]:
+    """Names of the finished datasets of a project (a folder with _SUCCESS), sorted."""
+    parent = posixpath.dirname(layout.dataset_dir(project, "x"))
+    names = []
+    for rel in storage.ls(parent):
+        base = posixpath.basename(rel)
+        if not base.startswith((".", "_")) and storage.exists(layout.join(rel, SUCCESS)):
+            names.append(base)
+    return names

@@ -1,0 +1,281 @@
+"""Dataset statistics, as Facets Overview shows them: per column and per split, count, missing,
+min, max, mean, median, std, zeros, distinct and top values, with a histogram; for images the
+class balance and the sizes before resizing.
+
+Written as ``stats.json`` and as a self-contained HTML page (inline CSS and SVG, no scripts) with
+the splits side by side; :func:`show` displays it in a notebook. Table statistics are computed by
+Spark; image statistics from the per-partition reports of the image job. Importable without pyspark.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from hopsml import config
+
+TOP_VALUES = 10
+BINS = 10
+
+
+# --- plain-python summaries --------------------------------------------------------------------
+def numeric_summary(values: Iterable[float], missing: int = 0) -> dict[str, Any]:
+    """Statistics of numbers held in memory (image sizes, tests)."""
+    array = np.asarray(list(values), dtype=np.float64)
+    out: dict[str, Any] = {"count": int(array.size), "missing": int(missing)}
+    if array.size == 0:
+        return out
+    out.update(min=float(array.min()), max=float(array.max()), mean=float(array.mean()),
+               median=float(np.median(array)),
+               std=float(array.std(ddof=1)) if array.size > 1 else 0.0,
+               zeros=int((array == 0).sum()), distinct=int(np.unique(array).size))
+    counts, edges = np.histogram(array, bins=_edges(out["min"], out["max"]))
+    out["histogram"] = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+    return out
+
+
+def categorical_summary(counts: Mapping[Any, int], missing: int = 0) -> dict[str, Any]:
+    """Statistics of a categorical column from its value counts."""
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    return {"count": int(sum(counts.values())), "missing": int(missing), "distinct": len(counts),
+            "top": [[str(value), int(n)] for value, n in ordered[:TOP_VALUES]]}
+
+
+def _edges(low: float, high: float) -> list[float]:
+    if high <= low:
+        return [low - 0.5, high + 0.5]
+    step = (high - low) / BINS
+    return [low + i * step for i in range(BINS)] + [high]
+
+
+# --- images ------------------------------------------------------------------------------------
+def image_stats(reports: Sequence[Mapping[str, Any]], labels: Sequence[str], split: str = "all") -> dict[str, Any]:
+    """Statistics of an image dataset from the image job's partition reports."""
+    label_counts = Counter({label: 0 for label in labels})
+    modes: Counter = Counter()
+    formats: Counter = Counter()
+    reasons: Counter = Counter()
+    widths: list[int] = []
+    heights: list[int] = []
+    for report in reports:
+        label_counts.update(report["labels"])
+        modes.update(report["modes"])
+        formats.update(report["formats"])
+        reasons.update(item["reason"] for item in report["rejected"])
+        widths += report["widths"]
+        heights += report["heights"]
+    columns = [
+        {"name": "label", "type": "categorical", "splits": {split: categorical_summary(label_counts)}},
+        {"name": "width before resize", "type": "numeric", "splits": {split: numeric_summary(widths)}},
+        {"name": "height before resize", "type": "numeric", "splits": {split: numeric_summary(heights)}},
+        {"name": "mode", "type": "categorical", "splits": {split: categorical_summary(modes)}},
+        {"name": "format", "type": "categorical", "splits": {split: categorical_summary(formats)}},
+    ]
+    return {"kind": "images", "splits": [split], "rows": {split: len(widths)},
+            "class_balance": {split: dict(label_counts)}, "rejected": dict(reasons), "columns": columns}
+
+
+# --- tables (Spark) ----------------------------------------------------------------------------
+def table_stats(frame: "DataFrame", split_column: str, splits: Sequence[str], numeric: Sequence[str],
+                categorical: Sequence[str]) -> dict[str, Any]:
+    """Statistics of a Spark DataFrame per value of ``split_column`` (values in ``splits``)."""
+    from pyspark.sql import functions as F
+
+    aggs = []
+    for column in numeric:
+        c = F.col(column)
+        aggs += [F.count(c).alias(f"{column}__count"), F.sum(c.isNull().cast("long")).alias(f"{column}__missing"),
+                 F.min(c).alias(f"{column}__min"), F.max(c).alias(f"{column}__max"),
+                 F.mean(c).alias(f"{column}__mean"),
+                 F.percentile_approx(c, 0.5, 10000).alias(f"{column}__median"),
+                 F.stddev_samp(c).alias(f"{column}__std"),
+                 F.sum((c == 0).cast("long")).alias(f"{column}__zeros"),
+                 F.countDistinct(c).alias(f"{column}__distinct")]
+    for column in categorical:
+        c = F.col(column)
+        aggs += [F.count(c).alias(f"{column}__count"), F.sum(c.isNull().cast("long")).alias(f"{column}__missing"),
+                 F.countDistinct(c).alias(f"{column}__distinct")]
+    aggs.append(F.count(F.lit(1)).alias("__rows"))
+    rows = {row[split_column]: row.asDict() for row in frame.groupBy(split_column).agg(*aggs).collect()}
+    row_counts = {split: values["__rows"] for split, values in rows.items()}
+
+    from pyspark.sql import Window
+
+    edges_of: dict[str, list[float]] = {}
+    for column in numeric:
+        low = min((rows[s][f"{column}__min"] for s in splits if s in rows and rows[s][f"{column}__min"] is not None), default=None)
+        high = max((rows[s][f"{column}__max"] for s in splits if s in rows and rows[s][f"{column}__max"] is not None), default=None)
+        if low is not None:
+            edges_of[column] = _edges(float(low), float(high))
+    histograms: dict[tuple[str, str], list[int]] = {}
+    if edges_of:  # every histogram in one job: one (column, bucket) pair per cell
+        cells = []
+        for column, edges in edges_of.items():
+            width = (edges[-1] - edges[0]) / (len(edges) - 1)
+            bucket = F.least(F.floor((F.col(column) - F.lit(edges[0])) / F.lit(width)), F.lit(len(edges) - 2))
+            cells.append(F.struct(F.lit(column).alias("c"), bucket.cast("int").alias("b")))
+        exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell")).where(F.col("cell.b").isNotNull())
+        for row in exploded.groupBy(split_column, "cell.c", "cell.b").count().collect():
+            key = (row[split_column], row["c"])
+            histograms.setdefault(key, [0] * (len(edges_of[row["c"]]) - 1))[row["b"]] += row["count"]
+    tops: dict[tuple[str, str], list[list[Any]]] = {}
+    if categorical:  # every top-values list in one job
+        cells = [F.struct(F.lit(column).alias("c"), F.col(column).cast("string").alias("v")) for column in categorical]
+        exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell")).where(F.col("cell.v").isNotNull())
+        counted = exploded.groupBy(split_column, "cell.c", "cell.v").count()
+        rank = F.row_number().over(Window.partitionBy(split_column, "c").orderBy(F.desc("count"), "v"))
+        for row in counted.withColumn("r", rank).where(F.col("r") <= TOP_VALUES).orderBy(split_column, "c", "r").collect():
+            tops.setdefault((row[split_column], row["c"]), []).append([row["v"], int(row["count"])])
+
+    columns = []
+    for column in numeric:
+        edges = edges_of.get(column, [])
+        per_split = {}
+        for split in splits:
+            values = rows.get(split)
+            if values is None:
+                per_split[split] = {"count": 0, "missing": 0}
+                continue
+            entry = {key: _plain(values[f"{column}__{key}"]) for key in
+                     ("count", "missing", "min", "max", "mean", "median", "std", "zeros", "distinct")}
+            entry["missing"] = entry["missing"] or 0
+            entry["zeros"] = entry["zeros"] or 0
+            if edges:
+                entry["histogram"] = {"edges": edges, "counts": histograms.get((split, column), [0] * (len(edges) - 1))}
+            per_split[split] = entry
+        columns.append({"name": column, "type": "numeric", "splits": per_split})
+    for column in categorical:
+        per_split = {}
+        for split in splits:
+            values = rows.get(split, {})
+            per_split[split] = {"count": int(values.get(f"{column}__count") or 0),
+                                "missing": int(values.get(f"{column}__missing") or 0),
+                                "distinct": int(values.get(f"{column}__distinct") or 0),
+                                "top": tops.get((split, column), [])}
+        columns.append({"name": column, "type": "categorical", "splits": per_split})
+    return {"kind": "table", "splits": list(splits), "rows": {s: int(row_counts.get(s, 0)) for s in splits},
+            "columns": columns}
+
+
+def _plain(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    return float(value)
+
+
+# --- HTML --------------------------------------------------------------------------------------
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;font-size:13px;color:#222;margin:16px}
+h1{font-size:18px;margin:0 0 4px} p.meta{color:#666;margin:0 0 12px}
+table.hs{border-collapse:collapse;width:100%} table.hs th,table.hs td{border-top:1px solid #ddd;
+padding:6px 8px;vertical-align:top;text-align:left} table.hs th{background:#f6f6f6}
+td.col b{font-size:14px} td.col span{color:#888;display:block}
+dl{display:grid;grid-template-columns:auto auto;gap:0 10px;margin:0 0 4px} dt{color:#666} dd{margin:0;
+font-variant-numeric:tabular-nums} .warn{color:#b00}
+ol.top{margin:0;padding-left:18px} ol.top li span{color:#666}
+"""
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _svg_bars(counts: Sequence[int], labels: Sequence[str], width: int = 220, height: int = 60) -> str:
+    if not counts:
+        return ""
+    top = max(max(counts), 1)
+    bar = width / len(counts)
+    rects = []
+    for i, (count, label) in enumerate(zip(counts, labels)):
+        h = height * count / top
+        rects.append(f'<rect x="{i * bar + 1:.1f}" y="{height - h:.1f}" width="{max(bar - 2, 1):.1f}" '
+                     f'height="{h:.1f}" fill="#4a78c2"><title>{html.escape(label)}: {count}</title></rect>')
+    return (f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'xmlns="http://www.w3.org/2000/svg" role="img">{"".join(rects)}</svg>')
+
+
+def _cell(entry: Mapping[str, Any] | None, kind: str) -> str:
+    if not entry:
+        return "<td>–</td>"
+    keys = (("count", "missing", "min", "max", "mean", "median", "std", "zeros", "distinct")
+            if kind == "numeric" else ("count", "missing", "distinct"))
+    items = []
+    for key in keys:
+        value = entry.get(key)
+        total = (entry.get("count") or 0) + (entry.get("missing") or 0)
+        warn = key == "missing" and value and total and value / total > 0.05
+        items.append(f"<dt>{key}</dt><dd{' class=warn' if warn else ''}>{_fmt(value)}</dd>")
+    parts = [f"<dl>{''.join(items)}</dl>"]
+    if kind == "numeric" and entry.get("histogram"):
+        edges = entry["histogram"]["edges"]
+        labels = [f"{_fmt(edges[i])} – {_fmt(edges[i + 1])}" for i in range(len(edges) - 1)]
+        parts.append(_svg_bars(entry["histogram"]["counts"], labels))
+    if kind == "categorical" and entry.get("top"):
+        parts.append(_svg_bars([n for _, n in entry["top"]], [v for v, _ in entry["top"]]))
+        parts.append("<ol class=top>" + "".join(
+            f"<li>{html.escape(v)} <span>{n}</span></li>" for v, n in entry["top"]) + "</ol>")
+    return f"<td>{''.join(parts)}</td>"
+
+
+def render_html(stats: Mapping[str, Any], title: str = "dataset", full_page: bool = True) -> str:
+    """A self-contained HTML view of ``stats``: one row per column, one cell per split."""
+    splits = list(stats.get("splits", []))
+    rows = stats.get("rows", {})
+    head = "".join(f"<th>{html.escape(s)} ({rows.get(s, 0)} rows)</th>" for s in splits)
+    body = []
+    for column in stats.get("columns", []):
+        cells = "".join(_cell(column["splits"].get(s), column["type"]) for s in splits)
+        body.append(f'<tr><td class=col><b>{html.escape(column["name"])}</b>'
+                    f'<span>{html.escape(column["type"])}</span></td>{cells}</tr>')
+    rejected = stats.get("rejected") or {}
+    meta = f"{stats.get('kind', '')} dataset"
+    if rejected:
+        meta += "; rejected: " + ", ".join(f"{html.escape(str(k))} {v}" for k, v in sorted(rejected.items()))
+    content = (f"<h1>{html.escape(title)}</h1><p class=meta>{meta}</p>"
+               f"<table class=hs><tr><th>column</th>{head}</tr>{''.join(body)}</table>")
+    style = f"<style>{_CSS}</style>"
+    if not full_page:
+        return f'<div class="hopsml-stats">{style}{content}</div>'
+    return (f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(title)} statistics"
+            f"</title>{style}</head><body>{content}</body></html>\n")
+
+
+class StatsView:
+    """The statistics of a dataset; a notebook displays it as the HTML page."""
+
+    def __init__(self, name: str, stats: Mapping[str, Any]) -> None:
+        self.name = name
+        self.stats = stats
+
+    def _repr_html_(self) -> str:
+        return render_html(self.stats, title=self.name, full_page=False)
+
+    def __repr__(self) -> str:
+        return f"StatsView({self.name!r}, {len(self.stats.get('columns', []))} columns)"
+
+
+def show(dataset: str, settings: "config.Settings | None" = None) -> StatsView:
+    """The statistics of a finished dataset, for ``display`` in a notebook (or its last line)."""
+    from hopsml import config as _config
+    from hopsml.data import dataset as ds
+    from hopsml.fs import Storage
+
+    settings = settings or _config.load()
+    storage = Storage(settings.root)
+    ddir, _ = ds.open_dataset(storage, settings.project, dataset)
+    return StatsView(dataset, storage.read_json(ddir.stats_json))

@@ -1,0 +1,137 @@
+"""The table job on a generated CSV with '?' values, spaces and malformed rows."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from hopsml import config
+from hopsml.data import dataset as ds
+from hopsml.data import samples
+from hopsml.data.readers import reader
+from hopsml.data.tables import prepare_table
+from hopsml.data.tfrecord import decode_example, read_records
+
+
+@pytest.fixture(scope="module")
+def env(spark, tmp_path_factory):
+    base = tmp_path_factory.mktemp("tables")
+    csv = str(base / "iris.csv")
+    counts = samples.write_table(csv)
+    settings = config.load(environ={}, root=str(base / "root"), project="test", master="local[4]")
+    return csv, settings, counts
+
+
+@pytest.fixture(scope="module")
+def filled(spark, env):
+    csv, settings, counts = env
+    summary = prepare_table(csv, "iris", label="species", missing="fill", standardize=True, one_hot=True,
+                            shards=2, settings=settings, spark=spark)
+    return summary
+
+
+def _path(settings, name, *parts):
+    return os.path.join(settings.root, "Projects", "test", "Datasets", name, *parts)
+
+
+def test_counts_add_up_and_malformed_rows_are_kept(env, filled):
+    _, settings, counts = env
+    assert filled.read == counts["rows"]
+    assert filled.rejected == counts["malformed"] == 2
+    assert filled.dropped == 0  # missing values were filled
+    assert filled.read == filled.written + filled.rejected + filled.dropped
+    assert filled.rejected_reasons == {"malformed row (wrong number of fields)": 1,
+                                       "unparsable number in column sepal_width": 1}
+    folder = _path(settings, "iris", "_rejected")
+    rows = [json.loads(line) for name in os.listdir(folder) if name.endswith(".json")
+            for line in open(os.path.join(folder, name))]
+    assert sorted(r["reason"] for r in rows) == sorted(filled.rejected_reasons)
+    assert any(r.get("line") == "5.0,3.4,1.5,setosa" for r in rows)
+    assert filled.splits["train"] + filled.splits["test"] == filled.written
+
+
+def test_drop_policy_counts_dropped_rows(spark, env):
+    csv, settings, counts = env
+    summary = prepare_table(csv, "iris_drop", label="species", settings=settings, spark=spark)
+    assert summary.dropped == counts["missing"]
+    assert summary.read == summary.written + summary.rejected + summary.dropped
+
+
+def test_transform_is_fitted_on_train_and_saved(env, filled):
+    _, settings, _ = env
+    transform = json.load(open(_path(settings, "iris", "transform.json")))
+    assert transform["label"]["classes"] and set(transform["label"]["classes"]) == {"setosa", "versicolor", "virginica"}
+    assert transform["categorical"]["petal_size"]["categories"][0] in ("small", "medium", "large")
+    train = next(iter(reader("iris", split="train", batch_size=10_000, fields=["sepal_length", "features", "label"],
+                             settings=settings)))
+    assert abs(train["sepal_length"].mean()) < 1e-6          # standardised with train statistics
+    assert abs(train["sepal_length"].std() - 1) < 1e-6
+    assert train["features"].shape == (filled.splits["train"], len(transform["features"]))
+    assert train["features"].dtype == np.float32 and train["label"].dtype == np.int32
+
+
+def test_split_is_reproducible(spark, env, filled):
+    csv, settings, _ = env
+    again = prepare_table(csv, "iris_again", label="species", missing="fill", standardize=True,
+                          one_hot=True, shards=2, settings=settings, spark=spark)
+    assert again.splits == filled.splits
+
+    def test_rows(name):
+        batch = next(iter(reader(name, split="test", batch_size=10_000, shuffle=False, settings=settings,
+                                 fields=["features"])))
+        return sorted(map(tuple, batch["features"][:, :4].round(5).tolist()))
+
+    assert test_rows("iris") == test_rows("iris_again")
+
+
+def test_parquet_and_tfrecord_hold_the_same_rows(env, filled):
+    from petastorm import make_batch_reader
+
+    _, settings, _ = env
+    for split in ("train", "test"):
+        url = "file://" + _path(settings, "iris", "parquet", split)
+        with make_batch_reader(url, reader_pool_type="dummy", schema_fields=["features", "label"]) as rows:
+            parquet = sorted((tuple(np.round(f, 5)), int(l)) for b in rows for f, l in zip(b.features, b.label))
+        folder = _path(settings, "iris", "tfrecord", split)
+        tf_rows = []
+        for name in sorted(os.listdir(folder)):
+            for record in read_records(os.path.join(folder, name)):
+                example = decode_example(record)
+                tf_rows.append((tuple(np.round(example["features"], 5)), int(example["label"][0])))
+        assert sorted(tf_rows) == parquet and len(parquet) == filled.splits[split]
+
+
+def test_ranks_split_the_table(env, filled):
+    _, settings, _ = env
+    seen = []
+    for rank in range(2):
+        seen += [tuple(r) for b in reader("iris", rank, 2, settings=settings) for r in b["features"].tolist()]
+    assert len(seen) == filled.splits["train"]
+
+
+def test_no_header_with_given_columns_and_stats(spark, env, tmp_path):
+    csv, settings, _ = env
+    lines = open(csv).read().splitlines()[1:]
+    bare = tmp_path / "bare.csv"
+    bare.write_text("\n".join(lines) + "\n")
+    columns = ["sepal length", "sepal-width", "petal_length", "petal_width", "petal_size", "species"]
+    summary = prepare_table(str(bare), "bare", label="species", header=False, columns=columns,
+                            missing="fill", settings=settings, spark=spark)
+    assert summary.read == len(lines) and summary.rejected == 2
+    manifest = json.load(open(_path(settings, "bare", "dataset.json")))
+    assert "sepal_length" in manifest["fields"] and "sepal_width" in manifest["fields"]
+    stats = json.load(open(_path(settings, "bare", "stats.json")))
+    width = next(c for c in stats["columns"] if c["name"] == "sepal_width")
+    assert set(width["splits"]) == {"train", "test"}
+    train = width["splits"]["train"]
+    assert train["count"] + train["missing"] == summary.splits["train"]
+    assert {"min", "max", "mean", "median", "std", "zeros", "distinct", "histogram"} <= set(train)
+    size = next(c for c in stats["columns"] if c["name"] == "petal_size")
+    assert size["splits"]["train"]["top"][0][0] in ("small", "medium", "large")
+
+
+def test_unknown_label_is_a_clear_error(spark, env):
+    csv, settings, _ = env
+    with pytest.raises(ds.DatasetError, match="label column 'kind' is not among the columns"):
+        prepare_table(csv, "bad", label="kind", settings=settings, spark=spark)
