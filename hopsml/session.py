@@ -47,6 +47,9 @@ def _prepare_environment(settings: config.Settings) -> None:
     if settings.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", conf_dir())
+    # Workers: petastorm 0.13 calls pyarrow APIs deprecated since pyarrow 2; the warning says nothing
+    # a user can act on, and every worker would print it.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:petastorm.fs_utils")
     log_dir = os.path.abspath(os.path.expanduser(settings.log_dir))
     os.makedirs(log_dir, exist_ok=True)
     os.environ.setdefault("HOPSML_LOG_DIR", log_dir)
