@@ -31,3 +31,12 @@ def test_prep_and_datasets_commands(spark, root, tmp_path, capsys):
     assert cli.main(["datasets", "show", "flowers"]) == 0
     assert "statistics" in capsys.readouterr().out
     assert cli.main(["datasets", "show", "nothing"]) == 1
+
+
+def test_show_lists_the_trials_of_a_search_best_first(spark, root, capsys):
+    logdir, _, _ = experiment.grid_search(lambda x: {"metric": x * 10}, {"x": [1, 3, 2]}, name="s")
+    assert cli.main(["experiments", "show", logdir.rsplit("/", 1)[-1]]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("trials, best first:"):].splitlines()[1:5]
+    assert table[0].split()[:3] == ["TRIAL", "STATE", "METRIC"]
+    assert [row.split()[0] for row in table[1:]] == ["x=3", "x=2", "x=1"]

@@ -123,3 +123,24 @@ def test_median_early_stopping(spark, root):
     assert all(t["state"] == "EARLY_STOPPED" for t in bad)
     assert all(t["metric"] is not None and t["duration"] < 12 * 0.4 for t in bad)  # partial result kept
     assert _json(logdir, "experiment.json")["trials"]["EARLY_STOPPED"] == 3
+
+
+def slow(x):
+    time.sleep(30)
+    return {"metric": x}
+
+
+def test_ctrl_c_marks_the_search_killed_and_cancels_trials(spark, root):
+    import _thread
+    import threading
+
+    threading.Timer(3.0, _thread.interrupt_main).start()  # what Ctrl-C in a notebook does
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        experiment.grid_search(slow, {"x": [1, 2]}, name="interrupted")
+    assert time.monotonic() - start < 25  # cancelled, not waited for
+    (run,) = (root / "Projects" / "test" / "Experiments").iterdir()
+    assert _json(str(run), "experiment.json")["state"] == "KILLED"
+    # the cancelled trials leave the shared session usable
+    _, best, _ = experiment.grid_search(lambda x: x, {"x": [1, 2]})
+    assert best == {"x": 2}
