@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import numbers
+import re
 from typing import Any, Callable, Iterable, Iterator
 
 from hopsml import config, session
-from hopsml.errors import ExperimentFailed, HopsmlError
+from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
 from hopsml.launcher.driver import Live, check_barrier_stage, open_channel, run_stage, ship_by_value
 from hopsml.launcher.rank import barrier_partition
@@ -123,14 +124,13 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", description: s
         try:
             reports = run_stage(sc, partition, workers, barrier=True, abort=live.failed, job_group=run.id,
                                 description=f"hopsml allreduce '{name}' ({run.id}, {workers} ranks)")
+        except ClusterError as error:  # a rank's process died: say which, with its last lines
+            reports = [_crashed_rank(error, run)]
         finally:
             channel.close()
         failures = sorted([r for r in live.finished + reports if not r["ok"]], key=_first_cause)
         if failures:
-            first = failures[0]
-            raise ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {first['error']}",
-                                   traceback=first.get("traceback", ""), output_tail=first.get("tail", ""),
-                                   logdir=run.logdir)
+            raise _rank_failure(failures, run)
         by_rank = {r["rank"]: r["result"] for r in reports}
         result = by_rank[0]
         run.finish(metric=_metric(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)])
@@ -138,6 +138,39 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", description: s
 
 
 collective_all_reduce = allreduce
+
+
+def _worker_log_tail(run: ExperimentRun, rank: int, lines: int = 30) -> str:
+    path = run.dir.worker_log(rank)
+    return "\n".join(run.storage.read_text(path).splitlines()[-lines:]) if run.storage.exists(path) else ""
+
+
+def _rank_failure(failures: list[dict[str, Any]], run: ExperimentRun) -> ExperimentFailed:
+    """The error for a failed distributed run, about the rank that caused it.
+
+    When the only reports are peers that lost a rank, that rank died without a word: name it and
+    show its own last log lines rather than the survivor's.
+    """
+    first = failures[0]
+    died = re.search(r"rank (\d+) probably died", first.get("error", ""))
+    if "CollectiveError" in first.get("error", "") and died:
+        rank = int(died.group(1))
+        return ExperimentFailed(f"experiment {run.id} failed: rank {rank} died or disconnected "
+                                f"(rank {first['rank']} saw: {first['error']})",
+                                output_tail=_worker_log_tail(run, rank), logdir=run.logdir)
+    return ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {first['error']}",
+                            traceback=first.get("traceback", ""), output_tail=first.get("tail", ""),
+                            logdir=run.logdir)
+
+
+def _crashed_rank(error: ClusterError, run: ExperimentRun) -> dict[str, Any]:
+    """A failure report for the rank whose task Spark saw die (its partition id is its rank)."""
+    match = re.search(r"Task (\d+) in stage", str(error))
+    if match is None:
+        raise error
+    rank = int(match.group(1))
+    return {"ok": False, "rank": rank, "tail": _worker_log_tail(run, rank), "traceback": "",
+            "error": f"its process died ({str(error).splitlines()[0]})"}
 
 
 def _first_cause(report: dict[str, Any]) -> tuple[int, int]:

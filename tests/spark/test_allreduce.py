@@ -81,14 +81,20 @@ def test_killed_rank_gives_collective_error_not_a_hang(spark, root):
 
         if collective.rank() == 1:
             collective.allreduce(np.ones(1000))
+            print("rank 1 about to vanish")
             os._exit(3)  # dies without a word, mid-training
         for _ in range(5):
             collective.allreduce(np.ones(1000))
         return 1.0
 
-    with pytest.raises((ExperimentFailed, ClusterError)) as info:
+    start = time.monotonic()
+    with pytest.raises(ExperimentFailed) as info:
         experiment.allreduce(train, name="killed", num_workers=2, timeout_s=120)
-    assert "rank 1" in str(info.value) or "CollectiveError" in str(info.value)
+    message = str(info.value)
+    assert time.monotonic() - start < 30
+    # either Spark saw rank 1's process die, or rank 0 saw its peer vanish: both name rank 1
+    assert "rank 1" in message and "died" in message, message
+    assert "rank 1 about to vanish" in message  # the dead rank's own last lines
 
 
 def test_too_many_workers_fails_fast_and_says_how_many_slots(spark, root):
