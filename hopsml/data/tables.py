@@ -27,6 +27,7 @@ from hopsml.data import shards as shard_io
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
+from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -164,7 +165,8 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     storage = Storage(settings.root)
     started = time.perf_counter()
     job = _TableJob(spark, storage, settings, src, dataset, options)
-    with ds.staged(storage, settings.project, dataset, options.overwrite) as stage:
+    with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
+            spark_progress(spark.sparkContext, f"prepare table '{dataset}'"):
         summary = job.run(stage)
         summary.seconds = time.perf_counter() - started
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)

@@ -1,0 +1,10 @@
+from hopsml.progress import _task_counts, spark_progress
+
+
+def test_jobs_inside_the_block_are_grouped_and_counted(spark):
+    sc = spark.sparkContext
+    with spark_progress(sc, "counting", enabled=False):
+        group = sc.getLocalProperty("spark.jobGroup.id")
+        assert sc.parallelize(range(100), 5).map(lambda x: x * 2).sum() == 9900
+    assert sc.getLocalProperty("spark.jobGroup.id") is None  # later jobs are not in the group
+    assert _task_counts(sc, group, {}) == (5, 5)
