@@ -13,6 +13,7 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from typing import IO, Any, Iterator
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
@@ -61,10 +62,18 @@ class Storage:
         return posixpath.join(self._base, rel) if rel else self._base
 
     def uri(self, rel: str = "") -> str:
-        """What to show a user: a local path for local roots, else the full URI."""
+        """What to show a user: a local path for local roots, else the URI (without query options).
+
+        >>> Storage("s3://bucket/root?region=eu-west-1").uri("Projects/p")
+        's3://bucket/root/Projects/p'
+        >>> Storage("hdfs://nn:8020/user/me").uri("x")
+        'hdfs://nn:8020/user/me/x'
+        """
         if self.is_local:
             return self.path(rel)
-        return self.root.rstrip("/") + ("/" + rel.strip("/") if rel.strip("/") else "")
+        parts = urlsplit(self.root)
+        path = posixpath.join(parts.path, rel.strip("/")) if rel.strip("/") else parts.path
+        return f"{parts.scheme}://{parts.netloc}{path}".rstrip("/")
 
     def local_path(self, rel: str = "") -> str | None:
         """The local path of a root-relative path, or None when the root is remote."""

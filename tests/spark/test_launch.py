@@ -76,3 +76,23 @@ def test_bad_arguments_fail_before_spark_runs(spark, root, tmp_path):
         experiment.launch(lambda: 1, name="x", versioned_resources=[str(tmp_path / "nope.csv")])
     assert not os.path.exists(root / "Projects" / "test" / "Experiments") or not os.listdir(
         root / "Projects" / "test" / "Experiments")
+
+
+def test_launch_on_an_s3_root(spark, root, s3_endpoint, monkeypatch):
+    from s3 import s3_root
+
+    from hopsml.fs import Storage
+
+    uri = s3_root(s3_endpoint)
+    monkeypatch.setenv("HOPSML_ROOT", uri)
+    logdir, result = experiment.launch(train, {"lr": 0.1}, name="on-s3", metric_key="accuracy")
+    storage = Storage(uri)
+    assert logdir.startswith("s3://hopsml-test/") and "?" not in logdir
+    run = logdir[len(storage.uri()) + 1:]
+    rec = storage.read_json(f"{run}/experiment.json")
+    assert rec["state"] == "FINISHED" and rec["metric"] == 0.75
+    files = {p.rsplit("/", 1)[-1] for p in storage.ls(run, recursive=True)}
+    assert {"program.py", "conda.yml", "output.log", "metrics.jsonl", "weights.npy"} <= files
+    assert any(name.startswith("events.out.tfevents") for name in files)
+    assert "training with lr=0.1" in storage.read_text(f"{run}/output.log")
+    assert result["weights"] == f"{logdir}/weights.npy"

@@ -1,0 +1,80 @@
+"""The storage contract, run against every backend a root URI can name here: a local path, a file://
+URI, and S3 (a local S3 server speaking the real protocol). HDFS needs a Hadoop cluster and libhdfs,
+which this machine cannot have; it goes through the same pyarrow.fs calls."""
+
+import pickle
+
+import pytest
+from s3 import s3_root, s3_server
+
+from hopsml.fs import Storage
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["local", "file", "s3"])
+def storage(request, tmp_path):
+    if request.param == "local":
+        return Storage(str(tmp_path / "root"))
+    if request.param == "file":
+        return Storage(f"file://{tmp_path}/root")
+    return Storage(s3_root(request.getfixturevalue("s3_endpoint")))
+
+
+def test_whole_files_replace_atomically(storage):
+    storage.write_json("Projects/p/rec.json", {"state": "RUNNING"})
+    storage.write_json("Projects/p/rec.json", {"state": "FINISHED"})
+    assert storage.read_json("Projects/p/rec.json") == {"state": "FINISHED"}
+    assert storage.ls("Projects/p") == ["Projects/p/rec.json"]  # nothing left aside
+    assert storage.exists("Projects/p/rec.json") and not storage.exists("Projects/p/other.json")
+    assert storage.isdir("Projects/p") and not storage.isdir("Projects/p/rec.json")
+
+
+def test_failed_write_keeps_the_old_file(storage):
+    storage.write_text("f.txt", "old")
+    with pytest.raises(RuntimeError):
+        with storage.open("f.txt", "wb") as stream:
+            stream.write(b"half")
+            raise RuntimeError("crash")
+    assert storage.read_text("f.txt") == "old" and storage.ls("") == ["f.txt"]
+
+
+def test_append(storage):
+    for line in ("1\n", "2\n", "3\n"):
+        storage.append_text("m/metrics.jsonl", line)
+    assert storage.read_text("m/metrics.jsonl") == "1\n2\n3\n"
+
+
+def test_upload_download_and_listing(storage, tmp_path):
+    src = tmp_path / "src"
+    (src / "tb").mkdir(parents=True)
+    (src / "tb" / "events").write_bytes(b"\x00" * 1000)
+    (src / "out.log").write_text("log")
+    storage.upload(str(src), "run")
+    files = [p for p in storage.ls("run", recursive=True) if not storage.isdir(p)]
+    assert sorted(files) == ["run/out.log", "run/tb/events"]
+    storage.download("run", str(tmp_path / "back"))
+    assert (tmp_path / "back" / "tb" / "events").read_bytes() == b"\x00" * 1000
+
+
+def test_claim_dir_once(storage):
+    assert storage.claim_dir("Experiments/app_1") is True
+    assert storage.claim_dir("Experiments/app_1") is False
+    assert storage.claim_dir("Experiments/app_2") is True
+
+
+def test_pickles_as_its_uri(storage):
+    storage.write_text("x.txt", "shared")
+    clone = pickle.loads(pickle.dumps(storage))
+    assert clone.read_text("x.txt") == "shared" and clone.uri("x.txt") == storage.uri("x.txt")
+    assert "?" not in storage.uri("x.txt")
+
+
+def test_delete(storage):
+    storage.write_text("d/a.txt", "a")
+    storage.delete("d")
+    assert not storage.exists("d/a.txt")
