@@ -3,8 +3,10 @@
     python bench/data_prep.py [--images 300] [--rows 20000] [--runs 3] [--records 1000]
 
 1. Image job: images/s of ``prepare_images`` (Spark binaryFile + mapInPandas, resize 200x200, crop
-   180x180, PNG into TFRecord, Parquet) against a multiprocessing Pool(N) Pillow loop doing the
-   same read/decode/resize/crop/encode on the same cores (N = CPU count), on 500x375 JPEGs.
+   180x180, PNG into TFRecord, Parquet, train/test split) against a multiprocessing Pool(N) loop
+   doing the same read/decode/resize/crop/encode on the same cores (N = CPU count), on 500x375
+   JPEGs: once with Pillow's PNG encoder (the plain Pillow loop) and once with the job's own PNG
+   encoder (the same per-image work as the job, so that ratio shows what Spark and the writes cost).
 2. Rank reader: rows/s of 32x32x3 uint8 images into numpy batches, hopsml's reader against
    petastorm's ``make_reader`` and a raw pyarrow read of the same Parquet files.
 3. TFRecord write/read MB/s for 100 KiB records (bench/codecs.py; against TensorFlow if installed).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -40,6 +43,7 @@ bench_tfrecord, photo = _codecs.bench_tfrecord, _codecs.photo
 
 from hopsml import config, session  # noqa: E402
 from hopsml.data import imaging  # noqa: E402
+from hopsml.data.imaging import encode_png_fast  # noqa: E402
 from hopsml.data.images import prepare_images  # noqa: E402
 from hopsml.data.readers import reader  # noqa: E402
 
@@ -47,9 +51,17 @@ RESIZE, CROP = (200, 200), (180, 180)
 
 
 def _pillow_one(path: str) -> int:
+    """The plain Pillow loop: decode, RGB, resize, crop, PNG through Pillow (compress_level=1)."""
     with open(path, "rb") as handle:
         pixels = imaging.transform(handle.read(), RESIZE, CROP)
     return len(imaging.encode_png(pixels))
+
+
+def _same_encoder_one(path: str) -> int:
+    """The same loop with the job's own PNG encoder: the per-image work of the job, nothing more."""
+    with open(path, "rb") as handle:
+        pixels = imaging.transform(handle.read(), RESIZE, CROP)
+    return len(encode_png_fast(pixels))
 
 
 def write_jpegs(folder: str, count: int) -> list[str]:
@@ -64,30 +76,38 @@ def write_jpegs(folder: str, count: int) -> list[str]:
     return paths
 
 
+def _spread(rates: list[float]) -> str:
+    return f"{statistics.median(rates):5.0f} img/s ({min(rates):.0f}-{max(rates):.0f})"
+
+
 def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settings) -> None:
     src = os.path.join(workdir, "jpegs")
     paths = write_jpegs(src, count)
     cores = os.cpu_count() or 1
+    loops = {"plain": _pillow_one, "same": _same_encoder_one}
+    rates: dict[str, list[float]] = {"job": [], "plain": [], "same": []}
     with multiprocessing.get_context("fork").Pool(cores) as pool:
-        pool.map(_pillow_one, paths[:cores * 4])  # warm up
-        times = []
-        for _ in range(runs):
+        for fn in loops.values():
+            pool.map(fn, paths[:cores * 4])  # warm up
+        prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)
+        for _ in range(runs):  # interleaved, so that a noisy moment hits every contender alike
+            for name, fn in loops.items():
+                start = time.perf_counter()
+                pool.map(fn, paths, chunksize=8)
+                rates[name].append(count / (time.perf_counter() - start))
             start = time.perf_counter()
-            pool.map(_pillow_one, paths, chunksize=8)
-            times.append(time.perf_counter() - start)
-    pool_rate = count / min(times)
-    prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)  # warm up
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        summary = prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)
-        times.append(time.perf_counter() - start)
+            summary = prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True,
+                                     settings=settings)
+            rates["job"].append(count / (time.perf_counter() - start))
     if summary.written != count:
         raise RuntimeError(f"the image job wrote {summary.written} of {count} images")
-    job_rate = count / min(times)
-    print(f"Image job, {count} JPEGs 500x375 -> resize 200x200, crop 180x180, PNG; best of {runs}; {cores} cores")
-    print(f"  hopsml prepare_images (Spark {settings.master}) {job_rate:7.0f} img/s | "
-          f"multiprocessing Pool({cores}) Pillow loop {pool_rate:7.0f} img/s (ratio {job_rate / pool_rate:4.2f})")
+    job = statistics.median(rates["job"])
+    print(f"Image job, {count} JPEGs 500x375 -> resize 200x200, crop 180x180, PNG; median (min-max) "
+          f"of {runs} interleaved runs; {cores} cores")
+    print(f"  hopsml prepare_images (Spark {settings.master}, Parquet + TFRecord, train/test) {_spread(rates['job'])}")
+    for name, label in (("plain", f"Pool({cores}) plain Pillow loop (Pillow PNG)"),
+                        ("same", f"Pool({cores}) same loop, the job's PNG encoder")):
+        print(f"  {label:63s} {_spread(rates[name])}  ratio {job / statistics.median(rates[name]):4.2f}")
 
 
 def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) -> None:
@@ -105,7 +125,8 @@ def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) 
         with open(os.path.join(label_dir, f"{i:06d}.png"), "wb") as out:
             out.write(imaging_png)
     start = time.perf_counter()
-    summary = prepare_images(src, "bench-tiny", resize=None, crop=(32, 32), overwrite=True, settings=settings)
+    summary = prepare_images(src, "bench-tiny", resize=None, crop=(32, 32), test_fraction=0, overwrite=True,
+                             settings=settings)
     build = time.perf_counter() - start
     folder = os.path.join(os.path.expanduser(settings.root), "Projects", settings.project, "Datasets",
                           "bench-tiny", "parquet", "all")

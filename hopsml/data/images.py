@@ -1,26 +1,32 @@
 """Images -> a dataset: a folder tree of JPEG/PNG files (label = parent folder) into petastorm
-Parquet and TFRecord shards, with a label map, rejected files, and statistics.
+Parquet and TFRecord shards, split into train and test, with a label map, rejected files, and
+statistics.
 
-One Spark pass does the work. Spark's ``binaryFile`` source reads the files (recursive, glob
-filter) straight into partitions sized so that there are at least ``shards`` of them, without a
-shuffle; a vectorised ``mapInPandas`` decodes each image once (JPEG draft mode: decoded straight
-at a reduced scale), resizes and crops it, writes the partition's TFRecord shard and report as it
-goes, and hands the pixels to Spark's Parquet writer inside petastorm's ``materialize_dataset``.
+One Spark pass does the work. Spark's ``binaryFile`` source lists the files (recursive, glob
+filter) into partitions sized so that there are at least ``shards`` of them, without a shuffle;
+only paths cross into Python, where a vectorised ``mapInPandas`` reads each file, decodes it once,
+resizes and crops it, puts it in the train or test split by a seeded hash of its path, and writes
+the partition's TFRecord shard and Parquet file of every split as it goes. The pixels never travel
+back through the JVM: the JVM lists and schedules, the Python workers do the rest, which keeps
+both cores on the images. The Parquet folders get the ``_common_metadata`` petastorm's
+``materialize_dataset`` writes (Unischema, row groups per file), so petastorm's readers read them.
 Everything lands in a hidden staging folder that is renamed into place at the end.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import logging
 import posixpath
 import re
 import time
-import warnings
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -28,23 +34,26 @@ from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import imaging
 from hopsml.data import shards as shard_io
-from hopsml.data.codec import encode_cell
+from hopsml.data.codec import encode_cell, npy_header
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-SPLIT = "all"
+ALL = "all"                      # the one split of a dataset written with test_fraction=0
+TRAIN, TEST = "train", "test"
 DEFAULT_GLOB = "*.{jpg,jpeg,png,JPG,JPEG,PNG}"
 IMAGE_FORMATS = ("png", "jpeg")
+UNREADABLE_FILE = "unreadable file"
 _TARGET_SHARD_BYTES = 64 << 20   # input bytes per partition when nothing else asks for more
-_ROWS_PER_ARROW_BATCH = 64       # images per batch between the JVM and Python: keeps both busy
-_ROW_GROUP_MB = 16
+_PATHS_PER_ARROW_BATCH = 256     # paths per batch from the JVM (only paths cross: the bytes do not)
+_ROW_GROUP_BYTES = 16 << 20      # Parquet row groups of about this many bytes of pixels
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,8 @@ class ImageOptions:
     overwrite: bool = False
     draft: bool = True
     compression: Optional[str] = None   # of the TFRecord shards: None or "gzip"
+    test_fraction: float = 0.2
+    seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("resize", "crop"):
@@ -76,6 +87,15 @@ class ImageOptions:
             raise SettingsError(f"image_format={self.image_format!r}: use 'png' (lossless) or 'jpeg'")
         if self.shards is not None and int(self.shards) < 1:
             raise SettingsError(f"shards={self.shards!r} must be at least 1")
+        try:
+            fraction = float(self.test_fraction)
+        except (TypeError, ValueError):
+            fraction = float("nan")
+        if not 0.0 <= fraction < 1.0:
+            raise SettingsError(f"test_fraction={self.test_fraction!r} must be at least 0 and below 1 "
+                                "(0 writes a single split 'all')")
+        object.__setattr__(self, "test_fraction", fraction)
+        object.__setattr__(self, "seed", int(self.seed))
 
     @property
     def size(self) -> tuple[int, int]:
@@ -86,6 +106,40 @@ class ImageOptions:
     def shape(self) -> tuple[int, int, int]:
         width, height = self.size
         return (height, width, 3)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return (TRAIN, TEST) if self.test_fraction > 0 else (ALL,)
+
+
+def split_of(key: str, test_fraction: float, seed: int = 0) -> str:
+    """The split of an image: 'test' for about ``test_fraction`` of all keys, else 'train'
+    ('all' when ``test_fraction`` is 0). ``key`` is the image's path relative to the source
+    folder, so the split is the same on every machine, in every run, wherever the tree lies.
+
+    >>> split_of("cat/001.jpg", 0.0)
+    'all'
+    >>> [split_of(f"cat/{i:03d}.jpg", 0.5, seed=7) for i in range(6)]
+    ['train', 'test', 'train', 'train', 'test', 'train']
+    """
+    if test_fraction <= 0:
+        return ALL
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8,
+                             key=int(seed).to_bytes(8, "little", signed=True)).digest()
+    return TEST if int.from_bytes(digest, "little") < test_fraction * 2.0 ** 64 else TRAIN
+
+
+def relative_key(path: str, base: str) -> str:
+    """``path`` relative to the source folder ``base`` (a path without scheme), as split_of keys it.
+
+    >>> relative_key("file:/data/pets/cat/1.jpg", "/data/pets")
+    'cat/1.jpg'
+    >>> relative_key("hdfs://nn:8020/data/pets/dog/2.png", "/data/pets/")
+    'dog/2.png'
+    """
+    base = base.rstrip("/") + "/"
+    at = path.find(base)
+    return path[at + len(base):] if at >= 0 else path
 
 
 def unischema(shape: tuple[int, int, int]):
@@ -102,6 +156,16 @@ def unischema(shape: tuple[int, int, int]):
     ])
 
 
+def arrow_schema() -> "pa.Schema":
+    """The Parquet columns of an image dataset, as Spark would write the Unischema's Spark schema."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field("image", pa.binary(), nullable=False),
+                      pa.field("label", pa.int32(), nullable=False),
+                      pa.field("label_text", pa.string(), nullable=False),
+                      pa.field("path", pa.string(), nullable=False)])
+
+
 def label_of(path: str) -> str:
     """The label of an image: the name of the folder it is in."""
     return posixpath.basename(posixpath.dirname(path.rstrip("/")))
@@ -112,6 +176,12 @@ def source_uri(src: str) -> str:
     if "://" in src or src.startswith("file:"):
         return src
     return posixpath.abspath(posixpath.expanduser(src))
+
+
+def _source_base(src: str) -> str:
+    """The source folder as a path without scheme, the prefix that :func:`relative_key` strips."""
+    uri = source_uri(src)
+    return urlsplit(uri).path if ":" in uri.split("/", 1)[0] else uri
 
 
 @contextmanager
@@ -130,63 +200,113 @@ def _session_conf(spark: "SparkSession", values: dict[str, str]) -> Iterator[Non
                 spark.conf.set(key, value)
 
 
+class _SourceFiles:
+    """Reads source files by the path Spark lists: local files directly, other schemes through
+    pyarrow's filesystems (one per scheme and authority, made once per worker)."""
+
+    def __init__(self) -> None:
+        self._filesystems: dict[str, Any] = {}
+
+    def read(self, path: str) -> bytes:
+        if path.startswith("file:"):
+            local = path[len("file:"):]
+            if local.startswith("//"):   # file:///x -> /x
+                local = "/" + local.lstrip("/")
+            with open(local, "rb") as handle:
+                return handle.read()
+        import pyarrow.fs as pafs
+
+        parts = urlsplit(path)
+        key = f"{parts.scheme}://{parts.netloc}"
+        if key not in self._filesystems:
+            self._filesystems[key] = pafs.FileSystem.from_uri(path)[0]
+        with self._filesystems[key].open_input_stream(parts.path) as stream:
+            return stream.read()
+
+
+def _split_report() -> dict[str, Any]:
+    return {"written": 0, "labels": Counter(), "widths": [], "heights": [], "modes": Counter(),
+            "formats": Counter(), "row_groups": {}}
+
+
 class _Transformer:
     """The per-partition work of the Spark job; pickled to the executors (small and plain)."""
 
     def __init__(self, options: ImageOptions, labels: list[str], storage: Storage,
-                 stage: ds.DatasetDir, shard_count: int) -> None:
+                 stage: ds.DatasetDir, shard_count: int, source_base: str) -> None:
         self.options = options
         self.index = {name: i for i, name in enumerate(labels)}
         self.storage = storage
         self.stage = stage
         self.shard_count = shard_count
+        self.source_base = source_base
 
     def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd
 
-        opts = self.options
         part = shard_io.partition_id()
-        encode = imaging.encode_png if opts.image_format == "png" else imaging.encode_jpeg
+        report: dict[str, Any] = {"partition": part, "read": 0, "written": 0, "rejected": [],
+                                  "splits": {split: _split_report() for split in self.options.splits}}
+        with ExitStack() as stack:
+            self._run(part, batches, report, stack)
+        yield pd.DataFrame({"report": [json.dumps(report, separators=(",", ":"))]})
+
+    def _run(self, part: int, batches: Iterator["pd.DataFrame"], report: dict[str, Any],
+             stack: ExitStack) -> None:
+        opts = self.options
+        encode = imaging.encode_png_fast if opts.image_format == "png" else imaging.encode_jpeg
         height, width, channels = opts.shape
         fmt = opts.image_format.encode()
-        report: dict[str, Any] = {"partition": part, "read": 0, "written": 0, "labels": Counter(),
-                                  "rejected": [], "widths": [], "heights": [], "modes": Counter(),
-                                  "formats": Counter()}
-        with shard_io.shard_writer(self.storage, self.stage.tfrecord(SPLIT), part, self.shard_count,
-                                 opts.compression) as writer:
-            for frame in batches:
-                paths = frame["path"].tolist()
-                contents = frame["content"].tolist()
-                report["read"] += len(paths)
-                images, labels, texts, kept = [], [], [], []
-                for path, data in zip(paths, contents):
+        rows_per_group = _ROW_GROUP_BYTES // (len(npy_header(opts.shape)) + height * width * channels)
+        tfrecords, parquets = {}, {}
+        for split in opts.splits:
+            tfrecords[split] = stack.enter_context(shard_io.shard_writer(
+                self.storage, self.stage.tfrecord(split), part, self.shard_count, opts.compression))
+            parquets[split] = shard_io.ParquetShard(
+                self._opener(stack, split, part), arrow_schema(), rows_per_group,
+                dictionary=("label", "label_text"))
+        files = _SourceFiles()
+        for frame in batches:
+            for path in frame["path"].tolist():
+                report["read"] += 1
+                try:
                     try:
-                        w, h, mode, kind = imaging.inspect(data)
-                        pixels = imaging.transform(data, opts.resize, opts.crop, draft=opts.draft)
-                    except imaging.ImageRejected as rejected:
-                        report["rejected"].append({"path": path, "reason": rejected.reason,
-                                                   "detail": rejected.detail})
-                        continue
-                    text = label_of(path)
-                    label = self.index[text]
-                    writer.write(encode_example({
-                        "image/encoded": encode(pixels), "image/height": height,
-                        "image/width": width, "image/channels": channels, "image/format": fmt,
-                        "image/class/label": label, "image/class/text": text.encode(),
-                        "image/filename": path.encode()}))
-                    images.append(encode_cell(pixels))
-                    labels.append(label)
-                    texts.append(text)
-                    kept.append(path)
-                    report["widths"].append(w)
-                    report["heights"].append(h)
-                    report["modes"][mode] += 1
-                    report["formats"][kind] += 1
-                    report["labels"][text] += 1
-                report["written"] += len(kept)
-                yield pd.DataFrame({"image": images, "label": np.asarray(labels, dtype=np.int32),
-                                    "label_text": texts, "path": kept})
-        shard_io.write_report(self.storage, self.stage.parts, part, report)
+                        data = files.read(path)
+                    except OSError as error:
+                        raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
+                    w, h, mode, kind = imaging.inspect(data)
+                    pixels = imaging.transform(data, opts.resize, opts.crop, draft=opts.draft)
+                except imaging.ImageRejected as rejected:
+                    report["rejected"].append({"path": path, "reason": rejected.reason,
+                                               "detail": rejected.detail})
+                    continue
+                text = label_of(path)
+                label = self.index[text]
+                split = split_of(relative_key(path, self.source_base), opts.test_fraction, opts.seed)
+                tfrecords[split].write(encode_example({
+                    "image/encoded": encode(pixels), "image/height": height,
+                    "image/width": width, "image/channels": channels, "image/format": fmt,
+                    "image/class/label": label, "image/class/text": text.encode(),
+                    "image/filename": path.encode()}))
+                parquets[split].add({"image": encode_cell(pixels), "label": label,
+                                     "label_text": text, "path": path})
+                stats = report["splits"][split]
+                stats["written"] += 1
+                stats["labels"][text] += 1
+                stats["widths"].append(w)
+                stats["heights"].append(h)
+                stats["modes"][mode] += 1
+                stats["formats"][kind] += 1
+                report["written"] += 1
+        for split, shard in parquets.items():
+            groups = shard.close()   # before the stack renames the file into place
+            if groups:
+                report["splits"][split]["row_groups"][shard_io.part_name(part)] = groups
+
+    def _opener(self, stack: ExitStack, split: str, part: int) -> Callable[[], Any]:
+        """Open the split's Parquet file on its first row group: a split with no rows here gets none."""
+        rel = ds.layout.join(self.stage.parquet(split), shard_io.part_name(part))
+        return lambda: stack.enter_context(shard_io.atomic_output(self.storage, rel))
 
 
 def _plan_partitions(spark: "SparkSession", files: int, total_bytes: int, shards_wanted: int) -> dict[str, str]:
@@ -196,7 +316,7 @@ def _plan_partitions(spark: "SparkSession", files: int, total_bytes: int, shards
     return {"spark.sql.files.maxPartitionBytes": str(per_partition),
             "spark.sql.files.openCostInBytes": str(open_cost),
             "spark.sql.files.minPartitionNum": str(shards_wanted),
-            "spark.sql.execution.arrow.maxRecordsPerBatch": str(_ROWS_PER_ARROW_BATCH)}
+            "spark.sql.execution.arrow.maxRecordsPerBatch": str(_PATHS_PER_ARROW_BATCH)}
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -248,33 +368,35 @@ def _compute_slots(spark: "SparkSession") -> int:
     return spark.sparkContext.defaultParallelism
 
 
-def _read_files(spark: "SparkSession", src: str, glob: str) -> "DataFrame":
+def _list_files(spark: "SparkSession", src: str, glob: str) -> "DataFrame":
+    """The files as Spark's binaryFile source sees them, paths only: the bytes are read by the
+    Python workers, so they do not travel through the JVM and Arrow first."""
     return (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-            .option("pathGlobFilter", glob).load(source_uri(src)))
+            .option("pathGlobFilter", glob).load(source_uri(src)).select("path"))
 
 
 def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] = (200, 200),
                    crop: Optional[tuple[int, int]] = (180, 180), shards: Optional[int] = None,
                    glob: str = DEFAULT_GLOB, strict: bool = False, image_format: str = "png",
                    overwrite: bool = False, draft: bool = True, compression: Optional[str] = None,
-                   spark: "SparkSession | None" = None,
+                   test_fraction: float = 0.2, seed: int = 0, spark: "SparkSession | None" = None,
                    settings: config.Settings | None = None) -> ds.DatasetSummary:
     """Turn a folder tree of images (label = parent folder) into the dataset ``dataset``.
 
     Writes petastorm Parquet (image (H, W, 3) uint8, label, label_text, path), TFRecord shards of
     tf.train.Example with the usual image/* keys, labels.json, _rejected/ (path, reason),
-    stats.json and stats.html, then _SUCCESS. ``shards`` is the least number of Parquet files and
-    TFRecord shards (default: enough for the configured num_workers and the machine's cores).
-    ``strict=True`` fails instead of committing when any file is rejected.
+    stats.json and stats.html, then _SUCCESS. Images go to the splits 'train' and 'test' by a
+    hash of their path relative to ``src`` seeded by ``seed`` (about ``test_fraction`` of them
+    in 'test'); ``test_fraction=0`` writes one split, 'all'. ``shards`` is the least number of
+    TFRecord shards and Parquet files per split (default: enough for the configured num_workers
+    and the machine's cores). ``strict=True`` fails instead of committing when any file is rejected.
     """
-    from petastorm.etl.dataset_metadata import materialize_dataset
-
     from hopsml import session
     from hopsml.data import stats as stats_mod
 
     options = ImageOptions(resize=resize, crop=crop, image_format=image_format, glob=glob,
                            shards=shards, strict=strict, overwrite=overwrite, draft=draft,
-                           compression=compression)
+                           compression=compression, test_fraction=test_fraction, seed=seed)
     settings = settings or config.load()
     spark = spark or session.get_or_create(settings)
     storage = Storage(settings.root)
@@ -295,25 +417,17 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
 
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
             _session_conf(spark, _plan_partitions(spark, files, total_bytes, wanted)):
-        source = _read_files(spark, src, options.glob).select("path", "content")
+        source = _list_files(spark, src, options.glob)
         count = source.rdd.getNumPartitions()
         if count < wanted:  # Spark's packing cut fewer partitions than needed: spread by a shuffle
             source, count = source.repartition(wanted), wanted
-        schema = unischema(options.shape)
-        transformer = _Transformer(options, labels, storage, stage, count)
-        out = source.mapInPandas(transformer, schema.as_spark_schema())
-        url = ds.parquet_url(storage, stage.parquet(SPLIT))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # petastorm 0.13 uses pyarrow APIs deprecated in 5.0
-            with materialize_dataset(spark, url, schema, _ROW_GROUP_MB):
-                (out.write.mode("overwrite").option("parquet.enable.dictionary#image", "false")
-                 .parquet(url))
-
-        reports = shard_io.read_reports(storage, stage.parts)
+        transformer = _Transformer(options, labels, storage, stage, count, _source_base(src))
+        reports = [json.loads(row.report) for row in
+                   source.mapInPandas(transformer, "report string").collect()]
         if empty:
-            reports.append({"partition": -1, "read": len(empty), "written": 0, "labels": {},
-                            "rejected": empty, "widths": [], "heights": [], "modes": {}, "formats": {}})
-        summary = _summarise(reports, dataset, count)
+            reports.append({"partition": -1, "read": len(empty), "written": 0, "rejected": empty,
+                            "splits": {}})
+        summary = _summarise(reports, dataset, count, options.splits)
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
         rejected = [r for report in reports for r in report["rejected"]]
         if options.strict and rejected:
@@ -322,19 +436,32 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
                 f"{len(rejected)} of {summary.read} images were rejected and strict=True, so dataset "
                 f"{dataset!r} was not written: {shown}{' ...' if len(rejected) > 10 else ''}. "
                 "Fix or remove these files, or run without --strict to list them in _rejected")
+        schema = unischema(options.shape)
+        for split in options.splits:
+            row_groups = {name: groups for report in reports
+                          for name, groups in report["splits"].get(split, {}).get("row_groups", {}).items()}
+            storage.makedirs(stage.parquet(split))
+            shard_io.write_petastorm_metadata(storage, stage.parquet(split), arrow_schema(), schema,
+                                              row_groups)
+            if len(row_groups) < wanted:
+                log.warning("split %r of dataset %r has %d Parquet files, fewer than the %d planned: "
+                            "at most %d ranks can share it; give more images or a larger test_fraction",
+                            split, dataset, len(row_groups), wanted, len(row_groups))
         shard_io.write_jsonl(storage, ds.layout.join(stage.rejected, "part-00000.jsonl"),
-                           sorted(rejected, key=lambda r: r["path"]))
+                             sorted(rejected, key=lambda r: r["path"]))
         storage.write_json(stage.labels, {"labels": labels})
-        image_stats = stats_mod.image_stats(reports, labels)
+        per_split = {split: [r["splits"][split] for r in reports if split in r["splits"]]
+                     for split in options.splits}
+        image_stats = stats_mod.image_stats(per_split, labels, summary.rejected_reasons)
         storage.write_json(stage.stats_json, image_stats)
         storage.write_text(stage.stats_html, stats_mod.render_html(image_stats, title=dataset))
-        storage.delete(stage.parts)
         summary.seconds = time.perf_counter() - started
         storage.write_json(stage.manifest, {
             "format_version": ds.FORMAT_VERSION, "kind": "images", "name": dataset,
             "created": ds.now(), "source": src, "options": {
                 "resize": options.resize, "crop": options.crop, "image_format": options.image_format,
-                "glob": options.glob, "draft": options.draft, "compression": options.compression},
+                "glob": options.glob, "draft": options.draft, "compression": options.compression,
+                "test_fraction": options.test_fraction, "seed": options.seed},
             "fields": {"image": {"dtype": "uint8", "shape": list(options.shape), "encoding": "npy",
                                  "tfrecord": "image/encoded"},
                        "label": {"dtype": "int32", "shape": [], "tfrecord": "image/class/label"},
@@ -342,8 +469,9 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
                        "path": {"dtype": "str", "shape": [], "tfrecord": "image/filename"}},
             "default_fields": ["image", "label"],
             "label_field": "label", "labels": labels,
-            "splits": {SPLIT: {"rows": summary.written, "parquet": f"{ds.PARQUET}/{SPLIT}",
-                               "tfrecord": f"{ds.TFRECORD}/{SPLIT}", "shards": count}},
+            "splits": {split: {"rows": summary.splits[split], "parquet": f"{ds.PARQUET}/{split}",
+                               "tfrecord": f"{ds.TFRECORD}/{split}", "shards": count}
+                       for split in options.splits},
             "counts": {"read": summary.read, "written": summary.written, "rejected": summary.rejected},
             "rejected_reasons": summary.rejected_reasons,
             "seconds": round(summary.seconds, 3)})
@@ -351,14 +479,18 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
     return summary
 
 
-def _summarise(reports: list[dict[str, Any]], name: str, count: int) -> ds.DatasetSummary:
+def _summarise(reports: list[dict[str, Any]], name: str, count: int,
+               splits: tuple[str, ...]) -> ds.DatasetSummary:
     read = sum(r["read"] for r in reports)
     written = sum(r["written"] for r in reports)
     reasons = Counter(item["reason"] for r in reports for item in r["rejected"])
+    per_split = {split: sum(r["splits"][split]["written"] for r in reports if split in r["splits"])
+                 for split in splits}
     summary = ds.DatasetSummary(name=name, kind="images", uri="", read=read, written=written,
-                                rejected=sum(reasons.values()), splits={SPLIT: written}, shards=count,
+                                rejected=sum(reasons.values()), splits=per_split, shards=count,
                                 rejected_reasons=dict(reasons))
-    if summary.read != summary.written + summary.rejected:
-        raise ds.DatasetError(f"counts do not add up (read {read}, written {written}, rejected "
-                              f"{summary.rejected}); a task reported twice or not at all: rerun the job")
+    if summary.read != summary.written + summary.rejected or sum(per_split.values()) != written:
+        raise ds.DatasetError(f"counts do not add up (read {read}, written {written} = "
+                              f"{per_split}, rejected {summary.rejected}); a task reported twice or "
+                              "not at all: rerun the job")
     return summary

@@ -1,22 +1,33 @@
-"""Executor-side output of a data job: one TFRecord shard and one small report per Spark partition.
+"""Executor-side output of a data job: the files one Spark partition writes itself.
 
-The Parquet side of a dataset is written by Spark; the same pass over each partition writes the
-partition's TFRecord shard beside it (``part-<partition>-of-<partitions>``), so both sides hold
-the same rows and the expensive work (decoding images) runs once. A retried task rewrites its
-shard and report atomically, so a retry never leaves half a file or a double count.
+The expensive work of a data job (decoding images) runs once per row, in the task, and the task
+writes its rows straight to every output: a TFRecord shard (``part-<partition>-of-<partitions>``)
+and, for images, a Parquet file of petastorm cells per split, so both sides hold the same rows
+and the pixels never travel back through the JVM. Every file is written aside and renamed into
+place when complete, so a retried task rewrites its files whole and never leaves half a file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import uuid
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, Union
 
 from hopsml import layout
 from hopsml.data.tfrecord import TFRecordWriter, shard_name
 from hopsml.fs import Storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# petastorm's keys in _common_metadata (petastorm.etl.dataset_metadata), written without the
+# extra Spark job that petastorm's materialize_dataset runs to count row groups
+UNISCHEMA_KEY = b"dataset-toolkit.unischema.v1"
+ROW_GROUPS_PER_FILE_KEY = b"dataset-toolkit.num_row_groups_per_file.v1"
+COMMON_METADATA = "_common_metadata"
 
 
 def partition_id() -> int:
@@ -28,41 +39,105 @@ def partition_id() -> int:
 
 
 @contextmanager
-def shard_writer(storage: Storage, folder: str, index: int, count: int,
-                 compression: str | None = None) -> Iterator[TFRecordWriter]:
-    """A TFRecordWriter for shard ``index`` of ``count`` in ``folder``, renamed into place on success."""
-    rel = layout.join(folder, shard_name(index, count, compression))
+def atomic_output(storage: Storage, rel: str) -> Iterator[Union[str, IO[bytes]]]:
+    """A local path (local roots) or a binary stream (remote roots) for ``rel``, moved into
+    place only when the block completes; on failure nothing appears at ``rel``."""
     local = storage.local_path(rel)
     if local is None:  # remote root: the storage layer writes aside and renames
         with storage.open(rel, "wb") as stream:
-            writer = TFRecordWriter(stream, compression)
-            try:
-                yield writer
-            finally:
-                writer.close()
+            yield stream
         return
     os.makedirs(os.path.dirname(local), exist_ok=True)
     tmp = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.tmp-{uuid.uuid4().hex}")
-    writer = TFRecordWriter(tmp, compression)
     try:
-        yield writer
-        writer.close()
+        yield tmp
         os.replace(tmp, local)
     finally:
-        writer.close()
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def write_report(storage: Storage, folder: str, index: int, report: dict[str, Any]) -> None:
-    """One partition's counts and side results, read back by the driver with :func:`read_reports`."""
-    storage.write_bytes(layout.join(folder, f"part-{index:05d}.json"),
-                        json.dumps(report, separators=(",", ":")).encode())
+@contextmanager
+def shard_writer(storage: Storage, folder: str, index: int, count: int,
+                 compression: str | None = None) -> Iterator[TFRecordWriter]:
+    """A TFRecordWriter for shard ``index`` of ``count`` in ``folder``, renamed into place on success."""
+    with atomic_output(storage, layout.join(folder, shard_name(index, count, compression))) as target:
+        writer = TFRecordWriter(target, compression)
+        try:
+            yield writer
+        finally:
+            writer.close()
 
 
-def read_reports(storage: Storage, folder: str) -> list[dict[str, Any]]:
-    return [storage.read_json(rel) for rel in storage.ls(folder) if rel.endswith(".json")]
+class ParquetShard:
+    """One Parquet file of a partition, written row group by row group from buffered columns.
+
+    ``add`` buffers one row; every ``rows_per_group`` rows become one row group, so the readers
+    (which shard by row group) get groups of a known size. ``open_target`` gives the path or
+    stream to write and is called with the first row group, so a file with no rows is never
+    made. ``close`` writes the rest and returns the number of row groups.
+    """
+
+    def __init__(self, open_target: Callable[[], Union[str, IO[bytes]]], schema: "pa.Schema",
+                 rows_per_group: int, dictionary: tuple[str, ...] = ()) -> None:
+        self.open_target, self.schema = open_target, schema
+        self.rows_per_group = max(1, int(rows_per_group))
+        self.dictionary = list(dictionary)
+        self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+        self.row_groups = 0
+        self.rows = 0
+        self._writer: Any = None
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        for name, values in self.columns.items():
+            values.append(row[name])
+        if len(self.columns[self.schema.names[0]]) >= self.rows_per_group:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        count = len(self.columns[self.schema.names[0]])
+        if not count:
+            return
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.open_target(), self.schema, compression="snappy",
+                                            use_dictionary=self.dictionary,
+                                            write_statistics=self.dictionary)
+        table = pa.Table.from_arrays([pa.array(self.columns[f.name], type=f.type) for f in self.schema],
+                                     schema=self.schema)
+        self._writer.write_table(table, row_group_size=count)
+        self.row_groups += 1
+        self.rows += count
+        self.columns = {name: [] for name in self.schema.names}
+
+    def close(self) -> int:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        return self.row_groups
+
+
+def write_petastorm_metadata(storage: Storage, folder: str, schema: "pa.Schema", unischema: Any,
+                             row_groups: Mapping[str, int]) -> None:
+    """``folder/_common_metadata`` as petastorm's materialize_dataset leaves it: the Arrow schema
+    with the pickled Unischema and the row groups of every file (name -> count), so that
+    ``make_reader`` / ``make_batch_reader`` read the folder without opening every footer."""
+    import pyarrow.parquet as pq
+
+    metadata = dict(schema.metadata or {})
+    metadata[UNISCHEMA_KEY] = pickle.dumps(unischema)
+    metadata[ROW_GROUPS_PER_FILE_KEY] = json.dumps(dict(sorted(row_groups.items()))).encode()
+    with atomic_output(storage, layout.join(folder, COMMON_METADATA)) as target:
+        pq.write_metadata(schema.with_metadata(metadata), target)
 
 
 def write_jsonl(storage: Storage, rel: str, rows: list[dict[str, Any]]) -> None:
     storage.write_text(rel, "".join(json.dumps(row, default=str) + "\n" for row in rows))
+
+
+def part_name(index: int, suffix: str = ".parquet") -> str:
+    """The file of partition ``index``: 'part-00003.parquet'."""
+    return f"part-{index:05d}{suffix}"

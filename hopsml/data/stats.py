@@ -56,30 +56,41 @@ def _edges(low: float, high: float) -> list[float]:
 
 
 # --- images ------------------------------------------------------------------------------------
-def image_stats(reports: Sequence[Mapping[str, Any]], labels: Sequence[str], split: str = "all") -> dict[str, Any]:
-    """Statistics of an image dataset from the image job's partition reports."""
-    label_counts = Counter({label: 0 for label in labels})
-    modes: Counter = Counter()
-    formats: Counter = Counter()
-    reasons: Counter = Counter()
-    widths: list[int] = []
-    heights: list[int] = []
-    for report in reports:
-        label_counts.update(report["labels"])
-        modes.update(report["modes"])
-        formats.update(report["formats"])
-        reasons.update(item["reason"] for item in report["rejected"])
-        widths += report["widths"]
-        heights += report["heights"]
-    columns = [
-        {"name": "label", "type": "categorical", "splits": {split: categorical_summary(label_counts)}},
-        {"name": "width before resize", "type": "numeric", "splits": {split: numeric_summary(widths)}},
-        {"name": "height before resize", "type": "numeric", "splits": {split: numeric_summary(heights)}},
-        {"name": "mode", "type": "categorical", "splits": {split: categorical_summary(modes)}},
-        {"name": "format", "type": "categorical", "splits": {split: categorical_summary(formats)}},
-    ]
-    return {"kind": "images", "splits": [split], "rows": {split: len(widths)},
-            "class_balance": {split: dict(label_counts)}, "rejected": dict(reasons), "columns": columns}
+def image_stats(splits: Mapping[str, Sequence[Mapping[str, Any]]], labels: Sequence[str],
+                rejected: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Statistics of an image dataset, per split, from the image job's partition reports.
+
+    ``splits`` maps each split name to the reports of its rows (labels, modes and formats
+    counted; widths and heights before resizing listed); ``rejected`` counts rejection reasons.
+    """
+    names = list(splits)
+    columns: dict[str, dict[str, Any]] = {
+        name: {"name": name, "type": kind, "splits": {}} for name, kind in (
+            ("label", "categorical"), ("width before resize", "numeric"),
+            ("height before resize", "numeric"), ("mode", "categorical"), ("format", "categorical"))}
+    rows: dict[str, int] = {}
+    balance: dict[str, dict[str, int]] = {}
+    for split, reports in splits.items():
+        label_counts = Counter({label: 0 for label in labels})
+        modes: Counter = Counter()
+        formats: Counter = Counter()
+        widths: list[int] = []
+        heights: list[int] = []
+        for report in reports:
+            label_counts.update(report["labels"])
+            modes.update(report["modes"])
+            formats.update(report["formats"])
+            widths += report["widths"]
+            heights += report["heights"]
+        columns["label"]["splits"][split] = categorical_summary(label_counts)
+        columns["width before resize"]["splits"][split] = numeric_summary(widths)
+        columns["height before resize"]["splits"][split] = numeric_summary(heights)
+        columns["mode"]["splits"][split] = categorical_summary(modes)
+        columns["format"]["splits"][split] = categorical_summary(formats)
+        rows[split] = len(widths)
+        balance[split] = dict(label_counts)
+    return {"kind": "images", "splits": names, "rows": rows, "class_balance": balance,
+            "rejected": dict(rejected or {}), "columns": list(columns.values())}
 
 
 # --- tables (Spark) ----------------------------------------------------------------------------

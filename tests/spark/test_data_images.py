@@ -1,4 +1,4 @@
-"""The image job on a generated tree (digits plus bad files): counts, pixels, shards, readers."""
+"""The image job on a generated tree (digits plus bad files): counts, pixels, shards, splits, readers."""
 
 import io
 import json
@@ -11,12 +11,15 @@ from PIL import Image
 from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import imaging, samples
-from hopsml.data.images import list_images, prepare_images
+from hopsml.data.imaging import encode_png_fast
+from hopsml.data.images import ImageOptions, list_images, prepare_images, relative_key, split_of
 from hopsml.data.readers import reader
 from hopsml.data.tfrecord import decode_example, read_records
+from hopsml.errors import SettingsError
 
 RESIZE, CROP = (20, 16), (14, 12)   # (width, height): not square, to catch transposed axes
 IMAGES = 48
+SPLITS = ("train", "test")
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +67,13 @@ def test_petastorm_make_reader_reads_pillow_identical_pixels(prepared):
     from petastorm import make_reader
 
     src, settings, summary, _ = prepared
-    url = "file://" + _path(settings, "parquet", "all")
-    with make_reader(url, reader_pool_type="dummy", shuffle_row_groups=False) as rows:
-        seen = {row.path: row for row in rows}
+    seen = {}
+    for split in SPLITS:
+        url = "file://" + _path(settings, "parquet", split)
+        with make_reader(url, reader_pool_type="dummy", shuffle_row_groups=False) as rows:
+            found = {row.path: row for row in rows}
+        assert len(found) == summary.splits[split] > 0
+        seen.update(found)
     assert len(seen) == summary.written
     checked = 0
     for path, row in seen.items():
@@ -80,9 +87,10 @@ def test_petastorm_make_reader_reads_pillow_identical_pixels(prepared):
     assert checked == IMAGES
 
 
-def test_tfrecord_shards_match_parquet_rows(prepared):
+@pytest.mark.parametrize("split", SPLITS)
+def test_tfrecord_shards_match_parquet_rows(prepared, split):
     _, settings, summary, _ = prepared
-    folder = _path(settings, "tfrecord", "all")
+    folder = _path(settings, "tfrecord", split)
     names = sorted(os.listdir(folder))
     assert names == [f"part-{i:05d}-of-{len(names):05d}.tfrecord" for i in range(len(names))]
     assert len(names) >= 3
@@ -98,7 +106,8 @@ def test_tfrecord_shards_match_parquet_rows(prepared):
             assert int(example["image/class/label"][0]) == int(example["image/class/text"][0])
             pixels[path] = np.asarray(Image.open(io.BytesIO(example["image/encoded"][0])))
     batch = next(iter(reader("digits", batch_size=10_000, shuffle=False, fields=["image", "path"],
-                             settings=settings)))
+                             split=split, settings=settings)))
+    assert len(pixels) == summary.splits[split]
     assert sorted(pixels) == sorted(batch["path"])
     for path, image in zip(batch["path"], batch["image"]):
         np.testing.assert_array_equal(pixels[path], image)
@@ -116,8 +125,8 @@ def test_ranks_read_disjoint_parts_that_cover_every_row(prepared, engine):
             assert rows, f"rank {rank} of {world_size} got no rows ({engine})"
             parts.append(set(rows))
             assert len(rows) == len(parts[-1])
-        assert sum(len(p) for p in parts) == summary.written
-        assert set.union(*parts) == set().union(*parts) and len(set.union(*parts)) == summary.written
+        assert sum(len(p) for p in parts) == summary.splits["train"]  # the default split
+        assert len(set.union(*parts)) == summary.splits["train"]
 
 
 def test_petastorm_engine_never_returns_an_empty_shard(prepared):
@@ -131,14 +140,14 @@ def test_petastorm_engine_never_returns_an_empty_shard(prepared):
                                                        settings=settings, seed=attempt))
             assert rows > 0
             total += rows
-        assert total == summary.written
+        assert total == summary.splits["train"]
 
 
 def test_epochs_shuffle_and_batches(prepared):
     _, settings, summary, _ = prepared
     shard = reader("digits", batch_size=16, epochs=2, settings=settings, seed=3)
     batches = list(shard)
-    assert sum(len(b["label"]) for b in batches) == 2 * summary.written
+    assert sum(len(b["label"]) for b in batches) == 2 * summary.splits["train"]
     assert len(batches) == 2 * len(shard)  # batches do not cross epochs
     assert all(len(b["label"]) == 16 for b in batches[:len(shard) - 1])
     first = np.concatenate([b["label"] for b in batches[:len(shard)]])
@@ -160,11 +169,15 @@ def test_more_ranks_than_shards_is_a_clear_error(prepared):
 def test_stats_have_class_balance_and_sizes(prepared):
     _, settings, summary, _ = prepared
     stats = json.load(open(_path(settings, "stats.json")))
-    assert sum(stats["class_balance"]["all"].values()) == summary.written
-    width = next(c for c in stats["columns"] if c["name"] == "width before resize")["splits"]["all"]
-    assert width["min"] == 24 and width["count"] == summary.written
+    assert stats["splits"] == list(SPLITS)
+    assert stats["rejected"] == summary.rejected_reasons
+    width = next(c for c in stats["columns"] if c["name"] == "width before resize")["splits"]
+    for split in SPLITS:
+        assert sum(stats["class_balance"][split].values()) == summary.splits[split] == stats["rows"][split]
+        assert width[split]["min"] == 24 and width[split]["count"] == summary.splits[split]
     page = open(_path(settings, "stats.html")).read()
     assert "<svg" in page and "width before resize" in page
+    assert f"train ({summary.splits['train']} rows)" in page and f"test ({summary.splits['test']} rows)" in page
 
 
 def test_strict_fails_and_leaves_no_dataset(prepared, spark):
@@ -196,9 +209,56 @@ def test_jpeg_draft_mode_dataset_matches_the_transform(spark, tmp_path):
         (src / f"{i}.jpg").write_bytes(imaging.encode_jpeg(photo))
     settings = config.load(environ={}, root=str(tmp_path / "root"), project="test")
     summary = prepare_images(str(tmp_path / "src"), "cats", resize=(40, 30), crop=(32, 24),
-                             image_format="jpeg", settings=settings, spark=spark)
+                             image_format="jpeg", test_fraction=0, settings=settings, spark=spark)
     assert (summary.read, summary.written, summary.rejected) == (4, 4, 0)
+    assert summary.splits == {"all": 4}
+    assert sorted(os.listdir(tmp_path / "root" / "Projects" / "test" / "Datasets" / "cats" / "parquet")) == ["all"]
     batch = next(iter(reader("cats", batch_size=10, shuffle=False, fields=["image", "path"], settings=settings)))
     for path, image in zip(batch["path"], batch["image"]):
         expected = imaging.transform(open(path[len("file:"):], "rb").read(), (40, 30), (32, 24))
         np.testing.assert_array_equal(image, expected)
+
+
+def test_splits_follow_the_seeded_hash_of_the_relative_path(prepared):
+    src, settings, summary, _ = prepared
+    manifest = json.load(open(_path(settings, "dataset.json")))
+    assert list(manifest["splits"]) == list(SPLITS)
+    assert manifest["options"]["test_fraction"] == 0.2 and manifest["options"]["seed"] == 0
+    seen = {}
+    for split in SPLITS:
+        assert manifest["splits"][split]["rows"] == summary.splits[split]
+        batch = next(iter(reader("digits", split=split, batch_size=10_000, shuffle=False,
+                                 fields=["path"], settings=settings)))
+        seen.update({path: split for path in batch["path"]})
+    assert len(seen) == summary.written == sum(summary.splits.values())
+    assert 0 < summary.splits["test"] < summary.splits["train"]
+    for path, split in seen.items():
+        key = relative_key(path, src)
+        assert key.count("/") == 1 and not key.startswith("/")
+        assert split_of(key, 0.2, 0) == split
+
+
+def test_a_split_does_not_depend_on_where_the_tree_lies():
+    keys = [f"{label}/{i:04d}.jpg" for label in ("cat", "dog") for i in range(2000)]
+    test = [key for key in keys if split_of(key, 0.25, seed=5) == "test"]
+    assert 0.22 < len(test) / len(keys) < 0.28
+    assert test == [k for k in keys if split_of(relative_key("hdfs://nn:8020/data/x/" + k, "/data/x"), 0.25, 5) == "test"]
+    assert test != [key for key in keys if split_of(key, 0.25, seed=6) == "test"]
+    assert {split_of(key, 0.0, seed=5) for key in keys} == {"all"}
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.0, "x"])
+def test_test_fraction_is_checked(fraction):
+    with pytest.raises(SettingsError, match="test_fraction"):
+        ImageOptions(test_fraction=fraction)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (12, 14, 3), (7, 5), (9, 4, 1), (6, 3, 2), (5, 8, 4)])
+def test_fast_png_is_lossless_for_every_channel_count(shape):
+    pixels = np.random.default_rng(sum(shape)).integers(0, 256, shape, dtype=np.uint8)
+    with Image.open(io.BytesIO(encode_png_fast(pixels))) as image:
+        image.load()
+        decoded = np.asarray(image)
+    np.testing.assert_array_equal(decoded.reshape(pixels.shape), pixels)
+    with pytest.raises(imaging.ImageEncodingError):
+        encode_png_fast(pixels.astype(np.uint16))
