@@ -87,9 +87,10 @@ def quickstart(settings: config.Settings) -> str:
                                        description="softmax regression on scikit-learn's digits",
                                        metric_key="accuracy")
     print(f"   accuracy {result['accuracy']:.4f} -> {logdir}")
-    print(f"\n2. data-parallel training on {settings.num_workers} ranks (experiment.allreduce)")
-    dp_logdir, dp_result = experiment.allreduce(digits.train_data_parallel, name="quickstart-allreduce",
-                                                description="the same model, gradients averaged by all-reduce",
+    print(f"\n2. data-parallel training on {settings.num_workers} ranks, each on its own shard of the "
+          "prepared 'digits' images (experiment.allreduce)")
+    dp_logdir, dp_result = experiment.allreduce(digits.train_on_dataset, name="quickstart-allreduce",
+                                                description="gradients averaged by all-reduce",
                                                 metric_key="accuracy")
     print(f"   accuracy {dp_result['accuracy']:.4f} -> {dp_logdir}")
     print("\n3. grid search over learning rate and dropout, trials in parallel (experiment.grid_search)")

@@ -174,3 +174,43 @@ def train_with_dropout(lr: float = 0.5, dropout: float = 0.0, epochs: int = 10, 
             model.apply(grads, lr)
         tensorboard.log({"accuracy": model.accuracy(x_test, y_test)}, step=epoch)
     return {"accuracy": model.accuracy(x_test, y_test)}
+
+
+def train_on_dataset(dataset: str = "digits", lr: float = 0.05, epochs: int = 5, batch_size: int = 32,
+                     seed: int = 0) -> dict[str, Any]:
+    """One rank of data-parallel training on a dataset prepared by `hopsml prep images`.
+
+    Each rank reads its own shard of the train split with `hopsml.data.reader`; shards can differ by a
+    few rows, so the ranks agree on the smallest number of steps (every rank must make the same
+    collective calls). The test split is read whole by every rank to measure accuracy.
+    """
+    from hopsml import collective, tensorboard
+    from hopsml.data import reader
+
+    def features(batch: dict[str, Any]) -> np.ndarray:
+        images = batch["image"]
+        return images.reshape(len(images), -1).astype(np.float32) / 255.0
+
+    train = reader(dataset, batch_size=batch_size, seed=seed, epochs=None, drop_last=True)
+    steps = int(collective.allreduce(np.array([len(train)], dtype=np.int64), op="min")[0])
+    shape = train.manifest["fields"]["image"]["shape"]
+    model = SoftmaxRegression.create(int(np.prod(shape)), 10, seed=seed)
+    batches = iter(train)
+    print(f"rank {collective.rank()}/{collective.size()}: {train.num_rows} rows, {steps} steps per epoch")
+    for epoch in range(epochs):
+        losses = []
+        for _ in range(steps):
+            batch = next(batches)
+            loss, grads = model.loss_and_gradients(features(batch), batch["label"])
+            collective.allreduce_many(grads, op="mean")
+            model.apply(grads, lr)
+            losses.append(loss)
+        mean_loss = float(collective.allreduce(np.array([np.mean(losses)]), op="mean")[0])
+        tensorboard.log({"loss": mean_loss}, step=epoch)
+        print(f"epoch {epoch + 1}/{epochs}: loss {mean_loss:.4f}")
+    correct = total = 0
+    for batch in reader(dataset, rank=0, world_size=1, split="test", shuffle=False):
+        correct += int((model.probabilities(features(batch)).argmax(axis=1) == batch["label"]).sum())
+        total += len(batch["label"])
+    return {"accuracy": correct / total, "loss": mean_loss, "rows": int(train.num_rows),
+            "checksum": float(model.weights.sum()) + float(model.bias.sum())}

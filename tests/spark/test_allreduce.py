@@ -102,3 +102,19 @@ def test_too_many_workers_fails_fast_and_says_how_many_slots(spark, root):
     with pytest.raises(ClusterError, match=r"need 64 task slots.*has 4"):
         experiment.allreduce(lambda: 1, name="big", num_workers=64)
     assert time.monotonic() - start < 10
+
+
+def test_ranks_train_on_their_own_shards_of_a_prepared_dataset(spark, root, tmp_path):
+    from hopsml.data import prepare_images, samples
+
+    samples.write_digits(str(tmp_path / "digits"), limit=400, size=16)
+    summary = prepare_images(str(tmp_path / "digits"), "digits", resize=(16, 16), crop=(12, 12), shards=4)
+
+    def train():
+        return digits.train_on_dataset("digits", lr=0.5, epochs=4, batch_size=16)
+
+    logdir, result = experiment.allreduce(train, name="from-dataset", num_workers=2)
+    ranks = _record(logdir)["results"]
+    assert ranks[0]["checksum"] == ranks[1]["checksum"]  # the same model on both ranks
+    assert ranks[0]["rows"] + ranks[1]["rows"] == summary.splits["train"]  # disjoint shards, all rows
+    assert result["accuracy"] > 0.5  # 10 classes: far above chance
