@@ -264,7 +264,4 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
 
 
 def _best_metric(members: list[Member], evolution: DifferentialEvolution) -> float | None:
-    scores = [m.metric for m in members if m.metric is not None]
-    if not scores:
-        return None
-    return max(scores) if evolution.direction is Direction.MAX else min(scores)
+    return evolution.direction.best([m.metric for m in members if m.metric is not None])

@@ -46,9 +46,8 @@ class TaskSpec:
 class _Tee(io.TextIOBase):
     """A text stream that writes to the log file, keeps a tail, and streams whole lines to the driver."""
 
-    def __init__(self, log_file: io.TextIOBase, channel: TaskChannel | None, rank: int | None,
-                 echo: io.TextIOBase | None) -> None:
-        self._file, self._channel, self._rank, self._echo = log_file, channel, rank, echo
+    def __init__(self, log_file: io.TextIOBase, channel: TaskChannel | None, rank: int | None) -> None:
+        self._file, self._channel, self._rank = log_file, channel, rank
         self._partial = ""
         self._lock = threading.Lock()
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -59,8 +58,6 @@ class _Tee(io.TextIOBase):
     def write(self, text: str) -> int:
         with self._lock:
             self._file.write(text)
-            if self._echo is not None:
-                self._echo.write(text)
             lines = (self._partial + text).split("\n")
             self._partial = lines.pop()
             for line in lines:
@@ -84,7 +81,7 @@ def captured_output(path: str, channel: TaskChannel | None, rank: int | None) ->
     os.makedirs(os.path.dirname(path), exist_ok=True)
     saved = sys.stdout, sys.stderr
     with open(path, "a", buffering=1, encoding="utf-8", errors="replace") as log_file:
-        tee = _Tee(log_file, channel, rank, echo=None)
+        tee = _Tee(log_file, channel, rank)
         sys.stdout = sys.stderr = tee
         try:
             yield tee
@@ -158,13 +155,10 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
                               "tail": ""}
                 except TrialStopped as stop:
                     print(f"hopsml: {stop}")
-                    last = dict(ctx._metrics.last) if ctx._metrics is not None else {}
-                    report = {"ok": True, "stopped": True, "result": last, "tail": ""}
+                    report = {"ok": True, "stopped": True, "result": ctx.last_metrics, "tail": ""}
                 except BaseException as exc:  # noqa: BLE001 - everything is reported to the driver
                     report = _failure(exc, tail="\n".join(tee.tail))
                     sys.stderr.write(report["traceback"])
-                if ctx._metrics is not None:
-                    report["last_metrics"] = dict(ctx._metrics.last)
     except BaseException as exc:  # noqa: BLE001 - storage trouble while saving the run's files
         report = _failure(exc, tail="\n".join(tee.tail) if tee is not None else "")
     report.update(rank=rank, trial=spec.trial, duration=round(time.monotonic() - started, 3))

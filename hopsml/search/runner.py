@@ -118,13 +118,7 @@ class Search:
     def best(self) -> Trial | None:
         scored = [t for t in self.trials if t.metric is not None and t.state == State.FINISHED.value]
         scored = scored or [t for t in self.trials if t.metric is not None]
-        if not scored:
-            return None
-        best = scored[0]
-        for trial in scored[1:]:
-            if self.direction.better(trial.metric, best.metric):
-                best = trial
-        return best
+        return self.direction.best(scored, key=lambda t: t.metric)
 
     def _update_bar(self) -> None:
         if self._bar is None:

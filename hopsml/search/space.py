@@ -17,7 +17,7 @@ import numbers
 import random
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from hopsml.errors import HopsmlError
 
@@ -42,6 +42,12 @@ class Direction(str, Enum):
     def better(self, a: float, b: float) -> bool:
         """True when `a` is strictly better than `b`."""
         return a > b if self is Direction.MAX else a < b
+
+    def best(self, items: Sequence[Any], key: Callable[[Any], float] = lambda x: x) -> Any:
+        """The best of `items` by `key` (the first of equals), or None when there are none."""
+        if not items:
+            return None
+        return (max if self is Direction.MAX else min)(items, key=key)
 
 
 def _check_name(name: Any) -> str:

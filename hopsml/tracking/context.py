@@ -47,6 +47,11 @@ class RunContext:
         return self._metrics
 
 
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        """The latest value of each metric logged so far (the partial result of a stopped trial)."""
+        return dict(self._metrics.last) if self._metrics is not None else {}
+
     def log(self, metrics: Mapping[str, Any], step: int | None) -> None:
         """Write metrics (on ranks that write them); in a search, report them and obey a stop."""
         writer = self.metrics

@@ -1,7 +1,6 @@
 """Execute every notebook in notebooks/ in a fresh kernel of this environment, as a user would."""
 
 import json
-import os
 import pathlib
 
 import nbformat

@@ -11,7 +11,7 @@ from hopsml.fs import Storage
 from hopsml.tracking import versioning
 from hopsml.tracking.context import active_run
 from hopsml.tracking.metrics import read_metrics
-from hopsml.tracking.record import ExperimentRun, State, claim_run_dir, list_records, public_spark_conf
+from hopsml.tracking.record import ExperimentRun, claim_run_dir, list_records, public_spark_conf
 
 
 def _start(storage, **kw):
