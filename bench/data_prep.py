@@ -2,10 +2,11 @@
 
     python bench/data_prep.py [--images 300] [--rows 20000] [--runs 3] [--records 1000]
 
-1. Image job: images/s of ``prepare_images`` (Spark binaryFile + mapInPandas, resize 200x200, crop
-   180x180, PNG into TFRecord, Parquet, train/test split) against a multiprocessing Pool(N) loop
-   doing the same read/decode/resize/crop/encode on the same cores (N = CPU count), on 500x375
-   JPEGs: once with Pillow's PNG encoder (the plain Pillow loop) and once with the job's own PNG
+1. Image job: images/s of ``prepare_images`` (Spark tasks over the listed paths, resize 200x200,
+   crop 180x180, PNG into TFRecord, Parquet, train/test split) against a multiprocessing Pool(N)
+   loop doing the same read/decode/resize/crop/encode on the same cores (N = CPU count), on
+   500x375 JPEGs: once in plain Pillow (open, RGB, resize, crop, PNG at compress_level=1, Pillow's
+   fastest), checked to give the job's pixels, and once with the job's own transform and PNG
    encoder (the same per-image work as the job, so that ratio shows what Spark and the writes cost).
 2. Rank reader: rows/s of 32x32x3 uint8 images into numpy batches, hopsml's reader against
    petastorm's ``make_reader`` and a raw pyarrow read of the same Parquet files.
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import multiprocessing
 import os
 import statistics
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,18 +53,41 @@ from hopsml.data.readers import reader  # noqa: E402
 RESIZE, CROP = (200, 200), (180, 180)
 
 
-def _pillow_one(path: str) -> int:
+def _pillow_one(path: str) -> bytes:
     """The plain Pillow loop: decode, RGB, resize, crop, PNG through Pillow (compress_level=1)."""
-    with open(path, "rb") as handle:
-        pixels = imaging.transform(handle.read(), RESIZE, CROP)
-    return len(imaging.encode_png(pixels))
+    left, top = (RESIZE[0] - CROP[0]) // 2, (RESIZE[1] - CROP[1]) // 2
+    with Image.open(path) as image:
+        cropped = image.convert("RGB").resize(RESIZE, Image.Resampling.BILINEAR).crop(
+            (left, top, left + CROP[0], top + CROP[1]))
+    out = io.BytesIO()
+    cropped.save(out, "PNG", compress_level=1)
+    return out.getvalue()
 
 
-def _same_encoder_one(path: str) -> int:
-    """The same loop with the job's own PNG encoder: the per-image work of the job, nothing more."""
+def _same_encoder_one(path: str) -> bytes:
+    """The job's own transform and PNG encoder: the per-image work of the job, nothing more."""
     with open(path, "rb") as handle:
         pixels = imaging.transform(handle.read(), RESIZE, CROP)
-    return len(encode_png_fast(pixels))
+    return encode_png_fast(pixels)
+
+
+def _plain_size(path: str) -> int:
+    return len(_pillow_one(path))   # sizes, not bytes, go back: the pool's transfer is not the work
+
+
+def _same_size(path: str) -> int:
+    return len(_same_encoder_one(path))
+
+
+def _check_same_pixels(paths: list[str], settings: config.Settings) -> None:
+    """The baselines must do the job's work: their PNGs decode to the pixels the job wrote."""
+    batch = next(iter(reader("bench-jpegs", batch_size=8, shuffle=False, fields=["image", "path"],
+                             settings=settings)))
+    for path, image in zip(batch["path"], batch["image"]):
+        local = path[len("file:"):]
+        for fn in (_pillow_one, _same_encoder_one):
+            if not np.array_equal(np.asarray(Image.open(io.BytesIO(fn(local)))), image):
+                raise RuntimeError(f"{fn.__name__} does not give the job's pixels for {local}")
 
 
 def write_jpegs(folder: str, count: int) -> list[str]:
@@ -84,7 +110,7 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
     src = os.path.join(workdir, "jpegs")
     paths = write_jpegs(src, count)
     cores = os.cpu_count() or 1
-    loops = {"plain": _pillow_one, "same": _same_encoder_one}
+    loops = {"plain": _plain_size, "same": _same_size}
     rates: dict[str, list[float]] = {"job": [], "plain": [], "same": []}
     with multiprocessing.get_context("fork").Pool(cores) as pool:
         for fn in loops.values():
@@ -101,6 +127,7 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
             rates["job"].append(count / (time.perf_counter() - start))
     if summary.written != count:
         raise RuntimeError(f"the image job wrote {summary.written} of {count} images")
+    _check_same_pixels(paths, settings)
     job = statistics.median(rates["job"])
     print(f"Image job, {count} JPEGs 500x375 -> resize 200x200, crop 180x180, PNG; median (min-max) "
           f"of {runs} interleaved runs; {cores} cores")

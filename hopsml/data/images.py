@@ -2,15 +2,17 @@
 Parquet and TFRecord shards, split into train and test, with a label map, rejected files, and
 statistics.
 
-One Spark pass does the work. Spark's ``binaryFile`` source lists the files (recursive, glob
-filter) into partitions sized so that there are at least ``shards`` of them, without a shuffle;
-only paths cross into Python, where a vectorised ``mapInPandas`` reads each file, decodes it once,
-resizes and crops it, puts it in the train or test split by a seeded hash of its path, and writes
-the partition's TFRecord shard and Parquet file of every split as it goes. The pixels never travel
-back through the JVM: the JVM lists and schedules, the Python workers do the rest, which keeps
-both cores on the images. The Parquet folders get the ``_common_metadata`` petastorm's
-``materialize_dataset`` writes (Unischema, row groups per file), so petastorm's readers read them.
-Everything lands in a hidden staging folder that is renamed into place at the end.
+One Spark pass does the work. The driver lists the tree once (recursive, glob filter, hidden files
+skipped, as Spark's ``binaryFile`` source lists it) and deals the paths round-robin into
+partitions, so every shard holds a share of every label folder. Only paths cross into Python: a
+task reads each file, decodes it once, resizes and crops it, puts it in the train or test split by
+a seeded hash of its path, and writes the partition's TFRecord shard and Parquet file of every
+split as it goes. The pixels never travel through the JVM, and the job is a plain RDD of path
+lists: a DataFrame scan with a pandas UDF cost about half a second more per job here (file
+scan, Arrow batches), which is more than decoding a few hundred photos takes on two cores. The
+Parquet folders get the ``_common_metadata`` petastorm's ``materialize_dataset`` writes
+(Unischema, row groups per file), so petastorm's readers read them. Everything lands in a hidden
+staging folder that is renamed into place at the end.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import posixpath
 import re
 import time
 from collections import Counter
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlsplit
@@ -38,11 +40,11 @@ from hopsml.data.codec import encode_cell, npy_header
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
+from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:
-    import pandas as pd
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,6 @@ DEFAULT_GLOB = "*.{jpg,jpeg,png,JPG,JPEG,PNG}"
 IMAGE_FORMATS = ("png", "jpeg")
 UNREADABLE_FILE = "unreadable file"
 _TARGET_SHARD_BYTES = 64 << 20   # input bytes per partition when nothing else asks for more
-_PATHS_PER_ARROW_BATCH = 256     # paths per batch from the JVM (only paths cross: the bytes do not)
 _ROW_GROUP_BYTES = 16 << 20      # Parquet row groups of about this many bytes of pixels
 
 
@@ -184,22 +185,6 @@ def _source_base(src: str) -> str:
     return urlsplit(uri).path if ":" in uri.split("/", 1)[0] else uri
 
 
-@contextmanager
-def _session_conf(spark: "SparkSession", values: dict[str, str]) -> Iterator[None]:
-    """Set SQL settings for one job and put the previous values back afterwards."""
-    old = {key: spark.conf.get(key, None) for key in values}
-    for key, value in values.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in old.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
-
-
 class _SourceFiles:
     """Reads source files by the path Spark lists: local files directly, other schemes through
     pyarrow's filesystems (one per scheme and authority, made once per worker)."""
@@ -241,18 +226,14 @@ class _Transformer:
         self.shard_count = shard_count
         self.source_base = source_base
 
-    def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
-        import pandas as pd
-
-        part = shard_io.partition_id()
+    def __call__(self, part: int, chunks: Iterator[list[str]]) -> Iterator[str]:
         report: dict[str, Any] = {"partition": part, "read": 0, "written": 0, "rejected": [],
                                   "splits": {split: _split_report() for split in self.options.splits}}
         with ExitStack() as stack:
-            self._run(part, batches, report, stack)
-        yield pd.DataFrame({"report": [json.dumps(report, separators=(",", ":"))]})
+            self._run(part, (path for chunk in chunks for path in chunk), report, stack)
+        yield json.dumps(report, separators=(",", ":"))
 
-    def _run(self, part: int, batches: Iterator["pd.DataFrame"], report: dict[str, Any],
-             stack: ExitStack) -> None:
+    def _run(self, part: int, paths: Iterator[str], report: dict[str, Any], stack: ExitStack) -> None:
         opts = self.options
         encode = imaging.encode_png_fast if opts.image_format == "png" else imaging.encode_jpeg
         height, width, channels = opts.shape
@@ -266,38 +247,37 @@ class _Transformer:
                 self._opener(stack, split, part), arrow_schema(), rows_per_group,
                 dictionary=("label", "label_text"))
         files = _SourceFiles()
-        for frame in batches:
-            for path in frame["path"].tolist():
-                report["read"] += 1
+        for path in paths:
+            report["read"] += 1
+            try:
                 try:
-                    try:
-                        data = files.read(path)
-                    except OSError as error:
-                        raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
-                    w, h, mode, kind = imaging.inspect(data)
-                    pixels = imaging.transform(data, opts.resize, opts.crop, draft=opts.draft)
-                except imaging.ImageRejected as rejected:
-                    report["rejected"].append({"path": path, "reason": rejected.reason,
-                                               "detail": rejected.detail})
-                    continue
-                text = label_of(path)
-                label = self.index[text]
-                split = split_of(relative_key(path, self.source_base), opts.test_fraction, opts.seed)
-                tfrecords[split].write(encode_example({
-                    "image/encoded": encode(pixels), "image/height": height,
-                    "image/width": width, "image/channels": channels, "image/format": fmt,
-                    "image/class/label": label, "image/class/text": text.encode(),
-                    "image/filename": path.encode()}))
-                parquets[split].add({"image": encode_cell(pixels), "label": label,
-                                     "label_text": text, "path": path})
-                stats = report["splits"][split]
-                stats["written"] += 1
-                stats["labels"][text] += 1
-                stats["widths"].append(w)
-                stats["heights"].append(h)
-                stats["modes"][mode] += 1
-                stats["formats"][kind] += 1
-                report["written"] += 1
+                    data = files.read(path)
+                except OSError as error:
+                    raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
+                w, h, mode, kind = imaging.inspect(data)
+                pixels = imaging.transform(data, opts.resize, opts.crop, draft=opts.draft)
+            except imaging.ImageRejected as rejected:
+                report["rejected"].append({"path": path, "reason": rejected.reason,
+                                           "detail": rejected.detail})
+                continue
+            text = label_of(path)
+            label = self.index[text]
+            split = split_of(relative_key(path, self.source_base), opts.test_fraction, opts.seed)
+            tfrecords[split].write(encode_example({
+                "image/encoded": encode(pixels), "image/height": height,
+                "image/width": width, "image/channels": channels, "image/format": fmt,
+                "image/class/label": label, "image/class/text": text.encode(),
+                "image/filename": path.encode()}))
+            parquets[split].add({"image": encode_cell(pixels), "label": label,
+                                 "label_text": text, "path": path})
+            stats = report["splits"][split]
+            stats["written"] += 1
+            stats["labels"][text] += 1
+            stats["widths"].append(w)
+            stats["heights"].append(h)
+            stats["modes"][mode] += 1
+            stats["formats"][kind] += 1
+            report["written"] += 1
         for split, shard in parquets.items():
             groups = shard.close()   # before the stack renames the file into place
             if groups:
@@ -307,16 +287,6 @@ class _Transformer:
         """Open the split's Parquet file on its first row group: a split with no rows here gets none."""
         rel = ds.layout.join(self.stage.parquet(split), shard_io.part_name(part))
         return lambda: stack.enter_context(shard_io.atomic_output(self.storage, rel))
-
-
-def _plan_partitions(spark: "SparkSession", files: int, total_bytes: int, shards_wanted: int) -> dict[str, str]:
-    """Settings that make Spark's file source cut about ``shards_wanted`` partitions, by bytes."""
-    open_cost = max(1, total_bytes // max(files, 1))  # count a file as one average file of work
-    per_partition = max(1, (total_bytes + files * open_cost) // shards_wanted)
-    return {"spark.sql.files.maxPartitionBytes": str(per_partition),
-            "spark.sql.files.openCostInBytes": str(open_cost),
-            "spark.sql.files.minPartitionNum": str(shards_wanted),
-            "spark.sql.execution.arrow.maxRecordsPerBatch": str(_PATHS_PER_ARROW_BATCH)}
 
 
 def _expand_braces(pattern: str) -> list[str]:
@@ -329,8 +299,8 @@ def _expand_braces(pattern: str) -> list[str]:
 
 
 def list_images(src: str, glob: str = DEFAULT_GLOB) -> list[tuple[str, int]]:
-    """(path, size) of the files under ``src`` that Spark's binaryFile source would read, plus the
-    empty ones it skips, with paths spelled as Spark spells them (``file:/...`` for local files)."""
+    """(path, size) of the files under ``src`` that Spark's binaryFile source would read (and the
+    empty ones it would skip), with paths spelled as Spark spells them (``file:/...`` locally)."""
     import pyarrow.fs as pafs
 
     uri = source_uri(src)
@@ -357,6 +327,16 @@ def list_images(src: str, glob: str = DEFAULT_GLOB) -> list[tuple[str, int]]:
     return sorted(out)
 
 
+def deal(paths: list[str], count: int) -> list[list[str]]:
+    """Deal ``paths`` round-robin into ``count`` lists: with the paths sorted, every list gets a
+    share of every label folder, so no rank trains on a few classes only.
+
+    >>> deal(["a/1", "a/2", "a/3", "b/1", "b/2"], 2)
+    [['a/1', 'a/3', 'b/2'], ['a/2', 'b/1']]
+    """
+    return [paths[i::count] for i in range(count)]
+
+
 def _compute_slots(spark: "SparkSession") -> int:
     """Tasks that can decode at once: the cores of this machine in local mode (local[N] may
     promise more slots than cores, for barrier stages; more decoding tasks than cores only
@@ -366,13 +346,6 @@ def _compute_slots(spark: "SparkSession") -> int:
     if spark.sparkContext.master.startswith("local"):
         return min(os.cpu_count() or 1, spark.sparkContext.defaultParallelism)
     return spark.sparkContext.defaultParallelism
-
-
-def _list_files(spark: "SparkSession", src: str, glob: str) -> "DataFrame":
-    """The files as Spark's binaryFile source sees them, paths only: the bytes are read by the
-    Python workers, so they do not travel through the JVM and Arrow first."""
-    return (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-            .option("pathGlobFilter", glob).load(source_uri(src)).select("path"))
 
 
 def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] = (200, 200),
@@ -387,7 +360,7 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
     tf.train.Example with the usual image/* keys, labels.json, _rejected/ (path, reason),
     stats.json and stats.html, then _SUCCESS. Images go to the splits 'train' and 'test' by a
     hash of their path relative to ``src`` seeded by ``seed`` (about ``test_fraction`` of them
-    in 'test'); ``test_fraction=0`` writes one split, 'all'. ``shards`` is the least number of
+    in 'test'); ``test_fraction=0`` writes one split, 'all'. ``shards`` is the number of
     TFRecord shards and Parquet files per split (default: enough for the configured num_workers
     and the machine's cores). ``strict=True`` fails instead of committing when any file is rejected.
     """
@@ -407,26 +380,17 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
         raise ds.DatasetError(f"no files matching {options.glob!r} under {src!r}; check the path "
                               "(a folder of label folders) and the glob")
     labels = sorted({label_of(path) for path, _ in listing})
-    empty = [{"path": path, "reason": imaging.EMPTY_FILE, "detail": ""}
-             for path, size in listing if size == 0]  # Spark's file source skips empty files
-    files = len(listing) - len(empty)
     total_bytes = sum(size for _, size in listing)
-    wanted = options.shards or max(settings.num_workers, _compute_slots(spark),
-                                   -(-total_bytes // _TARGET_SHARD_BYTES))
-    wanted = max(1, min(wanted, files))
+    count = options.shards or max(settings.num_workers, _compute_slots(spark),
+                                  -(-total_bytes // _TARGET_SHARD_BYTES))
+    count = max(1, min(count, len(listing)))
 
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
-            _session_conf(spark, _plan_partitions(spark, files, total_bytes, wanted)):
-        source = _list_files(spark, src, options.glob)
-        count = source.rdd.getNumPartitions()
-        if count < wanted:  # Spark's packing cut fewer partitions than needed: spread by a shuffle
-            source, count = source.repartition(wanted), wanted
+            spark_progress(spark.sparkContext, f"prepare images '{dataset}'"):
         transformer = _Transformer(options, labels, storage, stage, count, _source_base(src))
-        reports = [json.loads(row.report) for row in
-                   source.mapInPandas(transformer, "report string").collect()]
-        if empty:
-            reports.append({"partition": -1, "read": len(empty), "written": 0, "rejected": empty,
-                            "splits": {}})
+        chunks = deal([path for path, _ in listing], count)
+        reports = [json.loads(report) for report in spark.sparkContext.parallelize(chunks, count)
+                   .mapPartitionsWithIndex(transformer).collect()]
         summary = _summarise(reports, dataset, count, options.splits)
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
         rejected = [r for report in reports for r in report["rejected"]]
@@ -443,10 +407,10 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
             storage.makedirs(stage.parquet(split))
             shard_io.write_petastorm_metadata(storage, stage.parquet(split), arrow_schema(), schema,
                                               row_groups)
-            if len(row_groups) < wanted:
+            if len(row_groups) < count:
                 log.warning("split %r of dataset %r has %d Parquet files, fewer than the %d planned: "
                             "at most %d ranks can share it; give more images or a larger test_fraction",
-                            split, dataset, len(row_groups), wanted, len(row_groups))
+                            split, dataset, len(row_groups), count, len(row_groups))
         shard_io.write_jsonl(storage, ds.layout.join(stage.rejected, "part-00000.jsonl"),
                              sorted(rejected, key=lambda r: r["path"]))
         storage.write_json(stage.labels, {"labels": labels})

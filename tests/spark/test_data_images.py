@@ -113,6 +113,17 @@ def test_tfrecord_shards_match_parquet_rows(prepared, split):
         np.testing.assert_array_equal(pixels[path], image)
 
 
+def test_every_shard_holds_every_label(prepared):
+    # The files are dealt round-robin, so a rank reading one shard does not train on a few classes.
+    _, settings, summary, counts = prepared
+    assert summary.shards == 3
+    for part in range(summary.shards):
+        labels = {int(decode_example(record)["image/class/label"][0])
+                  for split in SPLITS
+                  for record in read_records(_path(settings, "tfrecord", split, f"part-{part:05d}-of-00003.tfrecord"))}
+        assert labels == set(range(10)), f"shard {part} has labels {sorted(labels)}"
+
+
 @pytest.mark.parametrize("engine", ["arrow", "petastorm", "tfrecord"])
 def test_ranks_read_disjoint_parts_that_cover_every_row(prepared, engine):
     _, settings, summary, _ = prepared

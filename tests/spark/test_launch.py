@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -96,3 +97,18 @@ def test_launch_on_an_s3_root(spark, root, s3_endpoint, monkeypatch):
     assert any(name.startswith("events.out.tfevents") for name in files)
     assert "training with lr=0.1" in storage.read_text(f"{run}/output.log")
     assert result["weights"] == f"{logdir}/weights.npy"
+
+
+def test_spark_workers_run_hopsml_worker_daemon(spark):
+    # The session wires spark.python.daemon.module, so every task skips re-reading pyspark.zip,
+    # py4j's zip and the spark-core jar (on Python 3.10 and 3.11, where Python re-reads eagerly).
+    def probe(_):
+        import zipimport
+
+        yield zipimport.zipimporter.invalidate_caches.__qualname__
+
+    assert spark.conf.get("spark.python.daemon.module") == "hopsml.worker_daemon"
+    seen = set(spark.sparkContext.parallelize(range(4), 4).mapPartitions(probe).collect())
+    expected = "invalidate_if_changed" if sys.version_info[:2] in ((3, 10), (3, 11)) \
+        else "zipimporter.invalidate_caches"
+    assert seen == {expected}
