@@ -1,6 +1,6 @@
 """Throughput of the data pipeline against its anchors, side by side in one run.
 
-    python bench/data_prep.py [--images 300] [--rows 20000] [--runs 3] [--records 1000]
+    python bench/data_prep.py [--images 1000] [--rows 20000] [--runs 3] [--records 1000]
 
 1. Image job: images/s of ``prepare_images`` (Spark tasks over the listed paths, resize 200x200,
    crop 180x180, PNG into TFRecord, Parquet, train/test split) against a multiprocessing Pool(N)
@@ -8,6 +8,8 @@
    500x375 JPEGs: once in plain Pillow (open, RGB, resize, crop, PNG at compress_level=1, Pillow's
    fastest), checked to give the job's pixels, and once with the job's own transform and PNG
    encoder (the same per-image work as the job, so that ratio shows what Spark and the writes cost).
+   1000 images by default: a job of a few hundred runs in half a second, where Spark's ~0.1 s per
+   job and the JVM's warm-up swing a run by 15%.
 2. Rank reader: rows/s of 32x32x3 uint8 images into numpy batches, hopsml's reader against
    petastorm's ``make_reader`` and a raw pyarrow read of the same Parquet files.
 3. TFRecord write/read MB/s for 100 KiB records (bench/codecs.py; against TensorFlow if installed).
@@ -205,7 +207,7 @@ def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=300)
+    parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=1000)
