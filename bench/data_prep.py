@@ -137,6 +137,46 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
     for name, label in (("plain", f"Pool({cores}) plain Pillow loop (Pillow PNG)"),
                         ("same", f"Pool({cores}) same loop, the job's PNG encoder")):
         print(f"  {label:63s} {_spread(rates[name])}  ratio {job / statistics.median(rates[name]):4.2f}")
+    bench_empty_jobs(src, runs)
+
+
+def _count_frames(frames):
+    import pandas as pd
+
+    yield pd.DataFrame({"n": [sum(len(frame) for frame in frames)]})
+
+
+def _count_paths(chunks):
+    yield sum(len(chunk) for chunk in chunks)
+
+
+def bench_empty_jobs(src: str, runs: int) -> None:
+    """Why the image job is an RDD of listed paths: Spark's cost of an empty job over the same files."""
+    from hopsml.data.images import DEFAULT_GLOB, deal, list_images
+
+    spark = session.active()
+    slots = os.cpu_count() or 1
+
+    def dataframe() -> int:
+        frame = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+                 .option("pathGlobFilter", DEFAULT_GLOB).load(src).select("path"))
+        return sum(row.n for row in frame.mapInPandas(_count_frames, "n long").collect())
+
+    def paths() -> int:
+        listed = deal([path for path, _ in list_images(src)], slots)
+        return sum(spark.sparkContext.parallelize(listed, slots).mapPartitions(_count_paths).collect())
+
+    times: dict[str, list[float]] = {"dataframe": [], "paths": []}
+    for _ in range(runs + 1):
+        for name, fn in (("dataframe", dataframe), ("paths", paths)):
+            start = time.perf_counter()
+            seen = fn()
+            times[name].append(time.perf_counter() - start)
+    if seen != len(list_images(src)):
+        raise RuntimeError(f"the empty job saw {seen} files")
+    median = {name: statistics.median(values[1:]) for name, values in times.items()}
+    print(f"  an empty job over the same files, median of {runs}: binaryFile + mapInPandas "
+          f"{median['dataframe']:.3f} s | RDD of listed paths (the job's way) {median['paths']:.3f} s")
 
 
 def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) -> None:

@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 from hopsml.errors import StorageError
 
 _CHUNK = 8 << 20
+_OBJECT_STORES = frozenset({"s3", "gcs"})   # pyarrow FileSystem.type_name of stores without folders
 
 
 def _split_root(root: str) -> tuple[pafs.FileSystem, str, bool]:
@@ -238,6 +239,21 @@ class Storage:
         with self.fs.open_input_stream(self.path(rel)) as src, open(local, "wb") as dst:
             shutil.copyfileobj(src, dst, _CHUNK)
         return local
+
+    def move_dir(self, src: str, dst: str) -> None:
+        """Move the folder ``src`` to ``dst`` (which must not exist): one rename where the store has
+        folders (local disks, HDFS); object stores (S3, GCS) have only keys, so there every file is
+        copied on the server and the source deleted, which is not atomic: write a marker file last."""
+        src_path, dst_path = self.path(src), self.path(dst)
+        if self.fs.type_name not in _OBJECT_STORES:
+            if posixpath.dirname(dst.strip("/")):
+                self.makedirs(posixpath.dirname(dst.strip("/")))
+            self.fs.move(src_path, dst_path)
+            return
+        for info in self.fs.get_file_info(pafs.FileSelector(src_path, recursive=True)):
+            if info.type == pafs.FileType.File:
+                self.fs.copy_file(info.path, dst_path + info.path[len(src_path):])
+        self.fs.delete_dir(src_path)
 
     def delete(self, rel: str) -> None:
         if self.isdir(rel):

@@ -178,15 +178,16 @@ def staged(storage: Storage, project: str, name: str, overwrite: bool) -> Iterat
 
 
 def _commit(storage: Storage, stage: DatasetDir, final: DatasetDir, overwrite: bool) -> None:
-    storage.write_text(stage.success, now() + "\n")  # the last file of a complete dataset
     old = None
     if storage.exists(final.path):
         if not overwrite:
             raise DatasetExistsError(f"dataset {final.name!r} appeared at {storage.uri(final.path)} "
                                      "while this job ran; pass overwrite=True or choose another name")
         old = layout.join(posixpath.dirname(final.path), f".{final.name}.old-{uuid.uuid4().hex[:12]}")
-        storage.fs.move(storage.path(final.path), storage.path(old))
-    storage.fs.move(storage.path(stage.path), storage.path(final.path))
+        storage.delete(final.success)   # not a finished dataset from here on
+        storage.move_dir(final.path, old)
+    storage.move_dir(stage.path, final.path)
+    storage.write_text(final.success, now() + "\n")  # the last file of a complete dataset
     if old is not None:
         storage.delete(old)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
@@ -31,6 +32,7 @@ from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -227,9 +229,10 @@ class _TableJob:
                          ).otherwise(reasons)
         checked = cleaned.withColumn("_reason", reasons)
         rejected = checked.where(F.col("_reason").isNotNull())
+        self.storage.makedirs(stage.rejected)
         (rejected.select(F.col("_reason").alias("reason"), F.col(_CORRUPT).alias("line"),
                          F.to_json(F.struct(*names)).alias("fields"))
-         .coalesce(1).write.mode("overwrite").json(ds.parquet_url(self.storage, stage.rejected)))
+         .coalesce(1).mapInPandas(_JsonLinesWriter(self.storage, stage.rejected), "rows long").collect())
         rejected_reasons = {r["_reason"]: r["count"] for r in rejected.groupBy("_reason").count().collect()}
 
         typed = checked.where(F.col("_reason").isNull()).select(
@@ -247,6 +250,7 @@ class _TableJob:
                types: dict[str, str], read: int, rejected_reasons: dict[str, int],
                stats_mod: Any) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         opts = self.options
         features = [n for n in names if n != label]
@@ -336,9 +340,12 @@ class _TableJob:
                                                 self.spark.sparkContext.defaultParallelism)
             wanted = max(1, min(wanted, rows))
             shard_count = max(shard_count, wanted)
-            writer = _TableShardWriter(self.storage, stage.tfrecord(split_name), wanted, self.options.compression)
-            part.repartition(wanted).mapInPandas(writer, part.schema).write.mode("overwrite").parquet(
-                ds.parquet_url(self.storage, stage.parquet(split_name)))
+            writer = _TableShardWriter(self.storage, stage, split_name, wanted, self.options.compression,
+                                       to_arrow_schema(part.schema))
+            self.storage.makedirs(stage.parquet(split_name))
+            shipped = sum(row.rows for row in part.repartition(wanted).mapInPandas(writer, "rows long").collect())
+            if shipped != rows:
+                raise ds.DatasetError(f"split {split_name!r}: the tasks wrote {shipped} rows of {rows}; rerun the job")
             _fill_missing_shards(self.storage, stage.tfrecord(split_name), wanted, self.options.compression)
             splits_meta[split_name] = {"rows": rows, "parquet": f"{ds.PARQUET}/{split_name}",
                                        "tfrecord": f"{ds.TFRECORD}/{split_name}", "shards": wanted}
@@ -382,21 +389,53 @@ def _index_expr(column: str, categories: list[str]):
 
 
 class _TableShardWriter:
-    """Pass rows through to Spark's Parquet writer while writing the same rows as TFRecord."""
+    """Write a partition's rows as its Parquet file and its TFRecord shard, both through the fs
+    layer, so a table lands on every root hopsml supports (S3 too, without Spark's Hadoop connectors)."""
 
-    def __init__(self, storage: Storage, folder: str, count: int, compression: Optional[str]) -> None:
-        self.storage, self.folder, self.count, self.compression = storage, folder, count, compression
+    def __init__(self, storage: Storage, stage: ds.DatasetDir, split: str, count: int,
+                 compression: Optional[str], schema: "pa.Schema") -> None:
+        self.storage, self.stage, self.split = storage, stage, split
+        self.count, self.compression, self.schema = count, compression, schema
 
     def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
-        part = shard_io.partition_id()
-        with shard_io.shard_writer(self.storage, self.folder, part, self.count, self.compression) as writer:
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        part, rows = shard_io.partition_id(), 0
+        with ExitStack() as stack:
+            writer = stack.enter_context(shard_io.shard_writer(
+                self.storage, self.stage.tfrecord(self.split), part, self.count, self.compression))
+            parquet = None
             for frame in batches:
+                if parquet is None:   # a partition with no rows writes no Parquet file
+                    target = stack.enter_context(shard_io.atomic_output(
+                        self.storage, ds.layout.join(self.stage.parquet(self.split), shard_io.part_name(part))))
+                    parquet = stack.enter_context(pq.ParquetWriter(target, self.schema, compression="snappy"))
+                parquet.write_table(pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False))
                 columns = {name: frame[name].tolist() for name in frame.columns}
                 for i in range(len(frame)):
                     writer.write(encode_example({
                         name: (np.asarray(values[i], dtype=np.float32) if name == "features" else
                                values[i]) for name, values in columns.items() if values[i] is not None}))
-                yield frame
+                rows += len(frame)
+        yield pd.DataFrame({"rows": [rows]})
+
+
+class _JsonLinesWriter:
+    """Write a partition's rows as a JSON-lines file through the fs layer (any root, S3 too)."""
+
+    def __init__(self, storage: Storage, folder: str) -> None:
+        self.storage, self.folder = storage, folder
+
+    def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
+        import pandas as pd
+
+        rows = [row for frame in batches for row in frame.astype(object).where(frame.notna(), None)
+                .to_dict("records")]
+        name = shard_io.part_name(shard_io.partition_id(), ".jsonl")
+        shard_io.write_jsonl(self.storage, ds.layout.join(self.folder, name), rows)
+        yield pd.DataFrame({"rows": [len(rows)]})
 
 
 def _fill_missing_shards(storage: Storage, folder: str, count: int, compression: Optional[str]) -> None:

@@ -273,3 +273,34 @@ def test_fast_png_is_lossless_for_every_channel_count(shape):
     np.testing.assert_array_equal(decoded.reshape(pixels.shape), pixels)
     with pytest.raises(imaging.ImageEncodingError):
         encode_png_fast(pixels.astype(np.uint16))
+
+
+def test_images_from_s3_into_an_s3_root(spark, s3_endpoint, tmp_path):
+    # The source tree and the dataset both on S3 (a local S3 server): listed on the driver, read by
+    # the tasks through the source URI's own options (endpoint, scheme), paths shown without them.
+    from s3 import s3_root
+
+    from hopsml.fs import Storage
+
+    counts = samples.write_digits(str(tmp_path / "src"), limit=20, size=16)
+    root = s3_root(s3_endpoint)
+    storage = Storage(root)
+    storage.upload(str(tmp_path / "src"), "incoming/digits")
+    base, options = root.split("?", 1)
+    src = f"{base}/incoming/digits?{options}"
+    listed = list_images(src)
+    assert len(listed) == counts["images"] + counts["bad"] + counts["convertible"]
+    assert all(path.startswith(base + "/incoming/digits/") and "?" not in path for path, _ in listed)
+    settings = config.load(environ={}, root=root, project="test")
+    summary = prepare_images(src, "digits", resize=(12, 12), crop=(10, 10), shards=2,
+                             settings=settings, spark=spark)
+    assert (summary.read, summary.written, summary.rejected) == (len(listed), 20 + counts["convertible"], 3)
+    assert summary.uri.startswith(base + "/Projects/test/Datasets/digits")
+    assert storage.exists("Projects/test/Datasets/digits/_SUCCESS")
+    rows = [path for split in SPLITS
+            for batch in reader("digits", batch_size=64, split=split, fields=["path"], settings=settings)
+            for path in batch["path"]]
+    keys = {relative_key(path, base.split("/", 3)[3] + "/incoming/digits") for path in rows}
+    local = {relative_key(path, str(tmp_path / "src")) for path, _ in list_images(str(tmp_path / "src"))}
+    assert len(keys) == len(rows) and keys <= local
+    assert len(rows) == summary.written

@@ -44,7 +44,7 @@ def test_counts_add_up_and_malformed_rows_are_kept(env, filled):
     assert filled.rejected_reasons == {"malformed row (wrong number of fields)": 1,
                                        "unparsable number in column sepal_width": 1}
     folder = _path(settings, "iris", "_rejected")
-    rows = [json.loads(line) for name in os.listdir(folder) if name.endswith(".json")
+    rows = [json.loads(line) for name in os.listdir(folder) if name.endswith(".jsonl")
             for line in open(os.path.join(folder, name))]
     assert sorted(r["reason"] for r in rows) == sorted(filled.rejected_reasons)
     assert any(r.get("line") == "5.0,3.4,1.5,setosa" for r in rows)
@@ -135,3 +135,27 @@ def test_unknown_label_is_a_clear_error(spark, env):
     csv, settings, _ = env
     with pytest.raises(ds.DatasetError, match="label column 'kind' is not among the columns"):
         prepare_table(csv, "bad", label="kind", settings=settings, spark=spark)
+
+
+def test_a_table_on_an_s3_root(spark, env, filled, s3_endpoint):
+    # The tasks write Parquet and TFRecord through the fs layer: an S3 root works without Spark's
+    # Hadoop S3 connector, and the rows match the same job on a local root.
+    from s3 import s3_root
+
+    from hopsml.fs import Storage
+
+    csv, local_settings, _ = env
+    root = s3_root(s3_endpoint)
+    settings = config.load(environ={}, root=root, project="test")
+    summary = prepare_table(csv, "iris", label="species", missing="fill", standardize=True, one_hot=True,
+                            shards=2, settings=settings, spark=spark)
+    assert (summary.read, summary.written, summary.splits) == (filled.read, filled.written, filled.splits)
+    storage = Storage(root)
+    assert storage.exists("Projects/test/Datasets/iris/_SUCCESS")
+    assert not any("staging" in name for name in storage.ls("Projects/test/Datasets"))
+
+    def rows(config_):
+        return sorted(tuple(np.round(r, 5)) for b in reader("iris", settings=config_, shuffle=False)
+                      for r in b["features"].tolist())
+
+    assert rows(settings) == rows(local_settings) and len(rows(settings)) == summary.splits["train"]

@@ -78,3 +78,13 @@ def test_delete(storage):
     storage.write_text("d/a.txt", "a")
     storage.delete("d")
     assert not storage.exists("d/a.txt")
+
+
+def test_move_dir_moves_a_whole_tree(storage):
+    storage.write_text("stage/a.txt", "a")
+    storage.write_bytes("stage/sub/b.bin", b"\x01\x02")
+    storage.move_dir("stage", "Datasets/final")
+    assert not storage.exists("stage")
+    files = sorted(p for p in storage.ls("Datasets/final", recursive=True) if not storage.isdir(p))
+    assert files == ["Datasets/final/a.txt", "Datasets/final/sub/b.bin"]
+    assert storage.read_bytes("Datasets/final/sub/b.bin") == b"\x01\x02"
