@@ -9,6 +9,8 @@ import os
 import time
 from typing import Any, Mapping
 
+from hopsml.tracking.events import EventWriter
+
 
 def _as_float(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -20,13 +22,13 @@ def _as_float(name: str, value: Any) -> float:
 
 
 class MetricsLogger:
-    """Appends metrics (never rewrites) and mirrors them to TensorBoard via tensorboardX."""
+    """Appends metrics (never rewrites) and mirrors them to a TensorBoard event file."""
 
     def __init__(self, jsonl_path: str, tensorboard_dir: str) -> None:
         os.makedirs(os.path.dirname(jsonl_path), exist_ok=True)
         self._file = open(jsonl_path, "a", buffering=1, encoding="utf-8")
         self._tensorboard_dir = tensorboard_dir
-        self._writer = None
+        self._writer: EventWriter | None = None
         self._next_step = 0
         self.last: dict[str, float] = {}
 
@@ -41,19 +43,12 @@ class MetricsLogger:
                                     "value": value if math.isfinite(value) else str(value)}) + "\n"
                         for name, value in values.items())
         self._file.write(lines)
-        writer = self._tensorboard()
-        for name, value in values.items():
-            writer.add_scalar(name, value, global_step=step, walltime=now)
+        if self._writer is None:   # the event file appears with the first metric
+            self._writer = EventWriter(self._tensorboard_dir)
+        self._writer.add_scalars(values, step, wall_time=now)
         self.last.update(values)
         self._next_step = max(self._next_step, step + 1)
         return step
-
-    def _tensorboard(self):
-        if self._writer is None:
-            from tensorboardX import SummaryWriter  # imported on first use: it is slow to import
-
-            self._writer = SummaryWriter(logdir=self._tensorboard_dir, flush_secs=5)
-        return self._writer
 
     def close(self) -> None:
         if self._writer is not None:

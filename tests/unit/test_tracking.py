@@ -97,9 +97,21 @@ def test_metrics_jsonl_and_tensorboard_events(tmp_path):
         logdir = tensorboard.logdir()
     rows = read_metrics(storage.read_text(run_dir.metrics))
     assert [(r["step"], r["name"]) for r in rows] == [(0, "loss"), (1, "loss"), (2, "loss"), (3, "acc")]
-    assert any(name.startswith("events.out.tfevents") for name in os.listdir(logdir))
+    events = [name for name in os.listdir(logdir) if name.startswith("events.out.tfevents")]
+    assert len(events) == 1
     with pytest.raises(NotInRunError):
         tensorboard.logdir()
+    # TensorBoard's own loader (as its UI reads, scalars migrated into its 'scalars' plugin) sees
+    # the file version, then every scalar at its step
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util.tensor_util import make_ndarray
+
+    read = list(EventFileLoader(os.path.join(logdir, events[0])).Load())
+    assert read[0].file_version == "brain.Event:2"
+    assert {v.metadata.plugin_data.plugin_name for e in read[1:] for v in e.summary.value} == {"scalars"}
+    scalars = [(e.step, v.tag, round(float(make_ndarray(v.tensor)), 6)) for e in read[1:] for v in e.summary.value]
+    assert scalars == [(0, "loss", 1.0), (1, "loss", 0.5), (2, "loss", 0.333333), (3, "acc", 0.5)]
+    assert [round(e.wall_time) for e in read[1:]] == [round(r["timestamp"]) for r in rows]
 
 
 def test_metrics_of_a_remote_root_are_uploaded_at_the_end(tmp_path):
