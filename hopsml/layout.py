@@ -130,6 +130,16 @@ class RunDir:
     path: str
 
     @property
+    def project(self) -> str | None:
+        """The project the run belongs to: <project> in 'Projects/<project>/...', else None.
+
+        >>> RunDir("Projects/demo/Experiments/app_1/trial-0").project
+        'demo'
+        """
+        parts = self.path.split("/")
+        return parts[1] if len(parts) > 1 and parts[0] == PROJECTS else None
+
+    @property
     def output_log(self) -> str:
         return join(self.path, OUTPUT_LOG)
 

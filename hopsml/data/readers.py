@@ -63,9 +63,7 @@ def _current_rank() -> tuple[int, int, Optional[Storage], Optional[str]]:
     ctx = current_or_none()
     if ctx is None:
         return 0, 1, None, None
-    parts = ctx.run_dir.path.split("/")
-    project = parts[1] if len(parts) > 1 and parts[0] == layout.PROJECTS else None
-    return ctx.rank, ctx.world_size, ctx.storage, project
+    return ctx.rank, ctx.world_size, ctx.storage, ctx.run_dir.project
 
 
 class ShardReader:
