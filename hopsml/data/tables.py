@@ -13,10 +13,11 @@ splits. Rejected rows are kept in ``_rejected`` with their reason; nothing is si
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
@@ -423,7 +424,7 @@ class _TableShardWriter:
 
 
 class _JsonLinesWriter:
-    """Write a partition's rows as a JSON-lines file through the fs layer (any root, S3 too)."""
+    """Stream a partition's rows into a JSON-lines file through the fs layer (any root, S3 too)."""
 
     def __init__(self, storage: Storage, folder: str) -> None:
         self.storage, self.folder = storage, folder
@@ -431,11 +432,15 @@ class _JsonLinesWriter:
     def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd
 
-        rows = [row for frame in batches for row in frame.astype(object).where(frame.notna(), None)
-                .to_dict("records")]
-        name = shard_io.part_name(shard_io.partition_id(), ".jsonl")
-        shard_io.write_jsonl(self.storage, ds.layout.join(self.folder, name), rows)
-        yield pd.DataFrame({"rows": [len(rows)]})
+        rows = 0
+        rel = ds.layout.join(self.folder, shard_io.part_name(shard_io.partition_id(), ".jsonl"))
+        with shard_io.atomic_output(self.storage, rel) as target, \
+                (open(target, "wb") if isinstance(target, str) else nullcontext(target)) as out:
+            for frame in batches:
+                for row in frame.astype(object).where(frame.notna(), None).to_dict("records"):
+                    out.write((json.dumps(row, default=str) + "\n").encode("utf-8"))
+                    rows += 1
+        yield pd.DataFrame({"rows": [rows]})
 
 
 def _fill_missing_shards(storage: Storage, folder: str, count: int, compression: Optional[str]) -> None:
