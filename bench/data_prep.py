@@ -81,7 +81,7 @@ def _same_size(path: str) -> int:
     return len(_same_encoder_one(path))
 
 
-def _check_same_pixels(paths: list[str], settings: config.Settings) -> None:
+def _check_same_pixels(settings: config.Settings) -> None:
     """The baselines must do the job's work: their PNGs decode to the pixels the job wrote."""
     batch = next(iter(reader("bench-jpegs", batch_size=8, shuffle=False, fields=["image", "path"],
                              settings=settings)))
@@ -129,7 +129,7 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
             rates["job"].append(count / (time.perf_counter() - start))
     if summary.written != count:
         raise RuntimeError(f"the image job wrote {summary.written} of {count} images")
-    _check_same_pixels(paths, settings)
+    _check_same_pixels(settings)
     job = statistics.median(rates["job"])
     print(f"Image job, {count} JPEGs 500x375 -> resize 200x200, crop 180x180, PNG; median (min-max) "
           f"of {runs} interleaved runs; {cores} cores")

@@ -246,8 +246,9 @@ class Storage:
         copied on the server and the source deleted, which is not atomic: write a marker file last."""
         src_path, dst_path = self.path(src), self.path(dst)
         if self.fs.type_name not in _OBJECT_STORES:
-            if posixpath.dirname(dst.strip("/")):
-                self.makedirs(posixpath.dirname(dst.strip("/")))
+            parent = posixpath.dirname(dst.strip("/"))
+            if parent:
+                self.makedirs(parent)
             self.fs.move(src_path, dst_path)
             return
         for info in self.fs.get_file_info(pafs.FileSelector(src_path, recursive=True)):
