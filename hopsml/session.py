@@ -7,6 +7,8 @@ console must stay quiet, and Spark's own logs go to a file instead of the user's
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.resources
 import logging
 import os
@@ -74,13 +76,59 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
     with _lock:
         session = SparkSession.getActiveSession()
         if session is not None:
+            _release_barrier_timer_at_exit()
             return session
         settings = settings or config.load()
-        _prepare_environment(settings)
-        builder = SparkSession.builder.master(settings.master).appName(app_name)
-        for key, value in {**_QUIET_DEFAULTS, **settings.spark_conf}.items():
+        if launched_by_spark_submit():
+            # The JVM is up with spark-submit's master and conf: build on them, change nothing else.
+            builder = SparkSession.builder.appName(app_name)
+            conf = settings.spark_conf
+        else:
+            _prepare_environment(settings)
+            builder = SparkSession.builder.master(settings.master).appName(app_name)
+            conf = {**_QUIET_DEFAULTS, **settings.spark_conf}
+        for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        log.info("started Spark %s (%s), Spark logs in %s", session.version, settings.master,
-                 os.environ["HOPSML_LOG_DIR"])
+        _release_barrier_timer_at_exit()
+        log.info("started Spark %s (%s), Spark logs in %s", session.version, session.sparkContext.master,
+                 os.environ.get("HOPSML_LOG_DIR", "Spark's log4j configuration"))
         return session
+
+
+def launched_by_spark_submit() -> bool:
+    """True in a Python program that spark-submit (or pyspark's shell) started: its JVM already runs."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+@functools.cache
+def _release_barrier_timer_at_exit() -> None:
+    """Let a spark-submit JVM exit once this Python program ends (registered once per process).
+
+    Spark 3.5 keeps a non-daemon `java.util.Timer` ("Barrier task timer for barrier() calls.") in
+    the BarrierTaskContext object; in local mode the executors live in the driver's JVM, so after
+    the first barrier stage spark-submit waits for that thread forever (SPARK-49479). Cancelling it
+    when the interpreter exits is safe: no barrier call can come after that.
+    """
+    atexit.register(cancel_barrier_timer)
+
+
+def cancel_barrier_timer() -> bool:
+    """Stop the lingering barrier timer thread of a local-mode JVM; True when one was stopped."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return False
+    try:
+        jvm = gateway.jvm
+        module_class = jvm.java.lang.Class.forName("org.apache.spark.BarrierTaskContext$")
+        module = module_class.getField("MODULE$").get(None)
+        for field in module_class.getDeclaredFields():
+            if field.getType().getName() == "java.util.Timer":
+                field.setAccessible(True)
+                field.get(module).cancel()
+                return True
+    except Exception as error:  # noqa: BLE001 - a JVM already gone or a Spark without this field
+        log.debug("could not stop Spark's barrier timer: %s", error)
+    return False
