@@ -207,7 +207,7 @@ class _TableJob:
         try:
             read = text.count()
             if read == 0:
-                raise ds.DatasetError(f"{self.src!r} has no data rows; check the path and header=")
+                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
             na = [v.strip() for v in opts.na_values] + [""]
             cleaned = text.select(*[F.when(F.col(n).isin(na), F.lit(None)).otherwise(F.col(n)).alias(n)
                                     for n in names], F.col(_CORRUPT))

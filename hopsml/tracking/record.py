@@ -25,7 +25,7 @@ from typing import Any, Iterable
 from hopsml import layout
 from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
                            StorageError)
-from hopsml.fs import Storage
+from hopsml.fs import Storage, redact_uri
 from hopsml.layout import ExperimentDir
 from hopsml.tracking import versioning
 
@@ -153,8 +153,10 @@ _SECRET_WORDS = ("secret", "password", "token", "credential", "key")
 
 
 def public_spark_conf(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Spark settings worth recording, with anything that looks like a secret left out."""
-    return {k: v for k, v in sorted(pairs) if not any(word in k.lower() for word in _SECRET_WORDS)}
+    """Spark settings worth recording: anything that looks like a secret left out, and credentials
+    taken out of URIs (``s3a://key:secret@bucket/...``)."""
+    return {k: redact_uri(v) if isinstance(v, str) else v for k, v in sorted(pairs)
+            if not any(word in k.lower() for word in _SECRET_WORDS)}
 
 
 def claim_run_dir(storage: Storage, project: str, app_id: str) -> ExperimentDir:

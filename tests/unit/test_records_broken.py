@@ -84,3 +84,10 @@ def test_records_without_format_version_are_read_as_version_1(root):
     del old["format_version"]
     storage.write_json(ExperimentDir.from_id("test", "local-3_1").record, old)
     assert records.read_record(storage, "test", "local-3_1").name == "old"
+
+
+def test_recorded_spark_conf_carries_no_credentials():
+    conf = records.public_spark_conf([("spark.eventLog.dir", "s3a://AKIAXXX:s3cr3t@logs/spark"),
+                                      ("spark.hadoop.fs.s3a.secret.key", "s3cr3t"),
+                                      ("spark.master", "local[4]")])
+    assert conf == {"spark.eventLog.dir": "s3a://logs/spark", "spark.master": "local[4]"}
