@@ -265,13 +265,14 @@ class Storage:
         """HDFS and stores like it, whose rename refuses an existing target: rename the old version
         aside, rename the new one in (moving the old one back if that fails), then delete the old."""
         parent, name = posixpath.split(final)
-        old = None
-        if self.fs.get_file_info(final).type != pafs.FileType.NotFound:
-            old = posixpath.join(parent, f".{name}.old-{uuid.uuid4().hex}")
-            try:
+        old = posixpath.join(parent, f".{name}.old-{uuid.uuid4().hex}")
+        try:
+            if self.fs.get_file_info(final).type == pafs.FileType.NotFound:
+                old = None
+            else:
                 self.fs.move(final, old)
-            except OSError as exc:
-                raise self._not_replaced(tmp, final, exc) from exc
+        except OSError as exc:
+            raise self._not_replaced(tmp, final, exc) from exc
         try:
             self.fs.move(tmp, final)
         except OSError as exc:
