@@ -284,8 +284,9 @@ def read_record(storage: Storage, project: str, exp_id: str) -> ExperimentRecord
     exp_dir = ExperimentDir.from_id(project, exp_id)
     if not storage.exists(exp_dir.record):
         if storage.isdir(exp_dir.path):
-            raise BrokenRecordError(f"experiment {exp_id} is {BROKEN}: {_NO_RECORD}; its folder is "
-                                    f"{storage.uri(exp_dir.path)}", reason=_NO_RECORD)
+            reason = _missing_reason(storage, exp_dir.path)
+            raise BrokenRecordError(f"experiment {exp_id} is {BROKEN}: {reason}; its folder is "
+                                    f"{storage.uri(exp_dir.path)}", reason=reason)
         raise ExperimentNotFoundError(f"no experiment {exp_id!r} in project {project!r} under "
                                       f"{storage.uri()}; 'hopsml experiments list' shows the ids")
     try:
@@ -299,6 +300,17 @@ def read_record(storage: Storage, project: str, exp_id: str) -> ExperimentRecord
 _NO_RECORD = "no experiment.json (the run was claimed but never recorded)"
 
 
+def _missing_reason(storage: Storage, exp_path: str) -> str:
+    """Why a run folder has no record, naming a version a replacement left aside (a write cut off
+    between its renames on HDFS, or one whose last step failed)."""
+    left = [p for p in storage.ls(exp_path)
+            if p.rsplit("/", 1)[-1].startswith((f".{layout.RECORD}.old-", f".{layout.RECORD}.tmp-"))]
+    if not left:
+        return _NO_RECORD
+    return (f"no experiment.json, but a write of it was cut off: rename {storage.uri(sorted(left)[-1])} "
+            f"to {layout.RECORD}" + (f" (or one of the {len(left)} versions left there)" if len(left) > 1 else ""))
+
+
 def scan_records(storage: Storage, project: str) -> list[ExperimentRecord | BrokenRecord]:
     """Every experiment folder of a project, newest first: its record, or why it cannot be read
     (broken ones last)."""
@@ -309,7 +321,7 @@ def scan_records(storage: Storage, project: str) -> list[ExperimentRecord | Brok
             continue
         record_path = layout.join(path, layout.RECORD)
         if not storage.exists(record_path):
-            found.append(BrokenRecord(name, _NO_RECORD))
+            found.append(BrokenRecord(name, _missing_reason(storage, path)))
             continue
         try:
             found.append(_load(storage, record_path))

@@ -8,7 +8,7 @@ import pytest
 
 from hopsml import cli
 from hopsml.fs import Storage
-from hopsml.layout import ExperimentDir
+from hopsml.layout import ExperimentDir, join
 from hopsml.tracking import record as records
 from hopsml.tracking.record import BrokenRecord, ExperimentRecord
 
@@ -91,3 +91,14 @@ def test_recorded_spark_conf_carries_no_credentials():
                                       ("spark.hadoop.fs.s3a.secret.key", "s3cr3t"),
                                       ("spark.master", "local[4]")])
     assert conf == {"spark.eventLog.dir": "s3a://logs/spark", "spark.master": "local[4]"}
+
+
+def test_a_record_left_aside_by_a_cut_off_write_is_named(root, capsys):
+    storage = Storage(str(root))
+    exp = ExperimentDir.from_id("test", "local-4_1")
+    rec = ExperimentRecord(id="local-4_1", name="aside", app_id="local-4", run_id=1).to_dict()
+    storage.write_json(join(exp.path, ".experiment.json.old-0123"), rec)  # HDFS: renamed aside, then cut off
+    (found,) = records.scan_records(storage, "test")
+    assert isinstance(found, BrokenRecord) and ".experiment.json.old-0123" in found.reason
+    assert cli.main(["experiments", "show", "local-4_1"]) == 1
+    assert "rename" in capsys.readouterr().err
