@@ -85,8 +85,9 @@ def _split_root(root: str) -> tuple[pafs.FileSystem, str, bool]:
         filesystem, base = pafs.FileSystem.from_uri(root)
     except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         shown = redact_uri(root)
-        raise StorageError(f"cannot open root {shown!r}: {str(exc).replace(root, shown)}. Use a local path, file:///path, "
-                           "hdfs://namenode:8020/path (needs Hadoop's libhdfs) or s3://bucket/path") from exc
+        raise StorageError(f"cannot open root {shown!r}: {str(exc).replace(root, shown)}. Use a local path, "
+                           "file:///path, hdfs://namenode:8020/path (needs Hadoop's libhdfs) or s3://bucket/path"
+                           ) from exc
     return filesystem, base.rstrip("/") or "/", isinstance(filesystem, pafs.LocalFileSystem)
 
 
