@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from hopsml import config, layout
 from hopsml.data import commands as data_commands
-from hopsml.errors import HopsmlError
+from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.text import format_table
 from hopsml.tracking import record as records
@@ -24,11 +24,15 @@ def _short_time(stamp: str | None) -> str | None:
 
 
 def _list_rows(storage: Storage, project: str, name: str | None, state: str | None) -> list[dict[str, Any]]:
-    rows = []
-    for rec in records.list_records(storage, project):
-        if name and name not in rec.name:
-            continue
+    rows: list[dict[str, Any]] = []
+    for rec in records.scan_records(storage, project):
         if state and rec.state != state.upper():
+            continue
+        if isinstance(rec, records.BrokenRecord):
+            if not name:
+                rows.append({"id": rec.id, "status": rec.state, "problem": rec.reason})
+            continue
+        if name and name not in rec.name:
             continue
         rows.append({"id": rec.id, "user": rec.user, "name": rec.name, "start": _short_time(rec.start),
                      "finished": _short_time(rec.finished), "status": rec.state, "module": rec.module,
@@ -41,7 +45,10 @@ def experiments_list(settings: config.Settings, name: str | None = None, state: 
     rows = _list_rows(Storage(settings.root), settings.project, name, state)[:limit]
     if not rows:
         return f"no experiments in project {settings.project!r} under {Storage(settings.root).uri()}"
-    return format_table(rows, LIST_COLUMNS)
+    problems = [f"{row['id']}: {row['status']}: {row['problem']}" for row in rows if "problem" in row]
+    if problems:  # below the table: a reason is too long for a column
+        problems = ["", "records that cannot be read ('hopsml experiments show ID' says more):"] + problems
+    return "\n".join([format_table(rows, LIST_COLUMNS)] + problems)
 
 
 def experiments_show(settings: config.Settings, exp_id: str) -> str:
@@ -53,15 +60,21 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
     lines = [json.dumps(data, indent=2, default=str), "", f"files in {storage.uri(exp_dir.path)}:"]
     lines += [f"  {p[len(exp_dir.path) + 1:]}" for p in storage.ls(exp_dir.path, recursive=True)]
     if storage.exists(exp_dir.summary):
-        lines += ["", "trials, best first:", _trials_table(storage.read_json(exp_dir.summary)["trials"],
-                                                          rec.direction or "max")]
+        try:
+            lines += ["", "trials, best first:", _trials_table(storage.read_json(exp_dir.summary)["trials"],
+                                                              rec.direction or "max")]
+        except (StorageError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            lines += ["", f"trials: {layout.SUMMARY} cannot be read ({type(exc).__name__}: {exc})"]
     if storage.exists(exp_dir.metrics):
         last: dict[str, dict[str, Any]] = {}
-        for row in read_metrics(storage.read_text(exp_dir.metrics)):
-            last[row["name"]] = row
+        try:
+            for row in read_metrics(storage.read_text(exp_dir.metrics)):
+                last[row["name"]] = row
+        except (StorageError, ValueError, KeyError, TypeError) as exc:
+            lines += ["", f"metrics: {layout.METRICS} cannot be read ({type(exc).__name__}: {exc})"]
         if last:
             lines += ["", "last metrics:"]
-            lines += [f"  {n} = {r['value']} (step {r['step']})" for n, r in sorted(last.items())]
+            lines += [f"  {n} = {r.get('value')} (step {r.get('step')})" for n, r in sorted(last.items())]
     return "\n".join(lines)
 
 
@@ -112,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     exp_commands = exps.add_subparsers(dest="action", required=True)
     lister = exp_commands.add_parser("list", help="experiments of the project, newest first")
     lister.add_argument("--name", help="only names containing this text")
-    lister.add_argument("--state", choices=[s.value for s in records.State], type=str.upper)
+    lister.add_argument("--state", choices=[s.value for s in records.State] + [records.BROKEN], type=str.upper)
     lister.add_argument("--limit", type=int, help="show at most this many")
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")

@@ -15,6 +15,10 @@ class InvalidNameError(HopsmlError, ValueError):
     """A name that would become part of a path is empty or contains a separator or '..'."""
 
 
+class NameTooLongError(InvalidNameError):
+    """A name (or the path it makes) is longer than the filesystem accepts."""
+
+
 class StorageError(HopsmlError, OSError):
     """The project root cannot be reached, read or written."""
 

@@ -1,26 +1,80 @@
 """Storage on pyarrow.fs: one root URI (local path, file://, hdfs://, s3://), paths relative to it.
 
-Record files are written aside and renamed into place, so a reader never sees half a file.
-A `Storage` pickles as its URI and rebuilds its filesystem where it lands (an executor).
+Record files are written aside and then put in place the way the store allows without ever
+deleting the old version first: one rename on local disks, the old version renamed aside on HDFS
+(whose rename refuses an existing target), a server-side copy on S3. A reader never sees half a
+file, and when putting it in place fails the error says where the new content was kept.
+A `Storage` pickles as its URI and rebuilds its filesystem where it lands (an executor); what it
+shows or records (`uri()`, its repr, error messages) carries no credentials.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import math
 import os
 import posixpath
+import re
 import shutil
 import uuid
 from contextlib import contextmanager
 from typing import IO, Any, Iterator
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
-from hopsml.errors import StorageError
+from hopsml.errors import NameTooLongError, StorageError
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 8 << 20
-_OBJECT_STORES = frozenset({"s3", "gcs"})   # pyarrow FileSystem.type_name of stores without folders
+_OBJECT_STORES = frozenset({"s3", "gcs", "gs"})   # stores without folders or rename (by type name)
+MAX_NAME_BYTES = 255   # longest file or folder name local filesystems and HDFS accept
+_SECRET_OPTION = re.compile(r"key|secret|token|passw|credential|signature", re.IGNORECASE)
+
+
+def redact_uri(uri: str) -> str:
+    """The URI without credentials: no ``user:password@`` and no secret query options (access and
+    secret keys, session tokens, passwords); what may be shown, logged or recorded.
+
+    >>> redact_uri("s3://AKIA:s3cr3t@bucket/data?secret_key=x&region=eu-west-1")
+    's3://bucket/data?region=eu-west-1'
+    >>> redact_uri("/local/folder")
+    '/local/folder'
+    """
+    if "://" not in uri:
+        return uri
+    parts = urlsplit(uri)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = "&".join(item for item in parts.query.split("&")
+                     if item and not _SECRET_OPTION.search(item.split("=", 1)[0]))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _store_kind(filesystem: pafs.FileSystem) -> str:
+    """'local', 'hdfs', 's3', ... for a filesystem, also one wrapped in a PyFileSystem or fsspec."""
+    kind = filesystem.type_name
+    for prefix in ("py::", "fsspec+"):
+        kind = kind[len(prefix):] if kind.startswith(prefix) else kind
+    return kind
+
+
+def _name_too_long(exc: OSError) -> bool:
+    return exc.errno == errno.ENAMETOOLONG or f"[errno {errno.ENAMETOOLONG}]" in str(exc).lower()
+
+
+def _json_ready(value: Any) -> Any:
+    """``value`` with NaN and infinities as the strings 'nan', 'inf' and '-inf' (float() reads them
+    back): JSON has no such numbers, and a bare NaN makes a file other JSON readers reject."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(item) for item in value]
+    return value
 
 
 def _split_root(root: str) -> tuple[pafs.FileSystem, str, bool]:
@@ -30,8 +84,10 @@ def _split_root(root: str) -> tuple[pafs.FileSystem, str, bool]:
     try:
         filesystem, base = pafs.FileSystem.from_uri(root)
     except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-        raise StorageError(f"cannot open root {root!r}: {exc}. Use a local path, file:///path, "
-                           "hdfs://namenode:8020/path (needs Hadoop's libhdfs) or s3://bucket/path") from exc
+        shown = redact_uri(root)
+        raise StorageError(f"cannot open root {shown!r}: {str(exc).replace(root, shown)}. Use a local path, "
+                           "file:///path, hdfs://namenode:8020/path (needs Hadoop's libhdfs) or s3://bucket/path"
+                           ) from exc
     return filesystem, base.rstrip("/") or "/", isinstance(filesystem, pafs.LocalFileSystem)
 
 
@@ -48,7 +104,7 @@ class Storage:
         return (Storage, (self.root,))
 
     def __repr__(self) -> str:
-        return f"Storage({self.root!r})"
+        return f"Storage({redact_uri(self.root)!r})"
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -60,21 +116,39 @@ class Storage:
         """The path inside the filesystem for a root-relative path."""
         self.fs  # noqa: B018  (resolves the base)
         rel = rel.strip("/")
+        for name in rel.split("/"):
+            if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+                raise NameTooLongError(
+                    f"name too long: {name[:40]}... is {len(name.encode('utf-8'))} bytes, and file and "
+                    f"folder names may have at most {MAX_NAME_BYTES}; choose a shorter project, dataset "
+                    "or file name")
         return posixpath.join(self._base, rel) if rel else self._base
 
     def uri(self, rel: str = "") -> str:
-        """What to show a user: a local path for local roots, else the URI (without query options).
+        """What to show or record: a local path for local roots, else the URI without query options
+        and without credentials.
 
         >>> Storage("s3://bucket/root?region=eu-west-1").uri("Projects/p")
         's3://bucket/root/Projects/p'
-        >>> Storage("hdfs://nn:8020/user/me").uri("x")
+        >>> Storage("hdfs://me:pw@nn:8020/user/me").uri("x")
         'hdfs://nn:8020/user/me/x'
         """
-        if self.is_local:
+        if self.is_local or "://" not in self.root:
             return self.path(rel)
         parts = urlsplit(self.root)
         path = posixpath.join(parts.path, rel.strip("/")) if rel.strip("/") else parts.path
-        return f"{parts.scheme}://{parts.netloc}{path}".rstrip("/")
+        return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}{path}".rstrip("/")
+
+    def _shown(self, path: str) -> str:
+        """The URI to show for a path inside the filesystem (as `path` returns them)."""
+        base = self._base.rstrip("/")
+        return self.uri(path[len(base):]) if path.startswith(base + "/") else path
+
+    def _unreachable(self, action: str, rel: str, exc: OSError) -> StorageError | NameTooLongError:
+        if _name_too_long(exc):
+            return NameTooLongError(f"name too long: {action} {self.uri(rel)} failed because the path "
+                                    f"is longer than the filesystem allows ({exc}); choose shorter names")
+        return StorageError(f"{action} {self.uri(rel)}: {exc}")
 
     def local_path(self, rel: str = "") -> str | None:
         """The local path of a root-relative path, or None when the root is remote."""
@@ -85,7 +159,7 @@ class Storage:
         try:
             return self.fs.get_file_info(self.path(rel))
         except OSError as exc:
-            raise StorageError(f"cannot reach {self.uri(rel)}: {exc}") from exc
+            raise self._unreachable("cannot reach", rel, exc) from exc
 
     def exists(self, rel: str) -> bool:
         return self.info(rel).type != pafs.FileType.NotFound
@@ -142,8 +216,10 @@ class Storage:
         try:
             self.fs.create_dir(self.path(rel), recursive=True)
         except OSError as exc:
+            if _name_too_long(exc):
+                raise self._unreachable("creating", rel, exc) from exc
             raise StorageError(f"cannot create {self.uri(rel)}: {exc}. Check that the root "
-                               f"{self.root!r} exists and is writable, or set HOPSML_ROOT") from exc
+                               f"{self.uri()!r} exists and is writable, or set HOPSML_ROOT") from exc
 
     @contextmanager
     def _atomic(self, rel: str) -> Iterator[IO[bytes]]:
@@ -154,21 +230,74 @@ class Storage:
         try:
             with self.fs.open_output_stream(tmp) as stream:
                 yield stream
-            self._replace(tmp, final)
         except BaseException:
-            try:
+            try:  # the new content is incomplete; the old file was not touched
                 self.fs.delete_file(tmp)
             except OSError:
                 pass
             raise
+        self._replace(tmp, final)  # from here on the new content is complete: never deleted
 
-    def _replace(self, src: str, dst: str) -> None:
+    def _replace(self, tmp: str, final: str) -> None:
+        """Put the complete file `tmp` in place of `final`, never deleting `final` first."""
+        kind = _store_kind(self.fs)
+        if kind in _OBJECT_STORES:
+            self._replace_by_copy(tmp, final)
+        elif kind == "local":
+            try:
+                self.fs.move(tmp, final)  # rename(2): atomic, replaces final
+            except OSError as exc:
+                raise self._not_replaced(tmp, final, exc) from exc
+        else:
+            self._replace_aside(tmp, final)
+
+    def _replace_by_copy(self, tmp: str, final: str) -> None:
+        """Object stores: a server-side copy replaces the object at once; then drop the temporary one."""
         try:
-            self.fs.move(src, dst)  # rename(2) on local disks: atomic, replaces dst
-        except OSError:
-            # HDFS refuses to rename onto an existing file: remove it, then rename.
-            self.fs.delete_file(dst)
-            self.fs.move(src, dst)
+            self.fs.copy_file(tmp, final)
+        except OSError as exc:
+            raise self._not_replaced(tmp, final, exc) from exc
+        try:
+            self.fs.delete_file(tmp)
+        except OSError as exc:
+            log.warning("could not remove the temporary copy %s: %s", self._shown(tmp), exc)
+
+    def _replace_aside(self, tmp: str, final: str) -> None:
+        """HDFS and stores like it, whose rename refuses an existing target: rename the old version
+        aside, rename the new one in (moving the old one back if that fails), then delete the old."""
+        parent, name = posixpath.split(final)
+        old = posixpath.join(parent, f".{name}.old-{uuid.uuid4().hex}")
+        try:
+            if self.fs.get_file_info(final).type == pafs.FileType.NotFound:
+                old = None
+            else:
+                self.fs.move(final, old)
+        except OSError as exc:
+            raise self._not_replaced(tmp, final, exc) from exc
+        try:
+            self.fs.move(tmp, final)
+        except OSError as exc:
+            if old is not None:
+                try:
+                    self.fs.move(old, final)
+                except OSError as back:
+                    raise StorageError(
+                        f"cannot put the new version of {self._shown(final)} in place ({exc}) nor move the "
+                        f"previous one back ({back}): the previous content is in {self._shown(old)} and the "
+                        f"new content is kept in {self._shown(tmp)}; rename one of them to "
+                        f"{self._shown(final)}") from exc
+            raise self._not_replaced(tmp, final, exc) from exc
+        if old is not None:
+            try:
+                self.fs.delete_file(old)
+            except OSError as exc:
+                log.warning("could not remove the previous version of %s at %s: %s",
+                            self._shown(final), self._shown(old), exc)
+
+    def _not_replaced(self, tmp: str, final: str, exc: OSError) -> StorageError:
+        return StorageError(f"cannot put the new version of {self._shown(final)} in place: {exc}. The "
+                            f"previous version is unchanged, and the new content is kept in "
+                            f"{self._shown(tmp)}; check the store, then rename it into place or rerun")
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a whole file atomically (aside, then renamed into place)."""
@@ -184,7 +313,9 @@ class Storage:
         self.write_bytes(rel, text.encode("utf-8"))
 
     def write_json(self, rel: str, obj: Any) -> None:
-        self.write_bytes(rel, (json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n").encode())
+        """Write JSON atomically; NaN and infinities become the strings 'nan', 'inf', '-inf'."""
+        text = json.dumps(_json_ready(obj), indent=2, sort_keys=False, default=str, allow_nan=False)
+        self.write_bytes(rel, (text + "\n").encode())
 
     def append_text(self, rel: str, text: str) -> None:
         """Append to a file (metrics): local and HDFS append in place; S3 cannot and rewrites."""
@@ -245,7 +376,7 @@ class Storage:
         folders (local disks, HDFS); object stores (S3, GCS) have only keys, so there every file is
         copied on the server and the source deleted, which is not atomic: write a marker file last."""
         src_path, dst_path = self.path(src), self.path(dst)
-        if self.fs.type_name not in _OBJECT_STORES:
+        if _store_kind(self.fs) not in _OBJECT_STORES:
             parent = posixpath.dirname(dst.strip("/"))
             if parent:
                 self.makedirs(parent)

@@ -6,7 +6,8 @@ that the rank at the other end can name the rank that really failed instead of t
 
 The higher rank dials the lower one. Each connection first passes the `hopsml.auth` challenge, then
 the dialer says who it is (rank, world size, channel). A connection that fails the challenge is
-logged and closed, and the listener keeps waiting for the genuine peer until the timeout.
+logged and closed, and the listener keeps waiting for the genuine peer until the timeout. A flood
+of such connections logs one line per interval, with the count of those held back.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hopsml import auth
 from hopsml.collective.timeout import Timeout
@@ -40,6 +41,40 @@ SOCKET_BUFFER_BYTES = 4 << 20
 _HANDSHAKE_TIMEOUT_S = 30.0
 _NOTICE_TIMEOUT_S = 1.0
 _LISTEN_BACKLOG = 128
+WARNING_INTERVAL_S = 10.0  # at most one warning line per this many seconds about refused connections
+
+
+class RateLimitedWarning:
+    """Warnings of one kind at most once per `interval_s`: the next line says how many were held
+    back, and `flush` reports those still held when the activity ends."""
+
+    def __init__(self, log: logging.Logger, interval_s: float = WARNING_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._log, self._interval, self._clock = log, interval_s, clock
+        self._lock = threading.Lock()
+        self._last: float | None = None
+        self._held = 0
+        self.total = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        with self._lock:
+            self.total += 1
+            now = self._clock()
+            if self._last is not None and now - self._last < self._interval:
+                self._held += 1
+                return
+            held, self._held, self._last = self._held, 0, now
+        if held:
+            message += " (and %d more like it held back in the last %.0f s)"
+            args += (held, self._interval)
+        self._log.warning(message, *args)
+
+    def flush(self, what: str) -> None:
+        """Log how many warnings are still held back, described as `what` (e.g. 'refused connections')."""
+        with self._lock:
+            held, self._held = self._held, 0
+        if held:
+            self._log.warning("%d more %s after the last warning (%d in all)", held, what, self.total)
 
 
 class PeerLost(Exception):
@@ -232,6 +267,7 @@ class _Acceptor:
         self._cond = threading.Condition()
         self._stopped = False
         self._wake_r, self._wake_w = socket.socketpair()
+        self._warnings = RateLimitedWarning(logger)
         self._thread = threading.Thread(target=self._run, name=f"hopsml-collective-accept-{rank}", daemon=True)
         self._thread.start()
 
@@ -278,16 +314,19 @@ class _Acceptor:
                     registered = True
                     self._cond.notify_all()
             if problem is not None:
-                logger.warning("rank %d refused an authenticated connection from %s: %s",
-                               self._rank, remote, problem)
+                self._warnings.warning("rank %d refused an authenticated connection from %s: %s",
+                                       self._rank, remote, problem)
                 conn.sendall(_REJECTED)
                 return
             conn.sendall(_ACCEPTED)
         except AuthenticationError as exc:
-            logger.warning("rank %d refused a connection from %s: %s", self._rank, remote, exc)
+            self._warnings.warning("rank %d refused a connection from %s: %s", self._rank, remote, exc)
         except (OSError, struct.error) as exc:
-            logger.warning("rank %d dropped a connection from %s during the handshake: %s",
-                           self._rank, remote, exc)
+            if self._stopped:  # cut off by stop(): the rendezvous is over, nothing to warn about
+                logger.debug("rank %d cut off a handshake with %s at the end of the rendezvous", self._rank, remote)
+            else:
+                self._warnings.warning("rank %d dropped a connection from %s during the handshake: %s",
+                                       self._rank, remote, exc)
         finally:
             if not registered:
                 with self._cond:
@@ -322,6 +361,7 @@ class _Acceptor:
                 pass
         self._wake_r.close()
         self._wake_w.close()
+        self._warnings.flush(f"connections refused or dropped by rank {self._rank}")
 
     def close_found(self) -> None:
         with self._cond:

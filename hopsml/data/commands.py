@@ -13,7 +13,7 @@ from typing import Any
 
 from hopsml import config
 from hopsml.data import dataset as ds
-from hopsml.fs import Storage
+from hopsml.fs import Storage, redact_uri
 from hopsml.text import format_table
 
 COMMANDS = ("prep", "datasets")
@@ -145,11 +145,12 @@ def datasets_list(settings: config.Settings) -> str:
         counts = manifest.get("counts", {})
         rows.append({"name": name, "kind": manifest.get("kind"),
                      "rows": ",".join(f"{k}={v['rows']}" for k, v in manifest.get("splits", {}).items()),
-                     "rejected": counts.get("rejected"), "created": (manifest.get("created") or "")[:19],
-                     "source": manifest.get("source")})
+                     "rejected": counts.get("rejected"), "skipped": counts.get("skipped"),
+                     "created": (manifest.get("created") or "")[:19],
+                     "source": redact_uri(manifest["source"]) if isinstance(manifest.get("source"), str) else None})
     if not rows:
         return f"no datasets in project {settings.project!r} under {storage.uri()}"
-    return format_table(rows, ("name", "kind", "rows", "rejected", "created", "source"))
+    return format_table(rows, ("name", "kind", "rows", "rejected", "skipped", "created", "source"))
 
 
 def datasets_show(settings: config.Settings, name: str, html: bool = False) -> str:

@@ -118,7 +118,8 @@ class DatasetDir:
 
 @dataclass
 class DatasetSummary:
-    """What a data job did: counts that add up (read = written + rejected + dropped) and where."""
+    """What a data job did: counts that add up (read = written + rejected + dropped) and where;
+    `skipped` counts, by reason, the source files it did not read (links, other extensions)."""
 
     name: str
     kind: str
@@ -131,6 +132,7 @@ class DatasetSummary:
     shards: int = 0
     rejected_reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,6 +145,9 @@ class DatasetSummary:
             text += f", dropped {self.dropped} (missing values)"
         if self.rejected_reasons:
             text += " [" + ", ".join(f"{k}: {v}" for k, v in sorted(self.rejected_reasons.items())) + "]"
+        if self.skipped:
+            text += (f", skipped {sum(self.skipped.values())} not read ["
+                     + ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped.items())) + "]")
         return text + f", {self.shards} shards per split, {self.seconds:.1f}s"
 
 

@@ -3,7 +3,9 @@ Parquet and TFRecord shards, split into train and test, with a label map, reject
 statistics.
 
 One Spark pass does the work. The driver lists the tree once (recursive, glob filter, hidden files
-skipped, as Spark's ``binaryFile`` source lists it) and deals the paths round-robin into
+skipped, as Spark's ``binaryFile`` source lists it; on a local disk no symbolic link is followed and
+each file is listed once, and links and files of other extensions are counted as skipped) and deals
+the paths round-robin into
 partitions, so every shard holds a share of every label folder. Only paths cross into Python: a
 task reads each file, decodes it once, resizes and crops it, puts it in the train or test split by
 a seeded hash of its path, and writes the partition's TFRecord shard and Parquet file of every
@@ -21,12 +23,14 @@ import fnmatch
 import hashlib
 import json
 import logging
+import os
 import posixpath
 import re
+import stat
 import time
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlsplit
 
@@ -39,7 +43,7 @@ from hopsml.data import shards as shard_io
 from hopsml.data.codec import npy_header
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
-from hopsml.fs import Storage
+from hopsml.fs import Storage, redact_uri
 from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:
@@ -53,6 +57,10 @@ TRAIN, TEST = "train", "test"
 DEFAULT_GLOB = "*.{jpg,jpeg,png,JPG,JPEG,PNG}"
 IMAGE_FORMATS = ("png", "jpeg")
 UNREADABLE_FILE = "unreadable file"
+LINK_OUTSIDE = "symlink leaving the source folder"
+LINK_INSIDE = "symlink within the source folder (links are not followed: each file is listed by its own path)"
+LINK_BROKEN = "broken symlink"
+HARD_LINK = "another name of a file already listed (hard link)"
 _TARGET_SHARD_BYTES = 64 << 20   # input bytes per partition when nothing else asks for more
 _ROW_GROUP_BYTES = 16 << 20      # Parquet row groups of about this many bytes of pixels
 
@@ -195,7 +203,8 @@ def _source_filesystem(src: str) -> tuple[Any, str, str]:
         return pafs.LocalFileSystem(), uri, "file:"
     filesystem, base = pafs.FileSystem.from_uri(uri)
     parts = urlsplit(uri)
-    authority = "" if base.lstrip("/").startswith(parts.netloc) else parts.netloc  # s3: bucket/key
+    host = parts.netloc.rsplit("@", 1)[-1]   # no user:password@ in the paths a dataset records
+    authority = "" if base.lstrip("/").startswith(host) else host  # s3: bucket/key
     return filesystem, base.rstrip("/") or "/", f"{parts.scheme}://{authority}"
 
 
@@ -311,30 +320,119 @@ def _expand_braces(pattern: str) -> list[str]:
     return [out for alt in match.group(1).split(",") for out in _expand_braces(head + alt + tail)]
 
 
-def list_images(src: str, glob: str = DEFAULT_GLOB) -> list[tuple[str, int]]:
-    """(path, size) of the files under ``src`` that Spark's binaryFile source would read (and the
-    empty ones it would skip), with paths spelled as Spark spells them (``file:/...`` locally)."""
+@dataclass
+class ImageListing:
+    """The files an image job reads, as (path, size), and what it skipped, as reason -> count:
+    symbolic links (never followed), hard links to a listed file, files of other extensions
+    ('extension .tif'). Hidden files and folders (names starting with '.' or '_') are skipped
+    silently, as Spark does."""
+
+    files: list[tuple[str, int]] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    links: list[str] = field(default_factory=list)   # the symlinks not followed, for the log
+
+
+def _extension_reason(name: str) -> str:
+    ext = posixpath.splitext(name)[1].lower()
+    return f"extension {ext}" if ext else "no extension"
+
+
+def _matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _scan_local(base: str, patterns: list[str], src: str) -> ImageListing:
+    """Walk a local tree without following any symbolic link, listing each real file once."""
+    listing, skipped, seen = ImageListing(), Counter(), set()
+    root_real = os.path.realpath(base)
+
+    def skip_link(path: str) -> None:
+        target = os.path.realpath(path)
+        if not os.path.exists(target):
+            skipped[LINK_BROKEN] += 1
+        elif os.path.commonpath([target, root_real]) == root_real:
+            skipped[LINK_INSIDE] += 1
+        else:
+            skipped[LINK_OUTSIDE] += 1
+        listing.links.append(path)
+
+    def failed(error: OSError) -> None:
+        raise ds.DatasetError(f"cannot list {redact_uri(src)!r}: {error}; give a readable folder of label folders")
+
+    for dirpath, dirnames, filenames in os.walk(base, onerror=failed, followlinks=False):
+        kept = []
+        for name in sorted(dirnames):
+            if name.startswith((".", "_")):   # Spark skips hidden folders too
+                continue
+            if os.path.islink(os.path.join(dirpath, name)):
+                skip_link(os.path.join(dirpath, name))
+            else:
+                kept.append(name)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if name.startswith((".", "_")):
+                continue
+            if os.path.islink(path):
+                skip_link(path)
+                continue
+            if not _matches(name, patterns):
+                skipped[_extension_reason(name)] += 1
+                continue
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if info.st_nlink > 1:
+                if (info.st_dev, info.st_ino) in seen:
+                    skipped[HARD_LINK] += 1
+                    continue
+                seen.add((info.st_dev, info.st_ino))
+            listing.files.append(("file:" + path, int(info.st_size)))
+    listing.files.sort()
+    listing.skipped = dict(sorted(skipped.items()))
+    return listing
+
+
+def scan_images(src: str, glob: str = DEFAULT_GLOB) -> ImageListing:
+    """The files under ``src`` that Spark's binaryFile source would read (and the empty ones it
+    would skip), with paths spelled as Spark spells them (``file:/...`` locally), and what was
+    skipped. On a local disk no symbolic link is followed, so a link loop or a link out of the
+    tree adds nothing, and a file with several names is listed once."""
     import pyarrow.fs as pafs
 
     try:
         filesystem, base, prefix = _source_filesystem(src)
     except (OSError, ValueError) as exc:
-        raise ds.DatasetError(f"cannot open {src!r}: {exc}") from exc
+        raise ds.DatasetError(f"cannot open {redact_uri(src)!r}: {exc}") from exc
     patterns = _expand_braces(glob)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        if not os.path.isdir(base):
+            raise ds.DatasetError(f"cannot list {redact_uri(src)!r}: no such folder; give a folder of "
+                                  "label folders")
+        return _scan_local(base, patterns, src)
     try:
         infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
     except (OSError, ValueError) as exc:
-        raise ds.DatasetError(f"cannot list {src!r}: {exc}; give a folder of label folders") from exc
-    out = []
+        raise ds.DatasetError(f"cannot list {redact_uri(src)!r}: {exc}; give a folder of label folders") from exc
+    listing, skipped = ImageListing(), Counter()
     for info in infos:
         if info.type != pafs.FileType.File:
             continue
         parts = posixpath.relpath(info.path, base).split("/")
         if any(part.startswith((".", "_")) for part in parts):  # Spark skips hidden files too
             continue
-        if any(fnmatch.fnmatchcase(parts[-1], pattern) for pattern in patterns):
-            out.append((prefix + info.path, int(info.size or 0)))
-    return sorted(out)
+        if _matches(parts[-1], patterns):
+            listing.files.append((prefix + info.path, int(info.size or 0)))
+        else:
+            skipped[_extension_reason(parts[-1])] += 1
+    listing.files.sort()
+    listing.skipped = dict(sorted(skipped.items()))
+    return listing
+
+
+def list_images(src: str, glob: str = DEFAULT_GLOB) -> list[tuple[str, int]]:
+    """(path, size) of the files an image job reads under ``src``; see :func:`scan_images`."""
+    return scan_images(src, glob).files
 
 
 def deal(paths: list[str], count: int) -> list[list[str]]:
@@ -385,9 +483,16 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
     storage = Storage(settings.root)
     started = time.perf_counter()
 
-    listing = list_images(src, options.glob)
+    scanned = scan_images(src, options.glob)
+    listing = scanned.files
+    if scanned.links:
+        shown = ", ".join(path for path in scanned.links[:5]) + (" ..." if len(scanned.links) > 5 else "")
+        log.warning("%d symbolic link(s) under %s not followed (each file is read once, by its own path, "
+                    "and never from outside the folder): %s", len(scanned.links), redact_uri(src), shown)
     if not listing:
-        raise ds.DatasetError(f"no files matching {options.glob!r} under {src!r}; check the path "
+        skipped = "; ".join(f"{k}: {v}" for k, v in scanned.skipped.items())
+        raise ds.DatasetError(f"no files matching {options.glob!r} under {redact_uri(src)!r}"
+                              f"{f' (skipped {skipped})' if skipped else ''}; check the path "
                               "(a folder of label folders) and the glob")
     labels = sorted({label_of(path) for path, _ in listing})
     total_bytes = sum(size for _, size in listing)
@@ -403,6 +508,7 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
                    .mapPartitionsWithIndex(transformer).collect()]
         summary = _summarise(reports, dataset, count, options.splits)
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
+        summary.skipped = scanned.skipped
         rejected = [r for report in reports for r in report["rejected"]]
         if options.strict and rejected:
             shown = "; ".join(f"{r['path']}: {r['reason']}" for r in rejected[:10])
@@ -432,7 +538,7 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
         summary.seconds = time.perf_counter() - started
         storage.write_json(stage.manifest, {
             "format_version": ds.FORMAT_VERSION, "kind": "images", "name": dataset,
-            "created": ds.now(), "source": src, "options": {
+            "created": ds.now(), "source": redact_uri(src), "options": {
                 "resize": options.resize, "crop": options.crop, "image_format": options.image_format,
                 "glob": options.glob, "draft": options.draft, "compression": options.compression,
                 "test_fraction": options.test_fraction, "seed": options.seed},
@@ -446,8 +552,10 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
             "splits": {split: {"rows": summary.splits[split], "parquet": f"{ds.PARQUET}/{split}",
                                "tfrecord": f"{ds.TFRECORD}/{split}", "shards": count}
                        for split in options.splits},
-            "counts": {"read": summary.read, "written": summary.written, "rejected": summary.rejected},
+            "counts": {"read": summary.read, "written": summary.written, "rejected": summary.rejected,
+                       "skipped": sum(summary.skipped.values())},
             "rejected_reasons": summary.rejected_reasons,
+            "skipped_reasons": summary.skipped,
             "seconds": round(summary.seconds, 3)})
     log.info("%s", summary)
     return summary

@@ -28,7 +28,7 @@ from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
-from hopsml.fs import Storage
+from hopsml.fs import Storage, redact_uri
 from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ class _TableJob:
         try:
             read = text.count()
             if read == 0:
-                raise ds.DatasetError(f"{self.src!r} has no data rows; check the path and header=")
+                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
             na = [v.strip() for v in opts.na_values] + [""]
             cleaned = text.select(*[F.when(F.col(n).isin(na), F.lit(None)).otherwise(F.col(n)).alias(n)
                                     for n in names], F.col(_CORRUPT))
@@ -369,7 +369,7 @@ class _TableJob:
         self.storage.write_text(stage.stats_html, stats_mod.render_html(stats, title=self.name))
         self.storage.write_json(stage.manifest, {
             "format_version": ds.FORMAT_VERSION, "kind": "table", "name": self.name, "created": ds.now(),
-            "source": self.src, "options": {k: v for k, v in opts.__dict__.items() if k != "extra"},
+            "source": redact_uri(self.src), "options": {k: v for k, v in opts.__dict__.items() if k != "extra"},
             "fields": fields, "default_fields": ["features", "label"], "label_field": "label",
             "labels": None if label_numeric else categories[label], "splits": splits_meta,
             "counts": {"read": read, "written": written, "rejected": rejected, "dropped": dropped},

@@ -96,7 +96,7 @@ def train(lr: float = 0.5, epochs: int = 15, batch_size: int = 64, seed: int = 0
         tensorboard.log({"loss": float(np.mean(losses)), "accuracy": accuracy}, step=epoch)
         print(f"epoch {epoch + 1}/{epochs}: loss {np.mean(losses):.4f} test accuracy {accuracy:.4f}")
     path = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), "model.npz"))
-    return {"accuracy": model.accuracy(x_test, y_test), "loss": float(np.mean(losses)), "model": path}
+    return {"accuracy": model.accuracy(x_test, y_test), "loss": float(np.mean(losses)), "model_file": path}
 
 
 def _rank_array_module() -> Any:
@@ -151,7 +151,7 @@ def train_data_parallel(lr: float = 0.5, epochs: int = 15, batch_size: int = 64,
     result: dict[str, Any] = {"accuracy": model.accuracy(x_test, y_test), "loss": mean_loss,
                               "checksum": float(model.weights.sum()) + float(model.bias.sum())}
     if rank == 0:
-        result["model"] = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), "model.npz"))
+        result["model_file"] = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), "model.npz"))
     return result
 
 

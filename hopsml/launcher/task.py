@@ -3,6 +3,11 @@ context set, and turn whatever happens into a JSON-safe report for the driver.
 
 Failures of the function are reported, not raised: a raised error would make Spark retry the task
 and run the training again.
+
+Files named in the return value are copied into the run directory only when asked for: the value
+of a key ending in ``_file`` (``{"model_file": "/tmp/model.npz"}``), or a path the function wrote
+(created or changed while it ran) inside its working directory (the current directory or the run's
+own folder). Any other string is recorded as it is, even when a file of that name exists.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ import time
 import traceback
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from hopsml import layout
 from hopsml.errors import SerializationError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.launcher.channel import TaskChannel
@@ -28,6 +34,8 @@ from hopsml.layout import RunDir
 from hopsml.tracking.context import active_run
 
 TAIL_LINES = 30
+FILE_KEY_SUFFIX = "_file"   # a returned value under such a key names a file to copy into the run
+_MTIME_SLACK_S = 1.0        # file times may be this much coarser than the clock
 _LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -38,7 +46,7 @@ class TaskSpec:
     storage: Storage
     run_dir: str
     channel_address: tuple[str, int] | None
-    secret: bytes
+    secret: bytes = field(repr=False)  # the run's channel key: never in a repr, log line or error
     log_name: str = "output.log"
     trial: int | None = None  # set for the trials of a search
 
@@ -107,8 +115,15 @@ def _json_safe(value: Any, where: str) -> Any:
                              "numbers, strings, lists or dicts of them, or the path of a file you wrote")
 
 
-def normalise_result(value: Any, storage: Storage, run_dir: RunDir) -> dict[str, Any]:
-    """The function's return value as a dict; local files it names are copied into the run dir."""
+def normalise_result(value: Any, storage: Storage, run_dir: RunDir, *, started: float | None = None,
+                     workdir: str | None = None, run_local_dir: str | None = None) -> dict[str, Any]:
+    """The function's return value as a dict, with the files it asks to keep copied into the run dir.
+
+    A string is taken for a file to keep when its key ends in ``_file``, or when it names a file
+    written since ``started`` (a ``time.time()``) inside ``workdir`` (the function's current
+    directory) or ``run_local_dir`` (the run's own folder, whose files are in the run already);
+    the value becomes the kept file's location. Every other string is recorded unchanged.
+    """
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -116,15 +131,41 @@ def normalise_result(value: Any, storage: Storage, run_dir: RunDir) -> dict[str,
             raise SerializationError(f"the function returned a {type(value).__name__}; return a number "
                                      "(the metric) or a dict of metrics and file paths")
         value = {"metric": value}
+    folders = (os.path.realpath(run_local_dir) if run_local_dir else None,
+               os.path.realpath(workdir) if workdir else None)
     result = {}
     for key, item in value.items():
-        if isinstance(item, str) and os.path.isfile(item):
-            item = _keep_file(item, storage, run_dir)
+        if isinstance(item, str) and item and "\n" not in item and "\x00" not in item:
+            item = _kept_file(str(key), item, storage, run_dir, started, *folders)
         result[str(key)] = _json_safe(item, f"return value [{key!r}]")
     return result
 
 
+def _inside(path: str, folder: str | None) -> bool:
+    return folder is not None and os.path.commonpath([path, folder]) == folder
+
+
+def _kept_file(key: str, item: str, storage: Storage, run_dir: RunDir, started: float | None,
+               run_folder: str | None, workdir: str | None) -> str:
+    """Where the file `item` names was kept, when it is one to keep (see normalise_result); else `item`."""
+    marked = key.endswith(FILE_KEY_SUFFIX)
+    if not marked and started is None:
+        return item
+    path = os.path.realpath(os.path.expanduser(item))
+    if not os.path.isfile(path):
+        if marked:
+            print(f"hopsml: return value {key!r} names {item!r}, which is not a file; recorded as text")
+        return item
+    in_run = _inside(path, run_folder)
+    if not marked and (not (in_run or _inside(path, workdir)) or os.stat(path).st_mtime < started - _MTIME_SLACK_S):
+        return item  # a file the function did not write in its working directory: not ours to copy
+    if in_run:  # the run's own folder: the file is part of the run already
+        return storage.uri(layout.join(run_dir.path, os.path.relpath(path, run_folder).replace(os.sep, "/")))
+    return _keep_file(os.path.abspath(os.path.expanduser(item)), storage, run_dir)
+
+
 def _keep_file(path: str, storage: Storage, run_dir: RunDir) -> str:
+    """Copy the local file `path` into the run directory under its name; returns where it went."""
     target = run_dir.file(os.path.basename(path))
     local_target = storage.local_path(target)
     if local_target and os.path.abspath(path) == local_target:
@@ -150,9 +191,11 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None) as tee:
                 try:
+                    workdir, started_at = os.getcwd(), time.time()
                     value = fn(**kwargs)
-                    report = {"ok": True, "result": normalise_result(value, spec.storage, run_dir),
-                              "tail": ""}
+                    report = {"ok": True, "tail": "", "result": normalise_result(
+                        value, spec.storage, run_dir, started=started_at, workdir=workdir,
+                        run_local_dir=ctx.local_dir)}
                 except TrialStopped as stop:
                     print(f"hopsml: {stop}")
                     report = {"ok": True, "stopped": True, "result": ctx.last_metrics, "tail": ""}

@@ -2,13 +2,16 @@
 
 An `ExperimentRun` is a context manager: leaving the block marks the record FINISHED, an exception
 FAILED (with the error and traceback), Ctrl-C KILLED. Every update rewrites experiment.json
-atomically, so a reader sees the old record or the new one, never half of one.
+atomically, so a reader sees the old record or the new one, never half of one. A record that
+cannot be read (not a JSON object, cut short, wrong field types, a newer format) is reported as a
+`BrokenRecord` with the reason instead of hiding or breaking the listing of the others.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import getpass
+import json
 import logging
 import os
 import threading
@@ -20,13 +23,25 @@ from enum import Enum
 from typing import Any, Iterable
 
 from hopsml import layout
-from hopsml.errors import ExperimentFailed, ExperimentNotFoundError, ResourceNotFoundError, StorageError
-from hopsml.fs import Storage
+from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
+                           StorageError)
+from hopsml.fs import Storage, redact_uri
 from hopsml.layout import ExperimentDir
 from hopsml.tracking import versioning
 
 log = logging.getLogger(__name__)
 _claim_lock = threading.Lock()
+
+FORMAT_VERSION = 1   # of experiment.json; records without the field are version 1
+BROKEN = "BROKEN"    # the state `hopsml experiments list` shows for a record it cannot read
+
+
+class BrokenRecordError(HopsmlError, ValueError):
+    """An experiment.json exists but is not a record this hopsml can read; `reason` says why."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class State(str, Enum):
@@ -82,26 +97,66 @@ class ExperimentRecord:
     error: str | None = None
     traceback: str | None = None
     output_tail: str | None = None
+    format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data.update(data.pop("extra"))
-        return data
+        return {"format_version": data.pop("format_version"), **data}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ExperimentRecord":
+    def from_dict(cls, data: Any) -> "ExperimentRecord":
+        """The record in `data`, or BrokenRecordError saying what is wrong with it."""
+        if not isinstance(data, dict):
+            kind = "null" if data is None else _JSON_TYPES.get(type(data), type(data).__name__)
+            raise BrokenRecordError(f"experiment.json holds a JSON {kind}, not an object")
+        version = data.get("format_version", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise BrokenRecordError(f"experiment.json has an invalid format_version {version!r}")
+        if version > FORMAT_VERSION:
+            raise BrokenRecordError(f"experiment.json has format_version {version}, newer than the {FORMAT_VERSION} "
+                                    "this hopsml reads: upgrade hopsml to read it")
+        missing = [name for name in _REQUIRED if name not in data]
+        if missing:
+            raise BrokenRecordError(f"experiment.json lacks {', '.join(map(repr, missing))}")
+        for name, types in _FIELD_TYPES.items():
+            value = data.get(name)
+            if value is not None and (not isinstance(value, types) or isinstance(value, bool) and bool not in types):
+                raise BrokenRecordError(f"experiment.json field {name!r} is a {type(value).__name__}: {value!r:.60}")
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in data.items() if k in names},
                    extra={k: v for k, v in data.items() if k not in names})
+
+
+_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+_REQUIRED = ("id", "name", "app_id", "run_id")
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "name": (str,), "app_id": (str,), "run_id": (int,), "type": (str,), "state": (str,),
+    "user": (str,), "start": (str,), "finished": (str,), "duration": (int, float), "module": (str,),
+    "function": (str,), "description": (str,), "hyperparameters": (dict,), "executors": (int,),
+    "gpus_per_executor": (int,), "error": (str,), "traceback": (str,), "direction": (str,)}
+
+
+@dataclass
+class BrokenRecord:
+    """An experiment folder whose record cannot be read, and why: what `experiments list` shows."""
+
+    id: str
+    reason: str
+    state: str = BROKEN
+    start: str = ""
+    run_id: int = 0
 
 
 _SECRET_WORDS = ("secret", "password", "token", "credential", "key")
 
 
 def public_spark_conf(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Spark settings worth recording, with anything that looks like a secret left out."""
-    return {k: v for k, v in sorted(pairs) if not any(word in k.lower() for word in _SECRET_WORDS)}
+    """Spark settings worth recording: anything that looks like a secret left out, and credentials
+    taken out of URIs (``s3a://key:secret@bucket/...``)."""
+    return {k: redact_uri(v) if isinstance(v, str) else v for k, v in sorted(pairs)
+            if not any(word in k.lower() for word in _SECRET_WORDS)}
 
 
 def claim_run_dir(storage: Storage, project: str, app_id: str) -> ExperimentDir:
@@ -209,21 +264,73 @@ class ExperimentRun:
         return False
 
 
+def _load(storage: Storage, record_path: str) -> ExperimentRecord:
+    """The record at `record_path`, or BrokenRecordError with the reason it cannot be read."""
+    try:
+        raw = storage.read_bytes(record_path)
+    except StorageError as exc:
+        raise BrokenRecordError(f"experiment.json cannot be read: {exc}") from exc
+    if not raw.strip():
+        raise BrokenRecordError("experiment.json is empty")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # also UnicodeDecodeError
+        raise BrokenRecordError(f"experiment.json is not valid JSON ({exc}); it was probably cut short") from exc
+    return ExperimentRecord.from_dict(data)
+
+
 def read_record(storage: Storage, project: str, exp_id: str) -> ExperimentRecord:
+    """The record of one experiment; ExperimentNotFoundError or BrokenRecordError saying what is wrong."""
     exp_dir = ExperimentDir.from_id(project, exp_id)
     if not storage.exists(exp_dir.record):
+        if storage.isdir(exp_dir.path):
+            reason = _missing_reason(storage, exp_dir.path)
+            raise BrokenRecordError(f"experiment {exp_id} is {BROKEN}: {reason}; its folder is "
+                                    f"{storage.uri(exp_dir.path)}", reason=reason)
         raise ExperimentNotFoundError(f"no experiment {exp_id!r} in project {project!r} under "
                                       f"{storage.uri()}; 'hopsml experiments list' shows the ids")
-    return ExperimentRecord.from_dict(storage.read_json(exp_dir.record))
+    try:
+        return _load(storage, exp_dir.record)
+    except BrokenRecordError as exc:
+        raise BrokenRecordError(f"experiment {exp_id} is {BROKEN}: {exc.reason}. The record is "
+                                f"{storage.uri(exp_dir.record)}: repair it by hand, or remove the folder "
+                                f"{storage.uri(exp_dir.path)} if the run is of no use", reason=exc.reason) from None
+
+
+_NO_RECORD = "no experiment.json (the run was claimed but never recorded)"
+
+
+def _missing_reason(storage: Storage, exp_path: str) -> str:
+    """Why a run folder has no record, naming a version a replacement left aside (a write cut off
+    between its renames on HDFS, or one whose last step failed)."""
+    left = [p for p in storage.ls(exp_path)
+            if p.rsplit("/", 1)[-1].startswith((f".{layout.RECORD}.old-", f".{layout.RECORD}.tmp-"))]
+    if not left:
+        return _NO_RECORD
+    return (f"no experiment.json, but a write of it was cut off: rename {storage.uri(sorted(left)[-1])} "
+            f"to {layout.RECORD}" + (f" (or one of the {len(left)} versions left there)" if len(left) > 1 else ""))
+
+
+def scan_records(storage: Storage, project: str) -> list[ExperimentRecord | BrokenRecord]:
+    """Every experiment folder of a project, newest first: its record, or why it cannot be read
+    (broken ones last)."""
+    found: list[ExperimentRecord | BrokenRecord] = []
+    for path in storage.ls(layout.experiments_dir(project)):
+        name = path.rsplit("/", 1)[-1]
+        if name.startswith(".") or not storage.isdir(path):
+            continue
+        record_path = layout.join(path, layout.RECORD)
+        if not storage.exists(record_path):
+            found.append(BrokenRecord(name, _missing_reason(storage, path)))
+            continue
+        try:
+            found.append(_load(storage, record_path))
+        except BrokenRecordError as exc:
+            found.append(BrokenRecord(name, exc.reason))
+    return sorted(found, key=lambda r: (r.start or "", r.run_id if isinstance(r.run_id, int) else 0),
+                  reverse=True)
 
 
 def list_records(storage: Storage, project: str) -> list[ExperimentRecord]:
-    """Every readable experiment of a project, newest first."""
-    records = []
-    for path in storage.ls(layout.experiments_dir(project)):
-        record_path = layout.join(path, layout.RECORD)
-        try:
-            records.append(ExperimentRecord.from_dict(storage.read_json(record_path)))
-        except (StorageError, ValueError, TypeError):
-            continue  # a directory still being claimed, or not an experiment
-    return sorted(records, key=lambda r: (r.start, r.run_id), reverse=True)
+    """Every readable experiment of a project, newest first (see scan_records for the broken ones)."""
+    return [r for r in scan_records(storage, project) if isinstance(r, ExperimentRecord)]

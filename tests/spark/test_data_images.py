@@ -57,7 +57,7 @@ def test_counts_add_up_and_bad_files_are_listed(prepared):
                 for line in open(_path(settings, "_rejected", name))]
     assert sorted(os.path.basename(r["path"]) for r in rejected) == ["empty.png", "notes.png", "truncated.png"]
     manifest = json.load(open(_path(settings, "dataset.json")))
-    assert manifest["counts"] == {"read": total, "written": summary.written, "rejected": 3}
+    assert manifest["counts"] == {"read": total, "written": summary.written, "rejected": 3, "skipped": 0}
     assert os.path.exists(_path(settings, "_SUCCESS"))
     assert json.load(open(_path(settings, "labels.json")))["labels"] == [str(d) for d in range(10)]
     assert not any(name.startswith(".") for name in os.listdir(os.path.dirname(_path(settings))))

@@ -11,11 +11,11 @@ def test_results_are_normalised_and_files_copied(tmp_path):
     storage = Storage(str(tmp_path / "root"))
     model = tmp_path / "model.bin"
     model.write_bytes(b"weights")
-    result = normalise_result({"acc": np.float32(0.5), "model": str(model), "arr": np.arange(2)},
+    result = normalise_result({"acc": np.float32(0.5), "model_file": str(model), "arr": np.arange(2)},
                               storage, RunDir("run"))
     assert result["acc"] == 0.5 and result["arr"] == [0, 1]
     assert storage.read_bytes("run/model.bin") == b"weights"
-    assert result["model"] == storage.uri("run/model.bin")
+    assert result["model_file"] == storage.uri("run/model.bin")
     assert normalise_result(3, storage, RunDir("run")) == {"metric": 3}
     assert normalise_result(None, storage, RunDir("run")) == {}
     with pytest.raises(SerializationError, match="object"):

@@ -1,0 +1,95 @@
+"""What a function's return value brings into the run: only files it asks for (a key ending in
+'_file') or files it wrote in its working directory; other strings stay as they are. And the
+task's description never shows the run's secret."""
+
+import os
+import time
+
+from hopsml.fs import Storage
+from hopsml.launcher.task import TaskSpec, normalise_result, run_function
+from hopsml.layout import RunDir
+
+
+def test_a_string_naming_an_existing_file_is_recorded_unchanged(tmp_path, monkeypatch):
+    storage = Storage(str(tmp_path / "root"))
+    existing = tmp_path / "work" / "train.csv"
+    existing.parent.mkdir()
+    existing.write_text("a,b\n")
+    monkeypatch.chdir(existing.parent)
+    old = time.time() - 3600
+    os.utime(existing, (old, old))
+    spec = TaskSpec(storage, "run", None, b"")
+    report = run_function(lambda: {"data": str(existing), "relative": "train.csv", "note": "/etc/hostname"},
+                          {}, spec)
+    assert report["ok"] and report["result"] == {"data": str(existing), "relative": "train.csv",
+                                                 "note": "/etc/hostname"}
+    assert not storage.exists("run/train.csv") and not storage.exists("run/hostname")
+
+
+def test_a_file_the_function_wrote_in_its_working_directory_is_kept(tmp_path, monkeypatch):
+    storage = Storage(str(tmp_path / "root"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+
+    def train():
+        with open("weights.npy", "wb") as handle:
+            handle.write(b"w")
+        return {"weights": "weights.npy"}
+
+    report = run_function(train, {}, TaskSpec(storage, "run", None, b""))
+    assert report["result"]["weights"] == storage.uri("run/weights.npy")
+    assert storage.read_bytes("run/weights.npy") == b"w"
+
+
+def test_a_file_written_outside_the_working_directory_needs_a_file_key(tmp_path, monkeypatch):
+    storage = Storage(str(tmp_path / "root"))
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def train():
+        for name in ("a.bin", "b.bin"):
+            (elsewhere / name).write_bytes(name.encode())
+        return {"plain": str(elsewhere / "a.bin"), "model_file": str(elsewhere / "b.bin"),
+                "missing_file": str(elsewhere / "none.bin")}
+
+    report = run_function(train, {}, TaskSpec(storage, "run", None, b""))
+    result = report["result"]
+    assert result["plain"] == str(elsewhere / "a.bin") and not storage.exists("run/a.bin")
+    assert result["model_file"] == storage.uri("run/b.bin") and storage.read_bytes("run/b.bin") == b"b.bin"
+    assert result["missing_file"] == str(elsewhere / "none.bin")
+    assert "'missing_file' names" in storage.read_text("run/output.log")
+
+
+def test_a_file_written_in_the_run_folder_is_named_where_it_is(tmp_path, monkeypatch):
+    storage = Storage(str(tmp_path / "root"))
+    monkeypatch.chdir(tmp_path)
+    from hopsml import tensorboard
+
+    def train():
+        path = os.path.join(os.path.dirname(tensorboard.logdir()), "ckpt", "last.npz")
+        os.makedirs(os.path.dirname(path))
+        open(path, "wb").close()
+        return {"checkpoint": path}
+
+    report = run_function(train, {}, TaskSpec(storage, "run", None, b""))
+    assert report["result"]["checkpoint"] == storage.uri("run/ckpt/last.npz")
+    assert not storage.exists("run/last.npz")  # not copied a second time
+
+
+def test_nan_and_infinity_in_results_are_recorded_as_strings(tmp_path):
+    result = normalise_result({"loss": float("nan"), "best": float("-inf")}, Storage(str(tmp_path)),
+                              RunDir("run"))
+    assert result == {"loss": "nan", "best": "-inf"}
+
+
+def test_task_spec_repr_hides_the_secret(tmp_path):
+    secret = b"\x01\x02very-secret-bytes"
+    spec = TaskSpec(Storage("s3://AKIAXXX:s3cr3t@bucket/root?secret_key=k3y&region=x"), "run",
+                    ("127.0.0.1", 1), secret)
+    shown = repr(spec) + str(spec)
+    assert repr(secret) not in shown and "very-secret" not in shown
+    assert "s3cr3t" not in shown and "AKIAXXX" not in shown and "k3y" not in shown
+    assert "run" in shown and spec.secret == secret
