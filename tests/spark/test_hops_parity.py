@@ -1,0 +1,28 @@
+"""Search calls written as hops notebooks wrote them: upper-case directions, bounds given high-to-low."""
+
+import json
+import os
+
+from hopsml import experiment
+
+
+def peak(x, y):
+    return {"score": -((x - 2) ** 2) - (y - 1) ** 2}
+
+
+def test_differential_evolution_with_high_to_low_bounds_and_hops_direction(spark, root):
+    logdir, best, outputs = experiment.differential_evolution(
+        peak, {"x": [4.0, 0.0], "y": [2.0, 0.0]}, direction="MAX", generations=2, population=4, seed=1,
+        optimization_key="score")
+    with open(os.path.join(logdir, ".summary.json")) as f:
+        trials = [t["params"] for t in json.load(f)["trials"]]
+    assert len(trials) == 8 and all(0 <= t["x"] <= 4 and 0 <= t["y"] <= 2 for t in trials)
+    assert outputs["score"] == max(peak(**t)["score"] for t in trials) and 0 <= best["x"] <= 4
+
+
+def test_random_search_with_high_to_low_bounds(spark, root):
+    logdir, best, _ = experiment.random_search(peak, {"x": [4, 0], "y": [2.0, 0.0]}, direction="MAX",
+                                               samples=4, seed=0, optimization_key="score")
+    with open(os.path.join(logdir, "experiment.json")) as f:
+        assert json.load(f)["direction"] == "max"
+    assert isinstance(best["x"], int) and 0 <= best["x"] <= 4 and 0 <= best["y"] <= 2
