@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 from hopsml import config, layout
 from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
+from hopsml.tracking import context
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,10 @@ def _storage_for(root: str) -> Storage:
 
 
 def _context(project: str | None = None) -> tuple[Storage, str]:
+    """The root and project folder: inside a run (a Spark task) the run's own, else the settings'."""
+    run = context.current_or_none()
+    if run is not None and run.run_dir.project is not None:
+        return run.storage, layout.project_dir(project or run.run_dir.project)
     settings = config.load(project=project)
     return _storage_for(settings.root), layout.project_dir(settings.project)
 
@@ -147,14 +152,18 @@ def _resolve(path: Any, project: str | None = None) -> tuple[Storage, str]:
 def _require(storage: Storage, rel: str, original: Any) -> pafs.FileInfo:
     info = storage.info(rel)
     if info.type == pafs.FileType.NotFound:
-        raise PathNotFoundError(f"{_text(original)!r} does not exist (looked for {storage.uri(rel)}); "
-                                "check the path with hdfs.ls() on its folder")
+        given, where = _text(original), storage.uri(rel)
+        looked = "" if given.rstrip("/") == where else f" (looked for {where})"
+        raise PathNotFoundError(f"{given!r} does not exist{looked}; check the path with hdfs.ls() on its folder")
     return info
 
 
 # --- the project ----------------------------------------------------------------------------------
 def project_name() -> str:
-    """The current project's name (setting `project`, env HOPSML_PROJECT)."""
+    """The current project's name: the run's inside a run, else the setting (env HOPSML_PROJECT)."""
+    run = context.current_or_none()
+    if run is not None and run.run_dir.project is not None:
+        return run.run_dir.project
     return config.load().project
 
 

@@ -26,3 +26,21 @@ def test_random_search_with_high_to_low_bounds(spark, root):
     with open(os.path.join(logdir, "experiment.json")) as f:
         assert json.load(f)["direction"] == "max"
     assert isinstance(best["x"], int) and 0 <= best["x"] <= 4 and 0 <= best["y"] <= 2
+
+
+def test_hdfs_inside_a_training_function_uses_the_run_project(spark, root, tmp_path):
+    """hops notebooks call hdfs in the function that runs on the executors: it must see the same project."""
+    from hopsml import hdfs
+
+    hdfs.dump("1,2,3", "TourData/numbers.csv")
+
+    def train():
+        from hopsml import hdfs
+
+        numbers = [int(x) for x in hdfs.load(hdfs.project_path() + "TourData/numbers.csv").decode().split(",")]
+        hdfs.dump(str(sum(numbers)), "Resources/sum.txt")
+        return {"total": sum(numbers), "project": hdfs.project_name()}
+
+    _, result = experiment.launch(train, name="hdfs-in-task")
+    assert result["total"] == 6 and result["project"] == "test"
+    assert hdfs.load("Resources/sum.txt") == b"6" and (root / "Projects" / "test" / "Resources" / "sum.txt").exists()
