@@ -109,13 +109,18 @@ def _from_absolute(path: str, storage: Storage) -> str | None:
     return _hops_namespace(path)
 
 
+def _same_scheme(a: str, b: str) -> bool:
+    """hopsfs:// is HopsFS's name for hdfs://."""
+    return a == b or {a, b} <= set(_HOPS_NAMESPACE_SCHEMES)
+
+
 def _from_uri(text: str, storage: Storage) -> str | None:
     parts = urlsplit(text)
     scheme, netloc, path = parts.scheme.lower(), parts.netloc, posixpath.normpath(parts.path or "/")
     if scheme == "file":
         return _from_absolute(path, storage) if storage.is_local else None
     root = None if storage.is_local else urlsplit(storage.root)
-    if root is not None and scheme == root.scheme.lower():
+    if root is not None and _same_scheme(scheme, root.scheme.lower()):
         # 'hdfs:///x' names the default namenode, which for an hdfs:// root is the root's own
         same_place = netloc == root.netloc or (not netloc and scheme in _HOPS_NAMESPACE_SCHEMES)
         rel = _inside(path, root.path or "/") if same_place else None
@@ -173,10 +178,17 @@ def project_user() -> str:
     return os.environ.get("HADOOP_USER_NAME") or f"{project_name()}__{user}"
 
 
-def project_path(project: str | None = None) -> str:
-    """The project folder, ending with '/': a local path for local roots, else its URI."""
+def project_path(project: str | None = None, exclude_nn_addr: bool = False) -> str:
+    """The project folder, ending with '/': a local path for local roots, else its URI.
+
+    `exclude_nn_addr` drops the namenode's host:port from an hdfs:// URI ('hdfs:///...'), as hops did.
+    """
     storage, project_dir = _context(project)
-    return storage.uri(project_dir) + "/"
+    path = storage.uri(project_dir) + "/"
+    parts = urlsplit(path)
+    if exclude_nn_addr and parts.scheme in _HOPS_NAMESPACE_SCHEMES:
+        path = f"{parts.scheme}://{parts.path}"
+    return path
 
 
 def abs_path(hdfs_path: str, project: str | None = None) -> str:

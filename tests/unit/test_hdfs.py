@@ -275,3 +275,19 @@ def test_inside_a_run_the_run_root_and_project_win(local_root, tmp_path):
         assert hdfs.load("Resources/x.txt") == b"run"
         assert hdfs.project_path("other") == str(run_root / "Projects" / "other") + "/"
     assert hdfs.project_name() == "test" and not hdfs.exists("Resources/x.txt")
+
+
+def test_path_forms_on_an_hdfs_root_map_without_a_cluster(monkeypatch):
+    """Path mapping needs no namenode; reading would (libhdfs), which this machine has not."""
+    monkeypatch.setenv("HOPSML_ROOT", "hdfs://nn:8020/base")
+    monkeypatch.setenv("HOPSML_PROJECT", "demo")
+    monkeypatch.delenv("HOPSML_CONF", raising=False)
+    base = "hdfs://nn:8020/base/Projects/demo/"
+    assert hdfs.project_path() == base and hdfs.project_path(exclude_nn_addr=True) == "hdfs:///base/Projects/demo/"
+    for form in ["x/y", base + "x/y", "hdfs:///Projects/demo/x/y", "hdfs://10.0.2.15:8020/Projects/demo/x/y",
+                 "/Projects/demo/x/y", "hopsfs:///base/Projects/demo/x/y", hdfs.project_path(exclude_nn_addr=True) + "x/y"]:
+        assert hdfs.abs_path(form) == base + "x/y", form
+    with pytest.raises(InvalidPathError):
+        hdfs.abs_path("hdfs://nn:8020/elsewhere/x")
+    with pytest.raises(InvalidPathError):
+        hdfs.abs_path("/tmp/x")
