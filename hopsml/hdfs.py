@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import datetime
 import getpass
 import io
 import logging
@@ -25,6 +26,7 @@ import os
 import posixpath
 import shutil
 import stat as _stat
+import sys
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO, Any
@@ -37,7 +39,7 @@ from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
 from hopsml.tracking import context
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 _HOPS_NAMESPACE_SCHEMES = ("hdfs", "hopsfs")
 _WILDCARDS = frozenset("*?[")
@@ -164,6 +166,18 @@ def _require(storage: Storage, rel: str, original: Any) -> pafs.FileInfo:
 
 
 # --- the project ----------------------------------------------------------------------------------
+def log(string: Any) -> None:
+    """Write a timestamped line to the run's log (output.log), as hops 1.x's hdfs.log did.
+
+    Inside a run the line goes where the function's output goes (its output.log, and the notebook);
+    outside one it goes to this module's logger.
+    """
+    line = f"{datetime.datetime.now().isoformat()}: {string}"
+    if context.current_or_none() is None:
+        _log.info("%s", line)
+        return
+    sys.stdout.write(line + "\n")  # captured into the run's output.log by the task
+
 def project_name() -> str:
     """The current project's name: the run's inside a run, else the setting (env HOPSML_PROJECT)."""
     run = context.current_or_none()
@@ -624,7 +638,7 @@ def copy_to_hdfs(local_path: str, hdfs_path: str = "", overwrite: bool = False, 
                               "give the folder that should hold it")
     target = layout.join(folder, os.path.basename(local.rstrip(os.sep))) if folder else os.path.basename(local)
     _make_room(storage, target, overwrite)
-    log.info("copying %s to %s", local, storage.uri(target))
+    _log.info("copying %s to %s", local, storage.uri(target))
     if os.path.isdir(local):  # folders arrive too, empty ones included
         for dirpath, _, _ in os.walk(local):
             sub = os.path.relpath(dirpath, local)
@@ -659,16 +673,16 @@ def copy_to_local(hdfs_path: str, local_path: str = "", overwrite: bool = False,
     is_dir = info.type == pafs.FileType.Directory
     if os.path.lexists(local):
         if not overwrite and not is_dir and os.path.isfile(local) and os.path.getsize(local) == info.size:
-            log.info("%s is already in %s with the same size; not copied (overwrite=True copies)", name, folder)
+            _log.info("%s is already in %s with the same size; not copied (overwrite=True copies)", name, folder)
             return local
         if not overwrite and is_dir and os.path.isdir(local) and _same_tree(storage, rel, local):
-            log.info("%s is already in %s with the same files; not copied (overwrite=True copies)", name, folder)
+            _log.info("%s is already in %s with the same files; not copied (overwrite=True copies)", name, folder)
             return local
         if os.path.isdir(local) and not os.path.islink(local):
             shutil.rmtree(local)
         else:
             os.remove(local)
-    log.info("copying %s to %s", storage.uri(rel), local)
+    _log.info("copying %s to %s", storage.uri(rel), local)
     try:
         if not is_dir:
             return storage.download(rel, local)

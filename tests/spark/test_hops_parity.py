@@ -39,8 +39,11 @@ def test_hdfs_inside_a_training_function_uses_the_run_project(spark, root, tmp_p
 
         numbers = [int(x) for x in hdfs.load(hdfs.project_path() + "TourData/numbers.csv").decode().split(",")]
         hdfs.dump(str(sum(numbers)), "Resources/sum.txt")
+        hdfs.log("summed the numbers")
         return {"total": sum(numbers), "project": hdfs.project_name()}
 
-    _, result = experiment.launch(train, name="hdfs-in-task")
+    logdir, result = experiment.launch(train, name="hdfs-in-task")
     assert result["total"] == 6 and result["project"] == "test"
+    with open(os.path.join(logdir, "output.log")) as f:
+        assert ": summed the numbers" in f.read()  # hops 1.x's hdfs.log writes to the run's log
     assert hdfs.load("Resources/sum.txt") == b"6" and (root / "Projects" / "test" / "Resources" / "sum.txt").exists()
