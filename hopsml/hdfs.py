@@ -20,7 +20,6 @@ import fnmatch
 import functools
 import datetime
 import getpass
-import io
 import logging
 import os
 import posixpath
@@ -34,7 +33,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from hopsml import config, layout
+from hopsml import config, hdfs_file, layout
 from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
 from hopsml.tracking import context
@@ -384,103 +383,6 @@ def dump(data: str | bytes, hdfs_path: str, project: str | None = None) -> None:
     storage.write_bytes(rel, bytes(data))
 
 
-class HdfsFile(io.RawIOBase):
-    """The raw stream under what `open_file` returns; closing it commits a write.
-
-    Writes go to a file aside and replace the target on close(); leaving a `with` block by an
-    exception discards them. In binary write mode a str is written as UTF-8, as pydoop's files allowed.
-    """
-
-    def __init__(self, stack: ExitStack, stream: IO[bytes], name: str, mode: str) -> None:
-        super().__init__()
-        self._stack, self._stream, self.name, self._mode = stack, stream, name, mode
-        self._failure: tuple[Any, Any, Any] | None = None
-
-    @property
-    def mode(self) -> str:
-        return self._mode
-
-    def readable(self) -> bool:
-        return self._mode == "rb"
-
-    def writable(self) -> bool:
-        return self._mode != "rb"
-
-    def seekable(self) -> bool:
-        return self.readable()
-
-    def read(self, size: int = -1) -> bytes:
-        self._check_open()
-        return self._stream.read(None if size is None or size < 0 else size)
-
-    def readall(self) -> bytes:
-        return self.read()
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.read(len(view))
-        view[:len(data)] = data
-        return len(data)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._check_open()
-        return self._stream.seek(offset, whence)
-
-    def tell(self) -> int:
-        self._check_open()
-        return self._stream.tell()
-
-    def write(self, data: Any) -> int:
-        self._check_open()
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        self._stream.write(data)
-        return len(data)
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError(f"I/O operation on closed file {self.name}")
-
-    def discard_on_close(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        """Make the next close() drop a pending write (the block that wrote it failed)."""
-        self._failure = (exc_type, exc, tb)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            if self._failure is None:
-                self._stack.close()
-            else:
-                self._stack.__exit__(*self._failure)
-        finally:
-            super().close()
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            self.discard_on_close(exc_type, exc, tb)
-        self.close()
-
-
-class _Buffered:
-    """Mixin for the buffered and text layers: a failing `with` block discards the write too."""
-
-    raw_file: HdfsFile
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            self.raw_file.discard_on_close(exc_type, exc, tb)
-        self.close()
-
-
-class _BufferedReader(_Buffered, io.BufferedReader):
-    pass
-
-
-class _TextFile(_Buffered, io.TextIOWrapper):
-    pass
-
-
 _MODES = {"r": "rb", "w": "wb", "a": "ab"}
 
 
@@ -512,16 +414,7 @@ def open_file(hdfs_path: str, project: str | None = None, flags: str = "r", buff
             raise
         hint = " (this store cannot append: load() the file, then dump() it whole)" if kind == "a" else ""
         raise StorageError(f"cannot open {storage.uri(rel)} with flags {flags!r}: {exc}{hint}") from exc
-    raw = HdfsFile(stack, stream, storage.uri(rel), _MODES[kind])
-    if not text:
-        if kind != "r":
-            return raw
-        reader = _BufferedReader(raw)
-        reader.raw_file = raw
-        return reader
-    wrapper = _TextFile(_BufferedReader(raw) if kind == "r" else io.BufferedWriter(raw), encoding=encoding)
-    wrapper.raw_file = raw
-    return wrapper
+    return hdfs_file.wrap(hdfs_file.HdfsFile(stack, stream, storage.uri(rel), _MODES[kind]), text, encoding)
 
 
 # --- changing the tree ----------------------------------------------------------------------------
