@@ -23,6 +23,7 @@ import getpass
 import logging
 import os
 import posixpath
+import re
 import shutil
 import stat as _stat
 import sys
@@ -384,6 +385,7 @@ def dump(data: str | bytes, hdfs_path: str, project: str | None = None) -> None:
 
 
 _MODES = {"r": "rb", "w": "wb", "a": "ab"}
+_MODE_TEXT = re.compile(r"^[rwa][bt]?$")
 
 
 def open_file(hdfs_path: str, project: str | None = None, flags: str = "r", buff_size: int = 0,
@@ -392,8 +394,11 @@ def open_file(hdfs_path: str, project: str | None = None, flags: str = "r", buff
 
     Works with `with` and without: then call close(), for only then does a write land (written aside,
     renamed into place). `buff_size` is accepted for hops compatibility and ignored; `mode` is a
-    Python-style alias of `flags` ('rb', 'wt', ...).
+    Python-style alias of `flags` ('rb', 'wt', ...). hops put `project` second; a mode given there
+    instead, as with Python's open(path, "wb"), is taken as the mode (no project has such a name).
     """
+    if project is not None and mode is None and flags == "r" and _MODE_TEXT.match(project):
+        project, mode = None, project
     flags = mode if mode is not None else flags
     text = "t" in flags
     kind = flags.replace("t", "").replace("b", "")

@@ -229,6 +229,10 @@ def test_open_file_with_and_without_with(project):
         hdfs.open_file("Resources/none.txt")
     with pytest.raises(ValueError, match="flags"):
         hdfs.open_file("Resources/new.txt", flags="x")
+    with hdfs.open_file("Resources/py.txt", "wb") as f:  # Python's open() habit: the mode second
+        f.write(b"py")
+    assert hdfs.open_file("Resources/py.txt", "rb").read() == b"py"
+    assert hdfs.open_file("Resources/py.txt", None, "rt").read() == "py"  # hops' order
 
 
 def test_append(project):
