@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from hopsml.errors import HopsmlError
 from hopsml.tracking import context
 
 
@@ -19,3 +20,23 @@ def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
     In a search with early stopping, the values also go to the driver, which may stop the trial here.
     """
     context.current().log(metrics, step)
+
+
+class DebuggerUnavailableError(HopsmlError, NotImplementedError):
+    """hops' TensorBoard debugger calls: the TensorFlow 1 debugger plugin they started no longer exists."""
+
+
+_DEBUGGER_HINT = ("hops' {name}() restarted TensorBoard with the TensorFlow 1 debugger plugin "
+                  "(--debugger_port), which TensorBoard 2 removed. Call "
+                  "tf.debugging.experimental.enable_dump_debug_info(tensorboard.logdir()) in the training "
+                  "function instead and open the Debugger V2 tab of TensorBoard on the run's tensorboard/ folder.")
+
+
+def interactive_debugger() -> str:
+    """Not available: raises DebuggerUnavailableError saying what replaces it in TensorFlow 2."""
+    raise DebuggerUnavailableError(_DEBUGGER_HINT.format(name="interactive_debugger"))
+
+
+def non_interactive_debugger() -> str:
+    """Not available: raises DebuggerUnavailableError saying what replaces it in TensorFlow 2."""
+    raise DebuggerUnavailableError(_DEBUGGER_HINT.format(name="non_interactive_debugger"))

@@ -27,15 +27,41 @@ class SearchSpaceError(HopsmlError, ValueError):
 
 
 class Direction(str, Enum):
+    """Whether a search maximises or minimises its metric.
+
+    Equal to its name in either case, since hops spelled it "MAX"/"MIN" and hopsml records "max"/"min":
+    ``Direction.MAX == "MAX" == "max"``. It hashes as its value ("max"), so it finds dict entries keyed
+    by the lower-case strings.
+    """
+
     MAX = "max"
     MIN = "min"
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return str.lower(other) == self.value
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    @classmethod
+    def _missing_(cls, value: object) -> "Direction | None":  # Direction("MAX")
+        if isinstance(value, str) and value.strip().lower() != value:
+            return cls(value.strip().lower())
+        return None
+
     @classmethod
     def of(cls, value: "Direction | str") -> "Direction":
+        """The Direction for 'max'/'min' in any case, or a Direction itself."""
         if isinstance(value, Direction):
             return value
         try:
-            return cls(str(value).lower())
+            return cls(str(value).strip().lower())
         except ValueError:
             raise SearchSpaceError(f"direction must be 'max' or 'min' (or a Direction), not {value!r}") from None
 
@@ -71,7 +97,7 @@ def grid(grid_dict: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Dimension:
-    """One parameter: a numeric range [low, high] (ints stay ints) or a list of categories."""
+    """One parameter: a numeric range [low, high] (ints stay ints; either order) or a list of categories."""
 
     name: str
     low: float | None = None
@@ -85,9 +111,7 @@ class Dimension:
         _check_name(name)
         if isinstance(bound, (list, tuple)) and len(bound) == 2 and all(
                 isinstance(b, numbers.Real) and not isinstance(b, bool) for b in bound):
-            low, high = bound
-            if low > high:
-                raise SearchSpaceError(f"bound of {name!r} has low > high: {list(bound)}")
+            low, high = sorted(bound)  # hops took [high, low] too, e.g. a learning rate as [0.1, 0.001]
             integer = all(isinstance(b, numbers.Integral) for b in bound)
             if log and low <= 0:
                 raise SearchSpaceError(f"{name!r} is sampled on a log scale, so its bounds must be > 0: {list(bound)}")

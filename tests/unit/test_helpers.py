@@ -1,28 +1,11 @@
-"""The notebook helpers: hdfs.* relative to the project, devices.get_num_gpus()."""
+"""The notebook helpers: devices.get_num_gpus() (hdfs.* is covered in test_hdfs.py)."""
 
 import pytest
 
-from hopsml import devices, hdfs
+from hopsml import devices
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
 from hopsml.tracking.record import ExperimentRun
-
-
-def test_hdfs_helpers_work_relative_to_the_project(root, tmp_path):
-    assert hdfs.project_path() == str(root / "Projects" / "test")
-    local = tmp_path / "data.csv"
-    local.write_text("a,b\n1,2\n")
-    where = hdfs.copy_to_hdfs(str(local), "Resources/data.csv")
-    assert where == str(root / "Projects" / "test" / "Resources" / "data.csv")
-    assert hdfs.exists("Resources/data.csv") and not hdfs.exists("Resources/other.csv")
-    assert hdfs.ls("Resources") == [where]
-    with hdfs.open_file("Resources/data.csv") as f:
-        assert f.read() == b"a,b\n1,2\n"
-    with hdfs.open_file("Resources/new.txt", "wb") as f:
-        f.write(b"written")
-    back = hdfs.copy_to_local("Resources/new.txt", str(tmp_path / "back.txt"))
-    assert open(back, "rb").read() == b"written"
-    assert hdfs.exists("Projects/test/Resources/new.txt")  # absolute-in-root paths work too
 
 
 def test_gpu_count_follows_cuda_visible_devices(monkeypatch):

@@ -27,11 +27,22 @@ def test_random_samples_respect_bounds_types_and_seed():
     assert 60 < sum(p["lr"] < 1e-3 for p in points) < 140
 
 
-@pytest.mark.parametrize("bounds, match", [({"lr": [0.5, 0.1]}, "low > high"), ({"lr": "fast"}, "lr"),
-                                            ({}, "empty"), ({"lr": []}, "lr")])
+@pytest.mark.parametrize("bounds, match", [({"lr": "fast"}, "lr"), ({}, "empty"), ({"lr": []}, "lr")])
 def test_bad_bounds(bounds, match):
     with pytest.raises(SearchSpaceError, match=match):
         Space.from_bounds(bounds)
+
+
+def test_bounds_given_high_to_low_are_accepted_as_hops_did():
+    space = Space.from_bounds({"lr": [0.1, 0.001], "layers": [9, 2]}, log_scale=["lr"])
+    lr, layers = space.dimensions
+    assert (lr.low, lr.high, layers.low, layers.high, layers.integer) == (0.001, 0.1, 2, 9, True)
+    points = space.sample(50, seed=0)
+    assert all(0.001 <= p["lr"] <= 0.1 and 2 <= p["layers"] <= 9 for p in points)
+    assert len({p["layers"] for p in points}) > 3
+    de = DifferentialEvolution(space, population=6, mutation=0.5, crossover=0.7, direction=Direction.MAX, seed=0)
+    members = [Member(p, -p["lr"]) for p in de.initial()]
+    assert all(0.001 <= t["lr"] <= 0.1 and 2 <= t["layers"] <= 9 for t in de.offspring(members))
 
 
 def test_log_scale_needs_positive_bounds():
@@ -43,6 +54,18 @@ def test_direction():
     assert Direction.of("MAX") is Direction.MAX and Direction.MIN.better(1, 2)
     with pytest.raises(SearchSpaceError):
         Direction.of("up")
+
+
+def test_direction_equals_the_strings_hops_used():
+    assert Direction.MAX == "MAX" and Direction.MAX == "max" and "MAX" == Direction.MAX and "max" == Direction.MAX
+    assert Direction.MIN == "MIN" and Direction.MIN != "MAX" and not (Direction.MAX != "MAX")
+    assert Direction.MAX != Direction.MIN and Direction.MAX != 1 and Direction.MAX != "maximum"
+    assert Direction("MAX") is Direction.MAX and Direction.of(" min ") is Direction.MIN
+    assert hash(Direction.MAX) == hash("max") and {"max": 1}[Direction.MAX] == 1
+    assert {Direction.MAX: "a"}[Direction.of("MAX")] == "a" and len({Direction.MAX, Direction.of("max")}) == 1
+    assert Direction.MAX.value == "max" and f"{Direction.MAX.value}" == "max"
+    with pytest.raises(ValueError):
+        Direction("up")
 
 
 def test_differential_evolution_improves_a_smooth_function():

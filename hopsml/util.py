@@ -1,0 +1,100 @@
+"""The calls of hops' `util` module that mean something outside Hopsworks: cluster size and job name.
+
+They read the running SparkSession when there is one (or the one given), else the settings a
+session hopsml starts would get; they never start Spark themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+from hopsml import config, session
+from hopsml.errors import ClusterError, SettingsError
+from hopsml.search import space
+
+_LOCAL = re.compile(r"^local(?:\[(?P<threads>\*|\d+)(?:,\s*\d+)?\])?$")
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(?P<workers>\d+)\s*,")
+
+
+def _spark_context(spark: Any) -> Any | None:
+    """The SparkContext of `spark` (a SparkSession or SparkContext), else of the active session."""
+    if spark is None:
+        spark = session.active()
+    return getattr(spark, "sparkContext", spark)
+
+
+def _conf(spark: Any) -> tuple[dict[str, str], str, Any | None]:
+    """(Spark settings, master, SparkContext or None) from a running session, else from hopsml's settings."""
+    sc = _spark_context(spark)
+    if sc is not None:
+        return dict(sc.getConf().getAll()), sc.master, sc
+    settings = config.load()
+    return dict(settings.spark_conf), settings.master, None
+
+
+def _int_setting(conf: Mapping[str, str], key: str) -> int | None:
+    value = conf.get(key)
+    if value is None or str(value).strip().lower() in ("", "infinity"):
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise SettingsError(f"Spark setting {key}={value!r} is not a whole number; fix it in the session's "
+                            "Spark settings (HOPSML_SPARK_CONF or the [spark] table of conf/hopsml.toml)") from None
+
+
+def num_executors(spark: Any = None) -> int:
+    """How many executors the application may use, i.e. how many workers a distributed run can have.
+
+    As hops: spark.dynamicAllocation.maxExecutors when dynamic allocation is on; else
+    spark.executor.instances; in local mode the task slots (local[4] -> 4, local-cluster[2,...] -> 2);
+    else the executors registered with the running session. `spark` may be a SparkSession or a
+    SparkContext (older hops took one); by default the active session, else hopsml's settings.
+    """
+    conf, master, sc = _conf(spark)
+    if conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+        most = _int_setting(conf, "spark.dynamicAllocation.maxExecutors")
+        if most is not None:
+            return most
+    instances = _int_setting(conf, "spark.executor.instances")
+    if instances is not None:
+        return instances
+    if match := _LOCAL_CLUSTER.match(master):
+        return int(match["workers"])
+    if match := _LOCAL.match(master):
+        if sc is not None:
+            return int(sc.defaultParallelism)
+        threads = match["threads"]
+        if threads is None:
+            return 1
+        return (os.cpu_count() or 1) if threads == "*" else int(threads)
+    if sc is not None:
+        registered = sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # the driver is listed too
+        if registered > 0:
+            return registered
+    raise ClusterError(f"cannot tell how many executors the Spark master {master!r} gives: set "
+                       "spark.executor.instances (or spark.dynamicAllocation.maxExecutors), or ask again "
+                       "once the executors have registered")
+
+
+def num_param_servers(spark: Any = None) -> int:
+    """The parameter servers asked for with spark.tensorflow.num.ps (hops' setting), 0 when unset."""
+    conf, _, _ = _conf(spark)
+    return _int_setting(conf, "spark.tensorflow.num.ps") or 0
+
+
+def get_job_name() -> str | None:
+    """The name of the job this program runs as (HOPSWORKS_JOB_NAME, as hops read it), None in a notebook."""
+    return os.environ.get("HOPSWORKS_JOB_NAME") or None
+
+
+def grid_params(dict_of_lists: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """Every combination of the values, as the dict of equal-length lists `experiment.launch` runs.
+
+    >>> grid_params({"lr": [0.001, 0.0005], "dropout": [0.45, 0.7]})
+    {'lr': [0.001, 0.001, 0.0005, 0.0005], 'dropout': [0.45, 0.7, 0.45, 0.7]}
+    """
+    combos = space.grid(dict_of_lists)
+    return {name: [combo[name] for combo in combos] for name in dict_of_lists}

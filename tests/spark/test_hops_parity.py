@@ -1,0 +1,49 @@
+"""Search calls written as hops notebooks wrote them: upper-case directions, bounds given high-to-low."""
+
+import json
+import os
+
+from hopsml import experiment
+
+
+def peak(x, y):
+    return {"score": -((x - 2) ** 2) - (y - 1) ** 2}
+
+
+def test_differential_evolution_with_high_to_low_bounds_and_hops_direction(spark, root):
+    logdir, best, outputs = experiment.differential_evolution(
+        peak, {"x": [4.0, 0.0], "y": [2.0, 0.0]}, direction="MAX", generations=2, population=4, seed=1,
+        optimization_key="score")
+    with open(os.path.join(logdir, ".summary.json")) as f:
+        trials = [t["params"] for t in json.load(f)["trials"]]
+    assert len(trials) == 8 and all(0 <= t["x"] <= 4 and 0 <= t["y"] <= 2 for t in trials)
+    assert outputs["score"] == max(peak(**t)["score"] for t in trials) and 0 <= best["x"] <= 4
+
+
+def test_random_search_with_high_to_low_bounds(spark, root):
+    logdir, best, _ = experiment.random_search(peak, {"x": [4, 0], "y": [2.0, 0.0]}, direction="MAX",
+                                               samples=4, seed=0, optimization_key="score")
+    with open(os.path.join(logdir, "experiment.json")) as f:
+        assert json.load(f)["direction"] == "max"
+    assert isinstance(best["x"], int) and 0 <= best["x"] <= 4 and 0 <= best["y"] <= 2
+
+
+def test_hdfs_inside_a_training_function_uses_the_run_project(spark, root, tmp_path):
+    """hops notebooks call hdfs in the function that runs on the executors: it must see the same project."""
+    from hopsml import hdfs
+
+    hdfs.dump("1,2,3", "TourData/numbers.csv")
+
+    def train():
+        from hopsml import hdfs
+
+        numbers = [int(x) for x in hdfs.load(hdfs.project_path() + "TourData/numbers.csv").decode().split(",")]
+        hdfs.dump(str(sum(numbers)), "Resources/sum.txt")
+        hdfs.log("summed the numbers")
+        return {"total": sum(numbers), "project": hdfs.project_name()}
+
+    logdir, result = experiment.launch(train, name="hdfs-in-task")
+    assert result["total"] == 6 and result["project"] == "test"
+    with open(os.path.join(logdir, "output.log")) as f:
+        assert ": summed the numbers" in f.read()  # hops 1.x's hdfs.log writes to the run's log
+    assert hdfs.load("Resources/sum.txt") == b"6" and (root / "Projects" / "test" / "Resources" / "sum.txt").exists()
