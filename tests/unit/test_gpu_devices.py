@@ -1,11 +1,16 @@
-"""Spark's GPU addresses -> the rank's GPUs, and the gpus_per_worker check (pure functions, no Spark)."""
+"""Spark's GPU addresses -> the rank's GPUs, the gpus_per_worker check, and pinning (no Spark, no GPU)."""
 
 from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from types import SimpleNamespace
 
 import pytest
 
 from hopsml import devices
 from hopsml.errors import ClusterError
+from hopsml.launcher import rank
 
 
 @pytest.mark.parametrize("addresses, visible, physical", [
@@ -60,3 +65,41 @@ def test_matching_gpu_amounts_pass(gpus, amount):
 def test_mismatched_gpu_amounts_say_which_conf_to_set(gpus, amount, message):
     with pytest.raises(ClusterError, match=message):
         devices.check_gpu_amount(gpus, amount)
+
+
+class FakeCupy:
+    """Just what pin_gpu touches: the device count CUDA reports and which device was made current."""
+
+    def __init__(self, count: int) -> None:
+        self.used: list[int] = []
+        self.cuda = SimpleNamespace(runtime=SimpleNamespace(getDeviceCount=lambda: count),
+                                    Device=lambda i: SimpleNamespace(use=lambda: self.used.append(i)))
+
+
+def rank_info(gpus: list[str]) -> rank.RankInfo:
+    known = {"rank": 0, "world_size": 1, "local_rank": 0, "addresses": [], "hosts": [], "gpus": gpus}
+    return rank.RankInfo(**{f.name: known.get(f.name) for f in fields(rank.RankInfo)})
+
+
+@pytest.mark.parametrize("count, gpus, used", [
+    (1, ["5"], [0]),  # CUDA started with the rank's CUDA_VISIBLE_DEVICES=5: it is device 0
+    (2, ["5", "7"], [0]),
+    (4, ["2"], [2]),  # CUDA started earlier in a reused worker and sees every GPU: select by id
+])
+def test_pin_gpu_selects_the_rank_device(monkeypatch, count, gpus, used):
+    fake = FakeCupy(count)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    rank.pin_gpu(rank_info(gpus))
+    assert fake.used == used
+
+
+def test_pin_gpu_refuses_a_gpu_the_worker_cannot_reach(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", FakeCupy(2))
+    with pytest.raises(ClusterError, match="owns GPU 5, but CUDA was already started.*spark.python.worker.reuse=false"):
+        rank.pin_gpu(rank_info(["5"]))
+
+
+def test_pin_gpu_without_cupy_or_gpus_does_nothing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+    rank.pin_gpu(rank_info(["0"]))
+    rank.pin_gpu(rank_info([]))
