@@ -147,5 +147,7 @@ def check_barrier_stage(sc: Any, num_workers: int, gpus_per_worker: int, start_t
             f"{num_workers} workers need {num_workers} task slots at once, but the cluster has {slots} "
             f"(master {sc.master}). Ask for fewer workers, or more slots: local[{num_workers}] in local "
             "mode (HOPSML_MASTER), more executors (--num-executors) or cores (--executor-cores)")
-    if gpus_per_worker and not sc.master.startswith("local["):  # local[N] cannot schedule GPUs: ranks share out
-        check_gpu_amount(gpus_per_worker, conf.get("spark.task.resource.gpu.amount", None))  # the visible ones
+    # local mode cannot schedule GPUs: its ranks share out the visible ones; a cluster manager must give them
+    local_mode = sc.master == "local" or sc.master.startswith("local[")
+    if gpus_per_worker and not local_mode:
+        check_gpu_amount(gpus_per_worker, conf.get("spark.task.resource.gpu.amount", None))
