@@ -91,7 +91,8 @@ class Communicator:
         self._prev = peers.get((rank - 1) % size)
         self._next = peers.get((rank + 1) % size)
         self._nccl: gpu.NcclComm | None = None
-        self._warned_host_fallback = False
+        self._gpu_path: str | None = None  # 'nccl' or 'host' once the ranks agreed, at the first device collective
+        self._gpu_error: str | None = None
 
     @classmethod
     def connect(cls, rank: int, size: int, addresses: Sequence[str], listener: socket | None, secret: bytes,
@@ -142,7 +143,10 @@ class Communicator:
             return
         self._closed = True
         if self._nccl is not None:
-            self._nccl.close()
+            try:
+                self._nccl.close()
+            except Exception as exc:  # noqa: BLE001 - closing must go on to the sockets
+                logger.warning("destroying the NCCL communicator failed: %s", exc)
         if self._worker is not None:
             self._worker.close()
         for peer in self._peers.values():
@@ -442,40 +446,66 @@ class Communicator:
 
     # the GPU path
 
+    def _lost_peer(self) -> int | None:
+        """A peer that aborted or closed (it wrote to or closed its control connection), else None."""
+        return next((rank for rank, peer in self._peers.items() if peer.signalled()), None)
+
+    def _run_nccl(self, call: Callable[[], Any]) -> Any:
+        """Run an NCCL step inside an operation; turn its failure into this communicator's failure."""
+        try:
+            return call()
+        except gpu.NcclFailure as failure:
+            if failure.peer is not None:
+                raise PeerLost(failure.peer, failure.reason) from None  # _operation names the root cause
+            with self._fail_lock:
+                if self._failure is None:
+                    self._abort(f"rank {self._rank}: {failure.reason} (during {self._label})")
+            raise CollectiveError(self._failure) from None
+
     def _nccl_comm(self) -> gpu.NcclComm | None:
-        """The NCCL communicator, created collectively on first use; None when NCCL is not available."""
-        nccl = gpu.nccl_module()
-        if nccl is None:
-            if not self._warned_host_fallback:
-                self._warned_host_fallback = True
-                logger.warning("cupy has no NCCL support here: GPU collectives go through host memory and the "
-                               "TCP ring, which is much slower; install a cupy build with NCCL")
-            return None
-        if self._nccl is None:
-            unique_id = self.allgather(nccl.get_unique_id() if self._rank == 0 else None)[0]
-            self._nccl = gpu.NcclComm(nccl, self._size, self._rank, unique_id)
+        """The NCCL communicator, agreed on and created collectively on first use; None for the host path."""
+        if self._gpu_error is not None:
+            raise CollectiveError(self._gpu_error)
+        if self._gpu_path is None:
+            nccl = gpu.nccl_module()
+            offers = self.allgather(gpu.setup_offer(self._rank, nccl, gpu.device_identity(), gpu.collective_mode()))
+            try:
+                reason = gpu.choose_path(offers)
+            except CollectiveError as exc:  # the same on every rank: the communicator stays in step
+                self._gpu_error = str(exc)
+                raise
+            if reason:
+                self._gpu_path = "host"
+                logger.warning("GPU collectives go through host memory and the TCP ring (slower than NCCL): %s",
+                               reason)
+            else:
+                with self._operation("NCCL set-up"):
+                    self._nccl = self._run_nccl(lambda: gpu.NcclComm(nccl, self._size, self._rank, offers[0]["uid"],
+                                                                     self.timeout_s, self._lost_peer))
+                self._gpu_path = "nccl"
         return self._nccl
 
-    def _device_checked(self, kind: str, array: Any, op: str, root: int = -1) -> gpu.NcclComm | None:
-        """Exchange headers for a device collective; returns the NCCL communicator, or None for the host path."""
+    def _device_collective(self, kind: str, array: Any, op: str, root: int,
+                           run: Callable[[gpu.NcclComm], None]) -> bool:
+        """Header check, then `run` on the NCCL communicator, in one operation; False: use the host path."""
         if self._size == 1 or not gpu.nccl_supports(array.dtype):
-            return None
+            return False
         comm = self._nccl_comm()
         if comm is None:
-            return None
+            return False
         problem = _local_problem(array, op if kind == "allreduce" else None, writable=False)
         desc = describe_array("cuda/nccl", str(array.dtype), array.shape)
         with self._operation(kind) as seq:
             nbytes = array.size * array.dtype.itemsize
             check_headers(self._exchange(Header(kind, seq, problem or desc, op if op in OPS else "", root,
                                                 nbytes, error=bool(problem))))
-        return comm
+            self._run_nccl(lambda: run(comm))
+        return True
 
     def _device_allreduce(self, array: ArrayT, op: str) -> ArrayT:
-        comm = self._device_checked("allreduce", array, op)
-        if comm is not None:
-            comm.allreduce(array, op)
-        elif self._size > 1 or op not in OPS:
+        if self._device_collective("allreduce", array, op, -1, lambda comm: comm.allreduce(array, op)):
+            return array
+        if self._size > 1 or op not in OPS:
             cupy = gpu.cupy_module()
             host = self.allreduce(cupy.asnumpy(array), op)
             array[...] = cupy.asarray(host)
@@ -499,10 +529,10 @@ class Communicator:
 
     def _device_broadcast(self, array: ArrayT, root: int) -> ArrayT:
         valid_root = isinstance(root, int) and not isinstance(root, bool) and 0 <= root < self._size
-        comm = self._device_checked("broadcast", array, "", root) if valid_root else None
-        if comm is not None:
-            comm.broadcast(array, root)
-        elif self._size > 1:
+        if valid_root and self._device_collective("broadcast", array, "", root,
+                                                  lambda comm: comm.broadcast(array, root)):
+            return array
+        if self._size > 1:
             cupy = gpu.cupy_module()
             host = self.broadcast(cupy.asnumpy(array), root)
             array[...] = cupy.asarray(host)

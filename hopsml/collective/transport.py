@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import select
 import selectors
 import socket
 import struct
@@ -234,6 +235,16 @@ class Peer:
             return _recv_exact(self._ctrl, length).decode("utf-8", "replace")
         except (OSError, ValueError):
             return None
+
+    def signalled(self) -> bool:
+        """True once the peer wrote an abort notice or closed (its control connection is readable); does not
+        block, so a rank can watch its peers while a GPU collective runs."""
+        poller = select.poll()  # not select.select: executors can hold more than 1024 descriptors
+        try:
+            poller.register(self._ctrl, select.POLLIN | select.POLLERR | select.POLLHUP)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
 
     def shutdown(self) -> None:
         """Wake any thread blocked on the data connection and make the peer see end-of-stream at once."""

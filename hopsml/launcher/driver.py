@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from hopsml import auth
+from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.tracking.versioning import installed_file
@@ -146,9 +147,7 @@ def check_barrier_stage(sc: Any, num_workers: int, gpus_per_worker: int, start_t
             f"{num_workers} workers need {num_workers} task slots at once, but the cluster has {slots} "
             f"(master {sc.master}). Ask for fewer workers, or more slots: local[{num_workers}] in local "
             "mode (HOPSML_MASTER), more executors (--num-executors) or cores (--executor-cores)")
-    if gpus_per_worker and not sc.master.startswith("local"):
-        amount = conf.get("spark.task.resource.gpu.amount", None)
-        if amount is None:
-            raise ClusterError(f"gpus_per_worker={gpus_per_worker} but Spark does not schedule GPUs: set "
-                               "spark.executor.resource.gpu.amount, spark.task.resource.gpu.amount and a "
-                               "discovery script (spark.executor.resource.gpu.discoveryScript)")
+    # local mode cannot schedule GPUs: its ranks share out the visible ones; a cluster manager must give them
+    local_mode = sc.master == "local" or sc.master.startswith("local[")
+    if gpus_per_worker and not local_mode:
+        check_gpu_amount(gpus_per_worker, conf.get("spark.task.resource.gpu.amount", None))

@@ -9,14 +9,18 @@ communicator and runs the user's function with it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from hopsml import collective
+from hopsml import collective, devices
+from hopsml.errors import ClusterError
 from hopsml.launcher.task import TaskSpec, run_function
 from hopsml.layout import LOGS
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,12 @@ def rendezvous(ctx: Any, listener_address: str, gpus_per_worker: int) -> RankInf
     everyone = [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
     hosts = [m["host"] for m in everyone]
     local_rank = sum(1 for h in hosts[:rank] if h == host)
-    if not gpus and gpus_per_worker:
+    if gpus:
+        # Spark's addresses index the executor's CUDA_VISIBLE_DEVICES when one is set (as TorchDistributor reads them)
+        gpus = devices.physical_gpus(gpus, os.environ.get(devices.VISIBLE_ENV))
+    elif gpus_per_worker:
         # Not scheduled by Spark (e.g. local mode): take this rank's share of the visible GPUs.
-        from hopsml.devices import visible_gpus
-
-        visible = visible_gpus()
+        visible = devices.visible_gpus()
         gpus = visible[local_rank * gpus_per_worker:(local_rank + 1) * gpus_per_worker]
     return RankInfo(rank, len(everyone), local_rank, [m["address"] for m in everyone], hosts, gpus,
                     everyone[0]["master_port"])
@@ -92,10 +97,21 @@ def pin_gpu(info: RankInfo) -> None:
         import cupy
     except ImportError:
         return
-    # If CUDA started in this process before (Python workers are reused), CUDA_VISIBLE_DEVICES came too
-    # late and every GPU is still visible: then select ours by its id.
     visible = cupy.cuda.runtime.getDeviceCount()
-    cupy.cuda.Device(0 if visible == len(info.gpus) else int(info.gpus[0])).use()
+    if visible == len(info.gpus):  # CUDA started with the rank's CUDA_VISIBLE_DEVICES: ours are 0..n-1
+        cupy.cuda.Device(0).use()
+        return
+    # CUDA started in this (reused) Python worker before the rank set CUDA_VISIBLE_DEVICES, so it still sees the
+    # executor's GPUs. Selecting by id is right when the executor had no CUDA_VISIBLE_DEVICES of its own.
+    first = info.gpus[0]
+    if not first.isdigit() or int(first) >= visible:
+        raise ClusterError(f"rank {info.rank} owns GPU {first}, but CUDA was already started in this Python worker "
+                           f"and sees {visible} GPUs, so the rank cannot be pinned to it: set "
+                           "spark.python.worker.reuse=false for GPU experiments")
+    logger.warning("rank %d: CUDA was started in this Python worker before its GPU was assigned; selecting GPU %s "
+                   "by index (set spark.python.worker.reuse=false if the executor restricts CUDA_VISIBLE_DEVICES)",
+                   info.rank, first)
+    cupy.cuda.Device(int(first)).use()
 
 
 def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker: int, timeout_s: float | None,

@@ -1,5 +1,8 @@
 """GPU scheduling needs a cluster manager: Spark's local mode cannot give tasks GPUs, local-cluster can.
-Two workers with one fake GPU each: every rank must see a distinct GPU address, pinned before user code."""
+Two workers with one fake GPU each, on executors that already run with CUDA_VISIBLE_DEVICES=6,7: every
+rank must get a distinct physical GPU (address "1" -> GPU 7, as Spark's TorchDistributor reads it),
+pinned before user code; and asking for more GPUs per worker than Spark gives a task is refused before
+the stage starts, naming the conf to set."""
 
 import json
 import os
@@ -20,6 +23,7 @@ SCRIPT = textwrap.dedent("""
              .config("spark.executor.resource.gpu.amount", "1")
              .config("spark.task.resource.gpu.amount", "1")
              .config("spark.executor.memory", "512m")
+             .config("spark.executorEnv.CUDA_VISIBLE_DEVICES", "6,7")
              .getOrCreate())
 
     def report():
@@ -30,6 +34,10 @@ SCRIPT = textwrap.dedent("""
 
     logdir, result = experiment.allreduce(report, name="gpus", num_workers=2, gpus_per_worker=1)
     print("RESULT " + result["seen"])
+    try:
+        experiment.allreduce(report, name="too-many-gpus", num_workers=2, gpus_per_worker=2)
+    except Exception as exc:
+        print("REFUSED " + type(exc).__name__ + ": " + " ".join(str(exc).split()))
     spark.stop()
 """)
 
@@ -48,5 +56,9 @@ def test_each_rank_gets_its_own_gpu(tmp_path, root):
     seen = json.loads(lines[0][len("RESULT "):])
     assert sorted(r["rank"] for r in seen) == [0, 1]
     cuda = [r["cuda"] for r in seen]
-    assert sorted(cuda) == ["0", "1"]  # distinct fake GPUs, pinned through CUDA_VISIBLE_DEVICES
+    assert sorted(cuda) == ["6", "7"]  # distinct fake GPUs 0 and 1, mapped through the executors' list
     assert [r["gpus"] for r in seen] == [[c] for c in cuda]
+    refused = [line for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
+    assert refused and refused[0].startswith("REFUSED ClusterError: gpus_per_worker=2 but "
+                                             "spark.task.resource.gpu.amount=1"), done.stdout[-3000:]
+    assert "set spark.task.resource.gpu.amount=2" in refused[0]
