@@ -11,20 +11,13 @@ Importing this package starts nothing; `predict` imports pyspark only when calle
 
 from __future__ import annotations
 
-from typing import Any
-
+from hopsml.model.inference import PredictionError, PredictionSummary, predict
 from hopsml.model.registry import (Metric, ModelError, ModelExistsError, ModelNotFoundError, ModelVersion,
                                    download_model, export, get_best_model, get_model, list_models, resolve,
                                    versions)
 
 list = list_models  # noqa: A001 - hops-style `model.list()` for notebooks
 
-__all__ = ["Metric", "ModelError", "ModelExistsError", "ModelNotFoundError", "ModelVersion", "download_model",
-           "export", "get_best_model", "get_model", "list", "list_models", "predict", "resolve", "versions"]
-
-
-def predict(*args: Any, **kwargs: Any) -> Any:
-    """Map a predict function over a dataset in Spark tasks; see :func:`hopsml.model.inference.predict`."""
-    from hopsml.model.inference import predict as _predict
-
-    return _predict(*args, **kwargs)
+__all__ = ["Metric", "ModelError", "ModelExistsError", "ModelNotFoundError", "ModelVersion", "PredictionError",
+           "PredictionSummary", "download_model", "export", "get_best_model", "get_model", "list", "list_models",
+           "predict", "resolve", "versions"]

@@ -177,18 +177,20 @@ def _run_tasks(job: _Job, items: Iterator[tuple[str, int, int]]) -> Iterator[dic
     local = tempfile.mkdtemp(prefix="hopsml-predict-")
     try:
         started = time.perf_counter()
-        model_path = download_model(job.model.name, job.model.version, local_dir=local, settings=job.settings)
-        download_s = time.perf_counter() - started
+        try:
+            model_path = download_model(job.model.name, job.model.version, local_dir=local, settings=job.settings)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver, raised there
+            error = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            yield from ({**error, "split": split, "index": index} for split, index, _ in items)
+            return
+        download_s = round(time.perf_counter() - started, 3)
         for split, index, count in items:
             try:
-                yield {**_predict_shard(job, model_path, split, index, count), "download_s": download_s}
+                report = _predict_shard(job, model_path, split, index, count)
             except Exception as exc:  # noqa: BLE001 - reported to the driver, raised there
-                yield {"ok": False, "split": split, "index": index, "error": f"{type(exc).__name__}: {exc}",
-                       "traceback": traceback.format_exc()}
-    except Exception as exc:  # noqa: BLE001 - the model could not be downloaded
-        for split, index, _ in items:
-            yield {"ok": False, "split": split, "index": index, "error": f"{type(exc).__name__}: {exc}",
-                   "traceback": traceback.format_exc()}
+                report = {"ok": False, "split": split, "index": index, "error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc()}
+            yield {**report, "download_s": download_s}
     finally:
         shutil.rmtree(local, ignore_errors=True)
 

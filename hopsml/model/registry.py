@@ -289,17 +289,22 @@ def _session_experiment(storage: Storage, project: str, local: str) -> dict[str,
     if not runs:
         return None
     exp_dir = layout.ExperimentDir.from_id(project, runs[0].id)
-    wanted = {}
+    wanted: dict[int, list[str]] = {}
     for path in _local_files(local)[:50]:
-        wanted.setdefault((os.path.basename(path), os.path.getsize(path)), path)
+        wanted.setdefault(os.path.getsize(path), []).append(path)
+    digests: dict[str, str] = {}
     selector = pafs.FileSelector(storage.path(exp_dir.path), recursive=True, allow_not_found=True)
     base = storage.path()
     for info in storage.fs.get_file_info(selector):
-        key = (posixpath.basename(info.path), info.size)
-        if info.type != pafs.FileType.File or key not in wanted:
-            continue
-        with open(wanted[key], "rb") as mine, storage.fs.open_input_stream(info.path) as theirs:
-            if _digest(mine) == _digest(theirs):
+        if info.type != pafs.FileType.File or info.size not in wanted:
+            continue  # only files of the same size are worth reading
+        with storage.fs.open_input_stream(info.path) as theirs:
+            digest = _digest(theirs)
+        for path in wanted[info.size]:
+            if path not in digests:
+                with open(path, "rb") as mine:
+                    digests[path] = _digest(mine)
+            if digests[path] == digest:
                 return _experiment_of(storage, posixpath.relpath(info.path, base))
     return None
 
@@ -384,6 +389,9 @@ def _commit(storage: Storage, stage: str, mv: ModelVersion, project: str, overwr
         try:
             storage.move_dir(stage, final.path)
         except OSError as exc:  # taken between the check and the rename (local disks, HDFS)
+            if old is not None:  # put the version being replaced back as it was
+                storage.move_dir(old, final.path)
+                storage.write_text(final.done, _now() + "\n")
             if pinned or not storage.exists(final.path):
                 raise StorageError(f"cannot move the exported model into {storage.uri(final.path)}: {exc}") from exc
             mv.version += 1

@@ -2,6 +2,7 @@
 -> registry -> batch inference on Spark -> a predictions dataset whose accuracy is the in-run one."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -53,6 +54,13 @@ def test_versions_link_the_run_that_trained_them_and_its_dataset(pipeline):
     assert pipeline["good"]["accuracy"] > pipeline["weak"]["accuracy"]
     assert model.get_best_model("digits", "accuracy", "max").version == 1
     assert model.get_best_model("digits", "accuracy", model.Metric.MIN).version == 2
+
+
+def test_a_local_copy_of_the_newest_runs_model_is_linked_to_that_run(pipeline, tmp_path):
+    shutil.copy(pipeline["weak"]["model"], tmp_path / "weak.npz")
+    shutil.copy(pipeline["good"]["model"], tmp_path / "good.npz")
+    assert model.export(str(tmp_path / "weak.npz"), "copies").experiment["id"] == pipeline["weak_id"]
+    assert model.export(str(tmp_path / "good.npz"), "copies").experiment is None  # not this session's newest run
 
 
 def test_predictions_on_the_test_split_reproduce_the_in_run_accuracy(pipeline):

@@ -144,3 +144,39 @@ def test_driver_export_of_a_file_in_a_run_folder_links_that_run(settings, tmp_pa
     assert explicit.experiment["id"] == "local-1_2"
     with pytest.raises(Exception, match="no experiment 'local-9_9'"):
         model.export(_model_file(tmp_path), "iris", experiment_id="local-9_9")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    from s3 import s3_server
+
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.mark.parametrize("backend", ["file", "s3"])
+def test_export_overwrite_and_download_on_other_backends(backend, tmp_path, request, monkeypatch):
+    monkeypatch.delenv("HOPSML_CONF", raising=False)
+    if backend == "s3":
+        from s3 import s3_root
+
+        root = s3_root(request.getfixturevalue("s3_endpoint"))
+    else:
+        root = f"file://{tmp_path}/root"
+    settings = config.load(environ={}, root=root, project="p")
+    storage = Storage(root)
+    src = tmp_path / "saved"
+    (src / "variables").mkdir(parents=True)
+    (src / "saved_model.pb").write_bytes(b"graph")
+    (src / "variables" / "data").write_bytes(b"v1")
+    assert model.export(str(src), "tf", settings=settings).version == 1
+    storage.upload(str(src), "Projects/p/Resources/tf-copy")  # a model already under the root
+    second = model.export("Resources/tf-copy", "tf", metrics={"loss": 0.5}, settings=settings)
+    assert second.version == 2 and [f["path"] for f in second.files] == ["saved_model.pb", "variables/data"]
+    (src / "variables" / "data").write_bytes(b"v2")
+    model.export(str(src), "tf", model_version=2, overwrite=True, metrics={"loss": 0.1}, settings=settings)
+    assert [mv.version for mv in model.versions("tf", settings)] == [1, 2]
+    assert [p for p in storage.ls("Projects/p/Models/tf") if p.rsplit("/", 1)[-1].startswith(".")] == []
+    local = model.download_model("tf", local_dir=str(tmp_path / "out"), settings=settings)
+    assert open(os.path.join(local, "variables", "data"), "rb").read() == b"v2"
+    assert model.get_best_model("tf", "loss", "min", settings=settings).version == 2
