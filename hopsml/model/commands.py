@@ -86,7 +86,7 @@ def models_show(settings: config.Settings, name: str, version: str | None) -> st
                  "datasets": ",".join(d["name"] for d in mv.datasets) or None,
                  "files": len(mv.files)} for mv in registry.versions(name, settings)]
         return format_table(rows, ("version", "metrics", "created", "user", "experiment", "datasets", "files"))
-    mv = registry.get_model(name, version, settings)
+    mv = registry.get_model(name, version, settings=settings)
     lines = [json.dumps({k: v for k, v in mv.to_dict().items() if k != "files"}, indent=2, default=str), "",
              f"files in {mv.path}:"]
     lines += [f"  {f['path']}  ({f['size']} bytes)" for f in mv.files]

@@ -95,12 +95,14 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _where(settings: config.Settings | None, ctx: RunContext | None) -> tuple[Storage, str]:
-    """Storage and project: the run's inside a run, else the settings'."""
+def _where(settings: config.Settings | None, ctx: RunContext | None,
+           project: str | None = None) -> tuple[Storage, str]:
+    """Storage and project: the run's inside a run, else the settings'; `project` names another
+    project under the same root (hops' `project_name`)."""
     if settings is None and ctx is not None and ctx.run_dir.project:
-        return ctx.storage, ctx.run_dir.project
+        return ctx.storage, layout.validate_name(project, "project name") if project else ctx.run_dir.project
     settings = settings or config.load()
-    return Storage(settings.root), settings.project
+    return Storage(settings.root), layout.validate_name(project, "project name") if project else settings.project
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -153,10 +155,10 @@ def list_models(settings: config.Settings | None = None) -> list[ModelVersion]:
             for name in _model_names(storage, project)]
 
 
-def get_model(name: str, version: int | str | None = None,
+def get_model(name: str, version: int | str | None = None, project_name: str | None = None,
               settings: config.Settings | None = None) -> ModelVersion:
-    """Version `version` of model `name` (the latest when None)."""
-    storage, project = _where(settings, current_or_none())
+    """Version `version` of model `name` (the latest when None), of this project or `project_name`."""
+    storage, project = _where(settings, current_or_none(), project_name)
     found = _version_numbers(storage, project, layout.validate_name(name, "model name"))
     if not found:
         raise _unknown_model(storage, project, name)
@@ -189,12 +191,14 @@ def get_best_model(name: str, metric: str, direction: Direction | str = Directio
     return goal.best(candidates, key=lambda mv: float(mv.metrics[metric]))
 
 
-def download_model(name: str, version: int | str | None = None, local_dir: str | None = None,
-                   overwrite: bool = False, settings: config.Settings | None = None) -> str:
-    """Copy a version's files to `local_dir/<name>/<version>` (a new temporary folder when None);
-    returns that local folder. An existing non-empty folder is replaced only with overwrite=True."""
-    storage, project = _where(settings, current_or_none())
-    mv = get_model(name, version, settings)
+def download_model(name: str, version: int | str | None = None, project_name: str | None = None,
+                   overwrite: bool = False, *, local_dir: str | None = None,
+                   settings: config.Settings | None = None) -> str:
+    """Copy a version's files (the latest when `version` is None) to `local_dir/<name>/<version>`
+    (below a new temporary folder when None) and return that local folder. An existing non-empty
+    folder is replaced only with overwrite=True. The arguments before `*` are hops' own."""
+    storage, project = _where(settings, current_or_none(), project_name)
+    mv = get_model(name, version, project, settings)
     mdir = ModelDir.of(project, mv.name, mv.version)
     base = local_dir if local_dir is not None else tempfile.mkdtemp(prefix=f"hopsml-model-{mv.name}-")
     target = os.path.join(os.path.abspath(os.path.expanduser(base)), mv.name, str(mv.version))
@@ -405,17 +409,20 @@ def _commit(storage: Storage, stage: str, mv: ModelVersion, project: str, overwr
 
 
 def export(model_path: str, model_name: str, model_version: int | None = None, overwrite: bool = False,
-           metrics: Mapping[str, Any] | None = None, description: str | None = None, *,
+           metrics: Mapping[str, Any] | None = None, description: str | None = None,
+           synchronous: bool = True, synchronous_timeout: float = 120, project: str | None = None, *,
            experiment_id: str | None = None, settings: config.Settings | None = None) -> ModelVersion:
     """Register a model file or folder as `Models/<model_name>/<version>/`; returns its record.
 
     `model_path` is a local file or folder, or a path under the root (absolute URI, 'Projects/...',
-    or relative to the project). Inside a run the run is linked; on the driver the experiment whose
-    folder holds `model_path`, else this Spark application's newest experiment if it wrote the same
-    file, else `experiment_id`.
+    or relative to the project). Inside a run the run is linked; on the driver `experiment_id`, else
+    the experiment whose folder holds `model_path`, else this Spark application's newest experiment
+    if it wrote the same file. `synchronous` and `synchronous_timeout` are accepted for hops
+    notebooks and have nothing to wait for: the version is listed as soon as export returns.
     """
+    del synchronous, synchronous_timeout
     ctx = current_or_none()
-    storage, project = _where(settings, ctx)
+    storage, project = _where(settings, ctx, project)
     name = layout.validate_name(str(model_name), "model name")
     pinned = model_version is not None
     version = layout.validate_version(model_version) if pinned else _next_version(storage, project, name)
@@ -452,10 +459,10 @@ def resolve(model_ref: "ModelVersion | str | tuple[str, int]", settings: config.
     if isinstance(model_ref, ModelVersion):
         return model_ref
     if isinstance(model_ref, tuple) and len(model_ref) == 2:
-        return get_model(model_ref[0], model_ref[1], settings)
+        return get_model(model_ref[0], model_ref[1], settings=settings)
     if isinstance(model_ref, str):
         name, sep, version = model_ref.partition(":")
-        return get_model(name, version if sep else None, settings)
+        return get_model(name, version if sep else None, settings=settings)
     raise ModelError(f"a model is named by 'name', 'name:version', ('name', version) or a ModelVersion, "
                      f"not {model_ref!r}")
 

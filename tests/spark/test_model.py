@@ -105,6 +105,8 @@ def test_models_and_predict_commands(pipeline, capsys, tmp_path):
     assert cli.main(["predict", "digits", "digits", "--fn", f"{script}:ones", "--output", "ones",
                      "--split", "train", "--keep", "label"]) == 0
     assert "predictions 'ones' of model digits:2" in capsys.readouterr().out
+    assert cli.main(["datasets", "list"]) == 0
+    assert any(line.split()[:2] == ["ones", "predictions"] for line in capsys.readouterr().out.splitlines())
     rows = list(reader("ones", split="train", shuffle=False, fields=["one", "label"]))
     assert sum(len(b["one"]) for b in rows) == pipeline["prepared"].splits["train"]
     assert all((b["one"] == 1).all() for b in rows)

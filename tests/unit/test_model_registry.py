@@ -180,3 +180,15 @@ def test_export_overwrite_and_download_on_other_backends(backend, tmp_path, requ
     local = model.download_model("tf", local_dir=str(tmp_path / "out"), settings=settings)
     assert open(os.path.join(local, "variables", "data"), "rb").read() == b"v2"
     assert model.get_best_model("tf", "loss", "min", settings=settings).version == 2
+
+
+def test_hops_signatures_other_project_and_ignored_synchronous_flags(settings, tmp_path):
+    mv = model.export(_model_file(tmp_path), "m", None, False, {"accuracy": 0.5}, "shared",
+                      True, 120, "other")  # hops' positional order, project last
+    assert (mv.project, mv.version, mv.description) == ("other", 1, "shared")
+    assert "Projects/other/Models/m/1" in mv.path
+    with pytest.raises(ModelNotFoundError):
+        model.get_model("m")  # not in this project
+    assert model.get_model("m", 1, "other").metrics == {"accuracy": 0.5}
+    local = model.download_model("m", 1, "other", local_dir=str(tmp_path / "out"))
+    assert sorted(os.listdir(local)) == ["model.json", "model.npz"]
