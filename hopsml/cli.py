@@ -13,6 +13,7 @@ from hopsml import config, layout
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
+from hopsml.model import commands as model_commands
 from hopsml.text import format_table
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
@@ -132,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel and search")
     data_commands.add_commands(commands)
+    model_commands.add_commands(commands)
     return parser
 
 
@@ -145,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = quickstart(settings)
         elif args.command in data_commands.COMMANDS:
             output = data_commands.run(args, settings)
+        elif args.command in model_commands.COMMANDS:
+            output = model_commands.run(args, settings)
         elif args.action == "list":
             output = experiments_list(settings, args.name, args.state, args.limit)
         else:

@@ -15,6 +15,8 @@ Pure string functions, no I/O. Paths are relative to the root URI (the storage l
 'Projects/demo/Datasets/digits'
 >>> model_dir("demo", "mnist", 2)
 'Projects/demo/Models/mnist/2'
+>>> ModelDir.of("demo", "mnist", 2).record
+'Projects/demo/Models/mnist/2/model.json'
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ SUMMARY = ".summary.json"
 HPARAMS = ".hparams.json"
 OUTPUTS = ".outputs.json"
 METRIC = ".metric"
+MODEL_RECORD = "model.json"
+MODEL_DONE = "_SUCCESS"
+DATASETS_USED = "datasets.json"
 
 _RUN_NAME = re.compile(r"^(?P<app_id>.+)_(?P<run_id>\d+)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-=+,]")
@@ -85,8 +90,36 @@ def dataset_dir(project: str, name: str) -> str:
     return join(project_dir(project), DATASETS, validate_name(name, "dataset name"))
 
 
+def models_dir(project: str) -> str:
+    return join(project_dir(project), MODELS)
+
+
+def model_versions_dir(project: str, name: str) -> str:
+    """`Models/<name>/`: one folder per version below it."""
+    return join(models_dir(project), validate_name(name, "model name"))
+
+
 def model_dir(project: str, name: str, version: int) -> str:
-    return join(project_dir(project), MODELS, validate_name(name, "model name"), str(int(version)))
+    return join(model_versions_dir(project, name), str(validate_version(version)))
+
+
+def validate_version(version: object) -> int:
+    """A model version: a positive integer (also given as text, as on the command line).
+
+    >>> validate_version("3")
+    3
+    >>> validate_version(0)
+    Traceback (most recent call last):
+    ...
+    hopsml.errors.InvalidNameError: invalid model version 0: versions are whole numbers from 1 up
+    """
+    try:
+        number = int(str(version).strip()) if not isinstance(version, bool) else 0
+    except ValueError:
+        number = 0
+    if number < 1 or str(number) != str(version).strip():
+        raise InvalidNameError(f"invalid model version {version!r}: versions are whole numbers from 1 up")
+    return number
 
 
 def experiment_id(app_id: str, run_id: int) -> str:
@@ -160,6 +193,11 @@ class RunDir:
         return join(self.path, EVAL)
 
     @property
+    def datasets_used(self) -> str:
+        """The datasets the run read (name, splits, when they were prepared): model lineage."""
+        return join(self.path, DATASETS_USED)
+
+    @property
     def hparams(self) -> str:
         return join(self.path, HPARAMS)
 
@@ -222,3 +260,28 @@ class ExperimentDir(RunDir):
 
     def trial(self, params: Mapping[str, Any]) -> RunDir:
         return RunDir(join(self.path, trial_name(params)))
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    """`Projects/<project>/Models/<name>/<version>/`: the model's files, its record and its marker."""
+
+    path: str
+
+    @classmethod
+    def of(cls, project: str, name: str, version: int) -> "ModelDir":
+        return cls(model_dir(project, name, version))
+
+    @property
+    def record(self) -> str:
+        return join(self.path, MODEL_RECORD)
+
+    @property
+    def done(self) -> str:
+        """Written last: a version folder without it is incomplete and not listed."""
+        return join(self.path, MODEL_DONE)
+
+    def file(self, rel: str) -> str:
+        """A model file, `rel` '/'-separated inside the version folder."""
+        parts = [validate_name(part, "model file name") for part in rel.split("/") if part]
+        return join(self.path, *parts)

@@ -382,6 +382,8 @@ def reader(dataset: str, rank: Optional[int] = None, world_size: Optional[int] =
     if unknown:
         raise SettingsError(f"dataset {dataset!r} has no field(s) {', '.join(unknown)}; "
                             f"it has {', '.join(manifest['fields'])}")
+    from hopsml.tracking.lineage import record_dataset  # the run notes what it trained on
+    record_dataset(dataset, storage.uri(ddir.path), split, manifest)
     return ShardReader(storage, ddir, manifest, split, rank, world_size, int(batch_size), shuffle,
                        int(seed), epochs, fields, engine, drop_last, "cpu" if device == "cpu" else "cuda",
                        pool)

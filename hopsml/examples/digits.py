@@ -3,12 +3,15 @@ and cupy: the array module follows where the arrays live. Used by the quickstart
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+MODEL_FILE = "model.npz"
 
 
 def load(test_fraction: float = 0.25, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -69,6 +72,12 @@ class SoftmaxRegression:
 
     def accuracy(self, x: Any, y: Any) -> float:
         return float((self.probabilities(x).argmax(axis=1) == y).mean())
+
+    @classmethod
+    def load(cls, path: str) -> "SoftmaxRegression":
+        """A model written by `save` (numpy arrays)."""
+        with np.load(path) as saved:
+            return cls(saved["weights"], saved["bias"])
 
     def save(self, path: str) -> str:
         xp = array_module(self.weights)
@@ -176,20 +185,39 @@ def train_with_dropout(lr: float = 0.5, dropout: float = 0.0, epochs: int = 10, 
     return {"accuracy": model.accuracy(x_test, y_test)}
 
 
+def image_features(batch: dict[str, Any]) -> np.ndarray:
+    """A batch of a prepared image dataset as the model's input: flattened pixels in [0, 1]."""
+    images = batch["image"]
+    return images.reshape(len(images), -1).astype(np.float32) / 255.0
+
+
+@functools.lru_cache(maxsize=4)
+def _load_model(path: str) -> SoftmaxRegression:
+    return SoftmaxRegression.load(path)
+
+
+def predict(model_path: str, batch: dict[str, Any]) -> np.ndarray:
+    """Batch inference for `hopsml.model.predict`: the digit in each image of the batch.
+
+    `model_path` is the folder of a model version exported by `train_on_dataset` (it holds model.npz);
+    the model is loaded once per process, not per batch.
+    """
+    model = _load_model(os.path.join(model_path, MODEL_FILE))
+    return model.probabilities(image_features(batch)).argmax(axis=1)
+
+
 def train_on_dataset(dataset: str = "digits", lr: float = 0.05, epochs: int = 5, batch_size: int = 32,
-                     seed: int = 0) -> dict[str, Any]:
+                     seed: int = 0, export_as: str | None = None) -> dict[str, Any]:
     """One rank of data-parallel training on a dataset prepared by `hopsml prep images`.
 
     Each rank reads its own shard of the train split with `hopsml.data.reader`; shards can differ by a
     few rows, so the ranks agree on the smallest number of steps (every rank must make the same
-    collective calls). The test split is read whole by every rank to measure accuracy.
+    collective calls). The test split is read whole by every rank to measure accuracy. Rank 0 returns
+    the saved model file, and with `export_as` registers it as a new version of that model (with its
+    accuracy and loss, linked to this run and the dataset), ready for `hopsml.model.predict`.
     """
     from hopsml import collective, tensorboard
     from hopsml.data import reader
-
-    def features(batch: dict[str, Any]) -> np.ndarray:
-        images = batch["image"]
-        return images.reshape(len(images), -1).astype(np.float32) / 255.0
 
     train = reader(dataset, batch_size=batch_size, seed=seed, epochs=None, drop_last=True)
     steps = int(collective.allreduce(np.array([len(train)], dtype=np.int64), op="min")[0])
@@ -201,7 +229,7 @@ def train_on_dataset(dataset: str = "digits", lr: float = 0.05, epochs: int = 5,
         losses = []
         for _ in range(steps):
             batch = next(batches)
-            loss, grads = model.loss_and_gradients(features(batch), batch["label"])
+            loss, grads = model.loss_and_gradients(image_features(batch), batch["label"])
             collective.allreduce_many(grads, op="mean")
             model.apply(grads, lr)
             losses.append(loss)
@@ -210,7 +238,18 @@ def train_on_dataset(dataset: str = "digits", lr: float = 0.05, epochs: int = 5,
         print(f"epoch {epoch + 1}/{epochs}: loss {mean_loss:.4f}")
     correct = total = 0
     for batch in reader(dataset, rank=0, world_size=1, split="test", shuffle=False):
-        correct += int((model.probabilities(features(batch)).argmax(axis=1) == batch["label"]).sum())
+        correct += int((model.probabilities(image_features(batch)).argmax(axis=1) == batch["label"]).sum())
         total += len(batch["label"])
-    return {"accuracy": correct / total, "loss": mean_loss, "rows": int(train.num_rows),
-            "checksum": float(model.weights.sum()) + float(model.bias.sum())}
+    result: dict[str, Any] = {"accuracy": correct / total, "loss": mean_loss, "rows": int(train.num_rows),
+                              "checksum": float(model.weights.sum()) + float(model.bias.sum())}
+    if collective.rank() == 0:
+        result["model"] = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), MODEL_FILE))
+        if export_as:
+            from hopsml import model as registry
+
+            exported = registry.export(result["model"], export_as,
+                                       metrics={"accuracy": result["accuracy"], "loss": mean_loss},
+                                       description=f"softmax regression on {dataset!r}, lr {lr}, {epochs} epochs")
+            result["model_version"] = exported.version
+            print(f"exported model {export_as!r} version {exported.version}")
+    return result

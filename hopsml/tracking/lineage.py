@@ -1,0 +1,61 @@
+"""Which datasets a run read: the rank reader reports each dataset it opens, and the run keeps the
+list in `datasets.json`, so a model exported from the run can say what it was trained on.
+Importable without pyspark."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Mapping
+
+from hopsml.layout import DATASETS_USED
+from hopsml.tracking.context import RunContext, current_or_none
+
+log = logging.getLogger(__name__)
+
+
+def read(local_dir: str) -> list[dict[str, Any]]:
+    """The datasets recorded in a run's local folder (empty when none)."""
+    path = os.path.join(local_dir, DATASETS_USED)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return list(json.load(handle).get("datasets", []))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read %s: %s", path, exc)
+        return []
+
+
+def merge(entries: list[dict[str, Any]], entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`entries` with `entry` added, or its splits joined to the entry of the same dataset.
+
+    >>> merge([{"name": "d", "uri": "u", "splits": ["train"]}], {"name": "d", "uri": "u", "splits": ["test"]})
+    [{'name': 'd', 'uri': 'u', 'splits': ['test', 'train']}]
+    """
+    out = [dict(e) for e in entries]
+    for existing in out:
+        if existing.get("name") == entry.get("name") and existing.get("uri") == entry.get("uri"):
+            existing["splits"] = sorted(set(existing.get("splits", [])) | set(entry.get("splits", [])))
+            return out
+    return out + [dict(entry)]
+
+
+def record_dataset(name: str, uri: str, split: str, manifest: Mapping[str, Any],
+                   ctx: RunContext | None = None) -> None:
+    """Note in the active run (rank 0 only, so ranks do not race) that it read `split` of `name`."""
+    ctx = ctx or current_or_none()
+    if ctx is None or ctx.rank != 0:
+        return
+    entry = {"name": name, "uri": uri, "splits": [split], "kind": manifest.get("kind"),
+             "created": manifest.get("created")}
+    entries = merge(read(ctx.local_dir), entry)
+    path = os.path.join(ctx.local_dir, DATASETS_USED)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump({"datasets": entries}, handle, indent=2)
+        os.replace(tmp, path)
+    except OSError as exc:  # lineage is a record, not a reason to stop training
+        log.warning("cannot record dataset %r in %s: %s", name, path, exc)
