@@ -243,11 +243,11 @@ def train_on_dataset(dataset: str = "digits", lr: float = 0.05, epochs: int = 5,
     result: dict[str, Any] = {"accuracy": correct / total, "loss": mean_loss, "rows": int(train.num_rows),
                               "checksum": float(model.weights.sum()) + float(model.bias.sum())}
     if collective.rank() == 0:
-        result["model"] = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), MODEL_FILE))
+        result["model_file"] = model.save(os.path.join(tempfile.mkdtemp(prefix="digits-"), MODEL_FILE))
         if export_as:
             from hopsml import model as registry
 
-            exported = registry.export(result["model"], export_as,
+            exported = registry.export(result["model_file"], export_as,
                                        metrics={"accuracy": result["accuracy"], "loss": mean_loss},
                                        description=f"softmax regression on {dataset!r}, lr {lr}, {epochs} epochs")
             result["model_version"] = exported.version

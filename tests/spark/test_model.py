@@ -37,7 +37,7 @@ def pipeline(spark, tmp_path_factory):
                                                  metric_key="accuracy")
         weak_logdir, weak = experiment.allreduce(_train_weak, name="digits-weak", num_workers=2,
                                                  metric_key="accuracy")
-        weak_version = model.export(weak["model"], "digits", metrics={"accuracy": weak["accuracy"]})
+        weak_version = model.export(weak["model_file"], "digits", metrics={"accuracy": weak["accuracy"]})
         yield {"prepared": prepared, "good": good, "good_id": os.path.basename(good_logdir), "weak": weak,
                "weak_id": os.path.basename(weak_logdir), "weak_version": weak_version, "root": tmp / "root"}
 
@@ -57,8 +57,8 @@ def test_versions_link_the_run_that_trained_them_and_its_dataset(pipeline):
 
 
 def test_a_local_copy_of_the_newest_runs_model_is_linked_to_that_run(pipeline, tmp_path):
-    shutil.copy(pipeline["weak"]["model"], tmp_path / "weak.npz")
-    shutil.copy(pipeline["good"]["model"], tmp_path / "good.npz")
+    shutil.copy(pipeline["weak"]["model_file"], tmp_path / "weak.npz")
+    shutil.copy(pipeline["good"]["model_file"], tmp_path / "good.npz")
     assert model.export(str(tmp_path / "weak.npz"), "copies").experiment["id"] == pipeline["weak_id"]
     assert model.export(str(tmp_path / "good.npz"), "copies").experiment is None  # not this session's newest run
 
