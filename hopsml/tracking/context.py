@@ -31,11 +31,34 @@ class RunContext:
     write_metrics: bool = True
     channel: Any = None  # the task's channel to the driver, when the driver listens for metrics
     trial: int | None = None  # index of this trial in a search: intermediate values go to the driver
+    local_logdir: bool = False  # hops' local_logdir: TensorBoard writes to a local folder, copied in at the end
     _metrics: MetricsLogger | None = field(default=None, repr=False)
+    _local_tensorboard: str | None = field(default=None, repr=False)
+
+    @property
+    def run_tensorboard_dir(self) -> str:
+        """The run's own tensorboard/ folder (in the local working folder of the run)."""
+        return os.path.join(self.local_dir, "tensorboard")
 
     @property
     def tensorboard_dir(self) -> str:
-        return os.path.join(self.local_dir, "tensorboard")
+        """Where TensorBoard events go now: the run's tensorboard/, or with local_logdir a folder on
+        this machine's disk that is copied into it when the function ends."""
+        if not self.local_logdir:
+            return self.run_tensorboard_dir
+        if self._local_tensorboard is None:
+            self._local_tensorboard = tempfile.mkdtemp(prefix="hopsml-tensorboard-")
+        return self._local_tensorboard
+
+    def collect_local_tensorboard(self) -> None:
+        """Copy the local TensorBoard folder (local_logdir=True) into the run's tensorboard/."""
+        if self._local_tensorboard is None:
+            return
+        source, self._local_tensorboard = self._local_tensorboard, None
+        try:
+            shutil.copytree(source, self.run_tensorboard_dir, dirs_exist_ok=True)
+        finally:
+            shutil.rmtree(source, ignore_errors=True)
 
     @property
     def metrics(self) -> MetricsLogger | None:
@@ -82,20 +105,25 @@ def current_or_none() -> RunContext | None:
 
 @contextmanager
 def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: int = 1,
-               write_metrics: bool = True, channel: Any = None, trial: int | None = None) -> Iterator[RunContext]:
-    """Make a run current; on exit close its writers and copy its files to a remote root."""
+               write_metrics: bool = True, channel: Any = None, trial: int | None = None,
+               local_logdir: bool = False) -> Iterator[RunContext]:
+    """Make a run current; on exit close its writers, collect a local TensorBoard folder and copy the
+    run's files to a remote root."""
     local = storage.local_path(run_dir.path)
     staging = None if local else tempfile.mkdtemp(prefix="hopsml-run-")
     local_dir = local or staging
     os.makedirs(local_dir, exist_ok=True)
-    ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, channel, trial)
+    ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, channel, trial, local_logdir)
     token = _current.set(ctx)
     try:
         yield ctx
     finally:
         _current.reset(token)
-        if ctx._metrics is not None:
-            ctx._metrics.close()
+        try:
+            if ctx._metrics is not None:
+                ctx._metrics.close()
+        finally:
+            ctx.collect_local_tensorboard()
         if staging is not None:
             try:
                 storage.upload(staging, run_dir.path)
