@@ -144,7 +144,8 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
                versioned_resources: list[str] | None, workers: int, gpus: int, kind: str,
                make_partition: Callable[[TaskSpec], Callable[[Iterator[int]], Iterator[dict[str, Any]]]],
                local_logdir: bool, **fields: Any) -> tuple[str, dict[str, Any]]:
-    """What every distributed verb shares: checks, the record, one barrier stage, rank 0's result."""
+    """What every distributed verb shares: checks, the record, one barrier stage, rank 0's result
+    (`fields` go into the finished record)."""
     _check_function(train_fn, None)
     if gpus < 0:
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus}")
@@ -155,8 +156,7 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
     check_barrier_stage(sc, workers, gpus)
     run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
                      description=description, metric_key=metric_key,
-                     type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=workers, gpus_per_executor=gpus,
-                     **fields)
+                     type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=workers, gpus_per_executor=gpus)
     log.info("distributed experiment %s started with %d ranks: %s", run.id, workers, run.logdir)
     with run:
         live = Live(prefix_ranks=True, abort_on_failure=True)
@@ -174,7 +174,7 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
             raise _rank_failure(failures, run)
         by_rank = {r["rank"]: r["result"] for r in reports}
         result = by_rank[0]
-        run.finish(metric=_metric(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)])
+        run.finish(metric=_metric(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)], **fields)
     return run.logdir, result
 
 
