@@ -94,3 +94,25 @@ def test_local_logdir_in_process(tmp_path):
     report = run_function(in_child, {"value": 1}, _spec(tmp_path, local_logdir=True))
     assert report["ok"]
     assert (tmp_path / "root" / "run" / "tensorboard" / "events.txt").exists()
+
+
+def test_local_logdir_is_copied_in_while_the_function_runs(tmp_path, monkeypatch):
+    import threading
+
+    from hopsml.tracking import context
+
+    monkeypatch.setattr(context, "TENSORBOARD_SYNC_S", 0.01)
+    seen = threading.Event()
+
+    def waits_for_the_copy():
+        with open(os.path.join(tensorboard.logdir(), "events.txt"), "w") as f:
+            f.write("step 1")
+        copied = tmp_path / "root" / "run" / "tensorboard" / "events.txt"
+        for _ in range(6000):  # bounded: the sync thread copies every 0.01 s
+            if copied.exists():
+                seen.set()
+                break
+            threading.Event().wait(0.01)
+
+    assert run_function(waits_for_the_copy, {}, _spec(tmp_path, local_logdir=True))["ok"]
+    assert seen.is_set()
