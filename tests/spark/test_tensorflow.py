@@ -1,6 +1,9 @@
 """TensorFlow on the ranks: MultiWorkerMirroredStrategy and ParameterServerStrategy across Spark tasks.
 
 Uses only APIs that TensorFlow 2.15 (Keras 2, numpy 1) and current TensorFlow (Keras 3, numpy 2) share.
+Keras 3 does not run `fit` under MultiWorkerMirroredStrategy (keras-team/keras#20585), so the Keras test
+uses Keras 2: `tf.keras` where it is Keras 2, else the `tf_keras` package; the custom training loop
+and the parameter-server test use TensorFlow alone.
 """
 
 import json
@@ -27,10 +30,24 @@ def _data():
     return x, y
 
 
-def train_mirrored():
+def _keras2_module():
+    """The name of a Keras 2 implementation to import on the ranks."""
+    keras = pytest.importorskip("keras")
+    if int(keras.__version__.split(".")[0]) < 3:
+        return "keras"  # TensorFlow up to 2.15: tf.keras is this Keras 2
+    pytest.importorskip("tf_keras", reason="Keras 3 cannot fit under MultiWorkerMirroredStrategy "
+                                           "(keras-team/keras#20585): pip install tf-keras")
+    return "tf_keras"
+
+
+def train_mirrored(keras_module):
+    import importlib
+
     import tensorflow as tf
 
     from hopsml import tensorboard
+
+    keras = importlib.import_module(keras_module)
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     x, y = _data()
@@ -38,8 +55,8 @@ def train_mirrored():
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).with_options(options)
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
-        model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.05), loss="mse")
+        model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05), loss="mse")
     history = model.fit(dataset, epochs=4, verbose=0)
     weights = np.concatenate([w.ravel() for w in model.get_weights()])
     return {"loss": [float(v) for v in history.history["loss"]], "weights": weights.tolist(),
@@ -48,8 +65,9 @@ def train_mirrored():
 
 
 def test_mirrored_trains_a_keras_model_on_two_ranks(spark, root):
-    logdir, result = experiment.mirrored(train_mirrored, name="mirrored", num_workers=2, metric_key="replicas",
-                                         local_logdir=True)
+    keras_module = _keras2_module()
+    logdir, result = experiment.mirrored(lambda: train_mirrored(keras_module), name="mirrored", num_workers=2,
+                                         metric_key="replicas", local_logdir=True)
     rec = _record(logdir)
     assert rec["state"] == "FINISHED" and rec["type"] == "DISTRIBUTED_TRAINING" and rec["executors"] == 2
     chief, other = rec["results"]
@@ -61,10 +79,42 @@ def test_mirrored_trains_a_keras_model_on_two_ranks(spark, root):
     assert not chief["logdir"].startswith(str(root))  # local_logdir: the executor's disk
 
 
-def test_mirrored_again_in_the_same_session(spark, root):
-    """TensorFlow's servers die with each rank's process: a second run on reused Spark workers works."""
-    _, result = experiment.mirrored(train_mirrored, name="again", num_workers=2)
-    assert result["replicas"] == 2
+def train_mirrored_loop():
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = _data()
+    with strategy.scope():  # updates in a replica are averaged over the replicas
+        w = tf.Variable(tf.zeros([4, 1]), aggregation=tf.VariableAggregation.MEAN)
+        b = tf.Variable(tf.zeros([1]), aggregation=tf.VariableAggregation.MEAN)
+    dataset = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32))
+    batches = iter(dataset)
+
+    @tf.function
+    def step(it):
+        def replica_step(features, labels):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(tf.matmul(features, w) + b - labels))
+            grad_w, grad_b = tape.gradient(loss, [w, b])
+            w.assign_sub(0.1 * grad_w)
+            b.assign_sub(0.1 * grad_b)
+            return loss
+
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(replica_step, args=next(it)), axis=None)
+
+    losses = [float(step(batches)) for _ in range(30)]
+    return {"first": losses[0], "last": losses[-1], "w": w.numpy().ravel().tolist() + b.numpy().tolist(),
+            "replicas": int(strategy.num_replicas_in_sync)}
+
+
+def test_mirrored_custom_training_loop_again_in_the_same_session(spark, root):
+    """A second TensorFlow run on the reused Spark workers (TensorFlow's servers ended with the first)."""
+    logdir, result = experiment.mirrored(train_mirrored_loop, name="loop", num_workers=2)
+    chief, other = _record(logdir)["results"]
+    assert result["replicas"] == 2 and result["last"] < result["first"] / 10
+    np.testing.assert_allclose(chief["w"], other["w"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(chief["w"], [1.0, -2.0, 0.5, 3.0, 0.0], atol=0.3)
 
 
 def test_mirrored_failure_names_the_rank(spark, root):
