@@ -14,7 +14,6 @@ ends the child when its parent dies, so no orphan keeps a port or a GPU.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import pickle
 import shutil
@@ -28,10 +27,7 @@ from typing import Any, Callable
 
 from hopsml.launcher.task import TaskSpec
 
-log = logging.getLogger(__name__)
-
 _WATCHDOG_INTERVAL_S = 1.0
-_STOP_GRACE_S = 60.0
 _TAIL_LINES = 30
 
 
