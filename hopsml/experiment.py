@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Iterator
 from hopsml import config, session
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
+from hopsml.launcher import tf_cluster
 from hopsml.launcher.driver import Live, check_barrier_stage, open_channel, run_stage, ship_by_value
 from hopsml.launcher.rank import barrier_partition
 from hopsml.launcher.task import TaskSpec, run_function
@@ -53,26 +54,53 @@ def _start_run(sc: Any, storage: Storage, settings: config.Settings, train_fn: C
                                spark_conf=dict(sc.getConf().getAll()), spark_version=sc.version, **fields)
 
 
-def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None, name: str = "no-name",
-           description: str | None = None, metric_key: str | None = None,
-           versioned_resources: list[str] | None = None) -> tuple[str, dict[str, Any]]:
-    """Run `train_fn(**args_dict)` once in a Spark task; returns (logdir, return_dict).
+def _executions(args: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """hops' launch semantics: list values give one execution per list index; None when all are scalars.
 
-    The run directory gets experiment.json, the calling notebook or script, conda.yml, the
-    function's output.log, its metrics and TensorBoard events, and any file whose path it returns.
+    Scalars beside lists go to every execution; lists of unequal length are refused here, before Spark.
+    """
+    lists = {k: v for k, v in args.items() if isinstance(v, list)}
+    if not lists:
+        return None
+    lengths = {k: len(v) for k, v in lists.items()}
+    if len(set(lengths.values())) != 1:
+        raise HopsmlError("launch runs one execution per list index, so every list in args_dict must have the "
+                          f"same length; got {', '.join(f'{k}: {n}' for k, n in lengths.items())}. Make them equal, "
+                          "or wrap a value that is itself a list in one more list ([[64, 32]])")
+    count = next(iter(lengths.values()))
+    if count == 0:
+        raise HopsmlError(f"the lists in args_dict are empty ({', '.join(lists)}): nothing to run")
+    return [{k: (v[i] if k in lists else v) for k, v in args.items()} for i in range(count)]
+
+
+def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None, name: str = "no-name",
+           local_logdir: bool = False, description: str | None = None, metric_key: str | None = None,
+           versioned_resources: list[str] | None = None) -> tuple[str, Any]:
+    """Run `train_fn(**args_dict)` in a Spark task; returns (logdir, return_dict).
+
+    As in hops, list values run the function once per list index, in parallel Spark tasks:
+    `{'a': [1, 2], 'b': [5, 3]}` runs fn(a=1, b=5) and fn(a=2, b=3); each execution gets its own
+    folder `<k=v&...>/` (like a search trial) and the return value is then the list of the executions'
+    return dicts, in index order. The run directory gets experiment.json, the calling notebook or
+    script, conda.yml, the function's output.log, its metrics and TensorBoard events (with
+    `local_logdir=True` written to the executor's disk first and copied in at the end), and any file
+    whose path it returns.
     """
     args = _check_function(train_fn, args_dict)
+    executions = _executions(args)
     ship_by_value(train_fn)
     settings = config.load()
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
     run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
                      description=description, metric_key=metric_key, hyperparameters=args,
-                     type=ExperimentType.EXPERIMENT.value, executors=1)
+                     type=ExperimentType.EXPERIMENT.value, executors=len(executions or [None]))
     log.info("experiment %s started: %s", run.id, run.logdir)
     with run:
+        if executions is not None:
+            return run.logdir, _run_executions(sc, run, train_fn, executions, metric_key, local_logdir)
         channel = open_channel(sc, Live())
-        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret)
+        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
 
         def one_task(_: Iterator[int]) -> Iterator[dict[str, Any]]:
             yield run_function(train_fn, args, spec)
@@ -91,23 +119,38 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     return run.logdir, result
 
 
-def allreduce(train_fn: Callable[[], Any], name: str = "no-name", description: str | None = None,
-              num_workers: int | None = None, gpus_per_worker: int | None = None,
-              metric_key: str | None = None, versioned_resources: list[str] | None = None,
-              timeout_s: float | None = None, all_ranks_write_metrics: bool = False
-              ) -> tuple[str, dict[str, Any]]:
-    """Data-parallel training: `train_fn()` runs once per rank, in one barrier-mode Spark task each,
-    with `hopsml.collective` connected between the ranks; returns (logdir, rank 0's return_dict).
+def _run_executions(sc: Any, run: ExperimentRun, train_fn: Callable[..., Any], executions: list[dict[str, Any]],
+                    metric_key: str | None, local_logdir: bool) -> list[dict[str, Any]]:
+    """launch's list form: every execution in parallel, each in its own folder with its record."""
+    search = Search(sc, run, train_fn, optimization_key=metric_key or "metric", direction=Direction.MAX,
+                    local_logdir=bool(local_logdir), metric_required=False, unit="execution")
+    trials = search.run_batch(executions, len(executions))
+    search.close_progress()
+    failed = [t for t in trials if t.state != "FINISHED"]
+    if failed:
+        first = failed[0]
+        raise ExperimentFailed(f"{len(failed)} of {len(trials)} executions of experiment {run.id} failed; "
+                               f"the first, {first.params}: {first.error}", traceback=first.traceback or "",
+                               logdir=run.logdir)
+    results = [t.outputs for t in trials]
+    metrics = [t.metric for t in trials]
+    run.finish(metric=metrics[0] if len(metrics) == 1 else None, results=results,
+               executions=[{"params": t.params, "logdir": run.storage.uri(t.dir), "metric": t.metric}
+                           for t in trials])
+    return results
 
-    Each rank's output goes to logs/worker_<rank>.log and streams here prefixed with its rank. If a
-    rank fails, the others are stopped and ExperimentFailed names the rank and shows its last lines.
-    """
+
+def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | None, metric_key: str | None,
+               versioned_resources: list[str] | None, workers: int, gpus: int, kind: str,
+               make_partition: Callable[[TaskSpec], Callable[[Iterator[int]], Iterator[dict[str, Any]]]],
+               local_logdir: bool, **fields: Any) -> tuple[str, dict[str, Any]]:
+    """What every distributed verb shares: checks, the record, one barrier stage, rank 0's result
+    (`fields` go into the finished record)."""
     _check_function(train_fn, None)
-    ship_by_value(train_fn)
-    settings = config.load(num_workers=num_workers)
-    workers, gpus = settings.num_workers, int(gpus_per_worker or 0)
     if gpus < 0:
-        raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus_per_worker}")
+        raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus}")
+    ship_by_value(train_fn)
+    settings = config.load(num_workers=workers)
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
     check_barrier_stage(sc, workers, gpus)
@@ -118,12 +161,10 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", description: s
     with run:
         live = Live(prefix_ranks=True, abort_on_failure=True)
         channel = open_channel(sc, live)
-        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret)
-        partition = barrier_partition(train_fn, spec, gpus_per_worker=gpus, timeout_s=timeout_s,
-                                      all_ranks_write_metrics=all_ranks_write_metrics)
+        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
         try:
-            reports = run_stage(sc, partition, workers, barrier=True, abort=live.failed, job_group=run.id,
-                                description=f"hopsml allreduce '{name}' ({run.id}, {workers} ranks)")
+            reports = run_stage(sc, make_partition(spec), workers, barrier=True, abort=live.failed,
+                                job_group=run.id, description=f"hopsml {kind} '{name}' ({run.id}, {workers} ranks)")
         except ClusterError as error:  # a rank's process died: say which, with its last lines
             reports = [_crashed_rank(error, run)]
         finally:
@@ -133,11 +174,76 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", description: s
             raise _rank_failure(failures, run)
         by_rank = {r["rank"]: r["result"] for r in reports}
         result = by_rank[0]
-        run.finish(metric=_metric(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)])
+        run.finish(metric=_metric(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)], **fields)
     return run.logdir, result
 
 
+def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
+              description: str | None = None, metric_key: str | None = None, num_workers: int | None = None,
+              gpus_per_worker: int | None = None, versioned_resources: list[str] | None = None,
+              timeout_s: float | None = None, all_ranks_write_metrics: bool = False) -> tuple[str, dict[str, Any]]:
+    """Data-parallel training: `train_fn()` runs once per rank, in one barrier-mode Spark task each,
+    with `hopsml.collective` connected between the ranks; returns (logdir, rank 0's return_dict).
+
+    Each rank's output goes to logs/worker_<rank>.log and streams here prefixed with its rank. If a
+    rank fails, the others are stopped and ExperimentFailed names the rank and shows its last lines.
+    RANK, WORLD_SIZE, MASTER_ADDR/PORT and TF_CONFIG name fresh ports for frameworks' own servers.
+    """
+    workers, gpus = config.load(num_workers=num_workers).num_workers, int(gpus_per_worker or 0)
+    return _run_ranks(train_fn, name=name, description=description, metric_key=metric_key,
+                      versioned_resources=versioned_resources, workers=workers, gpus=gpus, kind="allreduce",
+                      local_logdir=local_logdir,
+                      make_partition=lambda spec: barrier_partition(
+                          train_fn, spec, gpus_per_worker=gpus, timeout_s=timeout_s,
+                          all_ranks_write_metrics=all_ranks_write_metrics))
+
+
 collective_all_reduce = allreduce
+
+
+def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
+             description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
+             num_workers: int | None = None, gpus_per_worker: int | None = None,
+             versioned_resources: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """TensorFlow MultiWorkerMirroredStrategy across `num_workers` Spark ranks; returns (logdir, the
+    chief's return_dict).
+
+    Each rank runs `train_fn()` in a fresh Python process with TF_CONFIG set (every rank a worker,
+    worker 0 the chief; with `evaluator=True` the last rank is the evaluator), so
+    `tf.distribute.MultiWorkerMirroredStrategy()` inside it finds its peers.
+    """
+    workers, gpus = config.load(num_workers=num_workers).num_workers, int(gpus_per_worker or 0)
+    tf_cluster.roles(tf_cluster.MIRRORED, workers, evaluator=evaluator)  # refuse a bad layout before Spark
+    return _run_ranks(train_fn, name=name, description=description, metric_key=metric_key,
+                      versioned_resources=versioned_resources, workers=workers, gpus=gpus, kind="mirrored",
+                      local_logdir=local_logdir, strategy=tf_cluster.MIRRORED, evaluator=bool(evaluator),
+                      make_partition=lambda spec: tf_cluster.tf_partition(
+                          train_fn, spec, strategy=tf_cluster.MIRRORED, num_ps=0, evaluator=bool(evaluator),
+                          gpus_per_worker=gpus))
+
+
+def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
+                     description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
+                     num_workers: int = 1, num_ps: int = 1, gpus_per_worker: int | None = None,
+                     versioned_resources: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """TensorFlow 2 ParameterServerStrategy on 1 + num_ps + num_workers (+ 1 evaluator) Spark ranks;
+    returns (logdir, the chief's return_dict).
+
+    Rank 0 is the chief: it runs `train_fn()`, which builds the strategy from TF_CONFIG and drives the
+    training with a ClusterCoordinator. The ps and worker ranks host a `tf.distribute.Server` until the
+    chief's function has ended, then stop; if the chief fails, they are stopped with it.
+    """
+    for label, value in (("num_workers", num_workers), ("num_ps", num_ps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise HopsmlError(f"parameter_server needs {label} >= 1, got {value!r}")
+    ranks, gpus = 1 + num_ps + num_workers + (1 if evaluator else 0), int(gpus_per_worker or 0)
+    return _run_ranks(train_fn, name=name, description=description, metric_key=metric_key,
+                      versioned_resources=versioned_resources, workers=ranks, gpus=gpus, kind="parameter_server",
+                      local_logdir=local_logdir, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps,
+                      evaluator=bool(evaluator),
+                      make_partition=lambda spec: tf_cluster.tf_partition(
+                          train_fn, spec, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps,
+                          evaluator=bool(evaluator), gpus_per_worker=gpus))
 
 
 def _worker_log_tail(run: ExperimentRun, rank: int, lines: int = 30) -> str:
@@ -181,7 +287,7 @@ def _first_cause(report: dict[str, Any]) -> tuple[int, int]:
 
 def _search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
             optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
-            early_stopping: str | None, early_stopping_min_steps: int,
+            early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
             batches: Callable[[Search], None], **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
     _check_function(train_fn, None)
@@ -201,26 +307,28 @@ def _search(train_fn: Callable[..., Any], space_description: dict[str, Any], dir
                      metric_key=optimization_key, executors=sc.defaultParallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, train_fn, optimization_key=optimization_key, direction=goal, early_stopping=rule)
+        search = Search(sc, run, train_fn, optimization_key=optimization_key, direction=goal, early_stopping=rule,
+                        local_logdir=bool(local_logdir))
         batches(search)
         best = search.conclude(**record_fields)
     return run.logdir, best.params, best.outputs
 
 
 def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], direction: Direction | str = "max",
-                name: str = "no-name", description: str | None = None, optimization_key: str = "metric",
+                name: str = "no-name", local_logdir: bool = False, description: str | None = None,
+                optimization_key: str = "metric",
                 versioned_resources: list[str] | None = None, early_stopping: str | None = None,
                 early_stopping_min_steps: int = 3) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Every combination of `grid_dict` as its own trial, in parallel; returns (logdir, best_params, best_return)."""
     combos = space.grid(grid_dict)
     return _search(train_fn, dict(grid_dict), direction, optimization_key, name, description, versioned_resources,
-                   early_stopping, early_stopping_min_steps, lambda s: s.run_batch(combos, len(combos)),
+                   early_stopping, early_stopping_min_steps, local_logdir, lambda s: s.run_batch(combos, len(combos)),
                    strategy="grid")
 
 
 def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
-                  samples: int = 10, seed: int | None = None, name: str = "no-name",
-                  description: str | None = None, optimization_key: str = "metric",
+                  samples: int = 10, name: str = "no-name", local_logdir: bool = False,
+                  description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
                   versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
                   early_stopping: str | None = None, early_stopping_min_steps: int = 3
                   ) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -228,15 +336,16 @@ def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], d
     names in `log_scale` are sampled on a log scale); the same seed gives the same trials."""
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
     return _search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                   versioned_resources, early_stopping, early_stopping_min_steps,
+                   versioned_resources, early_stopping, early_stopping_min_steps, local_logdir,
                    lambda s: s.run_batch(points, len(points)), strategy="random", seed=seed)
 
 
 def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str, Any],
                            direction: Direction | str = "max", generations: int = 4, population: int = 6,
-                           mutation: float = 0.5, crossover: float = 0.7, seed: int | None = None,
-                           name: str = "no-name", description: str | None = None,
-                           optimization_key: str = "metric", versioned_resources: list[str] | None = None,
+                           mutation: float = 0.5, crossover: float = 0.7, name: str = "no-name",
+                           local_logdir: bool = False, description: str | None = None,
+                           optimization_key: str = "metric", seed: int | None = None,
+                           versioned_resources: list[str] | None = None,
                            log_scale: list[str] | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evolve a population over `generations`, each generation one parallel batch of trials."""
     evolution = DifferentialEvolution(space.Space.from_bounds(boundary_dict, log_scale or ()),
@@ -259,7 +368,7 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
             best_per_generation.append(_best_metric(current, evolution))
 
     return _search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                   versioned_resources, None, 3, evolve, strategy="differential_evolution",
+                   versioned_resources, None, 3, local_logdir, evolve, strategy="differential_evolution",
                    generations=generations, population=population, best_per_generation=best_per_generation)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from hopsml.errors import HopsmlError
@@ -9,8 +10,12 @@ from hopsml.tracking import context
 
 
 def logdir() -> str:
-    """The local folder TensorBoard event files of this run go to (mirrored to the run directory)."""
-    return context.current().tensorboard_dir
+    """The local folder for this run's TensorBoard event files: the run's tensorboard/ (staged and
+    uploaded when the root is remote), or, when the verb was given `local_logdir=True`, a folder on
+    the executor's disk whose contents are copied into the run's tensorboard/ when the function ends."""
+    path = context.current().tensorboard_dir
+    os.makedirs(path, exist_ok=True)  # as in hops, a folder to write into at once
+    return path
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None) -> None:

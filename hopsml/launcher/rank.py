@@ -1,22 +1,24 @@
 """Task side of a distributed run: one rank per barrier task.
 
-Each rank binds its collective listener first (and keeps it: no bind-then-release race), exchanges
+Each rank binds its collective listener first (and keeps it: no bind-then-release race), reserves
+fresh ports for frameworks with their own servers (TF_CONFIG, MASTER_PORT; see ports.py), exchanges
 addresses with the other ranks in one `BarrierTaskContext.allGather` (it costs about a second, so
 exactly once), pins its GPU, exports the variables other frameworks expect, connects the
-communicator and runs the user's function with it.
+communicator, releases the framework ports and runs the user's function with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from hopsml import collective, devices
 from hopsml.errors import ClusterError
+from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.task import TaskSpec, run_function
 from hopsml.layout import LOGS
 
@@ -34,9 +36,10 @@ class RankInfo:
     hosts: list[str]
     gpus: list[str]
     master_port: int
+    framework_addresses: list[str]  # every rank's reserved host:port for TF_CONFIG
 
 
-def _task_host(ctx: Any) -> str:
+def task_host(ctx: Any) -> str:
     """This task's executor address, as Spark knows it (listen only there)."""
     infos = ctx.getTaskInfos()
     return infos[ctx.partitionId()].address.rsplit(":", 1)[0]
@@ -48,21 +51,14 @@ def _assigned_gpus(ctx: Any) -> list[str]:
     return list(resource.addresses) if resource is not None else []
 
 
-def _free_port(host: str) -> int:
-    """A port for frameworks that open their own rendezvous (MASTER_PORT); they bind it themselves,
-    so it is released here: unavoidable for them, never used by hopsml's own collectives."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def rendezvous(ctx: Any, listener_address: str, gpus_per_worker: int) -> RankInfo:
-    """One allGather: every rank's listener address, host, GPUs (and rank 0's MASTER_PORT)."""
+def rendezvous(ctx: Any, listener_address: str | None, gpus_per_worker: int, ports: FrameworkPorts) -> RankInfo:
+    """One allGather: every rank's listener address (None without hopsml's collective), host, GPUs,
+    reserved framework port (and rank 0's MASTER_PORT)."""
     rank = ctx.partitionId()
-    host = listener_address.rsplit(":", 1)[0]
+    host = ports.host
     gpus = _assigned_gpus(ctx)
-    mine = {"address": listener_address, "host": host, "gpus": gpus,
-            "master_port": _free_port(host) if rank == 0 else None}
+    mine = {"address": listener_address, "host": host, "gpus": gpus, "master_port": ports.master_port,
+            "framework": f"{host}:{ports.framework_port}"}
     everyone = [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
     hosts = [m["host"] for m in everyone]
     local_rank = sum(1 for h in hosts[:rank] if h == host)
@@ -74,16 +70,20 @@ def rendezvous(ctx: Any, listener_address: str, gpus_per_worker: int) -> RankInf
         visible = devices.visible_gpus()
         gpus = visible[local_rank * gpus_per_worker:(local_rank + 1) * gpus_per_worker]
     return RankInfo(rank, len(everyone), local_rank, [m["address"] for m in everyone], hosts, gpus,
-                    everyone[0]["master_port"])
+                    everyone[0]["master_port"], [m["framework"] for m in everyone])
 
 
-def export_environment(info: RankInfo) -> None:
-    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT, TF_CONFIG and CUDA_VISIBLE_DEVICES."""
+def export_environment(info: RankInfo, tf_config: dict[str, Any] | None = None) -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT, TF_CONFIG and CUDA_VISIBLE_DEVICES.
+
+    TF_CONFIG names the ranks' reserved framework ports (never hopsml's own listeners); by default
+    every rank is a worker, as MultiWorkerMirroredStrategy expects.
+    """
+    if tf_config is None:
+        tf_config = {"cluster": {"worker": info.framework_addresses}, "task": {"type": "worker", "index": info.rank}}
     os.environ.update({
         "RANK": str(info.rank), "WORLD_SIZE": str(info.world_size), "LOCAL_RANK": str(info.local_rank),
-        "MASTER_ADDR": info.hosts[0], "MASTER_PORT": str(info.master_port),
-        "TF_CONFIG": json.dumps({"cluster": {"worker": info.addresses},
-                                 "task": {"type": "worker", "index": info.rank}}),
+        "MASTER_ADDR": info.hosts[0], "MASTER_PORT": str(info.master_port), "TF_CONFIG": json.dumps(tf_config),
     })
     if info.gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(info.gpus)
@@ -123,23 +123,28 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
 
         ctx = BarrierTaskContext.get()
         saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
-        listener, address = collective.listen(_task_host(ctx))
+        host = task_host(ctx)
+        listener, address = collective.listen(host)
+        ports = None
         try:
-            info = rendezvous(ctx, address, gpus_per_worker)
+            ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0)
+            info = rendezvous(ctx, address, gpus_per_worker, ports)
             export_environment(info)
 
             def connected_fn() -> Any:
                 pin_gpu(info)
                 with collective.Communicator.connect(info.rank, info.world_size, info.addresses, listener,
                                                      spec.secret, timeout_s) as comm, collective.use(comm):
+                    ports.release()  # hopsml's connections are made: the framework may bind now
                     return fn()
 
-            rank_spec = TaskSpec(spec.storage, spec.run_dir, spec.channel_address, spec.secret,
-                                 log_name=f"{LOGS}/worker_{info.rank}.log")
+            rank_spec = dataclasses.replace(spec, log_name=f"{LOGS}/worker_{info.rank}.log")
             yield run_function(connected_fn, {}, rank_spec, rank=info.rank, world_size=info.world_size,
                                write_metrics=all_ranks_write_metrics or info.rank == 0)
         finally:
             listener.close()
+            if ports is not None:
+                ports.release()
             os.environ.clear()
             os.environ.update(saved_environment)
 

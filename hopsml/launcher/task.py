@@ -49,6 +49,7 @@ class TaskSpec:
     secret: bytes = field(repr=False)  # the run's channel key: never in a repr, log line or error
     log_name: str = "output.log"
     trial: int | None = None  # set for the trials of a search
+    local_logdir: bool = False  # tensorboard.logdir() on local disk, copied into the run at the end
 
 
 class _Tee(io.TextIOBase):
@@ -187,7 +188,7 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
     tee = None
     try:
         with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
-                        channel=channel, trial=spec.trial) as ctx:
+                        channel=channel, trial=spec.trial, local_logdir=spec.local_logdir) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None) as tee:
                 try:

@@ -46,9 +46,13 @@ class Search:
     """Runs batches of trials for one PARALLEL_EXPERIMENTS experiment."""
 
     def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], *, optimization_key: str,
-                 direction: Direction, early_stopping: MedianStoppingRule | None = None) -> None:
+                 direction: Direction, early_stopping: MedianStoppingRule | None = None,
+                 local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
         self.sc, self.run, self.fn = sc, run, fn
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
+        self.local_logdir = local_logdir
+        self.metric_required = metric_required  # launch's executions may return no metric at all
+        self.unit = unit
         self.trials: list[Trial] = []
         self._lock = threading.Lock()
         self._names: set[str] = set()
@@ -85,7 +89,12 @@ class Search:
             trial.duration = report.get("duration")
             outputs = report.get("result") or {}
             trial.outputs = outputs
-            if report["ok"]:
+            if report["ok"] and not self.metric_required:
+                value = outputs.get(self.key)
+                finite = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+                trial.metric = float(value) if finite else None
+                trial.state = State.FINISHED.value
+            elif report["ok"]:
                 try:
                     trial.metric = self._metric_of(outputs)
                     trial.state = State.EARLY_STOPPED.value if report.get("stopped") else State.FINISHED.value
@@ -138,8 +147,8 @@ class Search:
                                           "finished": lambda m, _: self._finish(m)})
         channel = open_channel(self.sc, live)
         storage, fn = self.run.storage, self.fn
-        specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index))
-                 for t in batch]
+        specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
+                                     local_logdir=self.local_logdir)) for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
             for i in partition:
@@ -147,7 +156,7 @@ class Search:
                 yield run_function(fn, params, spec)
 
         if self._bar is None:
-            self._bar = tqdm(total=total, desc=f"{self.run.record.name} trials", unit="trial", leave=True)
+            self._bar = tqdm(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
         for trial in batch:
             trial.state = "RUNNING"
         try:
@@ -159,10 +168,14 @@ class Search:
             channel.close()
         return batch
 
-    def conclude(self, **record_fields: Any) -> Trial:
-        """Close the progress bar and record the best trial; raise if every trial failed."""
+    def close_progress(self) -> None:
+        """Close the progress bar (the trials are done)."""
         if self._bar is not None:
             self._bar.close()
+
+    def conclude(self, **record_fields: Any) -> Trial:
+        """Close the progress bar and record the best trial; raise if every trial failed."""
+        self.close_progress()
         best = self.best()
         failed = [t for t in self.trials if t.state == State.FAILED.value]
         if best is None:

@@ -8,6 +8,7 @@ import pytest
 
 from hopsml import experiment
 from hopsml.errors import ClusterError, ExperimentFailed
+from hopsml.launcher.ports import ephemeral_range
 from hopsml.examples import digits
 
 
@@ -48,6 +49,35 @@ def test_rank_environment_for_other_frameworks(spark, root):
     assert [e["LOCAL_RANK"] for e in seen] == ["0", "1", "2"]  # one host
     assert len({(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in seen}) == 1
     assert [json.loads(e["TF_CONFIG"])["task"]["index"] for e in seen] == [0, 1, 2]
+
+
+def test_framework_ports_are_fresh_and_bindable_by_the_function(spark, root):
+    def bind_framework_ports():
+        import socket
+
+        from hopsml import collective
+
+        config = json.loads(os.environ["TF_CONFIG"])
+        mine = config["cluster"]["worker"][config["task"]["index"]]
+        host, port = mine.rsplit(":", 1)
+        bound = []
+        for address in [(host, int(port))] + ([(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))]
+                                              if collective.rank() == 0 else []):
+            with socket.socket() as sock:  # what TensorFlow's gRPC server / torch's TCPStore do
+                sock.bind(address)
+                sock.listen()
+                bound.append(address[1])
+        collective.barrier()
+        return {"bound": bound, "tf": config}
+
+    logdir, result = experiment.allreduce(bind_framework_ports, name="ports", num_workers=2)
+    results = _record(logdir)["results"]
+    tf_ports = [int(a.rsplit(":", 1)[1]) for a in result["tf"]["cluster"]["worker"]]
+    master_port = results[0]["bound"][1]
+    assert [r["bound"][0] for r in results] == tf_ports and len(set(tf_ports + [master_port])) == 3
+    # hopsml's listeners and connections use kernel-assigned (ephemeral) ports; these never are
+    low, high = ephemeral_range()
+    assert all(not low <= p <= high for p in tf_ports + [master_port])
 
 
 def test_failing_rank_fails_the_experiment_quickly(spark, root, capsys):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hopsml import experiment, tensorboard
-from hopsml.errors import ExperimentFailed, InvalidNameError, ResourceNotFoundError
+from hopsml.errors import ExperimentFailed, HopsmlError, InvalidNameError, ResourceNotFoundError
 from hopsml.tracking.metrics import read_metrics
 
 
@@ -112,3 +112,74 @@ def test_spark_workers_run_hopsml_worker_daemon(spark):
     expected = "invalidate_if_changed" if sys.version_info[:2] in ((3, 10), (3, 11)) \
         else "zipimporter.invalidate_caches"
     assert seen == {expected}
+
+
+def product(a, b, scale=1):
+    tensorboard.log({"value": a * b * scale}, step=0)
+    print(f"running a={a} b={b}")
+    return {"metric": a * b * scale, "pid": os.getpid()}
+
+
+def test_launch_with_lists_runs_one_execution_per_index(spark, root):
+    logdir, results = experiment.launch(product, {"a": [1, 2], "b": [5, 3], "scale": 10}, name="lists")
+    assert [r["metric"] for r in results] == [50, 60]  # product(a=1, b=5, scale=10), product(a=2, b=3, ...)
+    rec = _record(logdir)
+    assert rec["state"] == "FINISHED" and rec["executors"] == 2
+    assert rec["hyperparameters"] == {"a": [1, 2], "b": [5, 3], "scale": 10}
+    executions = rec["executions"]
+    assert [e["params"] for e in executions] == [{"a": 1, "b": 5, "scale": 10}, {"a": 2, "b": 3, "scale": 10}]
+    assert [e["metric"] for e in executions] == [50, 60]
+    for execution in executions:  # each in its own folder, recorded like a search trial
+        folder = execution["logdir"]
+        assert os.path.dirname(folder) == logdir
+        assert json.load(open(os.path.join(folder, ".hparams.json"))) == execution["params"]
+        assert json.load(open(os.path.join(folder, ".outputs.json")))["metric"] == execution["metric"]
+        assert f"running a={execution['params']['a']}" in open(os.path.join(folder, "output.log")).read()
+        assert os.listdir(os.path.join(folder, "tensorboard"))
+
+
+def test_launch_with_a_single_list_and_scalars_alone(spark, root):
+    _, results = experiment.launch(product, {"a": [3], "b": [4]}, name="one")
+    assert [r["metric"] for r in results] == [12]
+    _, result = experiment.launch(product, {"a": 3, "b": 4}, name="scalars")
+    assert result["metric"] == 12  # all scalars: one run, its return dict as before
+
+
+def test_launch_lists_of_unequal_length_fail_before_spark(spark, root):
+    with pytest.raises(HopsmlError, match="same length.*a: 2, b: 3"):
+        experiment.launch(product, {"a": [1, 2], "b": [5, 3, 1]})
+    assert not os.path.exists(root / "Projects" / "test" / "Experiments") or not os.listdir(
+        root / "Projects" / "test" / "Experiments")
+
+
+def test_a_failing_execution_fails_the_launch(spark, root):
+    with pytest.raises(ExperimentFailed, match=r"1 of 2 executions .*ZeroDivisionError"):
+        experiment.launch(lambda x: 1 / x, {"x": [1, 0]}, name="one-fails")
+
+
+def write_events(lr=0.1):
+    logdir = tensorboard.logdir()
+    with open(os.path.join(logdir, "events.out.test"), "w") as f:
+        f.write(str(lr))
+    return {"metric": lr, "logdir": logdir}
+
+
+@pytest.mark.parametrize("verb", ["launch", "grid_search", "allreduce"])
+def test_local_logdir_is_copied_into_the_run(spark, root, verb):
+    if verb == "launch":
+        logdir, result = experiment.launch(write_events, {"lr": 0.1}, name="local", local_logdir=True)
+        run_dir = logdir
+    elif verb == "grid_search":
+        logdir, best, result = experiment.grid_search(write_events, {"lr": [0.1]}, name="local", local_logdir=True)
+        run_dir = _record(logdir)["best_logdir"]
+    else:
+        logdir, result = experiment.allreduce(write_events, name="local", local_logdir=True, num_workers=1)
+        run_dir = logdir
+    local = result["logdir"]
+    assert not local.startswith(str(root)) and not os.path.exists(local)  # a local folder, removed after the copy
+    assert open(os.path.join(run_dir, "tensorboard", "events.out.test")).read() == "0.1"
+
+
+def test_local_logdir_false_writes_into_the_run(spark, root):
+    logdir, result = experiment.launch(write_events, name="remote-style", local_logdir=False)
+    assert result["logdir"] == os.path.join(logdir, "tensorboard")

@@ -1,0 +1,121 @@
+"""TensorFlow distribution strategies across Spark ranks: who plays which role, the TF_CONFIG of each
+rank, and the barrier task that runs it.
+
+    mirrored (MultiWorkerMirroredStrategy)   ranks 0..n-1 are workers (worker 0 is the chief);
+                                             with an evaluator the last rank is the evaluator
+    parameter_server (TF2 ParameterServerStrategy)
+                                             rank 0 is the chief (the coordinator, runs train_fn),
+                                             then num_ps ps tasks, then the workers, then the evaluator
+
+Every TF_CONFIG address is a port reserved for the framework (ports.py), never hopsml's own. Each rank's
+function runs in a child process (child.py), since TensorFlow's servers outlive a function. ps and
+worker tasks of a parameter-server run host a `tf.distribute.Server` until the chief's function ends
+(a barrier of the stage), then stop; if the chief fails the driver cancels the stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+from hopsml.errors import HopsmlError
+from hopsml.launcher.child import ChildRank
+from hopsml.launcher.ports import FrameworkPorts
+from hopsml.launcher.rank import export_environment, rendezvous, task_host
+from hopsml.launcher.task import TaskSpec
+from hopsml.layout import LOGS
+
+MIRRORED = "mirrored"
+PARAMETER_SERVER = "parameter_server"
+SERVER_ROLES = ("ps", "worker")  # in a parameter-server run these host a server, the chief trains
+_SERVER_STOP_S = 60.0
+
+
+def roles(strategy: str, world_size: int, *, num_ps: int = 0, evaluator: bool = False) -> list[tuple[str, int]]:
+    """(task type, index) of every rank, in rank order."""
+    if strategy == MIRRORED:
+        workers = world_size - (1 if evaluator else 0)
+        if workers < 1:
+            raise HopsmlError(f"mirrored needs at least one worker besides the evaluator; got {world_size} ranks")
+        return [("worker", i) for i in range(workers)] + ([("evaluator", 0)] if evaluator else [])
+    if strategy == PARAMETER_SERVER:
+        workers = world_size - 1 - num_ps - (1 if evaluator else 0)
+        if num_ps < 1 or workers < 1:
+            raise HopsmlError(f"parameter_server needs a chief, at least one ps and one worker; got {world_size} "
+                              f"ranks for {num_ps} ps{' and an evaluator' if evaluator else ''}")
+        return ([("chief", 0)] + [("ps", i) for i in range(num_ps)] + [("worker", i) for i in range(workers)]
+                + ([("evaluator", 0)] if evaluator else []))
+    raise HopsmlError(f"unknown TensorFlow strategy {strategy!r}; use {MIRRORED!r} or {PARAMETER_SERVER!r}")
+
+
+def tf_config(strategy: str, addresses: list[str], rank: int, *, num_ps: int = 0,
+              evaluator: bool = False) -> dict[str, Any]:
+    """The TF_CONFIG of `rank`, given every rank's reserved host:port in rank order.
+
+    >>> tf_config("mirrored", ["h:1", "h:2"], 1)
+    {'cluster': {'worker': ['h:1', 'h:2']}, 'task': {'type': 'worker', 'index': 1}}
+    >>> tf_config("parameter_server", ["h:1", "h:2", "h:3"], 0, num_ps=1)["cluster"]
+    {'chief': ['h:1'], 'ps': ['h:2'], 'worker': ['h:3']}
+    """
+    cluster: dict[str, list[str]] = {}
+    assigned = roles(strategy, len(addresses), num_ps=num_ps, evaluator=evaluator)
+    for (kind, _), address in zip(assigned, addresses):
+        cluster.setdefault(kind, []).append(address)
+    kind, index = assigned[rank]
+    return {"cluster": cluster, "task": {"type": kind, "index": index}}
+
+
+def serve_tensorflow() -> None:
+    """Host this rank's `tf.distribute.Server` (from TF_CONFIG) until stdin closes."""
+    import tensorflow as tf
+
+    config = json.loads(os.environ["TF_CONFIG"])
+    task = config["task"]
+    server = tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=task["type"],
+                                  task_index=task["index"], protocol="grpc", start=True)
+    print(f"hopsml: TensorFlow {task['type']} {task['index']} serving at {server.target}", flush=True)
+    sys.stdin.buffer.read()  # the launcher closes it when the chief is done (or dies with the task)
+    print(f"hopsml: TensorFlow {task['type']} {task['index']} stopping", flush=True)
+
+
+def tf_partition(fn: Callable[[], Any], spec: TaskSpec, *, strategy: str, num_ps: int, evaluator: bool,
+                 gpus_per_worker: int) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
+    """The function Spark runs in each barrier task of a TensorFlow run."""
+
+    def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
+        from pyspark import BarrierTaskContext
+
+        ctx = BarrierTaskContext.get()
+        saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
+        ports = child = None
+        try:
+            ports = FrameworkPorts.reserve(task_host(ctx), with_master=ctx.partitionId() == 0)
+            info = rendezvous(ctx, None, gpus_per_worker, ports)
+            config = tf_config(strategy, info.framework_addresses, info.rank, num_ps=num_ps, evaluator=evaluator)
+            export_environment(info, config)
+            rank_spec = dataclasses.replace(spec, log_name=f"{LOGS}/worker_{info.rank}.log")
+            serves = strategy == PARAMETER_SERVER and config["task"]["type"] in SERVER_ROLES
+            ports.release()  # right before TensorFlow binds them, in the child
+            child = ChildRank(serve_tensorflow if serves else fn, rank_spec, rank=info.rank,
+                              world_size=info.world_size, write_metrics=info.rank == 0, keep_stdin_open=serves)
+            if serves:
+                ctx.barrier()  # until the chief (and evaluator) are done
+                child.stop_input()
+                report = child.wait(_SERVER_STOP_S)
+            else:
+                report = child.wait()
+                if strategy == PARAMETER_SERVER:
+                    ctx.barrier()
+            yield report
+        finally:
+            if child is not None:
+                child.close()
+            if ports is not None:
+                ports.release()
+            os.environ.clear()
+            os.environ.update(saved_environment)
+
+    return run_rank
