@@ -184,3 +184,18 @@ def test_tensorflow_reads_both_datasets(fixture_root, stack):
         rows = sorted((tuple(np.round(e["features"].numpy(), 4).tolist()), int(e["label"]))
                       for e in (tf.io.parse_single_example(r, table_spec) for r in tf.data.TFRecordDataset(files)))
         assert rows == _table(fixture_root, stack, split)
+
+
+def test_barrier_ranks_all_reduce_on_this_spark(spark, root):
+    # Spark 3.5 on the legacy stack, Spark 4 on the default one: the launcher's barrier stage,
+    # the rendezvous and the ring all-reduce between the ranks.
+    from hopsml import collective, experiment
+
+    def train():
+        values = np.array([collective.rank() + 1.0, 10.0])
+        collective.allreduce(values, op="sum")
+        return {"total": float(values[0]), "tens": float(values[1])}
+
+    logdir, result = experiment.allreduce(train, name="stack", num_workers=2)
+    assert result["total"] == 3.0 and result["tens"] == 20.0
+    assert json.loads((Path(logdir) / "experiment.json").read_text())["versions"]["spark"] == spark.version
