@@ -180,10 +180,13 @@ def bench_empty_jobs(src: str, runs: int) -> None:
 
 
 def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) -> None:
+    import importlib.util
+
     import pyarrow.parquet as pq
-    from petastorm import make_reader
 
     from hopsml.data.codec import decode_column
+
+    has_petastorm = importlib.util.find_spec("petastorm") is not None  # the hopsml[petastorm] stack
 
     src = os.path.join(workdir, "tiny")
     rng = np.random.default_rng(0)
@@ -216,6 +219,8 @@ def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) 
     limit = min(rows, 5000)
 
     def petastorm_make_reader() -> int:
+        from petastorm import make_reader
+
         seen = 0
         with make_reader("file://" + folder, schema_fields=["image", "label"], num_epochs=1) as rows_:
             for _ in rows_:
@@ -235,8 +240,13 @@ def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) 
 
     import warnings
     warnings.simplefilter("ignore")
-    results = {"hopsml reader (arrow)": rate(ours), "hopsml reader (petastorm engine)": rate(ours_petastorm),
-               "petastorm make_reader": rate(petastorm_make_reader), "raw pyarrow read": rate(raw_pyarrow)}
+    results = {"hopsml reader (arrow)": rate(ours)}
+    if has_petastorm:
+        results.update({"hopsml reader (petastorm engine)": rate(ours_petastorm),
+                        "petastorm make_reader": rate(petastorm_make_reader)})
+    else:
+        print('  (petastorm is not installed: its rows need pip install ".[petastorm]", the legacy stack)')
+    results["raw pyarrow read"] = rate(raw_pyarrow)
     print(f"Rank reader, {summary.written} images 32x32x3 uint8 -> numpy batches of 256, rows/s, best of {runs} "
           f"(dataset built in {build:.1f}s)")
     base = results["hopsml reader (arrow)"]

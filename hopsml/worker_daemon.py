@@ -9,6 +9,11 @@ when the archive file changed, which is all that invalidation has to catch.
 
 Spark runs it through ``spark.python.daemon.module`` (hopsml's session defaults and
 ``conf/spark-defaults.conf`` set it); the workers fork from the daemon and inherit the change.
+PySpark 3.5 invalidates before every task; PySpark 4 only when a worker's ``sys.path`` grows,
+which is the first task of each worker process, so there the change saves one re-read per
+worker instead of one per task. The daemon itself is PySpark's own ``manager()`` on every
+version (it reads the worker module from ``sys.argv`` in 3.5 and 4.x alike); on Python 3.12+
+nothing is changed.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ Importable without pyspark.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import logging
 import posixpath
@@ -356,6 +357,10 @@ def reader(dataset: str, rank: Optional[int] = None, world_size: Optional[int] =
 
     if engine not in ENGINES:
         raise SettingsError(f"engine={engine!r}: use one of {', '.join(ENGINES)}")
+    if engine == "petastorm" and importlib.util.find_spec("petastorm") is None:
+        raise SettingsError("engine='petastorm' needs petastorm, which is not installed: install "
+                            "\"hopsml[petastorm]\" (the stack petastorm 0.13 runs on: pyarrow 14, numpy 1.x, "
+                            "Spark 3.5), or use engine='arrow', which reads the same files")
     if int(batch_size) < 1:
         raise SettingsError(f"batch_size={batch_size!r} must be at least 1")
     if device not in ("cpu", "cuda", "gpu"):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import uuid
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
@@ -126,15 +125,16 @@ class ParquetShard:
         return self.row_groups
 
 
-def write_petastorm_metadata(storage: Storage, folder: str, schema: "pa.Schema", unischema: Any,
+def write_petastorm_metadata(storage: Storage, folder: str, schema: "pa.Schema", unischema: bytes,
                              row_groups: Mapping[str, int]) -> None:
     """``folder/_common_metadata`` as petastorm's materialize_dataset leaves it: the Arrow schema
-    with the pickled Unischema and the row groups of every file (name -> count), so that
-    ``make_reader`` / ``make_batch_reader`` read the folder without opening every footer."""
+    with the pickled Unischema (``unischema``, from :mod:`hopsml.data.unischema`) and the row
+    groups of every file (name -> count), so that ``make_reader`` / ``make_batch_reader`` read the
+    folder without opening every footer. Written the same whether petastorm is installed or not."""
     import pyarrow.parquet as pq
 
     metadata = dict(schema.metadata or {})
-    metadata[UNISCHEMA_KEY] = pickle.dumps(unischema)
+    metadata[UNISCHEMA_KEY] = unischema
     metadata[ROW_GROUPS_PER_FILE_KEY] = json.dumps(dict(sorted(row_groups.items()))).encode()
     with atomic_output(storage, layout.join(folder, COMMON_METADATA)) as target:
         pq.write_metadata(schema.with_metadata(metadata), target)

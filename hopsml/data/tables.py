@@ -34,7 +34,7 @@ from hopsml.progress import spark_progress
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,14 @@ def _read_text(spark: "SparkSession", src: str, names: list[str], options: Table
                           enforceSchema=True)
 
 
+def _number(name: str, kind: str) -> "Column":
+    """Column ``name`` as ``kind`` ('double', 'long'), NULL where a value does not parse: a plain
+    cast fails the whole job on Spark 4, whose ANSI mode is on by default."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"try_cast(`{name}` AS {kind})")
+
+
 def _infer_types(frame: "DataFrame", names: list[str], options: TableOptions) -> dict[str, str]:
     """'double', 'long' or 'string' per column: given, else numeric when most values parse."""
     from pyspark.sql import functions as F
@@ -127,7 +135,7 @@ def _infer_types(frame: "DataFrame", names: list[str], options: TableOptions) ->
     if todo:
         aggs = []
         for name in todo:
-            number = F.col(name).cast("double")
+            number = _number(name, "double")
             aggs += [F.count(name).alias(f"{name}__n"), F.count(number).alias(f"{name}__num"),
                      F.sum((number.isNotNull() & (number != F.floor(number))).cast("long")).alias(f"{name}__frac")]
         row = frame.where(F.col(_CORRUPT).isNull()).agg(*aggs).first().asDict()
@@ -224,7 +232,7 @@ class _TableJob:
         numeric = [n for n in names if types[n] != "string"]
         reasons = F.lit(None).cast("string")
         for n in reversed(numeric):  # the first unparsable column names the reason
-            reasons = F.when(F.col(n).isNotNull() & F.col(n).cast("double").isNull(),
+            reasons = F.when(F.col(n).isNotNull() & _number(n, "double").isNull(),
                              F.lit(f"unparsable number in column {n}")).otherwise(reasons)
         reasons = F.when(F.col(_CORRUPT).isNotNull(), F.lit("malformed row (wrong number of fields)")
                          ).otherwise(reasons)
@@ -237,7 +245,7 @@ class _TableJob:
         rejected_reasons = {r["_reason"]: r["count"] for r in rejected.groupBy("_reason").count().collect()}
 
         typed = checked.where(F.col("_reason").isNull()).select(
-            *[F.col(n).cast("double" if types[n] == "double" else "long").alias(n) if n in numeric
+            *[_number(n, "double" if types[n] == "double" else "long").alias(n) if n in numeric
               else F.col(n) for n in names])
         hashed = F.xxhash64(F.lit(opts.seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in names])
         bucket = F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)

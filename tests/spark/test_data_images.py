@@ -1,5 +1,6 @@
 """The image job on a generated tree (digits plus bad files): counts, pixels, shards, splits, readers."""
 
+import importlib.util
 import io
 import json
 import os
@@ -17,6 +18,9 @@ from hopsml.data.readers import reader
 from hopsml.data.tfrecord import decode_example, read_records
 from hopsml.errors import SettingsError
 
+pytestmark = pytest.mark.legacy
+needs_petastorm = pytest.mark.skipif(importlib.util.find_spec("petastorm") is None,
+                                     reason='petastorm is not installed: pip install ".[petastorm]"')
 RESIZE, CROP = (20, 16), (14, 12)   # (width, height): not square, to catch transposed axes
 IMAGES = 48
 SPLITS = ("train", "test")
@@ -63,6 +67,7 @@ def test_counts_add_up_and_bad_files_are_listed(prepared):
     assert not any(name.startswith(".") for name in os.listdir(os.path.dirname(_path(settings))))
 
 
+@needs_petastorm
 def test_petastorm_make_reader_reads_pillow_identical_pixels(prepared):
     from petastorm import make_reader
 
@@ -124,7 +129,7 @@ def test_every_shard_holds_every_label(prepared):
         assert labels == set(range(10)), f"shard {part} has labels {sorted(labels)}"
 
 
-@pytest.mark.parametrize("engine", ["arrow", "petastorm", "tfrecord"])
+@pytest.mark.parametrize("engine", ["arrow", pytest.param("petastorm", marks=needs_petastorm), "tfrecord"])
 def test_ranks_read_disjoint_parts_that_cover_every_row(prepared, engine):
     _, settings, summary, _ = prepared
     for world_size in (1, 2, 3):
@@ -140,6 +145,7 @@ def test_ranks_read_disjoint_parts_that_cover_every_row(prepared, engine):
         assert len(set.union(*parts)) == summary.splits["train"]
 
 
+@needs_petastorm
 def test_petastorm_engine_never_returns_an_empty_shard(prepared):
     # The issue saw petastorm's thread pool return no rows for a shard now and then; the default
     # pool of the petastorm engine must give every shard its rows every time.
