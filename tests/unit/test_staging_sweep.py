@@ -1,0 +1,40 @@
+"""Staging folders of processes that died even before their watcher could clean up are removed by
+the next run on the host, and only those."""
+
+import os
+import subprocess
+import sys
+import time
+
+from hopsml.tracking.staging import PREFIX, sweep_dead
+
+
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _folder(tmp_path, pid, age_s):
+    path = tmp_path / f"{PREFIX}{pid}-abc"
+    path.mkdir()
+    (path / "output.log").write_text("x\n")
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+def test_only_old_folders_of_dead_processes_are_removed(tmp_path):
+    dead = _dead_pid()
+    gone = _folder(tmp_path, dead, 3600)
+    alive = _folder(tmp_path, os.getpid(), 3600)
+    other = tmp_path / "hopsml-model-x"
+    other.mkdir()
+    assert sweep_dead(60, str(tmp_path)) == [str(gone)]
+    assert not gone.exists() and alive.exists() and other.exists()
+
+
+def test_a_dead_process_folder_touched_recently_is_kept(tmp_path):
+    kept = _folder(tmp_path, _dead_pid(), 5)
+    assert sweep_dead(60, str(tmp_path)) == []
+    assert kept.exists()
