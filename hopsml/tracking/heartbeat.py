@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 import socket
 import threading
 import time
@@ -28,14 +29,8 @@ _WARN_EVERY_S = 60.0
 def beat(storage: Storage, rel: str) -> None:
     """Write one heartbeat at `rel` now."""
     data = json.dumps({"time": time.time(), "host": socket.gethostname(), "pid": os.getpid()}).encode()
-    path = storage.path(rel)
     try:
-        try:
-            stream = storage.fs.open_output_stream(path)
-        except FileNotFoundError:  # local disks: the parent folder must exist
-            storage.makedirs(rel.rsplit("/", 1)[0])
-            stream = storage.fs.open_output_stream(path)
-        with stream:
+        with storage.fs.open_output_stream(storage.path(rel)) as stream:
             stream.write(data)
     except OSError as exc:
         raise StorageError(f"cannot write the heartbeat {storage.uri(rel)}: {exc}") from exc
@@ -81,6 +76,7 @@ class Heartbeat:
         self.storage, self.rel, self.interval_s = storage, rel, interval_s
         self._stop = threading.Event()
         self._last_warning = 0.0
+        storage.makedirs(posixpath.dirname(rel))  # once (on S3 it may create the bucket), not per beat
         beat(storage, rel)  # the first one at once: a reader never sees a run without one
         self._thread = threading.Thread(target=self._loop, name="hopsml-heartbeat", daemon=True)
         self._thread.start()
