@@ -4,9 +4,10 @@ An `ExperimentRun` is a context manager: leaving the block marks the record FINI
 FAILED (with the error and traceback), Ctrl-C KILLED. While it runs, its driver writes a heartbeat
 (`.heartbeat`, every `heartbeat_s`); a RUNNING record whose heartbeat is older than `lost_after_s`
 belongs to a driver that was killed, and is shown as LOST until `mark_lost` records that. Every
-update rewrites experiment.json atomically, so a reader sees the old record or the new one, never half of one. A record that
-cannot be read (not a JSON object, cut short, wrong field types, a newer format) is reported as a
-`BrokenRecord` with the reason instead of hiding or breaking the listing of the others.
+update rewrites experiment.json atomically, so a reader sees the old record or the new one, never
+half of one. A record that cannot be read (not a JSON object, cut short, wrong field types, a newer
+format) is reported as a `BrokenRecord` with the reason instead of hiding or breaking the listing
+of the others.
 """
 
 from __future__ import annotations
