@@ -177,7 +177,8 @@ def _release_watcher(watcher: subprocess.Popen | None) -> None:
 def _watch(stdin: IO[bytes]) -> int:
     """The watcher: wait for the run's process to go; if it did not clean up, copy and clean."""
     job = json.loads(stdin.readline())
-    if stdin.read() == _DONE or not os.path.isdir(job["dir"]):
+    # a line, not the end of the stream: a child the run forked may hold the pipe open after it ended
+    if stdin.readline() == _DONE or not os.path.isdir(job["dir"]):
         return 0  # the run ended normally and cleaned up itself
 
     def give_up(signum: int, frame: Any) -> None:

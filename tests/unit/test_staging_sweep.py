@@ -38,3 +38,33 @@ def test_a_dead_process_folder_touched_recently_is_kept(tmp_path):
     kept = _folder(tmp_path, _dead_pid(), 5)
     assert sweep_dead(60, str(tmp_path)) == []
     assert kept.exists()
+
+
+def test_the_watcher_of_a_run_that_ended_cleanly_exits_at_once_and_touches_nothing(tmp_path):
+    from hopsml.tracking import staging
+
+    folder = tmp_path / f"{PREFIX}1-x"
+    folder.mkdir()
+    watcher = staging._start_watcher(str(tmp_path / "root"), "Projects/p/Experiments/a_1", str(folder))
+    try:
+        watcher.stdin.write(staging._DONE)
+        watcher.stdin.flush()            # the pipe stays open, as when the run forked a child
+        assert watcher.wait(60) == 0
+    finally:
+        watcher.stdin.close()
+    assert folder.exists() and not (tmp_path / "root").exists()
+
+
+def test_the_watcher_of_a_dead_run_copies_its_files_and_removes_the_folder(tmp_path):
+    from hopsml.tracking import staging
+
+    folder = tmp_path / f"{PREFIX}1-y"
+    (folder / "tensorboard").mkdir(parents=True)
+    (folder / "output.log").write_text("last words\n")
+    (folder / "tensorboard" / "events.out").write_bytes(b"e")
+    watcher = staging._start_watcher(str(tmp_path / "root"), "Projects/p/Experiments/a_1", str(folder))
+    watcher.stdin.close()                # what the death of the run's process does to the pipe
+    assert watcher.wait(120) == 0
+    run = tmp_path / "root" / "Projects/p/Experiments/a_1"
+    assert (run / "output.log").read_text() == "last words\n" and (run / "tensorboard" / "events.out").exists()
+    assert not folder.exists()
