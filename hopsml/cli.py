@@ -76,7 +76,7 @@ def experiments_mark_lost(settings: config.Settings, ids: Sequence[str], every: 
     lines = []
     for exp_id in ids:
         rec = records.mark_lost(storage, settings.project, exp_id, settings.lost_after_s, force=force)
-        lines.append(f"{exp_id}: LOST ({rec.error})")
+        lines.append(f"{exp_id}: marked LOST; {rec.error}")
     return "\n".join(lines)
 
 

@@ -70,7 +70,7 @@ def test_mark_lost_writes_the_state_and_refuses_a_live_run(tmp_path):
     settings = _settings(tmp_path)
     with pytest.raises(HopsmlError, match="looks alive"):
         cli.experiments_mark_lost(settings, [alive.id])
-    assert f"{dead.id}: LOST" in cli.experiments_mark_lost(settings, [], every=True)
+    assert f"{dead.id}: marked LOST; its driver stopped" in cli.experiments_mark_lost(settings, [], every=True)
     rec = records.read_record(Storage(str(tmp_path)), "p", dead.id)
     assert rec.state == "LOST" and "last heartbeat 5 min ago" in rec.error and rec.finished
     assert 290 < time.time() - records.datetime.fromisoformat(rec.finished).timestamp() < 400
