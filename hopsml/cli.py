@@ -24,32 +24,84 @@ def _short_time(stamp: str | None) -> str | None:
     return stamp[:19].replace("T", " ") if stamp else None
 
 
-def _list_rows(storage: Storage, project: str, name: str | None, state: str | None) -> list[dict[str, Any]]:
+def _list_rows(storage: Storage, project: str, name: str | None, state: str | None,
+               lost_after_s: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for rec in records.scan_records(storage, project):
-        if state and rec.state != state.upper():
-            continue
         if isinstance(rec, records.BrokenRecord):
-            if not name:
+            if not name and (not state or state.upper() == rec.state):
                 rows.append({"id": rec.id, "status": rec.state, "problem": rec.reason})
             continue
         if name and name not in rec.name:
             continue
-        rows.append({"id": rec.id, "user": rec.user, "name": rec.name, "start": _short_time(rec.start),
-                     "finished": _short_time(rec.finished), "status": rec.state, "module": rec.module,
-                     "function": rec.function, "hyperparameters": rec.hyperparameters, "metric": rec.metric})
+        shown, lost = records.shown_state(storage, project, rec, lost_after_s)
+        if state and shown != state.upper():
+            continue
+        row = {"id": rec.id, "user": rec.user, "name": rec.name, "start": _short_time(rec.start),
+               "finished": _short_time(rec.finished), "status": shown, "module": rec.module,
+               "function": rec.function, "hyperparameters": rec.hyperparameters, "metric": rec.metric}
+        if lost and rec.state == records.State.RUNNING.value:
+            row["lost"] = lost
+        rows.append(row)
     return rows
 
 
 def experiments_list(settings: config.Settings, name: str | None = None, state: str | None = None,
                      limit: int | None = None) -> str:
-    rows = _list_rows(Storage(settings.root), settings.project, name, state)[:limit]
+    rows = _list_rows(Storage(settings.root), settings.project, name, state, settings.lost_after_s)[:limit]
     if not rows:
         return f"no experiments in project {settings.project!r} under {Storage(settings.root).uri()}"
+    notes = []  # below the table: a reason is too long for a column
     problems = [f"{row['id']}: {row['status']}: {row['problem']}" for row in rows if "problem" in row]
-    if problems:  # below the table: a reason is too long for a column
-        problems = ["", "records that cannot be read ('hopsml experiments show ID' says more):"] + problems
-    return "\n".join([format_table(rows, LIST_COLUMNS)] + problems)
+    if problems:
+        notes += ["", "records that cannot be read ('hopsml experiments show ID' says more):"] + problems
+    lost = [f"{row['id']}: {row['lost']}" for row in rows if "lost" in row]
+    if lost:
+        notes += ["", "RUNNING in their record, but LOST: 'hopsml experiments mark-lost ID' records it, "
+                      "'hopsml experiments clean ID' (or --lost) removes them:"] + lost
+    return "\n".join([format_table(rows, LIST_COLUMNS)] + notes)
+
+
+def experiments_mark_lost(settings: config.Settings, ids: Sequence[str], every: bool = False,
+                          force: bool = False) -> str:
+    """Write state LOST into the records of runs whose driver stopped beating."""
+    storage = Storage(settings.root)
+    if every:
+        ids = [i for i in records.lost_ids(storage, settings.project, settings.lost_after_s)
+               if records.read_record(storage, settings.project, i).state == records.State.RUNNING.value]
+    elif not ids:
+        raise HopsmlError("name the experiments to mark (ids as in 'hopsml experiments list'), or pass --all")
+    if not ids:
+        return "no RUNNING experiment has lost its driver"
+    lines = []
+    for exp_id in ids:
+        rec = records.mark_lost(storage, settings.project, exp_id, settings.lost_after_s, force=force)
+        lines.append(f"{exp_id}: marked LOST; {rec.error}")
+    return "\n".join(lines)
+
+
+def experiments_clean(settings: config.Settings, ids: Sequence[str], lost: bool = False,
+                      dry_run: bool = False) -> str:
+    """Remove the folders of LOST runs (named, or all of them with `lost`)."""
+    storage = Storage(settings.root)
+    if lost:
+        ids = records.lost_ids(storage, settings.project, settings.lost_after_s)
+    elif not ids:
+        raise HopsmlError("name the LOST experiments to remove (ids as in 'hopsml experiments list'), "
+                          "or pass --lost to remove every LOST one")
+    if not ids:
+        return "no LOST experiments"
+    lines = []
+    for exp_id in ids:
+        if dry_run:
+            rec = records.read_record(storage, settings.project, exp_id)
+            state, _ = records.shown_state(storage, settings.project, rec, settings.lost_after_s)
+            lines.append(f"{exp_id}: {state}, would be removed" if state == records.State.LOST.value
+                         else f"{exp_id}: {state}, not LOST: would be kept")
+            continue
+        records.remove_lost(storage, settings.project, exp_id, settings.lost_after_s)
+        lines.append(f"removed {exp_id}")
+    return "\n".join(lines)
 
 
 def experiments_show(settings: config.Settings, exp_id: str) -> str:
@@ -58,7 +110,12 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
     exp_dir = layout.ExperimentDir.from_id(settings.project, exp_id)
     data = rec.to_dict()
     data.pop("spark_conf", None)
-    lines = [json.dumps(data, indent=2, default=str), "", f"files in {storage.uri(exp_dir.path)}:"]
+    state, lost = records.shown_state(storage, settings.project, rec, settings.lost_after_s)
+    lines = [json.dumps(data, indent=2, default=str)]
+    if lost and rec.state == records.State.RUNNING.value:
+        lines += ["", f"state: LOST, {lost}. 'hopsml experiments mark-lost {exp_id}' records it, "
+                      f"'hopsml experiments clean {exp_id}' removes the run"]
+    lines += ["", f"files in {storage.uri(exp_dir.path)}:"]
     lines += [f"  {p[len(exp_dir.path) + 1:]}" for p in storage.ls(exp_dir.path, recursive=True)]
     if storage.exists(exp_dir.summary):
         try:
@@ -130,6 +187,14 @@ def _parser() -> argparse.ArgumentParser:
     lister.add_argument("--limit", type=int, help="show at most this many")
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
+    marker = exp_commands.add_parser("mark-lost", help="record RUNNING experiments whose driver is gone as LOST")
+    marker.add_argument("ids", nargs="*", help="experiment ids")
+    marker.add_argument("--all", dest="every", action="store_true", help="every experiment shown as LOST")
+    marker.add_argument("--force", action="store_true", help="also one whose heartbeat is still recent")
+    cleaner = exp_commands.add_parser("clean", help="remove the folders of LOST experiments")
+    cleaner.add_argument("ids", nargs="*", help="experiment ids (each must be LOST)")
+    cleaner.add_argument("--lost", action="store_true", help="every LOST experiment of the project")
+    cleaner.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
     commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel and search")
     data_commands.add_commands(commands)
@@ -151,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = model_commands.run(args, settings)
         elif args.action == "list":
             output = experiments_list(settings, args.name, args.state, args.limit)
+        elif args.action == "mark-lost":
+            output = experiments_mark_lost(settings, args.ids, args.every, args.force)
+        elif args.action == "clean":
+            output = experiments_clean(settings, args.ids, args.lost, args.dry_run)
         else:
             output = experiments_show(settings, args.id)
     except HopsmlError as exc:

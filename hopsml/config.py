@@ -34,6 +34,15 @@ def _parse_int(value: Any) -> int:
     return number
 
 
+def _parse_seconds(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number of seconds")
+    number = float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
+    if not number > 0 or number == float("inf"):
+        raise ValueError("must be a positive number of seconds")
+    return number
+
+
 def _parse_name(value: Any) -> str:
     from hopsml.layout import validate_name  # layout is pure; local import keeps the layering flat
 
@@ -82,6 +91,11 @@ _FIELDS: dict[str, _Field] = {
     "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
     "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs"),
     "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts"),
+    "sync_interval_s": _Field(_parse_seconds, lambda: 5.0, "seconds between copies of a running task's "
+                              "files (logs, metrics, checkpoints) to an HDFS or S3 root"),
+    "heartbeat_s": _Field(_parse_seconds, lambda: 10.0, "seconds between heartbeats of a running experiment"),
+    "lost_after_s": _Field(_parse_seconds, lambda: 120.0, "seconds without a heartbeat after which a RUNNING "
+                           "experiment or a data job's staging folder counts as LOST"),
 }
 
 
@@ -95,6 +109,9 @@ class Settings:
     num_workers: int
     log_dir: str
     spark_conf: dict[str, str]
+    sync_interval_s: float = 5.0
+    heartbeat_s: float = 10.0
+    lost_after_s: float = 120.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:
@@ -126,6 +143,34 @@ def _read_conf_file(path: Path) -> dict[str, Any]:
     return values
 
 
+def _resolve(name: str, override: Any, environ: Mapping[str, str], from_file: Mapping[str, Any],
+             conf_path: Path | None) -> tuple[Any, str]:
+    """One setting's value and where it came from."""
+    spec, env_name = _FIELDS[name], ENV_PREFIX + name.upper()
+    if override is not None:
+        raw, source = override, "argument"
+    elif env_name in environ:
+        raw, source = environ[env_name], f"environment variable {env_name}"
+    elif name in from_file:
+        raw, source = from_file[name], f"settings file {conf_path}"
+    else:
+        raw, source = spec.default(), "default"
+    try:
+        return spec.parse(raw), source
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(f"setting {name}={raw!r} (from {source}) is invalid: {exc}. "
+                            f"It is the {spec.help}.") from exc
+
+
+def value(name: str, override: Any = None, environ: Mapping[str, str] | None = None) -> Any:
+    """One setting alone (e.g. inside a task), so a bad value of another setting cannot fail it."""
+    if name not in _FIELDS:
+        raise SettingsError(f"unknown setting {name}; known: {', '.join(sorted(_FIELDS))}")
+    environ = os.environ if environ is None else environ
+    conf_path = _conf_file(environ)
+    return _resolve(name, override, environ, _read_conf_file(conf_path) if conf_path else {}, conf_path)[0]
+
+
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Resolve every setting; keyword arguments that are None fall through to the next source."""
     environ = os.environ if environ is None else environ
@@ -137,22 +182,8 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for name, spec in _FIELDS.items():
-        env_name = ENV_PREFIX + name.upper()
-        if overrides.get(name) is not None:
-            raw, source = overrides[name], "argument"
-        elif env_name in environ:
-            raw, source = environ[env_name], f"environment variable {env_name}"
-        elif name in from_file:
-            raw, source = from_file[name], f"settings file {conf_path}"
-        else:
-            raw, source = spec.default(), "default"
-        try:
-            values[name] = spec.parse(raw)
-        except (ValueError, TypeError) as exc:
-            raise SettingsError(f"setting {name}={raw!r} (from {source}) is invalid: {exc}. "
-                                f"It is the {spec.help}.") from exc
-        sources[name] = source
+    for name in _FIELDS:
+        values[name], sources[name] = _resolve(name, overrides.get(name), environ, from_file, conf_path)
     if "spark_conf" in from_file and sources["spark_conf"] != f"settings file {conf_path}":
         # Spark settings merge: file values first, env/argument values on top.
         values["spark_conf"] = {**_parse_spark_conf(from_file["spark_conf"]), **values["spark_conf"]}

@@ -1,4 +1,4 @@
-"""The data commands of the ``hopsml`` CLI: ``prep images|tabular`` and ``datasets list|show``.
+"""The data commands of the ``hopsml`` CLI: ``prep images|tabular`` and ``datasets list|show|clean``.
 
 ``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one
 that was parsed and returns the text to print.
@@ -48,6 +48,11 @@ def add_commands(subparsers: Any) -> None:
     show = actions.add_parser("show", help="one dataset: manifest, counts, statistics")
     show.add_argument("name")
     show.add_argument("--html", action="store_true", help="print the path of the statistics page")
+    clean = actions.add_parser("clean", help="remove the hidden staging folders of data jobs killed with "
+                                             "their driver (no heartbeat for lost_after_s)")
+    clean.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    clean.add_argument("--older-than", type=float, metavar="SECONDS",
+                       help="idle for at least this long (default: the lost_after_s setting)")
 
 
 def _images_args(images: argparse.ArgumentParser) -> None:
@@ -130,6 +135,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
         return str(summary)
     if args.datasets_action == "list":
         return datasets_list(settings)
+    if args.datasets_action == "clean":
+        return datasets_clean(settings, dry_run=args.dry_run, older_than_s=args.older_than)
     return datasets_show(settings, args.name, html=args.html)
 
 
@@ -151,6 +158,24 @@ def datasets_list(settings: config.Settings) -> str:
     if not rows:
         return f"no datasets in project {settings.project!r} under {storage.uri()}"
     return format_table(rows, ("name", "kind", "rows", "rejected", "skipped", "created", "source"))
+
+
+def datasets_clean(settings: config.Settings, *, dry_run: bool = False, older_than_s: float | None = None) -> str:
+    """Remove (or with `dry_run` list) the staging folders that killed data jobs left behind."""
+    storage = Storage(settings.root)
+    bound = settings.lost_after_s if older_than_s is None else older_than_s
+    if bound < 0:
+        raise ds.DatasetError(f"--older-than must be 0 or more seconds, got {older_than_s:g}")
+    if dry_run:
+        stale = ds.stale_staging(storage, settings.project, bound)
+        return "\n".join(f"would remove {s}" for s in stale) or _no_stale(storage, settings, bound)
+    removed = ds.remove_stale_staging(storage, settings.project, bound)
+    return "\n".join(f"removed {s}" for s in removed) or _no_stale(storage, settings, bound)
+
+
+def _no_stale(storage: Storage, settings: config.Settings, bound: float) -> str:
+    return (f"no staging folders idle for more than {bound:g}s in project {settings.project!r} "
+            f"under {storage.uri()}")
 
 
 def datasets_show(settings: config.Settings, name: str, html: bool = False) -> str:

@@ -2,7 +2,9 @@
 
 A data job writes into a hidden staging folder beside the final one and renames it into place as
 its last step, with ``_SUCCESS`` as the last file inside; a failed job leaves no folder that looks
-like a finished dataset.
+like a finished dataset. While it works, its driver rewrites a heartbeat beside the staging folder;
+the folder of a job killed with its driver (no heartbeat for ``lost_after_s``) is removed by the
+next job on the same dataset root and by ``hopsml datasets clean``.
 
 >>> d = DatasetDir.of("demo", "digits")
 >>> d.path
@@ -20,14 +22,18 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import posixpath
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from hopsml import layout
-from hopsml.errors import HopsmlError
+import pyarrow.fs as pafs
+
+from hopsml import config, layout
+from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
+from hopsml.tracking.heartbeat import Heartbeat, age_text, last_beat
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,8 @@ REJECTED = "_rejected"
 PARTS = "_parts"
 PARQUET = "parquet"
 TFRECORD = "tfrecord"
+STAGING = ".staging-"        # in the hidden name of a job's staging folder: .<name>.staging-<id>
+HEARTBEAT = ".heartbeat"     # suffix of the staging folder's heartbeat file beside it
 
 
 class DatasetError(HopsmlError, ValueError):
@@ -162,24 +170,99 @@ def parquet_url(storage: Storage, rel: str) -> str:
 
 
 @contextmanager
-def staged(storage: Storage, project: str, name: str, overwrite: bool) -> Iterator[DatasetDir]:
-    """Yield a hidden staging DatasetDir; on success rename it to the final name, else delete it."""
+def staged(storage: Storage, project: str, name: str, overwrite: bool, *, heartbeat_s: float | None = None,
+           lost_after_s: float | None = None) -> Iterator[DatasetDir]:
+    """Yield a hidden staging DatasetDir; on success rename it to the final name, else delete it.
+    Stale staging folders that killed jobs left in the project are removed first."""
     final = DatasetDir.of(project, name)
     if storage.exists(final.path) and not overwrite:
         raise DatasetExistsError(f"dataset {name!r} already exists at {storage.uri(final.path)}; "
                                  "pass overwrite=True (--overwrite) or choose another name")
+    for stale in remove_stale_staging(storage, project, config.value("lost_after_s", lost_after_s)):
+        log.warning("removed %s", stale)
     parent = posixpath.dirname(final.path)
-    stage = DatasetDir(layout.join(parent, f".{name}.staging-{uuid.uuid4().hex[:12]}"))
-    storage.makedirs(stage.path)
+    stage = DatasetDir(layout.join(parent, f".{name}{STAGING}{uuid.uuid4().hex[:12]}"))
+    # the heartbeat first: a staging folder without one is a killed job's, to any other job
+    heartbeat = Heartbeat(storage, stage.path + HEARTBEAT, config.value("heartbeat_s", heartbeat_s))
     try:
+        storage.makedirs(stage.path)
         yield stage
         _commit(storage, stage, final, overwrite)
     except BaseException:
         try:
             storage.delete(stage.path)
-        except OSError as exc:  # keep the original error; the staging folder is hidden anyway
+        except (OSError, StorageError) as exc:  # keep the original error; the staging folder is hidden anyway
             log.warning("could not remove staging folder %s: %s", storage.uri(stage.path), exc)
         raise
+    finally:
+        heartbeat.stop(remove=True)
+
+
+@dataclass(frozen=True)
+class StaleStaging:
+    """A staging folder (or its lone heartbeat) of a data job that stopped without cleaning up."""
+
+    path: str
+    uri: str
+    files: int
+    bytes: int
+    idle_s: float | None   # since its last heartbeat or file write; None when nothing tells
+
+    def __str__(self) -> str:
+        idle = f"idle {age_text(self.idle_s)}" if self.idle_s is not None else "no heartbeat, no files"
+        return (f"stale staging folder {self.uri} ({self.files} files, {self.bytes / 1e6:.1f} MB, {idle}) "
+                "of a data job that was killed")
+
+
+def _epoch(mtime: Any) -> float | None:
+    if mtime is None:
+        return None
+    return mtime.timestamp() if isinstance(mtime, _dt.datetime) else float(mtime)
+
+
+def stale_staging(storage: Storage, project: str, lost_after_s: float, now: float | None = None
+                  ) -> list[StaleStaging]:
+    """The staging folders of the project's datasets whose job stopped beating `lost_after_s` ago
+    (or, without a heartbeat, whose newest file is that old)."""
+    now = time.time() if now is None else now
+    parent = posixpath.dirname(layout.dataset_dir(project, "x"))
+    entries = set(storage.ls(parent))
+    found = []
+    for rel in sorted(entries):
+        base = posixpath.basename(rel)
+        if not base.startswith(".") or STAGING not in base:
+            continue
+        if base.endswith(HEARTBEAT):
+            folder = rel[:-len(HEARTBEAT)]
+            if folder in entries:
+                continue   # judged with its folder
+            beat = last_beat(storage, rel)
+            if beat is None or now - beat > lost_after_s:
+                found.append(StaleStaging(rel, storage.uri(rel), 0, 0, None if beat is None else now - beat))
+            continue
+        try:
+            infos = storage.fs.get_file_info(pafs.FileSelector(storage.path(rel), recursive=True))
+        except OSError as exc:
+            raise StorageError(f"cannot list {storage.uri(rel)}: {exc}") from exc
+        files = [info for info in infos if info.type == pafs.FileType.File]
+        beat = last_beat(storage, rel + HEARTBEAT) if rel + HEARTBEAT in entries else None
+        times = [beat] if beat is not None else [t for t in (_epoch(i.mtime) for i in files) if t is not None]
+        if not times and (own := _epoch(storage.info(rel).mtime)) is not None:
+            times.append(own)
+        idle = now - max(times) if times else None
+        if idle is None or idle > lost_after_s:
+            found.append(StaleStaging(rel, storage.uri(rel), len(files), sum(i.size or 0 for i in files), idle))
+    return found
+
+
+def remove_stale_staging(storage: Storage, project: str, lost_after_s: float) -> list[StaleStaging]:
+    """Remove what `stale_staging` finds (with their heartbeat files); returns what was removed."""
+    removed = stale_staging(storage, project, lost_after_s)
+    for stale in removed:
+        storage.delete(stale.path)
+        if not stale.path.endswith(HEARTBEAT):
+            storage.delete(stale.path + HEARTBEAT)
+    return removed
 
 
 def _commit(storage: Storage, stage: DatasetDir, final: DatasetDir, overwrite: bool) -> None:

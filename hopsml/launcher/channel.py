@@ -3,6 +3,10 @@
 The driver listens; each task connects, passes the HMAC challenge with the experiment's secret, and
 sends length-prefixed JSON messages (output lines, results, intermediate metrics); the driver can
 answer on the same connection (e.g. "stop" for early stopping). No pickles cross it.
+
+Every wait has a bound: sends time out when the peer stops reading, TCP keepalive ends a read from
+a peer whose host vanished, and closing either end returns within its timeout even when the other
+end is gone.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import queue
 import socket
 import struct
 import threading
+import time
 from typing import Any, Callable
 
 from hopsml import auth
@@ -23,6 +28,27 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct("!I")
 _MAX_MESSAGE = 64 << 20
 _HANDSHAKE_TIMEOUT_S = 15.0
+_SEND_TIMEOUT_S = 30.0        # a peer that reads nothing for this long is taken for gone
+_POLL_S = 0.5                 # how often the accept and send loops look whether the channel closed
+_OUTBOX_SIZE = 10_000
+_KEEPALIVE = (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))  # a dead host: ~60 s
+
+
+def _bound(sock: socket.socket) -> None:
+    """Put bounds on a connected socket's waits: sends time out, keepalive ends reads of a dead host.
+
+    The socket stays blocking for reads (a task may rightly stay silent for hours); SO_SNDTIMEO
+    makes a send to a peer that stopped reading fail instead of blocking forever.
+    """
+    seconds = int(_SEND_TIMEOUT_S)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                    struct.pack("ll", seconds, int((_SEND_TIMEOUT_S - seconds) * 1e6)))
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in _KEEPALIVE:
+        if hasattr(socket, name):  # Linux; other systems keep their keepalive defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -73,17 +99,23 @@ class DriverChannel:
         self.secret = secret
         self._on_message = on_message
         self._server = socket.create_server((host, 0))
+        self._server.settimeout(_POLL_S)  # accept wakes up to see a close
         self.address = (host, self._server.getsockname()[1])
         self._closed = threading.Event()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept_loop, name="hopsml-channel", daemon=True).start()
+        self._sockets: set[socket.socket] = set()
+        self._sockets_lock = threading.Lock()
+        self._accept_thread = threading.Thread(target=self._accept_loop, name="hopsml-channel", daemon=True)
+        self._accept_thread.start()
 
     def _accept_loop(self) -> None:
         while not self._closed.is_set():
             try:
                 sock, peer = self._server.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 return
+            sock.settimeout(None)
             threading.Thread(target=self._serve, args=(sock, peer), daemon=True).start()
 
     def _serve(self, sock: socket.socket, peer: Any) -> None:
@@ -91,11 +123,16 @@ class DriverChannel:
             sock.settimeout(_HANDSHAKE_TIMEOUT_S)
             auth.challenge(sock, self.secret)
             sock.settimeout(None)
+            _bound(sock)
         except (AuthenticationError, OSError) as exc:
             log.warning("refused a connection from %s: %s", peer, exc)
             sock.close()
             return
-        self._sockets.append(sock)
+        with self._sockets_lock:
+            if self._closed.is_set():
+                sock.close()
+                return
+            self._sockets.add(sock)
         connection = Connection(sock)
         try:
             while (message := _recv(sock)) is not None:
@@ -104,12 +141,17 @@ class DriverChannel:
             if not self._closed.is_set():
                 log.debug("channel connection from %s ended: %s", peer, exc)
         finally:
+            with self._sockets_lock:
+                self._sockets.discard(sock)
             sock.close()
 
     def close(self) -> None:
+        """Stop accepting and end every connection; returns at once (the loops end on their own)."""
         self._closed.set()
         self._server.close()
-        for sock in self._sockets:
+        with self._sockets_lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -121,7 +163,10 @@ class TaskChannel:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=10_000)
+        _bound(sock)
+        self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=_OUTBOX_SIZE)
+        self._gone = threading.Event()     # the driver end is gone: nothing more can be sent
+        self._closing = threading.Event()
         self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self._sender = threading.Thread(target=self._send_loop, name="hopsml-channel-send", daemon=True)
         self._sender.start()
@@ -143,17 +188,29 @@ class TaskChannel:
         return cls(sock)
 
     def send(self, message: dict[str, Any]) -> None:
+        if self._gone.is_set():
+            return  # the driver is gone: the output is in the log files
         try:
             self._outbox.put_nowait(message)
         except queue.Full:
             pass  # a driver that cannot keep up loses live output, never the training
 
     def _send_loop(self) -> None:
-        while (message := self._outbox.get()) is not None:
-            try:
+        try:
+            while True:
+                try:
+                    message = self._outbox.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if self._closing.is_set():
+                        return
+                    continue
+                if message is None:
+                    return
                 _send(self._sock, message)
-            except OSError:
-                return
+        except OSError as exc:  # reset, closed, or a driver that read nothing for _SEND_TIMEOUT_S
+            log.debug("channel to the driver ended: %s", exc)
+        finally:
+            self._gone.set()
 
     def _recv_loop(self) -> None:
         try:
@@ -163,9 +220,15 @@ class TaskChannel:
             pass
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Flush what is queued, then close."""
-        self._outbox.put(None)
-        self._sender.join(timeout_s)
+        """Flush what is queued for at most `timeout_s`, then close; returns also when the driver is gone."""
+        deadline = time.monotonic() + timeout_s
+        self._closing.set()
+        if not self._gone.is_set():
+            try:
+                self._outbox.put(None, timeout=timeout_s)
+            except queue.Full:
+                log.debug("channel queue still full after %.1fs; closing without flushing it", timeout_s)
+            self._sender.join(max(0.0, deadline - time.monotonic()))
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -13,10 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from hopsml.errors import NotInRunError, TrialStopped
+from hopsml import config
+from hopsml.errors import HopsmlError, NotInRunError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.layout import RunDir
 from hopsml.tracking.metrics import MetricsLogger
+from hopsml.tracking.staging import StagedRun
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +41,17 @@ class RunContext:
     trial: int | None = None  # index of this trial in a search: intermediate values go to the driver
     local_logdir: bool = False  # hops' local_logdir: TensorBoard writes to a local folder, copied in at the end
     _metrics: MetricsLogger | None = field(default=None, repr=False)
+    _staged: StagedRun | None = field(default=None, repr=False)
     _local_tensorboard: str | None = field(default=None, repr=False)
     _sync_stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _sync_thread: threading.Thread | None = field(default=None, repr=False)
+
+
+    def sync(self) -> None:
+        """Copy what the run wrote so far to its directory now (HDFS, S3 roots; a no-op on local ones):
+        call it after writing a checkpoint, so a killed task keeps it."""
+        if self._staged is not None:
+            self._staged.sync()
 
     @property
     def run_tensorboard_dir(self) -> str:
@@ -126,18 +136,38 @@ def current_or_none() -> RunContext | None:
     return _current.get()
 
 
+def _seconds(name: str, given: float | None) -> float:
+    """A setting in seconds; inside a task a bad value falls back to its default with a warning."""
+    try:
+        return float(config.value(name, given))
+    except HopsmlError as exc:
+        default = float(getattr(config.Settings, name))  # the dataclass default is the setting's default
+        log.warning("%s Using %s=%s instead.", exc, name, default)
+        return default
+
+
 @contextmanager
 def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: int = 1,
                write_metrics: bool = True, channel: Any = None, trial: int | None = None,
-               local_logdir: bool = False) -> Iterator[RunContext]:
-    """Make a run current; on exit close its writers, collect a local TensorBoard folder and copy the
-    run's files to a remote root."""
+               local_logdir: bool = False, sync_interval_s: float | None = None) -> Iterator[RunContext]:
+    """Make a run current; on exit close its writers and collect a local TensorBoard folder. On a remote root its files are written in a
+    local staging folder, copied to the run directory every `sync_interval_s` (setting) and at the
+    end, and the folder is removed, also when the run fails or its process dies."""
     local = storage.local_path(run_dir.path)
-    staging = None if local else tempfile.mkdtemp(prefix="hopsml-run-")
-    local_dir = local or staging
-    os.makedirs(local_dir, exist_ok=True)
-    ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, channel, trial, local_logdir)
-    token = _current.set(ctx)
+    staged = None
+    if local is None:
+        staged = StagedRun(storage, run_dir.path, _seconds("sync_interval_s", sync_interval_s),
+                           stale_after_s=_seconds("lost_after_s", None))
+    local_dir = local or staged.dir
+    try:
+        os.makedirs(local_dir, exist_ok=True)
+        ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, channel, trial,
+                         local_logdir, _staged=staged)
+        token = _current.set(ctx)
+    except BaseException:
+        if staged is not None:
+            staged.close()
+        raise
     try:
         yield ctx
     finally:
@@ -145,10 +175,7 @@ def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: 
         try:
             if ctx._metrics is not None:
                 ctx._metrics.close()
-        finally:
             ctx.collect_local_tensorboard()
-        if staging is not None:
-            try:
-                storage.upload(staging, run_dir.path)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            if staged is not None:
+                staged.close()

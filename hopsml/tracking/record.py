@@ -1,10 +1,13 @@
 """The experiment record (experiment.json) and the driver-side run that keeps it true.
 
 An `ExperimentRun` is a context manager: leaving the block marks the record FINISHED, an exception
-FAILED (with the error and traceback), Ctrl-C KILLED. Every update rewrites experiment.json
-atomically, so a reader sees the old record or the new one, never half of one. A record that
-cannot be read (not a JSON object, cut short, wrong field types, a newer format) is reported as a
-`BrokenRecord` with the reason instead of hiding or breaking the listing of the others.
+FAILED (with the error and traceback), Ctrl-C KILLED. While it runs, its driver writes a heartbeat
+(`.heartbeat`, every `heartbeat_s`); a RUNNING record whose heartbeat is older than `lost_after_s`
+belongs to a driver that was killed, and is shown as LOST until `mark_lost` records that. Every
+update rewrites experiment.json atomically, so a reader sees the old record or the new one, never
+half of one. A record that cannot be read (not a JSON object, cut short, wrong field types, a newer
+format) is reported as a `BrokenRecord` with the reason instead of hiding or breaking the listing
+of the others.
 """
 
 from __future__ import annotations
@@ -17,23 +20,26 @@ import os
 import threading
 import time
 import traceback as traceback_module
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Iterable
 
-from hopsml import layout
+from hopsml import config, layout
 from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
                            StorageError)
 from hopsml.fs import Storage, redact_uri
 from hopsml.layout import ExperimentDir
 from hopsml.tracking import versioning
+from hopsml.tracking.heartbeat import Heartbeat, age_text, iso, last_beat
 
 log = logging.getLogger(__name__)
 _claim_lock = threading.Lock()
 
 FORMAT_VERSION = 1   # of experiment.json; records without the field are version 1
 BROKEN = "BROKEN"    # the state `hopsml experiments list` shows for a record it cannot read
+HEARTBEAT = ".heartbeat"   # in the experiment folder, rewritten by the driver while the run is RUNNING
 
 
 class BrokenRecordError(HopsmlError, ValueError):
@@ -50,6 +56,7 @@ class State(str, Enum):
     FAILED = "FAILED"
     KILLED = "KILLED"
     EARLY_STOPPED = "EARLY_STOPPED"
+    LOST = "LOST"    # RUNNING, but its driver stopped beating (killed, host lost): it will never finish
 
 
 class ExperimentType(str, Enum):
@@ -97,6 +104,7 @@ class ExperimentRecord:
     error: str | None = None
     traceback: str | None = None
     output_tail: str | None = None
+    heartbeat_s: float | None = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -135,7 +143,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "name": (str,), "app_id": (str,), "run_id": (int,), "type": (str,), "state": (str,),
     "user": (str,), "start": (str,), "finished": (str,), "duration": (int, float), "module": (str,),
     "function": (str,), "description": (str,), "hyperparameters": (dict,), "executors": (int,),
-    "gpus_per_executor": (int,), "error": (str,), "traceback": (str,), "direction": (str,)}
+    "gpus_per_executor": (int,), "error": (str,), "traceback": (str,), "direction": (str,),
+    "heartbeat_s": (int, float)}
 
 
 @dataclass
@@ -183,6 +192,13 @@ class ExperimentRun:
         self.dir = exp_dir
         self.record = record
         self._t0 = time.monotonic()
+        self._heartbeat: Heartbeat | None = None
+
+    def _start_heartbeat(self, interval_s: float) -> None:
+        """Beat until the run finishes, or until this object is dropped without finishing."""
+        self._heartbeat = heartbeat = Heartbeat(self.storage, heartbeat_path(self.dir), interval_s)
+        weakref.finalize(self, heartbeat.stop)
+        self.record.heartbeat_s = interval_s
 
     @property
     def id(self) -> str:
@@ -195,8 +211,10 @@ class ExperimentRun:
     @classmethod
     def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: Any = None,
               versioned_resources: Iterable[str] | None = None, spark_conf: dict[str, str] | None = None,
-              spark_version: str | None = None, **fields: Any) -> "ExperimentRun":
-        """Claim the directory, write the RUNNING record, and version program, resources, environment."""
+              spark_version: str | None = None, heartbeat_s: float | None = None,
+              **fields: Any) -> "ExperimentRun":
+        """Claim the directory, start the heartbeat, write the RUNNING record, and version program,
+        resources and environment."""
         layout.validate_name(name, "experiment name")
         resources = [os.path.abspath(os.path.expanduser(p)) for p in (versioned_resources or [])]
         missing = [p for p in resources if not os.path.exists(p)]
@@ -212,9 +230,14 @@ class ExperimentRun:
                                   spark_conf=public_spark_conf((spark_conf or {}).items()),
                                   versions=versioning.stack_versions(spark_version), **fields)
         run = cls(storage, exp_dir, record)
-        run.save()
-        run._version(resources, fn)
-        run.save()
+        run._start_heartbeat(config.value("heartbeat_s", heartbeat_s))
+        try:
+            run.save()
+            run._version(resources, fn)
+            run.save()
+        except BaseException:
+            run._heartbeat.stop()  # the record says RUNNING: let it turn LOST rather than look alive
+            raise
         return run
 
     def _version(self, resources: list[str], fn: Any) -> None:
@@ -243,7 +266,11 @@ class ExperimentRun:
         self.record.state = state.value
         self.record.finished = _now()
         self.record.duration = round(time.monotonic() - self._t0, 3)
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         self.save()
+        if self._heartbeat is not None:
+            self._heartbeat.stop(remove=True)
 
     def __enter__(self) -> "ExperimentRun":
         return self
@@ -334,3 +361,85 @@ def scan_records(storage: Storage, project: str) -> list[ExperimentRecord | Brok
 def list_records(storage: Storage, project: str) -> list[ExperimentRecord]:
     """Every readable experiment of a project, newest first (see scan_records for the broken ones)."""
     return [r for r in scan_records(storage, project) if isinstance(r, ExperimentRecord)]
+
+
+def heartbeat_path(exp_dir: ExperimentDir) -> str:
+    return layout.join(exp_dir.path, HEARTBEAT)
+
+
+def _start_epoch(rec: ExperimentRecord) -> float | None:
+    try:
+        return datetime.fromisoformat(rec.start).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def lost_reason(storage: Storage, project: str, rec: ExperimentRecord, lost_after_s: float,
+                now: float | None = None) -> str | None:
+    """Why a RUNNING record is LOST (its driver's heartbeat stopped), or None while it is alive,
+    or when it is not RUNNING. The bound is at least three of the run's own heartbeat intervals."""
+    if rec.state != State.RUNNING.value:
+        return None
+    now = time.time() if now is None else now
+    bound = max(lost_after_s, 3 * (rec.heartbeat_s or 0))
+    last = last_beat(storage, heartbeat_path(ExperimentDir.from_id(project, rec.id)))
+    if last is None:
+        started = _start_epoch(rec)
+        if started is None or now - started <= bound:
+            return None
+        return f"RUNNING for {age_text(now - started)} without a heartbeat: its driver is gone"
+    if now - last <= bound:
+        return None
+    return (f"its driver stopped: last heartbeat {age_text(now - last)} ago ({iso(last)}), more than "
+            f"lost_after_s={bound:g}")
+
+
+def shown_state(storage: Storage, project: str, rec: ExperimentRecord, lost_after_s: float,
+                now: float | None = None) -> tuple[str, str | None]:
+    """The state to show and, for LOST, why: a RUNNING record whose heartbeat stopped shows as LOST."""
+    reason = lost_reason(storage, project, rec, lost_after_s, now)
+    if reason is not None:
+        return State.LOST.value, reason
+    if rec.state == State.LOST.value:
+        return rec.state, rec.error
+    return rec.state, None
+
+
+def mark_lost(storage: Storage, project: str, exp_id: str, lost_after_s: float, *, force: bool = False
+              ) -> ExperimentRecord:
+    """Record a RUNNING experiment whose heartbeat stopped as LOST; `force` also one that still beats."""
+    rec = read_record(storage, project, exp_id)
+    if rec.state != State.RUNNING.value:
+        raise HopsmlError(f"experiment {exp_id} is {rec.state}, not RUNNING: there is nothing to mark")
+    reason = lost_reason(storage, project, rec, lost_after_s)
+    last = last_beat(storage, heartbeat_path(ExperimentDir.from_id(project, exp_id)))
+    if reason is None:
+        if not force:
+            age = f"its last heartbeat is {age_text(time.time() - last)} old" if last else "it started recently"
+            raise HopsmlError(f"experiment {exp_id} looks alive ({age}, lost_after_s={lost_after_s:g}); wait, "
+                              "or pass --force if you know its driver is gone")
+        reason = "marked LOST by hand while its heartbeat was still recent"
+    rec.state = State.LOST.value
+    rec.error = reason
+    end = last if last is not None else time.time()
+    rec.finished = iso(end)
+    started = _start_epoch(rec)
+    rec.duration = round(end - started, 3) if started is not None else None
+    storage.write_json(ExperimentDir.from_id(project, exp_id).record, rec.to_dict())
+    return rec
+
+
+def lost_ids(storage: Storage, project: str, lost_after_s: float) -> list[str]:
+    """Ids of the experiments that are LOST: recorded so, or RUNNING with a stopped heartbeat."""
+    return [rec.id for rec in list_records(storage, project)
+            if shown_state(storage, project, rec, lost_after_s)[0] == State.LOST.value]
+
+
+def remove_lost(storage: Storage, project: str, exp_id: str, lost_after_s: float) -> None:
+    """Delete the folder of a LOST experiment; any other state is refused with what it is."""
+    rec = read_record(storage, project, exp_id)
+    state, _ = shown_state(storage, project, rec, lost_after_s)
+    if state != State.LOST.value:
+        raise HopsmlError(f"experiment {exp_id} is {state}, not LOST: only LOST runs are cleaned; remove "
+                          f"{storage.uri(ExperimentDir.from_id(project, exp_id).path)} by hand if it is of no use")
+    storage.delete(ExperimentDir.from_id(project, exp_id).path)
