@@ -77,7 +77,7 @@ def train(dataset: str = "digits", epochs: int = 3, batch_size: int = 32, lr: fl
     model = build_model(seed)
     # equal_steps: every rank the same number of steps, so no rank waits in an all-reduce for one that ran out
     loader = ht.data_loader(dataset, batch_size=batch_size, seed=seed, epochs=epochs, equal_steps=True)
-    per_epoch = len(loader)
+    per_epoch = loader.dataset.steps_per_epoch
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     net, sync = _wrap(model, optimizer, mode)
     steps, seconds, losses, epoch_losses = 0, 0.0, [], []

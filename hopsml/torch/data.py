@@ -47,9 +47,16 @@ class ShardDataset(_IterableDataset):
             tensors = {name: _tensor(torch, values, self.device) for name, values in batch.items()}
             yield self.transform(tensors) if self.transform is not None else tensors
 
-    def __len__(self) -> int:
+    @property
+    def steps_per_epoch(self) -> int:
         """Batches per epoch on this rank (with equal_steps: on every rank)."""
         return len(self.reader)
+
+    def __len__(self) -> int:
+        """Batches over all epochs (what one pass of the DataLoader yields); epochs=None has no length."""
+        if self.reader.epochs is None:
+            raise TypeError("a reader with epochs=None repeats forever and has no length; use steps_per_epoch")
+        return self.steps_per_epoch * self.reader.epochs
 
 
 def data_loader(dataset: str, *, transform: Optional[Callable[[dict[str, Any]], Any]] = None, device: Any = None,

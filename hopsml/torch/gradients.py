@@ -6,11 +6,13 @@ over hopsml's authenticated collectives instead of a second rendezvous:
 * rank 0's parameters and buffers are broadcast once, so every rank starts from the same model;
 * the parameters are planned into buckets (about 25 MiB, in reverse order of registration, which is
   roughly the order backward produces their gradients), identically on every rank;
-* a post-accumulate-grad hook on each parameter counts the bucket's gradients; a full bucket is handed
-  to a background thread that reduces the buckets in their fixed order (the same collective sequence
+* a post-accumulate-grad hook on each parameter counts the bucket's gradients; a full bucket wakes a
+  background thread that reduces the ready buckets in their fixed order (the same collective sequence
   on every rank) while backward is still computing the earlier layers;
-* ``synchronize()`` waits for the last bucket; with an optimizer given it runs as the optimizer's step
-  pre-hook, so ``optimizer.step()`` always sees averaged gradients.
+* ``synchronize()`` reduces, in the same order, whatever the thread has not reached yet (with a single
+  bucket there is no thread at all: nothing to overlap, and no thread switch on the step's critical
+  path); with an optimizer given it runs as the optimizer's step pre-hook, so ``optimizer.step()``
+  always sees averaged gradients.
 
 CPU tensors go to the TCP ring as zero-copy numpy views (``tensor.numpy()``); CUDA tensors as cupy
 arrays over DLPack, reduced with NCCL. A bucket of one contiguous gradient is reduced in place; others
@@ -161,10 +163,11 @@ class GradientAllReduce:
             raise SettingsError("sparse parameters are not supported by hopsml.torch; use dense ones or "
                                 "torch.nn.parallel.DistributedDataParallel")
         self.buckets = _plan(params, int(bucket_mb * (1 << 20)))
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()       # guards the per-step counts
+        self._reducing = threading.Lock()   # one thread at a time reduces, always the next bucket in order
+        self._next = 0
         self._fired: set[int] = set()
-        self._ready: queue.Queue = queue.Queue()
-        self._done = threading.Event()
+        self._wake: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._closed = False
         self._reset_counts()
@@ -172,8 +175,11 @@ class GradientAllReduce:
                          for index, bucket in enumerate(self.buckets) for param in bucket.params]
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(lambda *_: self.synchronize()))
-        self._thread = threading.Thread(target=self._run, name="hopsml-torch-gradients", daemon=True)
-        self._thread.start()
+        # With one bucket there is nothing to overlap: synchronize() reduces it without a thread switch.
+        self._thread = None
+        if len(self.buckets) > 1:
+            self._thread = threading.Thread(target=self._run, name="hopsml-torch-gradients", daemon=True)
+            self._thread.start()
         log.debug("gradient all-reduce over %d ranks: %d parameters in %d buckets", self._comm.size,
                   len(params), len(self.buckets))
 
@@ -201,29 +207,31 @@ class GradientAllReduce:
                 event.record()
                 bucket.events.append(event)
             bucket.pending -= 1
-            if bucket.pending == 0:
-                self._ready.put(index)
+            full = bucket.pending == 0
+        if full and self._thread is not None:
+            self._wake.put(index)
 
-    # --- the reducing thread -----------------------------------------------------------------
+    # --- reducing, in bucket order (the same collective sequence on every rank) ---------------
+    def _bucket_ready(self, index: int) -> bool:
+        with self._lock:
+            return self.buckets[index].pending == 0
+
+    def _drain(self) -> None:
+        """Reduce the ready buckets from the next one on, in order; stop at the first one not ready."""
+        while self._next < len(self.buckets) and self._bucket_ready(self._next):
+            if self._error is None:
+                try:
+                    self._reduce(self.buckets[self._next])
+                except BaseException as exc:  # noqa: BLE001 - raised in the training thread by synchronize
+                    self._error = exc
+            self._next += 1
+
     def _run(self) -> None:
-        ready: set[int] = set()
-        next_index = 0
         while True:
-            item = self._ready.get()
-            if item is _STOP:
+            if self._wake.get() is _STOP:
                 return
-            ready.add(item)
-            while next_index in ready:  # fixed order: the same collective sequence on every rank
-                if self._error is None:
-                    try:
-                        self._reduce(self.buckets[next_index])
-                    except BaseException as exc:  # noqa: BLE001 - raised in the training thread by synchronize
-                        self._error = exc
-                next_index += 1
-            if next_index == len(self.buckets):
-                ready.clear()
-                next_index = 0
-                self._done.set()
+            with self._reducing:
+                self._drain()
 
     def _reduce(self, bucket: _Bucket) -> None:
         torch = self._torch
@@ -258,13 +266,17 @@ class GradientAllReduce:
                         param.grad = self._torch.zeros_like(param)
                     self._gradient_ready(index, param)
         deadline = Timeout(2 * self._comm.timeout_s + 10, "the gradient all-reduce of this step")
-        if not self._done.wait(deadline.remaining()):
-            raise deadline.error("a rank did not finish its backward pass")
-        self._done.clear()
-        with self._lock:
-            self._reset_counts()
-        if self._error is not None:
-            error = self._error
+        if not self._reducing.acquire(timeout=deadline.remaining()):
+            raise deadline.error("the reducing thread did not finish its bucket")
+        try:
+            self._drain()  # every bucket is ready now: whatever the thread has not done, this thread does
+            error, self._error = self._error, None
+            self._next = 0
+            with self._lock:
+                self._reset_counts()
+        finally:
+            self._reducing.release()
+        if error is not None:
             if isinstance(error, HopsmlError):
                 raise error
             raise CollectiveError(f"the gradient all-reduce failed: {error!r}") from error
@@ -276,8 +288,9 @@ class GradientAllReduce:
         self._closed = True
         for handle in self._handles:
             handle.remove()
-        self._ready.put(_STOP)
-        self._thread.join(timeout=self._comm.timeout_s)
+        if self._thread is not None:
+            self._wake.put(_STOP)
+            self._thread.join(timeout=self._comm.timeout_s)
 
     def __enter__(self) -> GradientAllReduce:
         return self

@@ -147,7 +147,7 @@ def test_data_loader_with_equal_steps_on_unequal_shards(spark, root, tmp_path):
         for batch in plain:
             labels += batch["label"].tolist()
         everyone = collective.allgather({"plain": len(plain), "rows": plain.dataset.reader.num_rows,
-                                         "equal": len(loader), "batches": batches, "labels": labels})
+                                         "equal": loader.dataset.steps_per_epoch, "total": len(loader), "batches": batches, "labels": labels})
         return {"ranks": json.dumps(everyone)}
 
     _, result = experiment.allreduce(train, name="loader", num_workers=2, timeout_s=60)
@@ -155,7 +155,8 @@ def test_data_loader_with_equal_steps_on_unequal_shards(spark, root, tmp_path):
     assert ranks[0]["rows"] + ranks[1]["rows"] == 60
     assert ranks[0]["plain"] != ranks[1]["plain"]  # 3 shards over 2 ranks: unequal without equal_steps
     steps = min(r["plain"] for r in ranks)
-    assert [r["equal"] for r in ranks] == [steps, steps] and [r["batches"] for r in ranks] == [2 * steps] * 2
+    assert [r["equal"] for r in ranks] == [steps, steps]
+    assert [r["batches"] for r in ranks] == [r["total"] for r in ranks] == [2 * steps] * 2
     assert sorted(ranks[0]["labels"] + ranks[1]["labels"]) == sorted(samples_labels(60))
 
 
