@@ -118,3 +118,19 @@ def test_outside_a_run_the_errors_say_where_it_works(monkeypatch):
     with pytest.raises(NotInRunError, match="experiment.allreduce"):
         ht.distribute(torch.nn.Linear(2, 2))
     ht.destroy_process_group()  # nothing started: a no-op
+
+
+def test_imports_without_pyspark_and_says_how_to_get_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['pyspark'] = None\n"
+            "import hopsml.torch, hopsml.examples.digits_cnn\n"
+            "assert 'pyspark.sql' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import hopsml, hopsml.torch\n"
+            "from hopsml.errors import HopsmlError\n"
+            "try:\n    hopsml.torch.init_process_group()\nexcept HopsmlError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert "pip install torch" in out
