@@ -1,10 +1,12 @@
 """Step time of the digits CNN on 2 ranks: hopsml.torch against DDP over gloo and Spark's TorchDistributor.
 
-    python bench/torch_ddp.py                   # 2 ranks, batch 32 per rank, 60 timed steps, 3 repetitions
+    python bench/torch_ddp.py                   # 2 ranks, batch 32 per rank, 200 timed steps, 3 repetitions
     python bench/torch_ddp.py --quick           # a smoke run: 1 repetition, 10 steps
 
 Three ways to train the same model (hopsml.examples.digits_cnn, 28x28x3 inputs) on the same batch
-(random, fixed per rank), on the same local Spark session, one run of each in turn per repetition:
+(random, fixed per rank), on the same local Spark session, one run of each per repetition, the order
+rotated from one repetition to the next (a run right after TorchDistributor's shares the machine with
+its exiting processes):
 
 * hopsml       experiment.allreduce + hopsml.torch.distribute (gradients through hopsml.collective)
 * ddp-gloo     experiment.allreduce + hopsml.torch.init_process_group + DistributedDataParallel
@@ -54,7 +56,7 @@ def run_steps(mode: str, steps: int, warmup: int, batch: int) -> dict[str, Any]:
             return float(collective.allreduce(torch.tensor([ms], dtype=torch.float64).numpy(), op="max")[0])
     else:
         if mode == "ddp-gloo":
-            ht.init_process_group("gloo")
+            ht.init_process_group("gloo", timeout_s=60)
         else:
             dist.init_process_group("gloo")  # torchrun's environment
         net, rank = DistributedDataParallel(model), dist.get_rank()
@@ -87,7 +89,11 @@ def run_steps(mode: str, steps: int, warmup: int, batch: int) -> dict[str, Any]:
 
 
 def run_once(mode: str, args: argparse.Namespace) -> tuple[float, float]:
-    """(step ms, end-to-end seconds) of one run of `mode`."""
+    """(step ms, end-to-end seconds) of one run of `mode`; a run past --run-timeout is cancelled."""
+    import threading
+
+    from pyspark import SparkContext
+
     from hopsml import experiment
 
     steps, warmup, batch = args.steps, args.warmup, args.batch
@@ -95,13 +101,21 @@ def run_once(mode: str, args: argparse.Namespace) -> tuple[float, float]:
     def train() -> dict[str, Any]:
         return run_steps(mode, steps, warmup, batch)
 
+    # Rendezvous on a port that was bound and released (TorchDistributor's MASTER_PORT) can hang when
+    # another process takes the port in between: cancel such a run instead of waiting for torchrun.
+    watchdog = threading.Timer(args.run_timeout, SparkContext.getOrCreate().cancelAllJobs)
+    watchdog.start()
     start = time.perf_counter()
-    if mode == "torchdist":
-        from pyspark.ml.torch.distributor import TorchDistributor
+    try:
+        if mode == "torchdist":
+            from pyspark.ml.torch.distributor import TorchDistributor
 
-        result = TorchDistributor(num_processes=args.ranks, local_mode=False, use_gpu=False).run(train)
-    else:
-        _, result = experiment.allreduce(train, name=f"bench-torch-{mode}", num_workers=args.ranks)
+            result = TorchDistributor(num_processes=args.ranks, local_mode=False, use_gpu=False).run(train)
+        else:
+            _, result = experiment.allreduce(train, name=f"bench-torch-{mode}", num_workers=args.ranks,
+                                             timeout_s=args.run_timeout)
+    finally:
+        watchdog.cancel()
     return result["step_ms"], time.perf_counter() - start
 
 
@@ -109,9 +123,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32, help="per rank")
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--run-timeout", type=float, default=150.0, help="seconds before a run is cancelled")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -129,15 +144,20 @@ def main() -> None:
     steps: dict[str, list[float]] = {m: [] for m in MODES}
     walls: dict[str, list[float]] = {m: [] for m in MODES}
     for rep in range(args.reps):
-        for mode in MODES:  # interleaved: every mode sees the same machine state
-            ms, wall = run_once(mode, args)
+        order = MODES[rep % len(MODES):] + MODES[:rep % len(MODES)]  # rotated: no mode always follows another
+        for mode in order:
+            try:
+                ms, wall = run_once(mode, args)
+            except Exception as exc:  # noqa: BLE001 - a failed run is reported and left out of the medians
+                print(f"rep {rep + 1}/{args.reps} {mode:10s} FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
+                continue
             steps[mode].append(ms)
             walls[mode].append(wall)
             print(f"rep {rep + 1}/{args.reps} {mode:10s} {ms:8.2f} ms/step {wall:7.2f} s end-to-end", flush=True)
-    med_step = {m: statistics.median(v) for m, v in steps.items()}
-    med_wall = {m: statistics.median(v) for m, v in walls.items()}
+    med_step = {m: statistics.median(v) if v else float("nan") for m, v in steps.items()}
+    med_wall = {m: statistics.median(v) if v else float("nan") for m, v in walls.items()}
     print(f"\n{args.ranks} ranks, CNN on 28x28x3, batch {args.batch} per rank, {args.steps} steps, "
-          f"median of {args.reps}")
+          f"median of {args.reps} (runs per mode: {', '.join(f'{m} {len(v)}' for m, v in steps.items())})")
     print(f"{'':10s} {'ms/step':>9s} {'end-to-end s':>13s}")
     for mode in MODES:
         print(f"{mode:10s} {med_step[mode]:9.2f} {med_wall[mode]:13.2f}")
