@@ -1,12 +1,12 @@
 """Step time of the digits CNN on 2 ranks: hopsml.torch against DDP over gloo and Spark's TorchDistributor.
 
-    python bench/torch_ddp.py                   # 2 ranks, batch 32 per rank, 200 timed steps, 3 repetitions
+    python bench/torch_ddp.py                   # 2 ranks, batch 32 per rank, 200 timed steps, 4 repetitions
     python bench/torch_ddp.py --quick           # a smoke run: 1 repetition, 10 steps
 
 Three ways to train the same model (hopsml.examples.digits_cnn, 28x28x3 inputs) on the same batch
-(random, fixed per rank), on the same local Spark session, one run of each per repetition, the order
-rotated from one repetition to the next (a run right after TorchDistributor's shares the machine with
-its exiting processes):
+(random, fixed per rank), on the same local Spark session, one run of each per repetition:
+TorchDistributor first, then the other two in an order that alternates between repetitions (a run right
+after TorchDistributor's shares the machine with its exiting processes, so each takes that slot equally):
 
 * hopsml       experiment.allreduce + hopsml.torch.distribute (gradients through hopsml.collective)
 * ddp-gloo     experiment.allreduce + hopsml.torch.init_process_group + DistributedDataParallel
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--run-timeout", type=float, default=150.0, help="seconds before a run is cancelled")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
@@ -140,11 +140,16 @@ def main() -> None:
     session.get_or_create(config.load(master=f"local[{max(4, args.ranks)}]"), app_name="bench-torch-ddp")
     warm = argparse.Namespace(**{**vars(args), "steps": 2, "warmup": 1})
     for mode in MODES:  # not timed: starts the Python workers and imports torch in them once
-        run_once(mode, warm)
+        try:
+            run_once(mode, warm)
+        except Exception as exc:  # noqa: BLE001 - reported; the timed runs say whether it persists
+            print(f"warm-up {mode}: FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
     steps: dict[str, list[float]] = {m: [] for m in MODES}
     walls: dict[str, list[float]] = {m: [] for m in MODES}
     for rep in range(args.reps):
-        order = MODES[rep % len(MODES):] + MODES[:rep % len(MODES)]  # rotated: no mode always follows another
+        # TorchDistributor first (its exiting processes slow down whatever runs next), then the two others in
+        # alternating order, so that each of them comes right after it in half of the repetitions.
+        order = ("torchdist", "hopsml", "ddp-gloo") if rep % 2 == 0 else ("torchdist", "ddp-gloo", "hopsml")
         for mode in order:
             try:
                 ms, wall = run_once(mode, args)
