@@ -19,6 +19,14 @@ Engines, all yielding ``{field: array}`` batches:
 * ``"tfrecord"``: the TFRecord shards (``part-i-of-n`` with ``i % world_size == rank``), images
   decoded from ``image/encoded``.
 
+Equal steps: row groups rarely split evenly, so one rank may have a batch more than another, and
+a loop with one all-reduce per batch then waits on the rank that has finished until the collective
+timeout. ``equal_steps`` makes every rank yield the same number of batches per epoch, computed on
+each rank from the Parquet footers of the whole split (no communication): ``"min"`` (or ``True``)
+stops every rank after the smallest rank's count (the longer shards' last rows of that epoch are
+skipped; with ``shuffle`` a different part each epoch), ``"max"`` lets the shorter shards start
+their rows again until they reach the largest count (some rows are seen twice in that epoch).
+
 Importable without pyspark.
 """
 
@@ -44,6 +52,7 @@ from hopsml.fs import Storage
 log = logging.getLogger(__name__)
 
 ENGINES = ("arrow", "petastorm", "tfrecord")
+EQUAL_STEPS = ("min", "max")
 _PREFETCH = 2
 _END = object()
 
@@ -73,12 +82,14 @@ class ShardReader:
     def __init__(self, storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any], split: str,
                  rank: int, world_size: int, batch_size: int, shuffle: bool, seed: int,
                  epochs: Optional[int], fields: Sequence[str], engine: str, drop_last: bool,
-                 device: str, pool: str) -> None:
+                 device: str, pool: str, equal_steps: Optional[str] = None) -> None:
         self.storage, self.dir, self.manifest = storage, ddir, manifest
         self.split, self.rank, self.world_size = split, rank, world_size
         self.batch_size, self.shuffle, self.seed, self.epochs = batch_size, shuffle, seed, epochs
         self.fields, self.engine, self.drop_last = list(fields), engine, drop_last
         self.device, self.pool = device, pool
+        self.equal_steps = equal_steps
+        self.rank_rows: list[int] = []
         self._specs = {name: manifest["fields"][name] for name in self.fields}
         if engine == "tfrecord":
             self.files = self._tfrecord_files()
@@ -93,6 +104,12 @@ class ShardReader:
                     "(hopsml prep ... --shards) or read with fewer ranks")
             self.pieces = all_pieces[rank::world_size]
             self.num_rows = sum(piece.rows for piece in self.pieces)
+            self.rank_rows = [sum(p.rows for p in all_pieces[r::world_size]) for r in range(world_size)]
+        if equal_steps is not None and engine == "tfrecord":
+            from hopsml.errors import SettingsError
+
+            raise SettingsError("equal_steps needs the number of rows of every rank before reading, which "
+                                "only the Parquet engines know; use engine='arrow' (or 'petastorm')")
 
     # --- discovery ---------------------------------------------------------------------------
     def _split_path(self, kind: str) -> str:
@@ -125,22 +142,55 @@ class ShardReader:
     # --- iteration ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         epoch = 0
+        steps = self.steps_per_epoch() if self.equal_steps is not None else None
         while self.epochs is None or epoch < self.epochs:
-            batcher = _Batcher(self.batch_size)
-            for chunk in self._chunks(epoch):
-                for batch in batcher.add(chunk):
-                    yield self._to_device(batch)
-            rest = batcher.rest()
-            if rest is not None and not self.drop_last:
-                yield self._to_device(rest)
+            batches = self._epoch_batches(epoch) if steps is None else self._equal_batches(epoch, steps)
+            for batch in batches:
+                yield self._to_device(batch)
             epoch += 1
 
-    def __len__(self) -> int:
-        """Batches per epoch on this rank (Parquet engines)."""
+    def _epoch_batches(self, epoch: int) -> Iterator[dict[str, Any]]:
+        batcher = _Batcher(self.batch_size)
+        for chunk in self._chunks(epoch):
+            yield from batcher.add(chunk)
+        rest = batcher.rest()
+        if rest is not None and not self.drop_last:
+            yield rest
+
+    def _equal_batches(self, epoch: int, steps: int) -> Iterator[dict[str, Any]]:
+        """Exactly `steps` batches: cut short, or this epoch's rows again from the start ('max')."""
+        produced, again = 0, 0
+        while produced < steps:
+            before = produced
+            # Later passes shuffle differently, so the repeated rows are not the first ones every time.
+            batches = self._epoch_batches(epoch if again == 0 else epoch + again * 1_000_003)
+            for batch in batches:
+                yield batch
+                produced += 1
+                if produced == steps:
+                    batches.close()
+                    return
+            if produced == before:
+                raise ds.DatasetError(f"rank {self.rank} has no batch of {self.batch_size} rows in dataset "
+                                      f"{self.dir.name!r}; use a smaller batch_size or drop_last=False")
+            again += 1
+
+    def _batches_for(self, rows: int) -> int:
+        full, rest = divmod(rows, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch on this rank: its own count, or every rank's common count with equal_steps."""
         if self.num_rows is None:
             raise TypeError("the number of batches of a TFRecord reader is not known before reading")
-        full, rest = divmod(self.num_rows, self.batch_size)
-        return full + (1 if rest and not self.drop_last else 0)
+        if self.equal_steps is None:
+            return self._batches_for(self.num_rows)
+        counts = [self._batches_for(rows) for rows in self.rank_rows]
+        return min(counts) if self.equal_steps == "min" else max(counts)
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (Parquet engines); the same on every rank with equal_steps."""
+        return self.steps_per_epoch()
 
     def _rng(self, epoch: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, epoch, self.rank])
@@ -344,7 +394,7 @@ def reader(dataset: str, rank: Optional[int] = None, world_size: Optional[int] =
            batch_size: int = 256, shuffle: bool = True, seed: int = 0, epochs: Optional[int] = 1,
            fields: Optional[Sequence[str]] = None, split: Optional[str] = None, engine: str = "arrow",
            drop_last: bool = False, device: str = "cpu", pool: str = "dummy",
-           settings: Optional[config.Settings] = None) -> ShardReader:
+           equal_steps: bool | str = False, settings: Optional[config.Settings] = None) -> ShardReader:
     """This rank's share of ``dataset`` as batches of ``{field: array}``.
 
     ``rank``/``world_size`` default to the current rank inside ``experiment.allreduce`` (else
@@ -352,8 +402,20 @@ def reader(dataset: str, rank: Optional[int] = None, world_size: Optional[int] =
     the dataset's default fields (image and label; features and label). ``epochs=None`` repeats
     forever; with ``shuffle`` the row-group order and the rows within each row group change per
     epoch, reproducibly from ``seed``. ``device='cuda'`` gives cupy arrays on the current GPU.
+    ``equal_steps`` ('min' or True, 'max'; default off) gives every rank the same number of
+    batches per epoch, so that a loop with one all-reduce per batch cannot wait for a rank that
+    has run out (see the module text).
     """
     from hopsml.errors import SettingsError
+
+    if equal_steps is True:
+        equal_steps = "min"
+    if equal_steps is False or equal_steps is None:
+        mode = None
+    elif equal_steps in EQUAL_STEPS:
+        mode = str(equal_steps)
+    else:
+        raise SettingsError(f"equal_steps={equal_steps!r}: use False, True (= 'min') or 'max'")
 
     if engine not in ENGINES:
         raise SettingsError(f"engine={engine!r}: use one of {', '.join(ENGINES)}")
@@ -391,4 +453,4 @@ def reader(dataset: str, rank: Optional[int] = None, world_size: Optional[int] =
     record_dataset(dataset, storage.uri(ddir.path), split, manifest)
     return ShardReader(storage, ddir, manifest, split, rank, world_size, int(batch_size), shuffle,
                        int(seed), epochs, fields, engine, drop_last, "cpu" if device == "cpu" else "cuda",
-                       pool)
+                       pool, mode)

@@ -107,3 +107,59 @@ def test_stats_summaries_and_page():
 
 def test_sanitize_names():
     assert sanitize("marital-status") == "marital_status"
+
+
+def _uneven_table(tmp_path, group_rows=(10, 3, 7, 2)):
+    """A finished 'table' dataset whose row groups make rank 0 of 2 hold 17 rows and rank 1 hold 5."""
+    import pyarrow.parquet as pq
+
+    from hopsml import config
+    from hopsml.data.readers import reader as make_reader
+
+    storage = Storage(str(tmp_path))
+    with ds.staged(storage, "p", "uneven", overwrite=False) as stage:
+        folder = storage.path(stage.parquet("train"))
+        storage.makedirs(stage.parquet("train"))
+        start = 0
+        for i, rows in enumerate(group_rows):
+            values = np.arange(start, start + rows)
+            table = pa.table({"x": values.astype(np.float32), "label": values.astype(np.int64)})
+            pq.write_table(table, f"{folder}/part-{i:05d}.parquet", row_group_size=rows)
+            start += rows
+        storage.write_json(stage.manifest, {
+            "kind": "table", "name": "uneven", "fields": {"x": {"dtype": "float32", "shape": []},
+                                                         "label": {"dtype": "int64", "shape": []}},
+            "default_fields": ["x", "label"], "splits": {"train": {"rows": start, "parquet": "parquet/train"}}})
+    settings = config.load(environ={}, root=str(tmp_path), project="p")
+
+    def read(rank, **kwargs):
+        return make_reader("uneven", rank, 2, settings=settings, **kwargs)
+
+    return read
+
+
+def test_equal_steps_gives_every_rank_the_same_number_of_batches(tmp_path):
+    read = _uneven_table(tmp_path)
+    # Without it the ranks disagree (17 rows -> 5 batches of 4, 5 rows -> 2): a per-batch all-reduce would hang.
+    assert [len(list(read(r, batch_size=4))) for r in range(2)] == [5, 2]
+    for mode, steps in ((True, 2), ("min", 2), ("max", 5)):
+        counts = [len(list(read(r, batch_size=4, epochs=3, equal_steps=mode))) for r in range(2)]
+        assert counts == [3 * steps] * 2, mode
+        assert [len(read(r, batch_size=4, equal_steps=mode)) for r in range(2)] == [steps] * 2
+    # 'max' repeats the short shard's own rows; it never takes another rank's.
+    seen = np.concatenate([b["label"] for b in read(1, batch_size=4, equal_steps="max", shuffle=False)])
+    assert len(seen) > 5 and set(seen) == {10, 11, 12, 20, 21}
+    # 'min' on the long shard: the first rows of the epoch, in batches of the full size.
+    first = [b["label"] for b in read(0, batch_size=4, equal_steps="min", shuffle=False)]
+    assert [len(b) for b in first] == [4, 4]
+    np.testing.assert_array_equal(np.concatenate(first), np.arange(8))
+
+
+def test_equal_steps_is_checked(tmp_path):
+    from hopsml.errors import SettingsError
+
+    read = _uneven_table(tmp_path)
+    with pytest.raises(SettingsError, match="equal_steps='most'"):
+        read(0, equal_steps="most")
+    with pytest.raises(ds.DatasetError, match="no batch of 8 rows"):
+        list(read(1, batch_size=8, drop_last=True, equal_steps="max"))
