@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -145,7 +146,16 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
             listener.close()
             if ports is not None:
                 ports.release()
+            _end_torch_process_group()
             os.environ.clear()
             os.environ.update(saved_environment)
 
     return run_rank
+
+
+def _end_torch_process_group() -> None:
+    """Python workers are reused: a torch.distributed group the function left open would make the
+    next run's init_process_group in this worker fail."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from hopsml import layout
+from hopsml import config
 from hopsml.errors import SerializationError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.launcher.channel import TaskChannel
@@ -50,6 +51,8 @@ class TaskSpec:
     log_name: str = "output.log"
     trial: int | None = None  # set for the trials of a search
     local_logdir: bool = False  # tensorboard.logdir() on local disk, copied into the run at the end
+    # Read where the spec is made, on the driver, so executors follow the driver's setting.
+    sync_interval_s: float = field(default_factory=lambda: float(config.value("sync_interval_s")))
 
 
 class _Tee(io.TextIOBase):
@@ -188,7 +191,8 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
     tee = None
     try:
         with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
-                        channel=channel, trial=spec.trial, local_logdir=spec.local_logdir) as ctx:
+                        channel=channel, trial=spec.trial, local_logdir=spec.local_logdir,
+                        sync_interval_s=spec.sync_interval_s) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None) as tee:
                 try:

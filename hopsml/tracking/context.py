@@ -46,7 +46,6 @@ class RunContext:
     _sync_stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _sync_thread: threading.Thread | None = field(default=None, repr=False)
 
-
     def sync(self) -> None:
         """Copy what the run wrote so far to its directory now (HDFS, S3 roots; a no-op on local ones):
         call it after writing a checkpoint, so a killed task keeps it."""
