@@ -96,6 +96,8 @@ _FIELDS: dict[str, _Field] = {
     "heartbeat_s": _Field(_parse_seconds, lambda: 10.0, "seconds between heartbeats of a running experiment"),
     "lost_after_s": _Field(_parse_seconds, lambda: 120.0, "seconds without a heartbeat after which a RUNNING "
                            "experiment or a data job's staging folder counts as LOST"),
+    "late_rank_s": _Field(_parse_seconds, lambda: 180.0, "seconds the other ranks of a distributed run may "
+                          "take to return once one rank has returned, before the run fails naming them"),
 }
 
 
@@ -112,6 +114,7 @@ class Settings:
     sync_interval_s: float = 5.0
     heartbeat_s: float = 10.0
     lost_after_s: float = 120.0
+    late_rank_s: float = 180.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:

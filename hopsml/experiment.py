@@ -162,13 +162,17 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
         live = Live(prefix_ranks=True, abort_on_failure=True)
         channel = open_channel(sc, live)
         spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
+        watch = live.watch_for_late_ranks(workers, settings.late_rank_s)
         try:
             reports = run_stage(sc, make_partition(spec), workers, barrier=True, abort=live.failed,
                                 job_group=run.id, description=f"hopsml {kind} '{name}' ({run.id}, {workers} ranks)")
         except ClusterError as error:  # a rank's process died: say which, with its last lines
             reports = [_crashed_rank(error, run)]
         finally:
+            watch.set()
             channel.close()
+        if live.late:
+            raise _late_ranks(live, run, settings.late_rank_s)
         failures = sorted([r for r in live.finished + reports if not r["ok"]], key=_first_cause)
         if failures:
             raise _rank_failure(failures, run)
@@ -267,6 +271,18 @@ def _rank_failure(failures: list[dict[str, Any]], run: ExperimentRun) -> Experim
     return ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {first['error']}",
                             traceback=first.get("traceback", ""), output_tail=first.get("tail", ""),
                             logdir=run.logdir)
+
+
+def _late_ranks(live: Live, run: ExperimentRun, late_after_s: float) -> ExperimentFailed:
+    """The error for ranks that did not return long after a peer did (hung, or waiting on a peer)."""
+    first = live.finished[0].get("rank") if live.finished else "?"
+    names = ", ".join(str(r) for r in live.late)
+    tails = "\n".join(f"--- rank {r}, last lines of logs/worker_{r}.log:\n{_worker_log_tail(run, r) or '(nothing)'}"
+                      for r in live.late)
+    return ExperimentFailed(f"experiment {run.id} failed: rank(s) {names} did not return within "
+                            f"{late_after_s:.0f} s after rank {first} had (setting late_rank_s); they were "
+                            "stopped. A rank that stops calling the collectives its peers call, or hangs in "
+                            "its own code, looks like this", output_tail=tails, logdir=run.logdir)
 
 
 def _crashed_rank(error: ClusterError, run: ExperimentRun) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class Live:
     handlers: dict[str, Callable[[dict[str, Any], Connection], None]] = field(default_factory=dict)
     failed: threading.Event = field(default_factory=threading.Event)
     finished: list[dict[str, Any]] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)  # ranks still running when the watchdog gave up on them
 
     def __call__(self, message: dict[str, Any], connection: Connection) -> None:
         kind = message.get("kind")
@@ -42,6 +43,27 @@ class Live:
                 self.failed.set()
         if kind in self.handlers:
             self.handlers[kind](message, connection)
+
+    def watch_for_late_ranks(self, ranks: int, late_after_s: float) -> threading.Event:
+        """Once one rank has returned, give the others `late_after_s` to follow, else record them in
+        `late` and set `failed` (a rank hung after its peers returned would block the driver forever).
+        Returns the event that stops the watch."""
+        stop = threading.Event()
+
+        def watch() -> None:
+            first_return = None
+            while not stop.wait(0.5) and not self.failed.is_set():
+                done = {m.get("rank") for m in list(self.finished)}
+                if len(done) >= ranks:
+                    return
+                if done and first_return is None:
+                    first_return = time.monotonic()
+                if first_return is not None and time.monotonic() - first_return > late_after_s:
+                    self.late[:] = sorted(set(range(ranks)) - done)
+                    self.failed.set()
+
+        threading.Thread(target=watch, name="hopsml-late-ranks", daemon=True).start()
+        return stop
 
 
 def ship_by_value(fn: Callable[..., Any]) -> None:

@@ -127,6 +127,27 @@ def test_killed_rank_gives_collective_error_not_a_hang(spark, root):
     assert "rank 1 about to vanish" in message  # the dead rank's own last lines
 
 
+def test_a_rank_hung_after_its_peers_returned_fails_the_run_naming_it(spark, root, monkeypatch):
+    monkeypatch.setenv("HOPSML_LATE_RANK_S", "2")
+
+    def train():
+        from hopsml import collective
+
+        if collective.rank() == 1:
+            print("rank 1 waits for something that never comes")
+            time.sleep(600)
+        return 1.0
+
+    start = time.monotonic()
+    with pytest.raises(ExperimentFailed) as info:
+        experiment.allreduce(train, name="late", num_workers=2)
+    message = str(info.value)
+    assert time.monotonic() - start < 120  # not the 600 s the rank would sleep
+    assert "rank(s) 1 did not return within 2 s after rank 0" in message, message
+    assert "rank 1 waits for something that never comes" in message  # the late rank's own lines
+    assert _record(info.value.logdir)["state"] == "FAILED"
+
+
 def test_too_many_workers_fails_fast_and_says_how_many_slots(spark, root):
     start = time.monotonic()
     with pytest.raises(ClusterError, match=r"need 64 task slots.*has 4"):
