@@ -67,3 +67,10 @@ def test_quickstart_exits_with_success(tmp_path):
     done = spark_submit(tmp_path, "quickstart.py")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "grid search" in done.stdout
+
+
+def test_torch_job_exits_with_success(tmp_path):
+    pytest.importorskip("torch")
+    done = spark_submit(tmp_path, "train_torch.py", "--prepare-samples", "--workers", "2", "--epochs", "1")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "accuracy" in done.stdout
