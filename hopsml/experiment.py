@@ -268,6 +268,8 @@ def _rank_failure(failures: list[dict[str, Any]], run: ExperimentRun) -> Experim
         return ExperimentFailed(f"experiment {run.id} failed: rank {rank} died or disconnected "
                                 f"(rank {first['rank']} saw: {first['error']})",
                                 output_tail=_worker_log_tail(run, rank), logdir=run.logdir)
+    if first.get("rank") is None:
+        return ExperimentFailed(f"experiment {run.id} failed: {first['error']}", logdir=run.logdir)
     return ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {first['error']}",
                             traceback=first.get("traceback", ""), output_tail=first.get("tail", ""),
                             logdir=run.logdir)
@@ -285,20 +287,30 @@ def _late_ranks(live: Live, run: ExperimentRun, late_after_s: float) -> Experime
                             "its own code, looks like this", output_tail=tails, logdir=run.logdir)
 
 
+# How Spark names the task it saw fail: a task failure ('Task 1 in stage 3.0 failed 1 times') or the
+# barrier stage's abort ('barrier task ResultTask(3, 1) finished unsuccessfully'); partition = rank.
+_FAILED_TASK = (re.compile(r"Task (\d+) in stage"), re.compile(r"ResultTask\(\d+, (\d+)\)"))
+
+
 def _crashed_rank(error: ClusterError, run: ExperimentRun) -> dict[str, Any]:
     """A failure report for the rank whose task Spark saw die (its partition id is its rank)."""
-    match = re.search(r"Task (\d+) in stage", str(error))
-    if match is None:
-        raise error
-    rank = int(match.group(1))
-    return {"ok": False, "rank": rank, "tail": _worker_log_tail(run, rank), "traceback": "",
-            "error": f"its process died ({str(error).splitlines()[0]})"}
+    text = str(error)
+    first_line = text.splitlines()[0] if text else "no message"
+    for pattern in _FAILED_TASK:
+        match = pattern.search(text)
+        if match is not None:
+            rank = int(match.group(1))
+            return {"ok": False, "rank": rank, "tail": _worker_log_tail(run, rank), "traceback": "",
+                    "error": f"its process died ({first_line})"}
+    return {"ok": False, "rank": None, "tail": "", "traceback": "", "error": text}
 
 
 def _first_cause(report: dict[str, Any]) -> tuple[int, int]:
     """Order failures so the rank that caused them comes first, not a peer that lost it."""
     lost_peer = "CollectiveError" in report.get("error", "")
-    return (1 if lost_peer else 0, report.get("rank", 0))
+    if report.get("rank") is None:  # Spark failed the stage without naming a task: any named cause first
+        return (2, 0)
+    return (1 if lost_peer else 0, report["rank"])
 
 
 def _search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
