@@ -13,13 +13,14 @@ import numbers
 import re
 from typing import Any, Callable, Iterable, Iterator
 
-from hopsml import config, session
+from hopsml import checkpoint, config, session
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
 from hopsml.launcher import tf_cluster
 from hopsml.launcher.driver import Live, check_barrier_stage, open_channel, run_stage, ship_by_value
 from hopsml.launcher.rank import barrier_partition
 from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.layout import ExperimentDir
 from hopsml.search import space
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
 from hopsml.search.evolution import DifferentialEvolution, Member
@@ -143,9 +144,12 @@ def _run_executions(sc: Any, run: ExperimentRun, train_fn: Callable[..., Any], e
 def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | None, metric_key: str | None,
                versioned_resources: list[str] | None, workers: int, gpus: int, kind: str,
                make_partition: Callable[[TaskSpec], Callable[[Iterator[int]], Iterator[dict[str, Any]]]],
-               local_logdir: bool, **fields: Any) -> tuple[str, dict[str, Any]]:
-    """What every distributed verb shares: checks, the record, one barrier stage, rank 0's result
-    (`fields` go into the finished record)."""
+               local_logdir: bool, retries: int = 0, resume: str | None = None,
+               **fields: Any) -> tuple[str, dict[str, Any]]:
+    """What every distributed verb shares: checks, the record, a barrier stage (again, up to `retries`
+    times, when a rank died), rank 0's result (`fields` go into the finished record)."""
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise HopsmlError(f"retries must be 0 or more, got {retries!r}")
     _check_function(train_fn, None)
     if gpus < 0:
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus}")
@@ -154,28 +158,31 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
     check_barrier_stage(sc, workers, gpus)
+    source = _resume_source(storage, settings.project, resume) if resume else None
     run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
                      description=description, metric_key=metric_key,
                      type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=workers, gpus_per_executor=gpus)
     log.info("distributed experiment %s started with %d ranks: %s", run.id, workers, run.logdir)
     with run:
-        live = Live(prefix_ranks=True, abort_on_failure=True)
-        channel = open_channel(sc, live)
-        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
-        watch = live.watch_for_late_ranks(workers, settings.late_rank_s)
-        try:
-            reports = run_stage(sc, make_partition(spec), workers, barrier=True, abort=live.failed,
-                                job_group=run.id, description=f"hopsml {kind} '{name}' ({run.id}, {workers} ranks)")
-        except ClusterError as error:  # a rank's process died: say which, with its last lines
-            reports = [_crashed_rank(error, run)]
-        finally:
-            watch.set()
-            channel.close()
-        if live.late:
-            raise _late_ranks(live, run, settings.late_rank_s)
-        failures = sorted([r for r in live.finished + reports if not r["ok"]], key=_first_cause)
-        if failures:
-            raise _rank_failure(failures, run)
+        if source is not None:
+            step = checkpoint.copy_latest(storage, source.path, run.dir.path)
+            fields["resumed_from"] = {"experiment": source.id, "step": step}
+            log.info("experiment %s resumes from step %s of %s", run.id, step, source.id)
+        for attempt in range(1, retries + 2):
+            reports, failures, live = _barrier_attempt(sc, storage, run, make_partition, workers=workers,
+                                                       local_logdir=local_logdir, description=(
+                                                           f"hopsml {kind} '{name}' ({run.id}, {workers} ranks)"),
+                                                       late_after_s=settings.late_rank_s)
+            if live.late:
+                raise _late_ranks(live, run, settings.late_rank_s)
+            if not failures:
+                break
+            if attempt > retries or not all(_lost_rank(f) for f in failures):
+                raise _rank_failure(failures, run)
+            log.warning("experiment %s: rank %s failed (%s); starting the ranks again (attempt %d of %d), "
+                        "from the last checkpoint if the function saved one", run.id, failures[0].get("rank"),
+                        failures[0].get("error", "").splitlines()[0], attempt + 1, retries + 1)
+        fields["attempts"] = attempt
         by_rank = {r["rank"]: r["result"] for r in reports}
         result = by_rank[0]
         run.finish(metric=_metric(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)], **fields)
@@ -185,9 +192,14 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
 def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
               description: str | None = None, metric_key: str | None = None, num_workers: int | None = None,
               gpus_per_worker: int | None = None, versioned_resources: list[str] | None = None,
-              timeout_s: float | None = None, all_ranks_write_metrics: bool = False) -> tuple[str, dict[str, Any]]:
+              timeout_s: float | None = None, all_ranks_write_metrics: bool = False, retries: int = 0,
+              resume: str | None = None) -> tuple[str, dict[str, Any]]:
     """Data-parallel training: `train_fn()` runs once per rank, in one barrier-mode Spark task each,
     with `hopsml.collective` connected between the ranks; returns (logdir, rank 0's return_dict).
+
+    When a rank's process dies (or a peer loses it), the ranks start again up to `retries` times;
+    `resume=<experiment id>` starts from that experiment's newest checkpoint. Either way
+    `hopsml.checkpoint.load()` in the function returns the latest checkpoint to continue from.
 
     Each rank's output goes to logs/worker_<rank>.log and streams here prefixed with its rank. If a
     rank fails, the others are stopped and ExperimentFailed names the rank and shows its last lines.
@@ -196,7 +208,7 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: 
     workers, gpus = config.load(num_workers=num_workers).num_workers, int(gpus_per_worker or 0)
     return _run_ranks(train_fn, name=name, description=description, metric_key=metric_key,
                       versioned_resources=versioned_resources, workers=workers, gpus=gpus, kind="allreduce",
-                      local_logdir=local_logdir,
+                      local_logdir=local_logdir, retries=retries, resume=resume,
                       make_partition=lambda spec: barrier_partition(
                           train_fn, spec, gpus_per_worker=gpus, timeout_s=timeout_s,
                           all_ranks_write_metrics=all_ranks_write_metrics))
@@ -273,6 +285,45 @@ def _rank_failure(failures: list[dict[str, Any]], run: ExperimentRun) -> Experim
     return ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {first['error']}",
                             traceback=first.get("traceback", ""), output_tail=first.get("tail", ""),
                             logdir=run.logdir)
+
+
+def _barrier_attempt(sc: Any, storage: Storage, run: ExperimentRun, make_partition: Callable[..., Any], *,
+                     workers: int, local_logdir: bool, description: str, late_after_s: float
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Live]:
+    """One barrier stage of the run: the ranks' reports, the failures (cause first), what was seen live."""
+    live = Live(prefix_ranks=True, abort_on_failure=True)
+    channel = open_channel(sc, live)
+    spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
+    watch = live.watch_for_late_ranks(workers, late_after_s)
+    try:
+        reports = run_stage(sc, make_partition(spec), workers, barrier=True, abort=live.failed,
+                            job_group=run.id, description=description)
+    except ClusterError as error:  # a rank's process died: say which, with its last lines
+        reports = [_crashed_rank(error, run)]
+    finally:
+        watch.set()
+        channel.close()
+    failures = sorted([r for r in live.finished + reports if not r["ok"]], key=_first_cause)
+    return reports, failures, live
+
+
+def _lost_rank(report: dict[str, Any]) -> bool:
+    """A failure that starting the ranks again can cure: a rank's process died, or a peer lost it."""
+    error = report.get("error", "")
+    return error.startswith("its process died") or error.startswith("CollectiveError")
+
+
+def _resume_source(storage: Storage, project: str, exp_id: str) -> ExperimentDir:
+    """The experiment `resume=` names, checked before anything starts: it must have a checkpoint."""
+    try:
+        source = ExperimentDir.from_id(project, exp_id)
+    except HopsmlError as exc:
+        raise HopsmlError(f"resume={exp_id!r}: {exc}; see 'hopsml experiments list'") from None
+    if not checkpoint.steps(storage, source.path):
+        raise HopsmlError(f"resume={exp_id!r}: that experiment has no checkpoint to resume from "
+                          f"({storage.uri(source.checkpoint)} is empty or missing); its function must call "
+                          "hopsml.checkpoint.save(state, step)")
+    return source
 
 
 def _late_ranks(live: Live, run: ExperimentRun, late_after_s: float) -> ExperimentFailed:
