@@ -21,6 +21,7 @@ from hopsml import collective, devices
 from hopsml.errors import ClusterError
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.net import Network
 from hopsml.layout import LOGS
 
 logger = logging.getLogger(__name__)
@@ -40,10 +41,12 @@ class RankInfo:
     framework_addresses: list[str]  # every rank's reserved host:port for TF_CONFIG
 
 
-def task_host(ctx: Any) -> str:
-    """This task's executor address, as Spark knows it (listen only there)."""
+def task_host(ctx: Any, network: Network | None = None) -> str:
+    """Where this rank listens: the address of the network_interface setting's interface on this host,
+    else this task's executor address as Spark knows it."""
     infos = ctx.getTaskInfos()
-    return infos[ctx.partitionId()].address.rsplit(":", 1)[0]
+    default = infos[ctx.partitionId()].address.rsplit(":", 1)[0]
+    return network.host(default) if network is not None else default
 
 
 def _assigned_gpus(ctx: Any) -> list[str]:
@@ -119,16 +122,18 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
                       all_ranks_write_metrics: bool) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
     """The function Spark runs in each barrier task."""
 
+    network = Network.from_settings()  # read on the driver: every rank follows the driver's settings
+
     def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
         from pyspark import BarrierTaskContext
 
         ctx = BarrierTaskContext.get()
         saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
-        host = task_host(ctx)
-        listener, address = collective.listen(host)
+        host = task_host(ctx, network)
+        listener, address = collective.listen(host, network.port_range)
         ports = None
         try:
-            ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0)
+            ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0, port_range=network.port_range)
             info = rendezvous(ctx, address, gpus_per_worker, ports)
             export_environment(info)
 
