@@ -10,6 +10,7 @@ communicator, releases the framework ports and runs the user's function with it.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import logging
 import os
@@ -93,6 +94,21 @@ def export_environment(info: RankInfo, tf_config: dict[str, Any] | None = None) 
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(info.gpus)
 
 
+def export_interface(network: Network) -> None:
+    """Point gloo's and NCCL's own sockets at the network_interface setting's interface, unless set already."""
+    if network.interface and not _is_address(network.interface):
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            os.environ.setdefault(name, network.interface)
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def pin_gpu(info: RankInfo) -> None:
     """Make the rank's first GPU cupy's current device, when cupy and a GPU are there."""
     if not info.gpus:
@@ -136,6 +152,7 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
             ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0, port_range=network.port_range)
             info = rendezvous(ctx, address, gpus_per_worker, ports)
             export_environment(info)
+            export_interface(network)
 
             def connected_fn() -> Any:
                 pin_gpu(info)

@@ -30,7 +30,8 @@ def train():
     values = np.full(4, collective.rank() + 1.0)
     collective.allreduce(values, op="sum")
     return {"sum": float(values[0]), "rank": collective.rank(), "master_port": int(os.environ["MASTER_PORT"]),
-            "master_addr": os.environ["MASTER_ADDR"], "executor": executor_id()}
+            "master_addr": os.environ["MASTER_ADDR"], "executor": executor_id(),
+            "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
 
 
 def report(step, **fields):

@@ -144,7 +144,7 @@ def test_allreduce_on_a_standalone_cluster_with_a_shared_file_root(standalone, t
     assert shared["master"] == url
     result = shared["result"]
     assert result["sum"] == 3.0 and result["rank"] == 0
-    assert result["master_addr"] == "127.0.0.1"
+    assert result["master_addr"] == "127.0.0.1" and result["gloo_ifname"] == "lo"
     assert PORT_RANGE[0] <= result["master_port"] <= PORT_RANGE[1]
     record = json.loads(Path(shared["logdir"], "experiment.json").read_text())
     assert record["state"] == "FINISHED"

@@ -2,6 +2,8 @@
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -43,14 +45,23 @@ def test_remote_roots_and_shared_roots_are_fine_with_a_cluster_master(root):
     session.check_root(config.load({"HOPSML_SHARED_ROOT": "true"}, root="file:///nfs/hopsml"), "yarn")
 
 
-def test_refused_before_spark_starts(monkeypatch):
-    pyspark = pytest.importorskip("pyspark")
-    if pyspark.SparkContext._active_spark_context is not None:
-        pytest.skip("a Spark session of this test process is already running")
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    with pytest.raises(SettingsError, match="shared_root"):
-        session.get_or_create(_settings(root="/data/hopsml", master="spark://127.0.0.1:1"))
-    assert pyspark.SparkContext._active_spark_context is None
+def test_refused_before_spark_starts(tmp_path):
+    """In a fresh process (this one may run a Spark session already): no JVM is started for nothing."""
+    program = (
+        "import pyspark\n"
+        "from hopsml import config, session\n"
+        "from hopsml.errors import SettingsError\n"
+        "try:\n"
+        "    session.get_or_create(config.load({}, root='/data/hopsml', master='spark://127.0.0.1:1'))\n"
+        "except SettingsError as error:\n"
+        "    print('refused:', error)\n"
+        "print('jvm:', pyspark.SparkContext._gateway is not None)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOPSML_", "PYSPARK_GATEWAY"))}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "refused: the project root '/data/hopsml'" in done.stdout and "shared_root" in done.stdout
+    assert "jvm: False" in done.stdout
 
 
 def test_executor_environment_is_set_only_for_a_local_master(monkeypatch, tmp_path):
@@ -145,3 +156,15 @@ def test_a_channel_in_a_port_range_carries_messages():
         task.close()
     finally:
         channel.close()
+
+
+def test_gloo_and_nccl_follow_the_interface(monkeypatch):
+    from hopsml.launcher.rank import export_interface
+
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    export_interface(Network("10.0.0.5"))
+    assert "GLOO_SOCKET_IFNAME" not in os.environ
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    export_interface(Network("eth1"))
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "eth1" and os.environ["NCCL_SOCKET_IFNAME"] == "ib0"
