@@ -56,6 +56,59 @@ def _parse_str(value: Any) -> str:
     return text
 
 
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _parse_interface(value: Any) -> str:
+    """An interface name (eth0, ib0), an IP address, or '' for the address Spark knows the host by."""
+    text = str(value).strip()
+    if any(c.isspace() or c in "/:" for c in text) and not _is_ip(text):
+        raise ValueError("must be a network interface name such as eth0 or an IP address")
+    return text
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_port_range(value: Any) -> tuple[int, int] | None:
+    """'40000-40100' (or a [low, high] pair) -> (40000, 40100); '' -> None (the kernel picks)."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            raise ValueError("must be a pair [low, high]")
+        low, high = value
+    else:
+        text = str(value).strip()
+        if not text:
+            return None
+        low, sep, high = text.partition("-")
+        if not sep:
+            raise ValueError("must be written low-high, e.g. 40000-40100")
+    try:
+        low, high = int(str(low).strip()), int(str(high).strip())
+    except ValueError:
+        raise ValueError("must be written low-high with whole numbers, e.g. 40000-40100") from None
+    if not 1 <= low <= high <= 65535:
+        raise ValueError("needs 1 <= low <= high <= 65535")
+    return low, high
+
+
 def _parse_spark_conf(value: Any) -> dict[str, str]:
     """A mapping, JSON object text, or 'k=v,k=v' text."""
     if isinstance(value, Mapping):
@@ -98,6 +151,14 @@ _FIELDS: dict[str, _Field] = {
                            "experiment or a data job's staging folder counts as LOST"),
     "late_rank_s": _Field(_parse_seconds, lambda: 180.0, "seconds the other ranks of a distributed run may "
                           "take to return once one rank has returned, before the run fails naming them"),
+    "shared_root": _Field(_parse_bool, lambda: False, "mark a local or file:// root as a folder every Spark "
+                          "executor sees at the same path (an NFS or other shared mount), so it may be used "
+                          "with a cluster master"),
+    "network_interface": _Field(_parse_interface, lambda: "", "network interface (eth0, ib0) or IP address that "
+                                "the ranks and the driver channel listen on; empty: the address Spark knows "
+                                "each executor and the driver by"),
+    "port_range": _Field(_parse_port_range, lambda: None, "ports (low-high, e.g. 40000-40100) the ranks' "
+                         "listeners, their framework ports and the driver channel take; empty: any free port"),
 }
 
 
@@ -115,6 +176,9 @@ class Settings:
     heartbeat_s: float = 10.0
     lost_after_s: float = 120.0
     late_rank_s: float = 180.0
+    shared_root: bool = False
+    network_interface: str = ""
+    port_range: tuple[int, int] | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:

@@ -1,8 +1,13 @@
-"""The SparkSession hopsml runs on: the active one (notebook, spark-submit) or an embedded local one.
+"""The SparkSession hopsml runs on: the active one (notebook, spark-submit), an embedded local one, or
+one on the cluster master the settings name.
 
 Starting the embedded default needs care that the builder alone cannot give: the workers must run
 this very Python (PYSPARK_PYTHON is read when the JVM starts, not from the builder's conf), the
-console must stay quiet, and Spark's own logs go to a file instead of the user's screen.
+console must stay quiet, and Spark's own logs go to a file instead of the user's screen. None of that
+is done for a cluster master: its executors run on other hosts, with their own Python and Spark conf.
+
+Whatever the session, a project root on a local folder is refused with a cluster master unless it is
+marked shared (setting shared_root): each executor would write its part of a run to its own disk.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hopsml import config
+from hopsml.errors import SettingsError
+from hopsml.fs import Storage, redact_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,10 +51,33 @@ def conf_dir() -> str:
         return str(Path(__file__).resolve().parents[1] / "conf")
 
 
+def is_local_master(master: str) -> bool:
+    """True for masters whose executors share the driver's host and disk (local, local[N], local-cluster[...])."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def check_root(settings: config.Settings, master: str) -> None:
+    """Refuse a local-folder root with a cluster master before any Spark job: each executor would
+    write its logs, checkpoints and shards to its own disk, where the driver never finds them."""
+    if is_local_master(master) or settings.shared_root or not Storage(settings.root).is_local:
+        return
+    raise SettingsError(
+        f"the project root {redact_uri(settings.root)!r} (from {settings.source('root')}) is a local folder, but "
+        f"Spark runs on the cluster master {master!r}: every executor would write to its own disk. Use an "
+        "hdfs://namenode:8020/path or s3://bucket/path root (HOPSML_ROOT), or, when the folder is a mount every "
+        "Spark host sees at the same path (NFS), mark it with shared_root = true (HOPSML_SHARED_ROOT=true)")
+
+
 def _prepare_environment(settings: config.Settings) -> None:
-    """Environment the JVM and its Python workers must see before the JVM starts."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    """Environment the JVM and its Python workers must see before the JVM starts.
+
+    The executors' Python, Spark conf folder and worker daemon are set only for a local master: a
+    cluster's executors run elsewhere, with their own Python (spark.pyspark.python) and conf.
+    """
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if not is_local_master(settings.master):
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if settings.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", conf_dir())
@@ -75,21 +105,26 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
 
     with _lock:
         session = SparkSession.getActiveSession()
+        settings = settings or config.load()
         if session is not None:
+            check_root(settings, session.sparkContext.master)
             _release_barrier_timer_at_exit()
             return session
-        settings = settings or config.load()
         if launched_by_spark_submit():
             # The JVM is up with spark-submit's master and conf: build on them, change nothing else.
             builder = SparkSession.builder.appName(app_name)
             conf = settings.spark_conf
         else:
+            check_root(settings, settings.master)  # before a JVM starts for nothing
             _prepare_environment(settings)
             builder = SparkSession.builder.master(settings.master).appName(app_name)
             conf = {**_QUIET_DEFAULTS, **settings.spark_conf}
+            if not is_local_master(settings.master):
+                conf = {k: v for k, v in conf.items() if k != "spark.python.daemon.module"}
         for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
+        check_root(settings, session.sparkContext.master)  # spark-submit's master, known only now
         _release_barrier_timer_at_exit()
         log.info("started Spark %s (%s), Spark logs in %s", session.version, session.sparkContext.master,
                  os.environ.get("HOPSML_LOG_DIR", "Spark's log4j configuration"))

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 
 from hopsml import auth
 from hopsml.collective.timeout import Timeout
-from hopsml.errors import AuthenticationError, CollectiveError
+from hopsml.errors import AuthenticationError, ClusterError, CollectiveError
+from hopsml.net import Network
 
 logger = logging.getLogger(__name__)
 
@@ -121,22 +122,32 @@ def _set_nodelay(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def listen(host: str) -> tuple[socket.socket, str]:
-    """Open this rank's listening socket on `host`, port 0; returns it and the address to share ("host:port").
+def listen(host: str, port_range: tuple[int, int] | None = None) -> tuple[socket.socket, str]:
+    """Open this rank's listening socket on `host` (a free port of `port_range`, else any); returns it and the
+    address to share ("host:port").
 
     Keep the socket open and pass it to `Communicator.connect`: nobody else can take the port in between.
     """
     family, type_, proto, _, sockaddr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM,
                                                            flags=socket.AI_PASSIVE)[0]
-    listener = socket.socket(family, type_, proto)
+
+    def make_socket() -> socket.socket:
+        sock = socket.socket(family, type_, proto)
+        _tune(sock)  # accepted connections inherit the buffer sizes
+        return sock
+
     try:
-        _tune(listener)  # accepted connections inherit the buffer sizes
-        listener.bind(sockaddr)
+        listener = Network(port_range=port_range).bind(make_socket, sockaddr[0], "a rank's collective listener")
+    except ClusterError as exc:
+        raise CollectiveError(str(exc)) from exc
+    except OSError as exc:
+        raise CollectiveError(f"cannot listen on {host!r}: {exc}; pass an address of this host "
+                              "that the other ranks can reach") from exc
+    try:
         listener.listen(_LISTEN_BACKLOG)
     except OSError as exc:
         listener.close()
-        raise CollectiveError(f"cannot listen on {host!r}: {exc}; pass an address of this host "
-                              "that the other ranks can reach") from exc
+        raise CollectiveError(f"cannot listen on {host!r}: {exc}") from exc
     return listener, format_address(host, listener.getsockname()[1])
 
 

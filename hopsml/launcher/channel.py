@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from hopsml import auth
 from hopsml.errors import AuthenticationError
+from hopsml.net import Network
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,24 @@ def _recv(sock: socket.socket) -> dict[str, Any] | None:
     return None if body is None else json.loads(body)
 
 
+def _listen(host: str, port_range: tuple[int, int] | None) -> socket.socket:
+    """The driver's listening socket on `host`, on a free port of `port_range` (any port without one)."""
+    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+
+    def make_socket() -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as socket.create_server does
+        return sock
+
+    server = Network(port_range=port_range).bind(make_socket, host, "the driver channel")
+    try:
+        server.listen()
+    except OSError:
+        server.close()
+        raise
+    return server
+
+
 class Connection:
     """The driver's end of one task's connection."""
 
@@ -95,10 +114,11 @@ class Connection:
 class DriverChannel:
     """Listens on the driver host; calls `on_message(message, connection)` for each message."""
 
-    def __init__(self, host: str, secret: bytes, on_message: Callable[[dict[str, Any], Connection], None]) -> None:
+    def __init__(self, host: str, secret: bytes, on_message: Callable[[dict[str, Any], Connection], None],
+                 port_range: tuple[int, int] | None = None) -> None:
         self.secret = secret
         self._on_message = on_message
-        self._server = socket.create_server((host, 0))
+        self._server = _listen(host, port_range)
         self._server.settimeout(_POLL_S)  # accept wakes up to see a close
         self.address = (host, self._server.getsockname()[1])
         self._closed = threading.Event()

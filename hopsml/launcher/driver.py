@@ -14,6 +14,7 @@ from hopsml import auth
 from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import Connection, DriverChannel
+from hopsml.net import Network
 from hopsml.tracking.versioning import installed_file
 
 log = logging.getLogger(__name__)
@@ -84,13 +85,16 @@ def ship_by_value(fn: Callable[..., Any]) -> None:
     cloudpickle.register_pickle_by_value(module)
 
 
-def driver_host(sc: Any) -> str:
-    """The address executors use to reach this driver."""
-    return sc.getConf().get("spark.driver.host", "127.0.0.1")
+def driver_host(sc: Any, network: Network | None = None) -> str:
+    """The address executors use to reach this driver: the network_interface setting's, else Spark's."""
+    default = sc.getConf().get("spark.driver.host", "127.0.0.1")
+    return network.host(default) if network is not None else default
 
 
-def open_channel(sc: Any, live: Live) -> DriverChannel:
-    return DriverChannel(driver_host(sc), auth.new_secret(), live)
+def open_channel(sc: Any, live: Live, network: Network | None = None) -> DriverChannel:
+    """The driver's channel, on the interface and port range of the settings (read here when not given)."""
+    network = network if network is not None else Network.from_settings()
+    return DriverChannel(driver_host(sc, network), auth.new_secret(), live, network.port_range)
 
 
 def run_stage(sc: Any, partition_fn: Callable[[Iterable[int]], Iterable[Any]], num_tasks: int, *,

@@ -17,6 +17,8 @@ import random
 import socket
 from dataclasses import dataclass, field
 
+from hopsml.net import Network
+
 log = logging.getLogger(__name__)
 
 _RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
@@ -44,12 +46,16 @@ def _candidates(rng: random.Random) -> list[int]:
     return ports[:_ATTEMPTS]
 
 
-def reserve_port(host: str) -> socket.socket:
-    """A socket bound (not listening) to a free port on `host` outside the ephemeral range.
+def reserve_port(host: str, port_range: tuple[int, int] | None = None) -> socket.socket:
+    """A socket bound (not listening) to a free port on `host` outside the ephemeral range, or in
+    `port_range` when one is set (setting port_range).
 
     Falls back to a kernel-chosen port when none outside the range is free (then the usual small
     race with other processes remains, and is logged).
     """
+    if port_range is not None:
+        return Network(port_range=port_range).bind(
+            lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM), host, "a framework port")
     for port in _candidates(random.Random()):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -75,10 +81,10 @@ class FrameworkPorts:
     _released: bool = field(default=False, repr=False)
 
     @classmethod
-    def reserve(cls, host: str, with_master: bool) -> FrameworkPorts:
-        framework = reserve_port(host)
+    def reserve(cls, host: str, with_master: bool, port_range: tuple[int, int] | None = None) -> FrameworkPorts:
+        framework = reserve_port(host, port_range)
         try:
-            master = reserve_port(host) if with_master else None
+            master = reserve_port(host, port_range) if with_master else None
         except BaseException:
             framework.close()
             raise

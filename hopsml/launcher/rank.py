@@ -10,6 +10,7 @@ communicator, releases the framework ports and runs the user's function with it.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ from hopsml import collective, devices
 from hopsml.errors import ClusterError
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.net import Network
 from hopsml.layout import LOGS
 
 logger = logging.getLogger(__name__)
@@ -40,10 +42,12 @@ class RankInfo:
     framework_addresses: list[str]  # every rank's reserved host:port for TF_CONFIG
 
 
-def task_host(ctx: Any) -> str:
-    """This task's executor address, as Spark knows it (listen only there)."""
+def task_host(ctx: Any, network: Network | None = None) -> str:
+    """Where this rank listens: the address of the network_interface setting's interface on this host,
+    else this task's executor address as Spark knows it."""
     infos = ctx.getTaskInfos()
-    return infos[ctx.partitionId()].address.rsplit(":", 1)[0]
+    default = infos[ctx.partitionId()].address.rsplit(":", 1)[0]
+    return network.host(default) if network is not None else default
 
 
 def _assigned_gpus(ctx: Any) -> list[str]:
@@ -90,6 +94,21 @@ def export_environment(info: RankInfo, tf_config: dict[str, Any] | None = None) 
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(info.gpus)
 
 
+def export_interface(network: Network) -> None:
+    """Point gloo's and NCCL's own sockets at the network_interface setting's interface, unless set already."""
+    if network.interface and not _is_address(network.interface):
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            os.environ.setdefault(name, network.interface)
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def pin_gpu(info: RankInfo) -> None:
     """Make the rank's first GPU cupy's current device, when cupy and a GPU are there."""
     if not info.gpus:
@@ -119,18 +138,21 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
                       all_ranks_write_metrics: bool) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
     """The function Spark runs in each barrier task."""
 
+    network = Network.from_settings()  # read on the driver: every rank follows the driver's settings
+
     def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
         from pyspark import BarrierTaskContext
 
         ctx = BarrierTaskContext.get()
         saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
-        host = task_host(ctx)
-        listener, address = collective.listen(host)
+        host = task_host(ctx, network)
+        listener, address = collective.listen(host, network.port_range)
         ports = None
         try:
-            ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0)
+            ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0, port_range=network.port_range)
             info = rendezvous(ctx, address, gpus_per_worker, ports)
             export_environment(info)
+            export_interface(network)
 
             def connected_fn() -> Any:
                 pin_gpu(info)

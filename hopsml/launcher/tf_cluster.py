@@ -25,6 +25,7 @@ from hopsml.errors import HopsmlError
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.rank import export_environment, rendezvous, task_host
+from hopsml.net import Network
 from hopsml.launcher.task import TaskSpec
 from hopsml.layout import LOGS
 
@@ -85,6 +86,8 @@ def tf_partition(fn: Callable[[], Any], spec: TaskSpec, *, strategy: str, num_ps
                  gpus_per_worker: int) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
     """The function Spark runs in each barrier task of a TensorFlow run."""
 
+    network = Network.from_settings()  # read on the driver: every rank follows the driver's settings
+
     def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
         from pyspark import BarrierTaskContext
 
@@ -92,7 +95,8 @@ def tf_partition(fn: Callable[[], Any], spec: TaskSpec, *, strategy: str, num_ps
         saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
         ports = child = None
         try:
-            ports = FrameworkPorts.reserve(task_host(ctx), with_master=ctx.partitionId() == 0)
+            ports = FrameworkPorts.reserve(task_host(ctx, network), with_master=ctx.partitionId() == 0,
+                                           port_range=network.port_range)
             info = rendezvous(ctx, None, gpus_per_worker, ports)
             config = tf_config(strategy, info.framework_addresses, info.rank, num_ps=num_ps, evaluator=evaluator)
             export_environment(info, config)
