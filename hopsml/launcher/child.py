@@ -81,12 +81,16 @@ class ChildRank:
         """Wait for the child (killing it after `timeout_s`) and return its report."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            while self._proc.poll() is None:
-                if deadline is not None and time.monotonic() > deadline:
-                    self._proc.kill()
-                    self._proc.wait(10)
-                    return self._lost(f"it did not end within {timeout_s:.0f} s and was killed")
-                time.sleep(0.05)
+            while True:
+                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                try:
+                    self._proc.wait(max(left, 0.0))  # notices a quick exit within a millisecond
+                    break
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() > deadline:
+                        self._proc.kill()
+                        self._proc.wait(10)
+                        return self._lost(f"it did not end within {timeout_s:.0f} s and was killed")
             if os.path.exists(self._report):
                 with open(self._report, encoding="utf-8") as f:
                     return json.load(f)

@@ -50,3 +50,15 @@ def test_a_segfault_leaves_the_python_traceback_in_the_log(tmp_path):
     assert not report["ok"] and "SIGSEGV" in report["error"]
     log = (tmp_path / "trial" / "output.log").read_text()
     assert "Segmentation fault" in log and "in segfault" in log  # faulthandler's dump
+
+
+def sleeper(secs):
+    import time
+
+    time.sleep(secs)
+
+
+def test_a_child_past_its_limit_is_killed_and_reported(tmp_path):
+    spec = TaskSpec(Storage(str(tmp_path)), "trial", None, b"")
+    report = ChildRank(sleeper, spec, kwargs={"secs": 60}, rank=2, world_size=1, write_metrics=True).wait(0.5)
+    assert not report["ok"] and report["error"] == "rank 2: it did not end within 0 s and was killed"
