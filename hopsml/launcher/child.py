@@ -33,6 +33,7 @@ from collections import deque
 from typing import Any, Callable
 
 from hopsml import layout
+from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.task import TaskSpec
 
 _WATCHDOG_INTERVAL_S = 1.0
@@ -101,8 +102,19 @@ class ChildRank:
     def _lost(self, why: str) -> dict[str, Any]:
         who = f"trial {self._spec.trial}" if self._spec.trial is not None else f"rank {self.rank}"
         tail = self._tail()
-        return {"ok": False, "rank": self.rank, "trial": self._spec.trial, "error": f"{who}: {why}",
-                "traceback": tail, "tail": tail, "duration": round(time.monotonic() - self._started, 3)}
+        report = {"ok": False, "rank": self.rank, "trial": self._spec.trial, "error": f"{who}: {why}",
+                  "traceback": tail, "tail": tail, "duration": round(time.monotonic() - self._started, 3)}
+        self._tell_driver(report)
+        return report
+
+    def _tell_driver(self, report: dict[str, Any]) -> None:
+        """Send the 'finished' message the child could not, so the driver learns of the failure now."""
+        if self._spec.channel_address is None:
+            return
+        channel = TaskChannel.connect(self._spec.channel_address, self._spec.secret)
+        if channel is not None:
+            channel.send({"kind": "finished", **report})
+            channel.close()
 
     def _tail(self) -> str:
         """The last lines the child wrote: its own log where it is on this disk, else its raw output."""
