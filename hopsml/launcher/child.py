@@ -103,7 +103,7 @@ class ChildRank:
         who = f"trial {self._spec.trial}" if self._spec.trial is not None else f"rank {self.rank}"
         tail = self._tail()
         report = {"ok": False, "rank": self.rank, "trial": self._spec.trial, "error": f"{who}: {why}",
-                  "traceback": tail, "tail": tail, "duration": round(time.monotonic() - self._started, 3)}
+                  "traceback": "", "tail": tail, "duration": round(time.monotonic() - self._started, 3)}
         self._tell_driver(report)
         return report
 
@@ -173,7 +173,7 @@ def main(argv: list[str]) -> None:
     """Child entry point: run the pickled function as its rank and write the report."""
     payload_path, report_path = argv[1], argv[2]
     _watch_parent(os.getppid())
-    faulthandler.enable()  # a fatal error's Python traceback goes to the log (or the raw output)
+    faulthandler.enable(all_threads=False)  # a fatal error's Python traceback goes to the log (or the raw output)
     from hopsml.launcher.task import run_function
 
     with open(payload_path, "rb") as f:

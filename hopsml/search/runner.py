@@ -109,7 +109,8 @@ class Search:
                         trial.state, trial.error = State.EARLY_STOPPED.value, None
             else:
                 trial.state, trial.error = State.FAILED.value, report.get("error")
-                trial.traceback = report.get("traceback")
+                # a trial whose process died has no traceback: its last lines say what happened
+                trial.traceback = report.get("traceback") or report.get("tail")
             if trial.state == State.FINISHED.value and self.rule is not None:
                 self.rule.complete(trial.index)
             storage, trial_dir = self.run.storage, RunDir(trial.dir)

@@ -164,7 +164,21 @@ def test_trials_that_die_are_failed_with_their_cause_and_the_search_goes_on(spar
     assert len(trials) == 4 and trials[1]["state"] == trials[0]["state"] == "FINISHED"
     assert trials[2]["state"] == "FAILED" and "exit code 3" in trials[2]["error"]
     assert trials[3]["state"] == "FAILED" and "SIGSEGV" in trials[3]["error"]
+    assert "native line of trial 3" in trials[3]["traceback"]  # its last lines, in place of a traceback
     assert _json(logdir, "experiment.json")["trials"] == {"FINISHED": 2, "FAILED": 2, "EARLY_STOPPED": 0}
     for x in (1, 2, 3):
         with open(os.path.join(logdir, trials[x]["dir"].rsplit("/", 1)[-1], "output.log")) as f:
             assert f"native line of trial {x}" in f.read()
+
+
+def test_launch_runs_in_a_child_process_too(spark, root):
+    def ends_its_process():
+        print("about to exit")
+        os._exit(7)
+
+    with pytest.raises(ExperimentFailed, match="exit code 7") as info:
+        experiment.launch(ends_its_process, name="exits")
+    assert "about to exit" in info.value.output_tail
+    assert _json(info.value.logdir, "experiment.json")["state"] == "FAILED"
+    with pytest.raises(ExperimentFailed, match="exit code 7"):
+        experiment.launch(lambda x: os._exit(x), {"x": [7, 7]}, name="executions")
