@@ -123,7 +123,7 @@ class ChildRank:
         for path in (log_file, self._stderr_path):
             try:
                 with open(path or "", encoding="utf-8", errors="replace") as f:
-                    lines.extend(deque(f.read().splitlines(), maxlen=_TAIL_LINES))
+                    lines.extend(deque((line.rstrip("\n") for line in f), maxlen=_TAIL_LINES))
             except OSError:
                 continue
         return "\n".join(lines[-_TAIL_LINES:])
