@@ -19,7 +19,8 @@ from hopsml.fs import Storage
 from hopsml.launcher import tf_cluster
 from hopsml.launcher.driver import Live, check_barrier_stage, open_channel, run_stage, ship_by_value
 from hopsml.launcher.rank import barrier_partition
-from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.launcher.child import ChildRank
+from hopsml.launcher.task import TaskSpec
 from hopsml.layout import ExperimentDir
 from hopsml.search import space
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
@@ -104,7 +105,9 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
         spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
 
         def one_task(_: Iterator[int]) -> Iterator[dict[str, Any]]:
-            yield run_function(train_fn, args, spec)
+            # in a child process, as trials are: a function that ends its process is a FAILED run with the cause
+            yield ChildRank(train_fn, spec, kwargs=args, rank=0, world_size=1, write_metrics=True,
+                            native_output=True).wait()
 
         try:
             (report,) = run_stage(sc, one_task, 1, job_group=run.id,

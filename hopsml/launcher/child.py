@@ -1,4 +1,5 @@
-"""Run a rank's function in a fresh Python process, for frameworks whose state outlives a function.
+"""Run a rank's or a trial's function in a fresh Python process, so that nothing it does can take
+its Spark task down with it.
 
 TensorFlow's distribution strategies start gRPC servers and a collective runtime that cannot be
 stopped and that refuse a second, different configuration in the same process. Spark reuses its
@@ -8,15 +9,21 @@ run context and output capture itself (`run_function`), streams its output to th
 experiment's channel, writes its report to a file and ends with everything it started. A watchdog
 ends the child when its parent dies, so no orphan keeps a port or a GPU.
 
+The trials of a search run the same way: a trial that ends its process (os._exit, a segfault, the
+kernel's out-of-memory killer) is reported as a failure with its exit cause, the task itself ends
+normally and the search goes on. Their native output (C code, os.write) is captured in the log too.
+
     python -m hopsml.launcher.child <payload.pkl> <report.json>
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +32,8 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from hopsml import layout
+from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.task import TaskSpec
 
 _WATCHDOG_INTERVAL_S = 1.0
@@ -41,17 +50,21 @@ def _dumps(value: Any) -> bytes:
 
 
 class ChildRank:
-    """One rank's function running in a child process; `wait` returns run_function's report."""
+    """One rank's (or trial's) function running in a child process; `wait` returns run_function's report."""
 
     def __init__(self, fn: Callable[..., Any], spec: TaskSpec, *, rank: int, world_size: int,
-                 write_metrics: bool, keep_stdin_open: bool = False) -> None:
+                 write_metrics: bool, keep_stdin_open: bool = False, kwargs: dict[str, Any] | None = None,
+                 native_output: bool = False) -> None:
+        self._started = time.monotonic()
         self._dir = tempfile.mkdtemp(prefix="hopsml-rank-")
         self._payload = os.path.join(self._dir, "payload.pkl")
         self._report = os.path.join(self._dir, "report.json")
         self._stderr_path = os.path.join(self._dir, "stderr.log")
-        self.rank = rank
+        self.rank, self._spec = rank, spec
+        options = {"rank": rank, "world_size": world_size, "write_metrics": write_metrics,
+                   "native_output": native_output}
         with open(self._payload, "wb") as f:
-            f.write(_dumps((fn, spec, {"rank": rank, "world_size": world_size, "write_metrics": write_metrics})))
+            f.write(_dumps((fn, spec, kwargs or {}, options)))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this worker can import
         self._stderr = open(self._stderr_path, "wb")
@@ -69,29 +82,51 @@ class ChildRank:
         """Wait for the child (killing it after `timeout_s`) and return its report."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            while self._proc.poll() is None:
-                if deadline is not None and time.monotonic() > deadline:
-                    self._proc.kill()
-                    self._proc.wait(10)
-                    return self._lost(f"it did not end within {timeout_s:.0f} s and was killed")
-                time.sleep(0.05)
+            while True:
+                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                try:
+                    self._proc.wait(max(left, 0.0))  # notices a quick exit within a millisecond
+                    break
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() > deadline:
+                        self._proc.kill()
+                        self._proc.wait(10)
+                        return self._lost(f"it did not end within {timeout_s:.0f} s and was killed")
             if os.path.exists(self._report):
                 with open(self._report, encoding="utf-8") as f:
                     return json.load(f)
-            return self._lost(f"its process exited with code {self._proc.returncode} before reporting")
+            return self._lost(exit_cause(self._proc.returncode) + " before returning a result")
         finally:
             self.close()
 
     def _lost(self, why: str) -> dict[str, Any]:
-        return {"ok": False, "rank": self.rank, "error": f"rank {self.rank}: {why}", "traceback": "",
-                "tail": self._stderr_tail()}
+        who = f"trial {self._spec.trial}" if self._spec.trial is not None else f"rank {self.rank}"
+        tail = self._tail()
+        report = {"ok": False, "rank": self.rank, "trial": self._spec.trial, "error": f"{who}: {why}",
+                  "traceback": "", "tail": tail, "duration": round(time.monotonic() - self._started, 3)}
+        self._tell_driver(report)
+        return report
 
-    def _stderr_tail(self) -> str:
-        try:
-            with open(self._stderr_path, encoding="utf-8", errors="replace") as f:
-                return "\n".join(deque(f.read().splitlines(), maxlen=_TAIL_LINES))
-        except OSError:
-            return ""
+    def _tell_driver(self, report: dict[str, Any]) -> None:
+        """Send the 'finished' message the child could not, so the driver learns of the failure now."""
+        if self._spec.channel_address is None:
+            return
+        channel = TaskChannel.connect(self._spec.channel_address, self._spec.secret)
+        if channel is not None:
+            channel.send({"kind": "finished", **report})
+            channel.close()
+
+    def _tail(self) -> str:
+        """The last lines the child wrote: its own log where it is on this disk, else its raw output."""
+        log_file = self._spec.storage.local_path(layout.join(self._spec.run_dir, self._spec.log_name))
+        lines: list[str] = []
+        for path in (log_file, self._stderr_path):
+            try:
+                with open(path or "", encoding="utf-8", errors="replace") as f:
+                    lines.extend(deque((line.rstrip("\n") for line in f), maxlen=_TAIL_LINES))
+            except OSError:
+                continue
+        return "\n".join(lines[-_TAIL_LINES:])
 
     def close(self) -> None:
         """Kill the child if it still runs and remove its files."""
@@ -101,6 +136,26 @@ class ChildRank:
         self.stop_input()
         self._stderr.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def exit_cause(returncode: int) -> str:
+    """Why a process ended, in words: its exit code, or the signal that killed it.
+
+    >>> exit_cause(3)
+    'its process exited with exit code 3'
+    >>> exit_cause(-11)
+    'its process was killed by SIGSEGV (Segmentation fault)'
+    """
+    if returncode >= 0:
+        return f"its process exited with exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    text = f"its process was killed by {name} ({signal.strsignal(-returncode) or 'unknown signal'})"
+    if -returncode == signal.SIGKILL:
+        text += "; from outside the process, often the kernel's out-of-memory killer: give it more memory"
+    return text
 
 
 def _watch_parent(parent: int) -> None:
@@ -118,11 +173,12 @@ def main(argv: list[str]) -> None:
     """Child entry point: run the pickled function as its rank and write the report."""
     payload_path, report_path = argv[1], argv[2]
     _watch_parent(os.getppid())
+    faulthandler.enable(all_threads=False)  # a fatal error's Python traceback goes to the log (or the raw output)
     from hopsml.launcher.task import run_function
 
     with open(payload_path, "rb") as f:
-        fn, spec, options = pickle.load(f)
-    report = run_function(fn, {}, spec, **options)
+        fn, spec, kwargs, options = pickle.load(f)
+    report = run_function(fn, kwargs, spec, **options)
     partial = report_path + ".partial"
     with open(partial, "w", encoding="utf-8") as f:
         json.dump(report, f)

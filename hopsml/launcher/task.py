@@ -88,11 +88,16 @@ class _Tee(io.TextIOBase):
 
 
 @contextmanager
-def captured_output(path: str, channel: TaskChannel | None, rank: int | None) -> Iterator[_Tee]:
-    """Send this process's stdout/stderr to `path` and the driver for the duration of the block."""
+def captured_output(path: str, channel: TaskChannel | None, rank: int | None,
+                    native: bool = False) -> Iterator[_Tee]:
+    """Send this process's stdout/stderr to `path` and the driver for the duration of the block.
+
+    With `native`, file descriptors 1 and 2 go to `path` too (output of C code, os.write, a fatal
+    error's traceback); only for a process of its own, since the descriptors are the process's."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     saved = sys.stdout, sys.stderr
     with open(path, "a", buffering=1, encoding="utf-8", errors="replace") as log_file:
+        saved_fds = _redirect_native(log_file) if native else None
         tee = _Tee(log_file, channel, rank)
         sys.stdout = sys.stderr = tee
         try:
@@ -100,6 +105,26 @@ def captured_output(path: str, channel: TaskChannel | None, rank: int | None) ->
         finally:
             tee.close_partial()
             sys.stdout, sys.stderr = saved
+            if saved_fds is not None:
+                _restore_native(saved_fds)
+
+
+def _redirect_native(log_file: io.TextIOBase) -> tuple[int, int]:
+    """Point descriptors 1 and 2 at `log_file`; returns copies of the old ones for _restore_native."""
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            stream.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(log_file.fileno(), 1)
+    os.dup2(log_file.fileno(), 2)
+    return saved
+
+
+def _restore_native(saved: tuple[int, int]) -> None:
+    os.dup2(saved[0], 1)
+    os.dup2(saved[1], 2)
+    os.close(saved[0])
+    os.close(saved[1])
 
 
 def _json_safe(value: Any, where: str) -> Any:
@@ -183,8 +208,10 @@ def _keep_file(path: str, storage: Storage, run_dir: RunDir) -> str:
 
 
 def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec, *, rank: int = 0,
-                 world_size: int = 1, write_metrics: bool = True) -> dict[str, Any]:
-    """Run `fn(**kwargs)` as one rank of a run; returns {'ok', 'result' | 'error', 'traceback', 'tail'}."""
+                 world_size: int = 1, write_metrics: bool = True, native_output: bool = False) -> dict[str, Any]:
+    """Run `fn(**kwargs)` as one rank of a run; returns {'ok', 'result' | 'error', 'traceback', 'tail'}.
+
+    `native_output` also captures descriptors 1 and 2 (see captured_output): for a child process only."""
     started = time.monotonic()
     channel = TaskChannel.connect(spec.channel_address, spec.secret) if spec.channel_address else None
     run_dir = RunDir(spec.run_dir)
@@ -194,7 +221,8 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
                         channel=channel, trial=spec.trial, local_logdir=spec.local_logdir,
                         sync_interval_s=spec.sync_interval_s) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
-            with captured_output(log_path, channel, rank if world_size > 1 else None) as tee:
+            with captured_output(log_path, channel, rank if world_size > 1 else None,
+                                 native=native_output) as tee:
                 try:
                     workdir, started_at = os.getcwd(), time.time()
                     value = fn(**kwargs)

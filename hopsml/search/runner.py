@@ -1,5 +1,9 @@
 """Driver side of a search: trials as parallel Spark tasks, each in its own folder of the experiment,
-with live progress, early stopping over the authenticated channel, and a summary kept up to date."""
+with live progress, early stopping over the authenticated channel, and a summary kept up to date.
+
+Each trial's function runs in a child process of its task (launcher/child.py): a trial that ends its
+process (os._exit, a segfault, an out-of-memory kill) is recorded FAILED with its exit cause and the
+search goes on; the other trials and the shared Python workers are not affected."""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ from tqdm.auto import tqdm
 
 from hopsml.errors import ExperimentFailed
 from hopsml.launcher.channel import Connection
+from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import Live, open_channel, run_stage
-from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.launcher.task import TaskSpec
 from hopsml.layout import RunDir
 from hopsml.search.early_stopping import MedianStoppingRule
 from hopsml.search.space import Direction
@@ -104,7 +109,8 @@ class Search:
                         trial.state, trial.error = State.EARLY_STOPPED.value, None
             else:
                 trial.state, trial.error = State.FAILED.value, report.get("error")
-                trial.traceback = report.get("traceback")
+                # a trial whose process died has no traceback: its last lines say what happened
+                trial.traceback = report.get("traceback") or report.get("tail")
             if trial.state == State.FINISHED.value and self.rule is not None:
                 self.rule.complete(trial.index)
             storage, trial_dir = self.run.storage, RunDir(trial.dir)
@@ -153,7 +159,9 @@ class Search:
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
             for i in partition:
                 params, spec = specs[i]
-                yield run_function(fn, params, spec)
+                child = ChildRank(fn, spec, kwargs=params, rank=0, world_size=1, write_metrics=True,
+                                  native_output=True)
+                yield child.wait()
 
         if self._bar is None:
             self._bar = tqdm(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)

@@ -144,3 +144,41 @@ def test_ctrl_c_marks_the_search_killed_and_cancels_trials(spark, root):
     # the cancelled trials leave the shared session usable
     _, best, _ = experiment.grid_search(lambda x: x, {"x": [1, 2]})
     assert best == {"x": 2}
+
+
+def dying(x):
+    import signal
+
+    os.write(1, f"native line of trial {x}\n".encode())  # bypasses sys.stdout, as C code does
+    if x == 2:
+        os._exit(3)
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return {"metric": x}
+
+
+def test_trials_that_die_are_failed_with_their_cause_and_the_search_goes_on(spark, root):
+    logdir, best, outputs = experiment.grid_search(dying, {"x": [1, 2, 3, 0]}, name="dying")
+    assert best == {"x": 1} and outputs["metric"] == 1
+    trials = {t["params"]["x"]: t for t in _json(logdir, ".summary.json")["trials"]}
+    assert len(trials) == 4 and trials[1]["state"] == trials[0]["state"] == "FINISHED"
+    assert trials[2]["state"] == "FAILED" and "exit code 3" in trials[2]["error"]
+    assert trials[3]["state"] == "FAILED" and "SIGSEGV" in trials[3]["error"]
+    assert "native line of trial 3" in trials[3]["traceback"]  # its last lines, in place of a traceback
+    assert _json(logdir, "experiment.json")["trials"] == {"FINISHED": 2, "FAILED": 2, "EARLY_STOPPED": 0}
+    for x in (1, 2, 3):
+        with open(os.path.join(logdir, trials[x]["dir"].rsplit("/", 1)[-1], "output.log")) as f:
+            assert f"native line of trial {x}" in f.read()
+
+
+def test_launch_runs_in_a_child_process_too(spark, root):
+    def ends_its_process():
+        print("about to exit")
+        os._exit(7)
+
+    with pytest.raises(ExperimentFailed, match="exit code 7") as info:
+        experiment.launch(ends_its_process, name="exits")
+    assert "about to exit" in info.value.output_tail
+    assert _json(info.value.logdir, "experiment.json")["state"] == "FAILED"
+    with pytest.raises(ExperimentFailed, match="exit code 7"):
+        experiment.launch(lambda x: os._exit(x), {"x": [7, 7]}, name="executions")
