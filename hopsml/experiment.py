@@ -270,22 +270,49 @@ def _worker_log_tail(run: ExperimentRun, rank: int, lines: int = 30) -> str:
     return "\n".join(run.storage.read_text(path).splitlines()[-lines:]) if run.storage.exists(path) else ""
 
 
+# What a rank's CollectiveError says of the peer it waited on: it died, or it never joined the call.
+_PEER_DIED = re.compile(r"rank (\d+) probably died")
+_PEER_STUCK = re.compile(r"rank (\d+) made no progress")
+
+
+def _silent_peer(failures: list[dict[str, Any]]) -> tuple[int, dict[str, Any], bool] | None:
+    """The rank that peers' CollectiveErrors name as dead or stuck, with the report naming it.
+
+    With three or more ranks a waiting rank may name another waiting one; the rank that never
+    reported anything itself is the cause, so it is preferred.
+    """
+    if not failures or "CollectiveError" not in failures[0].get("error", ""):
+        return None  # a rank's own error, or Spark's, comes first: that is the cause
+    reporters = {f.get("rank") for f in failures}
+    named = []
+    for report in failures:
+        error = report.get("error", "")
+        for pattern, died in ((_PEER_DIED, True), (_PEER_STUCK, False)):
+            match = pattern.search(error) if "CollectiveError" in error else None
+            if match is not None:
+                named.append((int(match.group(1)), report, died))
+    silent = [n for n in named if n[0] not in reporters]
+    return (silent or named or [None])[0]
+
+
 def _rank_failure(failures: list[dict[str, Any]], run: ExperimentRun) -> ExperimentFailed:
     """The error for a failed distributed run, about the rank that caused it.
 
-    When the only reports are peers that lost a rank, that rank died without a word: name it and
-    show its own last log lines rather than the survivor's.
+    When the only reports are peers that lost a rank, or that waited in vain for one, that rank never
+    said a word itself: name it and show its own last log lines rather than the survivor's.
     """
-    first = failures[0]
-    died = re.search(r"rank (\d+) probably died", first.get("error", ""))
-    if "CollectiveError" in first.get("error", "") and died:
-        rank = int(died.group(1))
-        return ExperimentFailed(f"experiment {run.id} failed: rank {rank} died or disconnected "
-                                f"(rank {first['rank']} saw: {first['error']})",
+    blamed = _silent_peer(failures)
+    if blamed is not None:
+        rank, witness, died = blamed
+        what = "died or disconnected" if died else "made no progress (hung, or stuck before a collective its peers called)"
+        return ExperimentFailed(f"experiment {run.id} failed: rank {rank} {what} "
+                                f"(rank {witness['rank']} saw: {witness['error']})",
                                 output_tail=_worker_log_tail(run, rank), logdir=run.logdir)
+    first = failures[0]
+    error = first.get("error", "")
     if first.get("rank") is None:
-        return ExperimentFailed(f"experiment {run.id} failed: {first['error']}", logdir=run.logdir)
-    return ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {first['error']}",
+        return ExperimentFailed(f"experiment {run.id} failed: {error}", logdir=run.logdir)
+    return ExperimentFailed(f"experiment {run.id} failed: rank {first['rank']} raised {error}",
                             traceback=first.get("traceback", ""), output_tail=first.get("tail", ""),
                             logdir=run.logdir)
 

@@ -169,3 +169,27 @@ def test_ranks_train_on_their_own_shards_of_a_prepared_dataset(spark, root, tmp_
     assert ranks[0]["checksum"] == ranks[1]["checksum"]  # the same model on both ranks
     assert ranks[0]["rows"] + ranks[1]["rows"] == summary.splits["train"]  # disjoint shards, all rows
     assert result["accuracy"] > 0.5  # 10 classes: far above chance
+
+
+def test_a_rank_hung_before_a_collective_is_named_with_its_own_lines(spark, root):
+    def train():
+        import numpy as np
+
+        from hopsml import collective
+
+        if collective.rank() == 1:
+            print("rank 1 is stuck in its own loop")
+            time.sleep(600)
+        print("rank 0 waits in the all-reduce")
+        collective.allreduce(np.ones(10))  # times out: rank 1 never joins
+        return 1.0
+
+    start = time.monotonic()
+    with pytest.raises(ExperimentFailed) as info:
+        experiment.allreduce(train, name="hung", num_workers=2, timeout_s=3)
+    message = str(info.value)
+    assert time.monotonic() - start < 120  # not the 600 s the rank would sleep
+    assert "rank 1 made no progress" in message.splitlines()[0], message  # the culprit, first
+    assert "rank 1 is stuck in its own loop" in message  # the hung rank's own lines, not rank 0's
+    assert "rank 0 timed out" in message  # and what the waiting rank saw
+    assert _record(info.value.logdir)["state"] == "FAILED"

@@ -56,3 +56,29 @@ def test_a_stage_failure_naming_no_task_is_reported_not_raised_raw(tmp_path):
     assert report["rank"] is None
     failure = experiment._rank_failure(sorted([report], key=experiment._first_cause), run)
     assert "SparkContext was shut down" in str(failure) and "rank None" not in str(failure)
+
+
+def _timed_out(rank: int, peer: int) -> dict:
+    return {"ok": False, "rank": rank, "tail": f"rank {rank} waiting", "traceback": "",
+            "error": f"CollectiveError: rank {rank} timed out during allreduce #4: rank {peer} made no progress "
+                     "for 3 s; rank 1 may be hung"}
+
+
+def test_the_rank_that_never_reported_is_blamed_when_peers_wait_on_each_other(tmp_path):
+    run = _run(tmp_path)
+    run.storage.write_text(run.dir.worker_log(2), "rank 2 stuck in its data loader\n")
+    # rank 0 waited on rank 1, which itself waited on rank 2; rank 2 never said a word
+    failures = sorted([_timed_out(1, 2), _timed_out(0, 1)], key=experiment._first_cause)
+    failure = experiment._rank_failure(failures, run)
+    assert str(failure).startswith("experiment app_1 failed: rank 2 made no progress"), str(failure)
+    assert "rank 1 saw: CollectiveError: rank 1 timed out" in str(failure)
+    assert failure.output_tail == "rank 2 stuck in its data loader"
+
+
+def test_a_rank_own_error_is_blamed_before_a_peer_that_timed_out(tmp_path):
+    run = _run(tmp_path)
+    own = {"ok": False, "rank": 1, "tail": "rank 1 diverged", "traceback": "Traceback ...",
+           "error": "RuntimeError: loss is nan"}
+    failures = sorted([_timed_out(0, 1), own], key=experiment._first_cause)
+    failure = experiment._rank_failure(failures, run)
+    assert "rank 1 raised RuntimeError: loss is nan" in str(failure)
