@@ -333,7 +333,7 @@ def _barrier_attempt(sc: Any, storage: Storage, run: ExperimentRun, make_partiti
     finally:
         watch.set()
         channel.close()
-    failures = sorted([r for r in live.finished + reports if not r["ok"]], key=_first_cause)
+    failures = sorted(live.failures() + [r for r in reports if not r["ok"]], key=_first_cause)
     return reports, failures, live
 
 

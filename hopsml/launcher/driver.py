@@ -20,6 +20,10 @@ from hopsml.tracking.versioning import installed_file
 log = logging.getLogger(__name__)
 
 
+# How long a stage's cancellation waits for a failing rank that is still copying its files.
+UPLOAD_GRACE_S = 30.0
+
+
 @dataclass
 class Live:
     """Messages from running tasks: output goes to the caller's stdout; other kinds to handlers."""
@@ -31,6 +35,8 @@ class Live:
     failed: threading.Event = field(default_factory=threading.Event)
     finished: list[dict[str, Any]] = field(default_factory=list)
     late: list[int] = field(default_factory=list)  # ranks still running when the watchdog gave up on them
+    failing: list[dict[str, Any]] = field(default_factory=list)  # failure reports sent before the final upload
+    upload_grace_s: float = UPLOAD_GRACE_S
 
     def __call__(self, message: dict[str, Any], connection: Connection) -> None:
         kind = message.get("kind")
@@ -38,12 +44,39 @@ class Live:
             rank = message.get("rank")
             prefix = f"[rank {rank}] " if self.prefix_ranks and rank is not None else ""
             sys.stdout.write(f"{prefix}{message.get('line', '')}\n")
+        elif kind == "failing":
+            self.failing.append(message)
         elif kind == "finished":
             self.finished.append(message)
             if self.abort_on_failure and not message.get("ok"):
-                self.failed.set()
+                self._abort_after_uploads()
         if kind in self.handlers:
             self.handlers[kind](message, connection)
+
+    def failures(self) -> list[dict[str, Any]]:
+        """Every failure report: the finished ones, and those of ranks that failed but never finished."""
+        done = {m.get("rank") for m in self.finished}
+        return ([m for m in self.finished if not m.get("ok")]
+                + [m for m in self.failing if m.get("rank") not in done])
+
+    def _uploading(self) -> bool:
+        done = {m.get("rank") for m in self.finished}
+        return any(m.get("rank") not in done for m in self.failing)
+
+    def _abort_after_uploads(self) -> None:
+        """Set `failed` (which cancels the stage), but first let a failing rank finish copying its logs
+        to the run directory, up to `upload_grace_s`: cancelling would kill it mid-copy."""
+        if not self._uploading():
+            self.failed.set()
+            return
+
+        def wait() -> None:
+            deadline = time.monotonic() + self.upload_grace_s
+            while self._uploading() and time.monotonic() < deadline and not self.failed.is_set():
+                time.sleep(0.05)
+            self.failed.set()
+
+        threading.Thread(target=wait, name="hopsml-abort-after-uploads", daemon=True).start()
 
     def watch_for_late_ranks(self, ranks: int, late_after_s: float) -> threading.Event:
         """Once one rank has returned, give the others `late_after_s` to follow, else record them in

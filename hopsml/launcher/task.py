@@ -235,6 +235,8 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
                 except BaseException as exc:  # noqa: BLE001 - everything is reported to the driver
                     report = _failure(exc, tail="\n".join(tee.tail))
                     sys.stderr.write(report["traceback"])
+                    if channel is not None:  # the cause reaches the driver before the slow final upload
+                        channel.send({"kind": "failing", **report, "rank": rank, "trial": spec.trial})
     except BaseException as exc:  # noqa: BLE001 - storage trouble while saving the run's files
         report = _failure(exc, tail="\n".join(tee.tail) if tee is not None else "")
     report.update(rank=rank, trial=spec.trial, duration=round(time.monotonic() - started, 3))
