@@ -17,7 +17,8 @@ from hopsml import checkpoint, config, session
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
 from hopsml.launcher import tf_cluster
-from hopsml.launcher.driver import Live, check_barrier_stage, open_channel, run_stage, ship_by_value
+from hopsml.launcher.driver import (Live, check_barrier_stage, check_shippable, open_channel, run_stage,
+                                    ship_by_value)
 from hopsml.launcher.rank import barrier_partition
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.task import TaskSpec
@@ -91,6 +92,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     args = _check_function(train_fn, args_dict)
     executions = _executions(args)
     ship_by_value(train_fn)
+    check_shippable(train_fn, args)
     settings = config.load()
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
@@ -157,6 +159,7 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
     if gpus < 0:
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus}")
     ship_by_value(train_fn)
+    check_shippable(train_fn)
     settings = config.load(num_workers=workers)
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
@@ -407,6 +410,7 @@ def _search(train_fn: Callable[..., Any], space_description: dict[str, Any], dir
         raise SearchSpaceError(f"early_stopping must be one of {', '.join(RULES)} or None, not {early_stopping!r}")
     rule = MedianStoppingRule(goal, min_steps=early_stopping_min_steps) if early_stopping else None
     ship_by_value(train_fn)
+    check_shippable(train_fn)
     settings = config.load()
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext

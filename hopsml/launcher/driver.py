@@ -7,12 +7,13 @@ import logging
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from hopsml import auth
 from hopsml.devices import check_gpu_amount
-from hopsml.errors import ClusterError
+from hopsml.errors import ClusterError, SerializationError
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.net import Network
 from hopsml.tracking.versioning import installed_file
@@ -116,6 +117,48 @@ def ship_by_value(fn: Callable[..., Any]) -> None:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
+
+
+def _used_variables(fn: Any) -> dict[str, Any]:
+    """The closure variables and module globals a function refers to, by name."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return {}
+    found = {n: fn.__globals__[n] for n in code.co_names if n in getattr(fn, "__globals__", {})}
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            pass
+    return found
+
+
+def check_shippable(fn: Callable[..., Any], args: dict[str, Any] | None = None) -> None:
+    """Fail before anything starts when `fn` or `args` cannot be pickled for the Spark tasks, naming
+    the culprit (an argument, or a variable the function uses) instead of Spark's raw TypeError later."""
+    from pyspark import cloudpickle
+
+    def problem(value: Any) -> str | None:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as exc:  # noqa: BLE001 - pickling can fail with any error type
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    hint = ("create such objects (SparkSession, locks, open files, sockets, database connections) inside "
+            "the function, or pass what they are made from")
+    for key, value in (args or {}).items():
+        why = problem(value)
+        if why:
+            raise SerializationError(f"argument {key!r} ({type(value).__name__}) cannot be sent to the Spark "
+                                     f"tasks ({why}); {hint}")
+    why = problem(fn)
+    if why is None:
+        return
+    culprits = [n for n, v in _used_variables(fn).items() if not isinstance(v, types.ModuleType) and problem(v)]
+    uses = f" (it uses {', '.join(repr(n) for n in culprits)}, which cannot be pickled)" if culprits else ""
+    raise SerializationError(f"the function {getattr(fn, '__name__', fn)!r} cannot be sent to the Spark "
+                             f"tasks{uses}: {why}; {hint}")
 
 
 def driver_host(sc: Any, network: Network | None = None) -> str:

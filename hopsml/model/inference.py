@@ -233,7 +233,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
     the dataset has them) are copied beside the predictions. `split`: one split, a list, or all (None).
     """
     from hopsml import session
-    from hopsml.launcher.driver import ship_by_value
+    from hopsml.launcher.driver import check_shippable, ship_by_value
     from hopsml.progress import spark_progress
 
     if not callable(fn):
@@ -261,6 +261,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
     if output == dataset:
         raise ds.DatasetError(f"output {output!r} would replace the input dataset; choose another name")
     ship_by_value(fn)
+    check_shippable(fn)
     spark = spark or session.get_or_create(settings)
     session.check_root(settings, spark.sparkContext.master)  # also for a session passed in
     sc = spark.sparkContext

@@ -183,3 +183,22 @@ def test_local_logdir_is_copied_into_the_run(spark, root, verb):
 def test_local_logdir_false_writes_into_the_run(spark, root):
     logdir, result = experiment.launch(write_events, name="remote-style", local_logdir=False)
     assert result["logdir"] == os.path.join(logdir, "tensorboard")
+
+
+def test_unpicklable_arguments_or_captures_fail_before_a_run_folder_exists(spark, root):
+    import threading
+
+    from hopsml.errors import SerializationError
+
+    lock = threading.Lock()
+    with pytest.raises(SerializationError, match=r"argument 'guard' \(lock\) cannot be sent"):
+        experiment.launch(lambda guard: 1.0, {"guard": lock}, name="bad-args")
+
+    def uses_a_lock():
+        with lock:
+            return 1.0
+
+    with pytest.raises(SerializationError, match=r"function 'uses_a_lock' cannot be sent.*it uses 'lock'"):
+        experiment.allreduce(uses_a_lock, name="bad-closure", num_workers=2)
+    experiments = root / "Projects" / "test" / "Experiments"
+    assert not experiments.exists() or not any(experiments.iterdir())  # no empty run folders left
