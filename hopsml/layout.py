@@ -55,6 +55,10 @@ _RUN_NAME = re.compile(r"^(?P<app_id>.+)_(?P<run_id>\d+)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-=+,]")
 
 
+# File systems allow 255 bytes in one folder name; hidden staging folders add a prefix and a suffix.
+MAX_NAME_BYTES = 200
+
+
 def validate_name(name: str, what: str = "name") -> str:
     """Return `name` if it is safe as one path component, else raise InvalidNameError.
 
@@ -70,6 +74,9 @@ def validate_name(name: str, what: str = "name") -> str:
     if "/" in name or "\\" in name or ".." in name or name in (".",) or "\x00" in name:
         raise InvalidNameError(f"invalid {what} {name!r}: it must not contain '/', '\\\\' or '..' "
                                "(it becomes a single folder name); choose a plain name like 'mnist-v2'")
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise InvalidNameError(f"invalid {what} {name[:40]!r}... ({len(name.encode('utf-8'))} bytes): it becomes a "
+                               f"folder name, and those are limited, so it may have at most {MAX_NAME_BYTES} bytes")
     return name
 
 

@@ -28,3 +28,14 @@ def test_trial_names_are_safe_single_components():
 def test_bad_experiment_id():
     with pytest.raises(InvalidNameError, match="app_id"):
         layout.parse_experiment_id("no-run-number")
+
+
+def test_a_name_too_long_for_a_folder_is_refused_with_the_limit():
+    from hopsml.errors import InvalidNameError
+    from hopsml.layout import MAX_NAME_BYTES, validate_name
+
+    assert validate_name("n" * MAX_NAME_BYTES) == "n" * MAX_NAME_BYTES
+    with pytest.raises(InvalidNameError, match=f"at most {MAX_NAME_BYTES} bytes"):
+        validate_name("n" * 300, "dataset name")
+    with pytest.raises(InvalidNameError, match="bytes"):
+        validate_name("é" * 101)  # 202 bytes in UTF-8
