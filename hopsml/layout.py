@@ -160,7 +160,8 @@ def trial_name(params: Mapping[str, Any]) -> str:
     if not params:
         raise InvalidNameError("a trial needs at least one parameter to be named")
     text = "&".join(f"{_UNSAFE.sub('_', str(k))}={_UNSAFE.sub('_', str(v))}" for k, v in params.items())
-    return validate_name(text.replace("..", "_"), "trial name")[:200]
+    text = text.replace("..", "_").encode("utf-8")[:MAX_NAME_BYTES].decode("utf-8", errors="ignore")
+    return validate_name(text, "trial name")
 
 
 @dataclass(frozen=True)

@@ -39,3 +39,10 @@ def test_a_name_too_long_for_a_folder_is_refused_with_the_limit():
         validate_name("n" * 300, "dataset name")
     with pytest.raises(InvalidNameError, match="bytes"):
         validate_name("é" * 101)  # 202 bytes in UTF-8
+
+
+def test_a_trial_with_long_parameters_gets_a_folder_name_cut_to_the_limit():
+    from hopsml.layout import MAX_NAME_BYTES, trial_name
+
+    name = trial_name({"layers": "x" * 400, "lr": 0.1})
+    assert name.startswith("layers=xxx") and len(name.encode("utf-8")) == MAX_NAME_BYTES
