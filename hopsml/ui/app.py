@@ -143,7 +143,7 @@ def create_app(settings: config.Settings) -> Flask:
         return render_template("models.html", project=project, rows=views.model_rows(storage, project))
 
     def _send(rel: str) -> Response:
-        info = storage.info(rel)
+        info = storage.info(views.check_inside(storage, rel))
         if info.type != pafs.FileType.File:
             raise views.NotFound(f"no file {rel.rsplit('/', 1)[-1]!r} here")
         name = posixpath.basename(rel)

@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import logging
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,17 @@ def safe_join(base: str, rel: str) -> str:
     if not rel or any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts):
         raise NotFound(f"no file {rel!r} here")
     return layout.join(base, *parts)
+
+
+def check_inside(storage: Storage, rel: str) -> str:
+    """`rel` itself, after checking that on a local root it does not lead out of the root through a
+    symbolic link; NotFound if it does."""
+    local = storage.local_path(rel)
+    if local is not None:
+        root = os.path.realpath(storage.local_path(""))
+        if os.path.commonpath([root, os.path.realpath(local)]) != root:
+            raise NotFound(f"no file {posixpath.basename(rel)!r} here")
+    return rel
 
 
 def project_names(storage: Storage) -> list[str]:
@@ -132,7 +144,7 @@ def list_files(storage: Storage, folder: str) -> list[FileEntry]:
 def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int = TAIL_BYTES) -> tuple[str, int]:
     """(text, end offset) of a growing file: from `offset`, or its last `limit` bytes when None.
     A file that does not exist (yet) reads as empty."""
-    info = storage.info(rel)
+    info = storage.info(check_inside(storage, rel))
     if info.type != pafs.FileType.File:
         return "", 0
     size = int(info.size or 0)
