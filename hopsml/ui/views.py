@@ -31,6 +31,7 @@ MAX_REJECTED = 200           # rejected inputs listed on a dataset page
 THUMBS_PER_CLASS = 8
 SKEW_THRESHOLD = 0.2         # L-infinity distance between two splits' distributions that is flagged
 PROGRAM_BYTES = 4 << 20      # largest versioned notebook or script rendered
+MAX_LOGS = 50                # logs a run page follows (a search has one per trial)
 
 
 class NotFound(HopsmlError, LookupError):
@@ -176,6 +177,13 @@ def metric_series(storage: Storage, rel: str) -> dict[str, list[tuple[float, flo
     return series
 
 
+def _is_log(rel: str) -> bool:
+    """The run's output.log, a rank's logs/worker_<n>.log, or a trial's <trial>/output.log."""
+    parts = rel.split("/")
+    return (rel == layout.OUTPUT_LOG or (len(parts) == 2 and parts[0] == layout.LOGS and rel.endswith(".log"))
+            or (len(parts) == 2 and parts[1] == layout.OUTPUT_LOG))
+
+
 def experiment_dir(project: str, exp_id: str) -> layout.ExperimentDir:
     try:
         return layout.ExperimentDir.from_id(project, exp_id)
@@ -209,8 +217,7 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
     view.update(rec=rec, state=state, lost=reason,
                 extra={k: v for k, v in rec.extra.items() if k not in ("trials",)},
                 metrics=metric_series(storage, exp.metrics),
-                logs=[f.rel for f in files if f.rel == layout.OUTPUT_LOG
-                      or (f.rel.startswith(layout.LOGS + "/") and f.rel.endswith(".log"))],
+                logs=[f.rel for f in files if _is_log(f.rel)][:MAX_LOGS],
                 record_json=json.dumps(data, indent=2, default=str))
     names = {f.rel for f in files}
     view["environment"] = storage.read_text(exp.environment) if layout.ENVIRONMENT in names else None

@@ -94,7 +94,7 @@
   }
 
   if (table) {
-    [nameBox, stateBox, typeBox].forEach((box) => box.addEventListener("input", applyFilters));
+    [nameBox, stateBox, typeBox].forEach((box) => ["input", "change"].forEach((e) => box.addEventListener(e, applyFilters)));
     applyFilters();
     if (table.querySelector("tr[data-state=RUNNING]")) window.setTimeout(pollExperiments, POLL_MS);
   }
