@@ -9,13 +9,14 @@ even if something forgot to escape it; files from the root are sent only as down
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import mimetypes
 import posixpath
 from typing import Any
 
 import pyarrow.fs as pafs
-from flask import Flask, Response, abort, jsonify, render_template, request, url_for
+from flask import Flask, Response, jsonify, render_template, request, url_for
 
 from hopsml import config, layout
 from hopsml.errors import HopsmlError
@@ -118,11 +119,13 @@ def create_app(settings: config.Settings) -> Flask:
         runs = [views.run_view(storage, project, i, lost_after_s) for i in dict.fromkeys(ids)]
         runs = [r for r in runs if r.get("rec") is not None]
         params = sorted({k for r in runs for k in r["rec"].hyperparameters})
+        differs = {p: len({json.dumps(r["rec"].hyperparameters.get(p, "-"), sort_keys=True, default=str)
+                           for r in runs}) > 1 for p in params}
         names = sorted({n for r in runs for n in r["metrics"]})
         overlaid = {name: {f"{r['rec'].name} ({r['id']})": r["metrics"].get(name, []) for r in runs}
                     for name in names}
         finals = {r["id"]: {n: (pts[-1][1] if pts else None) for n, pts in r["metrics"].items()} for r in runs}
-        return render_template("compare.html", project=project, runs=runs, params=params, names=names,
+        return render_template("compare.html", project=project, runs=runs, params=params, differs=differs, names=names,
                                overlaid=overlaid, finals=finals,
                                rows=views.experiment_rows(storage, project, lost_after_s))
 

@@ -68,6 +68,7 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
     """Lines of (step, value) per series name on shared axes, with a legend; `dashed` series drawn dashed."""
     clean = {name: [(x, y) for x, y in ((_num(a), _num(b)) for a, b in pts) if x is not None and y is not None]
              for name, pts in series.items()}
+    colours = {name: colour(index) for index, name in enumerate(series)}  # same run, same colour in every chart
     clean = {name: sorted(pts) for name, pts in clean.items() if pts}
     total = sum(len(p) for p in clean.values())
     left, right, top, bottom = 52, 12, 22 if title else 10, 34 + 14 * min(len(clean), 8)
@@ -94,7 +95,7 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
     body.append(_text(width - right, plot_bottom + 13, fmt(x1), "end", 10))
     body.append(_text((left + width - right) / 2, plot_bottom + 13, "step", "middle", 10, "#888"))
     for index, (name, pts) in enumerate(clean.items()):
-        stroke = colour(index)
+        stroke = colours[name]
         dash = ' stroke-dasharray="5 3"' if name in dashed else ""
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
         body.append(f'<polyline class="series" data-name="{escape(name)}" points="{coords}" fill="none" '

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import threading
 import webbrowser
@@ -36,18 +37,27 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _make_server(settings: config.Settings, host: str, port: int) -> Any:
+    """werkzeug's threaded server on a socket bound here, so a taken port is an error we word
+    (werkzeug itself would exit the process)."""
     try:
-        from werkzeug.serving import make_server
+        from werkzeug.serving import get_sockaddr, make_server, select_address_family
 
         from hopsml.ui.app import create_app
     except ImportError as exc:
         raise HopsmlError(f"hopsml ui needs Flask 3 ({exc}): pip install \"flask>=3\"") from exc
     app = create_app(settings)
+    family = select_address_family(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        return make_server(host, port, app, threaded=True)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(get_sockaddr(host, port, family))
+        sock.listen(128)
+        return make_server(host, port, app, threaded=True, fd=sock.fileno())
     except OSError as exc:
-        raise HopsmlError(f"cannot listen on {host}:{port} ({exc}): pass another --port, or --port 0 "
-                          "for any free one") from exc
+        raise HopsmlError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): pass another --port, or "
+                          "--port 0 for any free one") from exc
+    finally:
+        sock.close()   # the server holds its own duplicate of the socket
 
 
 def run(args: Any, settings: config.Settings) -> str:
@@ -59,7 +69,7 @@ def run(args: Any, settings: config.Settings) -> str:
     settings = settings_for(settings, args.ui_project)
     server = _make_server(settings, args.host, args.port)
     host = args.host if ":" not in args.host else f"[{args.host}]"
-    url = f"http://{host}:{server.server_port}/"
+    url = f"http://{host}:{server.port}/"
     if Storage(settings.root).isdir(layout.project_dir(settings.project)):
         url += f"p/{settings.project}/"
     if args.host not in LOCAL_HOSTS:

@@ -230,6 +230,14 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
             view["program"] = {"kind": suffix, "text": text, "rel": rel}
             break
     view["search"] = search_view(storage, exp, rec) if layout.SUMMARY in names else None
+    view["datasets"] = []
+    if layout.DATASETS_USED in names:
+        try:
+            used = storage.read_json(exp.datasets_used)
+            used = used.get("datasets") if isinstance(used, dict) else used
+            view["datasets"] = [d for d in used if isinstance(d, dict)] if isinstance(used, list) else []
+        except (StorageError, ValueError):
+            view["datasets"] = []
     return view
 
 

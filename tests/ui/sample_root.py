@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from hopsml import experiment, layout, model, tensorboard
+from hopsml import experiment, layout, tensorboard
 from hopsml.data import prepare_images, prepare_table, samples
 from hopsml.examples import digits
 from hopsml.fs import Storage

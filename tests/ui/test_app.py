@@ -80,19 +80,23 @@ def site(root, tmp_path):
 
     ddir = ds.DatasetDir.of(PROJECT, "shapes")
     storage.write_json(ddir.manifest, {"kind": "table", "name": "shapes", "created": "2026-01-01T00:00:00+00:00",
-                                       "source": "/data/shapes.csv", "counts": {"read": 12, "written": 10, "rejected": 2},
+                                       "source": "/data/shapes.csv",
+                                       "counts": {"read": 12, "written": 10, "rejected": 2},
                                        "rejected_reasons": {"malformed row": 2},
                                        "splits": {"train": {"rows": 8}, "test": {"rows": 2}}})
+    edges = [0, 2, 4]
+    width = {"train": {"count": 8, "missing": 0, "min": 0, "max": 4, "mean": 1,
+                       "histogram": {"edges": edges, "counts": [6, 2]}},
+             "test": {"count": 2, "missing": 0, "min": 3, "max": 4, "mean": 3.5,
+                      "histogram": {"edges": edges, "counts": [0, 2]}}}   # 75% vs 0% in the first bin: skew
+    colour = {"train": {"count": 8, "missing": 0, "distinct": 2, "top": [["red", 4], ["blue", 4]]},
+              "test": {"count": 2, "missing": 0, "distinct": 2, "top": [["red", 1], ["blue", 1]]}}
     storage.write_json(ddir.stats_json, {"kind": "table", "splits": ["train", "test"], "rows": {"train": 8, "test": 2},
-                                         "columns": [
-        {"name": "width", "type": "numeric", "splits": {
-            "train": {"count": 8, "missing": 0, "min": 0, "max": 4, "mean": 1, "histogram": {"edges": [0, 2, 4], "counts": [6, 2]}},
-            "test": {"count": 2, "missing": 0, "min": 3, "max": 4, "mean": 3.5, "histogram": {"edges": [0, 2, 4], "counts": [0, 2]}}}},
-        {"name": "colour", "type": "categorical", "splits": {
-            "train": {"count": 8, "missing": 0, "distinct": 2, "top": [["red", 4], ["blue", 4]]},
-            "test": {"count": 2, "missing": 0, "distinct": 2, "top": [["red", 1], ["blue", 1]]}}}]})
+                                         "columns": [{"name": "width", "type": "numeric", "splits": width},
+                                                     {"name": "colour", "type": "categorical", "splits": colour}]})
     storage.write_text(layout.join(ddir.rejected, "part-00000.jsonl"),
-                       json.dumps({"path": "/data/shapes.csv:7", "reason": "malformed row", "detail": "<b>3 fields</b>"}) + "\n")
+                       json.dumps({"path": "/data/shapes.csv:7", "reason": "malformed row",
+                                   "detail": "<b>3 fields</b>"}) + "\n")
     storage.write_bytes(ddir.success, b"")
 
     mdir = layout.ModelDir.of(PROJECT, "shapes-model", 1)
@@ -147,7 +151,8 @@ def test_run_page_has_parameters_metric_chart_logs_notebook_and_tensorboard(site
     assert "output.log" in page and "logs/worker_1.log" in page
     assert "<h1>Training &lt;b&gt;digits&lt;/b&gt;</h1>" in page and "<strong>numpy</strong>" in page
     assert "&lt;HTML object&gt;" in page and "window.hacked=3" not in page
-    assert f"tensorboard --logdir {site['storage'].uri(layout.ExperimentDir.from_id(PROJECT, site['run']).tensorboard)}" in page
+    logdir = site["storage"].uri(layout.ExperimentDir.from_id(PROJECT, site["run"]).tensorboard)
+    assert f"tensorboard --logdir {logdir}" in page
     assert 'id="versions"' in page and "conda.yml" in page
 
 

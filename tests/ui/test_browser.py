@@ -11,7 +11,6 @@ import os
 import pytest
 
 from browser import artifacts_dir, chrome, chromium_paths, ui_server
-from hopsml import layout
 from hopsml.fs import Storage
 from hopsml.tracking import record as records
 
