@@ -145,6 +145,17 @@ def create_app(settings: config.Settings) -> Flask:
         views.check_project(storage, project)
         return render_template("models.html", project=project, rows=views.model_rows(storage, project))
 
+    @app.route("/p/<project>/models/<name>/<int:version>/files/<path:rel>")
+    def model_file(project: str, name: str, version: int, rel: str) -> Response:
+        views.check_project(storage, project)
+        try:
+            mdir = layout.ModelDir.of(project, name, version)
+        except HopsmlError as exc:
+            raise views.NotFound(str(exc)) from None
+        if not storage.exists(mdir.done):
+            raise views.NotFound(f"no finished version {version} of model {name!r}")
+        return _send(views.safe_join(mdir.path, rel))
+
     def _send(rel: str) -> Response:
         info = storage.info(views.check_inside(storage, rel))
         if info.type != pafs.FileType.File:

@@ -32,7 +32,8 @@ def add_commands(subparsers: Any) -> None:
                     help=f"port to listen on (default {DEFAULT_PORT}; 0 takes a free one)")
     ui.add_argument("--host", default="127.0.0.1",
                     help="address to listen on (default 127.0.0.1: only this machine; the view has no login)")
-    ui.add_argument("--project", dest="ui_project", help="project the front page opens (default: the setting)")
+    ui.add_argument("--project", dest="ui_project", metavar="PROJECT",
+                    help="project the front page opens (default: the setting)")
     ui.add_argument("--no-browser", action="store_true", help="do not open a web browser")
 
 

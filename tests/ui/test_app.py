@@ -101,7 +101,9 @@ def site(root, tmp_path):
 
     mdir = layout.ModelDir.of(PROJECT, "shapes-model", 1)
     storage.write_json(mdir.record, {"name": "shapes-model", "version": 1, "project": PROJECT, "path": "",
-                                     "metrics": {"accuracy": 0.9}, "experiment": {"id": run.id, "project": PROJECT}})
+                                     "metrics": {"accuracy": 0.9}, "experiment": {"id": run.id, "project": PROJECT},
+                                     "files": [{"path": "weights.npz", "size": 7}]})
+    storage.write_bytes(mdir.file("weights.npz"), b"weights")
     storage.write_bytes(mdir.done, b"")
 
     (tmp_path / "outside.txt").write_text("secret")   # beside the root, not in it
@@ -225,6 +227,11 @@ def test_dataset_page_overlays_splits_and_marks_skew(site):
 def test_models_page_links_the_run_that_produced_them(site):
     page = _page(site, "/p/demo/models/")
     assert "shapes-model" in page and f'href="/p/demo/runs/{site["run"]}"' in page and "accuracy 0.9" in page
+    assert 'href="/p/demo/models/shapes-model/1/files/weights.npz"' in page
+    assert site["client"].get("/p/demo/models/shapes-model/1/files/weights.npz").data == b"weights"
+    for url in ("/p/demo/models/shapes-model/2/files/weights.npz", "/p/demo/models/shapes-model/1/files/../../x",
+                "/p/demo/models/..%2F/1/files/model.json", "/p/demo/models/shapes-model/0/files/model.json"):
+        assert site["client"].get(url, follow_redirects=True).status_code == 404, url
 
 
 def test_skew_is_the_largest_share_difference():
