@@ -38,7 +38,7 @@ def create_app(settings: config.Settings) -> Flask:
     lost_after_s = settings.lost_after_s
 
     app.jinja_env.globals.update(fmt=charts.fmt, root_uri=storage.uri(), charts=charts,
-                                  class_pairs=views.class_pairs, histogram_counts=views.histogram_counts,
+                                  class_pairs=views.class_pairs, histogram_parts=views.histogram_parts,
                                   top_values=views.top_values)
 
     @app.after_request

@@ -190,40 +190,50 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
     return _frame(width, height, "parallel", drawn, f"hyperparameters vs {metric}", body)
 
 
-def histograms(edges: Sequence[float], counts: Mapping[str, Sequence[int]], title: str | None = None,
+def histograms(parts: Mapping[str, tuple[Sequence[float], Sequence[int]]], title: str | None = None,
                width: int = 300, height: int = 120) -> Markup:
-    """Histograms of several splits on the same bins and axes, overlaid, as shares of each split's rows
-    (so a small test split compares with a large train split)."""
-    shares = {}
-    for split, values in counts.items():
-        total = sum(values) or 1
-        shares[split] = [v / total for v in values]
-    bins = len(edges) - 1
+    """Histograms of several splits overlaid on one x axis: each split's own bins (`parts` maps a split
+    to its (edges, counts)), bar heights as the split's share of rows per unit of x, so a small test
+    split compares with a large train split even where their bins differ.
+
+    >>> svg = histograms({"train": ([0, 1, 2], [3, 1]), "test": ([0, 2, 4], [1, 1])})
+    >>> svg.count('class="bar"'), 'data-points="4"' in svg
+    (4, True)
+    """
+    bars: list[tuple[str, int, float, float, float, int]] = []   # split, index, x0, x1, density, count
+    for index, (split, (edges, counts)) in enumerate(parts.items()):
+        total = sum(counts) or 1
+        for b, count in enumerate(counts[: len(edges) - 1]):
+            lo, hi = _num(edges[b]), _num(edges[b + 1])
+            if lo is None or hi is None:
+                continue
+            bars.append((split, index, lo, hi, count / total / ((hi - lo) or 1.0), int(count)))
     left, right, top, bottom = 6, 6, 6, 28
     body: list[str] = []
-    if bins < 1 or not shares:
+    if not bars:
         body.append(_text(width / 2, height / 2, "no values", "middle"))
         return _frame(width, height, "histogram", 0, title, body)
-    peak = max((s for values in shares.values() for s in values), default=0) or 1
-    bin_w = (width - left - right) / bins
+    x_low, x_high = min(b[2] for b in bars), max(b[3] for b in bars)
+    sx = _scale(x_low, x_high if x_high > x_low else x_low + 1, left, width - right)
+    peak = max(b[4] for b in bars) or 1.0
     plot_h = height - top - bottom
-    for index, (split, values) in enumerate(shares.items()):
+    for split, index, lo, hi, density, count in bars:
         fill = SPLIT_COLOURS.get(split, colour(index + 3))
-        for b, share in enumerate(values[:bins]):
-            h = share / peak * plot_h
-            body.append(f'<rect class="bar" x="{left + b * bin_w + 1:.1f}" y="{top + plot_h - h:.1f}" '
-                        f'width="{max(bin_w - 2, 1):.1f}" height="{h:.1f}" fill="{fill}" fill-opacity="0.45" '
-                        f'stroke="{fill}"><title>{escape(split)} [{fmt(edges[b])}, {fmt(edges[b + 1])}): '
-                        f"{share:.1%} ({counts[split][b]})</title></rect>")
-    body.append(_text(left, height - bottom + 12, fmt(edges[0]), size=10))
-    body.append(_text(width - right, height - bottom + 12, fmt(edges[-1]), "end", 10))
+        h = density / peak * plot_h
+        x0, x1 = sx(lo), sx(hi)
+        share = density * ((hi - lo) or 1.0)
+        body.append(f'<rect class="bar" x="{x0 + 1:.1f}" y="{top + plot_h - h:.1f}" width="{max(x1 - x0 - 2, 1):.1f}" '
+                    f'height="{h:.1f}" fill="{fill}" fill-opacity="0.45" stroke="{fill}"><title>{escape(split)} '
+                    f"[{fmt(lo)}, {fmt(hi)}): {share:.1%} ({count})</title></rect>")
+    body.append(_text(left, height - bottom + 12, fmt(x_low), size=10))
+    body.append(_text(width - right, height - bottom + 12, fmt(x_high), "end", 10))
     x = left
-    for index, split in enumerate(shares):
+    for index, split in enumerate(parts):
         fill = SPLIT_COLOURS.get(split, colour(index + 3))
         body.append(f'<rect x="{x}" y="{height - 10}" width="10" height="8" fill="{fill}" fill-opacity="0.6"/>')
         body.append(_text(x + 13, height - 2, split, size=10))
         x += 20 + 7 * len(split)
-    return _frame(width, height, "histogram", sum(len(v) for v in shares.values()), title, body)
+    return _frame(width, height, "histogram", len(bars), title, body)
 
 
 def category_bars(counts: Mapping[str, Sequence[Sequence[Any]]], width: int = 300, limit: int = 10) -> Markup:

@@ -310,10 +310,11 @@ def class_pairs(balance: dict[str, dict[str, int]]) -> dict[str, list[list[Any]]
     return {split: [[label, n] for label, n in counts.items()] for split, counts in balance.items()}
 
 
-def histogram_counts(column: dict[str, Any], splits: list[str]) -> dict[str, list[int]]:
-    """{split: bin counts} of a numeric column, for the splits that have a histogram."""
+def histogram_parts(column: dict[str, Any], splits: list[str]) -> dict[str, tuple[list[float], list[int]]]:
+    """{split: (edges, counts)} of a numeric column, for the splits that have a histogram."""
     per = column.get("splits") or {}
-    return {s: per[s]["histogram"]["counts"] for s in splits if "histogram" in per.get(s, {})}
+    return {s: (per[s]["histogram"]["edges"], per[s]["histogram"]["counts"])
+            for s in splits if "histogram" in per.get(s, {})}
 
 
 def top_values(column: dict[str, Any], splits: list[str]) -> dict[str, list[list[Any]]]:
