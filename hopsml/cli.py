@@ -17,6 +17,7 @@ from hopsml.model import commands as model_commands
 from hopsml.text import format_table
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
+from hopsml.ui import commands as ui_commands
 
 LIST_COLUMNS = ("id", "user", "name", "start", "finished", "status", "module", "function",
                 "hyperparameters", "metric")
@@ -199,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel and search")
     data_commands.add_commands(commands)
     model_commands.add_commands(commands)
+    ui_commands.add_commands(commands)
     return parser
 
 
@@ -214,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = data_commands.run(args, settings)
         elif args.command in model_commands.COMMANDS:
             output = model_commands.run(args, settings)
+        elif args.command in ui_commands.COMMANDS:
+            output = ui_commands.run(args, settings)
         elif args.action == "list":
             output = experiments_list(settings, args.name, args.state, args.limit)
         elif args.action == "mark-lost":

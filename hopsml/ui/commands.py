@@ -1,0 +1,96 @@
+"""The ``hopsml ui`` command: serve the web view of the project root on localhost.
+
+``add_commands(subparsers)`` adds it to the CLI's parser; ``run(args, settings)`` serves until
+Ctrl-C (or SIGTERM) and returns the text to print at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import threading
+import webbrowser
+from typing import Any
+
+from hopsml import config, layout
+from hopsml.errors import HopsmlError
+from hopsml.fs import Storage
+
+log = logging.getLogger(__name__)
+
+COMMANDS = ("ui",)
+DEFAULT_PORT = 5151
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``ui`` to the CLI's subparsers."""
+    ui = subparsers.add_parser("ui", help="a web view of experiments, searches, datasets and models")
+    ui.add_argument("--port", type=int, default=DEFAULT_PORT,
+                    help=f"port to listen on (default {DEFAULT_PORT}; 0 takes a free one)")
+    ui.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1: only this machine; the view has no login)")
+    ui.add_argument("--project", dest="ui_project", metavar="PROJECT",
+                    help="project the front page opens (default: the setting)")
+    ui.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+
+
+def _make_server(settings: config.Settings, host: str, port: int) -> Any:
+    """werkzeug's threaded server on a socket bound here, so a taken port is an error we word
+    (werkzeug itself would exit the process)."""
+    try:
+        from werkzeug.serving import get_sockaddr, make_server, select_address_family
+
+        from hopsml.ui.app import create_app
+    except ImportError as exc:
+        raise HopsmlError(f"hopsml ui needs Flask 3 ({exc}): pip install \"flask>=3\"") from exc
+    app = create_app(settings)
+    family = select_address_family(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(get_sockaddr(host, port, family))
+        sock.listen(128)
+        return make_server(host, port, app, threaded=True, fd=sock.fileno())
+    except OSError as exc:
+        raise HopsmlError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): pass another --port, or "
+                          "--port 0 for any free one") from exc
+    finally:
+        sock.close()   # the server holds its own duplicate of the socket
+
+
+def run(args: Any, settings: config.Settings) -> str:
+    """Serve the view until interrupted."""
+    from hopsml.ui.app import settings_for
+
+    if not 0 <= args.port <= 65535:
+        raise HopsmlError(f"--port {args.port} is not a port: give 1-65535, or 0 for any free one")
+    settings = settings_for(settings, args.ui_project)
+    server = _make_server(settings, args.host, args.port)
+    host = args.host if ":" not in args.host else f"[{args.host}]"
+    url = f"http://{host}:{server.port}/"
+    if Storage(settings.root).isdir(layout.project_dir(settings.project)):
+        url += f"p/{settings.project}/"
+    if args.host not in LOCAL_HOSTS:
+        log.warning("hopsml ui listens on %s: anyone who reaches it can read every run, dataset and model "
+                    "of %s (there is no login)", args.host, Storage(settings.root).uri())
+    print(f"hopsml ui: {Storage(settings.root).uri()} at {url} (Ctrl-C stops it)", flush=True)
+
+    def stop(signum: int, frame: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
+    if not args.no_browser:
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    print("hopsml ui: stopped", file=sys.stderr)
+    return ""

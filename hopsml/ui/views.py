@@ -1,0 +1,439 @@
+"""What the web view shows, read from the project root through Storage: projects, the experiment
+table as `hopsml experiments list` sees it (LOST and BROKEN included), one run with its metrics,
+logs and files, the trials of a search, datasets with their statistics and sample images, models.
+No Flask here: plain data for the templates, so it is testable on its own."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import os
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from hopsml import layout
+from hopsml.data import dataset as ds
+from hopsml.errors import HopsmlError, InvalidNameError, StorageError
+from hopsml.fs import Storage
+from hopsml.tracking import record as records
+from hopsml.tracking.metrics import read_metrics
+from hopsml.ui.charts import _num
+
+log = logging.getLogger(__name__)
+
+TAIL_BYTES = 64 << 10        # of a log shown at first; the page then follows it from there
+MAX_REJECTED = 200           # rejected inputs listed on a dataset page
+THUMBS_PER_CLASS = 8
+SKEW_THRESHOLD = 0.2         # L-infinity distance between two splits' distributions that is flagged
+PROGRAM_BYTES = 4 << 20      # largest versioned notebook or script rendered
+MAX_LOGS = 50                # logs a run page follows (a search has one per trial)
+
+
+class NotFound(HopsmlError, LookupError):
+    """A page asked for something that is not in the root (or a path that would leave it)."""
+
+
+def safe_join(base: str, rel: str) -> str:
+    """`base/rel` for a '/'-separated `rel` that stays inside `base`, else NotFound.
+
+    >>> safe_join("Projects/p/Experiments/a_1", "logs/worker_0.log")
+    'Projects/p/Experiments/a_1/logs/worker_0.log'
+    >>> safe_join("Projects/p", "../q/x")
+    Traceback (most recent call last):
+    ...
+    hopsml.ui.views.NotFound: no file '../q/x' here
+    """
+    parts = rel.split("/")
+    if not rel or any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts):
+        raise NotFound(f"no file {rel!r} here")
+    return layout.join(base, *parts)
+
+
+def check_inside(storage: Storage, rel: str) -> str:
+    """`rel` itself, after checking that on a local root it does not lead out of the root through a
+    symbolic link; NotFound if it does."""
+    local = storage.local_path(rel)
+    if local is not None:
+        root = os.path.realpath(storage.local_path(""))
+        if os.path.commonpath([root, os.path.realpath(local)]) != root:
+            raise NotFound(f"no file {posixpath.basename(rel)!r} here")
+    return rel
+
+
+def project_names(storage: Storage) -> list[str]:
+    """Folders under Projects/ with a name hopsml accepts."""
+    names = []
+    for rel in storage.ls(layout.PROJECTS):
+        name = posixpath.basename(rel)
+        if not name.startswith(".") and storage.isdir(rel):
+            names.append(name)
+    return names
+
+
+def check_project(storage: Storage, project: str) -> str:
+    try:
+        path = layout.project_dir(project)
+    except InvalidNameError as exc:
+        raise NotFound(str(exc)) from None
+    if not storage.isdir(path):
+        raise NotFound(f"no project {project!r} under {storage.uri()}")
+    return project
+
+
+def projects(storage: Storage) -> list[dict[str, Any]]:
+    """Each project with how many experiments, datasets and models it holds."""
+    out = []
+    for name in project_names(storage):
+        try:
+            out.append({"name": name,
+                        "experiments": sum(1 for p in storage.ls(layout.experiments_dir(name))
+                                           if not posixpath.basename(p).startswith(".")),
+                        "datasets": len(ds.list_names(storage, name)),
+                        "models": sum(1 for p in storage.ls(layout.models_dir(name))
+                                      if not posixpath.basename(p).startswith((".", "_")))})
+        except InvalidNameError:
+            continue
+    return out
+
+
+def short_time(stamp: str | None) -> str:
+    return stamp[:19].replace("T", " ") if stamp else ""
+
+
+def experiment_rows(storage: Storage, project: str, lost_after_s: float) -> list[dict[str, Any]]:
+    """The experiment table, newest first, as `hopsml experiments list` decides states."""
+    rows: list[dict[str, Any]] = []
+    for rec in records.scan_records(storage, project):
+        if isinstance(rec, records.BrokenRecord):
+            rows.append({"id": rec.id, "name": "", "type": "", "state": rec.state, "problem": rec.reason,
+                         "user": "", "start": "", "finished": "", "duration": None, "metric": None,
+                         "metric_key": None, "hyperparameters": ""})
+            continue
+        state, reason = records.shown_state(storage, project, rec, lost_after_s)
+        rows.append({"id": rec.id, "name": rec.name, "type": rec.type, "state": state, "problem": reason,
+                     "user": rec.user, "start": short_time(rec.start), "finished": short_time(rec.finished),
+                     "duration": rec.duration, "metric": _num(rec.metric),
+                     "metric_key": rec.metric_key or rec.optimization_key,
+                     "hyperparameters": json.dumps(rec.hyperparameters, default=str) if rec.hyperparameters else ""})
+    return rows
+
+
+@dataclass
+class FileEntry:
+    rel: str
+    size: int
+
+
+def list_files(storage: Storage, folder: str) -> list[FileEntry]:
+    """Every file below `folder`, relative to it, sorted."""
+    if not storage.isdir(folder):
+        return []
+    base = storage.path(folder)
+    try:
+        infos = storage.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except OSError as exc:
+        raise StorageError(f"cannot list {storage.uri(folder)}: {exc}") from exc
+    return sorted((FileEntry(posixpath.relpath(i.path, base), int(i.size or 0)) for i in infos
+                   if i.type == pafs.FileType.File), key=lambda f: f.rel)
+
+
+def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int = TAIL_BYTES) -> tuple[str, int]:
+    """(text, end offset) of a growing file: from `offset`, or its last `limit` bytes when None.
+    A file that does not exist (yet) reads as empty."""
+    info = storage.info(check_inside(storage, rel))
+    if info.type != pafs.FileType.File:
+        return "", 0
+    size = int(info.size or 0)
+    start = max(size - limit, 0) if offset is None else min(max(offset, 0), size)
+    start = max(start, size - (4 << 20))  # never more than a few MB per request
+    if start >= size:
+        return "", size
+    try:
+        with storage.fs.open_input_file(storage.path(rel)) as stream:
+            stream.seek(start)
+            data = stream.read(size - start)
+    except OSError as exc:
+        raise StorageError(f"cannot read {storage.uri(rel)}: {exc}") from exc
+    return data.decode("utf-8", errors="replace"), start + len(data)
+
+
+def metric_series(storage: Storage, rel: str) -> dict[str, list[tuple[float, float]]]:
+    """metrics.jsonl as {name: [(step, value), ...]}; empty when there is none."""
+    if not storage.exists(rel):
+        return {}
+    series: dict[str, list[tuple[float, float]]] = {}
+    for index, row in enumerate(read_metrics(storage.read_text(rel))):
+        if not isinstance(row, dict) or "name" not in row:
+            continue
+        value = _num(row.get("value"))
+        step = _num(row.get("step"))
+        if value is not None:
+            series.setdefault(str(row["name"]), []).append((step if step is not None else index, value))
+    return series
+
+
+def _is_log(rel: str) -> bool:
+    """The run's output.log, a rank's logs/worker_<n>.log, or a trial's <trial>/output.log."""
+    parts = rel.split("/")
+    return (rel == layout.OUTPUT_LOG or (len(parts) == 2 and parts[0] == layout.LOGS and rel.endswith(".log"))
+            or (len(parts) == 2 and parts[1] == layout.OUTPUT_LOG))
+
+
+def experiment_dir(project: str, exp_id: str) -> layout.ExperimentDir:
+    try:
+        return layout.ExperimentDir.from_id(project, exp_id)
+    except InvalidNameError as exc:
+        raise NotFound(str(exc)) from None
+
+
+def load_record(storage: Storage, project: str, exp_id: str) -> records.ExperimentRecord | records.BrokenRecord:
+    """The record of a run, or a BrokenRecord saying why it cannot be read; NotFound when there is no run."""
+    experiment_dir(project, exp_id)
+    try:
+        return records.read_record(storage, project, exp_id)
+    except records.BrokenRecordError as exc:
+        return records.BrokenRecord(exp_id, exc.reason)
+    except HopsmlError as exc:  # ExperimentNotFoundError
+        raise NotFound(str(exc)) from None
+
+
+def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -> dict[str, Any]:
+    """Everything the run page shows."""
+    exp = experiment_dir(project, exp_id)
+    rec = load_record(storage, project, exp_id)
+    files = list_files(storage, exp.path)
+    view: dict[str, Any] = {"id": exp_id, "dir": exp, "files": files, "uri": storage.uri(exp.path),
+                            "tensorboard": storage.uri(exp.tensorboard)}
+    if isinstance(rec, records.BrokenRecord):
+        view.update(broken=rec.reason, state=rec.state, rec=None)
+        return view
+    state, reason = records.shown_state(storage, project, rec, lost_after_s)
+    data = rec.to_dict()
+    view.update(rec=rec, state=state, lost=reason,
+                extra={k: v for k, v in rec.extra.items() if k not in ("trials",)},
+                metrics=metric_series(storage, exp.metrics),
+                logs=[f.rel for f in files if _is_log(f.rel)][:MAX_LOGS],
+                record_json=json.dumps(data, indent=2, default=str))
+    names = {f.rel for f in files}
+    view["environment"] = storage.read_text(exp.environment) if layout.ENVIRONMENT in names else None
+    view["program"] = None
+    for suffix in (".ipynb", ".py"):
+        rel = layout.PROGRAM_STEM + suffix
+        entry = next((f for f in files if f.rel == rel), None)
+        if entry is not None:
+            text = storage.read_bytes(exp.program(suffix))[:PROGRAM_BYTES].decode("utf-8", errors="replace")
+            view["program"] = {"kind": suffix, "text": text, "rel": rel}
+            break
+    view["search"] = search_view(storage, exp, rec) if layout.SUMMARY in names else None
+    view["datasets"] = []
+    if layout.DATASETS_USED in names:
+        try:
+            used = storage.read_json(exp.datasets_used)
+            used = used.get("datasets") if isinstance(used, dict) else used
+            view["datasets"] = [d for d in used if isinstance(d, dict)] if isinstance(used, list) else []
+        except (StorageError, ValueError):
+            view["datasets"] = []
+    return view
+
+
+def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.ExperimentRecord) -> dict[str, Any]:
+    """The trials of a search, best first, with each trial's metric curve."""
+    try:
+        trials = storage.read_json(exp.summary)["trials"]
+        if not isinstance(trials, list):
+            raise TypeError("'trials' is not a list")
+    except (StorageError, ValueError, KeyError, TypeError) as exc:
+        return {"error": f"{layout.SUMMARY} cannot be read ({type(exc).__name__}: {exc})", "trials": []}
+    direction = (rec.direction or "max").lower()
+    sign = -1 if direction == "max" else 1
+    rows = []
+    for trial in trials:
+        if not isinstance(trial, dict):
+            continue
+        folder = str(trial.get("dir") or "")
+        name = posixpath.basename(folder)
+        inside = folder.startswith(exp.path + "/") and name not in ("", ".", "..")
+        rows.append({"name": name, "params": trial.get("params") or {}, "state": trial.get("state"),
+                     "metric": _num(trial.get("metric")), "duration": trial.get("duration"),
+                     "error": trial.get("error"), "label": name,
+                     "series": metric_series(storage, layout.join(exp.path, name, layout.METRICS)) if inside else {}})
+    rows.sort(key=lambda t: (t["metric"] is None, sign * (t["metric"] or 0)))
+    params = []
+    for row in rows:
+        params += [k for k in row["params"] if k not in params]
+    curves: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        for name, points in row["series"].items():
+            curve = curves.setdefault(name, {"series": {}, "dashed": []})
+            curve["series"][row["name"]] = points
+            if row["state"] == records.State.EARLY_STOPPED.value:
+                curve["dashed"].append(row["name"])
+    key = rec.optimization_key or rec.metric_key or "metric"
+    return {"trials": rows, "params": params, "key": key, "direction": direction, "error": None,
+            "curves": curves}
+
+
+# --- datasets --------------------------------------------------------------------------------------
+def _distribution_distance(a: dict[str, float], b: dict[str, float]) -> float:
+    """L-infinity distance between two distributions given as shares (TFDV's skew measure)."""
+    keys = set(a) | set(b)
+    return max((abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys), default=0.0)
+
+
+def _shares(entry: dict[str, Any]) -> dict[str, float]:
+    if "histogram" in entry:
+        counts = entry["histogram"].get("counts") or []
+        total = sum(counts) or 1
+        return {str(i): c / total for i, c in enumerate(counts)}
+    pairs = entry.get("top") or []
+    total = entry.get("count") or sum(int(n) for _, n in pairs) or 1
+    return {str(v): int(n) / total for v, n in pairs}
+
+
+def column_skew(column: dict[str, Any], splits: list[str]) -> float | None:
+    """The largest distance between the first split and any other, for one column of stats.json."""
+    per = column.get("splits") or {}
+    if len(splits) < 2 or splits[0] not in per:
+        return None
+    base = _shares(per[splits[0]])
+    distances = [_distribution_distance(base, _shares(per[s])) for s in splits[1:] if s in per]
+    return max(distances) if distances else None
+
+
+def class_pairs(balance: dict[str, dict[str, int]]) -> dict[str, list[list[Any]]]:
+    """stats.json's class balance ({split: {label: n}}) as the top-values pairs the bar chart takes."""
+    return {split: [[label, n] for label, n in counts.items()] for split, counts in balance.items()}
+
+
+def histogram_parts(column: dict[str, Any], splits: list[str]) -> dict[str, tuple[list[float], list[int]]]:
+    """{split: (edges, counts)} of a numeric column, for the splits that have a histogram."""
+    per = column.get("splits") or {}
+    return {s: (per[s]["histogram"]["edges"], per[s]["histogram"]["counts"])
+            for s in splits if "histogram" in per.get(s, {})}
+
+
+def top_values(column: dict[str, Any], splits: list[str]) -> dict[str, list[list[Any]]]:
+    per = column.get("splits") or {}
+    return {s: per[s].get("top") or [] for s in splits if s in per}
+
+
+def dataset_rows(storage: Storage, project: str) -> list[dict[str, Any]]:
+    rows = []
+    for name in ds.list_names(storage, project):
+        try:
+            manifest = storage.read_json(ds.DatasetDir.of(project, name).manifest)
+        except (StorageError, ValueError) as exc:
+            rows.append({"name": name, "problem": f"dataset.json cannot be read: {exc}"})
+            continue
+        rows.append({"name": name, "kind": manifest.get("kind"), "created": short_time(manifest.get("created")),
+                     "counts": manifest.get("counts") or {},
+                     "splits": {s: (v or {}).get("rows") for s, v in (manifest.get("splits") or {}).items()}})
+    return rows
+
+
+def dataset_view(storage: Storage, project: str, name: str) -> dict[str, Any]:
+    try:
+        ddir, manifest = ds.open_dataset(storage, project, name)
+    except InvalidNameError as exc:
+        raise NotFound(str(exc)) from None
+    except ds.DatasetNotFoundError as exc:
+        raise NotFound(str(exc)) from None
+    view: dict[str, Any] = {"name": name, "manifest": manifest, "uri": storage.uri(ddir.path),
+                            "counts": manifest.get("counts") or {}, "stats": None, "rejected": [],
+                            "rejected_total": 0, "thumbnails": {}}
+    if storage.exists(ddir.stats_json):
+        try:
+            stats = storage.read_json(ddir.stats_json)
+            splits = list(stats.get("splits") or [])
+            for column in stats.get("columns") or []:
+                column["skew"] = column_skew(column, splits)
+                column["skewed"] = column["skew"] is not None and column["skew"] > SKEW_THRESHOLD
+            view["stats"] = stats
+        except (StorageError, ValueError, AttributeError, TypeError) as exc:
+            view["stats_error"] = f"stats.json cannot be read: {exc}"
+    for rel in storage.ls(ddir.rejected):
+        if not rel.endswith(".jsonl"):
+            continue
+        for line in storage.read_text(rel).splitlines():
+            view["rejected_total"] += 1
+            if len(view["rejected"]) < MAX_REJECTED:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    entry = {"path": line, "reason": "(unreadable line)"}
+                view["rejected"].append(entry if isinstance(entry, dict) else {"path": str(entry)})
+    if manifest.get("kind") == "images":
+        try:
+            view["thumbnails"] = thumbnails(storage, ddir, manifest)
+        except (OSError, ValueError, KeyError, TypeError, HopsmlError) as exc:
+            log.warning("no sample images for dataset %s: %s", name, exc)
+            view["thumbnails_error"] = f"sample images cannot be read: {exc}"
+    return view
+
+
+def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any],
+               per_class: int = THUMBS_PER_CLASS) -> dict[str, list[str]]:
+    """Up to `per_class` images of each class as PNG data URIs, from the first split's Parquet files."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from hopsml.data.codec import decode_column
+
+    field = manifest["fields"]["image"]
+    shape, dtype = tuple(field["shape"]), np.dtype(field.get("dtype", "uint8"))
+    split = next(iter(manifest.get("splits") or {}), None)
+    if split is None:
+        return {}
+    labels = [str(label) for label in manifest.get("labels") or []]
+    found: dict[str, list[str]] = {label: [] for label in labels}
+    for rel in storage.ls(ddir.parquet(split)):
+        if not rel.endswith(".parquet"):
+            continue
+        table = pq.read_table(storage.path(rel), filesystem=storage.fs, columns=["image", "label"])
+        images = decode_column(table.column("image"), shape, dtype)
+        for pixels, label in zip(images, table.column("label").to_pylist()):
+            text = labels[label] if isinstance(label, int) and 0 <= label < len(labels) else str(label)
+            bucket = found.setdefault(text, [])
+            if len(bucket) >= per_class:
+                continue
+            out = io.BytesIO()
+            Image.fromarray(np.ascontiguousarray(pixels).squeeze().astype(np.uint8)).save(out, "PNG")
+            bucket.append("data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii"))
+        if all(len(v) >= per_class for v in found.values()):
+            break
+    return found
+
+
+# --- models ----------------------------------------------------------------------------------------
+def model_rows(storage: Storage, project: str) -> list[dict[str, Any]]:
+    """Every finished version of every model, newest version first within a model."""
+    from hopsml.model import registry
+
+    out = []
+    for rel in storage.ls(layout.models_dir(project)):
+        name = posixpath.basename(rel)
+        if name.startswith((".", "_")) or not storage.isdir(rel):
+            continue
+        try:
+            numbers = registry._version_numbers(storage, project, name)
+        except InvalidNameError:
+            continue
+        for number in reversed(numbers):
+            mdir = layout.ModelDir.of(project, name, number)
+            try:
+                data = storage.read_json(mdir.record)
+            except (StorageError, ValueError) as exc:
+                out.append({"name": name, "version": number, "problem": f"model.json cannot be read: {exc}"})
+                continue
+            experiment = data.get("experiment") if isinstance(data.get("experiment"), dict) else None
+            out.append({"name": name, "version": number, "metrics": data.get("metrics") or {},
+                        "description": data.get("description"), "created": short_time(data.get("created")),
+                        "user": data.get("user"), "experiment": experiment,
+                        "datasets": data.get("datasets") or [], "files": data.get("files") or []})
+    return out

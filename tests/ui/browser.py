@@ -1,0 +1,75 @@
+"""A headless Chromium driven by selenium, and `hopsml ui` started in a subprocess, for the browser tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+URL_LINE = re.compile(r"at (http://\S+/) \(Ctrl-C")
+
+
+def chromium_paths() -> tuple[str, str] | None:
+    """(browser, driver) of Debian's chromium and chromium-driver, or None when not installed."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+@contextmanager
+def ui_server(env: dict[str, str], timeout_s: float = 60.0) -> Iterator[str]:
+    """`hopsml ui --port 0 --no-browser` in a subprocess; yields its base URL, stops it after."""
+    proc = subprocess.Popen([sys.executable, "-m", "hopsml.cli", "ui", "--port", "0", "--no-browser"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    found: list[str] = []
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            match = URL_LINE.search(line)
+            if match and not found:
+                found.append(match.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        if not ready.wait(timeout_s) or not found:
+            raise RuntimeError("hopsml ui did not start within %.0f s; its output:\n%s" % (timeout_s, "".join(lines)))
+        base = found[0]
+        yield base[: base.index("/", len("http://"))] + "/"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def chrome(paths: tuple[str, str]):
+    """A headless Chromium that records the browser console."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = paths[0]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(paths[1]), options=options)
+
+
+def artifacts_dir(default: str) -> str:
+    folder = os.path.join(os.environ.get("HOPSML_TEST_ARTIFACTS") or default, "ui-screenshots")
+    os.makedirs(folder, exist_ok=True)
+    return folder

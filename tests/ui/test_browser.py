@@ -1,0 +1,187 @@
+"""`hopsml ui` in a real headless Chromium over runs made by hopsml's own API (a launch, a failed
+launch, a 2-rank all-reduce that exports a model, a grid search with early stopping, a prepared
+digits and iris dataset): every page loads without console errors, tables hold the right rows,
+charts have data, script in names does not run, RUNNING rows and logs follow the run. Screenshots
+go to $HOPSML_TEST_ARTIFACTS/ui-screenshots (else the test's tmp folder)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from browser import artifacts_dir, chrome, chromium_paths, ui_server
+from hopsml.fs import Storage
+from hopsml.tracking import record as records
+
+pytest.importorskip("selenium")
+PATHS = chromium_paths()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(PATHS is None, reason="Chromium and chromedriver are not installed "
+                                 "(apt-get install chromium chromium-driver): the browser tests cannot run")]
+WAIT_S = 30
+
+
+def _idle(lr):
+    return {"accuracy": lr}
+
+
+@pytest.fixture(scope="module")
+def site(spark, tmp_path_factory):
+    """The runs, datasets and model of sample_root, a RUNNING run, the server and a browser."""
+    import sample_root
+
+    tmp = tmp_path_factory.mktemp("ui-site")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOPSML_ROOT", str(tmp / "root"))
+        patch.setenv("HOPSML_PROJECT", sample_root.PROJECT)
+        patch.delenv("HOPSML_CONF", raising=False)
+        ids = sample_root.build(str(tmp))
+        storage = Storage(str(tmp / "root"))
+        live = records.ExperimentRun.start(storage, sample_root.PROJECT, "local-1900000000000", name="live",
+                                           fn=_idle, heartbeat_s=1)
+        storage.write_text(live.dir.output_log, "first line\n")
+        try:
+            with ui_server(dict(os.environ)) as base:
+                driver = chrome(PATHS)
+                try:
+                    yield {"base": base, "ids": ids, "driver": driver, "live": live, "storage": storage,
+                           "shots": artifacts_dir(str(tmp)), "project": sample_root.PROJECT}
+                finally:
+                    driver.quit()
+        finally:
+            if live.record.state == "RUNNING":
+                live.finish()
+
+
+def _open(site, path: str, shot: str):
+    """Load a page, check the console and that no injected script ran, save a full-page screenshot."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = site["driver"]
+    driver.get(site["base"] + path.lstrip("/"))
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: d.execute_script("return Array.from(document.querySelectorAll('pre.tail'))"
+                                   ".every(p => p.dataset.loaded)"))
+    errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+    assert errors == [], f"console errors on {path}: {errors}"
+    assert driver.execute_script("return window.hacked") is None, f"script from the root ran on {path}"
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1400, min(max(height, 800), 6000))
+    driver.save_screenshot(os.path.join(site["shots"], f"{shot}.png"))
+    driver.set_window_size(1400, 1000)
+    return driver
+
+
+def _rows(driver, table_id: str) -> list:
+    return driver.find_elements("css selector", f"#{table_id} tbody tr")
+
+
+def _charts(driver) -> list[int]:
+    return [int(svg.get_attribute("data-points")) for svg in driver.find_elements("css selector", "svg.chart")]
+
+
+def test_projects_and_experiments(site):
+    driver = _open(site, "/", "01-projects")
+    assert [r.get_attribute("data-id") for r in _rows(driver, "projects")] == [site["project"]]
+    driver = _open(site, f"/p/{site['project']}/", "02-experiments")
+    ids = site["ids"]
+    states = {r.get_attribute("data-id"): r.get_attribute("data-state") for r in _rows(driver, "experiments")}
+    assert states[ids["launch"]] == "FINISHED" and states[ids["allreduce"]] == "FINISHED"
+    assert states[ids["search"]] == "FINISHED" and states[ids["lost"]] == "LOST" and states[ids["broken"]] == "BROKEN"
+    assert states[site["live"].id] == "RUNNING"
+    assert list(states.values()).count("FAILED") == 1 and len(states) == 7
+    assert "<script>window.hacked=1<" in driver.page_source.replace("&lt;", "<").replace("&gt;", ">")
+
+    box = driver.find_element("id", "filter-name")
+    box.send_keys("grid")
+    visible = [r.get_attribute("data-id") for r in _rows(driver, "experiments") if r.is_displayed()]
+    assert visible == [ids["search"]]
+    box.clear()
+    box.send_keys(" ")  # an input event with an empty filter shows every row again
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("id", "filter-state")).select_by_value("LOST")
+    assert [r.get_attribute("data-id") for r in _rows(driver, "experiments") if r.is_displayed()] == [ids["lost"]]
+
+
+def test_a_running_row_and_its_log_follow_the_run(site):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    live, storage = site["live"], site["storage"]
+    driver = _open(site, f"/p/{site['project']}/runs/{live.id}", "03-run-live")
+    tail = driver.find_element("css selector", "pre.tail")
+    assert "first line" in tail.text
+    storage.append_text(live.dir.output_log, "second line\n")
+    WebDriverWait(driver, WAIT_S).until(lambda d: "second line" in tail.text)
+    driver = _open(site, f"/p/{site['project']}/", "04-experiments-live")
+    live.finish(metric=0.75)
+    row = driver.find_element("css selector", f'#experiments tr[data-id="{live.id}"]')
+    WebDriverWait(driver, WAIT_S).until(lambda d: row.get_attribute("data-state") == "FINISHED")
+    assert row.find_element("css selector", "span.state").text == "FINISHED"
+
+
+def test_run_pages(site):
+    ids, project = site["ids"], site["project"]
+    driver = _open(site, f"/p/{project}/runs/{ids['launch']}", "05-run")
+    assert len(_charts(driver)) == 2 and all(n == 4 for n in _charts(driver))
+    assert "trained with lr=0.5" in driver.find_element("css selector", "pre.tail").text
+    assert "tensorboard --logdir" in driver.find_element("id", "tb-command").text
+    assert driver.find_element("id", "parameters").text.split() == ["lr", "0.5"]
+
+    driver = _open(site, f"/p/{project}/runs/{ids['allreduce']}", "06-run-allreduce")
+    files = [r.text.split()[0] for r in _rows(driver, "files")]
+    assert "logs/worker_0.log" in files and "logs/worker_1.log" in files and "model.npz" in files
+    assert max(_charts(driver)) > 0
+    link = driver.find_element("link text", "model.npz").get_attribute("href")
+    assert link.endswith(f"/runs/{ids['allreduce']}/files/model.npz")
+
+    failed = [r for r in _open(site, f"/p/{project}/", "02-experiments").find_elements(
+        "css selector", '#experiments tr[data-state="FAILED"] a')][0].get_attribute("href")
+    driver = _open(site, failed.replace(site["base"], "/"), "07-run-failed")
+    assert "diverged at lr=9.0" in driver.find_element("id", "error").text
+
+
+def test_search_page(site):
+    driver = _open(site, f"/p/{site['project']}/runs/{site['ids']['search']}", "08-search")
+    rows = _rows(driver, "trials")
+    assert [r.find_elements("css selector", "td")[1].text for r in rows] == ["lr=0.9", "lr=0.7", "lr=0.5", "lr=0.05"]
+    assert rows[-1].get_attribute("data-state") == "EARLY_STOPPED" and "stopped early" in rows[-1].text
+    parallel = driver.find_element("css selector", "svg.chart.parallel")
+    assert int(parallel.get_attribute("data-points")) == 4
+    assert len(driver.find_elements("css selector", "svg.chart.line polyline.series")) == 4
+
+
+def test_compare_two_runs(site):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ids = site["ids"]
+    driver = _open(site, f"/p/{site['project']}/", "02-experiments")
+    for exp_id in (ids["launch"], ids["allreduce"]):
+        driver.find_element("css selector", f'input[value="{exp_id}"]').click()
+    driver.find_element("id", "compare-button").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "/compare?" in d.current_url)
+    driver = _open(site, driver.current_url.replace(site["base"], "/"), "09-compare")
+    header = driver.find_element("css selector", "#compare thead").text
+    assert ids["launch"] in header and ids["allreduce"] in header
+    assert max(_charts(driver)) > 0
+
+
+def test_datasets_and_models(site):
+    project = site["project"]
+    driver = _open(site, f"/p/{project}/datasets/", "10-datasets")
+    assert sorted(r.get_attribute("data-id") for r in _rows(driver, "datasets")) == ["digits", "iris"]
+    driver = _open(site, f"/p/{project}/datasets/digits", "11-dataset-digits")
+    thumbs = driver.find_elements("css selector", "#thumbnails img")
+    assert len(thumbs) >= 20 and all(driver.execute_script("return arguments[0].naturalWidth", t) > 0 for t in thumbs)
+    assert len(_rows(driver, "rejected")) == 3
+    assert sum(_charts(driver)) > 0
+    driver = _open(site, f"/p/{project}/datasets/iris", "12-dataset-iris")
+    histograms = driver.find_elements("css selector", "svg.chart.histogram")
+    assert len(histograms) == 4 and all(int(h.get_attribute("data-points")) == 20 for h in histograms)
+    assert len(_rows(driver, "rejected")) == 2
+    driver = _open(site, f"/p/{project}/models/", "13-models")
+    row = _rows(driver, "models")[0]
+    assert row.get_attribute("data-id") == "digits:1"
+    assert row.find_element("link text", site["ids"]["allreduce"])
