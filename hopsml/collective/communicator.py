@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hopsml.collective import gpu
+from hopsml.collective import gpu, shm
 from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
-from hopsml.collective.ring import (Layout, SendWorker, chain_broadcast, reduce_rank_ordered, ring_allreduce)
+from hopsml.collective.ring import (Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered,
+                                   ring_allreduce)
 from hopsml.collective.timeout import TIMEOUT_ENV, resolve_timeout
 from hopsml.collective.transport import Peer, PeerLost, connect_peers
 from hopsml.errors import CollectiveError, SettingsError
@@ -77,7 +78,7 @@ class Communicator:
     ranks asked for different things) it stays usable.
     """
 
-    def __init__(self, rank: int, size: int, peers: dict[int, Peer], timeout_s: float) -> None:
+    def __init__(self, rank: int, size: int, peers: dict[int, Peer | shm.ShmPeer], timeout_s: float) -> None:
         self._rank = rank
         self._size = size
         self._peers = peers
@@ -88,6 +89,7 @@ class Communicator:
         self._fail_lock = threading.Lock()
         self._closed = False
         self._worker = SendWorker(f"hopsml-collective-send-{rank}") if size > 1 else None
+        self._scratch = Scratch()
         self._prev = peers.get((rank - 1) % size)
         self._next = peers.get((rank + 1) % size)
         self._nccl: gpu.NcclComm | None = None
@@ -117,7 +119,19 @@ class Communicator:
                                 "in rank order")
         if not isinstance(secret, bytes) or not secret:
             raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
-        return cls(rank, size, connect_peers(rank, size, list(addresses), listener, secret, timeout), timeout)
+        peers = connect_peers(rank, size, list(addresses), listener, secret, timeout)
+        try:
+            return cls(rank, size, shm.attach_same_host(rank, size, peers), timeout)
+        except PeerLost as lost:
+            for peer in peers.values():
+                peer.close()
+            raise CollectiveError(f"rank {rank} lost its connection to rank {lost.peer} ({lost.reason}) while "
+                                  "setting up shared memory with the ranks on its host; look at that rank's log "
+                                  "for the cause") from None
+        except BaseException:
+            for peer in peers.values():
+                peer.close()
+            raise
 
     @property
     def rank(self) -> int:
@@ -126,6 +140,11 @@ class Communicator:
     @property
     def size(self) -> int:
         return self._size
+
+    @property
+    def shared_memory_peers(self) -> list[int]:
+        """The ranks this rank exchanges data with through shared memory (same host); the others use TCP."""
+        return sorted(r for r, peer in self._peers.items() if isinstance(peer, shm.ShmPeer))
 
     def __repr__(self) -> str:
         state = "failed" if self._failure else "closed" if self._closed else "open"
@@ -387,9 +406,10 @@ class Communicator:
                 for dtype, offset, count in layout:
                     region = raw[offset:offset + count * dtype.itemsize].view(dtype)
                     ring_allreduce(region, op, self._rank, self._size, self._prev, self._next, self._worker,
-                                   self._on_failure, SEGMENT_BYTES)
+                                   self._on_failure, SEGMENT_BYTES, self._scratch)
                 return
-            rows = np.empty((self._size, -(-nbytes // _ALIGN) * _ALIGN), dtype=np.uint8)
+            stride = -(-nbytes // _ALIGN) * _ALIGN
+            rows = self._scratch.get("rows", self._size * stride)[:self._size * stride].reshape(self._size, stride)
 
             def sink(rank: int, theirs: Header) -> memoryview | None:
                 return memoryview(rows[rank, :nbytes]) if theirs.inline == nbytes else None
