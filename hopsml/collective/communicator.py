@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hopsml.collective import gpu, shm
+from hopsml.collective import gpu, host, shm
 from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
 from hopsml.collective.ring import (Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered,
                                    ring_allreduce)
@@ -78,8 +78,10 @@ class Communicator:
     ranks asked for different things) it stays usable.
     """
 
-    def __init__(self, rank: int, size: int, peers: dict[int, Peer | shm.ShmPeer], timeout_s: float) -> None:
+    def __init__(self, rank: int, size: int, peers: dict[int, Peer | shm.ShmPeer], timeout_s: float,
+                 host_group: host.HostGroup | None = None) -> None:
         self._rank = rank
+        self._host = host_group
         self._size = size
         self._peers = peers
         self.timeout_s = timeout_s
@@ -121,7 +123,9 @@ class Communicator:
             raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
         peers = connect_peers(rank, size, list(addresses), listener, secret, timeout)
         try:
-            return cls(rank, size, shm.attach_same_host(rank, size, peers), timeout)
+            peers = shm.attach_same_host(rank, size, peers)
+            group = host.attach(rank, size, peers, timeout, shm.send_text, shm.recv_text)
+            return cls(rank, size, peers, timeout, group)
         except PeerLost as lost:
             for peer in peers.values():
                 peer.close()
@@ -146,6 +150,11 @@ class Communicator:
         """The ranks this rank exchanges data with through shared memory (same host); the others use TCP."""
         return sorted(r for r, peer in self._peers.items() if isinstance(peer, shm.ShmPeer))
 
+    @property
+    def uses_host_segment(self) -> bool:
+        """Whether large all-reduces go through one segment shared by all ranks (all on one host)."""
+        return self._host is not None
+
     def __repr__(self) -> str:
         state = "failed" if self._failure else "closed" if self._closed else "open"
         return f"Communicator(rank={self._rank}, size={self._size}, {state})"
@@ -168,6 +177,8 @@ class Communicator:
                 logger.warning("destroying the NCCL communicator failed: %s", exc)
         if self._worker is not None:
             self._worker.close()
+        if self._host is not None:
+            self._host.close()
         for peer in self._peers.values():
             peer.close()
 
@@ -200,6 +211,8 @@ class Communicator:
         logger.error("%s", message)
         for peer in self._peers.values():
             peer.send_notice(cause or message)
+        if self._host is not None:  # after the notices: a rank woken by it reads this rank's notice
+            self._host.shutdown()
         for peer in self._peers.values():
             peer.shutdown()
 
@@ -405,6 +418,9 @@ class Communicator:
                 check_headers(self._exchange(header))
                 for dtype, offset, count in layout:
                     region = raw[offset:offset + count * dtype.itemsize].view(dtype)
+                    if self._host is not None:
+                        self._host.allreduce(region, op)
+                        continue
                     ring_allreduce(region, op, self._rank, self._size, self._prev, self._next, self._worker,
                                    self._on_failure, SEGMENT_BYTES, self._scratch)
                 return

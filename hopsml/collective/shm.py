@@ -30,6 +30,7 @@ import secrets
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -47,9 +48,13 @@ NEIGHBOUR_CAPACITY = 2 << 20  # ring bytes per direction between ring neighbours
 OTHER_CAPACITY = 256 << 10  # between other pairs: headers and small inline payloads only
 _PUBLISH_BYTES = 256 << 10  # the producer publishes at least this often, so the consumer starts early
 _SPIN_S = 20e-6  # busy-wait this long before sleeping: short, the host's cores are shared by the ranks
-_SLICE_S = 0.05  # a sleeping wait looks at the peer's liveness and the deadline this often
+_FIRST_SLICE_S = 0.001  # a sleep is this short at first, doubling up to _SLICE_S between liveness and
+_SLICE_S = 0.05  # deadline checks
 _PAGE = 4096
-_HEAD, _TAIL, _CLOSED = 0, 8, 16  # uint64 indexes in a channel's control page: separate cache lines
+# uint64 indexes in a channel's control page, each on its own cache line: the counters, the closed flag,
+# and whether a side sleeps on a counter (the other side makes the wake-up system call only then)
+_HEAD, _TAIL, _CLOSED, _HEAD_SLEEPER, _TAIL_SLEEPER = 0, 8, 16, 24, 32
+_SLEEPER = {_HEAD: _HEAD_SLEEPER, _TAIL: _TAIL_SLEEPER}
 _HELLO = struct.Struct("!4sH")
 _MAGIC = b"HMLS"
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
@@ -62,6 +67,15 @@ class _Timespec(ctypes.Structure):
 
 
 _libc: ctypes.CDLL | None = None
+_fence_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier on this CPU: taking a lock is a locked instruction, which drains the store buffer
+    and the write-combining buffers of large copies' non-temporal stores. Between writing data and the
+    counter that publishes it, and between announcing a sleep and re-reading the counter slept on."""
+    with _fence_lock:
+        pass
 
 
 def _syscall() -> Callable[..., int]:
@@ -115,7 +129,7 @@ class Channel:
 
     def __init__(self, buffer: mmap.mmap, offset: int, capacity: int) -> None:
         self.capacity = capacity
-        self.ctl = np.ndarray((24,), dtype=np.uint64, buffer=buffer, offset=offset)
+        self.ctl = np.ndarray((40,), dtype=np.uint64, buffer=buffer, offset=offset)
         self.data = np.ndarray((capacity,), dtype=np.uint8, buffer=buffer, offset=offset + _PAGE)
         self.view = memoryview(self.data)
         base = self.ctl.ctypes.data
@@ -177,15 +191,23 @@ class ShmPeer:
             if ready(value):
                 return value
         deadline = time.monotonic() + self.timeout_s
-        while True:
-            self._check_alive()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise PeerLost(self.rank, f"no progress for {self.timeout_s:g} s", timed_out=True)
-            _futex_wait(address, value & _MASK32, min(_SLICE_S, remaining))
-            value = int(ctl[index])
-            if ready(value):
-                return value
+        sleeper = _SLEEPER[index]
+        ctl[sleeper] = 1
+        fence()
+        try:
+            sleep = _FIRST_SLICE_S
+            while True:
+                value = int(ctl[index])
+                if ready(value):
+                    return value
+                self._check_alive()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PeerLost(self.rank, f"no progress for {self.timeout_s:g} s", timed_out=True)
+                _futex_wait(address, value & _MASK32, min(sleep, remaining))
+                sleep = min(2 * sleep, _SLICE_S)
+        finally:
+            ctl[sleeper] = 0
 
     # the Peer interface
 
@@ -204,8 +226,11 @@ class ShmPeer:
                 free = capacity - (head - tail)
                 if free == 0 or head - published >= _PUBLISH_BYTES:
                     if head != published:
+                        fence()
                         ctl[_HEAD] = head
-                        _futex_wake(ring.head_address)
+                        fence()
+                        if ctl[_HEAD_SLEEPER]:
+                            _futex_wake(ring.head_address)
                         published = head
                     if free == 0:
                         tail = self._wait(ctl, _TAIL, ring.tail_address, lambda t, h=head: capacity - (h - t) > 0)
@@ -218,8 +243,11 @@ class ShmPeer:
                 head += k
                 done += k
         if head != published:
+            fence()
             ctl[_HEAD] = head
-            _futex_wake(ring.head_address)
+            fence()
+            if ctl[_HEAD_SLEEPER]:
+                _futex_wake(ring.head_address)
 
     def _receive(self, n: int, consume: Callable[[memoryview, int, int], None]) -> None:
         """Hand `n` bytes from the incoming ring to `consume(ring_view, done, k)` piece by piece."""
@@ -237,7 +265,9 @@ class ShmPeer:
             tail += k
             done += k
             ctl[_TAIL] = tail
-            _futex_wake(ring.tail_address)
+            fence()
+            if ctl[_TAIL_SLEEPER]:
+                _futex_wake(ring.tail_address)
 
     def recv_into(self, view: memoryview) -> None:
         """Fill the whole byte view from the peer."""
@@ -356,12 +386,12 @@ def _unlink(name: str) -> None:
         logger.warning("cannot remove shared memory %s: %s", name, exc)
 
 
-def _send_text(peer: Peer, text: str) -> None:
+def send_text(peer: Peer, text: str) -> None:
     payload = text.encode("utf-8")
     peer.send([_HELLO.pack(_MAGIC, len(payload)), payload])
 
 
-def _recv_text(peer: Peer) -> str:
+def recv_text(peer: Peer) -> str:
     fixed = bytearray(_HELLO.size)
     peer.recv_into(memoryview(fixed))
     magic, length = _HELLO.unpack(fixed)
@@ -383,8 +413,8 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> dict[int, 
     """
     mine = host_identity() if supported() else ""
     for peer in peers.values():
-        _send_text(peer, mine)
-    theirs = {r: _recv_text(peer) for r, peer in sorted(peers.items())}
+        send_text(peer, mine)
+    theirs = {r: recv_text(peer) for r, peer in sorted(peers.items())}
     same = [r for r, text in theirs.items() if mine and text == mine]
     neighbours = {(rank - 1) % size, (rank + 1) % size}
 
@@ -398,16 +428,16 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> dict[int, 
             segment = _create_segment(segment_bytes(capacity(other)))
             if segment is not None:
                 created[other] = segment
-            _send_text(peers[other], segment[0] if segment else "")
+            send_text(peers[other], segment[0] if segment else "")
         for other in (r for r in same if r < rank):
-            name = _recv_text(peers[other])
+            name = recv_text(peers[other])
             segment = _open_segment(name, segment_bytes(capacity(other))) if name else None
             if segment is not None:
                 _unlink(name)  # mapped on both sides now: the name is no longer needed
                 mapped[other] = segment
-            _send_text(peers[other], "mapped" if segment is not None else "")
+            send_text(peers[other], "mapped" if segment is not None else "")
         for other, (name, segment) in list(created.items()):
-            answer = _recv_text(peers[other])
+            answer = recv_text(peers[other])
             _unlink(name)
             if answer == "mapped":
                 mapped[other] = segment

@@ -22,7 +22,7 @@ def shm_entries() -> set[str]:
     return {name for name in os.listdir(shm.SHM_DIR) if name.startswith(shm.NAME_PREFIX)}
 
 
-def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], list[str]]:
+def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], bool, list[str]]:
     comm = collective.current()
     failures = []
     for dtype in (np.float32, np.float64, np.int64, np.int8):
@@ -43,7 +43,7 @@ def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], list[s
         failures.append("broadcast")
     if collective.allgather(rank) != list(range(size)):
         failures.append("allgather")
-    return comm.shared_memory_peers, failures
+    return comm.shared_memory_peers, comm.uses_host_segment, failures
 
 
 @pytest.mark.parametrize("size", [2, 3])
@@ -52,9 +52,10 @@ def test_ranks_on_one_host_use_shared_memory(ranks, size):
     outcomes = ranks(scenario_transports, size, 3_000_001)
     for rank, outcome in outcomes.items():
         assert outcome.ok, outcome
-        peers, failures = outcome.value
+        peers, whole_host, failures = outcome.value
         assert failures == []
         assert peers == [r for r in range(size) if r != rank]
+        assert whole_host, "all ranks on one host: large all-reduces go through the host segment"
     assert shm_entries() <= before, "a shared-memory segment was left behind"
 
 
@@ -64,16 +65,17 @@ def test_ranks_on_different_hosts_keep_tcp_between_them(ranks):
     assert sorted(outcomes) == [0, 1, 2, 3]
     for rank, outcome in outcomes.items():
         assert outcome.ok, outcome
-        peers, failures = outcome.value
+        peers, whole_host, failures = outcome.value
         assert failures == []
         assert peers == [r for r in range(4) if r != rank and hosts[r] == hosts[rank]]
+        assert not whole_host
 
 
 def test_shared_memory_can_be_turned_off(ranks):
     outcomes = ranks(scenario_transports, 2, 100_003, env=lambda r: {shm.SHM_ENV: "0"} if r == 1 else {})
     for outcome in outcomes.values():
         assert outcome.ok, outcome
-        assert outcome.value == ([], [])
+        assert outcome.value == ([], False, [])
 
 
 def scenario_die_in_shm(rank: int, size: int, victim: int) -> str:
@@ -89,7 +91,7 @@ def scenario_die_in_shm(rank: int, size: int, victim: int) -> str:
     return "finished without noticing the dead rank"
 
 
-@pytest.mark.parametrize("size,victim", [(2, 0), (3, 1)])
+@pytest.mark.parametrize("size,victim", [(2, 0), (3, 1), (4, 3)])
 def test_sigkilled_rank_is_named_and_leaves_no_segment(ranks, size, victim):
     before = shm_entries()
     outcomes = ranks(scenario_die_in_shm, size, victim, timeout_s=60.0)

@@ -1,0 +1,229 @@
+"""All-reduce through one shared segment, for ranks that are all on the same host.
+
+The ring moves every byte through n - 1 hand-offs; on one host the ranks can instead meet in one segment:
+a slot per rank and a result area. Large arrays go round by round, `slot_bytes` at a time:
+
+1. each rank copies its data into its slot (all but its own share: only it reads that) and raises its
+   `arrived` counter;
+2. rank r combines share r (1/n of the round) of every rank's data into its own array and copies the
+   result into the result area, then raises `reduced`;
+3. each rank copies the other shares of the result into its array.
+
+One rank computes each share and every rank copies that result, so all ranks hold identical bits.
+Each rank moves about 4.5 bytes of memory traffic per byte of data with 4 ranks (the ring about 6.75),
+and waits twice per round instead of once per segment. A round reuses the slots only after every rank
+has passed the wait that follows their last use, so no extra synchronisation is needed.
+
+Waits are those of the shared-memory rings (`shm`): spin briefly, then sleep on a futex, checking the
+collective timeout and the liveness of the rank waited for; an aborting rank closes the segment, which
+wakes every waiter at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from hopsml.collective import shm
+from hopsml.collective.ring import UFUNCS, finisher
+from hopsml.collective.transport import PeerLost
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_BUDGET = 48 << 20  # bytes of shared memory for the slots and the result area together
+_LINE = 64
+_ARRIVED, _REDUCED = 0, 1
+
+
+def slot_bytes_for(size: int) -> int:
+    """Bytes per rank and round: the budget shared by size + 1 areas, between 1 and 16 MiB, page aligned."""
+    per = SEGMENT_BUDGET // (size + 1)
+    return max(1 << 20, min(16 << 20, per)) // 4096 * 4096
+
+
+def _control_bytes(size: int) -> int:
+    counters = 2 * size * _LINE
+    sleepers = 2 * size * size
+    return -(-(counters + _LINE + sleepers) // 4096) * 4096
+
+
+def segment_size(size: int, slot_bytes: int) -> int:
+    """The segment: control page(s), the result area, then one slot per rank."""
+    return _control_bytes(size) + (size + 1) * slot_bytes
+
+
+class HostGroup:
+    """The same-host all-reduce of one rank; built by `attach` on every rank together."""
+
+    def __init__(self, rank: int, size: int, segment: mmap.mmap, slot_bytes: int,
+                 peers: Mapping[int, object], timeout_s: float) -> None:
+        self.rank, self.size, self.slot_bytes, self.timeout_s = rank, size, slot_bytes, timeout_s
+        self._segment = segment
+        self._peers = peers
+        control = _control_bytes(size)
+        self._counters = np.ndarray((2, size, _LINE // 8), np.uint64, buffer=segment)
+        self._closed = np.ndarray((1,), np.uint64, buffer=segment, offset=2 * size * _LINE)
+        # sleepers[kind, i, j]: rank j sleeps on rank i's counter of that kind
+        self._sleepers = np.ndarray((2, size, size), np.uint8, buffer=segment, offset=2 * size * _LINE + _LINE)
+        self._result = np.ndarray((slot_bytes,), np.uint8, buffer=segment, offset=control)
+        self._slots = [np.ndarray((slot_bytes,), np.uint8, buffer=segment, offset=control + (i + 1) * slot_bytes)
+                       for i in range(size)]
+        self._round = int(self._counters[_ARRIVED, rank, 0])
+        self._shut = False
+
+    def _address(self, kind: int, i: int) -> int:
+        return self._counters[kind, i].ctypes.data
+
+    def _publish(self, kind: int, value: int) -> None:
+        shm.fence()  # the data written before is visible before the counter
+        self._counters[kind, self.rank, 0] = value
+        shm.fence()
+        if self._sleepers[kind, self.rank].any():
+            shm._futex_wake(self._address(kind, self.rank))
+
+    def _check_alive(self, i: int) -> None:
+        if self._shut:
+            raise PeerLost(i, "this rank shut its connections down")
+        aborted = int(self._closed[0])
+        if aborted:  # the rank that aborted: it sent its notice before it closed the segment
+            raise PeerLost(aborted - 1, "it aborted")
+        peer = self._peers[i]
+        if peer.signalled():
+            raise PeerLost(i, "peer closed the connection")
+
+    def _wait_all(self, kind: int, value: int) -> None:
+        """Wait until every other rank's counter of this kind reached `value`."""
+        counters = self._counters[kind]
+        for i in range(self.size):
+            if i == self.rank or int(counters[i, 0]) >= value:
+                continue
+            spin_end = time.perf_counter() + shm._SPIN_S
+            while time.perf_counter() < spin_end and int(counters[i, 0]) < value:
+                pass
+            if int(counters[i, 0]) >= value:
+                continue
+            self._sleep_until(kind, i, value)
+
+    def _sleep_until(self, kind: int, i: int, value: int) -> None:
+        counter = self._counters[kind, i]
+        address = counter.ctypes.data
+        deadline = time.monotonic() + self.timeout_s
+        self._sleepers[kind, i, self.rank] = 1
+        shm.fence()
+        try:
+            sleep = shm._FIRST_SLICE_S
+            while True:
+                current = int(counter[0])
+                if current >= value:
+                    return
+                self._check_alive(i)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PeerLost(i, f"no progress for {self.timeout_s:g} s", timed_out=True)
+                shm._futex_wait(address, current & shm._MASK32, min(sleep, remaining))
+                sleep = min(2 * sleep, shm._SLICE_S)
+        finally:
+            self._sleepers[kind, i, self.rank] = 0
+
+    def allreduce(self, flat: np.ndarray, op: str) -> None:
+        """All-reduce the 1-D contiguous array in place with every rank of the host."""
+        ufunc = UFUNCS[op]
+        n, me = self.size, self.rank
+        finish = finisher(op, flat.dtype, n)
+        dtype, itemsize = flat.dtype, flat.itemsize
+        per_round = self.slot_bytes // itemsize
+        result = self._result[:per_round * itemsize].view(dtype)
+        slots = [s[:per_round * itemsize].view(dtype) for s in self._slots]
+        mine = slots[me]
+        for start in range(0, flat.size, per_round):
+            m = min(per_round, flat.size - start)
+            data = flat[start:start + m]
+            bounds = [m * i // n for i in range(n + 1)]
+            a, b = bounds[me], bounds[me + 1]
+            self._round += 1
+            k = self._round
+            mine[:a] = data[:a]
+            mine[b:m] = data[b:]
+            self._publish(_ARRIVED, k)
+            self._wait_all(_ARRIVED, k)
+            share = data[a:b]
+            for i in range(n):
+                if i != me:
+                    ufunc(share, slots[i][a:b], out=share)
+            if finish is not None:
+                finish(share)
+            result[a:b] = share
+            self._publish(_REDUCED, k)
+            self._wait_all(_REDUCED, k)
+            data[:a] = result[:a]
+            data[b:] = result[b:m]
+
+    def shutdown(self) -> None:
+        """Wake every waiter on this host: this rank aborts."""
+        self._shut = True
+        if self._segment.closed:
+            return
+        if not self._closed[0]:
+            self._closed[0] = self.rank + 1
+        shm.fence()
+        for kind in (_ARRIVED, _REDUCED):
+            for i in range(self.size):
+                shm._futex_wake(self._address(kind, i))
+
+    def close(self) -> None:
+        if self._segment.closed:
+            return
+        del self._counters, self._closed, self._sleepers, self._result, self._slots
+        try:
+            self._segment.close()
+        except BufferError:
+            logger.debug("the host segment stays mapped until its last view is gone")
+
+
+def attach(rank: int, size: int, peers: Mapping[int, object], timeout_s: float,
+           send: Callable[[object, str], None], recv: Callable[[object], str]) -> HostGroup | None:
+    """Set up the host segment when every pair of ranks shares memory (one host); every rank calls it.
+
+    Rank 0 creates the segment and sends its name; each rank maps it and answers; rank 0 unlinks it and
+    tells everyone whether all mapped it. None (every rank alike) if any could not.
+    """
+    everywhere = all(isinstance(peer, shm.ShmPeer) for peer in peers.values())
+    for peer in peers.values():
+        send(peer, "all" if everywhere else "")
+    answers = [recv(peers[i]) for i in sorted(peers)]
+    if not everywhere or any(answer != "all" for answer in answers):
+        return None  # some pair talks over TCP: not every rank is on this host (or can share memory)
+    slot_bytes = slot_bytes_for(size)
+    nbytes = segment_size(size, slot_bytes)
+    if rank == 0:
+        created = shm._create_segment(nbytes)
+        name = created[0] if created else ""
+        try:
+            for i in range(1, size):
+                send(peers[i], name)
+            answers = [recv(peers[i]) for i in range(1, size)]
+        except BaseException:
+            if created:
+                created[1].close()
+            raise
+        finally:
+            if created:
+                shm._unlink(name)
+        ok = created is not None and all(answer == "mapped" for answer in answers)
+        for i in range(1, size):
+            send(peers[i], "ok" if ok else "")
+        segment = created[1] if created else None
+    else:
+        name = recv(peers[0])
+        segment = shm._open_segment(name, nbytes) if name else None  # rank 0 unlinks it once all have it
+        send(peers[0], "mapped" if segment is not None else "")
+        ok = recv(peers[0]) == "ok"
+    if not ok:
+        if segment is not None:
+            segment.close()
+        return None
+    return HostGroup(rank, size, segment, slot_bytes, peers, timeout_s)
