@@ -27,7 +27,7 @@ import numpy as np
 
 from hopsml.collective import gpu, host, shm
 from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
-from hopsml.collective.ring import (Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered,
+from hopsml.collective.ring import (Layout, Scratch, SendWorker, chain_broadcast, finisher, reduce_rank_ordered,
                                    ring_allreduce)
 from hopsml.collective.timeout import TIMEOUT_ENV, resolve_timeout
 from hopsml.collective.transport import Peer, PeerLost, connect_peers
@@ -79,9 +79,10 @@ class Communicator:
     """
 
     def __init__(self, rank: int, size: int, peers: dict[int, Peer | shm.ShmPeer], timeout_s: float,
-                 host_group: host.HostGroup | None = None) -> None:
+                 host_group: host.HostGroup | None = None, leaders: list[int] | None = None) -> None:
         self._rank = rank
         self._host = host_group
+        self._leaders = leaders
         self._size = size
         self._peers = peers
         self.timeout_s = timeout_s
@@ -123,9 +124,15 @@ class Communicator:
             raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
         peers = connect_peers(rank, size, list(addresses), listener, secret, timeout)
         try:
-            peers = shm.attach_same_host(rank, size, peers)
-            group = host.attach(rank, size, peers, timeout, shm.send_text, shm.recv_text)
-            return cls(rank, size, peers, timeout, group)
+            peers, hosts = shm.attach_same_host(rank, size, peers)
+            group, grouped = host.attach(rank, size, peers, hosts, timeout, shm.send_text, shm.recv_text)
+            keys = [h or f"rank {r}" for r, h in enumerate(hosts)]  # a rank without shared memory: a host of its own
+            leaders = None
+            if grouped and 1 < len(set(keys)) < size:
+                # several hosts, at least one of them with several ranks: reduce within each host, ring
+                # across one leader per host, broadcast within each host
+                leaders = sorted({keys.index(k) for k in keys})
+            return cls(rank, size, peers, timeout, group, leaders)
         except PeerLost as lost:
             for peer in peers.values():
                 peer.close()
@@ -151,9 +158,12 @@ class Communicator:
         return sorted(r for r, peer in self._peers.items() if isinstance(peer, shm.ShmPeer))
 
     @property
-    def uses_host_segment(self) -> bool:
-        """Whether large all-reduces go through one segment shared by all ranks (all on one host)."""
-        return self._host is not None
+    def allreduce_path(self) -> str:
+        """How large all-reduces go: 'host' (all ranks on one host meet in one shared segment), 'hierarchical'
+        (within each host through its segment, across hosts over a ring of one leader per host) or 'ring'."""
+        if self._leaders is not None:
+            return "hierarchical"
+        return "host" if self._host is not None and self._host.size == self._size else "ring"
 
     def __repr__(self) -> str:
         state = "failed" if self._failure else "closed" if self._closed else "open"
@@ -418,7 +428,10 @@ class Communicator:
                 check_headers(self._exchange(header))
                 for dtype, offset, count in layout:
                     region = raw[offset:offset + count * dtype.itemsize].view(dtype)
-                    if self._host is not None:
+                    if self._leaders is not None:
+                        self._hierarchical_allreduce(region, op)
+                        continue
+                    if self._host is not None and self._host.size == self._size:
                         self._host.allreduce(region, op)
                         continue
                     ring_allreduce(region, op, self._rank, self._size, self._prev, self._next, self._worker,
@@ -432,6 +445,23 @@ class Communicator:
 
             check_headers(self._exchange(header, memoryview(raw), sink))
             reduce_rank_ordered(raw, layout, rows, op, self._rank, self._size)
+
+    def _hierarchical_allreduce(self, flat: np.ndarray, op: str) -> None:
+        """Reduce within this host to its leader, ring across the hosts' leaders, broadcast within the host."""
+        combine = "sum" if op == "mean" else op
+        group = self._host
+        if group is not None:
+            group.allreduce(flat, combine, everyone=False)
+        leaders = self._leaders
+        if self._rank in leaders and len(leaders) > 1:
+            i, n = leaders.index(self._rank), len(leaders)
+            ring_allreduce(flat, combine, i, n, self._peers[leaders[(i - 1) % n]], self._peers[leaders[(i + 1) % n]],
+                           self._worker, self._on_failure, SEGMENT_BYTES, self._scratch)
+        if group is not None:
+            group.broadcast_from_leader(flat)
+        finish = finisher(op, flat.dtype, self._size)
+        if finish is not None:
+            finish(flat)
 
     def broadcast(self, array: ArrayT, root: int = 0) -> ArrayT:
         """Overwrite the array on every rank with root's; in place, returned. Every rank passes an array of

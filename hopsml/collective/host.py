@@ -57,22 +57,26 @@ def segment_size(size: int, slot_bytes: int) -> int:
 
 
 class HostGroup:
-    """The same-host all-reduce of one rank; built by `attach` on every rank together."""
+    """The same-host collectives of one rank among `members` (global ranks, in order); built by `attach`."""
 
-    def __init__(self, rank: int, size: int, segment: mmap.mmap, slot_bytes: int,
+    def __init__(self, members: list[int], rank: int, segment: mmap.mmap, slot_bytes: int,
                  peers: Mapping[int, object], timeout_s: float) -> None:
-        self.rank, self.size, self.slot_bytes, self.timeout_s = rank, size, slot_bytes, timeout_s
+        self.members = members
+        self.size = size = len(members)
+        self.index = members.index(rank)
+        self.slot_bytes, self.timeout_s = slot_bytes, timeout_s
+        self._rank = rank
         self._segment = segment
         self._peers = peers
         control = _control_bytes(size)
         self._counters = np.ndarray((2, size, _LINE // 8), np.uint64, buffer=segment)
         self._closed = np.ndarray((1,), np.uint64, buffer=segment, offset=2 * size * _LINE)
-        # sleepers[kind, i, j]: rank j sleeps on rank i's counter of that kind
+        # sleepers[kind, i, j]: member j sleeps on member i's counter of that kind
         self._sleepers = np.ndarray((2, size, size), np.uint8, buffer=segment, offset=2 * size * _LINE + _LINE)
         self._result = np.ndarray((slot_bytes,), np.uint8, buffer=segment, offset=control)
         self._slots = [np.ndarray((slot_bytes,), np.uint8, buffer=segment, offset=control + (i + 1) * slot_bytes)
                        for i in range(size)]
-        self._round = int(self._counters[_ARRIVED, rank, 0])
+        self._round = 0
         self._shut = False
 
     def _address(self, kind: int, i: int) -> int:
@@ -80,39 +84,33 @@ class HostGroup:
 
     def _publish(self, kind: int, value: int) -> None:
         shm.fence()  # the data written before is visible before the counter
-        self._counters[kind, self.rank, 0] = value
+        self._counters[kind, self.index, 0] = value
         shm.fence()
-        if self._sleepers[kind, self.rank].any():
-            shm._futex_wake(self._address(kind, self.rank))
+        if self._sleepers[kind, self.index].any():
+            shm._futex_wake(self._address(kind, self.index))
 
     def _check_alive(self, i: int) -> None:
+        member = self.members[i]
         if self._shut:
-            raise PeerLost(i, "this rank shut its connections down")
+            raise PeerLost(member, "this rank shut its connections down")
         aborted = int(self._closed[0])
         if aborted:  # the rank that aborted: it sent its notice before it closed the segment
             raise PeerLost(aborted - 1, "it aborted")
-        peer = self._peers[i]
-        if peer.signalled():
-            raise PeerLost(i, "peer closed the connection")
+        if self._peers[member].signalled():
+            raise PeerLost(member, "peer closed the connection")
 
-    def _wait_all(self, kind: int, value: int) -> None:
-        """Wait until every other rank's counter of this kind reached `value`."""
-        counters = self._counters[kind]
-        for i in range(self.size):
-            if i == self.rank or int(counters[i, 0]) >= value:
-                continue
-            spin_end = time.perf_counter() + shm._SPIN_S
-            while time.perf_counter() < spin_end and int(counters[i, 0]) < value:
-                pass
-            if int(counters[i, 0]) >= value:
-                continue
-            self._sleep_until(kind, i, value)
-
-    def _sleep_until(self, kind: int, i: int, value: int) -> None:
+    def _wait(self, kind: int, i: int, value: int) -> None:
+        """Wait until member i's counter of this kind reached `value`."""
         counter = self._counters[kind, i]
+        if int(counter[0]) >= value:
+            return
+        spin_end = time.perf_counter() + shm._SPIN_S
+        while time.perf_counter() < spin_end:
+            if int(counter[0]) >= value:
+                return
         address = counter.ctypes.data
         deadline = time.monotonic() + self.timeout_s
-        self._sleepers[kind, i, self.rank] = 1
+        self._sleepers[kind, i, self.index] = 1
         shm.fence()
         try:
             sleep = shm._FIRST_SLICE_S
@@ -123,21 +121,29 @@ class HostGroup:
                 self._check_alive(i)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise PeerLost(i, f"no progress for {self.timeout_s:g} s", timed_out=True)
+                    raise PeerLost(self.members[i], f"no progress for {self.timeout_s:g} s", timed_out=True)
                 shm._futex_wait(address, current & shm._MASK32, min(sleep, remaining))
                 sleep = min(2 * sleep, shm._SLICE_S)
         finally:
-            self._sleepers[kind, i, self.rank] = 0
+            self._sleepers[kind, i, self.index] = 0
 
-    def allreduce(self, flat: np.ndarray, op: str) -> None:
-        """All-reduce the 1-D contiguous array in place with every rank of the host."""
+    def _wait_all(self, kind: int, value: int) -> None:
+        for i in range(self.size):
+            if i != self.index:
+                self._wait(kind, i, value)
+
+    def _views(self, dtype: np.dtype) -> tuple[int, np.ndarray, list[np.ndarray]]:
+        per_round = self.slot_bytes // dtype.itemsize
+        return (per_round, self._result[:per_round * dtype.itemsize].view(dtype),
+                [s[:per_round * dtype.itemsize].view(dtype) for s in self._slots])
+
+    def allreduce(self, flat: np.ndarray, op: str, everyone: bool = True) -> None:
+        """All-reduce the 1-D contiguous array in place among the members; with everyone=False only the first
+        member (the host's leader) gets the result (a reduce, before `broadcast_from_leader`)."""
         ufunc = UFUNCS[op]
-        n, me = self.size, self.rank
+        n, me = self.size, self.index
         finish = finisher(op, flat.dtype, n)
-        dtype, itemsize = flat.dtype, flat.itemsize
-        per_round = self.slot_bytes // itemsize
-        result = self._result[:per_round * itemsize].view(dtype)
-        slots = [s[:per_round * itemsize].view(dtype) for s in self._slots]
+        per_round, result, slots = self._views(flat.dtype)
         mine = slots[me]
         for start in range(0, flat.size, per_round):
             m = min(per_round, flat.size - start)
@@ -159,8 +165,31 @@ class HostGroup:
             result[a:b] = share
             self._publish(_REDUCED, k)
             self._wait_all(_REDUCED, k)
-            data[:a] = result[:a]
-            data[b:] = result[b:m]
+            if everyone or me == 0:
+                data[:a] = result[:a]
+                data[b:] = result[b:m]
+
+    def broadcast_from_leader(self, flat: np.ndarray) -> None:
+        """Copy the first member's array into every member's, in place, through the leader's slot."""
+        per_round, _, slots = self._views(flat.dtype)
+        leader = slots[0]
+        last = 0
+        for start in range(0, flat.size, per_round):
+            m = min(per_round, flat.size - start)
+            data = flat[start:start + m]
+            self._round += 1
+            k = last = self._round
+            if self.index == 0:
+                if k > 1:  # the members have copied the previous round out of the slot
+                    self._wait_all(_ARRIVED, k - 1)
+                leader[:m] = data
+                self._publish(_REDUCED, k)
+            else:
+                self._wait(_REDUCED, 0, k)
+                data[...] = leader[:m]
+                self._publish(_ARRIVED, k)
+        if self.index == 0 and last:  # the slot is free again before the next collective writes it
+            self._wait_all(_ARRIVED, last)
 
     def shutdown(self) -> None:
         """Wake every waiter on this host: this rank aborts."""
@@ -168,7 +197,7 @@ class HostGroup:
         if self._segment.closed:
             return
         if not self._closed[0]:
-            self._closed[0] = self.rank + 1
+            self._closed[0] = self._rank + 1
         shm.fence()
         for kind in (_ARRIVED, _REDUCED):
             for i in range(self.size):
@@ -184,28 +213,45 @@ class HostGroup:
             logger.debug("the host segment stays mapped until its last view is gone")
 
 
-def attach(rank: int, size: int, peers: Mapping[int, object], timeout_s: float,
-           send: Callable[[object, str], None], recv: Callable[[object], str]) -> HostGroup | None:
-    """Set up the host segment when every pair of ranks shares memory (one host); every rank calls it.
+def attach(rank: int, size: int, peers: Mapping[int, object], hosts: list[str], timeout_s: float,
+           send: Callable[[object, str], None], recv: Callable[[object], str]) -> tuple[HostGroup | None, bool]:
+    """Set up the segment of this host's ranks, where every pair of them shares memory; every rank calls it.
 
-    Rank 0 creates the segment and sends its name; each rank maps it and answers; rank 0 unlinks it and
-    tells everyone whether all mapped it. None (every rank alike) if any could not.
+    Returns this rank's group (None when it is alone on its host or the segment could not be made), and
+    whether every host with several ranks has its group: the condition for the hierarchical all-reduce.
+    Within a host, its lowest rank creates the segment and sends its name; each member maps it and
+    answers; the creator unlinks it and tells everyone whether all mapped it.
     """
-    everywhere = all(isinstance(peer, shm.ShmPeer) for peer in peers.values())
+    members = [r for r in range(size) if hosts[r] and hosts[r] == hosts[rank]] or [rank]
+    group = None
+    if len(members) > 1:
+        group = _attach_members(rank, members, peers, timeout_s, send, recv)
+    ready = group is not None or len(members) == 1
     for peer in peers.values():
-        send(peer, "all" if everywhere else "")
-    answers = [recv(peers[i]) for i in sorted(peers)]
+        send(peer, "ready" if ready else "")
+    everyone_ready = all(recv(peers[r]) == "ready" for r in sorted(peers)) and ready
+    return group, everyone_ready
+
+
+def _attach_members(rank: int, members: list[int], peers: Mapping[int, object], timeout_s: float,
+                    send: Callable[[object, str], None], recv: Callable[[object], str]) -> HostGroup | None:
+    others = [r for r in members if r != rank]
+    everywhere = all(isinstance(peers[r], shm.ShmPeer) for r in others)
+    for r in others:
+        send(peers[r], "all" if everywhere else "")
+    answers = [recv(peers[r]) for r in others]
     if not everywhere or any(answer != "all" for answer in answers):
-        return None  # some pair talks over TCP: not every rank is on this host (or can share memory)
-    slot_bytes = slot_bytes_for(size)
-    nbytes = segment_size(size, slot_bytes)
-    if rank == 0:
+        return None  # some pair of this host talks over TCP (it could not share memory)
+    slot_bytes = slot_bytes_for(len(members))
+    nbytes = segment_size(len(members), slot_bytes)
+    creator = members[0]
+    if rank == creator:
         created = shm._create_segment(nbytes)
         name = created[0] if created else ""
         try:
-            for i in range(1, size):
-                send(peers[i], name)
-            answers = [recv(peers[i]) for i in range(1, size)]
+            for r in others:
+                send(peers[r], name)
+            answers = [recv(peers[r]) for r in others]
         except BaseException:
             if created:
                 created[1].close()
@@ -214,16 +260,16 @@ def attach(rank: int, size: int, peers: Mapping[int, object], timeout_s: float,
             if created:
                 shm._unlink(name)
         ok = created is not None and all(answer == "mapped" for answer in answers)
-        for i in range(1, size):
-            send(peers[i], "ok" if ok else "")
+        for r in others:
+            send(peers[r], "ok" if ok else "")
         segment = created[1] if created else None
     else:
-        name = recv(peers[0])
-        segment = shm._open_segment(name, nbytes) if name else None  # rank 0 unlinks it once all have it
-        send(peers[0], "mapped" if segment is not None else "")
-        ok = recv(peers[0]) == "ok"
+        name = recv(peers[creator])
+        segment = shm._open_segment(name, nbytes) if name else None  # the creator unlinks it once all have it
+        send(peers[creator], "mapped" if segment is not None else "")
+        ok = recv(peers[creator]) == "ok"
     if not ok:
         if segment is not None:
             segment.close()
         return None
-    return HostGroup(rank, size, segment, slot_bytes, peers, timeout_s)
+    return HostGroup(members, rank, segment, slot_bytes, peers, timeout_s)

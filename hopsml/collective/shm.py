@@ -403,8 +403,11 @@ def recv_text(peer: Peer) -> str:
     return payload.decode("utf-8", "replace")
 
 
-def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> dict[int, Peer | ShmPeer]:
+def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict[int, Peer | ShmPeer], list[str]]:
     """Move the pairs on this host to shared memory; the rest keep TCP. Every rank must call it together.
+
+    Returns the peers (shared-memory ones where possible) and every rank's host identity ('' for a rank
+    that does not use shared memory).
 
     The set-up messages are small (they fit in the socket buffers), so every rank first sends, then reads:
     host identities to all peers; segment names to the higher same-host peers; then, for the lower ones,
@@ -455,4 +458,4 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> dict[int, 
         result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank)
     if mapped:
         logger.debug("rank %d shares memory with ranks %s", rank, sorted(mapped))
-    return result
+    return result, [mine if r == rank else theirs[r] for r in range(size)]

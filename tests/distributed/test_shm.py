@@ -22,7 +22,7 @@ def shm_entries() -> set[str]:
     return {name for name in os.listdir(shm.SHM_DIR) if name.startswith(shm.NAME_PREFIX)}
 
 
-def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], bool, list[str]]:
+def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], str, list[str]]:
     comm = collective.current()
     failures = []
     for dtype in (np.float32, np.float64, np.int64, np.int8):
@@ -43,7 +43,7 @@ def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], bool, 
         failures.append("broadcast")
     if collective.allgather(rank) != list(range(size)):
         failures.append("allgather")
-    return comm.shared_memory_peers, comm.uses_host_segment, failures
+    return comm.shared_memory_peers, comm.allreduce_path, failures
 
 
 @pytest.mark.parametrize("size", [2, 3])
@@ -52,38 +52,46 @@ def test_ranks_on_one_host_use_shared_memory(ranks, size):
     outcomes = ranks(scenario_transports, size, 3_000_001)
     for rank, outcome in outcomes.items():
         assert outcome.ok, outcome
-        peers, whole_host, failures = outcome.value
+        peers, path, failures = outcome.value
         assert failures == []
         assert peers == [r for r in range(size) if r != rank]
-        assert whole_host, "all ranks on one host: large all-reduces go through the host segment"
+        assert path == "host", "all ranks on one host: large all-reduces go through the host segment"
     assert shm_entries() <= before, "a shared-memory segment was left behind"
 
 
-def test_ranks_on_different_hosts_keep_tcp_between_them(ranks):
-    hosts = ["host-a", "host-a", "host-b", "host-b"]
-    outcomes = ranks(scenario_transports, 4, 1_000_003, env=lambda r: {shm.HOST_ID_ENV: hosts[r]})
-    assert sorted(outcomes) == [0, 1, 2, 3]
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"], ["a", "b", "b", "a", "c"]])
+def test_ranks_on_several_hosts_reduce_hierarchically(ranks, hosts):
+    size = len(hosts)
+    outcomes = ranks(scenario_transports, size, 1_000_003, env=lambda r: {shm.HOST_ID_ENV: hosts[r]})
+    assert sorted(outcomes) == list(range(size))
     for rank, outcome in outcomes.items():
         assert outcome.ok, outcome
-        peers, whole_host, failures = outcome.value
+        peers, path, failures = outcome.value
         assert failures == []
-        assert peers == [r for r in range(4) if r != rank and hosts[r] == hosts[rank]]
-        assert not whole_host
+        assert peers == [r for r in range(size) if r != rank and hosts[r] == hosts[rank]], "TCP between hosts"
+        assert path == "hierarchical"
+
+
+def test_one_rank_per_host_is_a_plain_ring(ranks):
+    outcomes = ranks(scenario_transports, 3, 100_003, env=lambda r: {shm.HOST_ID_ENV: f"host-{r}"})
+    for outcome in outcomes.values():
+        assert outcome.ok, outcome
+        assert outcome.value == ([], "ring", [])
 
 
 def test_shared_memory_can_be_turned_off(ranks):
     outcomes = ranks(scenario_transports, 2, 100_003, env=lambda r: {shm.SHM_ENV: "0"} if r == 1 else {})
     for outcome in outcomes.values():
         assert outcome.ok, outcome
-        assert outcome.value == ([], False, [])
+        assert outcome.value == ([], "ring", [])
 
 
-def scenario_die_in_shm(rank: int, size: int, victim: int) -> str:
+def scenario_die_in_shm(rank: int, size: int, victim: int, hosts: str | None) -> str:
     import signal
     import time
     data = np.ones(2_000_000, dtype=np.float32)
-    if collective.current().shared_memory_peers != [r for r in range(size) if r != rank]:
-        return "not on shared memory"
+    if collective.current().allreduce_path != ("hierarchical" if hosts else "host"):
+        return "not on the expected path"
     for i in range(100_000):
         if rank == victim and i == 3:
             threading.Thread(target=lambda: (time.sleep(0.005), os.kill(os.getpid(), signal.SIGKILL))).start()
@@ -91,10 +99,11 @@ def scenario_die_in_shm(rank: int, size: int, victim: int) -> str:
     return "finished without noticing the dead rank"
 
 
-@pytest.mark.parametrize("size,victim", [(2, 0), (3, 1), (4, 3)])
-def test_sigkilled_rank_is_named_and_leaves_no_segment(ranks, size, victim):
+@pytest.mark.parametrize("size,victim,hosts", [(2, 0, None), (3, 1, None), (4, 3, None), (4, 1, "aabb"), (4, 2, "aabb")])
+def test_sigkilled_rank_is_named_and_leaves_no_segment(ranks, size, victim, hosts):
     before = shm_entries()
-    outcomes = ranks(scenario_die_in_shm, size, victim, timeout_s=60.0)
+    env = (lambda r: {shm.HOST_ID_ENV: hosts[r]}) if hosts else None
+    outcomes = ranks(scenario_die_in_shm, size, victim, hosts, timeout_s=60.0, env=env)
     assert victim not in outcomes, "the victim should have died"
     assert sorted(outcomes) == [r for r in range(size) if r != victim]
     for outcome in outcomes.values():
