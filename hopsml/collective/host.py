@@ -34,7 +34,7 @@ from hopsml.collective.transport import PeerLost
 
 logger = logging.getLogger(__name__)
 
-SEGMENT_BUDGET = 48 << 20  # bytes of shared memory for the slots and the result area together
+SEGMENT_BUDGET = 32 << 20  # bytes for the slots and the result area together (Docker gives /dev/shm 64 MiB)
 _LINE = 64
 _ARRIVED, _REDUCED = 0, 1
 
