@@ -118,7 +118,8 @@ class HostGroup:
                 current = int(counter[0])
                 if current >= value:
                     return
-                self._check_alive(i)
+                if sleep > shm._FIRST_SLICE_S or self._shut:  # after a sleep that brought nothing
+                    self._check_alive(i)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise PeerLost(self.members[i], f"no progress for {self.timeout_s:g} s", timed_out=True)

@@ -60,6 +60,7 @@ _MAGIC = b"HMLS"
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 _SYS_FUTEX = 202  # x86-64
 _MASK32 = 0xFFFFFFFF
+_BELL = (b"\x01",)
 
 
 class _Timespec(ctypes.Structure):
@@ -81,21 +82,23 @@ def fence() -> None:
 def _syscall() -> Callable[..., int]:
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
+        libc = ctypes.CDLL(None, use_errno=True)
+        # futex(uaddr, op, val, timeout, uaddr2, val3): typed once, so that a call converts plain ints quickly
+        libc.syscall.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint,
+                                 ctypes.POINTER(_Timespec), ctypes.c_void_p, ctypes.c_int]
+        libc.syscall.restype = ctypes.c_long
+        _libc = libc
     return _libc.syscall
 
 
 def _futex_wait(address: int, expected: int, seconds: float) -> None:
     """Sleep while the 32-bit word at `address` holds `expected`, at most `seconds` (GIL released)."""
     ts = _Timespec(int(seconds), int((seconds - int(seconds)) * 1e9))
-    _syscall()(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(address), ctypes.c_int(_FUTEX_WAIT),
-               ctypes.c_uint(expected), ctypes.byref(ts), ctypes.c_void_p(None), ctypes.c_int(0))
+    _syscall()(_SYS_FUTEX, address, _FUTEX_WAIT, expected, ts, None, 0)
 
 
 def _futex_wake(address: int) -> None:
-    _syscall()(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(address), ctypes.c_int(_FUTEX_WAKE),
-               ctypes.c_int(1 << 30), ctypes.c_void_p(None), ctypes.c_void_p(None), ctypes.c_int(0))
+    _syscall()(_SYS_FUTEX, address, _FUTEX_WAKE, 1 << 30, None, None, 0)
 
 
 def supported() -> bool:
@@ -166,6 +169,7 @@ class ShmPeer:
         first, second = Channel(segment, 0, capacity), Channel(segment, _PAGE + capacity, capacity)
         self._out, self._in = (first, second) if creator else (second, first)
         self._shut = False
+        self._bell = memoryview(bytearray(1))
 
     def __repr__(self) -> str:
         return f"ShmPeer(rank={self.rank})"
@@ -200,7 +204,10 @@ class ShmPeer:
                 value = int(ctl[index])
                 if ready(value):
                     return value
-                self._check_alive()
+                if sleep > _FIRST_SLICE_S:  # after a sleep that brought nothing: is the peer still there?
+                    self._check_alive()
+                elif self._shut:
+                    self._check_alive()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise PeerLost(self.rank, f"no progress for {self.timeout_s:g} s", timed_out=True)
@@ -208,6 +215,35 @@ class ShmPeer:
                 sleep = min(2 * sleep, _SLICE_S)
         finally:
             ctl[sleeper] = 0
+
+    def _ring_bell(self) -> None:
+        """Wake the peer's receiver, asleep on the data connection: a byte on TCP rather than a futex, because
+        the kernel wakes a socket's reader as a synchronous hand-off (on a busy host it then runs at once)."""
+        self._tcp.send(_BELL)
+
+    def _wait_data(self, ctl: np.ndarray, tail: int) -> int:
+        """Wait until the incoming ring's head moves past `tail`; returns the head. Sleeps in a blocking read of
+        the idle data connection, which also ends at once with PeerLost when the peer dies or aborts (its
+        socket closes), or after the collective timeout."""
+        spin_end = time.perf_counter() + _SPIN_S
+        while True:
+            head = int(ctl[_HEAD])
+            if head != tail:
+                return head
+            if time.perf_counter() >= spin_end:
+                break
+        ctl[_HEAD_SLEEPER] = 1
+        fence()
+        try:
+            while True:
+                head = int(ctl[_HEAD])
+                if head != tail:
+                    return head
+                if self._shut:
+                    self._check_alive()
+                self._tcp.recv_into(self._bell)  # a bell rung for an earlier sleep just loops once more
+        finally:
+            ctl[_HEAD_SLEEPER] = 0
 
     # the Peer interface
 
@@ -218,6 +254,20 @@ class ShmPeer:
         head = int(ctl[_HEAD])
         published = head
         tail = int(ctl[_TAIL])
+        total = sum(len(b) for b in buffers) if len(buffers) > 1 else len(buffers[0])
+        pos = head % capacity
+        if total <= min(capacity - (head - tail), capacity - pos, _PUBLISH_BYTES) and not self._shut:
+            for buffer in buffers:  # the common small message: no wrap, no wait, one publication
+                n = len(buffer)
+                view[pos:pos + n] = buffer if isinstance(buffer, bytes) or buffer.format == "B" else \
+                    memoryview(buffer).cast("B")
+                pos += n
+            fence()
+            ctl[_HEAD] = head + total
+            fence()
+            if ctl[_HEAD_SLEEPER]:
+                self._ring_bell()
+            return
         for buffer in buffers:
             src = memoryview(buffer).cast("B") if not isinstance(buffer, memoryview) or buffer.format != "B" \
                 else buffer
@@ -230,7 +280,7 @@ class ShmPeer:
                         ctl[_HEAD] = head
                         fence()
                         if ctl[_HEAD_SLEEPER]:
-                            _futex_wake(ring.head_address)
+                            self._ring_bell()
                         published = head
                     if free == 0:
                         tail = self._wait(ctl, _TAIL, ring.tail_address, lambda t, h=head: capacity - (h - t) > 0)
@@ -247,7 +297,7 @@ class ShmPeer:
             ctl[_HEAD] = head
             fence()
             if ctl[_HEAD_SLEEPER]:
-                _futex_wake(ring.head_address)
+                self._ring_bell()
 
     def _receive(self, n: int, consume: Callable[[memoryview, int, int], None]) -> None:
         """Hand `n` bytes from the incoming ring to `consume(ring_view, done, k)` piece by piece."""
@@ -258,7 +308,7 @@ class ShmPeer:
         done = 0
         while done < n:
             if head == tail:
-                head = self._wait(ctl, _HEAD, ring.head_address, lambda h, t=tail: h != t)
+                head = self._wait_data(ctl, tail)
             pos = tail % capacity
             k = min(head - tail, capacity - pos, n - done)
             consume(view[pos:pos + k], done, k)
@@ -272,7 +322,19 @@ class ShmPeer:
     def recv_into(self, view: memoryview) -> None:
         """Fill the whole byte view from the peer."""
         target = view.cast("B") if view.format != "B" else view
-        self._receive(len(target), lambda src, done, k: _copy(target[done:done + k], src, k))
+        n = len(target)
+        ring = self._in
+        ctl, capacity = ring.ctl, ring.capacity
+        tail = int(ctl[_TAIL])
+        pos = tail % capacity
+        if n < 1 << 16 and pos + n <= capacity and int(ctl[_HEAD]) - tail >= n:
+            target[:] = ring.view[pos:pos + n]  # the common small message, already there and not wrapped
+            ctl[_TAIL] = tail + n
+            fence()
+            if ctl[_TAIL_SLEEPER]:
+                _futex_wake(ring.tail_address)
+            return
+        self._receive(n, lambda src, done, k: _copy(target[done:done + k], src, k))
 
     def recv_reduce(self, dst: np.ndarray, ufunc: np.ufunc) -> None:
         """Combine the peer's next dst.nbytes bytes into dst with the ufunc, straight out of the ring."""
