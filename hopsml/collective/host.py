@@ -14,9 +14,10 @@ Each rank moves about 4.5 bytes of memory traffic per byte of data with 4 ranks 
 and waits twice per round instead of once per segment. A round reuses the slots only after every rank
 has passed the wait that follows their last use, so no extra synchronisation is needed.
 
-Waits are those of the shared-memory rings (`shm`): spin briefly, then sleep on a futex, checking the
-collective timeout and the liveness of the rank waited for; an aborting rank closes the segment, which
-wakes every waiter at once.
+Waits are those of the shared-memory rings (`shm`): spin briefly, then sleep in a read of the idle TCP
+data connection to the rank waited for, which rings one byte when it publishes; that read ends with the
+collective timeout, or at once when that rank dies or aborts (its connections close). An aborting rank
+also marks the segment closed, so that a waiter woken by anything names it.
 """
 
 from __future__ import annotations
@@ -79,25 +80,21 @@ class HostGroup:
         self._round = 0
         self._shut = False
 
-    def _address(self, kind: int, i: int) -> int:
-        return self._counters[kind, i].ctypes.data
-
     def _publish(self, kind: int, value: int) -> None:
         shm.fence()  # the data written before is visible before the counter
         self._counters[kind, self.index, 0] = value
         shm.fence()
-        if self._sleepers[kind, self.index].any():
-            shm._futex_wake(self._address(kind, self.index))
+        sleepers = self._sleepers[kind, self.index]
+        if sleepers.any():
+            for j in np.flatnonzero(sleepers):
+                self._peers[self.members[j]].ring_bell()
 
-    def _check_alive(self, i: int) -> None:
-        member = self.members[i]
+    def _check_closed(self, i: int) -> None:
         if self._shut:
-            raise PeerLost(member, "this rank shut its connections down")
+            raise PeerLost(self.members[i], "this rank shut its connections down")
         aborted = int(self._closed[0])
         if aborted:  # the rank that aborted: it sent its notice before it closed the segment
             raise PeerLost(aborted - 1, "it aborted")
-        if self._peers[member].signalled():
-            raise PeerLost(member, "peer closed the connection")
 
     def _wait(self, kind: int, i: int, value: int) -> None:
         """Wait until member i's counter of this kind reached `value`."""
@@ -108,23 +105,13 @@ class HostGroup:
         while time.perf_counter() < spin_end:
             if int(counter[0]) >= value:
                 return
-        address = counter.ctypes.data
-        deadline = time.monotonic() + self.timeout_s
+        peer = self._peers[self.members[i]]
         self._sleepers[kind, i, self.index] = 1
         shm.fence()
         try:
-            sleep = shm._FIRST_SLICE_S
-            while True:
-                current = int(counter[0])
-                if current >= value:
-                    return
-                if sleep > shm._FIRST_SLICE_S or self._shut:  # after a sleep that brought nothing
-                    self._check_alive(i)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise PeerLost(self.members[i], f"no progress for {self.timeout_s:g} s", timed_out=True)
-                shm._futex_wait(address, current & shm._MASK32, min(sleep, remaining))
-                sleep = min(2 * sleep, shm._SLICE_S)
+            while int(counter[0]) < value:
+                self._check_closed(i)
+                peer.wait_bell()  # a bell rung for an earlier wait just loops once more
         finally:
             self._sleepers[kind, i, self.index] = 0
 
@@ -199,10 +186,7 @@ class HostGroup:
             return
         if not self._closed[0]:
             self._closed[0] = self._rank + 1
-        shm.fence()
-        for kind in (_ARRIVED, _REDUCED):
-            for i in range(self.size):
-                shm._futex_wake(self._address(kind, i))
+        shm.fence()  # members asleep on this rank's bell wake when the communicator shuts the connections down
 
     def close(self) -> None:
         if self._segment.closed:

@@ -221,6 +221,16 @@ class ShmPeer:
         the kernel wakes a socket's reader as a synchronous hand-off (on a busy host it then runs at once)."""
         self._tcp.send(_BELL)
 
+    def ring_bell(self) -> None:
+        """Wake the peer if it sleeps in `wait_bell` (used by the host segment's counters too)."""
+        self._tcp.send(_BELL)
+
+    def wait_bell(self) -> None:
+        """Sleep until the peer rings (or rang earlier), raising PeerLost if it dies, aborts or the timeout passes."""
+        if self._shut:
+            self._check_alive()
+        self._tcp.recv_into(self._bell)
+
     def _wait_data(self, ctl: np.ndarray, tail: int) -> int:
         """Wait until the incoming ring's head moves past `tail`; returns the head. Sleeps in a blocking read of
         the idle data connection, which also ends at once with PeerLost when the peer dies or aborts (its
