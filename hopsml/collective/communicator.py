@@ -6,6 +6,10 @@ ranks wait on each other. Messages of at most SMALL_BYTES travel inside that sam
 combined in rank order on every rank (one round trip: the latency path). Larger ones go around the
 pipelined ring after the header check (the bandwidth path). Both give every rank identical bits.
 
+Ranks on the same host move their data through shared memory (`shm`: a ring per pair and direction); when
+all ranks share one host, large all-reduces meet in one segment (`host`); across hosts they are
+hierarchical: within each host through its segment, over TCP between one leader per host.
+
 A peer that dies, disconnects or stops making progress for `timeout_s` becomes a CollectiveError on this
 rank; the rank then tells every peer why on the control connections and shuts its data connections down,
 so that the other ranks fail at once with the same root cause instead of waiting for their timeout.
@@ -396,7 +400,7 @@ class Communicator:
             layout.append((dtype, offset, counts[g]))
             offset += -(-counts[g] * dtype.itemsize // _ALIGN) * _ALIGN
         desc = _fused_description(arrays, layout)
-        raw = np.empty(0 if problem else offset, dtype=np.uint8)
+        raw = self._scratch.get("fused", offset)[:0 if problem else offset]  # kept across calls
 
         def region(i: int) -> np.ndarray:
             g, start = places[i]

@@ -99,7 +99,8 @@ def scenario_die_in_shm(rank: int, size: int, victim: int, hosts: str | None) ->
     return "finished without noticing the dead rank"
 
 
-@pytest.mark.parametrize("size,victim,hosts", [(2, 0, None), (3, 1, None), (4, 3, None), (4, 1, "aabb"), (4, 2, "aabb")])
+@pytest.mark.parametrize("size,victim,hosts",
+                         [(2, 0, None), (3, 1, None), (4, 3, None), (4, 1, "aabb"), (4, 2, "aabb")])
 def test_sigkilled_rank_is_named_and_leaves_no_segment(ranks, size, victim, hosts):
     before = shm_entries()
     env = (lambda r: {shm.HOST_ID_ENV: hosts[r]}) if hosts else None
