@@ -10,10 +10,13 @@ full /dev/shm, shared memory turned off on either side) keeps TCP.
 
 Each direction is a single-producer single-consumer ring: the producer copies into it and advances
 `head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side
-spins briefly, then sleeps on a futex on the counter it waits for, in slices, so that every wait keeps
-the collective timeout and notices a dead peer (its TCP connection closes) or an aborting one (it sets
-the ring's `closed` word). The TCP connections stay open: the control connection still carries abort
-notices.
+spins briefly, then announces that it sleeps and re-reads the counter (with a memory fence between, so
+that the other side cannot miss it). A receiver then sleeps in a blocking read of the now idle TCP
+data connection, and the producer rings it with one byte: the kernel hands a socket's reader the CPU
+synchronously, and the read ends at once when the peer dies or aborts (its connections close), or
+after the collective timeout. A producer waiting for space sleeps on a futex on `tail`, in slices
+that check the peer's control connection and the deadline. The control connection still carries
+abort notices.
 
 Linux on x86-64 only: the rings rely on its ordering of plain stores (data before `head`) and on the
 futex system call; elsewhere every pair keeps TCP.
