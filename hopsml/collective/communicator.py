@@ -6,6 +6,10 @@ ranks wait on each other. Messages of at most SMALL_BYTES travel inside that sam
 combined in rank order on every rank (one round trip: the latency path). Larger ones go around the
 pipelined ring after the header check (the bandwidth path). Both give every rank identical bits.
 
+Ranks on the same host move their data through shared memory (`shm`: a ring per pair and direction); when
+all ranks share one host, large all-reduces meet in one segment (`host`); across hosts they are
+hierarchical: within each host through its segment, over TCP between one leader per host.
+
 A peer that dies, disconnects or stops making progress for `timeout_s` becomes a CollectiveError on this
 rank; the rank then tells every peer why on the control connections and shuts its data connections down,
 so that the other ranks fail at once with the same root cause instead of waiting for their timeout.
@@ -25,9 +29,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hopsml.collective import gpu
+from hopsml.collective import gpu, host, shm
 from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
-from hopsml.collective.ring import (Layout, SendWorker, chain_broadcast, reduce_rank_ordered, ring_allreduce)
+from hopsml.collective.ring import (Layout, Scratch, SendWorker, chain_broadcast, finisher, reduce_rank_ordered,
+                                   ring_allreduce)
 from hopsml.collective.timeout import TIMEOUT_ENV, resolve_timeout
 from hopsml.collective.transport import Peer, PeerLost, connect_peers
 from hopsml.errors import CollectiveError, SettingsError
@@ -77,8 +82,11 @@ class Communicator:
     ranks asked for different things) it stays usable.
     """
 
-    def __init__(self, rank: int, size: int, peers: dict[int, Peer], timeout_s: float) -> None:
+    def __init__(self, rank: int, size: int, peers: dict[int, Peer | shm.ShmPeer], timeout_s: float,
+                 host_group: host.HostGroup | None = None, leaders: list[int] | None = None) -> None:
         self._rank = rank
+        self._host = host_group
+        self._leaders = leaders
         self._size = size
         self._peers = peers
         self.timeout_s = timeout_s
@@ -88,6 +96,7 @@ class Communicator:
         self._fail_lock = threading.Lock()
         self._closed = False
         self._worker = SendWorker(f"hopsml-collective-send-{rank}") if size > 1 else None
+        self._scratch = Scratch()
         self._prev = peers.get((rank - 1) % size)
         self._next = peers.get((rank + 1) % size)
         self._nccl: gpu.NcclComm | None = None
@@ -117,7 +126,27 @@ class Communicator:
                                 "in rank order")
         if not isinstance(secret, bytes) or not secret:
             raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
-        return cls(rank, size, connect_peers(rank, size, list(addresses), listener, secret, timeout), timeout)
+        peers = connect_peers(rank, size, list(addresses), listener, secret, timeout)
+        try:
+            peers, hosts = shm.attach_same_host(rank, size, peers)
+            group, grouped = host.attach(rank, size, peers, hosts, timeout, shm.send_text, shm.recv_text)
+            keys = [h or f"rank {r}" for r, h in enumerate(hosts)]  # a rank without shared memory: a host of its own
+            leaders = None
+            if grouped and 1 < len(set(keys)) < size:
+                # several hosts, at least one of them with several ranks: reduce within each host, ring
+                # across one leader per host, broadcast within each host
+                leaders = sorted({keys.index(k) for k in keys})
+            return cls(rank, size, peers, timeout, group, leaders)
+        except PeerLost as lost:
+            for peer in peers.values():
+                peer.close()
+            raise CollectiveError(f"rank {rank} lost its connection to rank {lost.peer} ({lost.reason}) while "
+                                  "setting up shared memory with the ranks on its host; look at that rank's log "
+                                  "for the cause") from None
+        except BaseException:
+            for peer in peers.values():
+                peer.close()
+            raise
 
     @property
     def rank(self) -> int:
@@ -126,6 +155,19 @@ class Communicator:
     @property
     def size(self) -> int:
         return self._size
+
+    @property
+    def shared_memory_peers(self) -> list[int]:
+        """The ranks this rank exchanges data with through shared memory (same host); the others use TCP."""
+        return sorted(r for r, peer in self._peers.items() if isinstance(peer, shm.ShmPeer))
+
+    @property
+    def allreduce_path(self) -> str:
+        """How large all-reduces go: 'host' (all ranks on one host meet in one shared segment), 'hierarchical'
+        (within each host through its segment, across hosts over a ring of one leader per host) or 'ring'."""
+        if self._leaders is not None:
+            return "hierarchical"
+        return "host" if self._host is not None and self._host.size == self._size else "ring"
 
     def __repr__(self) -> str:
         state = "failed" if self._failure else "closed" if self._closed else "open"
@@ -149,6 +191,8 @@ class Communicator:
                 logger.warning("destroying the NCCL communicator failed: %s", exc)
         if self._worker is not None:
             self._worker.close()
+        if self._host is not None:
+            self._host.close()
         for peer in self._peers.values():
             peer.close()
 
@@ -181,6 +225,8 @@ class Communicator:
         logger.error("%s", message)
         for peer in self._peers.values():
             peer.send_notice(cause or message)
+        if self._host is not None:  # after the notices: a rank woken by it reads this rank's notice
+            self._host.shutdown()
         for peer in self._peers.values():
             peer.shutdown()
 
@@ -354,7 +400,7 @@ class Communicator:
             layout.append((dtype, offset, counts[g]))
             offset += -(-counts[g] * dtype.itemsize // _ALIGN) * _ALIGN
         desc = _fused_description(arrays, layout)
-        raw = np.empty(0 if problem else offset, dtype=np.uint8)
+        raw = self._scratch.get("fused", offset)[:0 if problem else offset]  # kept across calls
 
         def region(i: int) -> np.ndarray:
             g, start = places[i]
@@ -386,16 +432,40 @@ class Communicator:
                 check_headers(self._exchange(header))
                 for dtype, offset, count in layout:
                     region = raw[offset:offset + count * dtype.itemsize].view(dtype)
+                    if self._leaders is not None:
+                        self._hierarchical_allreduce(region, op)
+                        continue
+                    if self._host is not None and self._host.size == self._size:
+                        self._host.allreduce(region, op)
+                        continue
                     ring_allreduce(region, op, self._rank, self._size, self._prev, self._next, self._worker,
-                                   self._on_failure, SEGMENT_BYTES)
+                                   self._on_failure, SEGMENT_BYTES, self._scratch)
                 return
-            rows = np.empty((self._size, -(-nbytes // _ALIGN) * _ALIGN), dtype=np.uint8)
+            stride = -(-nbytes // _ALIGN) * _ALIGN
+            rows = self._scratch.get("rows", self._size * stride)[:self._size * stride].reshape(self._size, stride)
 
             def sink(rank: int, theirs: Header) -> memoryview | None:
                 return memoryview(rows[rank, :nbytes]) if theirs.inline == nbytes else None
 
             check_headers(self._exchange(header, memoryview(raw), sink))
             reduce_rank_ordered(raw, layout, rows, op, self._rank, self._size)
+
+    def _hierarchical_allreduce(self, flat: np.ndarray, op: str) -> None:
+        """Reduce within this host to its leader, ring across the hosts' leaders, broadcast within the host."""
+        combine = "sum" if op == "mean" else op
+        group = self._host
+        if group is not None:
+            group.allreduce(flat, combine, everyone=False)
+        leaders = self._leaders
+        if self._rank in leaders and len(leaders) > 1:
+            i, n = leaders.index(self._rank), len(leaders)
+            ring_allreduce(flat, combine, i, n, self._peers[leaders[(i - 1) % n]], self._peers[leaders[(i + 1) % n]],
+                           self._worker, self._on_failure, SEGMENT_BYTES, self._scratch)
+        if group is not None:
+            group.broadcast_from_leader(flat)
+        finish = finisher(op, flat.dtype, self._size)
+        if finish is not None:
+            finish(flat)
 
     def broadcast(self, array: ArrayT, root: int = 0) -> ArrayT:
         """Overwrite the array on every rank with root's; in place, returned. Every rank passes an array of

@@ -150,9 +150,28 @@ def run_pipeline(worker: SendWorker, on_failure: Callable[[PeerLost], None],
             raise job.error
 
 
+class Scratch:
+    """Buffers kept by a communicator across calls, so that a collective does not allocate (and fault in
+    fresh pages) every time; they grow to the largest size asked for."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, nbytes: int) -> np.ndarray:
+        """A uint8 buffer of at least `nbytes` bytes (its contents are whatever the last user left)."""
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size < nbytes:
+            buffer = self._buffers[name] = np.empty(max(nbytes, 64), dtype=np.uint8)
+        return buffer
+
+
 def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, next_: Peer,
-                   worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int) -> None:
-    """All-reduce the 1-D contiguous array in place around the ring prev -> rank -> next."""
+                   worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int,
+                   scratch: Scratch | None = None) -> None:
+    """All-reduce the 1-D contiguous array in place around the ring prev -> rank -> next.
+
+    A peer that can combine its data straight into ours (`recv_reduce`, shared memory) does so; from any
+    other peer the reduce-scatter segments land in a scratch buffer first."""
     ufunc = UFUNCS[op]
     finish = finisher(op, flat.dtype, size)
     itemsize = flat.itemsize
@@ -180,12 +199,20 @@ def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, 
             targets.append((a, b))
             recvs.append(raw[a * itemsize:b * itemsize])
 
-    scratch = np.empty(max(b - a for chunk in chunks for a, b in chunk), dtype=flat.dtype)
-    scratch_raw = memoryview(scratch.view(np.uint8))
     reduced_items = scatter_steps * per_chunk
     last_reduce_step = scatter_steps - 1
-    for i in range(reduced_items):  # reduce-scatter segments land in the scratch buffer, not in place
-        recvs[i] = scratch_raw[:len(recvs[i])]
+    direct = hasattr(prev, "recv_reduce")
+    if direct:
+        empty = memoryview(b"")
+        for i in range(reduced_items):  # combined in on_received, straight from the peer
+            recvs[i] = empty
+    else:
+        biggest = max(b - a for chunk in chunks for a, b in chunk) * itemsize
+        buffer = scratch.get("ring", biggest) if scratch is not None else np.empty(biggest, np.uint8)
+        received = buffer[:biggest].view(flat.dtype)
+        scratch_raw = memoryview(buffer)
+        for i in range(reduced_items):  # reduce-scatter segments land in the scratch buffer, not in place
+            recvs[i] = scratch_raw[:len(recvs[i])]
 
     def on_received(index: int) -> None:
         if index >= reduced_items:
@@ -194,7 +221,10 @@ def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, 
         if a == b:
             return
         dst = flat[a:b]
-        ufunc(dst, scratch[:b - a], out=dst)
+        if direct:
+            prev.recv_reduce(dst, ufunc)
+        else:
+            ufunc(dst, received[:b - a], out=dst)
         if finish is not None and index // per_chunk == last_reduce_step:
             finish(dst)
 

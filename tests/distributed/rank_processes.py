@@ -47,7 +47,10 @@ class _ListHandler(logging.Handler):
 
 
 def _rank_entry(rank: int, size: int, target: Callable[..., Any], args: tuple, timeout_s: float,
-                address_q: mp.Queue, conn: Any, result_q: mp.Queue) -> None:
+                address_q: mp.Queue, conn: Any, result_q: mp.Queue, env: dict[str, str]) -> None:
+    import os
+
+    os.environ.update(env)
     from hopsml import collective
 
     lines: list[str] = []
@@ -68,9 +71,12 @@ def _rank_entry(rank: int, size: int, target: Callable[..., Any], args: tuple, t
 
 
 def run_ranks(target: Callable[..., Any], size: int, *args: Any, timeout_s: float = 20.0, join_s: float = 90.0,
-              before_start: Callable[[list[str]], None] | None = None) -> dict[int, Outcome]:
+              before_start: Callable[[list[str]], None] | None = None,
+              env: Callable[[int], dict[str, str]] | None = None) -> dict[int, Outcome]:
     """Run `target(rank, size, *args)` in `size` processes; returns each rank's Outcome (missing if it died).
 
+    `env(rank)` gives environment variables set in that rank before it connects (e.g. a host id, so
+    that ranks on this machine look like ranks on different hosts).
     `before_start(addresses)` runs after all ranks listen and before they learn the addresses. The test
     fails, instead of hanging, if the ranks are not done after `join_s` seconds.
     """
@@ -78,7 +84,8 @@ def run_ranks(target: Callable[..., Any], size: int, *args: Any, timeout_s: floa
     address_q, result_q = ctx.Queue(), ctx.Queue()
     pipes = [ctx.Pipe() for _ in range(size)]
     processes = [ctx.Process(target=_rank_entry, daemon=True,
-                             args=(r, size, target, args, timeout_s, address_q, pipes[r][1], result_q))
+                             args=(r, size, target, args, timeout_s, address_q, pipes[r][1], result_q,
+                                   env(r) if env is not None else {}))
                  for r in range(size)]
     for process in processes:
         process.start()

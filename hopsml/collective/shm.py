@@ -1,0 +1,536 @@
+"""Shared memory between ranks on the same host: a byte ring per direction in a /dev/shm segment.
+
+After the authenticated TCP mesh is up, every rank tells every peer its host identity (boot id and host
+name) over the data connection. Each pair on the same host then moves its collective data through a
+segment of shared memory instead of TCP: the lower rank creates the segment (mode 0600, a random name)
+and sends its name over their authenticated connection; the higher rank maps it and answers; both
+unlink it at once, so that from then on it lives only in the two mappings and nothing is left behind
+when either process ends, SIGKILL included. A pair that cannot share memory (another IPC namespace, a
+full /dev/shm, shared memory turned off on either side) keeps TCP.
+
+Each direction is a single-producer single-consumer ring: the producer copies into it and advances
+`head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side
+spins briefly, then announces that it sleeps and re-reads the counter (with a memory fence between, so
+that the other side cannot miss it). A receiver then sleeps in a blocking read of the now idle TCP
+data connection, and the producer rings it with one byte: the kernel hands a socket's reader the CPU
+synchronously, and the read ends at once when the peer dies or aborts (its connections close), or
+after the collective timeout. A producer waiting for space sleeps on a futex on `tail`, in slices
+that check the peer's control connection and the deadline. The control connection still carries
+abort notices.
+
+Linux on x86-64 only: the rings rely on its ordering of plain stores (data before `head`) and on the
+futex system call; elsewhere every pair keeps TCP.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import os
+import platform
+import secrets
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from hopsml.collective.transport import Peer, PeerLost
+
+logger = logging.getLogger(__name__)
+
+SHM_ENV = "HOPSML_COLLECTIVE_SHM"  # '0' keeps every pair on TCP
+HOST_ID_ENV = "HOPSML_COLLECTIVE_HOST_ID"  # replaces the host identity; for tests that fake several hosts
+SHM_DIR = "/dev/shm"
+NAME_PREFIX = "hopsml-"
+NEIGHBOUR_CAPACITY = 2 << 20  # ring bytes per direction between ring neighbours (the bandwidth path)
+OTHER_CAPACITY = 256 << 10  # between other pairs: headers and small inline payloads only
+_PUBLISH_BYTES = 256 << 10  # the producer publishes at least this often, so the consumer starts early
+_SPIN_S = 20e-6  # busy-wait this long before sleeping: short, the host's cores are shared by the ranks
+_FIRST_SLICE_S = 0.001  # a sleep is this short at first, doubling up to _SLICE_S between liveness and
+_SLICE_S = 0.05  # deadline checks
+_PAGE = 4096
+# uint64 indexes in a channel's control page, each on its own cache line: the counters, the closed flag,
+# and whether a side sleeps on a counter (the other side makes the wake-up system call only then)
+_HEAD, _TAIL, _CLOSED, _HEAD_SLEEPER, _TAIL_SLEEPER = 0, 8, 16, 24, 32
+_SLEEPER = {_HEAD: _HEAD_SLEEPER, _TAIL: _TAIL_SLEEPER}
+_HELLO = struct.Struct("!4sH")
+_MAGIC = b"HMLS"
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_SYS_FUTEX = 202  # x86-64
+_MASK32 = 0xFFFFFFFF
+_BELL = (b"\x01",)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_libc: ctypes.CDLL | None = None
+_fence_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier on this CPU: taking a lock is a locked instruction, which drains the store buffer
+    and the write-combining buffers of large copies' non-temporal stores. Between writing data and the
+    counter that publishes it, and between announcing a sleep and re-reading the counter slept on."""
+    with _fence_lock:
+        pass
+
+
+def _syscall() -> Callable[..., int]:
+    global _libc
+    if _libc is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        # futex(uaddr, op, val, timeout, uaddr2, val3): typed once, so that a call converts plain ints quickly
+        libc.syscall.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint,
+                                 ctypes.POINTER(_Timespec), ctypes.c_void_p, ctypes.c_int]
+        libc.syscall.restype = ctypes.c_long
+        _libc = libc
+    return _libc.syscall
+
+
+def _futex_wait(address: int, expected: int, seconds: float) -> None:
+    """Sleep while the 32-bit word at `address` holds `expected`, at most `seconds` (GIL released)."""
+    ts = _Timespec(int(seconds), int((seconds - int(seconds)) * 1e9))
+    _syscall()(_SYS_FUTEX, address, _FUTEX_WAIT, expected, ts, None, 0)
+
+
+def _futex_wake(address: int) -> None:
+    _syscall()(_SYS_FUTEX, address, _FUTEX_WAKE, 1 << 30, None, None, 0)
+
+
+def supported() -> bool:
+    """Whether this process can use shared memory for collectives (Linux x86-64 with /dev/shm, not turned off)."""
+    if os.environ.get(SHM_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64") and \
+        os.path.isdir(SHM_DIR)
+
+
+def host_identity() -> str:
+    """What ranks on the same host share: the kernel's boot id and the host name (or the test override)."""
+    override = os.environ.get(HOST_ID_ENV, "").strip()
+    if override:
+        return override
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{boot}/{socket.gethostname()}"
+
+
+def segment_bytes(capacity: int) -> int:
+    """Size of a pair's segment: two directions, each a control page and `capacity` ring bytes."""
+    return 2 * (_PAGE + capacity)
+
+
+class Channel:
+    """One direction of a pair's segment: a single-producer single-consumer byte ring."""
+
+    def __init__(self, buffer: mmap.mmap, offset: int, capacity: int) -> None:
+        self.capacity = capacity
+        self.ctl = np.ndarray((40,), dtype=np.uint64, buffer=buffer, offset=offset)
+        self.data = np.ndarray((capacity,), dtype=np.uint8, buffer=buffer, offset=offset + _PAGE)
+        self.view = memoryview(self.data)
+        base = self.ctl.ctypes.data
+        self.head_address = base + 8 * _HEAD
+        self.tail_address = base + 8 * _TAIL
+        self.closed_address = base + 8 * _CLOSED
+
+    def close_ring(self) -> None:
+        """Mark the ring closed and wake both of its sides."""
+        self.ctl[_CLOSED] = 1
+        _futex_wake(self.head_address)
+        _futex_wake(self.tail_address)
+
+    def release(self) -> None:
+        del self.ctl, self.data, self.view
+
+
+def _copy(dst: memoryview | np.ndarray, src: memoryview | np.ndarray, n: int) -> None:
+    if n >= 1 << 16:  # numpy releases the GIL for large copies; the other thread of the rank goes on
+        np.copyto(np.frombuffer(dst, np.uint8, n) if isinstance(dst, memoryview) else dst,
+                  np.frombuffer(src, np.uint8, n) if isinstance(src, memoryview) else src)
+    else:
+        dst[:n] = src[:n]
+
+
+class ShmPeer:
+    """A peer on the same host: collective data through the shared rings, abort notices over TCP."""
+
+    def __init__(self, tcp: Peer, segment: mmap.mmap, capacity: int, creator: bool) -> None:
+        self.rank = tcp.rank
+        self.timeout_s = tcp.timeout_s
+        self._tcp = tcp
+        self._segment = segment
+        first, second = Channel(segment, 0, capacity), Channel(segment, _PAGE + capacity, capacity)
+        self._out, self._in = (first, second) if creator else (second, first)
+        self._shut = False
+        self._bell = memoryview(bytearray(1))
+
+    def __repr__(self) -> str:
+        return f"ShmPeer(rank={self.rank})"
+
+    # waiting
+
+    def _check_alive(self) -> None:
+        if self._shut:
+            raise PeerLost(self.rank, "this rank shut its connections down")
+        if self._in.ctl[_CLOSED] or self._out.ctl[_CLOSED]:
+            raise PeerLost(self.rank, "peer closed the connection")
+        if self._tcp.signalled():  # the control connection: readable once the peer aborts, closes or dies
+            raise PeerLost(self.rank, "peer closed the connection")
+
+    def _wait(self, ctl: np.ndarray, index: int, address: int, ready: Callable[[int], bool]) -> int:
+        """Wait until `ready(ctl[index])` (a ring counter at `address`); returns the counter's value."""
+        value = int(ctl[index])
+        if ready(value):
+            return value
+        spin_end = time.perf_counter() + _SPIN_S
+        while time.perf_counter() < spin_end:
+            value = int(ctl[index])
+            if ready(value):
+                return value
+        deadline = time.monotonic() + self.timeout_s
+        sleeper = _SLEEPER[index]
+        ctl[sleeper] = 1
+        fence()
+        try:
+            sleep = _FIRST_SLICE_S
+            while True:
+                value = int(ctl[index])
+                if ready(value):
+                    return value
+                if sleep > _FIRST_SLICE_S:  # after a sleep that brought nothing: is the peer still there?
+                    self._check_alive()
+                elif self._shut:
+                    self._check_alive()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PeerLost(self.rank, f"no progress for {self.timeout_s:g} s", timed_out=True)
+                _futex_wait(address, value & _MASK32, min(sleep, remaining))
+                sleep = min(2 * sleep, _SLICE_S)
+        finally:
+            ctl[sleeper] = 0
+
+    def _ring_bell(self) -> None:
+        """Wake the peer's receiver, asleep on the data connection: a byte on TCP rather than a futex, because
+        the kernel wakes a socket's reader as a synchronous hand-off (on a busy host it then runs at once)."""
+        self._tcp.send(_BELL)
+
+    def ring_bell(self) -> None:
+        """Wake the peer if it sleeps in `wait_bell` (used by the host segment's counters too)."""
+        self._tcp.send(_BELL)
+
+    def wait_bell(self) -> None:
+        """Sleep until the peer rings (or rang earlier), raising PeerLost if it dies, aborts or the timeout passes."""
+        if self._shut:
+            self._check_alive()
+        self._tcp.recv_into(self._bell)
+
+    def _wait_data(self, ctl: np.ndarray, tail: int) -> int:
+        """Wait until the incoming ring's head moves past `tail`; returns the head. Sleeps in a blocking read of
+        the idle data connection, which also ends at once with PeerLost when the peer dies or aborts (its
+        socket closes), or after the collective timeout."""
+        spin_end = time.perf_counter() + _SPIN_S
+        while True:
+            head = int(ctl[_HEAD])
+            if head != tail:
+                return head
+            if time.perf_counter() >= spin_end:
+                break
+        ctl[_HEAD_SLEEPER] = 1
+        fence()
+        try:
+            while True:
+                head = int(ctl[_HEAD])
+                if head != tail:
+                    return head
+                if self._shut:
+                    self._check_alive()
+                self._tcp.recv_into(self._bell)  # a bell rung for an earlier sleep just loops once more
+        finally:
+            ctl[_HEAD_SLEEPER] = 0
+
+    # the Peer interface
+
+    def send(self, buffers: Sequence[memoryview | bytes]) -> None:
+        """Copy the buffers into the outgoing ring, publishing at least every _PUBLISH_BYTES."""
+        ring = self._out
+        ctl, capacity, view = ring.ctl, ring.capacity, ring.view
+        head = int(ctl[_HEAD])
+        published = head
+        tail = int(ctl[_TAIL])
+        total = sum(len(b) for b in buffers) if len(buffers) > 1 else len(buffers[0])
+        pos = head % capacity
+        if total <= min(capacity - (head - tail), capacity - pos, _PUBLISH_BYTES) and not self._shut:
+            for buffer in buffers:  # the common small message: no wrap, no wait, one publication
+                n = len(buffer)
+                view[pos:pos + n] = buffer if isinstance(buffer, bytes) or buffer.format == "B" else \
+                    memoryview(buffer).cast("B")
+                pos += n
+            fence()
+            ctl[_HEAD] = head + total
+            fence()
+            if ctl[_HEAD_SLEEPER]:
+                self._ring_bell()
+            return
+        for buffer in buffers:
+            src = memoryview(buffer).cast("B") if not isinstance(buffer, memoryview) or buffer.format != "B" \
+                else buffer
+            done, n = 0, len(src)
+            while done < n:
+                free = capacity - (head - tail)
+                if free == 0 or head - published >= _PUBLISH_BYTES:
+                    if head != published:
+                        fence()
+                        ctl[_HEAD] = head
+                        fence()
+                        if ctl[_HEAD_SLEEPER]:
+                            self._ring_bell()
+                        published = head
+                    if free == 0:
+                        tail = self._wait(ctl, _TAIL, ring.tail_address, lambda t, h=head: capacity - (h - t) > 0)
+                        continue
+                if self._shut or ring.ctl[_CLOSED]:
+                    self._check_alive()
+                pos = head % capacity
+                k = min(free, capacity - pos, n - done, _PUBLISH_BYTES)
+                _copy(view[pos:pos + k], src[done:done + k], k)
+                head += k
+                done += k
+        if head != published:
+            fence()
+            ctl[_HEAD] = head
+            fence()
+            if ctl[_HEAD_SLEEPER]:
+                self._ring_bell()
+
+    def _receive(self, n: int, consume: Callable[[memoryview, int, int], None]) -> None:
+        """Hand `n` bytes from the incoming ring to `consume(ring_view, done, k)` piece by piece."""
+        ring = self._in
+        ctl, capacity, view = ring.ctl, ring.capacity, ring.view
+        tail = int(ctl[_TAIL])
+        head = int(ctl[_HEAD])
+        done = 0
+        while done < n:
+            if head == tail:
+                head = self._wait_data(ctl, tail)
+            pos = tail % capacity
+            k = min(head - tail, capacity - pos, n - done)
+            consume(view[pos:pos + k], done, k)
+            tail += k
+            done += k
+            ctl[_TAIL] = tail
+            fence()
+            if ctl[_TAIL_SLEEPER]:
+                _futex_wake(ring.tail_address)
+
+    def recv_into(self, view: memoryview) -> None:
+        """Fill the whole byte view from the peer."""
+        target = view.cast("B") if view.format != "B" else view
+        n = len(target)
+        ring = self._in
+        ctl, capacity = ring.ctl, ring.capacity
+        tail = int(ctl[_TAIL])
+        pos = tail % capacity
+        if n < 1 << 16 and pos + n <= capacity and int(ctl[_HEAD]) - tail >= n:
+            target[:] = ring.view[pos:pos + n]  # the common small message, already there and not wrapped
+            ctl[_TAIL] = tail + n
+            fence()
+            if ctl[_TAIL_SLEEPER]:
+                _futex_wake(ring.tail_address)
+            return
+        self._receive(n, lambda src, done, k: _copy(target[done:done + k], src, k))
+
+    def recv_reduce(self, dst: np.ndarray, ufunc: np.ufunc) -> None:
+        """Combine the peer's next dst.nbytes bytes into dst with the ufunc, straight out of the ring."""
+        itemsize = dst.itemsize
+        pending = bytearray(itemsize)  # an element split by the ring's end
+
+        def consume(src: memoryview, done: int, k: int) -> None:
+            start = done
+            piece = src
+            split = (-done) % itemsize
+            if split:  # finish the element that began at the end of the ring
+                take = min(split, k)
+                pending[itemsize - split:itemsize - split + take] = src[:take]
+                if take < split:
+                    return
+                first = done - (itemsize - split)
+                element = dst[first // itemsize:first // itemsize + 1]
+                ufunc(element, np.frombuffer(pending, dst.dtype), out=element)
+                start, piece = done + take, src[take:]
+            whole = len(piece) // itemsize * itemsize
+            if whole:
+                a = start // itemsize
+                part = dst[a:a + whole // itemsize]
+                ufunc(part, np.frombuffer(piece, dst.dtype, whole // itemsize), out=part)
+            rest = len(piece) - whole
+            if rest:
+                pending[:rest] = piece[whole:]
+
+        self._receive(dst.nbytes, consume)
+
+    def send_notice(self, text: str) -> None:
+        self._tcp.send_notice(text)
+
+    def read_notice(self, wait_s: float = 1.0) -> str | None:
+        return self._tcp.read_notice(wait_s)
+
+    def signalled(self) -> bool:
+        return self._tcp.signalled()
+
+    def shutdown(self) -> None:
+        """Wake any thread of this rank waiting on the rings, and make the peer see the end at once."""
+        self._shut = True
+        for ring in (self._out, self._in):
+            ring.close_ring()
+        self._tcp.shutdown()
+
+    def close(self) -> None:
+        if self._segment.closed:
+            return
+        try:
+            self._out.close_ring()  # the peer reads what is already in the ring, then sees the end
+        except ValueError:
+            pass
+        self._tcp.close()
+        for ring in (self._out, self._in):
+            ring.release()
+        try:
+            self._segment.close()
+        except BufferError:  # a view still exported (e.g. a pending traceback): the mapping goes with it
+            logger.debug("shared memory with rank %d stays mapped until its last view is gone", self.rank)
+
+
+def _create_segment(size: int) -> tuple[str, mmap.mmap] | None:
+    """A new segment of `size` bytes, mode 0600, random name; None (with a log line) if it cannot be made."""
+    name = NAME_PREFIX + secrets.token_hex(16)
+    path = os.path.join(SHM_DIR, name)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        logger.info("cannot create shared memory in %s (%s); using TCP", SHM_DIR, exc)
+        return None
+    try:
+        os.posix_fallocate(fd, 0, size)  # reserve the pages now: a full /dev/shm fails here, not as SIGBUS later
+        return name, mmap.mmap(fd, size)
+    except OSError as exc:
+        _unlink(name)
+        logger.info("cannot reserve %d bytes of shared memory in %s (%s); using TCP", size, SHM_DIR, exc)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _open_segment(name: str, size: int) -> mmap.mmap | None:
+    """Map a segment a peer created, after checking it is a regular file of ours with the agreed size."""
+    if not name.startswith(NAME_PREFIX) or "/" in name or len(name) > 128:
+        return None
+    try:
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR | os.O_NOFOLLOW)
+    except OSError as exc:
+        logger.info("cannot open the peer's shared memory %s (%s); using TCP", name, exc)
+        return None
+    try:
+        info = os.fstat(fd)
+        if info.st_size != size or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            logger.warning("shared memory %s is not what the peer announced; using TCP", name)
+            return None
+        return mmap.mmap(fd, size)
+    except OSError as exc:
+        logger.info("cannot map the peer's shared memory %s (%s); using TCP", name, exc)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _unlink(name: str) -> None:
+    try:
+        os.unlink(os.path.join(SHM_DIR, name))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("cannot remove shared memory %s: %s", name, exc)
+
+
+def send_text(peer: Peer, text: str) -> None:
+    payload = text.encode("utf-8")
+    peer.send([_HELLO.pack(_MAGIC, len(payload)), payload])
+
+
+def recv_text(peer: Peer) -> str:
+    fixed = bytearray(_HELLO.size)
+    peer.recv_into(memoryview(fixed))
+    magic, length = _HELLO.unpack(fixed)
+    if magic != _MAGIC:
+        raise PeerLost(peer.rank, "it sent bytes that are not part of the shared-memory set-up")
+    payload = bytearray(length)
+    if length:
+        peer.recv_into(memoryview(payload))
+    return payload.decode("utf-8", "replace")
+
+
+def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict[int, Peer | ShmPeer], list[str]]:
+    """Move the pairs on this host to shared memory; the rest keep TCP. Every rank must call it together.
+
+    Returns the peers (shared-memory ones where possible) and every rank's host identity ('' for a rank
+    that does not use shared memory).
+
+    The set-up messages are small (they fit in the socket buffers), so every rank first sends, then reads:
+    host identities to all peers; segment names to the higher same-host peers; then, for the lower ones,
+    maps theirs and answers; last, reads the answers of the higher ones and unlinks its segments.
+    Raises PeerLost if a peer vanishes meanwhile.
+    """
+    mine = host_identity() if supported() else ""
+    for peer in peers.values():
+        send_text(peer, mine)
+    theirs = {r: recv_text(peer) for r, peer in sorted(peers.items())}
+    same = [r for r, text in theirs.items() if mine and text == mine]
+    neighbours = {(rank - 1) % size, (rank + 1) % size}
+
+    def capacity(other: int) -> int:
+        return NEIGHBOUR_CAPACITY if other in neighbours else OTHER_CAPACITY
+
+    created: dict[int, tuple[str, mmap.mmap]] = {}
+    mapped: dict[int, mmap.mmap] = {}
+    try:
+        for other in (r for r in same if r > rank):
+            segment = _create_segment(segment_bytes(capacity(other)))
+            if segment is not None:
+                created[other] = segment
+            send_text(peers[other], segment[0] if segment else "")
+        for other in (r for r in same if r < rank):
+            name = recv_text(peers[other])
+            segment = _open_segment(name, segment_bytes(capacity(other))) if name else None
+            if segment is not None:
+                _unlink(name)  # mapped on both sides now: the name is no longer needed
+                mapped[other] = segment
+            send_text(peers[other], "mapped" if segment is not None else "")
+        for other, (name, segment) in list(created.items()):
+            answer = recv_text(peers[other])
+            _unlink(name)
+            if answer == "mapped":
+                mapped[other] = segment
+            else:
+                del created[other]
+                segment.close()
+    except BaseException:
+        for name, _ in created.values():
+            _unlink(name)
+        for segment in mapped.values():
+            segment.close()
+        raise
+    result: dict[int, Peer | ShmPeer] = dict(peers)
+    for other, segment in mapped.items():
+        result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank)
+    if mapped:
+        logger.debug("rank %d shares memory with ranks %s", rank, sorted(mapped))
+    return result, [mine if r == rank else theirs[r] for r in range(size)]

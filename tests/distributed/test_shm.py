@@ -1,0 +1,187 @@
+"""The shared-memory transport between ranks on one host: selection from the host identity, the rings
+themselves (wrap-around, elements split at the ring's end, reducing straight out of the ring), the fall
+back to TCP between "hosts", and that no segment outlives the ranks, not even a SIGKILLed one."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from hopsml import collective
+from hopsml.collective import shm
+from hopsml.collective.transport import Peer, PeerLost
+
+pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory for collectives needs Linux on x86-64")
+
+
+def shm_entries() -> set[str]:
+    return {name for name in os.listdir(shm.SHM_DIR) if name.startswith(shm.NAME_PREFIX)}
+
+
+def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], str, list[str]]:
+    comm = collective.current()
+    failures = []
+    for dtype in (np.float32, np.float64, np.int64, np.int8):
+        for op in ("sum", "mean", "min", "max"):
+            mine = (np.arange(n) % 251 + rank * 3).astype(dtype)
+            collective.allreduce(mine, op=op)
+            inputs = [(np.arange(n) % 251 + r * 3).astype(dtype) for r in range(size)]
+            want = inputs[0].copy()
+            for x in inputs[1:]:
+                {"sum": np.add, "mean": np.add, "min": np.minimum, "max": np.maximum}[op](want, x, out=want)
+            if op == "mean":
+                want = (want // size if want.dtype.kind in "iu" else want / size).astype(dtype)
+            if not np.allclose(mine, want):
+                failures.append(f"{np.dtype(dtype).name} {op}")
+    data = np.arange(n, dtype=np.float64) if rank == 1 else np.zeros(n)
+    collective.broadcast(data, root=1)
+    if not np.array_equal(data, np.arange(n, dtype=np.float64)):
+        failures.append("broadcast")
+    if collective.allgather(rank) != list(range(size)):
+        failures.append("allgather")
+    return comm.shared_memory_peers, comm.allreduce_path, failures
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ranks_on_one_host_use_shared_memory(ranks, size):
+    before = shm_entries()
+    outcomes = ranks(scenario_transports, size, 3_000_001)
+    for rank, outcome in outcomes.items():
+        assert outcome.ok, outcome
+        peers, path, failures = outcome.value
+        assert failures == []
+        assert peers == [r for r in range(size) if r != rank]
+        assert path == "host", "all ranks on one host: large all-reduces go through the host segment"
+    assert shm_entries() <= before, "a shared-memory segment was left behind"
+
+
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"], ["a", "b", "b", "a", "c"]])
+def test_ranks_on_several_hosts_reduce_hierarchically(ranks, hosts):
+    size = len(hosts)
+    outcomes = ranks(scenario_transports, size, 1_000_003, env=lambda r: {shm.HOST_ID_ENV: hosts[r]})
+    assert sorted(outcomes) == list(range(size))
+    for rank, outcome in outcomes.items():
+        assert outcome.ok, outcome
+        peers, path, failures = outcome.value
+        assert failures == []
+        assert peers == [r for r in range(size) if r != rank and hosts[r] == hosts[rank]], "TCP between hosts"
+        assert path == "hierarchical"
+
+
+def test_one_rank_per_host_is_a_plain_ring(ranks):
+    outcomes = ranks(scenario_transports, 3, 100_003, env=lambda r: {shm.HOST_ID_ENV: f"host-{r}"})
+    for outcome in outcomes.values():
+        assert outcome.ok, outcome
+        assert outcome.value == ([], "ring", [])
+
+
+def test_shared_memory_can_be_turned_off(ranks):
+    outcomes = ranks(scenario_transports, 2, 100_003, env=lambda r: {shm.SHM_ENV: "0"} if r == 1 else {})
+    for outcome in outcomes.values():
+        assert outcome.ok, outcome
+        assert outcome.value == ([], "ring", [])
+
+
+def scenario_die_in_shm(rank: int, size: int, victim: int, hosts: str | None) -> str:
+    import signal
+    import time
+    data = np.ones(2_000_000, dtype=np.float32)
+    if collective.current().allreduce_path != ("hierarchical" if hosts else "host"):
+        return "not on the expected path"
+    for i in range(100_000):
+        if rank == victim and i == 3:
+            threading.Thread(target=lambda: (time.sleep(0.005), os.kill(os.getpid(), signal.SIGKILL))).start()
+        collective.allreduce(data, op="sum")
+    return "finished without noticing the dead rank"
+
+
+@pytest.mark.parametrize("size,victim,hosts",
+                         [(2, 0, None), (3, 1, None), (4, 3, None), (4, 1, "aabb"), (4, 2, "aabb")])
+def test_sigkilled_rank_is_named_and_leaves_no_segment(ranks, size, victim, hosts):
+    before = shm_entries()
+    env = (lambda r: {shm.HOST_ID_ENV: hosts[r]}) if hosts else None
+    outcomes = ranks(scenario_die_in_shm, size, victim, hosts, timeout_s=60.0, env=env)
+    assert victim not in outcomes, "the victim should have died"
+    assert sorted(outcomes) == [r for r in range(size) if r != victim]
+    for outcome in outcomes.values():
+        assert outcome.error_type == "CollectiveError", outcome
+        assert f"rank {victim}" in outcome.error and "allreduce #" in outcome.error
+    assert shm_entries() <= before, "a shared-memory segment outlived its ranks"
+
+
+# the rings in one process: two ShmPeers over a real segment, with real TCP peers beside them
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        dialed = socket.create_connection(server.getsockname(), timeout=10)
+        accepted, _ = server.accept()
+    return dialed, accepted
+
+
+def _pair(capacity: int, timeout_s: float = 10.0) -> tuple[shm.ShmPeer, shm.ShmPeer]:
+    data = _tcp_pair()
+    ctrl = _tcp_pair()
+    tcp_a = Peer(1, data[0], ctrl[0], timeout_s)  # rank 0's view of rank 1
+    tcp_b = Peer(0, data[1], ctrl[1], timeout_s)  # rank 1's view of rank 0
+    name, segment = shm._create_segment(shm.segment_bytes(capacity))
+    try:
+        other = shm._open_segment(name, shm.segment_bytes(capacity))
+    finally:
+        shm._unlink(name)
+    assert other is not None
+    return shm.ShmPeer(tcp_a, segment, capacity, creator=True), shm.ShmPeer(tcp_b, other, capacity, creator=False)
+
+
+def test_ring_wraps_and_reduces_elements_split_at_its_end():
+    a, b = _pair(capacity=4099)  # odd: elements straddle the end of the ring
+    try:
+        payload = np.arange(100_003, dtype=np.float64)
+        header = b"xyz"  # puts the data at an odd offset in the ring
+        sender = threading.Thread(target=lambda: a.send([header, memoryview(payload.view(np.uint8))]))
+        sender.start()
+        got = bytearray(3)
+        b.recv_into(memoryview(got))
+        dst = np.full(payload.size, 0.5)
+        b.recv_reduce(dst, np.add)
+        sender.join(timeout=30)
+        assert bytes(got) == header
+        assert np.array_equal(dst, payload + 0.5)
+        back = np.empty(10, dtype=np.int32)  # and the other direction, into a plain buffer
+        b.send([memoryview(np.arange(10, dtype=np.int32).view(np.uint8))])
+        a.recv_into(memoryview(back.view(np.uint8)))
+        assert np.array_equal(back, np.arange(10))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_waits_end_when_the_peer_aborts_or_stalls():
+    a, b = _pair(capacity=1 << 12, timeout_s=0.3)
+    try:
+        with pytest.raises(PeerLost) as stalled:
+            b.recv_into(memoryview(bytearray(8)))  # nobody sends
+        assert stalled.value.timed_out and stalled.value.peer == 0
+        threading.Timer(0.05, a.shutdown).start()
+        with pytest.raises(PeerLost, match="closed") as aborted:
+            b.send([bytes(1 << 16)])  # more than the ring holds; the reader aborts instead of reading
+        assert not aborted.value.timed_out
+    finally:
+        a.close()
+        b.close()
+
+
+def test_segments_are_private_and_checked():
+    name, segment = shm._create_segment(shm.segment_bytes(4096))
+    try:
+        assert os.stat(os.path.join(shm.SHM_DIR, name)).st_mode & 0o777 == 0o600
+        assert shm._open_segment(name, shm.segment_bytes(8192)) is None, "a size other than announced"
+        assert shm._open_segment("../etc/passwd", 4096) is None
+    finally:
+        shm._unlink(name)
+        segment.close()
+    assert name not in shm_entries()
