@@ -60,6 +60,12 @@ def _local_problem(array: Any, op: str | None, writable: bool = True) -> str:
     return ""
 
 
+def _description_length(fixed: bytes) -> int:
+    """How many description bytes follow a header's fixed part (0 for bytes that are no header)."""
+    parsed = Header.unpack_fixed(fixed)
+    return parsed[1] if parsed is not None else 0
+
+
 def _fused_description(arrays: Sequence[np.ndarray], layout: Layout) -> str:
     text = f"{len(arrays)} arrays: " + ", ".join(describe_array("", _dtype_text(a.dtype), a.shape) for a in arrays)
     if len(text) <= 400:
@@ -160,8 +166,12 @@ class Communicator:
             if self._failure is not None:
                 return self._failure
             me, peer = self._rank, lost.peer
-            notice = None if lost.timed_out else self._peers[peer].read_notice()
-            if notice:
+            notice = None if lost.timed_out or lost.tampered else self._peers[peer].read_notice()
+            if lost.tampered:
+                cause = message = (f"rank {me} refused a message during {label}: {lost.reason}. Something between "
+                                   f"rank {me} and rank {peer} writes to their connection; the run stops, since "
+                                   "nothing it receives can be trusted (check the network path between the hosts)")
+            elif notice:
                 # pass the first cause on unchanged, so that every rank names the rank that really failed
                 cause, message = notice, f"{notice} (rank {me} learned this from rank {peer}, which aborted)"
             elif lost.timed_out:
@@ -233,21 +243,20 @@ class Communicator:
 
             job = self._worker.submit(send_all)
         headers: list[Header] = [header] * n
-        fixed = bytearray(FIXED_SIZE)
         try:
             for k in range(1, n):
                 rank = (me - k) % n
                 peer = self._peers[rank]
-                peer.recv_into(memoryview(fixed))
-                parsed = Header.unpack_fixed(fixed)
+                # the header and its description are one message (the payload another): authenticated
+                # before any field of it is used
+                message = peer.recv_message(FIXED_SIZE, _description_length)
+                parsed = Header.unpack_fixed(message[:FIXED_SIZE])
                 if parsed is None:
-                    raise PeerLost(rank, "it sent bytes that are not a collective header: the ranks are out of "
-                                         "step, or something else writes to the collective connections")
-                theirs, desc_len = parsed
-                if desc_len:
-                    desc = bytearray(desc_len)
-                    peer.recv_into(memoryview(desc))
-                    theirs = replace(theirs, desc=desc.decode("utf-8", "replace"))
+                    raise PeerLost(rank, "it sent a message that is not a collective header: the ranks are out of "
+                                         "step")
+                theirs, _ = parsed
+                if len(message) > FIXED_SIZE:
+                    theirs = replace(theirs, desc=message[FIXED_SIZE:].decode("utf-8", "replace"))
                 if theirs.inline:
                     target = sink(rank, theirs) if sink is not None else None
                     if target is None or len(target) != theirs.inline:
