@@ -249,14 +249,14 @@ class Communicator:
                 peer = self._peers[rank]
                 # the header and its description are one message (the payload another): authenticated
                 # before any field of it is used
-                message = peer.recv_message(FIXED_SIZE, _description_length)
-                parsed = Header.unpack_fixed(message[:FIXED_SIZE])
+                got = peer.recv_message(FIXED_SIZE, _description_length)
+                parsed = Header.unpack_fixed(got[:FIXED_SIZE])
                 if parsed is None:
                     raise PeerLost(rank, "it sent a message that is not a collective header: the ranks are out of "
                                          "step")
                 theirs, _ = parsed
-                if len(message) > FIXED_SIZE:
-                    theirs = replace(theirs, desc=message[FIXED_SIZE:].decode("utf-8", "replace"))
+                if len(got) > FIXED_SIZE:
+                    theirs = replace(theirs, desc=got[FIXED_SIZE:].decode("utf-8", "replace"))
                 if theirs.inline:
                     target = sink(rank, theirs) if sink is not None else None
                     if target is None or len(target) != theirs.inline:
