@@ -262,7 +262,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
         raise ds.DatasetError(f"output {output!r} would replace the input dataset; choose another name")
     ship_by_value(fn)
     spark = spark or session.get_or_create(settings)
-    session.check_root(settings, spark.sparkContext.master)  # also for a session passed in
+    session.check_session(settings, spark)  # also for a session passed in
     sc = spark.sparkContext
     plan = _plan(storage, settings, dataset, splits, int(num_tasks or max(1, sc.defaultParallelism)))
 

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 from tcp_tamper import DOWN, UP, Rewrite, TamperProxy
 
 from hopsml import auth, collective
@@ -218,6 +217,7 @@ def test_message_tags_count_per_direction():
     first, second = sender.next_tag(b"one"), sender.next_tag(b"two")
     assert receiver.check_next(b"one", first)
     assert not receiver.check_next(b"one", first)  # the same message again: the count moved on
+    assert not receiver.check_next(b"two", second)  # and the receiver stays one behind from then on
     assert repr(b"k" * 16) not in repr(keys) and repr(b"j" * 16) not in repr(keys)
 
 
