@@ -121,4 +121,4 @@ class MessageTags:
 
     def check_next(self, message: bytes | bytearray | memoryview, tag: bytes | bytearray | memoryview) -> bool:
         """True when `tag` is the tag of the next message and `message` is what it covers (counts it either way)."""
-        return hmac.compare_digest(self.next_tag(message), bytes(tag))
+        return hmac.compare_digest(self.next_tag(message), tag)

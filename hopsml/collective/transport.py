@@ -53,7 +53,12 @@ _NOTICE_TIMEOUT_S = 1.0
 _MAX_NOTICE_BYTES = 1 << 16
 _LISTEN_BACKLOG = 128
 _FRAME_BYTES = 1 << 30  # a longer message is sent as frames of this size, each with its own tag
-_MAX_PREFIXED_REST = 1 << 20  # bytes a message may announce in its own unauthenticated first part
+# A small read (a header, a small payload, a tag) takes whatever has arrived, up to _READ_AHEAD bytes, in one
+# syscall and serves the next reads from it: a small collective's messages cost one recv. A read of more
+# than _SMALL_READ bytes goes straight into the caller's memory. A message whose length shows in its first
+# bytes (`recv_message`: a header with its description and a small payload) must fit the read-ahead buffer.
+_SMALL_READ = 16 << 10
+_READ_AHEAD = 192 << 10
 WARNING_INTERVAL_S = 10.0  # at most one warning line per this many seconds about refused connections
 
 
@@ -235,6 +240,9 @@ class Peer:
         self._data_link, self._ctrl_link = data, ctrl
         self._data, self._ctrl = data.sock, ctrl.sock
         self._ctrl_lock = threading.Lock()
+        self._ahead_bytes = bytearray(_READ_AHEAD)
+        self._ahead = memoryview(self._ahead_bytes)
+        self._ahead_start = self._ahead_end = 0
         sock = self._data
         # Blocking sockets with kernel-side timeouts: one recvmsg(MSG_WAITALL) or sendmsg() call moves a whole
         # segment and its tag without a poll() before every syscall; a wait without progress ends with EAGAIN.
@@ -271,10 +279,42 @@ class Peer:
         except OSError as exc:
             raise self._lost(exc) from None
 
+    def _buffered(self, n: int) -> int:
+        """Make the next n bytes of the stream (n <= the read-ahead size) available in the read-ahead buffer,
+        reading whatever has arrived; returns where they start in it."""
+        have = self._ahead_end - self._ahead_start
+        if have >= n:
+            return self._ahead_start
+        if self._ahead_start + n > len(self._ahead_bytes):
+            self._ahead_bytes[:have] = self._ahead_bytes[self._ahead_start:self._ahead_end]
+            self._ahead_start, self._ahead_end = 0, have
+        while self._ahead_end - self._ahead_start < n:
+            try:
+                k = self._data.recv_into(self._ahead[self._ahead_end:])
+            except OSError as exc:
+                raise self._lost(exc) from None
+            if k == 0:
+                raise PeerLost(self.rank, "peer closed the connection")
+            self._ahead_end += k
+        return self._ahead_start
+
+    def _take_ahead(self, views: list[memoryview]) -> None:
+        """Fill the views from the bytes read ahead, as far as they go; drops the views filled."""
+        while views and self._ahead_start < self._ahead_end:
+            view = views[0]
+            k = min(len(view), self._ahead_end - self._ahead_start)
+            view[:k] = self._ahead[self._ahead_start:self._ahead_start + k]
+            self._ahead_start += k
+            if k == len(view):
+                views.pop(0)
+            else:
+                views[0] = view[k:]
+
     def _fill(self, views: list[memoryview]) -> None:
-        """Fill the byte views, in order, from the data connection."""
-        sock = self._data
+        """Fill the byte views, in order: first from what was read ahead, then straight from the socket."""
         views = [v for v in views if len(v)]
+        self._take_ahead(views)
+        sock = self._data
         while views:
             try:
                 k = sock.recvmsg_into(views, 0, socket.MSG_WAITALL)[0]
@@ -291,32 +331,41 @@ class Peer:
 
     def recv_into(self, view: memoryview | bytearray) -> None:
         """Receive one message of exactly len(view) bytes into the view and check its tag; raises PeerLost
-        (tampered) without using the bytes when the tag does not match."""
+        (tampered) when the tag does not match: the view's content must then not be used."""
+        view = _byte_view(view)
+        n = len(view)
+        if not n:
+            return
         tags = self._data_link.recv_tags
-        tag = bytearray(TAG_BYTES)
-        tag_view = memoryview(tag)
-        for frame in _frames(_byte_view(view)):
-            if not len(frame):
-                continue
-            self._fill([frame, tag_view])
+        if n + TAG_BYTES <= _SMALL_READ:
+            at = self._buffered(n + TAG_BYTES)
+            ahead = self._ahead
+            self._ahead_start += n + TAG_BYTES
+            if not tags.check_next(ahead[at:at + n], ahead[at + n:at + n + TAG_BYTES]):
+                raise _tampered(self.rank, f"a message of {n} bytes")
+            view[:] = ahead[at:at + n]
+            return
+        tag = memoryview(bytearray(TAG_BYTES))
+        for frame in _frames(view):
+            self._fill([frame, tag])
             if not tags.check_next(frame, tag):
                 raise _tampered(self.rank, f"a message of {len(frame)} bytes")
 
-    def recv_message(self, first: int, rest: Callable[[bytes], int]) -> bytes:
+    def recv_message(self, first: int, rest: Callable[[memoryview], int]) -> bytes:
         """Receive one message whose length shows in its first `first` bytes: `rest` tells from them how many
-        bytes follow (at most 1 MiB; those first bytes are not yet authenticated, so `rest` may only size
-        the read). Returns the whole message once its tag matched."""
-        head = bytearray(first)
-        self._fill([memoryview(head)])
-        more = rest(bytes(head))
-        if not 0 <= more <= _MAX_PREFIXED_REST:
+        bytes follow (those first bytes are not yet authenticated, so `rest` may only size the read, which
+        must fit the read-ahead buffer). Returns the whole message once its tag matched."""
+        at = self._buffered(first)
+        more = rest(self._ahead[at:at + first])
+        if not 0 <= more <= len(self._ahead) - first - TAG_BYTES:
             raise _tampered(self.rank, f"a message announcing {more} more bytes")
-        tail, tag = bytearray(more), bytearray(TAG_BYTES)
-        self._fill([memoryview(tail), memoryview(tag)])
-        message = bytes(head + tail)
-        if not self._data_link.recv_tags.check_next(message, tag):
-            raise _tampered(self.rank, f"a message of {len(message)} bytes")
-        return message
+        n = first + more
+        at = self._buffered(n + TAG_BYTES)
+        ahead = self._ahead
+        self._ahead_start += n + TAG_BYTES
+        if not self._data_link.recv_tags.check_next(ahead[at:at + n], ahead[at + n:at + n + TAG_BYTES]):
+            raise _tampered(self.rank, f"a message of {n} bytes")
+        return bytes(ahead[at:at + n])
 
     def send_notice(self, text: str) -> None:
         """Tell the peer why this rank aborts; best effort, bounded by a short timeout."""
