@@ -108,8 +108,11 @@ class MessageTags:
     __slots__ = ("_aead", "count")
 
     def __init__(self, key: bytes) -> None:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # rank-side only; keeps `import hopsml` light
-
+        try:  # imported here: only connections need it, and `import hopsml` stays light
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError as exc:
+            raise AuthenticationError("authenticating the messages between ranks needs the cryptography package, "
+                                      "a dependency of hopsml: pip install 'cryptography>=42'") from exc
         self._aead = AESGCM(key)
         self.count = 0
 
