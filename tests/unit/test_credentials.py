@@ -104,3 +104,13 @@ def test_an_unreadable_root_is_reported_without_credentials(capsys):
     captured = capsys.readouterr()
     assert "cannot open root 's3://bucket/x?" in captured.err and "no_such_option" in captured.err, captured
     assert CREDENTIALS not in captured.err + captured.out, captured
+
+
+def test_a_path_outside_the_root_is_reported_without_its_credentials(tmp_path, monkeypatch):
+    from hopsml import hdfs
+    from hopsml.hdfs import InvalidPathError
+
+    monkeypatch.setenv("HOPSML_ROOT", str(tmp_path / "root"))
+    with pytest.raises(InvalidPathError) as error:
+        hdfs.exists("s3://AKIAEXAMPLE:s3cr3t@another-bucket/data.csv")
+    assert "s3://another-bucket/data.csv" in str(error.value) and "s3cr3t" not in str(error.value)
