@@ -52,7 +52,8 @@ _HANDSHAKE_TIMEOUT_S = 30.0
 _NOTICE_TIMEOUT_S = 1.0
 _MAX_NOTICE_BYTES = 1 << 16
 _LISTEN_BACKLOG = 128
-_FRAME_BYTES = 1 << 30  # a longer message is sent as frames of this size, each with its own tag
+_FRAME_BYTES = 1 << 30  # a longer message is sent as frames of this size, each with its own tag; larger
+# than any message that is read whole from the read-ahead buffer
 # A small read (a header, a small payload, a tag) takes whatever has arrived, up to _READ_AHEAD bytes, in one
 # syscall and serves the next reads from it: a small collective's messages cost one recv. A read of more
 # than _SMALL_READ bytes goes straight into the caller's memory. A message whose length shows in its first

@@ -239,3 +239,31 @@ def test_both_ends_derive_matching_keys_bound_to_the_handshake():
             assert client_keys.send == server_keys[-1].recv and client_keys.recv == server_keys[-1].send
             assert client_keys.send != client_keys.recv
     assert server_keys[0] != server_keys[1]  # fresh nonces: a new connection never reuses keys
+
+
+def test_long_messages_travel_as_tagged_frames(monkeypatch):
+    # 1 GiB frames in production; 32 KiB here, still above every message this test reads whole (headers)
+    monkeypatch.setattr(transport, "_FRAME_BYTES", 32 << 10)
+    big = bytes(range(256)) * 400  # about 100 KB: a payload message of its own, four frames
+
+    def work(comm: collective.Communicator) -> tuple[list, np.ndarray]:
+        return comm.allgather(big + bytes([comm.rank])), ring_allreduce(comm)
+
+    results, _ = run_pair(lambda proxy: None, work)
+    for rank in (0, 1):
+        gathered, reduced = results[rank]
+        assert gathered == [big + b"\x00", big + b"\x01"]
+        assert np.array_equal(reduced, np.arange(RING_ELEMENTS, dtype=np.float32) * 3)
+
+
+def test_a_flipped_bit_in_a_later_frame_is_refused(monkeypatch):
+    monkeypatch.setattr(transport, "_FRAME_BYTES", 32 << 10)
+    frame_message = (32 << 10) + TAG_BYTES
+
+    def arm(proxy: TamperProxy) -> None:  # rank 1's first ring segment: 128 KiB as four frames; alter the third
+        proxy.rewrite(DATA_CONNECTION, UP, Rewrite(HEADER_MESSAGE + 2 * frame_message, lambda b: b))
+        proxy.rewrite(DATA_CONNECTION, UP, Rewrite(1, lambda b: bytes([b[0] ^ 0x10])))
+
+    results, _ = run_pair(arm, ring_allreduce)
+    assert_refused_by_rank0(results)
+    assert f"a message of {32 << 10} bytes" in str(results[0])
