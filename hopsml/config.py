@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hopsml.errors import SettingsError
+from hopsml.redact import redact_conf, redact_uri
 
 ENV_PREFIX = "HOPSML_"
 CONF_ENV = "HOPSML_CONF"
@@ -122,10 +123,13 @@ def _parse_spark_conf(value: Any) -> dict[str, str]:
             raise ValueError("must be a JSON object")
         return {str(k): str(v) for k, v in parsed.items()}
     pairs = {}
-    for item in text.split(","):
+    items = text.split(",")
+    for number, item in enumerate(items, 1):
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"expected key=value pairs separated by commas, got {item!r}")
+            # the item is not echoed: it may be the tail of a secret value that contained a comma
+            raise ValueError(f"item {number} of {len(items)} is not key=value; write key=value pairs separated "
+                             "by commas, or a JSON object for values that contain commas")
         pairs[key.strip()] = val.strip()
     return pairs
 
@@ -162,9 +166,9 @@ _FIELDS: dict[str, _Field] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Settings:
-    """Resolved settings; `sources` says where each value came from."""
+    """Resolved settings; `sources` says where each value came from. The repr shows no credentials."""
 
     project: str
     root: str
@@ -183,6 +187,21 @@ class Settings:
 
     def source(self, name: str) -> str:
         return self.sources.get(name, "default")
+
+    def __repr__(self) -> str:
+        """The dataclass repr without credentials: none in the root URI (user:password@, secret options), and
+        the values of Spark settings whose names say they are secret hidden."""
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        shown["root"] = redact_uri(self.root)
+        shown["spark_conf"] = redact_conf(self.spark_conf)
+        return f"Settings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+
+
+def _shown(name: str, raw: Any) -> str:
+    """A setting's raw value as an error message may show it: without credentials."""
+    if name == "spark_conf":
+        return repr(redact_conf(raw)) if isinstance(raw, Mapping) else "<not shown: it may hold secrets>"
+    return repr(redact_uri(raw)) if isinstance(raw, str) else repr(raw)
 
 
 def _conf_file(environ: Mapping[str, str]) -> Path | None:
@@ -225,7 +244,7 @@ def _resolve(name: str, override: Any, environ: Mapping[str, str], from_file: Ma
     try:
         return spec.parse(raw), source
     except (ValueError, TypeError) as exc:
-        raise SettingsError(f"setting {name}={raw!r} (from {source}) is invalid: {exc}. "
+        raise SettingsError(f"setting {name}={_shown(name, raw)} (from {source}) is invalid: {exc}. "
                             f"It is the {spec.help}.") from exc
 
 

@@ -16,41 +16,22 @@ import logging
 import math
 import os
 import posixpath
-import re
 import shutil
 import uuid
 from contextlib import contextmanager
 from typing import IO, Any, Iterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
 from hopsml.errors import NameTooLongError, StorageError
+from hopsml.redact import redact_uri  # noqa: F401 - also imported from here
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 8 << 20
 _OBJECT_STORES = frozenset({"s3", "gcs", "gs"})   # stores without folders or rename (by type name)
 MAX_NAME_BYTES = 255   # longest file or folder name local filesystems and HDFS accept
-_SECRET_OPTION = re.compile(r"key|secret|token|passw|credential|signature", re.IGNORECASE)
-
-
-def redact_uri(uri: str) -> str:
-    """The URI without credentials: no ``user:password@`` and no secret query options (access and
-    secret keys, session tokens, passwords); what may be shown, logged or recorded.
-
-    >>> redact_uri("s3://AKIA:s3cr3t@bucket/data?secret_key=x&region=eu-west-1")
-    's3://bucket/data?region=eu-west-1'
-    >>> redact_uri("/local/folder")
-    '/local/folder'
-    """
-    if "://" not in uri:
-        return uri
-    parts = urlsplit(uri)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = "&".join(item for item in parts.query.split("&")
-                     if item and not _SECRET_OPTION.search(item.split("=", 1)[0]))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _store_kind(filesystem: pafs.FileSystem) -> str:

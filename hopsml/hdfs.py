@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 
 from hopsml import config, hdfs_file, layout
 from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
-from hopsml.fs import Storage
+from hopsml.fs import Storage, redact_uri
 from hopsml.tracking import context
 
 _log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ def _resolve(path: Any, project: str | None = None) -> tuple[Storage, str]:
         rel = "" if rel == "." else rel
     if rel is None or rel == ".." or rel.startswith("../"):
         raise InvalidPathError(
-            f"{text!r} is not under the hopsml root {storage.uri()}. Give a path relative to the project "
+            f"{redact_uri(text)!r} is not under the hopsml root {storage.uri()}. Give a path relative to the project "
             f"({storage.uri(project_dir)}), an absolute path inside the root, or /Projects/<project>/...; "
             "copy local files in with hdfs.copy_to_hdfs(local_path, folder)")
     return storage, rel

@@ -7,7 +7,9 @@ console must stay quiet, and Spark's own logs go to a file instead of the user's
 is done for a cluster master: its executors run on other hosts, with their own Python and Spark conf.
 
 Whatever the session, a project root on a local folder is refused with a cluster master unless it is
-marked shared (setting shared_root): each executor would write its part of a run to its own disk.
+marked shared (setting shared_root): each executor would write its part of a run to its own disk. And on a
+cluster master whose Spark channels are neither authenticated nor encrypted, hopsml warns once per
+application: its own connections are authenticated, but the run's secret reaches the executors through Spark.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hopsml import config
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage, redact_uri
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,61 @@ def check_root(settings: config.Settings, master: str) -> None:
         "Spark host sees at the same path (NFS), mark it with shared_root = true (HOPSML_SHARED_ROOT=true)")
 
 
+# Spark's own protection, each (setting that turns it on, what stays unprotected while it is off)
+_SPARK_PROTECTION = (
+    ("spark.authenticate", "any host can talk to the driver's and executors' RPC"),
+    ("spark.network.crypto.enabled", "task closures (with the run's secret), task results, broadcast variables "
+                                     "and shuffle blocks cross the network in clear text"),
+    ("spark.io.encryption.enabled", "shuffle and spill files on the executors' disks are not encrypted"),
+)
+
+
+def _enabled(conf: Any, key: str) -> bool:
+    value = conf.get(key) if isinstance(conf, Mapping) else conf.get(key, None)
+    return str(value).strip().lower() == "true"
+
+
+def spark_security_warning(conf: Any, master: str) -> str | None:
+    """The warning for a session on a cluster master whose Spark channels are unprotected, else None.
+
+    `conf` is a SparkConf or a mapping of Spark settings. Spark 4's TLS for RPC (spark.ssl.rpc.enabled) counts
+    as network encryption.
+    """
+    if is_local_master(master):
+        return None
+    off = [(key, harm) for key, harm in _SPARK_PROTECTION if not _enabled(conf, key)
+           and not (key == "spark.network.crypto.enabled" and _enabled(conf, "spark.ssl.rpc.enabled"))]
+    if not off:
+        return None
+    return (f"Spark's own channels are not protected on cluster master {master!r} "
+            f"({', '.join(f'{key} is off' for key, _ in off)}): {'; '.join(harm for _, harm in off)}. hopsml's "
+            "connections between ranks and to the driver are authenticated, but the run's secret reaches the "
+            "executors inside Spark's task closures, so anyone who can read Spark's traffic can forge them too. "
+            f"Set {', '.join(f'{key}=true' for key, _ in off)} (spark-submit --conf, spark-defaults.conf, or the "
+            "[spark] table of hopsml.toml; spark.authenticate also needs spark.authenticate.secret outside YARN "
+            "and Kubernetes)")
+
+
+def check_spark_security(sc: "SparkContext") -> None:
+    """Warn (once per Spark application) when an experiment or data job starts on an unprotected cluster."""
+    message = spark_security_warning(sc.getConf(), sc.master)
+    if message is not None:
+        _warn_once(sc.applicationId, message)
+
+
+@functools.cache
+def _warn_once(application_id: str, message: str) -> None:
+    log.warning("%s", message)
+
+
+def check_session(settings: config.Settings, spark: "SparkSession") -> None:
+    """The checks every job makes on the session it runs on: the root (`check_root`) and Spark's own
+    protection (`check_spark_security`)."""
+    sc = spark.sparkContext
+    check_root(settings, sc.master)
+    check_spark_security(sc)
+
+
 def _prepare_environment(settings: config.Settings) -> None:
     """Environment the JVM and its Python workers must see before the JVM starts.
 
@@ -107,7 +166,7 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
         session = SparkSession.getActiveSession()
         settings = settings or config.load()
         if session is not None:
-            check_root(settings, session.sparkContext.master)
+            check_session(settings, session)
             _release_barrier_timer_at_exit()
             return session
         if launched_by_spark_submit():
@@ -124,7 +183,7 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
         for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        check_root(settings, session.sparkContext.master)  # spark-submit's master, known only now
+        check_session(settings, session)  # spark-submit's master, known only now
         _release_barrier_timer_at_exit()
         log.info("started Spark %s (%s), Spark logs in %s", session.version, session.sparkContext.master,
                  os.environ.get("HOPSML_LOG_DIR", "Spark's log4j configuration"))

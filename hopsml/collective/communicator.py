@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 SMALL_BYTES = 64 << 10  # up to this size a collective is one direct exchange instead of the ring
 SEGMENT_BYTES = 512 << 10  # pipeline segment of the ring and the chain broadcast
+MERGED_INLINE_BYTES = SMALL_BYTES  # an inline payload up to this size travels in its header's message
 _ALIGN = 64  # byte alignment of each dtype's region in a fused buffer
 _REDUCIBLE_KINDS = "biufc"
 
@@ -63,6 +64,16 @@ def _local_problem(array: Any, op: str | None, writable: bool = True) -> str:
     if writable and isinstance(array, np.ndarray) and not array.flags.writeable:
         return "the array is read-only; the collective writes its result into it"
     return ""
+
+
+def _header_message_rest(fixed: memoryview) -> int:
+    """How many bytes of its message follow a header's fixed part: the description, and the inline payload when
+    it travels in the same message (0 for bytes that are no header)."""
+    parsed = Header.unpack_fixed(fixed)
+    if parsed is None:
+        return 0
+    header, desc_len = parsed
+    return desc_len + (header.inline if header.inline <= MERGED_INLINE_BYTES else 0)
 
 
 def _fused_description(arrays: Sequence[np.ndarray], layout: Layout) -> str:
@@ -204,8 +215,12 @@ class Communicator:
             if self._failure is not None:
                 return self._failure
             me, peer = self._rank, lost.peer
-            notice = None if lost.timed_out else self._peers[peer].read_notice()
-            if notice:
+            notice = None if lost.timed_out or lost.tampered else self._peers[peer].read_notice()
+            if lost.tampered:
+                cause = message = (f"rank {me} refused a message during {label}: {lost.reason}. Something between "
+                                   f"rank {me} and rank {peer} writes to their connection; the run stops, since "
+                                   "nothing it receives can be trusted (check the network path between the hosts)")
+            elif notice:
                 # pass the first cause on unchanged, so that every rank names the rank that really failed
                 cause, message = notice, f"{notice} (rank {me} learned this from rank {peer}, which aborted)"
             elif lost.timed_out:
@@ -261,9 +276,10 @@ class Communicator:
         """Send our header (and inline payload) to every peer and read theirs; `sink` says where a peer's
         inline payload goes (None: read and drop it)."""
         n, me = self._size, self._rank
-        message = [header.pack()]
-        if header.inline:
-            message.append(payload)
+        if 0 < header.inline <= MERGED_INLINE_BYTES:  # one message: one tag, one recv on the other side
+            message = [b"".join((header.pack(), payload))]
+        else:
+            message = [header.pack()] + ([payload] if header.inline else [])
         job = None
         if sum(len(part) for part in message) <= SMALL_BYTES + 4096:
             for k in range(1, n):  # fits in the socket buffers: no need to receive concurrently
@@ -279,26 +295,28 @@ class Communicator:
 
             job = self._worker.submit(send_all)
         headers: list[Header] = [header] * n
-        fixed = bytearray(FIXED_SIZE)
         try:
             for k in range(1, n):
                 rank = (me - k) % n
                 peer = self._peers[rank]
-                peer.recv_into(memoryview(fixed))
-                parsed = Header.unpack_fixed(fixed)
+                # the header, its description and a small payload are one message (a larger payload is
+                # another): authenticated before any field of it is used
+                got = peer.recv_message(FIXED_SIZE, _header_message_rest)
+                parsed = Header.unpack_fixed(got[:FIXED_SIZE])
                 if parsed is None:
-                    raise PeerLost(rank, "it sent bytes that are not a collective header: the ranks are out of "
-                                         "step, or something else writes to the collective connections")
-                theirs, desc_len = parsed
-                if desc_len:
-                    desc = bytearray(desc_len)
-                    peer.recv_into(memoryview(desc))
-                    theirs = replace(theirs, desc=desc.decode("utf-8", "replace"))
+                    raise PeerLost(rank, "it sent a message that is not a collective header: the ranks are out of "
+                                         "step")
+                theirs, desc_end = parsed[0], FIXED_SIZE + parsed[1]
+                if desc_end > FIXED_SIZE:
+                    theirs = replace(theirs, desc=got[FIXED_SIZE:desc_end].decode("utf-8", "replace"))
                 if theirs.inline:
                     target = sink(rank, theirs) if sink is not None else None
                     if target is None or len(target) != theirs.inline:
                         target = memoryview(bytearray(theirs.inline))
-                    peer.recv_into(target)
+                    if theirs.inline <= MERGED_INLINE_BYTES:
+                        target[:] = memoryview(got)[desc_end:]
+                    else:
+                        peer.recv_into(target)
                 headers[rank] = theirs
         except PeerLost as lost:
             self._on_failure(lost)

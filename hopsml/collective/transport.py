@@ -5,9 +5,16 @@ control connection that stays silent until a rank aborts; then it carries one no
 that the rank at the other end can name the rank that really failed instead of the messenger.
 
 The higher rank dials the lower one. Each connection first passes the `hopsml.auth` challenge, then
-the dialer says who it is (rank, world size, channel). A connection that fails the challenge is
-logged and closed, and the listener keeps waiting for the genuine peer until the timeout. A flood
-of such connections logs one line per interval, with the count of those held back.
+the dialer says who it is (rank, the rank it dialed, world size, channel). A connection that fails the
+challenge is logged and closed, and the listener keeps waiting for the genuine peer until the timeout. A
+flood of such connections logs one line per interval, with the count of those held back.
+
+Every message after the challenge, the dialer's hello included, is followed by a 16-byte tag
+(`hopsml.auth.MessageTags`: keyed per connection and direction from the secret and both handshake nonces,
+counted per message). The receiver checks it before the message is used, so bytes that something between
+the ranks altered, made up, sent again or moved are refused (a CollectiveError naming the peer) before
+any header is acted on or any pickle is loaded. A message is what one `send` call passes as one buffer;
+above 1 GiB it travels as several tagged frames.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from hopsml import auth
+from hopsml.auth import TAG_BYTES, ConnectionKeys, MessageTags
 from hopsml.collective.timeout import Timeout
 from hopsml.errors import AuthenticationError, ClusterError, CollectiveError
 from hopsml.net import Network
@@ -32,7 +40,7 @@ logger = logging.getLogger(__name__)
 DATA, CTRL = 0, 1
 _CHANNEL_NAMES = {DATA: "data", CTRL: "control"}
 _MAGIC = b"HMLC"
-_HELLO = struct.Struct("!4sIIB")  # magic, dialer rank, world size, channel
+_HELLO = struct.Struct("!4sIIIB")  # magic, dialer rank, dialed rank, world size, channel
 _NOTICE = struct.Struct("!4sI")  # magic, length of the utf-8 text that follows
 _ACCEPTED, _REJECTED = b"\x01", b"\x00"
 
@@ -42,7 +50,16 @@ _ACCEPTED, _REJECTED = b"\x01", b"\x00"
 SOCKET_BUFFER_BYTES = 4 << 20
 _HANDSHAKE_TIMEOUT_S = 30.0
 _NOTICE_TIMEOUT_S = 1.0
+_MAX_NOTICE_BYTES = 1 << 16
 _LISTEN_BACKLOG = 128
+_FRAME_BYTES = 1 << 30  # a longer message is sent as frames of this size, each with its own tag; larger
+# than any message that is read whole from the read-ahead buffer
+# A small read (a header, a small payload, a tag) takes whatever has arrived, up to _READ_AHEAD bytes, in one
+# syscall and serves the next reads from it: a small collective's messages cost one recv. A read of more
+# than _SMALL_READ bytes goes straight into the caller's memory. A message whose length shows in its first
+# bytes (`recv_message`: a header with its description and a small payload) must fit the read-ahead buffer.
+_SMALL_READ = 16 << 10
+_READ_AHEAD = 192 << 10
 WARNING_INTERVAL_S = 10.0  # at most one warning line per this many seconds about refused connections
 
 
@@ -80,13 +97,54 @@ class RateLimitedWarning:
 
 
 class PeerLost(Exception):
-    """Internal: the connection to one peer failed; the communicator turns it into a CollectiveError."""
+    """Internal: the connection to one peer failed; the communicator turns it into a CollectiveError.
 
-    def __init__(self, peer: int, reason: str, *, timed_out: bool = False) -> None:
+    `tampered`: the peer's connection delivered a message whose tag does not match: the peer is probably
+    alive, and something between the ranks altered, made up, repeated or reordered what it sent.
+    """
+
+    def __init__(self, peer: int, reason: str, *, timed_out: bool = False, tampered: bool = False) -> None:
         super().__init__(reason)
         self.peer = peer
         self.reason = reason
         self.timed_out = timed_out
+        self.tampered = tampered
+
+
+class Link:
+    """One authenticated connection: the socket and the tag counters of its two directions."""
+
+    __slots__ = ("sock", "send_tags", "recv_tags")
+
+    def __init__(self, sock: socket.socket, keys: ConnectionKeys) -> None:
+        self.sock = sock
+        self.send_tags = MessageTags(keys.send)
+        self.recv_tags = MessageTags(keys.recv)
+
+    def seal(self, message: bytes) -> bytes:
+        """A short message followed by its tag."""
+        return message + self.send_tags.next_tag(message)
+
+    def open(self, sealed: bytes) -> bytes | None:
+        """The message of `seal`'s output, or None when its tag does not match."""
+        message, tag = sealed[:-TAG_BYTES], sealed[-TAG_BYTES:]
+        return message if self.recv_tags.check_next(message, tag) else None
+
+
+def _byte_view(buffer: memoryview | bytes | bytearray) -> memoryview:
+    view = memoryview(buffer)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def _frames(view: memoryview) -> list[memoryview]:
+    if len(view) <= _FRAME_BYTES:
+        return [view]
+    return [view[i:i + _FRAME_BYTES] for i in range(0, len(view), _FRAME_BYTES)]
+
+
+def _tampered(peer: int, what: str) -> PeerLost:
+    return PeerLost(peer, f"{what} from rank {peer} failed its authentication tag check: it was altered, made up, "
+                          "sent again or reordered on the way", tampered=True)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -174,34 +232,43 @@ def _describe_os_error(exc: OSError) -> str:
 
 
 class Peer:
-    """The two connections to one other rank; blocking I/O whose every wait is bounded by the timeout."""
+    """The two connections to one other rank; blocking I/O whose every wait is bounded by the timeout, and
+    whose every message is tagged by the sender and checked by the receiver before it is used."""
 
-    def __init__(self, rank: int, data: socket.socket, ctrl: socket.socket, timeout_s: float) -> None:
+    def __init__(self, rank: int, data: Link, ctrl: Link, timeout_s: float) -> None:
         self.rank = rank
         self.timeout_s = timeout_s
-        self._data = data
-        self._ctrl = ctrl
-        # Blocking sockets with kernel-side timeouts: one recv(MSG_WAITALL) or sendall() call moves a whole
-        # segment without a poll() before every syscall; a wait without progress ends with EAGAIN.
-        data.settimeout(None)
+        self._data_link, self._ctrl_link = data, ctrl
+        self._data, self._ctrl = data.sock, ctrl.sock
+        self._ctrl_lock = threading.Lock()
+        self._ahead_bytes = bytearray(_READ_AHEAD)
+        self._ahead = memoryview(self._ahead_bytes)
+        self._ahead_start = self._ahead_end = 0
+        sock = self._data
+        # Blocking sockets with kernel-side timeouts: one recvmsg(MSG_WAITALL) or sendmsg() call moves a whole
+        # segment and its tag without a poll() before every syscall; a wait without progress ends with EAGAIN.
+        sock.settimeout(None)
         seconds = int(timeout_s)
         timeval = struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6))
-        data.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-        data.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-        _set_nodelay(data)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        _set_nodelay(sock)
 
     def _lost(self, exc: OSError) -> PeerLost:
         if isinstance(exc, BlockingIOError):
             return PeerLost(self.rank, f"no progress for {self.timeout_s:g} s", timed_out=True)
         return PeerLost(self.rank, _describe_os_error(exc))
 
-    def send(self, buffers: Sequence[memoryview | bytes]) -> None:
-        """Send the buffers back to back (one gathering syscall when possible)."""
+    def send(self, messages: Sequence[memoryview | bytes | bytearray]) -> None:
+        """Send each buffer as one message, followed by its tag, all in one gathering syscall when possible.
+        An empty buffer is no message: nothing is sent for it (and the receiver reads none)."""
+        tags = self._data_link.send_tags
+        views: list[memoryview | bytes] = []
+        for buffer in messages:
+            for frame in _frames(_byte_view(buffer)):
+                if len(frame):
+                    views += (frame, tags.next_tag(frame))
         try:
-            if len(buffers) == 1:
-                self._data.sendall(buffers[0])
-                return
-            views = [memoryview(b) for b in buffers if len(b)]
             while views:
                 sent = self._data.sendmsg(views)
                 while sent:
@@ -213,39 +280,123 @@ class Peer:
         except OSError as exc:
             raise self._lost(exc) from None
 
-    def recv_into(self, view: memoryview) -> None:
-        """Fill the whole byte view from the peer."""
-        n = len(view)
-        got = 0
-        sock = self._data
-        while got < n:
+    def _buffered(self, n: int) -> int:
+        """Make the next n bytes of the stream (n <= the read-ahead size) available in the read-ahead buffer,
+        reading whatever has arrived; returns where they start in it."""
+        have = self._ahead_end - self._ahead_start
+        if have >= n:
+            return self._ahead_start
+        if self._ahead_start + n > len(self._ahead_bytes):
+            self._ahead_bytes[:have] = self._ahead_bytes[self._ahead_start:self._ahead_end]
+            self._ahead_start, self._ahead_end = 0, have
+        while self._ahead_end - self._ahead_start < n:
             try:
-                k = sock.recv_into(view[got:] if got else view, n - got, socket.MSG_WAITALL)
+                k = self._data.recv_into(self._ahead[self._ahead_end:])
             except OSError as exc:
                 raise self._lost(exc) from None
             if k == 0:
                 raise PeerLost(self.rank, "peer closed the connection")
-            got += k
+            self._ahead_end += k
+        return self._ahead_start
+
+    def _take_ahead(self, views: list[memoryview]) -> None:
+        """Fill the views from the bytes read ahead, as far as they go; drops the views filled."""
+        while views and self._ahead_start < self._ahead_end:
+            view = views[0]
+            k = min(len(view), self._ahead_end - self._ahead_start)
+            view[:k] = self._ahead[self._ahead_start:self._ahead_start + k]
+            self._ahead_start += k
+            if k == len(view):
+                views.pop(0)
+            else:
+                views[0] = view[k:]
+
+    def _fill(self, views: list[memoryview]) -> None:
+        """Fill the byte views, in order: first from what was read ahead, then straight from the socket."""
+        views = [v for v in views if len(v)]
+        self._take_ahead(views)
+        sock = self._data
+        while views:
+            try:
+                k = sock.recvmsg_into(views, 0, socket.MSG_WAITALL)[0]
+            except OSError as exc:
+                raise self._lost(exc) from None
+            if k == 0:
+                raise PeerLost(self.rank, "peer closed the connection")
+            while k:
+                if k >= len(views[0]):
+                    k -= len(views.pop(0))
+                else:
+                    views[0] = views[0][k:]
+                    k = 0
+
+    def recv_into(self, view: memoryview | bytearray) -> None:
+        """Receive one message of exactly len(view) bytes into the view and check its tag; raises PeerLost
+        (tampered) when the tag does not match: the view's content must then not be used."""
+        view = _byte_view(view)
+        n = len(view)
+        if not n:
+            return
+        tags = self._data_link.recv_tags
+        if n + TAG_BYTES <= _SMALL_READ:
+            at = self._buffered(n + TAG_BYTES)
+            ahead = self._ahead
+            self._ahead_start += n + TAG_BYTES
+            if not tags.check_next(ahead[at:at + n], ahead[at + n:at + n + TAG_BYTES]):
+                raise _tampered(self.rank, f"a message of {n} bytes")
+            view[:] = ahead[at:at + n]
+            return
+        tag = memoryview(bytearray(TAG_BYTES))
+        for frame in _frames(view):
+            self._fill([frame, tag])
+            if not tags.check_next(frame, tag):
+                raise _tampered(self.rank, f"a message of {len(frame)} bytes")
+
+    def recv_message(self, first: int, rest: Callable[[memoryview], int]) -> bytes:
+        """Receive one message whose length shows in its first `first` bytes: `rest` tells from them how many
+        bytes follow (those first bytes are not yet authenticated, so `rest` may only size the read, which
+        must fit the read-ahead buffer). Returns the whole message once its tag matched."""
+        at = self._buffered(first)
+        more = rest(self._ahead[at:at + first])
+        if not 0 <= more <= len(self._ahead) - first - TAG_BYTES:
+            raise _tampered(self.rank, f"a message announcing {more} more bytes")
+        n = first + more
+        at = self._buffered(n + TAG_BYTES)
+        ahead = self._ahead
+        self._ahead_start += n + TAG_BYTES
+        if not self._data_link.recv_tags.check_next(ahead[at:at + n], ahead[at + n:at + n + TAG_BYTES]):
+            raise _tampered(self.rank, f"a message of {n} bytes")
+        return bytes(ahead[at:at + n])
 
     def send_notice(self, text: str) -> None:
         """Tell the peer why this rank aborts; best effort, bounded by a short timeout."""
-        payload = text.encode("utf-8", "replace")
-        try:
-            self._ctrl.settimeout(_NOTICE_TIMEOUT_S)
-            self._ctrl.sendall(_NOTICE.pack(_MAGIC, len(payload)) + payload)
-        except OSError:
-            pass
+        payload = text.encode("utf-8", "replace")[:_MAX_NOTICE_BYTES]
+        with self._ctrl_lock:
+            try:
+                self._ctrl.settimeout(_NOTICE_TIMEOUT_S)
+                self._ctrl.sendall(self._ctrl_link.seal(_NOTICE.pack(_MAGIC, len(payload)) + payload))
+            except OSError:
+                pass
 
     def read_notice(self, wait_s: float = _NOTICE_TIMEOUT_S) -> str | None:
         """The abort notice the peer sent before it closed, or None if it sent none (it died)."""
-        try:
-            self._ctrl.settimeout(wait_s)
-            magic, length = _NOTICE.unpack(_recv_exact(self._ctrl, _NOTICE.size))
-            if magic != _MAGIC or length > 1 << 16:
+        with self._ctrl_lock:
+            try:
+                self._ctrl.settimeout(wait_s)
+                head = _recv_exact(self._ctrl, _NOTICE.size)
+                magic, length = _NOTICE.unpack(head)
+                if magic != _MAGIC or length > _MAX_NOTICE_BYTES:
+                    logger.warning("rank %d's control connection carried bytes that are not an abort notice; "
+                                   "ignored", self.rank)
+                    return None
+                notice = self._ctrl_link.open(head + _recv_exact(self._ctrl, length + TAG_BYTES))
+            except (OSError, ValueError):
                 return None
-            return _recv_exact(self._ctrl, length).decode("utf-8", "replace")
-        except (OSError, ValueError):
+        if notice is None:
+            logger.warning("an abort notice from rank %d failed its authentication tag check (something between the "
+                           "ranks altered or made it up); ignored", self.rank)
             return None
+        return notice[_NOTICE.size:].decode("utf-8", "replace")
 
     def signalled(self) -> bool:
         """True once the peer wrote an abort notice or closed (its control connection is readable); does not
@@ -284,7 +435,7 @@ class _Acceptor:
         self._size = size
         self._timeout = timeout
         self._expected = {(peer, channel) for peer in range(rank + 1, size) for channel in (DATA, CTRL)}
-        self._found: dict[tuple[int, int], socket.socket] = {}
+        self._found: dict[tuple[int, int], Link] = {}
         self._pending: set[socket.socket] = set()
         self._cond = threading.Condition()
         self._stopped = False
@@ -315,13 +466,19 @@ class _Acceptor:
         registered = False
         try:
             conn.settimeout(max(0.001, min(_HANDSHAKE_TIMEOUT_S, self._timeout.remaining())))
-            auth.challenge(conn, self._secret)
-            magic, peer, size, channel = _HELLO.unpack(_recv_exact(conn, _HELLO.size))
+            link = Link(conn, auth.challenge(conn, self._secret))
+            hello = link.open(_recv_exact(conn, _HELLO.size + TAG_BYTES))
+            if hello is None:
+                raise AuthenticationError("its hello failed the authentication tag check: something between the "
+                                          "ranks altered it")
+            magic, peer, dialed, size, channel = _HELLO.unpack(hello)
             key = (peer, channel)
             with self._cond:
                 problem = None
                 if magic != _MAGIC:
                     problem = "it does not speak the hopsml collective protocol"
+                elif dialed != self._rank:
+                    problem = f"rank {peer} meant to dial rank {dialed}, but this is rank {self._rank}"
                 elif size != self._size:
                     problem = f"it believes the world has {size} ranks, this rank was told {self._size}"
                 elif key not in self._expected:
@@ -331,16 +488,17 @@ class _Acceptor:
                 elif self._stopped:
                     problem = "the rendezvous is over"
                 if problem is None:
-                    self._found[key] = conn
+                    # the reply goes out before the link is handed over, so that no collective message can
+                    # overtake it (a short write into an empty socket buffer)
+                    conn.sendall(link.seal(_ACCEPTED))
+                    self._found[key] = link
                     self._pending.discard(conn)
                     registered = True
                     self._cond.notify_all()
             if problem is not None:
                 self._warnings.warning("rank %d refused an authenticated connection from %s: %s",
                                        self._rank, remote, problem)
-                conn.sendall(_REJECTED)
-                return
-            conn.sendall(_ACCEPTED)
+                conn.sendall(link.seal(_REJECTED))
         except AuthenticationError as exc:
             self._warnings.warning("rank %d refused a connection from %s: %s", self._rank, remote, exc)
         except (OSError, struct.error) as exc:
@@ -355,7 +513,7 @@ class _Acceptor:
                     self._pending.discard(conn)
                 conn.close()
 
-    def wait(self) -> dict[tuple[int, int], socket.socket]:
+    def wait(self) -> dict[tuple[int, int], Link]:
         """Block until every higher rank connected both channels, or raise when the timeout passes."""
         with self._cond:
             while len(self._found) < len(self._expected):
@@ -387,8 +545,8 @@ class _Acceptor:
 
     def close_found(self) -> None:
         with self._cond:
-            for conn in self._found.values():
-                conn.close()
+            for link in self._found.values():
+                link.sock.close()
 
 
 def _dial(address: str, timeout: Timeout) -> socket.socket:
@@ -415,16 +573,21 @@ def _dial(address: str, timeout: Timeout) -> socket.socket:
 
 
 def _connect_to(peer: int, address: str, channel: int, rank: int, size: int, secret: bytes,
-                timeout: Timeout) -> socket.socket:
+                timeout: Timeout) -> Link:
     sock = _dial(address, timeout)
     try:
         sock.settimeout(max(0.001, min(_HANDSHAKE_TIMEOUT_S, timeout.remaining())))
-        auth.respond(sock, secret)
-        sock.sendall(_HELLO.pack(_MAGIC, rank, size, channel))
-        if _recv_exact(sock, 1) != _ACCEPTED:
+        link = Link(sock, auth.respond(sock, secret))
+        sock.sendall(link.seal(_HELLO.pack(_MAGIC, rank, peer, size, channel)))
+        reply = link.open(_recv_exact(sock, len(_ACCEPTED) + TAG_BYTES))
+        if reply is None:
+            raise CollectiveError(f"the answer of rank {peer} at {address} to rank {rank}'s "
+                                  f"{_CHANNEL_NAMES[channel]} connection failed its authentication tag check: "
+                                  "something between the ranks altered it")
+        if reply != _ACCEPTED:
             raise CollectiveError(f"rank {peer} at {address} refused rank {rank}'s {_CHANNEL_NAMES[channel]} "
                                   "connection; its log says why (wrong world size or a duplicate rank)")
-        return sock
+        return link
     except AuthenticationError as exc:
         sock.close()
         raise CollectiveError(f"the process listening at {address} (rank {peer}) failed authentication: {exc}; "
@@ -448,7 +611,7 @@ def connect_peers(rank: int, size: int, addresses: Sequence[str], listener: sock
         raise CollectiveError(f"rank {rank} of {size} needs its listening socket; create it with "
                               "collective.listen(host) before the addresses are exchanged")
     acceptor = _Acceptor(listener, secret, rank, size, timeout)
-    dialed: dict[tuple[int, int], socket.socket] = {}
+    dialed: dict[tuple[int, int], Link] = {}
     try:
         for peer in range(rank):
             for channel in (DATA, CTRL):
@@ -457,14 +620,14 @@ def connect_peers(rank: int, size: int, addresses: Sequence[str], listener: sock
     except BaseException:
         acceptor.stop()
         acceptor.close_found()
-        for sock in dialed.values():
-            sock.close()
+        for link in dialed.values():
+            link.sock.close()
         listener.close()
         raise
     acceptor.stop()
     listener.close()
-    sockets = {**dialed, **accepted}
+    links = {**dialed, **accepted}
     logger.debug("rank %d connected to its %d peers", rank, size - 1)
-    return {peer: Peer(peer, sockets[(peer, DATA)], sockets[(peer, CTRL)], timeout_s)
+    return {peer: Peer(peer, links[(peer, DATA)], links[(peer, CTRL)], timeout_s)
             for peer in range(size) if peer != rank}
 

@@ -474,7 +474,7 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
                            compression=compression, test_fraction=test_fraction, seed=seed)
     settings = settings or config.load()
     spark = spark or session.get_or_create(settings)
-    session.check_root(settings, spark.sparkContext.master)  # also for a session passed in
+    session.check_session(settings, spark)  # also for a session passed in
     storage = Storage(settings.root)
     started = time.perf_counter()
 

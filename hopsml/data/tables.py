@@ -173,7 +173,7 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
                            compression=compression)
     settings = settings or config.load()
     spark = spark or session.get_or_create(settings)
-    session.check_root(settings, spark.sparkContext.master)  # also for a session passed in
+    session.check_session(settings, spark)  # also for a session passed in
     storage = Storage(settings.root)
     started = time.perf_counter()
     job = _TableJob(spark, storage, settings, src, dataset, options)

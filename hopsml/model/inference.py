@@ -263,7 +263,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
     ship_by_value(fn)
     check_shippable(fn)
     spark = spark or session.get_or_create(settings)
-    session.check_root(settings, spark.sparkContext.master)  # also for a session passed in
+    session.check_session(settings, spark)  # also for a session passed in
     sc = spark.sparkContext
     plan = _plan(storage, settings, dataset, splits, int(num_tasks or max(1, sc.defaultParallelism)))
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
 
 from hopsml.collective import gpu
-from hopsml.collective.transport import Peer
+from hopsml.auth import ConnectionKeys
+from hopsml.collective.transport import Link, Peer
 from hopsml.errors import CollectiveError, SettingsError
 
 
@@ -120,14 +122,21 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
     return client, accepted
 
 
+def link_pair(a: socket.socket, b: socket.socket) -> tuple[Link, Link]:
+    """Both ends of one connection, with matching message keys."""
+    one, two = os.urandom(16), os.urandom(16)
+    return Link(a, ConnectionKeys(one, two)), Link(b, ConnectionKeys(two, one))
+
+
 def test_a_peer_is_signalled_by_an_abort_notice_or_by_closing():
     pairs = [tcp_pair() for _ in range(4)]
     (data_a, data_b), (ctrl_a, ctrl_b), (data_c, data_d), (ctrl_c, ctrl_d) = pairs
-    mine, theirs = Peer(1, data_a, ctrl_a, 5.0), Peer(0, data_b, ctrl_b, 5.0)
+    (data_la, data_lb), (ctrl_la, ctrl_lb) = link_pair(data_a, data_b), link_pair(ctrl_a, ctrl_b)
+    mine, theirs = Peer(1, data_la, ctrl_la, 5.0), Peer(0, data_lb, ctrl_lb, 5.0)
     assert not mine.signalled()
     theirs.send_notice("rank 0 failed")
     assert mine.signalled() and mine.read_notice() == "rank 0 failed"
-    other = Peer(2, data_c, ctrl_c, 5.0)
+    other = Peer(2, link_pair(data_c, data_d)[0], link_pair(ctrl_c, ctrl_d)[0], 5.0)
     assert not other.signalled()
     ctrl_d.close()
     assert other.signalled() and other.read_notice() is None
