@@ -14,13 +14,12 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
-from tqdm.auto import tqdm
-
 from hopsml.errors import ExperimentFailed
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import Live, open_channel, run_stage
 from hopsml.launcher.task import TaskSpec
+from hopsml.progress import progress_bar
 from hopsml.layout import RunDir
 from hopsml.search.early_stopping import MedianStoppingRule
 from hopsml.search.space import Direction
@@ -164,7 +163,7 @@ class Search:
                 yield child.wait()
 
         if self._bar is None:
-            self._bar = tqdm(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
+            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
         for trial in batch:
             trial.state = "RUNNING"
         try:
