@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 from typing import Any, Sequence
@@ -119,8 +120,12 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
     exp_dir = layout.ExperimentDir.from_id(settings.project, exp_id)
     data = rec.to_dict()
     data.pop("spark_conf", None)
+    texts = {key: data.pop(key) for key in ("traceback", "output_tail") if data.get(key)}
     state, lost = records.shown_state(storage, settings.project, rec, settings.lost_after_s)
     lines = [json.dumps(data, indent=2, default=str)]
+    for key, title in (("traceback", "traceback"), ("output_tail", "last output lines")):
+        if key in texts:   # as lines, not one JSON string full of \n
+            lines += ["", f"{title}:", str(texts[key]).rstrip()]
     if lost and rec.state == records.State.RUNNING.value:
         lines += ["", f"state: LOST, {lost}. 'hopsml experiments mark-lost {exp_id}' records it, "
                       f"'hopsml experiments clean {exp_id}' removes the run"]
@@ -160,8 +165,9 @@ def quickstart(settings: config.Settings) -> str:
 
     print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
     print("\n0. prepare the bundled data with Spark (digits as image files, iris as a CSV table)")
-    for summary in data_commands.prepare_samples(settings, tempfile.mkdtemp(prefix="hopsml-samples-")):
-        print(f"   {summary}")
+    with tempfile.TemporaryDirectory(prefix="hopsml-samples-") as workdir:   # the datasets are all that is kept
+        for summary in data_commands.prepare_samples(settings, workdir):
+            print(f"   {summary}")
     print("\n1. one training run (experiment.launch)")
     logdir, result = experiment.launch(digits.train, {"lr": 0.5, "epochs": 10}, name="quickstart-digits",
                                        description="softmax regression on scikit-learn's digits",
@@ -238,7 +244,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HopsmlError as exc:
         print(f"hopsml: error: {exc}", file=sys.stderr)
         return 1
-    print(output)
+    return _print(output)
+
+
+def _print(output: str) -> int:
+    """Print the command's output; a reader that stops early (``| head``) ends it quietly."""
+    try:
+        print(output)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the rest goes nowhere, and Python's own flush at exit must not complain either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return 0
 
 

@@ -183,3 +183,17 @@ def test_local_logdir_is_copied_into_the_run(spark, root, verb):
 def test_local_logdir_false_writes_into_the_run(spark, root):
     logdir, result = experiment.launch(write_events, name="remote-style", local_logdir=False)
     assert result["logdir"] == os.path.join(logdir, "tensorboard")
+
+
+def test_the_traceback_of_a_failing_function_is_shown_once(spark, root, capfd):
+    from hopsml.errors import ExperimentFailed
+
+    def fails():
+        raise ValueError("shown only once")
+
+    with pytest.raises(ExperimentFailed) as caught:
+        experiment.launch(fails, name="once")
+    shown = capfd.readouterr()
+    text = shown.out + shown.err + str(caught.value)
+    assert text.count('raise ValueError("shown only once")') == 1
+    assert "the function raised ValueError: shown only once" in shown.out + shown.err
