@@ -86,7 +86,8 @@ class LineProgress:
         postfix = f", {self._postfix}" if self._postfix else ""
         elapsed = time.monotonic() - self._started
         stream = self._stream if self._stream is not None else sys.stderr
-        print(f"{self.desc}: {what} ({count} {self.unit}s{postfix}, {elapsed:.1f} s)", file=stream, flush=True)
+        unit = self.unit if (self.total if self.total is not None else self.n) == 1 else f"{self.unit}s"
+        print(f"{self.desc}: {what} ({count} {unit}{postfix}, {elapsed:.1f} s)", file=stream, flush=True)
         self._last_line = time.monotonic()
 
     def update(self, n: int = 1) -> None:
