@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 from typing import Any, Sequence
 
 from hopsml import config, layout
+from hopsml import experiments as experiments_api
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
@@ -26,15 +28,21 @@ def _short_time(stamp: str | None) -> str | None:
 
 
 def _list_rows(storage: Storage, project: str, name: str | None, state: str | None,
-               lost_after_s: float) -> list[dict[str, Any]]:
+               lost_after_s: float, sort: str = "start", kind: str | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
+    broken: list[dict[str, Any]] = []
+    readable: list[records.ExperimentRecord] = []
     for rec in records.scan_records(storage, project):
         if isinstance(rec, records.BrokenRecord):
-            if not name and (not state or state.upper() == rec.state):
-                rows.append({"id": rec.id, "status": rec.state, "problem": rec.reason})
+            if not name and not kind and (not state or state.upper() == rec.state):
+                broken.append({"id": rec.id, "status": rec.state, "problem": rec.reason})
             continue
-        if name and name not in rec.name:
+        if (name and name not in rec.name) or (kind and rec.type != kind.upper()):
             continue
+        readable.append(rec)
+    directions = {r.direction for r in readable if r.direction in ("max", "min")}
+    direction = directions.pop() if len(directions) == 1 else "max"
+    for rec in experiments_api.sort_records(readable, sort, direction):
         shown, lost = records.shown_state(storage, project, rec, lost_after_s)
         if state and shown != state.upper():
             continue
@@ -44,12 +52,14 @@ def _list_rows(storage: Storage, project: str, name: str | None, state: str | No
         if lost and rec.state == records.State.RUNNING.value:
             row["lost"] = lost
         rows.append(row)
-    return rows
+    return rows + broken
 
 
 def experiments_list(settings: config.Settings, name: str | None = None, state: str | None = None,
-                     limit: int | None = None) -> str:
-    rows = _list_rows(Storage(settings.root), settings.project, name, state, settings.lost_after_s)[:limit]
+                     limit: int | None = None, sort: str = "start", kind: str | None = None) -> str:
+    """The table of the project's experiments: newest first, or best metric first (sort='metric')."""
+    rows = _list_rows(Storage(settings.root), settings.project, name, state, settings.lost_after_s,
+                      sort, kind)[:limit]
     if not rows:
         return f"no experiments in project {settings.project!r} under {Storage(settings.root).uri()}"
     notes = []  # below the table: a reason is too long for a column
@@ -111,8 +121,12 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
     exp_dir = layout.ExperimentDir.from_id(settings.project, exp_id)
     data = rec.to_dict()
     data.pop("spark_conf", None)
+    texts = {key: data.pop(key) for key in ("traceback", "output_tail") if data.get(key)}
     state, lost = records.shown_state(storage, settings.project, rec, settings.lost_after_s)
     lines = [json.dumps(data, indent=2, default=str)]
+    for key, title in (("traceback", "traceback"), ("output_tail", "last output lines")):
+        if key in texts:   # as lines, not one JSON string full of \n
+            lines += ["", f"{title}:", str(texts[key]).rstrip()]
     if lost and rec.state == records.State.RUNNING.value:
         lines += ["", f"state: LOST, {lost}. 'hopsml experiments mark-lost {exp_id}' records it, "
                       f"'hopsml experiments clean {exp_id}' removes the run"]
@@ -152,8 +166,9 @@ def quickstart(settings: config.Settings) -> str:
 
     print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
     print("\n0. prepare the bundled data with Spark (digits as image files, iris as a CSV table)")
-    for summary in data_commands.prepare_samples(settings, tempfile.mkdtemp(prefix="hopsml-samples-")):
-        print(f"   {summary}")
+    with tempfile.TemporaryDirectory(prefix="hopsml-samples-") as workdir:   # the datasets are all that is kept
+        for summary in data_commands.prepare_samples(settings, workdir):
+            print(f"   {summary}")
     print("\n1. one training run (experiment.launch)")
     logdir, result = experiment.launch(digits.train, {"lr": 0.5, "epochs": 10}, name="quickstart-digits",
                                        description="softmax regression on scikit-learn's digits",
@@ -182,10 +197,14 @@ def _parser() -> argparse.ArgumentParser:
 
     exps = commands.add_parser("experiments", help="list and inspect experiments")
     exp_commands = exps.add_subparsers(dest="action", required=True)
-    lister = exp_commands.add_parser("list", help="experiments of the project, newest first")
+    lister = exp_commands.add_parser("list", help="experiments of the project, newest first (or --sort metric)")
     lister.add_argument("--name", help="only names containing this text")
     lister.add_argument("--state", choices=[s.value for s in records.State] + [records.BROKEN], type=str.upper)
     lister.add_argument("--limit", type=int, help="show at most this many")
+    lister.add_argument("--sort", choices=experiments_api.SORT_KEYS, default="start",
+                        help="start: newest first (default); metric: best first; name; duration: longest first")
+    lister.add_argument("--type", dest="kind", choices=experiments_api.TYPES, type=str.upper,
+                        help="only runs of this type (PARALLEL_EXPERIMENTS: searches)")
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
     marker = exp_commands.add_parser("mark-lost", help="record RUNNING experiments whose driver is gone as LOST")
@@ -219,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command in ui_commands.COMMANDS:
             output = ui_commands.run(args, settings)
         elif args.action == "list":
-            output = experiments_list(settings, args.name, args.state, args.limit)
+            output = experiments_list(settings, args.name, args.state, args.limit, args.sort, args.kind)
         elif args.action == "mark-lost":
             output = experiments_mark_lost(settings, args.ids, args.every, args.force)
         elif args.action == "clean":
@@ -229,7 +248,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HopsmlError as exc:
         print(f"hopsml: error: {exc}", file=sys.stderr)
         return 1
-    print(output)
+    return _print(output)
+
+
+def _print(output: str) -> int:
+    """Print the command's output; a reader that stops early (``| head``) ends it quietly."""
+    try:
+        print(output)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the rest goes nowhere, and Python's own flush at exit must not complain either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return 0
 
 

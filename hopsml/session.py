@@ -149,6 +149,25 @@ def _prepare_environment(settings: config.Settings) -> None:
     os.environ.setdefault("HOPSML_LOG_TAG", f"driver-{os.getpid()}")
 
 
+JAVA_HINT = ("Spark needs Java 17 or newer. Install it (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless; "
+             "Fedora: sudo dnf install java-17-openjdk-headless; macOS: brew install openjdk@17; conda: conda install "
+             "-c conda-forge openjdk=17) and put its bin/ on PATH or set JAVA_HOME to its folder")
+
+
+def check_java() -> None:
+    """Fail with what to install when no Java can start the embedded Spark (instead of Py4J's traceback)."""
+    import shutil
+
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = os.path.join(java_home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            raise SettingsError(f"JAVA_HOME={java_home!r} holds no bin/java. {JAVA_HINT}")
+        return
+    if shutil.which("java") is None:
+        raise SettingsError(f"no Java found: 'java' is not on PATH and JAVA_HOME is not set. {JAVA_HINT}")
+
+
 def active() -> "SparkSession | None":
     """The running SparkSession, if any; never starts one."""
     try:
@@ -175,6 +194,7 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
             conf = settings.spark_conf
         else:
             check_root(settings, settings.master)  # before a JVM starts for nothing
+            check_java()
             _prepare_environment(settings)
             builder = SparkSession.builder.master(settings.master).appName(app_name)
             conf = {**_QUIET_DEFAULTS, **settings.spark_conf}
@@ -182,7 +202,12 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
                 conf = {k: v for k, v in conf.items() if k != "spark.python.daemon.module"}
         for key, value in conf.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        try:
+            session = builder.getOrCreate()
+        except Exception as exc:  # noqa: BLE001 - PySpark's error when the JVM does not start
+            if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
+                raise SettingsError(f"Spark's JVM did not start ({exc}). {JAVA_HINT}") from exc
+            raise
         check_session(settings, session)  # spark-submit's master, known only now
         _release_barrier_timer_at_exit()
         log.info("started Spark %s (%s), Spark logs in %s", session.version, session.sparkContext.master,

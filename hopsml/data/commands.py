@@ -84,7 +84,10 @@ def _table_args(table: argparse.ArgumentParser) -> None:
     table.add_argument("--test-fraction", type=float, default=0.2)
     table.add_argument("--seed", type=int, default=0)
     table.add_argument("--delimiter", default=",")
+    table.add_argument("--skip-rows", type=int, default=0, metavar="N",
+                       help="lines to skip at the start of each file, before the header (e.g. 1 for scikit-learn's CSVs)")
     _common(table)
+    table.add_argument("--strict", action="store_true", help="fail instead of rejecting malformed rows")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -131,7 +134,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                                     missing=args.missing, categorical=args.categorical,
                                     one_hot=args.one_hot, standardize=args.standardize,
                                     test_fraction=args.test_fraction, seed=args.seed, shards=args.shards,
-                                    delimiter=args.delimiter, overwrite=args.overwrite, settings=settings)
+                                    delimiter=args.delimiter, skip_rows=args.skip_rows, strict=args.strict,
+                                    overwrite=args.overwrite, settings=settings)
         return str(summary)
     if args.datasets_action == "list":
         return datasets_list(settings)

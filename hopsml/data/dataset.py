@@ -169,15 +169,21 @@ def parquet_url(storage: Storage, rel: str) -> str:
     return "file://" + local if local is not None else storage.uri(rel)
 
 
+def check_writable(storage: Storage, project: str, name: str, overwrite: bool) -> DatasetDir:
+    """Refuse a bad name or an existing dataset (without overwrite) before any Spark work starts."""
+    final = DatasetDir.of(project, name)
+    if storage.exists(final.path) and not overwrite:
+        raise DatasetExistsError(f"dataset {name!r} already exists at {storage.uri(final.path)}; "
+                                 "pass overwrite=True (--overwrite) or choose another name")
+    return final
+
+
 @contextmanager
 def staged(storage: Storage, project: str, name: str, overwrite: bool, *, heartbeat_s: float | None = None,
            lost_after_s: float | None = None) -> Iterator[DatasetDir]:
     """Yield a hidden staging DatasetDir; on success rename it to the final name, else delete it.
     Stale staging folders that killed jobs left in the project are removed first."""
-    final = DatasetDir.of(project, name)
-    if storage.exists(final.path) and not overwrite:
-        raise DatasetExistsError(f"dataset {name!r} already exists at {storage.uri(final.path)}; "
-                                 "pass overwrite=True (--overwrite) or choose another name")
+    final = check_writable(storage, project, name, overwrite)
     for stale in remove_stale_staging(storage, project, config.value("lost_after_s", lost_after_s)):
         log.warning("removed %s", stale)
     parent = posixpath.dirname(final.path)

@@ -473,11 +473,9 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
                            shards=shards, strict=strict, overwrite=overwrite, draft=draft,
                            compression=compression, test_fraction=test_fraction, seed=seed)
     settings = settings or config.load()
-    spark = spark or session.get_or_create(settings)
-    session.check_session(settings, spark)  # also for a session passed in
     storage = Storage(settings.root)
     started = time.perf_counter()
-
+    ds.check_writable(storage, settings.project, dataset, options.overwrite)  # before Spark starts
     scanned = scan_images(src, options.glob)
     listing = scanned.files
     if scanned.links:
@@ -489,6 +487,8 @@ def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] 
         raise ds.DatasetError(f"no files matching {options.glob!r} under {redact_uri(src)!r}"
                               f"{f' (skipped {skipped})' if skipped else ''}; check the path "
                               "(a folder of label folders) and the glob")
+    spark = spark or session.get_or_create(settings)
+    session.check_session(settings, spark)  # also for a session passed in
     labels = sorted({label_of(path) for path, _ in listing})
     total_bytes = sum(size for _, size in listing)
     count = options.shards or max(settings.num_workers, _compute_slots(spark),

@@ -17,8 +17,10 @@ The pipeline of :func:`transform`, in order:
 4. Center-crop to ``crop`` = (width, height); with an odd margin the extra pixel is cut on the
    right / bottom.
 
-No EXIF orientation is applied: pixels are used as stored. Multi-frame files (GIF, TIFF) give
-their first frame.
+The EXIF orientation tag (phone photos) is applied: the image comes out as a viewer shows it,
+with ``resize`` and ``crop`` meant in that orientation (the resize is done before turning, on the
+swapped size where the tag turns by 90 degrees, which gives the same pixels). Multi-frame files
+(GIF, TIFF) give their first frame.
 
 Bad input raises :class:`ImageRejected` whose ``reason`` is one of :data:`REASONS` (or
 ``'unsupported mode <MODE>'``); :func:`transform_batch` turns rejections into reasons so that
@@ -110,10 +112,29 @@ def _open(data: bytes) -> Image.Image:
         raise ImageRejected(CORRUPT_IMAGE, f"{type(error).__name__}: {error}") from None
 
 
+_ORIENTATION_TAG = 0x0112
+_TURNS = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+          5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+          8: Image.Transpose.ROTATE_90}
+
+
+def orientation(image: Image.Image) -> int:
+    """The EXIF orientation (1..8; 1 = as stored), 1 where the tag is missing or unreadable."""
+    try:
+        value = image.getexif().get(_ORIENTATION_TAG, 1)
+    except Exception:  # noqa: BLE001 - a broken EXIF block must not reject an image that decodes
+        return 1
+    return value if isinstance(value, int) and value in range(1, 9) else 1
+
+
 def inspect(data: bytes) -> tuple[int, int, str, str]:
-    """Return (width, height, mode, format) from the image header, without decoding pixels."""
+    """Return (width, height, mode, format) from the image header, without decoding pixels; the
+    size as shown, after the EXIF orientation."""
     with _open(data) as image:
-        return image.width, image.height, image.mode, image.format or ""
+        width, height = image.size
+        if image.format == "JPEG" and orientation(image) >= 5:   # other formats would decode to tell
+            width, height = height, width
+        return width, height, image.mode, image.format or ""
 
 
 def _load(image: Image.Image) -> None:
@@ -169,14 +190,20 @@ def transform(data: bytes, resize: Optional[Size] = (200, 200),
     image = _open(data)
     try:
         box = None
-        if draft and resize and image.format == "JPEG":
-            drafted = image.draft("RGB", resize)
+        if draft and resize and image.format == "JPEG":   # a JPEG's tag is in its header
+            turn = orientation(image)
+            stored = (resize[1], resize[0]) if turn >= 5 else resize   # the target as stored
+            drafted = image.draft("RGB", stored)
             if drafted is not None:
                 box = drafted[1]
         _load(image)
+        turn = orientation(image)   # some formats (PNG's eXIf) give the tag only once loaded
+        stored = (resize[1], resize[0]) if resize and turn >= 5 else resize
         result = _to_8bit(image)
-        if resize and (result.size != resize or box is not None):
-            result = result.resize(resize, Image.Resampling.BILINEAR, box=box)
+        if stored and (result.size != stored or box is not None):
+            result = result.resize(stored, Image.Resampling.BILINEAR, box=box)
+        if turn in _TURNS:
+            result = result.transpose(_TURNS[turn])
         if crop:
             width, height = result.size
             if crop[0] > width or crop[1] > height:

@@ -33,6 +33,7 @@ Importable without pyspark.
 from __future__ import annotations
 
 import importlib.util
+import contextlib
 import io
 import logging
 import posixpath
@@ -250,12 +251,18 @@ class ShardReader:
     def _petastorm_batches(self, url: str, epoch: int) -> Iterator[dict[str, Any]]:
         from petastorm import make_batch_reader
 
-        with make_batch_reader(url, schema_fields=self.fields, reader_pool_type=self.pool,
-                               workers_count=2, cur_shard=self.rank, shard_count=self.world_size,
-                               shuffle_row_groups=self.shuffle, seed=self.seed + epoch,
-                               num_epochs=1) as reader:
+        reader = make_batch_reader(url, schema_fields=self.fields, reader_pool_type=self.pool,
+                                   workers_count=2, cur_shard=self.rank, shard_count=self.world_size,
+                                   shuffle_row_groups=self.shuffle, seed=self.seed + epoch, num_epochs=1)
+        try:
             for batch in reader:
                 yield {name: self._petastorm_column(name, getattr(batch, name)) for name in self.fields}
+        finally:
+            # what the reader's __exit__ does, minus its print of "Cache cleanup complete." on every read
+            with contextlib.redirect_stdout(io.StringIO()):
+                reader.stop()
+                reader.join()
+                reader.cleanup_cache()
 
     def _petastorm_column(self, name: str, values: np.ndarray) -> np.ndarray:
         spec = self._specs[name]

@@ -97,6 +97,17 @@ def image_stats(splits: Mapping[str, Sequence[Mapping[str, Any]]], labels: Seque
 def table_stats(frame: "DataFrame", split_column: str, splits: Sequence[str], numeric: Sequence[str],
                 categorical: Sequence[str]) -> dict[str, Any]:
     """Statistics of a Spark DataFrame per value of ``split_column`` (values in ``splits``)."""
+    return table_stats_and_counts(frame, split_column, splits, numeric, categorical)[0]
+
+
+def table_stats_and_counts(frame: "DataFrame", split_column: str, splits: Sequence[str], numeric: Sequence[str],
+                           categorical: Sequence[str]
+                           ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
+    """Statistics as ``table_stats``, with what they are made of: the per-split aggregates
+    (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and every categorical value's count
+    per (split, column), so that fitting a transform needs no further pass over the data. Two Spark
+    jobs: the aggregates, then the histogram buckets and category counts together. Distinct counts
+    of numeric columns are approximate (HyperLogLog, within about 1%)."""
     from pyspark.sql import functions as F
 
     aggs = []
@@ -108,16 +119,13 @@ def table_stats(frame: "DataFrame", split_column: str, splits: Sequence[str], nu
                  F.percentile_approx(c, 0.5, 10000).alias(f"{column}__median"),
                  F.stddev_samp(c).alias(f"{column}__std"),
                  F.sum((c == 0).cast("long")).alias(f"{column}__zeros"),
-                 F.countDistinct(c).alias(f"{column}__distinct")]
+                 F.approx_count_distinct(c, 0.01).alias(f"{column}__distinct")]
     for column in categorical:
         c = F.col(column)
-        aggs += [F.count(c).alias(f"{column}__count"), F.sum(c.isNull().cast("long")).alias(f"{column}__missing"),
-                 F.countDistinct(c).alias(f"{column}__distinct")]
+        aggs += [F.count(c).alias(f"{column}__count"), F.sum(c.isNull().cast("long")).alias(f"{column}__missing")]
     aggs.append(F.count(F.lit(1)).alias("__rows"))
     rows = {row[split_column]: row.asDict() for row in frame.groupBy(split_column).agg(*aggs).collect()}
     row_counts = {split: values["__rows"] for split, values in rows.items()}
-
-    from pyspark.sql import Window
 
     edges_of: dict[str, list[float]] = {}
     for column in numeric:
@@ -126,24 +134,23 @@ def table_stats(frame: "DataFrame", split_column: str, splits: Sequence[str], nu
         if low is not None:
             edges_of[column] = _edges(float(low), float(high))
     histograms: dict[tuple[str, str], list[int]] = {}
-    if edges_of:  # every histogram in one job: one (column, bucket) pair per cell
-        cells = []
-        for column, edges in edges_of.items():
-            width = (edges[-1] - edges[0]) / (len(edges) - 1)
-            bucket = F.least(F.floor((F.col(column) - F.lit(edges[0])) / F.lit(width)), F.lit(len(edges) - 2))
-            cells.append(F.struct(F.lit(column).alias("c"), bucket.cast("int").alias("b")))
-        exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell")).where(F.col("cell.b").isNotNull())
-        for row in exploded.groupBy(split_column, "cell.c", "cell.b").count().collect():
-            key = (row[split_column], row["c"])
-            histograms.setdefault(key, [0] * (len(edges_of[row["c"]]) - 1))[row["b"]] += row["count"]
-    tops: dict[tuple[str, str], list[list[Any]]] = {}
-    if categorical:  # every top-values list in one job
-        cells = [F.struct(F.lit(column).alias("c"), F.col(column).cast("string").alias("v")) for column in categorical]
+    value_counts: dict[tuple[str, str], dict[str, int]] = {}
+    cells = []   # one (column, value) pair per cell: a histogram bucket's number, or a category
+    for column, edges in edges_of.items():
+        width = (edges[-1] - edges[0]) / (len(edges) - 1)
+        bucket = F.least(F.floor((F.col(column) - F.lit(edges[0])) / F.lit(width)), F.lit(len(edges) - 2))
+        cells.append(F.struct(F.lit(column).alias("c"), bucket.cast("int").cast("string").alias("v")))
+    cells += [F.struct(F.lit(column).alias("c"), F.col(column).cast("string").alias("v")) for column in categorical]
+    if cells:  # every histogram and category count in one job
         exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell")).where(F.col("cell.v").isNotNull())
-        counted = exploded.groupBy(split_column, "cell.c", "cell.v").count()
-        rank = F.row_number().over(Window.partitionBy(split_column, "c").orderBy(F.desc("count"), "v"))
-        for row in counted.withColumn("r", rank).where(F.col("r") <= TOP_VALUES).orderBy(split_column, "c", "r").collect():
-            tops.setdefault((row[split_column], row["c"]), []).append([row["v"], int(row["count"])])
+        for row in exploded.groupBy(split_column, "cell.c", "cell.v").count().collect():
+            key = (row[split_column], row["c"])
+            if row["c"] in edges_of:
+                histograms.setdefault(key, [0] * (len(edges_of[row["c"]]) - 1))[int(row["v"])] += row["count"]
+            else:
+                value_counts.setdefault(key, {})[row["v"]] = int(row["count"])
+    tops = {key: [[value, n] for value, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_VALUES]]
+            for key, counts in value_counts.items()}
 
     columns = []
     for column in numeric:
@@ -168,11 +175,12 @@ def table_stats(frame: "DataFrame", split_column: str, splits: Sequence[str], nu
             values = rows.get(split, {})
             per_split[split] = {"count": int(values.get(f"{column}__count") or 0),
                                 "missing": int(values.get(f"{column}__missing") or 0),
-                                "distinct": int(values.get(f"{column}__distinct") or 0),
+                                "distinct": len(value_counts.get((split, column), {})),
                                 "top": tops.get((split, column), [])}
         columns.append({"name": column, "type": "categorical", "splits": per_split})
-    return {"kind": "table", "splits": list(splits), "rows": {s: int(row_counts.get(s, 0)) for s in splits},
-            "columns": columns}
+    stats = {"kind": "table", "splits": list(splits), "rows": {s: int(row_counts.get(s, 0)) for s in splits},
+             "columns": columns}
+    return stats, rows, value_counts
 
 
 def _plain(value: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from contextlib import ExitStack, nullcontext
@@ -44,6 +45,7 @@ NUMERIC_TYPES = {"double": "double", "float": "double", "int": "long", "long": "
 CATEGORICAL_TYPES = ("string", "category", "categorical", "str")
 _CORRUPT = "_corrupt_record"
 _SPLIT = "_split"
+_SHARD = "_shard"
 _UNKNOWN = -1  # index of a category the train split never saw
 
 
@@ -74,6 +76,8 @@ class TableOptions:
     seed: int = 0
     shards: Optional[int] = None
     delimiter: str = ","
+    skip_rows: int = 0
+    strict: bool = False
     overwrite: bool = False
     compression: Optional[str] = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -84,24 +88,39 @@ class TableOptions:
                                 "value) or 'fill' (train mean / most frequent category)")
         if not 0.0 <= float(self.test_fraction) < 1.0:
             raise SettingsError(f"test_fraction={self.test_fraction!r} must be in [0, 1)")
+        if isinstance(self.skip_rows, bool) or not isinstance(self.skip_rows, int) or self.skip_rows < 0:
+            raise SettingsError(f"skip_rows={self.skip_rows!r} must be a whole number of lines, 0 or more")
         if self.shards is not None and int(self.shards) < 1:
             raise SettingsError(f"shards={self.shards!r} must be at least 1")
         for name, kind in (self.schema or {}).items():
             if kind.lower() not in NUMERIC_TYPES and kind.lower() not in CATEGORICAL_TYPES:
                 raise SettingsError(f"schema type {kind!r} of column {name!r}: use one of "
                                     f"{', '.join(sorted(NUMERIC_TYPES))} or 'string'")
-        if self.header is False and not self.columns:
-            pass  # Spark names them _c0, _c1, ...; the label may be given as such a name
 
 
-def _column_names(spark: "SparkSession", src: str, options: TableOptions) -> list[str]:
+def _source(spark: "SparkSession", src: str, options: TableOptions) -> Any:
+    """What the CSV reader reads: the path, or with ``skip_rows`` the lines of every file after its
+    first ``skip_rows`` (preamble lines before the header, as in scikit-learn's CSV files)."""
+    if not options.skip_rows:
+        return src
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    lines = spark.read.text(src).select(F.input_file_name().alias("file"),
+                                        F.monotonically_increasing_id().alias("at"), "value")
+    number = F.row_number().over(Window.partitionBy("file").orderBy("at"))
+    kept = lines.withColumn("line", number).where(F.col("line") > F.lit(options.skip_rows))
+    return kept.sortWithinPartitions("file", "at").select("value").rdd.map(lambda row: row[0])
+
+
+def _column_names(spark: "SparkSession", src: Any, options: TableOptions) -> list[str]:
     if options.columns:
         return list(options.columns)
     probe = spark.read.option("header", options.header).option("sep", options.delimiter).csv(src)
     return [name.strip() for name in probe.columns]
 
 
-def _read_text(spark: "SparkSession", src: str, names: list[str], options: TableOptions) -> "DataFrame":
+def _read_text(spark: "SparkSession", src: Any, names: list[str], options: TableOptions) -> "DataFrame":
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField(n, StringType()) for n in names] + [StructField(_CORRUPT, StringType())])
@@ -119,8 +138,9 @@ def _number(name: str, kind: str) -> "Column":
     return F.expr(f"try_cast(`{name}` AS {kind})")
 
 
-def _infer_types(frame: "DataFrame", names: list[str], options: TableOptions) -> dict[str, str]:
-    """'double', 'long' or 'string' per column: given, else numeric when most values parse."""
+def _infer_types(frame: "DataFrame", names: list[str], options: TableOptions) -> tuple[dict[str, str], int]:
+    """('double', 'long' or 'string' per column, rows read), in one Spark job: types given, else
+    numeric when most values of the well-formed rows parse."""
     from pyspark.sql import functions as F
 
     given = {sanitize(k): v.lower() for k, v in (options.schema or {}).items()}
@@ -132,20 +152,21 @@ def _infer_types(frame: "DataFrame", names: list[str], options: TableOptions) ->
             types[name] = NUMERIC_TYPES.get(given[name], "string")
         elif name in forced:
             types[name] = "string"
-    if todo:
-        aggs = []
-        for name in todo:
-            number = _number(name, "double")
-            aggs += [F.count(name).alias(f"{name}__n"), F.count(number).alias(f"{name}__num"),
-                     F.sum((number.isNotNull() & (number != F.floor(number))).cast("long")).alias(f"{name}__frac")]
-        row = frame.where(F.col(_CORRUPT).isNull()).agg(*aggs).first().asDict()
-        for name in todo:
-            present, numeric = row[f"{name}__n"] or 0, row[f"{name}__num"] or 0
-            if present and numeric * 2 > present:
-                types[name] = "double" if (row[f"{name}__frac"] or 0) else "long"
-            else:
-                types[name] = "string"
-    return types
+    well_formed = F.col(_CORRUPT).isNull()
+    aggs = [F.count(F.lit(1)).alias("__read")]
+    for name in todo:
+        number = _number(name, "double")
+        aggs += [F.count(F.when(well_formed, F.col(name))).alias(f"{name}__n"),
+                 F.count(F.when(well_formed, number)).alias(f"{name}__num"),
+                 F.count(F.when(well_formed & (number != F.floor(number)), F.lit(1))).alias(f"{name}__frac")]
+    row = frame.agg(*aggs).first().asDict()
+    for name in todo:
+        present, numeric = row[f"{name}__n"] or 0, row[f"{name}__num"] or 0
+        if present and numeric * 2 > present:
+            types[name] = "double" if (row[f"{name}__frac"] or 0) else "long"
+        else:
+            types[name] = "string"
+    return types, int(row["__read"])
 
 
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
@@ -153,7 +174,8 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
                   na_values: Sequence[str] = ("?",), missing: str = "drop",
                   categorical: Optional[Sequence[str]] = None, one_hot: bool = False,
                   standardize: bool = False, test_fraction: float = 0.2, seed: int = 0,
-                  shards: Optional[int] = None, delimiter: str = ",", overwrite: bool = False,
+                  shards: Optional[int] = None, delimiter: str = ",", skip_rows: int = 0,
+                  strict: bool = False, overwrite: bool = False,
                   compression: Optional[str] = None, spark: "SparkSession | None" = None,
                   settings: config.Settings | None = None) -> ds.DatasetSummary:
     """Turn the CSV file(s) ``src`` into the dataset ``dataset`` with train and test splits.
@@ -161,7 +183,9 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     Writes parquet/<split>/ (plain Parquet: one column per feature, a ``features`` float32 vector
     and ``label``), tfrecord/<split>/part-*.tfrecord (tf.train.Example with the same names),
     transform.json (the fitted transform, for serving), labels.json (a categorical label's
-    classes), _rejected/ (malformed rows with their reason), stats.json and stats.html.
+    classes), _rejected/ (malformed rows with their reason), stats.json and stats.html (of the
+    rows as written, before the transform). ``skip_rows`` drops lines before the header of each
+    file; ``strict`` fails instead of rejecting rows. A table whose every row is rejected fails.
     """
     from hopsml import session
 
@@ -169,16 +193,19 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
                            schema=dict(schema) if schema else None, na_values=tuple(na_values),
                            missing=missing, categorical=tuple(categorical) if categorical else None,
                            one_hot=one_hot, standardize=standardize, test_fraction=float(test_fraction),
-                           seed=int(seed), shards=shards, delimiter=delimiter, overwrite=overwrite,
-                           compression=compression)
+                           seed=int(seed), shards=shards, delimiter=delimiter, skip_rows=skip_rows,
+                           strict=strict, overwrite=overwrite, compression=compression)
     settings = settings or config.load()
+    storage = Storage(settings.root)
+    ds.check_writable(storage, settings.project, dataset, options.overwrite)  # before Spark starts
+    _check_source(src)
     spark = spark or session.get_or_create(settings)
     session.check_session(settings, spark)  # also for a session passed in
-    storage = Storage(settings.root)
     started = time.perf_counter()
     job = _TableJob(spark, storage, settings, src, dataset, options)
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
-            spark_progress(spark.sparkContext, f"prepare table '{dataset}'"):
+            spark_progress(spark.sparkContext, f"prepare table '{dataset}'", steps=_TableJob.STEPS) as progress:
+        job.progress = progress
         summary = job.run(stage)
         summary.seconds = time.perf_counter() - started
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
@@ -189,13 +216,37 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     return summary
 
 
+def _check_source(src: str) -> None:
+    """A local path that does not exist fails here, before Spark starts (a URI is left to Spark)."""
+    import os
+    from urllib.parse import urlparse
+
+    scheme = urlparse(src).scheme
+    if scheme in ("", "file") and len(scheme) != 1:  # not a Windows drive letter
+        path = urlparse(src).path if scheme == "file" else src
+        if not any(ch in path for ch in "*?[{") and not os.path.exists(os.path.expanduser(path)):
+            raise ds.DatasetError(f"{redact_uri(src)!r} does not exist; give a CSV file or a folder of CSV files")
+
+
+_HINT = ("if the file has no header line, pass --no-header --columns name1,name2,... (header=False, "
+         "columns=[...]); if lines come before the header (scikit-learn's CSV files start with one), pass "
+         "--skip-rows N (skip_rows=N); check --delimiter (delimiter=) too")
+
+
 class _TableJob:
     """The steps of :func:`prepare_table`, sharing the parsed input between them."""
+
+    STEPS = 6   # read, reject, statistics, fit, write, finish: the progress display's fixed total
 
     def __init__(self, spark: "SparkSession", storage: Storage, settings: config.Settings, src: str,
                  name: str, options: TableOptions) -> None:
         self.spark, self.storage, self.settings = spark, storage, settings
         self.src, self.name, self.options = src, name, options
+        self.progress: Any = None
+
+    def _step(self, name: str) -> None:
+        if self.progress is not None:
+            self.progress.step(name)
 
     def run(self, stage: ds.DatasetDir) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
@@ -203,7 +254,9 @@ class _TableJob:
         from hopsml.data import stats as stats_mod
 
         opts = self.options
-        raw_names = _column_names(self.spark, self.src, opts)
+        self._step("read")
+        source = _source(self.spark, self.src, opts)
+        raw_names = _column_names(self.spark, source, opts)
         names = [sanitize(n) for n in raw_names]
         if len(set(names)) != len(names):
             raise ds.DatasetError(f"columns {raw_names} are not distinct once made identifiers "
@@ -212,24 +265,34 @@ class _TableJob:
         if label not in names:
             raise ds.DatasetError(f"label column {opts.label!r} is not among the columns {raw_names}; "
                                   "pass label= one of them (or columns=[...] for a file without header)")
-        text = _read_text(self.spark, self.src, names, opts).cache()
+        text = _read_text(self.spark, source, names, opts).cache()
         try:
-            read = text.count()
-            if read == 0:
-                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
             na = [v.strip() for v in opts.na_values] + [""]
             cleaned = text.select(*[F.when(F.col(n).isin(na), F.lit(None)).otherwise(F.col(n)).alias(n)
                                     for n in names], F.col(_CORRUPT))
-            types = _infer_types(cleaned, names, opts)
+            types, read = _infer_types(cleaned, names, opts)   # one job, also counting the rows
+            if read == 0:
+                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
             return self._run_typed(stage, cleaned, names, label, types, read, stats_mod)
         finally:
             text.unpersist()
+
+    def _first_rejected(self, stage: ds.DatasetDir, limit: int = 3) -> str:
+        lines: list[str] = []
+        for rel in sorted(self.storage.ls(stage.rejected)):
+            for line in self.storage.read_text(rel).splitlines():
+                row = json.loads(line)
+                lines.append(f"  {row.get('line') or row.get('fields')!s}: {row.get('reason')}")
+                if len(lines) >= limit:
+                    return "\n".join(lines)
+        return "\n".join(lines)
 
     def _run_typed(self, stage: ds.DatasetDir, cleaned: "DataFrame", names: list[str], label: str,
                    types: dict[str, str], read: int, stats_mod: Any) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
 
         opts = self.options
+        self._step("reject malformed rows")
         numeric = [n for n in names if types[n] != "string"]
         reasons = F.lit(None).cast("string")
         for n in reversed(numeric):  # the first unparsable column names the reason
@@ -240,23 +303,77 @@ class _TableJob:
         checked = cleaned.withColumn("_reason", reasons)
         rejected = checked.where(F.col("_reason").isNotNull())
         self.storage.makedirs(stage.rejected)
-        (rejected.select(F.col("_reason").alias("reason"), F.col(_CORRUPT).alias("line"),
-                         F.to_json(F.struct(*names)).alias("fields"))
-         .coalesce(1).mapInPandas(_JsonLinesWriter(self.storage, stage.rejected), "rows long").collect())
-        rejected_reasons = {r["_reason"]: r["count"] for r in rejected.groupBy("_reason").count().collect()}
+        rejected_reasons: dict[str, int] = {}
+        for row in (rejected.select(F.col("_reason").alias("reason"), F.col(_CORRUPT).alias("line"),
+                                    F.to_json(F.struct(*names)).alias("fields"))
+                    .coalesce(1).mapInPandas(_JsonLinesWriter(self.storage, stage.rejected),
+                                             "reason string, rows long").collect()):
+            rejected_reasons[row["reason"]] = rejected_reasons.get(row["reason"], 0) + row["rows"]
+        total_rejected = sum(rejected_reasons.values())
+        if total_rejected == read:
+            raise ds.RejectedInputError(
+                f"all {read} rows of {redact_uri(self.src)!r} were rejected, so dataset {self.name!r} was not "
+                f"written. The columns were taken to be {names}; the first rejected rows:\n"
+                f"{self._first_rejected(stage)}\n{_HINT}")
+        if opts.strict and total_rejected:
+            raise ds.RejectedInputError(
+                f"{total_rejected} of {read} rows were rejected and strict=True, so dataset {self.name!r} was "
+                f"not written; the first:\n{self._first_rejected(stage)}\nFix these rows, or run without "
+                "--strict to keep them in _rejected")
 
         typed = checked.where(F.col("_reason").isNull()).select(
             *[_number(n, "double" if types[n] == "double" else "long").alias(n) if n in numeric
               else F.col(n) for n in names])
         hashed = F.xxhash64(F.lit(opts.seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in names])
         bucket = F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)
-        split = typed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train")).cache()
+        split = typed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train"))
+        features = [n for n in names if n != label]
+        usable = split.where(F.col(label).isNotNull())
+        if opts.missing == "drop" and features:
+            usable = usable.dropna(subset=features)
+        usable = usable.cache()   # the rows as written (before the missing values are filled)
         try:
-            return self._write(stage, split, names, label, types, read, rejected_reasons, stats_mod)
+            return self._write(stage, usable, names, label, types, read, rejected_reasons, stats_mod)
         finally:
-            split.unpersist()
+            usable.unpersist()
 
-    def _write(self, stage: ds.DatasetDir, split: "DataFrame", names: list[str], label: str,
+    def _fit(self, aggregates: dict[str, dict[str, Any]], value_counts: dict[tuple[str, str], dict[str, int]],
+             numeric: list[str], indexed: list[str], types: dict[str, str]
+             ) -> tuple[dict[str, float], dict[str, float], dict[str, Any], dict[str, list[str]]]:
+        """Means, standard deviations (of the filled values under missing='fill'), fill values and
+        category lists of the train split, from what the statistics collected: no pass of its own."""
+        opts = self.options
+        train = aggregates.get("train", {})
+        means: dict[str, float] = {}
+        stds: dict[str, float] = {}
+        fills: dict[str, Any] = {}
+        for n in numeric:
+            mean = train.get(f"{n}__mean")
+            means[n] = float(mean) if mean is not None else 0.0
+        if opts.missing == "fill":
+            fills = {n: means[n] for n in numeric}
+        total = int(train.get("__rows") or 0)
+        for n in numeric:   # as an imputer followed by a scaler: spread of the (filled) train split
+            present = int(train.get(f"{n}__count") or 0)
+            sample_std = train.get(f"{n}__std")
+            sample_std = float(sample_std) if sample_std is not None and math.isfinite(sample_std) else 0.0
+            squares = sample_std ** 2 * (present - 1) if present > 1 else 0.0
+            fill = fills.get(n)
+            if fill is not None and types[n] == "long":
+                fill = float(int(round(fill)))
+            missing = total - present if fill is not None else 0
+            if present + missing == 0:
+                stds[n] = 1.0
+                continue
+            centre = (present * means[n] + missing * (fill or 0.0)) / (present + missing)
+            squares += present * (means[n] - centre) ** 2 + missing * ((fill or 0.0) - centre) ** 2
+            std = math.sqrt(max(squares, 0.0) / (present + missing))
+            stds[n] = std if std > 1e-12 * max(1.0, abs(means[n])) else 1.0
+        categories = {n: [v for v, _ in sorted(value_counts.get(("train", n), {}).items(),
+                                               key=lambda kv: (-kv[1], kv[0]))] for n in indexed}
+        return means, stds, fills, categories
+
+    def _write(self, stage: ds.DatasetDir, usable: "DataFrame", names: list[str], label: str,
                types: dict[str, str], read: int, rejected_reasons: dict[str, int],
                stats_mod: Any) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
@@ -268,37 +385,25 @@ class _TableJob:
         categorical = [n for n in features if types[n] == "string"]
         label_numeric = types[label] != "string"
 
-        stats = stats_mod.table_stats(split, _SPLIT, SPLITS, numeric + ([label] if label_numeric else []),
-                                      categorical + ([] if label_numeric else [label]))
+        self._step("statistics")
+        stats, aggregates, value_counts = stats_mod.table_stats_and_counts(
+            usable, _SPLIT, SPLITS, numeric + ([label] if label_numeric else []),
+            categorical + ([] if label_numeric else [label]))
         stats["rejected"] = rejected_reasons
         stats["types"] = types
+        counts = {split_name: int(stats["rows"].get(split_name, 0)) for split_name in SPLITS}
+        written = sum(counts.values())
+        if written == 0:
+            raise ds.DatasetError(f"none of the {read} rows of {redact_uri(self.src)!r} is left to write: every "
+                                  "row without a label or (with missing='drop') with a missing value was dropped; "
+                                  "pass missing='fill' (--missing fill), or check na_values and the label column")
 
-        usable = split.where(F.col(label).isNotNull())
-        if opts.missing == "drop":
-            usable = usable.dropna(subset=features) if features else usable
-        train = usable.where(F.col(_SPLIT) == "train")
-
-        # fit on the train split only
-        means, stds, fills, categories = {}, {}, {}, {}
-        if numeric:
-            row = train.agg(*[F.mean(n).alias(f"{n}__mean") for n in numeric]).first().asDict()
-            means = {n: float(row[f"{n}__mean"]) if row[f"{n}__mean"] is not None else 0.0 for n in numeric}
+        self._step("fit the transform")
         indexed = categorical + ([] if label_numeric else [label])
-        if indexed:  # every category list in one job
-            cells = [F.struct(F.lit(n).alias("c"), F.col(n).alias("v")) for n in indexed]
-            counted = (train.select(F.explode(F.array(*cells)).alias("cell")).where(F.col("cell.v").isNotNull())
-                       .groupBy("cell.c", "cell.v").count().collect())
-            for n in indexed:
-                mine = [r for r in counted if r["c"] == n]
-                categories[n] = [r["v"] for r in sorted(mine, key=lambda r: (-r["count"], r["v"]))]
+        means, stds, fills, categories = self._fit(aggregates, value_counts, numeric, indexed, types)
         if opts.missing == "fill":
-            fills = {n: means[n] for n in numeric}
             fills.update({n: categories[n][0] for n in categorical if categories[n]})
             usable = usable.fillna({n: (v if types[n] != "long" else int(round(v))) for n, v in fills.items()})
-        if numeric:  # as an imputer followed by a scaler: spread of the (filled) train split
-            row = usable.where(F.col(_SPLIT) == "train").agg(
-                *[F.stddev_pop(n).alias(n) for n in numeric]).first().asDict()
-            stds = {n: float(row[n]) if row[n] else 1.0 for n in numeric}
 
         # transform
         out_cols, feature_exprs, feature_names, fields = [], [], [], {}
@@ -331,37 +436,19 @@ class _TableJob:
         else:
             out_cols.append(_index_expr(label, categories[label]).alias("label"))
             fields["label"] = {"dtype": "int32", "shape": []}
-        transformed = usable.select(*out_cols, F.col(_SPLIT))
+        transformed = usable.select(*out_cols, F.col(_SPLIT), *[F.col(n).alias(f"__key_{n}") for n in names])
         transformed = transformed.select("*", F.array(*feature_exprs).alias("features") if feature_exprs
                                          else F.array().cast("array<float>").alias("features"))
         fields["features"] = {"dtype": "float32", "shape": [len(feature_names)]}
         for name, spec in fields.items():
             spec["tfrecord"] = name
 
-        splits_meta, shard_count = {}, 0
-        found = {r[_SPLIT]: r["count"] for r in transformed.groupBy(_SPLIT).count().collect()}
-        counts = {split_name: int(found.get(split_name, 0)) for split_name in SPLITS}
-        for split_name in SPLITS:
-            part = transformed.where(F.col(_SPLIT) == split_name).drop(_SPLIT)
-            rows = counts[split_name]
-            if rows == 0:
-                continue
-            wanted = self.options.shards or max(self.settings.num_workers,
-                                                self.spark.sparkContext.defaultParallelism)
-            wanted = max(1, min(wanted, rows))
-            shard_count = max(shard_count, wanted)
-            writer = _TableShardWriter(self.storage, stage, split_name, wanted, self.options.compression,
-                                       to_arrow_schema(part.schema))
-            self.storage.makedirs(stage.parquet(split_name))
-            shipped = sum(row.rows for row in part.repartition(wanted).mapInPandas(writer, "rows long").collect())
-            if shipped != rows:
-                raise ds.DatasetError(f"split {split_name!r}: the tasks wrote {shipped} rows of {rows}; rerun the job")
-            _fill_missing_shards(self.storage, stage.tfrecord(split_name), wanted, self.options.compression)
-            splits_meta[split_name] = {"rows": rows, "parquet": f"{ds.PARQUET}/{split_name}",
-                                       "tfrecord": f"{ds.TFRECORD}/{split_name}", "shards": wanted}
-        written = sum(counts.values())
+        self._step("write shards")
+        splits_meta, shard_count = self._write_shards(stage, transformed, counts, names, to_arrow_schema)
+        shard_count = max(shard_count, 0)
         rejected = sum(rejected_reasons.values())
         dropped = read - written - rejected
+        self._step("finish")
         transform = {"label": {"column": label, "source_name": opts.label, "type": types[label],
                                "classes": None if label_numeric else categories[label]},
                      "columns": [{"name": n, "type": types[n]} for n in names],
@@ -387,6 +474,40 @@ class _TableJob:
                                  rejected=rejected, dropped=dropped, splits=counts, shards=shard_count,
                                  rejected_reasons=rejected_reasons)
 
+    def _write_shards(self, stage: ds.DatasetDir, transformed: "DataFrame", counts: dict[str, int],
+                      names: list[str], to_arrow_schema: Any) -> tuple[dict[str, Any], int]:
+        """Both splits' Parquet files and TFRecord shards in one Spark job: each row gets its split's
+        shard number (a hash of the row), and each task writes the shards whose rows it holds."""
+        from pyspark.sql import functions as F
+
+        wanted_default = self.options.shards or max(self.settings.num_workers,
+                                                    self.spark.sparkContext.defaultParallelism)
+        wanted = {s: max(1, min(wanted_default, rows)) for s, rows in counts.items() if rows}
+        keys = [F.col(f"__key_{n}") for n in names]
+        row_hash = F.xxhash64(F.lit(self.options.seed + 1),
+                              *[F.coalesce(k.cast("string"), F.lit("\x00")) for k in keys])
+        shard = F.lit(0)
+        for split_name, count in wanted.items():
+            shard = F.when(F.col(_SPLIT) == split_name, F.pmod(row_hash, F.lit(count))).otherwise(shard)
+        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(*[f"__key_{n}" for n in names])
+        schema = to_arrow_schema(keyed.drop(_SPLIT, _SHARD).schema)
+        writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, schema)
+        for split_name in wanted:
+            self.storage.makedirs(stage.parquet(split_name))
+        shipped: dict[str, int] = {}
+        for row in (keyed.repartition(sum(wanted.values()), _SPLIT, _SHARD)
+                    .mapInPandas(writer, "split string, rows long").collect()):
+            shipped[row["split"]] = shipped.get(row["split"], 0) + row["rows"]
+        splits_meta = {}
+        for split_name, count in wanted.items():
+            if shipped.get(split_name, 0) != counts[split_name]:
+                raise ds.DatasetError(f"split {split_name!r}: the tasks wrote {shipped.get(split_name, 0)} rows "
+                                      f"of {counts[split_name]}; rerun the job")
+            _fill_missing_shards(self.storage, stage.tfrecord(split_name), count, self.options.compression)
+            splits_meta[split_name] = {"rows": counts[split_name], "parquet": f"{ds.PARQUET}/{split_name}",
+                                       "tfrecord": f"{ds.TFRECORD}/{split_name}", "shards": count}
+        return splits_meta, max(wanted.values(), default=0)
+
 
 def _index_expr(column: str, categories: list[str]):
     """The train index of each value; unseen values (and missing ones) get -1."""
@@ -399,41 +520,50 @@ def _index_expr(column: str, categories: list[str]):
 
 
 class _TableShardWriter:
-    """Write a partition's rows as its Parquet file and its TFRecord shard, both through the fs
-    layer, so a table lands on every root hopsml supports (S3 too, without Spark's Hadoop connectors)."""
+    """Write the shards whose rows a task holds, each as its Parquet file and its TFRecord shard, both
+    through the fs layer, so a table lands on every root hopsml supports (S3 too, without Spark's
+    Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them."""
 
-    def __init__(self, storage: Storage, stage: ds.DatasetDir, split: str, count: int,
+    def __init__(self, storage: Storage, stage: ds.DatasetDir, counts: Mapping[str, int],
                  compression: Optional[str], schema: "pa.Schema") -> None:
-        self.storage, self.stage, self.split = storage, stage, split
-        self.count, self.compression, self.schema = count, compression, schema
+        self.storage, self.stage, self.counts = storage, stage, dict(counts)
+        self.compression, self.schema = compression, schema
 
     def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        part, rows = shard_io.partition_id(), 0
+        rows: dict[str, int] = {}
         with ExitStack() as stack:
-            writer = stack.enter_context(shard_io.shard_writer(
-                self.storage, self.stage.tfrecord(self.split), part, self.count, self.compression))
-            parquet = None
+            open_shards: dict[tuple[str, int], tuple[Any, Any]] = {}
             for frame in batches:
-                if parquet is None:   # a partition with no rows writes no Parquet file
-                    target = stack.enter_context(shard_io.atomic_output(
-                        self.storage, ds.layout.join(self.stage.parquet(self.split), shard_io.part_name(part))))
-                    parquet = stack.enter_context(pq.ParquetWriter(target, self.schema, compression="snappy"))
-                parquet.write_table(pa.Table.from_pandas(frame, schema=self.schema, preserve_index=False))
-                columns = {name: frame[name].tolist() for name in frame.columns}
-                for i in range(len(frame)):
-                    writer.write(encode_example({
-                        name: (np.asarray(values[i], dtype=np.float32) if name == "features" else
-                               values[i]) for name, values in columns.items() if values[i] is not None}))
-                rows += len(frame)
-        yield pd.DataFrame({"rows": [rows]})
+                for (split, shard), group in frame.groupby([_SPLIT, _SHARD], sort=False):
+                    key = (str(split), int(shard))
+                    if key not in open_shards:   # a shard with no rows writes no Parquet file
+                        records = stack.enter_context(shard_io.shard_writer(
+                            self.storage, self.stage.tfrecord(key[0]), key[1], self.counts[key[0]],
+                            self.compression))
+                        target = stack.enter_context(shard_io.atomic_output(
+                            self.storage, ds.layout.join(self.stage.parquet(key[0]), shard_io.part_name(key[1]))))
+                        parquet = stack.enter_context(pq.ParquetWriter(target, self.schema, compression="snappy"))
+                        open_shards[key] = (records, parquet)
+                    records, parquet = open_shards[key]
+                    part = group.drop(columns=[_SPLIT, _SHARD]).reset_index(drop=True)
+                    parquet.write_table(pa.Table.from_pandas(part, schema=self.schema, preserve_index=False))
+                    columns = {name: part[name].tolist() for name in part.columns}
+                    for i in range(len(part)):
+                        records.write(encode_example({
+                            name: (np.asarray(values[i], dtype=np.float32) if name == "features" else
+                                   values[i]) for name, values in columns.items() if values[i] is not None}))
+                    rows[key[0]] = rows.get(key[0], 0) + len(part)
+        yield pd.DataFrame({"split": pd.Series(list(rows), dtype=object),
+                            "rows": pd.Series(list(rows.values()), dtype="int64")})
 
 
 class _JsonLinesWriter:
-    """Stream a partition's rows into a JSON-lines file through the fs layer (any root, S3 too)."""
+    """Stream a partition's rows into a JSON-lines file through the fs layer (any root, S3 too);
+    yields the number of rows per reason."""
 
     def __init__(self, storage: Storage, folder: str) -> None:
         self.storage, self.folder = storage, folder
@@ -441,15 +571,16 @@ class _JsonLinesWriter:
     def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd
 
-        rows = 0
+        reasons: dict[str, int] = {}
         rel = ds.layout.join(self.folder, shard_io.part_name(shard_io.partition_id(), ".jsonl"))
         with shard_io.atomic_output(self.storage, rel) as target, \
                 (open(target, "wb") if isinstance(target, str) else nullcontext(target)) as out:
             for frame in batches:
                 for row in frame.astype(object).where(frame.notna(), None).to_dict("records"):
                     out.write((json.dumps(row, default=str) + "\n").encode("utf-8"))
-                    rows += 1
-        yield pd.DataFrame({"rows": [rows]})
+                    reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
+        yield pd.DataFrame({"reason": pd.Series(list(reasons), dtype=object),
+                            "rows": pd.Series(list(reasons.values()), dtype="int64")})
 
 
 def _fill_missing_shards(storage: Storage, folder: str, count: int, compression: Optional[str]) -> None:

@@ -78,6 +78,12 @@ class _Tee(io.TextIOBase):
                     self._channel.send({"kind": "output", "rank": self._rank, "line": line})
         return len(text)
 
+    def log_only(self, text: str) -> None:
+        """Write `text` to the log file (and the tail) without streaming it to the driver."""
+        with self._lock:
+            self._file.write(text)
+            self.tail.extend(text.rstrip("\n").split("\n"))
+
     def flush(self) -> None:
         with self._lock:
             self._file.flush()
@@ -234,7 +240,9 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
                     report = {"ok": True, "stopped": True, "result": ctx.last_metrics, "tail": ""}
                 except BaseException as exc:  # noqa: BLE001 - everything is reported to the driver
                     report = _failure(exc, tail="\n".join(tee.tail))
-                    sys.stderr.write(report["traceback"])
+                    # the traceback goes to the log; the driver gets it once, in the error it raises
+                    tee.log_only(report["traceback"])
+                    print(f"hopsml: the function raised {report['error']}")
                     if channel is not None:  # the cause reaches the driver before the slow final upload
                         channel.send({"kind": "failing", **report, "rank": rank, "trial": spec.trial})
     except BaseException as exc:  # noqa: BLE001 - storage trouble while saving the run's files

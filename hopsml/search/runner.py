@@ -14,14 +14,14 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
-from tqdm.auto import tqdm
-
-from hopsml.errors import ExperimentFailed
+from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import Live, open_channel, run_stage
 from hopsml.launcher.task import TaskSpec
+from hopsml.progress import progress_bar
 from hopsml.layout import RunDir
+from hopsml.search import hparams as hparams_events
 from hopsml.search.early_stopping import MedianStoppingRule
 from hopsml.search.space import Direction
 from hopsml.tracking.record import ExperimentRun, State
@@ -117,6 +117,11 @@ class Search:
             storage.write_json(trial_dir.outputs, outputs)
             if trial.metric is not None:
                 storage.write_text(trial_dir.metric, repr(trial.metric))
+            try:   # TensorBoard's HParams tab: this trial's hyperparameters and metric
+                hparams_events.write_trial(storage, trial_dir.tensorboard, trial.params, self.key, trial.metric,
+                                           trial.state, trial.duration)
+            except (OSError, StorageError) as exc:
+                log.warning("could not write the HParams data of trial %s: %s", trial.dir, exc)
             self._write_summary()
             self._update_bar()
 
@@ -164,7 +169,7 @@ class Search:
                 yield child.wait()
 
         if self._bar is None:
-            self._bar = tqdm(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
+            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
         for trial in batch:
             trial.state = "RUNNING"
         try:
@@ -193,6 +198,11 @@ class Search:
                                    traceback=(first.traceback or "") if first else "", logdir=self.run.logdir)
         if failed:
             log.warning("%d of %d trials failed; see %s", len(failed), len(self.trials), self.run.dir.summary)
+        try:
+            hparams_events.write_experiment(self.run.storage, self.run.dir.tensorboard,
+                                            [t.params for t in self.trials], self.key)
+        except (OSError, StorageError) as exc:
+            log.warning("could not write the HParams data of %s: %s", self.run.id, exc)
         counts = {state: sum(t.state == state for t in self.trials)
                   for state in (State.FINISHED.value, State.FAILED.value, State.EARLY_STOPPED.value)}
         self.run.finish(metric=best.metric, results=best.outputs, best_hyperparameters=best.params,

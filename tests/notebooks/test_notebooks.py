@@ -19,6 +19,11 @@ def test_notebook_runs_and_is_versioned(path, root, monkeypatch, tmp_path):
     NotebookClient(notebook, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
 
+    streams = [out.get("text", "") for cell in notebook.cells for out in cell.get("outputs", [])
+               if out.get("output_type") == "stream"]
+    assert not any("IProgress not found" in text for text in streams), "tqdm's widget warning in the output"
+    assert not any("\r" in text for text in streams), "a progress bar's carriage returns in the output"
+
     experiments = root / "Projects" / "test" / "Experiments"
     runs = sorted(experiments.iterdir()) if experiments.exists() else []
     assert runs, f"{path.name} ran no experiment"

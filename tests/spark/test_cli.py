@@ -40,3 +40,12 @@ def test_show_lists_the_trials_of_a_search_best_first(spark, root, capsys):
     table = out[out.index("trials, best first:"):].splitlines()[1:5]
     assert table[0].split()[:3] == ["TRIAL", "STATE", "METRIC"]
     assert [row.split()[0] for row in table[1:]] == ["x=3", "x=2", "x=1"]
+
+
+def test_prep_tabular_of_only_rejected_rows_exits_non_zero(spark, root, tmp_path, capsys):
+    csv = tmp_path / "bad.csv"
+    csv.write_text("a preamble line\n1,2,x\n3,4,y\n")
+    assert cli.main(["prep", "tabular", str(csv), "bad", "--label", "a preamble line"]) == 1
+    err = capsys.readouterr().err
+    assert "all 2 rows" in err and "--skip-rows" in err
+    assert cli.main(["datasets", "show", "bad"]) == 1

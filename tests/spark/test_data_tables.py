@@ -171,3 +171,61 @@ def test_a_table_on_an_s3_root(spark, env, filled, s3_endpoint):
                       for r in b["features"].tolist())
 
     assert rows(settings) == rows(local_settings) and len(rows(settings)) == summary.splits["train"]
+
+
+def _no_dataset(settings, name):
+    folder = _path(settings, name)
+    return not os.path.exists(os.path.join(folder, "_SUCCESS")) and not os.path.exists(folder)
+
+
+def test_a_table_whose_every_row_is_rejected_fails_with_the_first_rows_and_a_hint(spark, env, tmp_path):
+    _, settings, _ = env
+    csv = tmp_path / "preamble.csv"   # scikit-learn's layout: a line before the header
+    csv.write_text("150,4,setosa,versicolor\n5.1,3.5,1.4,0.2,setosa\n4.9,3.0,1.4,0.2,setosa\n"
+                   "4.7,3.2,1.3,0.2,setosa\n")
+    with pytest.raises(ds.RejectedInputError) as caught:
+        prepare_table(str(csv), "all_bad", label="4", settings=settings, spark=spark)
+    message = str(caught.value)
+    assert "all 3 rows" in message and "5.1,3.5,1.4,0.2,setosa" in message
+    assert "--skip-rows" in message and "--no-header" in message
+    assert _no_dataset(settings, "all_bad")
+
+
+def test_skip_rows_drops_the_lines_before_the_header(spark, env, tmp_path):
+    _, settings, _ = env
+    csv = tmp_path / "preamble.csv"
+    body = "".join(f"{i * 0.1:.1f},{i % 3},{'ab'[i % 2]}\n" for i in range(12))
+    csv.write_text("12,2,a,b\n# generated\nx,y,kind\n" + body)
+    summary = prepare_table(str(csv), "skipped", label="kind", skip_rows=2, settings=settings, spark=spark)
+    assert summary.read == 12 and summary.rejected == 0 and summary.written == 12
+
+
+def test_strict_fails_on_a_rejected_row(spark, env):
+    csv, settings, _ = env
+    with pytest.raises(ds.RejectedInputError, match="rejected and strict=True"):
+        prepare_table(csv, "strict", label="species", missing="fill", strict=True, settings=settings, spark=spark)
+    assert _no_dataset(settings, "strict")
+
+
+def test_statistics_count_the_rows_as_written(spark, env):
+    csv, settings, counts = env
+    summary = prepare_table(csv, "iris_stats", label="species", settings=settings, spark=spark)  # drops rows
+    assert summary.dropped > 0
+    stats = json.load(open(_path(settings, "iris_stats", "stats.json")))
+    assert stats["rows"] == summary.splits
+    for column in stats["columns"]:
+        for split, entry in column["splits"].items():
+            assert entry["count"] + entry["missing"] == summary.splits[split], column["name"]
+
+
+def test_an_existing_dataset_is_refused_before_spark_is_used(env, filled):
+    csv, settings, _ = env
+
+    class NoSpark:
+        def __getattr__(self, name):
+            raise AssertionError(f"Spark used: {name}")
+
+    with pytest.raises(ds.DatasetExistsError, match="already exists"):
+        prepare_table(csv, "iris", label="species", settings=settings, spark=NoSpark())
+    with pytest.raises(ds.DatasetError, match="does not exist"):
+        prepare_table(csv + ".missing", "other", label="species", settings=settings, spark=NoSpark())

@@ -202,3 +202,17 @@ def test_unpicklable_arguments_or_captures_fail_before_a_run_folder_exists(spark
         experiment.allreduce(uses_a_lock, name="bad-closure", num_workers=2)
     experiments = root / "Projects" / "test" / "Experiments"
     assert not experiments.exists() or not any(experiments.iterdir())  # no empty run folders left
+
+
+def test_the_traceback_of_a_failing_function_is_shown_once(spark, root, capfd):
+    from hopsml.errors import ExperimentFailed
+
+    def fails():
+        raise ValueError("shown only once")
+
+    with pytest.raises(ExperimentFailed) as caught:
+        experiment.launch(fails, name="once")
+    shown = capfd.readouterr()
+    text = shown.out + shown.err + str(caught.value)
+    assert text.count('raise ValueError("shown only once")') == 1
+    assert "the function raised ValueError: shown only once" in shown.out + shown.err

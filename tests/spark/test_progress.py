@@ -8,3 +8,15 @@ def test_jobs_inside_the_block_are_grouped_and_counted(spark):
         assert sc.parallelize(range(100), 5).map(lambda x: x * 2).sum() == 9900
     assert sc.getLocalProperty("spark.jobGroup.id") is None  # later jobs are not in the group
     assert _task_counts(sc, group, {}) == (5, 5)
+
+
+def test_a_bar_of_steps_keeps_its_total(spark):
+    sc = spark.sparkContext
+    with spark_progress(sc, "steps", enabled=False, steps=3) as progress:
+        totals = []
+        for name in ("one", "two", "three"):
+            progress.step(name)
+            sc.parallelize(range(10), 4).count()
+            totals.append((progress.bar.total, progress.bar.n))
+    assert totals == [(3, 0), (3, 1), (3, 2)]
+    assert progress.bar.n == 3

@@ -38,6 +38,9 @@ def test_grid_finds_the_optimum_and_writes_a_folder_per_trial(spark, root):
     assert record["type"] == "PARALLEL_EXPERIMENTS" and record["state"] == "FINISHED"
     assert record["best_hyperparameters"] == best and record["metric"] == 0 and record["direction"] == "max"
     assert record["best_logdir"].endswith("x=2&y=1")
+    # TensorBoard's HParams tab: the experiment in the search's tensorboard/, a session per trial
+    assert any(n.startswith("events.out.tfevents.") for n in os.listdir(os.path.join(logdir, "tensorboard", "hparams")))
+    assert any(n.startswith("events.out.tfevents.") for n in os.listdir(os.path.join(trial, "tensorboard", "hparams")))
 
 
 def test_min_direction_enum(spark, root):

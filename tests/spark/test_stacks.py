@@ -199,3 +199,12 @@ def test_barrier_ranks_all_reduce_on_this_spark(spark, root):
     logdir, result = experiment.allreduce(train, name="stack", num_workers=2)
     assert result["total"] == 3.0 and result["tens"] == 20.0
     assert json.loads((Path(logdir) / "experiment.json").read_text())["versions"]["spark"] == spark.version
+
+
+@needs_petastorm
+def test_hopsml_reads_with_petastorm_quietly(fixture_root, capfd, recwarn):
+    batches = list(reader("digits", engine="petastorm", settings=_settings(fixture_root, "legacy")))
+    assert batches
+    shown = capfd.readouterr()
+    assert "Cache cleanup complete." not in shown.out + shown.err
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)]
