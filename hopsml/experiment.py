@@ -33,7 +33,10 @@ from hopsml.tracking.record import ExperimentRun, ExperimentType
 log = logging.getLogger(__name__)
 
 
-def _check_function(train_fn: Any, args_dict: Any) -> dict[str, Any]:
+def _check_function(train_fn: Any, args_dict: Any, name: str,
+                    versioned_resources: Iterable[str] | None = None) -> dict[str, Any]:
+    """What can be checked before Spark starts (seconds): the function, its arguments, the name, the files."""
+    ExperimentRun.check_arguments(name, versioned_resources)
     if not callable(train_fn):
         raise HopsmlError(f"train_fn must be a function, got {type(train_fn).__name__}")
     if args_dict is not None and not isinstance(args_dict, dict):
@@ -89,7 +92,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     `local_logdir=True` written to the executor's disk first and copied in at the end), and any file
     whose path it returns.
     """
-    args = _check_function(train_fn, args_dict)
+    args = _check_function(train_fn, args_dict, name, versioned_resources)
     executions = _executions(args)
     ship_by_value(train_fn)
     check_shippable(train_fn, args)
@@ -155,7 +158,7 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
     times, when a rank died), rank 0's result (`fields` go into the finished record)."""
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise HopsmlError(f"retries must be 0 or more, got {retries!r}")
-    _check_function(train_fn, None)
+    _check_function(train_fn, None, name, versioned_resources)
     if gpus < 0:
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus}")
     ship_by_value(train_fn)
@@ -402,7 +405,7 @@ def _search(train_fn: Callable[..., Any], space_description: dict[str, Any], dir
             early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
             batches: Callable[[Search], None], **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
-    _check_function(train_fn, None)
+    _check_function(train_fn, None, name, versioned_resources)
     if not isinstance(optimization_key, str) or not optimization_key:
         raise SearchSpaceError(f"optimization_key must name the metric to optimise, got {optimization_key!r}")
     goal = Direction.of(direction)

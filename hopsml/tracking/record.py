@@ -208,6 +208,17 @@ class ExperimentRun:
     def logdir(self) -> str:
         return self.storage.uri(self.dir.path)
 
+    @staticmethod
+    def check_arguments(name: str, versioned_resources: Iterable[str] | None) -> list[str]:
+        """The name checked and the resources' absolute paths: callers run this before Spark starts too."""
+        layout.validate_name(name, "experiment name")
+        resources = [os.path.abspath(os.path.expanduser(p)) for p in (versioned_resources or [])]
+        missing = [p for p in resources if not os.path.exists(p)]
+        if missing:
+            raise ResourceNotFoundError(f"versioned resource(s) not found: {', '.join(missing)}; "
+                                        "pass paths of existing local files or folders")
+        return resources
+
     @classmethod
     def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: Any = None,
               versioned_resources: Iterable[str] | None = None, spark_conf: dict[str, str] | None = None,
@@ -215,12 +226,7 @@ class ExperimentRun:
               **fields: Any) -> "ExperimentRun":
         """Claim the directory, start the heartbeat, write the RUNNING record, and version program,
         resources and environment."""
-        layout.validate_name(name, "experiment name")
-        resources = [os.path.abspath(os.path.expanduser(p)) for p in (versioned_resources or [])]
-        missing = [p for p in resources if not os.path.exists(p)]
-        if missing:
-            raise ResourceNotFoundError(f"versioned resource(s) not found: {', '.join(missing)}; "
-                                        "pass paths of existing local files or folders")
+        resources = cls.check_arguments(name, versioned_resources)
         exp_dir = claim_run_dir(storage, project, app_id)
         record = ExperimentRecord(id=exp_dir.id, name=name, app_id=app_id,
                                   run_id=layout.parse_experiment_id(exp_dir.id)[1],
