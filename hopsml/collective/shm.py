@@ -349,6 +349,20 @@ class ShmPeer:
             return
         self._receive(n, lambda src, done, k: _copy(target[done:done + k], src, k))
 
+    def recv_message(self, first: int, rest: Callable[[memoryview], int]) -> bytes:
+        """One message whose length shows in its first `first` bytes (`rest` says how many follow), as
+        `transport.Peer.recv_message`; shared memory needs no tag, only the two ranks can map it."""
+        message = bytearray(first)
+        self.recv_into(memoryview(message))
+        more = rest(memoryview(message))
+        if more < 0:
+            raise PeerLost(self.rank, f"it announced a message of {more} more bytes: the ranks are out of step")
+        if more:
+            body = bytearray(more)
+            self.recv_into(memoryview(body))
+            message += body
+        return bytes(message)
+
     def recv_reduce(self, dst: np.ndarray, ufunc: np.ufunc) -> None:
         """Combine the peer's next dst.nbytes bytes into dst with the ufunc, straight out of the ring."""
         itemsize = dst.itemsize

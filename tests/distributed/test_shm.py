@@ -13,7 +13,8 @@ import pytest
 
 from hopsml import collective
 from hopsml.collective import shm
-from hopsml.collective.transport import Peer, PeerLost
+from hopsml.auth import ConnectionKeys
+from hopsml.collective.transport import Link, Peer, PeerLost
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory for collectives needs Linux on x86-64")
 
@@ -126,8 +127,11 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 def _pair(capacity: int, timeout_s: float = 10.0) -> tuple[shm.ShmPeer, shm.ShmPeer]:
     data = _tcp_pair()
     ctrl = _tcp_pair()
-    tcp_a = Peer(1, data[0], ctrl[0], timeout_s)  # rank 0's view of rank 1
-    tcp_b = Peer(0, data[1], ctrl[1], timeout_s)  # rank 1's view of rank 0
+    data_keys, ctrl_keys = (os.urandom(16), os.urandom(16)), (os.urandom(16), os.urandom(16))
+    tcp_a = Peer(1, Link(data[0], ConnectionKeys(*data_keys)), Link(ctrl[0], ConnectionKeys(*ctrl_keys)),
+                 timeout_s)  # rank 0's view of rank 1
+    tcp_b = Peer(0, Link(data[1], ConnectionKeys(*data_keys[::-1])), Link(ctrl[1], ConnectionKeys(*ctrl_keys[::-1])),
+                 timeout_s)  # rank 1's view of rank 0
     name, segment = shm._create_segment(shm.segment_bytes(capacity))
     try:
         other = shm._open_segment(name, shm.segment_bytes(capacity))

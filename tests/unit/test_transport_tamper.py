@@ -10,11 +10,12 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from tcp_tamper import DOWN, UP, Rewrite, TamperProxy
 
 from hopsml import auth, collective
 from hopsml.auth import TAG_BYTES
-from hopsml.collective import transport
+from hopsml.collective import shm, transport
 from hopsml.collective.communicator import SEGMENT_BYTES, SMALL_BYTES
 from hopsml.collective.protocol import FIXED_SIZE, Header
 from hopsml.errors import CollectiveError
@@ -33,6 +34,12 @@ class Payload:
 
     def __reduce__(self):
         return _mark_unpickled, ("the forged pickle was loaded",)
+
+
+@pytest.fixture(autouse=True)
+def tcp_only(monkeypatch):
+    """The two ranks share this host, and would otherwise move their data to shared memory, past the proxy."""
+    monkeypatch.setenv(shm.SHM_ENV, "0")
 
 
 def run_pair(arm: Callable[[TamperProxy], None], work: Callable[[collective.Communicator], object],
