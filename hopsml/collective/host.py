@@ -84,7 +84,8 @@ class HostGroup:
         shm.fence()  # the data written before is visible before the counter
         self._counters[kind, self.index, 0] = value
         shm.fence()
-        sleepers = self._sleepers[kind, self.index]
+        # a private copy: members set and clear their flags meanwhile, and numpy must not see them change
+        sleepers = self._sleepers[kind, self.index].copy()
         if sleepers.any():
             for j in np.flatnonzero(sleepers):
                 self._peers[self.members[j]].ring_bell()
