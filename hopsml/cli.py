@@ -254,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _print(output: str) -> int:
     """Print the command's output; a reader that stops early (``| head``) ends it quietly."""
     try:
-        print(output)
+        if output:  # a command that printed as it went (hopsml ui) returns nothing more to say
+            print(output)
         sys.stdout.flush()
     except BrokenPipeError:
         # the rest goes nowhere, and Python's own flush at exit must not complain either
