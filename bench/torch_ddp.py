@@ -84,6 +84,9 @@ def run_steps(mode: str, steps: int, warmup: int, batch: int) -> dict[str, Any]:
     if sync is not None:
         sync.close()
     else:
+        # the DDP model first: its reducer freeing the gloo group while holding the GIL can deadlock with
+        # the group's worker threads (pytorch/pytorch#56297), the stall this bench once showed
+        del step, net
         dist.destroy_process_group()
     return {"step_ms": ms, "checksum": checksum}
 

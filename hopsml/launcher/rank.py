@@ -177,7 +177,8 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
 
 def _end_torch_process_group() -> None:
     """Python workers are reused: a torch.distributed group the function left open would make the
-    next run's init_process_group in this worker fail."""
+    next run's init_process_group in this worker fail. hopsml.torch.destroy_process_group leaves the
+    group to this point, when the function's models are gone (see there why)."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

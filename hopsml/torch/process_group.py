@@ -79,9 +79,20 @@ def init_process_group(backend: str | None = None, timeout_s: float | None = Non
 
 
 def destroy_process_group() -> None:
-    """End torch.distributed in this rank if it runs (call it when training is done); else a no-op."""
+    """End torch.distributed in this rank if it runs (call it when training is done); else a no-op.
+
+    Inside a rank of hopsml's the group ends when the function has returned, not now: a
+    DistributedDataParallel model that still exists would otherwise free the gloo group from its
+    reducer while holding the GIL, and the group's worker threads, which need the GIL to finish,
+    deadlock with it (pytorch/pytorch#56297; seen with torch 2.13). The rank's end destroys it
+    once the model is gone.
+    """
     import sys  # noqa: PLC0415
 
+    from hopsml.collective import context  # noqa: PLC0415
+
+    if context.is_initialized():
+        return  # the rank's teardown destroys it (hopsml.launcher.rank)
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
