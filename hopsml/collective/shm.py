@@ -219,14 +219,19 @@ class ShmPeer:
         finally:
             ctl[sleeper] = 0
 
-    def _ring_bell(self) -> None:
-        """Wake the peer's receiver, asleep on the data connection: a byte on TCP rather than a futex, because
-        the kernel wakes a socket's reader as a synchronous hand-off (on a busy host it then runs at once)."""
+    def ring_bell(self) -> None:
+        """Wake the peer if it sleeps on the data connection (`_wait_data`, `wait_bell`; the host segment's
+        counters use it too): a byte on TCP rather than a futex, because the kernel wakes a socket's reader
+        as a synchronous hand-off (on a busy host it then runs at once)."""
         self._tcp.send(_BELL)
 
-    def ring_bell(self) -> None:
-        """Wake the peer if it sleeps in `wait_bell` (used by the host segment's counters too)."""
-        self._tcp.send(_BELL)
+    def _publish(self, ctl: np.ndarray, head: int) -> None:
+        """Make the bytes written up to `head` visible to the peer, and wake it if it sleeps."""
+        fence()
+        ctl[_HEAD] = head
+        fence()
+        if ctl[_HEAD_SLEEPER]:
+            self.ring_bell()
 
     def wait_bell(self) -> None:
         """Sleep until the peer rings (or rang earlier), raising PeerLost if it dies, aborts or the timeout passes."""
@@ -275,11 +280,7 @@ class ShmPeer:
                 view[pos:pos + n] = buffer if isinstance(buffer, bytes) or buffer.format == "B" else \
                     memoryview(buffer).cast("B")
                 pos += n
-            fence()
-            ctl[_HEAD] = head + total
-            fence()
-            if ctl[_HEAD_SLEEPER]:
-                self._ring_bell()
+            self._publish(ctl, head + total)
             return
         for buffer in buffers:
             src = memoryview(buffer).cast("B") if not isinstance(buffer, memoryview) or buffer.format != "B" \
@@ -289,11 +290,7 @@ class ShmPeer:
                 free = capacity - (head - tail)
                 if free == 0 or head - published >= _PUBLISH_BYTES:
                     if head != published:
-                        fence()
-                        ctl[_HEAD] = head
-                        fence()
-                        if ctl[_HEAD_SLEEPER]:
-                            self._ring_bell()
+                        self._publish(ctl, head)
                         published = head
                     if free == 0:
                         tail = self._wait(ctl, _TAIL, ring.tail_address, lambda t, h=head: capacity - (h - t) > 0)
@@ -306,11 +303,7 @@ class ShmPeer:
                 head += k
                 done += k
         if head != published:
-            fence()
-            ctl[_HEAD] = head
-            fence()
-            if ctl[_HEAD_SLEEPER]:
-                self._ring_bell()
+            self._publish(ctl, head)
 
     def _receive(self, n: int, consume: Callable[[memoryview, int, int], None]) -> None:
         """Hand `n` bytes from the incoming ring to `consume(ring_view, done, k)` piece by piece."""

@@ -227,13 +227,19 @@ def histograms(parts: Mapping[str, tuple[Sequence[float], Sequence[int]]], title
                     f"[{fmt(lo)}, {fmt(hi)}): {share:.1%} ({count})</title></rect>")
     body.append(_text(left, height - bottom + 12, fmt(x_low), size=10))
     body.append(_text(width - right, height - bottom + 12, fmt(x_high), "end", 10))
-    x = left
-    for index, split in enumerate(parts):
-        fill = SPLIT_COLOURS.get(split, colour(index + 3))
-        body.append(f'<rect x="{x}" y="{height - 10}" width="10" height="8" fill="{fill}" fill-opacity="0.6"/>')
-        body.append(_text(x + 13, height - 2, split, size=10))
-        x += 20 + 7 * len(split)
+    body += _split_legend(list(parts), left, height, ' fill-opacity="0.6"')
     return _frame(width, height, "histogram", len(bars), title, body)
+
+
+def _split_legend(splits: Sequence[str], x: float, height: float, extra: str = "") -> list[str]:
+    """A swatch and the name of each split along the bottom edge, in the splits' colours."""
+    items = []
+    for index, split in enumerate(splits):
+        fill = SPLIT_COLOURS.get(split, colour(index + 3))
+        items.append(f'<rect x="{x}" y="{height - 10}" width="10" height="8" fill="{fill}"{extra}/>')
+        items.append(_text(x + 13, height - 2, split, size=10))
+        x += 20 + 7 * len(split)
+    return items
 
 
 def category_bars(counts: Mapping[str, Sequence[Sequence[Any]]], width: int = 300, limit: int = 10) -> Markup:
@@ -259,10 +265,5 @@ def category_bars(counts: Mapping[str, Sequence[Sequence[Any]]], width: int = 30
             w = share / peak * (width - label_w - 40)
             body.append(f'<rect class="bar" x="{label_w}" y="{y + j * 8}" width="{w:.1f}" height="7" fill="{fill}">'
                         f"<title>{escape(split)} {escape(value)}: {share:.1%}</title></rect>")
-    x = label_w
-    for j, split in enumerate(shares):
-        fill = SPLIT_COLOURS.get(split, colour(j + 3))
-        body.append(f'<rect x="{x}" y="{height - 10}" width="10" height="8" fill="{fill}"/>')
-        body.append(_text(x + 13, height - 2, split, size=10))
-        x += 20 + 7 * len(split)
+    body += _split_legend(list(shares), label_w, height)
     return _frame(width, height, "bars", len(order), None, body)
