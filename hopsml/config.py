@@ -71,12 +71,13 @@ def _parse_bool(value: Any) -> bool:
 def _parse_interface(value: Any) -> str:
     """An interface name (eth0, ib0), an IP address, or '' for the address Spark knows the host by."""
     text = str(value).strip()
-    if any(c.isspace() or c in "/:" for c in text) and not _is_ip(text):
+    if any(c.isspace() or c in "/:" for c in text) and not is_ip_address(text):
         raise ValueError("must be a network interface name such as eth0 or an IP address")
     return text
 
 
-def _is_ip(text: str) -> bool:
+def is_ip_address(text: str) -> bool:
+    """Whether the network_interface setting names an IP address rather than an interface."""
     import ipaddress
 
     try:

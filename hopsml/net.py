@@ -9,7 +9,6 @@ driver (its channel) both use it. The driver reads the settings once and hands t
 from __future__ import annotations
 
 import errno
-import ipaddress
 import random
 import socket
 import struct
@@ -25,11 +24,8 @@ _SIOCGIFADDR = 0x8915  # Linux ioctl: the IPv4 address of an interface
 
 def interface_address(name: str) -> str:
     """The IPv4 address of network interface `name` on this host (an IP address is returned as it is)."""
-    try:
-        ipaddress.ip_address(name)
+    if config.is_ip_address(name):
         return name
-    except ValueError:
-        pass
     known = [n for _, n in socket.if_nameindex()]
     if name not in known:
         raise ClusterError(f"network interface {name!r} (setting network_interface) does not exist on "

@@ -10,7 +10,6 @@ communicator, releases the framework ports and runs the user's function with it.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from hopsml import collective, devices
+from hopsml import collective, config, devices
 from hopsml.errors import ClusterError
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.task import TaskSpec, run_function
@@ -96,17 +95,9 @@ def export_environment(info: RankInfo, tf_config: dict[str, Any] | None = None) 
 
 def export_interface(network: Network) -> None:
     """Point gloo's and NCCL's own sockets at the network_interface setting's interface, unless set already."""
-    if network.interface and not _is_address(network.interface):
+    if network.interface and not config.is_ip_address(network.interface):
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             os.environ.setdefault(name, network.interface)
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def pin_gpu(info: RankInfo) -> None:
