@@ -162,7 +162,8 @@ def test_gloo_and_nccl_follow_the_interface(monkeypatch):
     from hopsml.launcher.rank import export_interface
 
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # records the variable's state, so what export_interface sets is undone
+        monkeypatch.delenv(name)
     export_interface(Network("10.0.0.5"))
     assert "GLOO_SOCKET_IFNAME" not in os.environ
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
