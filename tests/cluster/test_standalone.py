@@ -5,85 +5,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from spark_daemons import Daemon, java_missing, run_driver, stop_all
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-START_TIMEOUT_S = 120.0
-RUN_TIMEOUT_S = 420.0
 PORT_RANGE = (43100, 43199)
-
-
-def _spark_class() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def _java_missing() -> bool:
-    java_home = os.environ.get("JAVA_HOME")
-    return shutil.which("java") is None and not (java_home and Path(java_home, "bin", "java").exists())
-
-
-class Daemon:
-    """A spark-class process in its own process group (its executors too), logging to a file."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
-        self.name = name
-        self.log = log_dir / f"{name}.log"
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen([str(_spark_class()), *args], stdout=out, stderr=subprocess.STDOUT,
-                                            env=env, start_new_session=True)
-
-    def wait_for(self, pattern: str) -> re.Match[str]:
-        """The first match of `pattern` in the log, waiting at most START_TIMEOUT_S."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            match = re.search(pattern, self.log.read_text(errors="replace"))
-            if match:
-                return match
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise AssertionError(f"{self.name} did not log {pattern!r}; its log:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        """End the whole process group (the daemon and the executors it started), SIGKILL if needed."""
-        for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:
-                self.process.poll()
-                try:
-                    os.killpg(self.process.pid, 0)
-                except ProcessLookupError:
-                    return
-                time.sleep(0.2)
-
-    def alive(self) -> bool:
-        try:
-            os.killpg(self.process.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
 
 
 @pytest.fixture
 def standalone(tmp_path):
     """spark://127.0.0.1:<port> with two 1-core workers; every process is gone after the test."""
-    if _java_missing():
+    if java_missing():
         pytest.skip("a Spark standalone cluster needs Java (java on PATH or JAVA_HOME)")
     logs = tmp_path / "daemons"
     logs.mkdir()
@@ -105,10 +42,7 @@ def standalone(tmp_path):
             worker.wait_for(r"Successfully registered with master")
         yield url, env
     finally:
-        for daemon in reversed(daemons):
-            daemon.stop()
-        leftovers = [d.name for d in daemons if d.alive()]
-        assert not leftovers, f"still running after the test: {leftovers}"
+        stop_all(daemons)
 
 
 def test_allreduce_on_a_standalone_cluster_with_a_shared_file_root(standalone, tmp_path):
@@ -122,17 +56,8 @@ def test_allreduce_on_a_standalone_cluster_with_a_shared_file_root(standalone, t
                   "HOPSML_NETWORK_INTERFACE": "lo", "HOPSML_PORT_RANGE": "%d-%d" % PORT_RANGE}
     driver_env.pop("PYSPARK_GATEWAY_PORT", None)
     driver_env.pop("HOPSML_CONF", None)
-    with open(tmp_path / "driver.log", "wb") as log:
-        driver = subprocess.Popen([sys.executable, str(HERE / "standalone_driver.py")], stdout=subprocess.PIPE,
-                                  stderr=log, env=driver_env, cwd=tmp_path, start_new_session=True)
-        try:
-            out, _ = driver.communicate(timeout=RUN_TIMEOUT_S)
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait(10)
-    steps = {s["step"]: s for s in map(json.loads, filter(None, out.decode().splitlines()))}
-    assert driver.returncode == 0, f"driver failed ({driver.returncode}):\n{(tmp_path / 'driver.log').read_text()[-4000:]}"
+    returncode, steps, log = run_driver(HERE / "standalone_driver.py", driver_env, tmp_path)
+    assert returncode == 0, f"driver failed ({returncode}):\n{log}"
 
     # A local-folder root is refused before any Spark job, before even a JVM starts.
     unshared = steps["unshared"]
