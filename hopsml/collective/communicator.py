@@ -17,6 +17,7 @@ so that the other ranks fail at once with the same root cause instead of waiting
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import pickle
@@ -52,6 +53,12 @@ def _dtype_text(dtype: np.dtype) -> str:
     return dtype.name if dtype.isnative else dtype.str
 
 
+@functools.lru_cache(maxsize=1024)
+def _describe(dtype: np.dtype, shape: tuple[int, ...]) -> str:
+    """'float32[3, 4]': what every rank's header says about its array (cached: it runs for every call)."""
+    return describe_array("", _dtype_text(dtype), shape)
+
+
 def _local_problem(array: Any, op: str | None, writable: bool = True) -> str:
     """Why this rank cannot take part, or '' (sent to all ranks so that every rank raises together)."""
     if op is not None and op not in OPS:
@@ -67,17 +74,12 @@ def _local_problem(array: Any, op: str | None, writable: bool = True) -> str:
 
 
 def _header_message_rest(fixed: memoryview) -> int:
-    """How many bytes of its message follow a header's fixed part: the description, and the inline payload when
-    it travels in the same message (0 for bytes that are no header)."""
-    parsed = Header.unpack_fixed(fixed)
-    if parsed is None:
-        return 0
-    header, desc_len = parsed
-    return desc_len + (header.inline if header.inline <= MERGED_INLINE_BYTES else 0)
+    """How many bytes of its message follow a header's fixed part (see Header.message_rest)."""
+    return Header.message_rest(fixed, MERGED_INLINE_BYTES)
 
 
 def _fused_description(arrays: Sequence[np.ndarray], layout: Layout) -> str:
-    text = f"{len(arrays)} arrays: " + ", ".join(describe_array("", _dtype_text(a.dtype), a.shape) for a in arrays)
+    text = f"{len(arrays)} arrays: " + ", ".join(_describe(a.dtype, a.shape) for a in arrays)
     if len(text) <= 400:
         return text
     digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
@@ -180,6 +182,13 @@ class Communicator:
             return "hierarchical"
         return "host" if self._host is not None and self._host.size == self._size else "ring"
 
+    @property
+    def reads_peer_memory(self) -> bool:
+        """Whether the largest all-reduces among this host's ranks (from `host.direct_min_bytes()`) read each
+        other's arrays in place (Linux cross-memory attach: one copy) instead of copying them through the host
+        segment (see `cma`)."""
+        return self._host is not None and self._host.direct
+
     def __repr__(self) -> str:
         state = "failed" if self._failure else "closed" if self._closed else "open"
         return f"Communicator(rank={self._rank}, size={self._size}, {state})"
@@ -276,10 +285,11 @@ class Communicator:
         """Send our header (and inline payload) to every peer and read theirs; `sink` says where a peer's
         inline payload goes (None: read and drop it)."""
         n, me = self._size, self._rank
+        packed = header.pack()
         if 0 < header.inline <= MERGED_INLINE_BYTES:  # one message: one tag, one recv on the other side
-            message = [b"".join((header.pack(), payload))]
+            message = [b"".join((packed, payload))]
         else:
-            message = [header.pack()] + ([payload] if header.inline else [])
+            message = [packed] + ([payload] if header.inline else [])
         job = None
         if sum(len(part) for part in message) <= SMALL_BYTES + 4096:
             for k in range(1, n):  # fits in the socket buffers: no need to receive concurrently
@@ -302,13 +312,16 @@ class Communicator:
                 # the header, its description and a small payload are one message (a larger payload is
                 # another): authenticated before any field of it is used
                 got = peer.recv_message(FIXED_SIZE, _header_message_rest)
-                parsed = Header.unpack_fixed(got[:FIXED_SIZE])
-                if parsed is None:
-                    raise PeerLost(rank, "it sent a message that is not a collective header: the ranks are out of "
-                                         "step")
-                theirs, desc_end = parsed[0], FIXED_SIZE + parsed[1]
-                if desc_end > FIXED_SIZE:
-                    theirs = replace(theirs, desc=got[FIXED_SIZE:desc_end].decode("utf-8", "replace"))
+                if got.startswith(packed):  # the common case: the peer asks for exactly what this rank does
+                    theirs, desc_end = header, len(packed)
+                else:
+                    parsed = Header.unpack_fixed(got[:FIXED_SIZE])
+                    if parsed is None:
+                        raise PeerLost(rank, "it sent a message that is not a collective header: the ranks are out "
+                                             "of step")
+                    theirs, desc_end = parsed[0], FIXED_SIZE + parsed[1]
+                    if desc_end > FIXED_SIZE:
+                        theirs = replace(theirs, desc=got[FIXED_SIZE:desc_end].decode("utf-8", "replace"))
                 if theirs.inline:
                     target = sink(rank, theirs) if sink is not None else None
                     if target is None or len(target) != theirs.inline:
@@ -379,7 +392,7 @@ class Communicator:
             return arr
         contiguous = arr.flags.c_contiguous
         flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
-        desc = describe_array("", _dtype_text(arr.dtype), arr.shape)
+        desc = _describe(arr.dtype, arr.shape)
         self._allreduce_flat("allreduce", flat.view(np.uint8) if not problem else np.empty(0, np.uint8),
                              [(flat.dtype, 0, flat.size)], op, desc, problem)
         if not contiguous:
@@ -509,7 +522,7 @@ class Communicator:
         raw = flat.view(np.uint8) if flat.dtype.kind != "O" else np.empty(0, np.uint8)
         if flat.dtype.kind == "O":
             problem = problem or "broadcast of object arrays is not supported; use allgather for Python objects"
-        desc = describe_array("", _dtype_text(arr.dtype), arr.shape)
+        desc = _describe(arr.dtype, arr.shape)
         with self._operation("broadcast") as seq:
             nbytes = raw.size
             small = nbytes <= SMALL_BYTES

@@ -50,6 +50,17 @@ class Header:
         return cls(KINDS[kind], seq, "", OPS[op - 1] if op else "", root, nbytes, inline, bool(error)), desc_len
 
 
+    @staticmethod
+    def message_rest(fixed: bytes | bytearray | memoryview, merged_inline: int) -> int:
+        """How many bytes of its message follow a header's fixed part: the description, and the inline payload
+        when it is at most `merged_inline` bytes (then it travels in the same message); 0 for bytes that are no
+        header (the caller's parse then refuses them). Builds no Header: it runs for every message."""
+        magic, _, _, _, _, _, _, inline, desc_len = _FIXED.unpack(fixed)
+        if magic != _MAGIC:
+            return 0
+        return desc_len + (inline if inline <= merged_inline else 0)
+
+
 FIXED_SIZE = _FIXED.size
 
 
@@ -74,6 +85,8 @@ def _group(values: list[object]) -> str:
 def check_headers(headers: list[Header], *, same_nbytes: bool = True) -> None:
     """Raise the same CollectiveError on every rank if the ranks' headers disagree."""
     first = headers[0]
+    if not first.error and all(h is first for h in headers):  # every peer sent exactly this rank's header bytes
+        return
     failed = [(rank, h) for rank, h in enumerate(headers) if h.error]
     if failed:
         reasons = "; ".join(f"rank {rank}: {h.desc}" for rank, h in failed)

@@ -10,8 +10,8 @@ full /dev/shm, shared memory turned off on either side) keeps TCP.
 
 Each direction is a single-producer single-consumer ring: the producer copies into it and advances
 `head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side
-spins briefly, then announces that it sleeps and re-reads the counter (with a memory fence between, so
-that the other side cannot miss it). A receiver then sleeps in a blocking read of the now idle TCP
+spins (long enough to skip most sleeps when each rank has a core), then announces that it sleeps and
+re-reads the counter (with a memory fence between, so that the other side cannot miss it). A receiver then sleeps in a blocking read of the now idle TCP
 data connection, and the producer rings it with one byte: the kernel hands a socket's reader the CPU
 synchronously, and the read ends at once when the peer dies or aborts (its connections close), or
 after the collective timeout. A producer waiting for space sleeps on a futex on `tail`, in slices
@@ -50,7 +50,10 @@ NAME_PREFIX = "hopsml-"
 NEIGHBOUR_CAPACITY = 2 << 20  # ring bytes per direction between ring neighbours (the bandwidth path)
 OTHER_CAPACITY = 256 << 10  # between other pairs: headers and small inline payloads only
 _PUBLISH_BYTES = 256 << 10  # the producer publishes at least this often, so the consumer starts early
-_SPIN_S = 20e-6  # busy-wait this long before sleeping: short, the host's cores are shared by the ranks
+# A waiting rank busy-waits this long before it sleeps: long when every rank of the host has a core (a sleep
+# and its wake-up cost tens of microseconds), short when they share cores (the rank waited for needs it)
+_SPIN_S = 200e-6
+_SPIN_SHARED_S = 20e-6
 _FIRST_SLICE_S = 0.001  # a sleep is this short at first, doubling up to _SLICE_S between liveness and
 _SLICE_S = 0.05  # deadline checks
 _PAGE = 4096
@@ -125,6 +128,15 @@ def host_identity() -> str:
     return f"{boot}/{socket.gethostname()}"
 
 
+def spin_seconds(ranks_here: int) -> float:
+    """How long a rank busy-waits before it sleeps, with `ranks_here` ranks on this host."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return _SPIN_S if ranks_here <= cores else _SPIN_SHARED_S
+
+
 def segment_bytes(capacity: int) -> int:
     """Size of a pair's segment: two directions, each a control page and `capacity` ring bytes."""
     return 2 * (_PAGE + capacity)
@@ -164,8 +176,9 @@ def _copy(dst: memoryview | np.ndarray, src: memoryview | np.ndarray, n: int) ->
 class ShmPeer:
     """A peer on the same host: collective data through the shared rings, abort notices over TCP."""
 
-    def __init__(self, tcp: Peer, segment: mmap.mmap, capacity: int, creator: bool) -> None:
+    def __init__(self, tcp: Peer, segment: mmap.mmap, capacity: int, creator: bool, spin_s: float) -> None:
         self.rank = tcp.rank
+        self.spin_s = spin_s
         self.timeout_s = tcp.timeout_s
         self._tcp = tcp
         self._segment = segment
@@ -192,7 +205,7 @@ class ShmPeer:
         value = int(ctl[index])
         if ready(value):
             return value
-        spin_end = time.perf_counter() + _SPIN_S
+        spin_end = time.perf_counter() + self.spin_s
         while time.perf_counter() < spin_end:
             value = int(ctl[index])
             if ready(value):
@@ -243,7 +256,7 @@ class ShmPeer:
         """Wait until the incoming ring's head moves past `tail`; returns the head. Sleeps in a blocking read of
         the idle data connection, which also ends at once with PeerLost when the peer dies or aborts (its
         socket closes), or after the collective timeout."""
-        spin_end = time.perf_counter() + _SPIN_S
+        spin_end = time.perf_counter() + self.spin_s
         while True:
             head = int(ctl[_HEAD])
             if head != tail:
@@ -345,6 +358,20 @@ class ShmPeer:
     def recv_message(self, first: int, rest: Callable[[memoryview], int]) -> bytes:
         """One message whose length shows in its first `first` bytes (`rest` says how many follow), as
         `transport.Peer.recv_message`; shared memory needs no tag, only the two ranks can map it."""
+        ring = self._in
+        ctl, capacity = ring.ctl, ring.capacity
+        tail = int(ctl[_TAIL])
+        pos = tail % capacity
+        ready = int(ctl[_HEAD]) - tail
+        if ready >= first and pos + ready <= capacity:  # the common case: the message is there, not wrapped
+            more = rest(ring.view[pos:pos + first])
+            if 0 <= more <= ready - first:
+                message = bytes(ring.view[pos:pos + first + more])
+                ctl[_TAIL] = tail + first + more
+                fence()
+                if ctl[_TAIL_SLEEPER]:
+                    _futex_wake(ring.tail_address)
+                return message
         message = bytearray(first)
         self.recv_into(memoryview(message))
         more = rest(memoryview(message))
@@ -537,7 +564,8 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
         raise
     result: dict[int, Peer | ShmPeer] = dict(peers)
     for other, segment in mapped.items():
-        result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank)
+        result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank,
+                                spin_s=spin_seconds(len(same) + 1))
     if mapped:
         logger.debug("rank %d shares memory with ranks %s", rank, sorted(mapped))
     return result, [mine if r == rank else theirs[r] for r in range(size)]
