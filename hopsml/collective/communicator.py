@@ -182,13 +182,6 @@ class Communicator:
             return "hierarchical"
         return "host" if self._host is not None and self._host.size == self._size else "ring"
 
-    @property
-    def reads_peer_memory(self) -> bool:
-        """Whether the largest all-reduces among this host's ranks (from `host.direct_min_bytes()`) read each
-        other's arrays in place (Linux cross-memory attach: one copy) instead of copying them through the host
-        segment (see `cma`)."""
-        return self._host is not None and self._host.direct
-
     def __repr__(self) -> str:
         state = "failed" if self._failure else "closed" if self._closed else "open"
         return f"Communicator(rank={self._rank}, size={self._size}, {state})"
