@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -97,7 +98,6 @@ class HostGroup:
                        for i in range(size)]
         self._round = 0
         self._shut = False
-        self._spin_s = shm.spin_seconds(size)
 
     def _publish(self, kind: int, value: int) -> None:
         shm.fence()  # the data written before is visible before the counter
@@ -121,10 +121,11 @@ class HostGroup:
         counter = self._counters[kind, i]
         if int(counter[0]) >= value:
             return
-        spin_end = time.perf_counter() + self._spin_s
+        spin_end = time.perf_counter() + shm.SPIN_S
         while time.perf_counter() < spin_end:
             if int(counter[0]) >= value:
                 return
+            os.sched_yield()
         peer = self._peers[self.members[i]]
         self._sleepers[kind, i, self.index] = 1
         shm.fence()

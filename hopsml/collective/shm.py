@@ -9,14 +9,14 @@ when either process ends, SIGKILL included. A pair that cannot share memory (ano
 full /dev/shm, shared memory turned off on either side) keeps TCP.
 
 Each direction is a single-producer single-consumer ring: the producer copies into it and advances
-`head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side
-spins (long enough to skip most sleeps when each rank has a core), then announces that it sleeps and
-re-reads the counter (with a memory fence between, so that the other side cannot miss it). A receiver then sleeps in a blocking read of the now idle TCP
-data connection, and the producer rings it with one byte: the kernel hands a socket's reader the CPU
-synchronously, and the read ends at once when the peer dies or aborts (its connections close), or
-after the collective timeout. A producer waiting for space sleeps on a futex on `tail`, in slices
-that check the peer's control connection and the deadline. The control connection still carries
-abort notices.
+`head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side polls
+for a while (yielding its core between polls), then announces that it sleeps and re-reads the counter
+(with a memory fence between, so that the other side cannot miss it). A receiver then sleeps in a
+blocking read of the now idle TCP data connection, and the producer rings it with one byte: the kernel
+hands a socket's reader the CPU synchronously, and the read ends at once when the peer dies or aborts
+(its connections close), or after the collective timeout. A producer waiting for space sleeps on a futex
+on `tail`, in slices that check the peer's control connection and the deadline. The control connection
+still carries abort notices.
 
 Linux on x86-64 only: the rings rely on its ordering of plain stores (data before `head`) and on the
 futex system call; elsewhere every pair keeps TCP.
@@ -50,10 +50,9 @@ NAME_PREFIX = "hopsml-"
 NEIGHBOUR_CAPACITY = 2 << 20  # ring bytes per direction between ring neighbours (the bandwidth path)
 OTHER_CAPACITY = 256 << 10  # between other pairs: headers and small inline payloads only
 _PUBLISH_BYTES = 256 << 10  # the producer publishes at least this often, so the consumer starts early
-# A waiting rank busy-waits this long before it sleeps: long when every rank of the host has a core (a sleep
-# and its wake-up cost tens of microseconds), short when they share cores (the rank waited for needs it)
-_SPIN_S = 200e-6
-_SPIN_SHARED_S = 20e-6
+# A waiting rank polls this long before it sleeps (a sleep and its wake-up cost tens of microseconds), giving
+# its core away between polls (sched_yield) to the rank it waits for, when ranks share cores
+SPIN_S = 200e-6
 _FIRST_SLICE_S = 0.001  # a sleep is this short at first, doubling up to _SLICE_S between liveness and
 _SLICE_S = 0.05  # deadline checks
 _PAGE = 4096
@@ -128,15 +127,6 @@ def host_identity() -> str:
     return f"{boot}/{socket.gethostname()}"
 
 
-def spin_seconds(ranks_here: int) -> float:
-    """How long a rank busy-waits before it sleeps, with `ranks_here` ranks on this host."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return _SPIN_S if ranks_here <= cores else _SPIN_SHARED_S
-
-
 def segment_bytes(capacity: int) -> int:
     """Size of a pair's segment: two directions, each a control page and `capacity` ring bytes."""
     return 2 * (_PAGE + capacity)
@@ -176,9 +166,8 @@ def _copy(dst: memoryview | np.ndarray, src: memoryview | np.ndarray, n: int) ->
 class ShmPeer:
     """A peer on the same host: collective data through the shared rings, abort notices over TCP."""
 
-    def __init__(self, tcp: Peer, segment: mmap.mmap, capacity: int, creator: bool, spin_s: float) -> None:
+    def __init__(self, tcp: Peer, segment: mmap.mmap, capacity: int, creator: bool) -> None:
         self.rank = tcp.rank
-        self.spin_s = spin_s
         self.timeout_s = tcp.timeout_s
         self._tcp = tcp
         self._segment = segment
@@ -205,11 +194,12 @@ class ShmPeer:
         value = int(ctl[index])
         if ready(value):
             return value
-        spin_end = time.perf_counter() + self.spin_s
+        spin_end = time.perf_counter() + SPIN_S
         while time.perf_counter() < spin_end:
             value = int(ctl[index])
             if ready(value):
                 return value
+            os.sched_yield()
         deadline = time.monotonic() + self.timeout_s
         sleeper = _SLEEPER[index]
         ctl[sleeper] = 1
@@ -256,13 +246,14 @@ class ShmPeer:
         """Wait until the incoming ring's head moves past `tail`; returns the head. Sleeps in a blocking read of
         the idle data connection, which also ends at once with PeerLost when the peer dies or aborts (its
         socket closes), or after the collective timeout."""
-        spin_end = time.perf_counter() + self.spin_s
+        spin_end = time.perf_counter() + SPIN_S
         while True:
             head = int(ctl[_HEAD])
             if head != tail:
                 return head
             if time.perf_counter() >= spin_end:
                 break
+            os.sched_yield()
         ctl[_HEAD_SLEEPER] = 1
         fence()
         try:
@@ -564,8 +555,7 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
         raise
     result: dict[int, Peer | ShmPeer] = dict(peers)
     for other, segment in mapped.items():
-        result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank,
-                                spin_s=spin_seconds(len(same) + 1))
+        result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank)
     if mapped:
         logger.debug("rank %d shares memory with ranks %s", rank, sorted(mapped))
     return result, [mine if r == rank else theirs[r] for r in range(size)]

@@ -138,8 +138,7 @@ def _pair(capacity: int, timeout_s: float = 10.0) -> tuple[shm.ShmPeer, shm.ShmP
     finally:
         shm._unlink(name)
     assert other is not None
-    return shm.ShmPeer(tcp_a, segment, capacity, creator=True, spin_s=20e-6), \
-        shm.ShmPeer(tcp_b, other, capacity, creator=False, spin_s=20e-6)
+    return shm.ShmPeer(tcp_a, segment, capacity, creator=True), shm.ShmPeer(tcp_b, other, capacity, creator=False)
 
 
 def test_ring_wraps_and_reduces_elements_split_at_its_end():
