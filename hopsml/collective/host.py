@@ -37,7 +37,7 @@ from hopsml.collective.transport import PeerLost
 
 logger = logging.getLogger(__name__)
 
-SEGMENT_BUDGET = 32 << 20  # bytes for the slots and the result area together (Docker gives /dev/shm 64 MiB)
+SEGMENT_BUDGET = 32 << 20  # at most this many bytes for the slots and the result area together
 _LINE = 64
 _ARRIVED, _REDUCED = 0, 1
 
@@ -227,8 +227,8 @@ def attach(rank: int, size: int, peers: Mapping[int, object], hosts: list[str], 
 
     Returns this rank's group (None when it is alone on its host or the segment could not be made), and
     whether every host with several ranks has its group: the condition for the hierarchical all-reduce.
-    Within a host, its lowest rank creates the segment and sends its name; each member maps it and
-    answers; the creator unlinks it and tells everyone whether all mapped it.
+    Within a host, its lowest rank creates the segment and sends its handle (`shm.Created`); each member
+    maps it and answers; the creator closes its descriptor and tells everyone whether all mapped it.
     """
     members = [r for r in range(size) if hosts[r] and hosts[r] == hosts[rank]] or [rank]
     group = None
@@ -255,25 +255,24 @@ def _attach_members(rank: int, members: list[int], peers: Mapping[int, object], 
     creator = members[0]
     if rank == creator:
         created = shm._create_segment(nbytes)
-        name = created[0] if created else ""
         try:
             for r in others:
-                send(peers[r], name)
+                send(peers[r], created.handle if created else "")
             answers = [recv(peers[r]) for r in others]
         except BaseException:
             if created:
-                created[1].close()
+                created.mapping.close()
             raise
         finally:
             if created:
-                shm._unlink(name)
+                created.release()
         ok = created is not None and all(answer == "mapped" for answer in answers)
         for r in others:
             send(peers[r], "ok" if ok else "")
-        segment = created[1] if created else None
+        segment = created.mapping if created else None
     else:
-        name = recv(peers[creator])
-        segment = shm._open_segment(name, nbytes) if name else None  # the creator unlinks it once all have it
+        handle = recv(peers[creator])
+        segment = shm._open_segment(handle, nbytes) if handle else None  # the creator's descriptor: open meanwhile
         send(peers[creator], "mapped" if segment is not None else "")
         ok = recv(peers[creator]) == "ok"
     if not ok:

@@ -1,12 +1,13 @@
-"""Shared memory between ranks on the same host: a byte ring per direction in a /dev/shm segment.
+"""Shared memory between ranks on the same host: a byte ring per direction in a shared segment.
 
 After the authenticated TCP mesh is up, every rank tells every peer its host identity (boot id and host
 name) over the data connection. Each pair on the same host then moves its collective data through a
-segment of shared memory instead of TCP: the lower rank creates the segment (mode 0600, a random name)
-and sends its name over their authenticated connection; the higher rank maps it and answers; both
-unlink it at once, so that from then on it lives only in the two mappings and nothing is left behind
-when either process ends, SIGKILL included. A pair that cannot share memory (another IPC namespace, a
-full /dev/shm, shared memory turned off on either side) keeps TCP.
+segment of shared memory instead of TCP: the lower rank creates it as anonymous memory (memfd, mode 0600)
+and sends its handle (process id, descriptor, device and inode) over their authenticated connection; the
+higher rank opens it through /proc, checks it is that very file, maps it and answers; the lower rank then
+closes its descriptor. The segment never has a name and lives only in the two mappings, so nothing is
+left behind however either process ends, SIGKILL included. A pair that cannot share memory (another PID
+namespace, /proc closed, memory refused, shared memory turned off on either side) keeps TCP.
 
 Each direction is a single-producer single-consumer ring: the producer copies into it and advances
 `head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side polls
@@ -29,7 +30,6 @@ import logging
 import mmap
 import os
 import platform
-import secrets
 import socket
 import struct
 import sys
@@ -45,8 +45,6 @@ logger = logging.getLogger(__name__)
 
 SHM_ENV = "HOPSML_COLLECTIVE_SHM"  # '0' keeps every pair on TCP
 HOST_ID_ENV = "HOPSML_COLLECTIVE_HOST_ID"  # replaces the host identity; for tests that fake several hosts
-SHM_DIR = "/dev/shm"
-NAME_PREFIX = "hopsml-"
 NEIGHBOUR_CAPACITY = 2 << 20  # ring bytes per direction between ring neighbours (the bandwidth path)
 OTHER_CAPACITY = 256 << 10  # between other pairs: headers and small inline payloads only
 _PUBLISH_BYTES = 256 << 10  # the producer publishes at least this often, so the consumer starts early
@@ -107,11 +105,11 @@ def _futex_wake(address: int) -> None:
 
 
 def supported() -> bool:
-    """Whether this process can use shared memory for collectives (Linux x86-64 with /dev/shm, not turned off)."""
+    """Whether this process can use shared memory for collectives (Linux x86-64 with memfd, not turned off)."""
     if os.environ.get(SHM_ENV, "").strip().lower() in ("0", "false", "no", "off"):
         return False
     return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64") and \
-        os.path.isdir(SHM_DIR)
+        hasattr(os, "memfd_create")
 
 
 def host_identity() -> str:
@@ -435,55 +433,66 @@ class ShmPeer:
             logger.debug("shared memory with rank %d stays mapped until its last view is gone", self.rank)
 
 
-def _create_segment(size: int) -> tuple[str, mmap.mmap] | None:
-    """A new segment of `size` bytes, mode 0600, random name; None (with a log line) if it cannot be made."""
-    name = NAME_PREFIX + secrets.token_hex(16)
-    path = os.path.join(SHM_DIR, name)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        logger.info("cannot create shared memory in %s (%s); using TCP", SHM_DIR, exc)
-        return None
-    try:
-        os.posix_fallocate(fd, 0, size)  # reserve the pages now: a full /dev/shm fails here, not as SIGBUS later
-        return name, mmap.mmap(fd, size)
-    except OSError as exc:
-        _unlink(name)
-        logger.info("cannot reserve %d bytes of shared memory in %s (%s); using TCP", size, SHM_DIR, exc)
-        return None
-    finally:
-        os.close(fd)
+class Created:
+    """A segment this rank made: anonymous memory (memfd) that exists only while a descriptor or a mapping
+    holds it, so no exit of any rank, SIGKILL included, can leave it behind. `handle` tells a peer on this
+    host where to open it (this process's descriptor, through /proc) and how to recognise it."""
 
-
-def _open_segment(name: str, size: int) -> mmap.mmap | None:
-    """Map a segment a peer created, after checking it is a regular file of ours with the agreed size."""
-    if not name.startswith(NAME_PREFIX) or "/" in name or len(name) > 128:
-        return None
-    try:
-        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR | os.O_NOFOLLOW)
-    except OSError as exc:
-        logger.info("cannot open the peer's shared memory %s (%s); using TCP", name, exc)
-        return None
-    try:
+    def __init__(self, fd: int, mapping: mmap.mmap) -> None:
         info = os.fstat(fd)
-        if info.st_size != size or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-            logger.warning("shared memory %s is not what the peer announced; using TCP", name)
-            return None
-        return mmap.mmap(fd, size)
+        self.handle = f"{os.getpid()}:{fd}:{info.st_dev}:{info.st_ino}"
+        self.mapping = mapping
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Close the descriptor once the peers have mapped the segment (or will not): only mappings hold it now."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _create_segment(size: int) -> Created | None:
+    """A new segment of `size` bytes (mode 0600); None (with a log line) if it cannot be made."""
+    try:
+        fd = os.memfd_create("hopsml-collective", os.MFD_CLOEXEC)
     except OSError as exc:
-        logger.info("cannot map the peer's shared memory %s (%s); using TCP", name, exc)
+        logger.info("cannot create shared memory (%s); using TCP", exc)
+        return None
+    try:
+        os.fchmod(fd, 0o600)
+        os.posix_fallocate(fd, 0, size)  # reserve the pages now: a full memory fails here, not as SIGBUS later
+        return Created(fd, mmap.mmap(fd, size))
+    except OSError as exc:
+        os.close(fd)
+        logger.info("cannot reserve %d bytes of shared memory (%s); using TCP", size, exc)
+        return None
+
+
+def _open_segment(handle: str, size: int) -> mmap.mmap | None:
+    """Map a segment a peer on this host created, after checking that the descriptor it names is that very
+    file (device and inode: in another PID namespace the process id names another process), ours, private
+    and of the agreed size."""
+    try:
+        pid, fd, dev, ino = (int(part) for part in handle.split(":"))
+    except ValueError:
+        return None
+    try:
+        mine = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+    except OSError as exc:
+        logger.info("cannot open the peer's shared memory (%s); using TCP", exc)
+        return None
+    try:
+        info = os.fstat(mine)
+        if (info.st_dev, info.st_ino) != (dev, ino) or info.st_size != size or info.st_uid != os.geteuid() or \
+                info.st_mode & 0o077:
+            logger.warning("the peer's shared memory is not what it announced (another PID namespace?); using TCP")
+            return None
+        return mmap.mmap(mine, size)
+    except OSError as exc:
+        logger.info("cannot map the peer's shared memory (%s); using TCP", exc)
         return None
     finally:
-        os.close(fd)
-
-
-def _unlink(name: str) -> None:
-    try:
-        os.unlink(os.path.join(SHM_DIR, name))
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        logger.warning("cannot remove shared memory %s: %s", name, exc)
+        os.close(mine)
 
 
 def send_text(peer: Peer, text: str) -> None:
@@ -510,8 +519,8 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
     that does not use shared memory).
 
     The set-up messages are small (they fit in the socket buffers), so every rank first sends, then reads:
-    host identities to all peers; segment names to the higher same-host peers; then, for the lower ones,
-    maps theirs and answers; last, reads the answers of the higher ones and unlinks its segments.
+    host identities to all peers; segment handles to the higher same-host peers; then, for the lower ones,
+    maps theirs and answers; last, reads the answers of the higher ones and closes its segments' descriptors.
     Raises PeerLost if a peer vanishes meanwhile.
     """
     mine = host_identity() if supported() else ""
@@ -524,32 +533,31 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
     def capacity(other: int) -> int:
         return NEIGHBOUR_CAPACITY if other in neighbours else OTHER_CAPACITY
 
-    created: dict[int, tuple[str, mmap.mmap]] = {}
+    created: dict[int, Created] = {}
     mapped: dict[int, mmap.mmap] = {}
     try:
         for other in (r for r in same if r > rank):
             segment = _create_segment(segment_bytes(capacity(other)))
             if segment is not None:
                 created[other] = segment
-            send_text(peers[other], segment[0] if segment else "")
+            send_text(peers[other], segment.handle if segment else "")
         for other in (r for r in same if r < rank):
-            name = recv_text(peers[other])
-            segment = _open_segment(name, segment_bytes(capacity(other))) if name else None
+            handle = recv_text(peers[other])
+            segment = _open_segment(handle, segment_bytes(capacity(other))) if handle else None
             if segment is not None:
-                _unlink(name)  # mapped on both sides now: the name is no longer needed
                 mapped[other] = segment
             send_text(peers[other], "mapped" if segment is not None else "")
-        for other, (name, segment) in list(created.items()):
+        for other, segment in list(created.items()):
             answer = recv_text(peers[other])
-            _unlink(name)
+            segment.release()
             if answer == "mapped":
-                mapped[other] = segment
+                mapped[other] = segment.mapping
             else:
                 del created[other]
-                segment.close()
+                segment.mapping.close()
     except BaseException:
-        for name, _ in created.values():
-            _unlink(name)
+        for segment in created.values():
+            segment.release()
         for segment in mapped.values():
             segment.close()
         raise

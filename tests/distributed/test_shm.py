@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,26 @@ pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory for c
 
 
 def shm_entries() -> set[str]:
-    return {name for name in os.listdir(shm.SHM_DIR) if name.startswith(shm.NAME_PREFIX)}
+    """hopsml's names in /dev/shm: there should be none, its segments are anonymous (memfd)."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("hopsml-")}
+
+
+def processes_mapping_segments() -> list[int]:
+    """The processes of this machine that map a segment of hopsml's (those whose maps can be read)."""
+    found = []
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            if "memfd:hopsml-collective" in maps.read_text():
+                found.append(int(maps.parent.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def mapped_segments() -> int:
+    """How many distinct shared segments this process maps."""
+    with open("/proc/self/maps") as maps:
+        return len({line.split()[4] for line in maps if "memfd:hopsml-collective" in line})
 
 
 def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], str, list[str]]:
@@ -47,16 +67,21 @@ def scenario_transports(rank: int, size: int, n: int) -> tuple[list[int], str, l
     return comm.shared_memory_peers, comm.allreduce_path, failures
 
 
+def scenario_segments(rank: int, size: int, n: int) -> tuple[list[int], str, list[str], int]:
+    return *scenario_transports(rank, size, n), mapped_segments()
+
+
 @pytest.mark.parametrize("size", [2, 3])
 def test_ranks_on_one_host_use_shared_memory(ranks, size):
     before = shm_entries()
-    outcomes = ranks(scenario_transports, size, 3_000_001)
+    outcomes = ranks(scenario_segments, size, 3_000_001)
     for rank, outcome in outcomes.items():
         assert outcome.ok, outcome
-        peers, path, failures = outcome.value
+        peers, path, failures, segments = outcome.value
         assert failures == []
         assert peers == [r for r in range(size) if r != rank]
         assert path == "host", "all ranks on one host: large all-reduces go through the host segment"
+        assert segments == size, "one segment per peer, one for the host"
     assert shm_entries() <= before, "a shared-memory segment was left behind"
 
 
@@ -112,6 +137,7 @@ def test_sigkilled_rank_is_named_and_leaves_no_segment(ranks, size, victim, host
         assert outcome.error_type == "CollectiveError", outcome
         assert f"rank {victim}" in outcome.error and "allreduce #" in outcome.error
     assert shm_entries() <= before, "a shared-memory segment outlived its ranks"
+    assert processes_mapping_segments() == [], "the ranks are gone, and their segments with them"
 
 
 # the rings in one process: two ShmPeers over a real segment, with real TCP peers beside them
@@ -132,13 +158,14 @@ def _pair(capacity: int, timeout_s: float = 10.0) -> tuple[shm.ShmPeer, shm.ShmP
                  timeout_s)  # rank 0's view of rank 1
     tcp_b = Peer(0, Link(data[1], ConnectionKeys(*data_keys[::-1])), Link(ctrl[1], ConnectionKeys(*ctrl_keys[::-1])),
                  timeout_s)  # rank 1's view of rank 0
-    name, segment = shm._create_segment(shm.segment_bytes(capacity))
+    created = shm._create_segment(shm.segment_bytes(capacity))
     try:
-        other = shm._open_segment(name, shm.segment_bytes(capacity))
+        other = shm._open_segment(created.handle, shm.segment_bytes(capacity))
     finally:
-        shm._unlink(name)
+        created.release()
     assert other is not None
-    return shm.ShmPeer(tcp_a, segment, capacity, creator=True), shm.ShmPeer(tcp_b, other, capacity, creator=False)
+    return (shm.ShmPeer(tcp_a, created.mapping, capacity, creator=True),
+            shm.ShmPeer(tcp_b, other, capacity, creator=False))
 
 
 def test_ring_wraps_and_reduces_elements_split_at_its_end():
@@ -179,13 +206,22 @@ def test_waits_end_when_the_peer_aborts_or_stalls():
         b.close()
 
 
-def test_segments_are_private_and_checked():
-    name, segment = shm._create_segment(shm.segment_bytes(4096))
-    try:
-        assert os.stat(os.path.join(shm.SHM_DIR, name)).st_mode & 0o777 == 0o600
-        assert shm._open_segment(name, shm.segment_bytes(8192)) is None, "a size other than announced"
-        assert shm._open_segment("../etc/passwd", 4096) is None
-    finally:
-        shm._unlink(name)
-        segment.close()
-    assert name not in shm_entries()
+def test_segments_are_private_nameless_and_checked(tmp_path):
+    size = shm.segment_bytes(4096)
+    created = shm._create_segment(size)
+    pid, fd, dev, ino = (int(part) for part in created.handle.split(":"))
+    assert pid == os.getpid() and os.fstat(fd).st_mode & 0o777 == 0o600
+    assert shm_entries() == set(), "nothing is named in /dev/shm"
+    assert shm._open_segment(created.handle, shm.segment_bytes(8192)) is None, "a size other than announced"
+    assert shm._open_segment("../etc/passwd", size) is None
+    with open(tmp_path / "other", "wb") as other:  # a descriptor of another file under the same number
+        other.truncate(size)
+        assert shm._open_segment(f"{pid}:{other.fileno()}:{dev}:{ino}", size) is None
+    mapped = shm._open_segment(created.handle, size)
+    assert mapped is not None
+    mapped[:5] = b"hello"
+    assert created.mapping[:5] == b"hello", "the same memory on both sides"
+    created.release()
+    assert shm._open_segment(created.handle, size) is None, "gone from /proc once the creator closed it"
+    mapped.close()
+    created.mapping.close()
