@@ -49,7 +49,6 @@ class Header:
             return None
         return cls(KINDS[kind], seq, "", OPS[op - 1] if op else "", root, nbytes, inline, bool(error)), desc_len
 
-
     @staticmethod
     def message_rest(fixed: bytes | bytearray | memoryview, merged_inline: int) -> int:
         """How many bytes of its message follow a header's fixed part: the description, and the inline payload

@@ -460,7 +460,7 @@ def _create_segment(size: int) -> Created | None:
         return None
     try:
         os.fchmod(fd, 0o600)
-        os.posix_fallocate(fd, 0, size)  # reserve the pages now: a full memory fails here, not as SIGBUS later
+        os.posix_fallocate(fd, 0, size)  # reserve the pages now: too little memory fails here, not as SIGBUS later
         return Created(fd, mmap.mmap(fd, size))
     except OSError as exc:
         os.close(fd)
@@ -558,6 +558,7 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
     except BaseException:
         for segment in created.values():
             segment.release()
+            segment.mapping.close()
         for segment in mapped.values():
             segment.close()
         raise
