@@ -36,15 +36,23 @@ class Hosts:
         self.gateway = f"10.231.{subnet}.1"
         self._addresses = [f"10.231.{subnet}.{i + 2}" for i in range(count)]
         self._cleanup: list[list[str]] = []
+        try:
+            self._build()
+        except OSError:
+            self.remove()  # what was made before the step that failed
+            raise
+
+    def _build(self) -> None:
         self._ip("link", "add", self.bridge, "type", "bridge")
         self._cleanup.append(["ip", "link", "del", self.bridge])
         self._ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         self._ip("link", "set", self.bridge, "up")
         for i, ns in enumerate(self.namespaces):
-            outside = f"hmv{tag}x{i}"
+            outside = f"{self.bridge}x{i}"  # at most 15 characters, as Linux wants
             self._ip("netns", "add", ns)
             self._cleanup.append(["ip", "netns", "del", ns])
             self._ip("link", "add", outside, "type", "veth", "peer", "name", RANK_INTERFACE, "netns", ns)
+            self._cleanup.append(["ip", "link", "del", outside])  # both ends, at once
             self._ip("link", "set", outside, "master", self.bridge)
             self._ip("link", "set", outside, "up")
             self._ip("-n", ns, "addr", "add", f"{self._addresses[i]}/24", "dev", RANK_INTERFACE)
