@@ -293,8 +293,10 @@ def _silent_peer(failures: list[dict[str, Any]]) -> tuple[int, dict[str, Any], b
     named = []
     for report in failures:
         error = report.get("error", "")
+        if "CollectiveError" not in error:
+            continue
         for pattern, died in ((_PEER_DIED, True), (_PEER_STUCK, False)):
-            match = pattern.search(error) if "CollectiveError" in error else None
+            match = pattern.search(error)
             if match is not None:
                 named.append((int(match.group(1)), report, died))
     silent = [n for n in named if n[0] not in reporters]

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from hopsml.errors import NameTooLongError, StorageError
-from hopsml.redact import redact_uri  # noqa: F401 - also imported from here
+from hopsml.redact import redact_uri
 
 log = logging.getLogger(__name__)
 

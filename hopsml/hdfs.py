@@ -36,7 +36,8 @@ import pyarrow.fs as pafs
 
 from hopsml import config, hdfs_file, layout
 from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
-from hopsml.fs import Storage, redact_uri
+from hopsml.fs import Storage
+from hopsml.redact import redact_uri
 from hopsml.tracking import context
 
 _log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import config
 from hopsml.errors import SettingsError
-from hopsml.fs import Storage, redact_uri
+from hopsml.fs import Storage
+from hopsml.redact import redact_uri
 
 if TYPE_CHECKING:
     from pyspark import SparkContext

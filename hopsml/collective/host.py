@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -121,11 +119,8 @@ class HostGroup:
         counter = self._counters[kind, i]
         if int(counter[0]) >= value:
             return
-        spin_end = time.perf_counter() + shm.SPIN_S
-        while time.perf_counter() < spin_end:
-            if int(counter[0]) >= value:
-                return
-            os.sched_yield()
+        if shm.poll(lambda: int(counter[0]), lambda v: v >= value) is not None:
+            return
         peer = self._peers[self.members[i]]
         self._sleepers[kind, i, self.index] = 1
         shm.fence()

@@ -104,6 +104,19 @@ def _futex_wake(address: int) -> None:
     _syscall()(_SYS_FUTEX, address, _FUTEX_WAKE, 1 << 30, None, None, 0)
 
 
+def poll(read: Callable[[], int], ready: Callable[[int], bool]) -> int | None:
+    """Re-read a counter for up to SPIN_S, giving the core away between reads; its value once `ready(value)`,
+    None if it never was (the caller then sleeps)."""
+    end = time.perf_counter() + SPIN_S
+    while True:
+        value = read()
+        if ready(value):
+            return value
+        if time.perf_counter() >= end:
+            return None
+        os.sched_yield()
+
+
 def supported() -> bool:
     """Whether this process can use shared memory for collectives (Linux x86-64 with memfd, not turned off)."""
     if os.environ.get(SHM_ENV, "").strip().lower() in ("0", "false", "no", "off"):
@@ -189,15 +202,9 @@ class ShmPeer:
 
     def _wait(self, ctl: np.ndarray, index: int, address: int, ready: Callable[[int], bool]) -> int:
         """Wait until `ready(ctl[index])` (a ring counter at `address`); returns the counter's value."""
-        value = int(ctl[index])
-        if ready(value):
+        value = poll(lambda: int(ctl[index]), ready)
+        if value is not None:
             return value
-        spin_end = time.perf_counter() + SPIN_S
-        while time.perf_counter() < spin_end:
-            value = int(ctl[index])
-            if ready(value):
-                return value
-            os.sched_yield()
         deadline = time.monotonic() + self.timeout_s
         sleeper = _SLEEPER[index]
         ctl[sleeper] = 1
@@ -244,14 +251,9 @@ class ShmPeer:
         """Wait until the incoming ring's head moves past `tail`; returns the head. Sleeps in a blocking read of
         the idle data connection, which also ends at once with PeerLost when the peer dies or aborts (its
         socket closes), or after the collective timeout."""
-        spin_end = time.perf_counter() + SPIN_S
-        while True:
-            head = int(ctl[_HEAD])
-            if head != tail:
-                return head
-            if time.perf_counter() >= spin_end:
-                break
-            os.sched_yield()
+        head = poll(lambda: int(ctl[_HEAD]), lambda h: h != tail)
+        if head is not None:
+            return head
         ctl[_HEAD_SLEEPER] = 1
         fence()
         try:

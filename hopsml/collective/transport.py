@@ -231,6 +231,16 @@ def _describe_os_error(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _advance(views: list, n: int) -> None:
+    """Drop the first n bytes of the buffer list (those a sendmsg sent or a recvmsg_into filled)."""
+    while n:
+        if n >= len(views[0]):
+            n -= len(views.pop(0))
+        else:
+            views[0] = views[0][n:]
+            n = 0
+
+
 class Peer:
     """The two connections to one other rank; blocking I/O whose every wait is bounded by the timeout, and
     whose every message is tagged by the sender and checked by the receiver before it is used."""
@@ -270,13 +280,7 @@ class Peer:
                     views += (frame, tags.next_tag(frame))
         try:
             while views:
-                sent = self._data.sendmsg(views)
-                while sent:
-                    if sent >= len(views[0]):
-                        sent -= len(views.pop(0))
-                    else:
-                        views[0] = views[0][sent:]
-                        sent = 0
+                _advance(views, self._data.sendmsg(views))
         except OSError as exc:
             raise self._lost(exc) from None
 
@@ -323,12 +327,7 @@ class Peer:
                 raise self._lost(exc) from None
             if k == 0:
                 raise PeerLost(self.rank, "peer closed the connection")
-            while k:
-                if k >= len(views[0]):
-                    k -= len(views.pop(0))
-                else:
-                    views[0] = views[0][k:]
-                    k = 0
+            _advance(views, k)
 
     def recv_into(self, view: memoryview | bytearray) -> None:
         """Receive one message of exactly len(view) bytes into the view and check its tag; raises PeerLost

@@ -13,7 +13,8 @@ from typing import Any
 
 from hopsml import config
 from hopsml.data import dataset as ds
-from hopsml.fs import Storage, redact_uri
+from hopsml.fs import Storage
+from hopsml.redact import redact_uri
 from hopsml.text import format_table
 
 COMMANDS = ("prep", "datasets")

@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlsplit
 
-import numpy as np
-
 from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import imaging
@@ -45,7 +43,8 @@ from hopsml.data import unischema as petastorm_schema
 from hopsml.data.codec import npy_header
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
-from hopsml.fs import Storage, redact_uri
+from hopsml.fs import Storage
+from hopsml.redact import redact_uri
 from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:

@@ -29,7 +29,8 @@ from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.tfrecord import encode_example
 from hopsml.errors import SettingsError
-from hopsml.fs import Storage, redact_uri
+from hopsml.fs import Storage
+from hopsml.redact import redact_uri
 from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:

@@ -56,24 +56,23 @@ class Live:
 
     def failures(self) -> list[dict[str, Any]]:
         """Every failure report: the finished ones, and those of ranks that failed but never finished."""
-        done = {m.get("rank") for m in self.finished}
-        return ([m for m in self.finished if not m.get("ok")]
-                + [m for m in self.failing if m.get("rank") not in done])
+        return [m for m in self.finished if not m.get("ok")] + self._unfinished_failing()
 
-    def _uploading(self) -> bool:
+    def _unfinished_failing(self) -> list[dict[str, Any]]:
+        """The failing reports of ranks that have not finished (still copying their files, or killed)."""
         done = {m.get("rank") for m in self.finished}
-        return any(m.get("rank") not in done for m in self.failing)
+        return [m for m in self.failing if m.get("rank") not in done]
 
     def _abort_after_uploads(self) -> None:
         """Set `failed` (which cancels the stage), but first let a failing rank finish copying its logs
         to the run directory, up to `upload_grace_s`: cancelling would kill it mid-copy."""
-        if not self._uploading():
+        if not self._unfinished_failing():
             self.failed.set()
             return
 
         def wait() -> None:
             deadline = time.monotonic() + self.upload_grace_s
-            while self._uploading() and time.monotonic() < deadline and not self.failed.is_set():
+            while self._unfinished_failing() and time.monotonic() < deadline and not self.failed.is_set():
                 time.sleep(0.05)
             self.failed.set()
 

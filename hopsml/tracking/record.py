@@ -29,7 +29,8 @@ from typing import Any, Iterable
 from hopsml import config, layout
 from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
                            StorageError)
-from hopsml.fs import Storage, redact_uri
+from hopsml.fs import Storage
+from hopsml.redact import redact_uri
 from hopsml.layout import ExperimentDir
 from hopsml.tracking import versioning
 from hopsml.tracking.heartbeat import Heartbeat, age_text, iso, last_beat

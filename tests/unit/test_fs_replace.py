@@ -11,7 +11,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from hopsml.errors import InvalidNameError, StorageError
-from hopsml.fs import Storage, redact_uri
+from hopsml.fs import Storage
+from hopsml.redact import redact_uri
 
 
 class FaultyFileSystem(pafs.FileSystemHandler):
