@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hopsml.data.imaging import encode_jpeg, transform  # noqa: E402
-from hopsml.data.tfrecord import TFRecordWriter, read_records  # noqa: E402
+from hopsml.data.imaging import encode_jpeg, transform
+from hopsml.data.tfrecord import TFRecordWriter, read_records
 
 
 def median_seconds(run: Callable[[], object], runs: int) -> float:
@@ -124,8 +124,10 @@ def bench_images(count: int, runs: int) -> None:
         kilobytes = sum(map(len, jpegs)) / n / 1024
         rates = {}
         for draft in (True, False):
-            seconds = median_seconds(lambda: [transform(j, (200, 200), (180, 180), draft=draft)
-                                              for j in jpegs], runs)
+            def transform_all(draft: bool = draft, jpegs: list[bytes] = jpegs) -> list:
+                return [transform(j, (200, 200), (180, 180), draft=draft) for j in jpegs]
+
+            seconds = median_seconds(transform_all, runs)
             rates[draft] = n / seconds
         print(f"  {width}x{height} JPEG ({kilobytes:.0f} KiB avg, {n} images): "
               f"draft {rates[True]:6.0f}/s | full decode {rates[False]:6.0f}/s "

@@ -8,7 +8,8 @@ import logging
 import os
 import sys
 import tempfile
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from hopsml import config, layout
 from hopsml import experiments as experiments_api

@@ -11,7 +11,8 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from hopsml.errors import SettingsError
 from hopsml.redact import redact_conf, redact_uri

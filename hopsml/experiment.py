@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import numbers
 import re
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 from hopsml import checkpoint, config, session
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from hopsml import config
 from hopsml.errors import SettingsError
@@ -25,13 +26,13 @@ TYPES = tuple(t.value for t in records.ExperimentType)
 STATES = tuple(s.value for s in records.State)
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: Any) -> float | None:
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 
 
-def _choice(value: Optional[str], choices: Sequence[str], what: str) -> Optional[str]:
+def _choice(value: str | None, choices: Sequence[str], what: str) -> str | None:
     if value is None:
         return None
     upper = value.upper().replace("-", "_")
@@ -61,9 +62,9 @@ def sort_records(recs: Iterable[ExperimentRecord], sort: str = "start", directio
     return sorted(items, key=lambda r: (_number(r.metric) is None, sign * (_number(r.metric) or 0.0)))
 
 
-def list(name: Optional[str] = None, state: Optional[str] = None, type: Optional[str] = None, *,  # noqa: A001,A002
-         sort: str = "start", direction: str = "max", limit: Optional[int] = None,
-         settings: Optional[config.Settings] = None) -> "list[ExperimentRecord]":
+def list(name: str | None = None, state: str | None = None, type: str | None = None, *,  # noqa: A001,A002
+         sort: str = "start", direction: str = "max", limit: int | None = None,
+         settings: config.Settings | None = None) -> list[ExperimentRecord]:
     """The readable experiments of the project, as records (``ExperimentRecord``: id, name, state,
     metric, hyperparameters, logdir, ...), filtered and sorted.
 

@@ -19,7 +19,8 @@ import posixpath
 import shutil
 import uuid
 from contextlib import contextmanager
-from typing import IO, Any, Iterator
+from typing import IO, Any
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs

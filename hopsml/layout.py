@@ -24,7 +24,8 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from hopsml.errors import InvalidNameError
 
@@ -227,11 +228,11 @@ class ExperimentDir(RunDir):
     """`Projects/<project>/Experiments/<app_id>_<run_id>/` and what it holds."""
 
     @classmethod
-    def of(cls, project: str, app_id: str, run_id: int) -> "ExperimentDir":
+    def of(cls, project: str, app_id: str, run_id: int) -> ExperimentDir:
         return cls(join(experiments_dir(project), experiment_id(app_id, run_id)))
 
     @classmethod
-    def from_id(cls, project: str, exp_id: str) -> "ExperimentDir":
+    def from_id(cls, project: str, exp_id: str) -> ExperimentDir:
         return cls.of(project, *parse_experiment_id(exp_id))
 
     @property
@@ -277,7 +278,7 @@ class ModelDir:
     path: str
 
     @classmethod
-    def of(cls, project: str, name: str, version: int) -> "ModelDir":
+    def of(cls, project: str, name: str, version: int) -> ModelDir:
         return cls(model_dir(project, name, version))
 
     @property

@@ -14,7 +14,7 @@ import socket
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from hopsml import config
 from hopsml.errors import ClusterError

@@ -108,7 +108,7 @@ def spark_security_warning(conf: Any, master: str) -> str | None:
             "and Kubernetes)")
 
 
-def check_spark_security(sc: "SparkContext") -> None:
+def check_spark_security(sc: SparkContext) -> None:
     """Warn (once per Spark application) when an experiment or data job starts on an unprotected cluster."""
     message = spark_security_warning(sc.getConf(), sc.master)
     if message is not None:
@@ -120,7 +120,7 @@ def _warn_once(application_id: str, message: str) -> None:
     log.warning("%s", message)
 
 
-def check_session(settings: config.Settings, spark: "SparkSession") -> None:
+def check_session(settings: config.Settings, spark: SparkSession) -> None:
     """The checks every job makes on the session it runs on: the root (`check_root`) and Spark's own
     protection (`check_spark_security`)."""
     sc = spark.sparkContext
@@ -169,7 +169,7 @@ def check_java() -> None:
         raise SettingsError(f"no Java found: 'java' is not on PATH and JAVA_HOME is not set. {JAVA_HINT}")
 
 
-def active() -> "SparkSession | None":
+def active() -> SparkSession | None:
     """The running SparkSession, if any; never starts one."""
     try:
         from pyspark.sql import SparkSession
@@ -178,7 +178,7 @@ def active() -> "SparkSession | None":
     return SparkSession.getActiveSession()
 
 
-def get_or_create(settings: config.Settings | None = None, app_name: str = "hopsml") -> "SparkSession":
+def get_or_create(settings: config.Settings | None = None, app_name: str = "hopsml") -> SparkSession:
     """Reuse the active session, else start the embedded default described by the settings."""
     from pyspark.sql import SparkSession
 
@@ -205,7 +205,7 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
             builder = builder.config(key, value)
         try:
             session = builder.getOrCreate()
-        except Exception as exc:  # noqa: BLE001 - PySpark's error when the JVM does not start
+        except Exception as exc:
             if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
                 raise SettingsError(f"Spark's JVM did not start ({exc}). {JAVA_HINT}") from exc
             raise

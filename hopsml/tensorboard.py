@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from hopsml.errors import HopsmlError
 from hopsml.tracking import context

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import os
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def use_test_credentials() -> None:

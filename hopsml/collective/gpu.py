@@ -75,14 +75,14 @@ def is_device_array(value: object) -> bool:
 
 
 def cupy_module() -> ModuleType:
-    import cupy  # noqa: PLC0415 - optional dependency, only needed once a cupy array shows up
+    import cupy
     return cupy
 
 
 def nccl_module() -> ModuleType | None:
     """cupy's NCCL binding, or None when cupy was built without it."""
     try:
-        from cupy.cuda import nccl  # noqa: PLC0415
+        from cupy.cuda import nccl
     except ImportError:
         return None
     return nccl if getattr(nccl, "available", True) else None

@@ -64,7 +64,7 @@ class SendWorker:
         while (job := self._jobs.get()) is not None:
             try:
                 job.fn()
-            except BaseException as exc:  # handed to the caller through the job
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the job
                 job.error = exc
             job.done.set()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +66,7 @@ class CellColumn:
         self._header = np.frombuffer(npy_header(self.shape, self.dtype.str), np.uint8)
         self.cell = len(self._header) + int(np.prod(self.shape)) * self.dtype.itemsize
         self.capacity = max(1, int(capacity))
-        self._rows: Optional[np.ndarray] = None   # allocated on the first append
+        self._rows: np.ndarray | None = None   # allocated on the first append
         self._count = 0
 
     def __len__(self) -> int:

@@ -26,7 +26,8 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pyarrow.fs as pafs
 
@@ -75,7 +76,7 @@ class DatasetDir:
     path: str
 
     @classmethod
-    def of(cls, project: str, name: str) -> "DatasetDir":
+    def of(cls, project: str, name: str) -> DatasetDir:
         return cls(layout.dataset_dir(project, name))
 
     @property

@@ -32,7 +32,8 @@ import time
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from hopsml import config
@@ -70,15 +71,15 @@ _ROW_GROUP_BYTES = 16 << 20      # Parquet row groups of about this many bytes o
 class ImageOptions:
     """How images are turned into a dataset; validates itself."""
 
-    resize: Optional[tuple[int, int]] = (200, 200)
-    crop: Optional[tuple[int, int]] = (180, 180)
+    resize: tuple[int, int] | None = (200, 200)
+    crop: tuple[int, int] | None = (180, 180)
     image_format: str = "png"
     glob: str = DEFAULT_GLOB
-    shards: Optional[int] = None
+    shards: int | None = None
     strict: bool = False
     overwrite: bool = False
     draft: bool = True
-    compression: Optional[str] = None   # of the TFRecord shards: None or "gzip"
+    compression: str | None = None   # of the TFRecord shards: None or "gzip"
     test_fraction: float = 0.2
     seed: int = 0
 
@@ -158,7 +159,7 @@ def unischema(shape: tuple[int, int, int]) -> bytes:
     return petastorm_schema.unischema_pickle("ImageSchema", petastorm_schema.image_fields(shape))
 
 
-def arrow_schema() -> "pa.Schema":
+def arrow_schema() -> pa.Schema:
     """The Parquet columns of an image dataset, as Spark would write the Unischema's Spark schema."""
     import pyarrow as pa
 
@@ -207,7 +208,7 @@ class _SourceFiles:
 
     def __init__(self, src: str) -> None:
         self.src = src
-        self._remote: Optional[tuple[Any, str, str]] = None
+        self._remote: tuple[Any, str, str] | None = None
 
     def read(self, path: str) -> bytes:
         if path.startswith("file:"):
@@ -438,7 +439,7 @@ def deal(paths: list[str], count: int) -> list[list[str]]:
     return [paths[i::count] for i in range(count)]
 
 
-def _compute_slots(spark: "SparkSession") -> int:
+def _compute_slots(spark: SparkSession) -> int:
     """Tasks that can decode at once: the cores of this machine in local mode (local[N] may
     promise more slots than cores, for barrier stages; more decoding tasks than cores only
     compete with each other and with the JVM), else Spark's default parallelism."""
@@ -449,11 +450,11 @@ def _compute_slots(spark: "SparkSession") -> int:
     return spark.sparkContext.defaultParallelism
 
 
-def prepare_images(src: str, dataset: str, *, resize: Optional[tuple[int, int]] = (200, 200),
-                   crop: Optional[tuple[int, int]] = (180, 180), shards: Optional[int] = None,
+def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (200, 200),
+                   crop: tuple[int, int] | None = (180, 180), shards: int | None = None,
                    glob: str = DEFAULT_GLOB, strict: bool = False, image_format: str = "png",
-                   overwrite: bool = False, draft: bool = True, compression: Optional[str] = None,
-                   test_fraction: float = 0.2, seed: int = 0, spark: "SparkSession | None" = None,
+                   overwrite: bool = False, draft: bool = True, compression: str | None = None,
+                   test_fraction: float = 0.2, seed: int = 0, spark: SparkSession | None = None,
                    settings: config.Settings | None = None) -> ds.DatasetSummary:
     """Turn a folder tree of images (label = parent folder) into the dataset ``dataset``.
 

@@ -34,7 +34,6 @@ import logging
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import Optional
 
 import numpy as np
 from isal import isal_zlib
@@ -86,7 +85,7 @@ class ImageEncodingError(HopsmlError, ValueError):
     """An array cannot be encoded as an image; the message says which shapes and types work."""
 
 
-def _check_size(name: str, size: Optional[Size]) -> Optional[Size]:
+def _check_size(name: str, size: Size | None) -> Size | None:
     if size is None:
         return None
     try:
@@ -174,8 +173,8 @@ def _to_8bit(image: Image.Image) -> Image.Image:
         raise ImageRejected(f"{UNSUPPORTED_MODE} {mode}", str(error)) from None
 
 
-def transform(data: bytes, resize: Optional[Size] = (200, 200),
-              crop: Optional[Size] = (180, 180), *, draft: bool = True) -> np.ndarray:
+def transform(data: bytes, resize: Size | None = (200, 200),
+              crop: Size | None = (180, 180), *, draft: bool = True) -> np.ndarray:
     """Decode an image and return it resized and center-cropped as an (H, W, 3) uint8 array.
 
     ``resize`` and ``crop`` are (width, height); None skips that step. ``draft=False`` decodes
@@ -218,9 +217,9 @@ def transform(data: bytes, resize: Optional[Size] = (200, 200),
         image.close()
 
 
-def transform_batch(images: Sequence[Optional[bytes]], resize: Optional[Size] = (200, 200),
-                    crop: Optional[Size] = (180, 180), *, draft: bool = True
-                    ) -> tuple[list[Optional[np.ndarray]], list[Optional[str]]]:
+def transform_batch(images: Sequence[bytes | None], resize: Size | None = (200, 200),
+                    crop: Size | None = (180, 180), *, draft: bool = True
+                    ) -> tuple[list[np.ndarray | None], list[str | None]]:
     """Transform many images; a rejected one gives (None, reason) instead of failing the batch.
 
     Returns two lists as long as ``images``: the arrays (None where rejected) and the rejection
@@ -228,8 +227,8 @@ def transform_batch(images: Sequence[Optional[bytes]], resize: Optional[Size] = 
     """
     resize = _check_size("resize", resize)
     crop = _check_size("crop", crop)
-    arrays: list[Optional[np.ndarray]] = []
-    reasons: list[Optional[str]] = []
+    arrays: list[np.ndarray | None] = []
+    reasons: list[str | None] = []
     for data in images:
         try:
             arrays.append(transform(data, resize, crop, draft=draft))

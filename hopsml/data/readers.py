@@ -41,7 +41,8 @@ import queue
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class Piece:
     rows: int
 
 
-def _current_rank() -> tuple[int, int, Optional[Storage], Optional[str]]:
+def _current_rank() -> tuple[int, int, Storage | None, str | None]:
     """(rank, world_size, storage, project) of the run this code is in, else (0, 1, None, None)."""
     from hopsml.tracking.context import current_or_none
 
@@ -82,8 +83,8 @@ class ShardReader:
 
     def __init__(self, storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any], split: str,
                  rank: int, world_size: int, batch_size: int, shuffle: bool, seed: int,
-                 epochs: Optional[int], fields: Sequence[str], engine: str, drop_last: bool,
-                 device: str, pool: str, equal_steps: Optional[str] = None) -> None:
+                 epochs: int | None, fields: Sequence[str], engine: str, drop_last: bool,
+                 device: str, pool: str, equal_steps: str | None = None) -> None:
         self.storage, self.dir, self.manifest = storage, ddir, manifest
         self.split, self.rank, self.world_size = split, rank, world_size
         self.batch_size, self.shuffle, self.seed, self.epochs = batch_size, shuffle, seed, epochs
@@ -358,7 +359,7 @@ class _Batcher:
             return held[0]
         return {k: np.concatenate([part[k] for part in held]) for k in held[0]}
 
-    def rest(self) -> Optional[dict[str, np.ndarray]]:
+    def rest(self) -> dict[str, np.ndarray] | None:
         return self._join() if self._held_rows else None
 
 
@@ -397,11 +398,11 @@ def _prefetch(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         worker.join(timeout=5)
 
 
-def reader(dataset: str, rank: Optional[int] = None, world_size: Optional[int] = None, *,
-           batch_size: int = 256, shuffle: bool = True, seed: int = 0, epochs: Optional[int] = 1,
-           fields: Optional[Sequence[str]] = None, split: Optional[str] = None, engine: str = "arrow",
+def reader(dataset: str, rank: int | None = None, world_size: int | None = None, *,
+           batch_size: int = 256, shuffle: bool = True, seed: int = 0, epochs: int | None = 1,
+           fields: Sequence[str] | None = None, split: str | None = None, engine: str = "arrow",
            drop_last: bool = False, device: str = "cpu", pool: str = "dummy",
-           equal_steps: bool | str = False, settings: Optional[config.Settings] = None) -> ShardReader:
+           equal_steps: bool | str = False, settings: config.Settings | None = None) -> ShardReader:
     """This rank's share of ``dataset`` as batches of ``{field: array}``.
 
     ``rank``/``world_size`` default to the current rank inside ``experiment.allreduce`` (else

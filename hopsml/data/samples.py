@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Optional
 
 import numpy as np
 from PIL import Image
@@ -16,7 +15,7 @@ from hopsml.data import imaging
 TABLE_COLUMNS = ("sepal_length", "sepal_width", "petal_length", "petal_width", "petal_size", "species")
 
 
-def write_digits(folder: str, *, limit: Optional[int] = None, size: int = 32,
+def write_digits(folder: str, *, limit: int | None = None, size: int = 32,
                  bad_files: bool = True) -> dict[str, int]:
     """Write the digits as ``folder/<digit>/<n>.png`` (grayscale, ``size`` pixels square).
 

@@ -13,7 +13,8 @@ import json
 import os
 import uuid
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Union
+from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import layout
 from hopsml.data.codec import CellColumn
@@ -39,7 +40,7 @@ def partition_id() -> int:
 
 
 @contextmanager
-def atomic_output(storage: Storage, rel: str) -> Iterator[Union[str, IO[bytes]]]:
+def atomic_output(storage: Storage, rel: str) -> Iterator[str | IO[bytes]]:
     """A local path (local roots) or a binary stream (remote roots) for ``rel``, moved into
     place only when the block completes; on failure nothing appears at ``rel``."""
     local = storage.local_path(rel)
@@ -79,9 +80,9 @@ class ParquetShard:
     ``cells`` (name -> shape) take uint8 arrays and store them as petastorm ndarray cells.
     """
 
-    def __init__(self, open_target: Callable[[], Union[str, IO[bytes]]], schema: "pa.Schema",
+    def __init__(self, open_target: Callable[[], str | IO[bytes]], schema: pa.Schema,
                  rows_per_group: int, dictionary: tuple[str, ...] = (),
-                 cells: Optional[Mapping[str, tuple[int, ...]]] = None) -> None:
+                 cells: Mapping[str, tuple[int, ...]] | None = None) -> None:
         cells = cells or {}
         self.open_target, self.schema = open_target, schema
         self.rows_per_group = max(1, int(rows_per_group))
@@ -125,7 +126,7 @@ class ParquetShard:
         return self.row_groups
 
 
-def write_petastorm_metadata(storage: Storage, folder: str, schema: "pa.Schema", unischema: bytes,
+def write_petastorm_metadata(storage: Storage, folder: str, schema: pa.Schema, unischema: bytes,
                              row_groups: Mapping[str, int]) -> None:
     """``folder/_common_metadata`` as petastorm's materialize_dataset leaves it: the Arrow schema
     with the pickled Unischema (``unischema``, from :mod:`hopsml.data.unischema`) and the row

@@ -12,7 +12,8 @@ from __future__ import annotations
 import html
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -94,13 +95,13 @@ def image_stats(splits: Mapping[str, Sequence[Mapping[str, Any]]], labels: Seque
 
 
 # --- tables (Spark) ----------------------------------------------------------------------------
-def table_stats(frame: "DataFrame", split_column: str, splits: Sequence[str], numeric: Sequence[str],
+def table_stats(frame: DataFrame, split_column: str, splits: Sequence[str], numeric: Sequence[str],
                 categorical: Sequence[str]) -> dict[str, Any]:
     """Statistics of a Spark DataFrame per value of ``split_column`` (values in ``splits``)."""
     return table_stats_and_counts(frame, split_column, splits, numeric, categorical)[0]
 
 
-def table_stats_and_counts(frame: "DataFrame", split_column: str, splits: Sequence[str], numeric: Sequence[str],
+def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence[str], numeric: Sequence[str],
                            categorical: Sequence[str]
                            ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
     """Statistics as ``table_stats``, with what they are made of: the per-split aggregates
@@ -288,7 +289,7 @@ class StatsView:
         return f"StatsView({self.name!r}, {len(self.stats.get('columns', []))} columns)"
 
 
-def show(dataset: str, settings: "config.Settings | None" = None) -> StatsView:
+def show(dataset: str, settings: config.Settings | None = None) -> StatsView:
     """The statistics of a finished dataset, for ``display`` in a notebook (or its last line)."""
     from hopsml import config as _config
     from hopsml.data import dataset as ds

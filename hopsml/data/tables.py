@@ -20,7 +20,8 @@ import re
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -66,21 +67,21 @@ class TableOptions:
 
     label: str
     header: bool = True
-    columns: Optional[tuple[str, ...]] = None
-    schema: Optional[Mapping[str, str]] = None
+    columns: tuple[str, ...] | None = None
+    schema: Mapping[str, str] | None = None
     na_values: tuple[str, ...] = ("?",)
     missing: str = "drop"
-    categorical: Optional[tuple[str, ...]] = None
+    categorical: tuple[str, ...] | None = None
     one_hot: bool = False
     standardize: bool = False
     test_fraction: float = 0.2
     seed: int = 0
-    shards: Optional[int] = None
+    shards: int | None = None
     delimiter: str = ","
     skip_rows: int = 0
     strict: bool = False
     overwrite: bool = False
-    compression: Optional[str] = None
+    compression: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -99,7 +100,7 @@ class TableOptions:
                                     f"{', '.join(sorted(NUMERIC_TYPES))} or 'string'")
 
 
-def _source(spark: "SparkSession", src: str, options: TableOptions) -> Any:
+def _source(spark: SparkSession, src: str, options: TableOptions) -> Any:
     """What the CSV reader reads: the path, or with ``skip_rows`` the lines of every file after its
     first ``skip_rows`` (preamble lines before the header, as in scikit-learn's CSV files)."""
     if not options.skip_rows:
@@ -114,14 +115,14 @@ def _source(spark: "SparkSession", src: str, options: TableOptions) -> Any:
     return kept.sortWithinPartitions("file", "at").select("value").rdd.map(lambda row: row[0])
 
 
-def _column_names(spark: "SparkSession", src: Any, options: TableOptions) -> list[str]:
+def _column_names(spark: SparkSession, src: Any, options: TableOptions) -> list[str]:
     if options.columns:
         return list(options.columns)
     probe = spark.read.option("header", options.header).option("sep", options.delimiter).csv(src)
     return [name.strip() for name in probe.columns]
 
 
-def _read_text(spark: "SparkSession", src: Any, names: list[str], options: TableOptions) -> "DataFrame":
+def _read_text(spark: SparkSession, src: Any, names: list[str], options: TableOptions) -> DataFrame:
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField(n, StringType()) for n in names] + [StructField(_CORRUPT, StringType())])
@@ -131,7 +132,7 @@ def _read_text(spark: "SparkSession", src: Any, names: list[str], options: Table
                           enforceSchema=True)
 
 
-def _number(name: str, kind: str) -> "Column":
+def _number(name: str, kind: str) -> Column:
     """Column ``name`` as ``kind`` ('double', 'long'), NULL where a value does not parse: a plain
     cast fails the whole job on Spark 4, whose ANSI mode is on by default."""
     from pyspark.sql import functions as F
@@ -139,7 +140,7 @@ def _number(name: str, kind: str) -> "Column":
     return F.expr(f"try_cast(`{name}` AS {kind})")
 
 
-def _infer_types(frame: "DataFrame", names: list[str], options: TableOptions) -> tuple[dict[str, str], int]:
+def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> tuple[dict[str, str], int]:
     """('double', 'long' or 'string' per column, rows read), in one Spark job: types given, else
     numeric when most values of the well-formed rows parse."""
     from pyspark.sql import functions as F
@@ -171,13 +172,13 @@ def _infer_types(frame: "DataFrame", names: list[str], options: TableOptions) ->
 
 
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
-                  columns: Optional[Sequence[str]] = None, schema: Optional[Mapping[str, str]] = None,
+                  columns: Sequence[str] | None = None, schema: Mapping[str, str] | None = None,
                   na_values: Sequence[str] = ("?",), missing: str = "drop",
-                  categorical: Optional[Sequence[str]] = None, one_hot: bool = False,
+                  categorical: Sequence[str] | None = None, one_hot: bool = False,
                   standardize: bool = False, test_fraction: float = 0.2, seed: int = 0,
-                  shards: Optional[int] = None, delimiter: str = ",", skip_rows: int = 0,
+                  shards: int | None = None, delimiter: str = ",", skip_rows: int = 0,
                   strict: bool = False, overwrite: bool = False,
-                  compression: Optional[str] = None, spark: "SparkSession | None" = None,
+                  compression: str | None = None, spark: SparkSession | None = None,
                   settings: config.Settings | None = None) -> ds.DatasetSummary:
     """Turn the CSV file(s) ``src`` into the dataset ``dataset`` with train and test splits.
 
@@ -239,7 +240,7 @@ class _TableJob:
 
     STEPS = 6   # read, reject, statistics, fit, write, finish: the progress display's fixed total
 
-    def __init__(self, spark: "SparkSession", storage: Storage, settings: config.Settings, src: str,
+    def __init__(self, spark: SparkSession, storage: Storage, settings: config.Settings, src: str,
                  name: str, options: TableOptions) -> None:
         self.spark, self.storage, self.settings = spark, storage, settings
         self.src, self.name, self.options = src, name, options
@@ -288,7 +289,7 @@ class _TableJob:
                     return "\n".join(lines)
         return "\n".join(lines)
 
-    def _run_typed(self, stage: ds.DatasetDir, cleaned: "DataFrame", names: list[str], label: str,
+    def _run_typed(self, stage: ds.DatasetDir, cleaned: DataFrame, names: list[str], label: str,
                    types: dict[str, str], read: int, stats_mod: Any) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
 
@@ -374,7 +375,7 @@ class _TableJob:
                                                key=lambda kv: (-kv[1], kv[0]))] for n in indexed}
         return means, stds, fills, categories
 
-    def _write(self, stage: ds.DatasetDir, usable: "DataFrame", names: list[str], label: str,
+    def _write(self, stage: ds.DatasetDir, usable: DataFrame, names: list[str], label: str,
                types: dict[str, str], read: int, rejected_reasons: dict[str, int],
                stats_mod: Any) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
@@ -475,7 +476,7 @@ class _TableJob:
                                  rejected=rejected, dropped=dropped, splits=counts, shards=shard_count,
                                  rejected_reasons=rejected_reasons)
 
-    def _write_shards(self, stage: ds.DatasetDir, transformed: "DataFrame", counts: dict[str, int],
+    def _write_shards(self, stage: ds.DatasetDir, transformed: DataFrame, counts: dict[str, int],
                       names: list[str], to_arrow_schema: Any) -> tuple[dict[str, Any], int]:
         """Both splits' Parquet files and TFRecord shards in one Spark job: each row gets its split's
         shard number (a hash of the row), and each task writes the shards whose rows it holds."""
@@ -526,11 +527,11 @@ class _TableShardWriter:
     Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them."""
 
     def __init__(self, storage: Storage, stage: ds.DatasetDir, counts: Mapping[str, int],
-                 compression: Optional[str], schema: "pa.Schema") -> None:
+                 compression: str | None, schema: pa.Schema) -> None:
         self.storage, self.stage, self.counts = storage, stage, dict(counts)
         self.compression, self.schema = compression, schema
 
-    def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
+    def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         import pandas as pd
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -569,7 +570,7 @@ class _JsonLinesWriter:
     def __init__(self, storage: Storage, folder: str) -> None:
         self.storage, self.folder = storage, folder
 
-    def __call__(self, batches: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
+    def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         import pandas as pd
 
         reasons: dict[str, int] = {}
@@ -584,7 +585,7 @@ class _JsonLinesWriter:
                             "rows": pd.Series(list(reasons.values()), dtype="int64")})
 
 
-def _fill_missing_shards(storage: Storage, folder: str, count: int, compression: Optional[str]) -> None:
+def _fill_missing_shards(storage: Storage, folder: str, count: int, compression: str | None) -> None:
     """Spark may skip the Python function for an empty partition: give every shard a file."""
     from hopsml.data.tfrecord import shard_name
 

@@ -139,7 +139,7 @@ class TFRecordWriter:
         self._compression = _compression(compression)
         self.name = _describe(path_or_file)
         if isinstance(path_or_file, (str, os.PathLike)):
-            self._file: Any = open(path_or_file, "wb", buffering=0)  # noqa: SIM115
+            self._file: Any = open(path_or_file, "wb", buffering=0)
             self._owns_file = True
         else:
             self._file = path_or_file
@@ -259,7 +259,7 @@ class _Source:
     def __init__(self, path_or_file: PathOrFile, compression: str | None) -> None:
         self.name = _describe(path_or_file)
         if isinstance(path_or_file, (str, os.PathLike)):
-            self._file: Any = open(path_or_file, "rb", buffering=_READ_BLOCK)  # noqa: SIM115
+            self._file: Any = open(path_or_file, "rb", buffering=_READ_BLOCK)
             self._owns_file = True
         else:
             self._file = path_or_file

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 PROTOCOL = 2
 

@@ -44,7 +44,7 @@ class SoftmaxRegression:
     bias: Any
 
     @classmethod
-    def create(cls, n_features: int, n_classes: int, xp: Any = np, seed: int = 0) -> "SoftmaxRegression":
+    def create(cls, n_features: int, n_classes: int, xp: Any = np, seed: int = 0) -> SoftmaxRegression:
         rng = np.random.default_rng(seed)
         weights = rng.normal(0, 0.01, (n_features, n_classes)).astype(np.float32)
         return cls(xp.asarray(weights), xp.zeros(n_classes, dtype=xp.float32))
@@ -74,7 +74,7 @@ class SoftmaxRegression:
         return float((self.probabilities(x).argmax(axis=1) == y).mean())
 
     @classmethod
-    def load(cls, path: str) -> "SoftmaxRegression":
+    def load(cls, path: str) -> SoftmaxRegression:
         """A model written by `save` (numpy arrays)."""
         with np.load(path) as saved:
             return cls(saved["weights"], saved["bias"])

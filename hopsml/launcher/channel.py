@@ -18,7 +18,8 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from hopsml import auth
 from hopsml.errors import AuthenticationError
@@ -131,7 +132,7 @@ class DriverChannel:
         while not self._closed.is_set():
             try:
                 sock, peer = self._server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -194,7 +195,7 @@ class TaskChannel:
 
     @classmethod
     def connect(cls, address: tuple[str, int], secret: bytes, timeout_s: float = _HANDSHAKE_TIMEOUT_S
-                ) -> "TaskChannel | None":
+                ) -> TaskChannel | None:
         """Connect to the driver, or None (with a warning) when it cannot be reached."""
         try:
             sock = socket.create_connection(address, timeout=timeout_s)

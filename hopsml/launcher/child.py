@@ -30,7 +30,8 @@ import tempfile
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from hopsml import layout
 from hopsml.launcher.channel import TaskChannel

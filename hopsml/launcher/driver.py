@@ -9,7 +9,8 @@ import threading
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from hopsml import auth
 from hopsml.devices import check_gpu_amount

@@ -15,7 +15,8 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from hopsml import collective, config, devices
 from hopsml.errors import ClusterError

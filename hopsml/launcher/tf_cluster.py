@@ -19,7 +19,8 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from hopsml.errors import HopsmlError
 from hopsml.launcher.child import ChildRank

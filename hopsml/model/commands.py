@@ -12,7 +12,8 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from hopsml import config
 from hopsml.model import inference, registry

@@ -18,7 +18,8 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -113,7 +114,7 @@ def prediction_columns(output: Any, rows: int, where: str) -> dict[str, np.ndarr
     return columns
 
 
-def _arrow(array: np.ndarray) -> "pa.Array":
+def _arrow(array: np.ndarray) -> pa.Array:
     """A numpy column as Arrow: scalars as they are, per-row arrays as fixed-size lists (flattened)."""
     import pyarrow as pa
 
@@ -223,7 +224,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
             output: str | None = None, *, split: str | Sequence[str] | None = None, batch_size: int = 1024,
             fields: Sequence[str] | None = None, keep: Sequence[str] | None = None,
             num_tasks: int | None = None, overwrite: bool = False, settings: config.Settings | None = None,
-            spark: "SparkSession | None" = None) -> PredictionSummary:
+            spark: SparkSession | None = None) -> PredictionSummary:
     """Run `fn(model_path, batch)` over `dataset` in Spark tasks and write the predictions dataset `output`.
 
     `model_ref` is a ModelVersion (e.g. from get_best_model), 'name' (latest), 'name:version' or

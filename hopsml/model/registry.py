@@ -21,7 +21,8 @@ import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
@@ -78,7 +79,7 @@ class ModelVersion:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ModelVersion":
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelVersion:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -454,7 +455,7 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
     return mv
 
 
-def resolve(model_ref: "ModelVersion | str | tuple[str, int]", settings: config.Settings | None = None) -> ModelVersion:
+def resolve(model_ref: ModelVersion | str | tuple[str, int], settings: config.Settings | None = None) -> ModelVersion:
     """A ModelVersion from a reference: a ModelVersion, 'name' (latest), 'name:3' or ('name', 3)."""
     if isinstance(model_ref, ModelVersion):
         return model_ref

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from typing import Hashable
+from collections.abc import Hashable
 
 from hopsml.search.space import Direction, SearchSpaceError
 

@@ -30,7 +30,8 @@ import json
 import socket
 import struct
 import time
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from hopsml.data.tfrecord import TFRecordWriter, _varint
 from hopsml.fs import Storage
@@ -106,7 +107,7 @@ def group_name(hparams: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def session_events(hparams: Mapping[str, Any], metric: str, value: Optional[float], state: str,
+def session_events(hparams: Mapping[str, Any], metric: str, value: float | None, state: str,
                    start: float, end: float) -> list[bytes]:
     """The Events of one trial: session start (its hyperparameters), its metric, session end."""
     entries = b"".join(_field(1, _field(1, str(k).encode("utf-8")) + _field(2, _value(v)))
@@ -135,7 +136,7 @@ def _write(storage: Storage, folder: str, events: list[bytes], wall_time: float)
 
 
 def write_trial(storage: Storage, tensorboard_dir: str, hparams: Mapping[str, Any], metric: str,
-                value: Optional[float], state: str, duration: Optional[float]) -> str:
+                value: float | None, state: str, duration: float | None) -> str:
     """Write one trial's session into ``<tensorboard_dir>/hparams/``; returns the file's path."""
     end = time.time()
     start = end - (duration or 0.0)

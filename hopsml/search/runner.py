@@ -12,7 +12,8 @@ import math
 import numbers
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection

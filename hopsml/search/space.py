@@ -17,7 +17,8 @@ import numbers
 import random
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from hopsml.errors import HopsmlError
 
@@ -50,13 +51,13 @@ class Direction(str, Enum):
         return hash(self.value)
 
     @classmethod
-    def _missing_(cls, value: object) -> "Direction | None":  # Direction("MAX")
+    def _missing_(cls, value: object) -> Direction | None:  # Direction("MAX")
         if isinstance(value, str) and value.strip().lower() != value:
             return cls(value.strip().lower())
         return None
 
     @classmethod
-    def of(cls, value: "Direction | str") -> "Direction":
+    def of(cls, value: Direction | str) -> Direction:
         """The Direction for 'max'/'min' in any case, or a Direction itself."""
         if isinstance(value, Direction):
             return value
@@ -107,7 +108,7 @@ class Dimension:
     categories: tuple[Any, ...] | None = None
 
     @classmethod
-    def parse(cls, name: str, bound: Any, log: bool) -> "Dimension":
+    def parse(cls, name: str, bound: Any, log: bool) -> Dimension:
         _check_name(name)
         if isinstance(bound, (list, tuple)) and len(bound) == 2 and all(
                 isinstance(b, numbers.Real) and not isinstance(b, bool) for b in bound):
@@ -140,7 +141,7 @@ class Space:
     dimensions: tuple[Dimension, ...]
 
     @classmethod
-    def from_bounds(cls, boundary_dict: Mapping[str, Any], log_scale: Sequence[str] = ()) -> "Space":
+    def from_bounds(cls, boundary_dict: Mapping[str, Any], log_scale: Sequence[str] = ()) -> Space:
         if not isinstance(boundary_dict, Mapping) or not boundary_dict:
             raise SearchSpaceError("the search space is empty: give a dict like {'lr': [1e-4, 1e-1]}")
         unknown = set(log_scale) - set(boundary_dict)

@@ -10,7 +10,7 @@ from hopsml.errors import HopsmlError
 def require() -> ModuleType:
     """The torch module, or a HopsmlError naming the pip command."""
     try:
-        import torch  # noqa: PLC0415 - optional dependency, loaded on first use
+        import torch
     except ImportError as exc:
         raise HopsmlError("hopsml.torch needs PyTorch in the Python environment of the Spark executors; "
                           "install it with 'pip install torch' (CPU or CUDA build)") from exc

@@ -9,7 +9,8 @@ when every step ends in an all-reduce (DDP or hopsml.torch), so no rank runs out
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -31,10 +32,10 @@ def _tensor(torch: Any, values: np.ndarray, device: Any) -> Any:
 class ShardDataset(_IterableDataset):
     """This rank's batches of ``dataset`` as ``{field: tensor}``; ``reader_kwargs`` go to hopsml.data.reader."""
 
-    def __init__(self, dataset: str, *, transform: Optional[Callable[[dict[str, Any]], Any]] = None,
+    def __init__(self, dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None,
                  device: Any = None, **reader_kwargs: Any) -> None:
         require()
-        from hopsml.data.readers import reader  # noqa: PLC0415
+        from hopsml.data.readers import reader
 
         super().__init__()
         self.reader = reader(dataset, **reader_kwargs)  # takes the rank of the run it is created in
@@ -59,7 +60,7 @@ class ShardDataset(_IterableDataset):
         return self.steps_per_epoch * self.reader.epochs
 
 
-def data_loader(dataset: str, *, transform: Optional[Callable[[dict[str, Any]], Any]] = None, device: Any = None,
+def data_loader(dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None, device: Any = None,
                 pin_memory: bool = False, **reader_kwargs: Any) -> Any:
     """A torch DataLoader over this rank's shard (see ShardDataset); e.g. batch_size=64, equal_steps=True."""
     torch = require()

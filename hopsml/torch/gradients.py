@@ -48,7 +48,7 @@ def _wire_dtype(torch: Any, dtype: Any) -> Any:
 def _as_array(tensor: Any) -> Any:
     """A view of the same memory that hopsml.collective takes: numpy for CPU, cupy (DLPack) for CUDA."""
     if tensor.is_cuda:
-        import cupy  # noqa: PLC0415 - only on GPU ranks
+        import cupy
 
         return cupy.from_dlpack(tensor)
     return tensor.numpy()
@@ -59,7 +59,7 @@ def _run_collective(torch: Any, tensor: Any, call: Any) -> None:
     if tensor.is_cuda:
         torch.cuda.current_stream(tensor.device).synchronize()
         call(_as_array(tensor))
-        import cupy  # noqa: PLC0415
+        import cupy
 
         cupy.cuda.get_current_stream().synchronize()
     else:
@@ -307,7 +307,7 @@ def distribute(model: Any, optimizer: Any = None, *, op: str = "mean", bucket_mb
 
 def parameters_checksum(model: Any) -> str:
     """A digest of the parameters and buffers, to show that every rank holds the same model."""
-    import hashlib  # noqa: PLC0415
+    import hashlib
 
     digest = hashlib.blake2b(digest_size=12)
     for tensor in _tensors_of(model):

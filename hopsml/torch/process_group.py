@@ -51,7 +51,7 @@ def init_process_group(backend: str | None = None, timeout_s: float | None = Non
     hopsml's collective timeout ($HOPSML_COLLECTIVE_TIMEOUT_S, else 300 s).
     """
     torch = require()
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist
 
     key = _run_key()
     has_gpu = torch.cuda.is_available() and torch.cuda.device_count() > 0
@@ -87,9 +87,9 @@ def destroy_process_group() -> None:
     deadlock with it (pytorch/pytorch#56297; seen with torch 2.13). The rank's end destroys it
     once the model is gone.
     """
-    import sys  # noqa: PLC0415
+    import sys
 
-    from hopsml.collective import context  # noqa: PLC0415
+    from hopsml.collective import context
 
     if context.is_initialized():
         return  # the rank's teardown destroys it (hopsml.launcher.rank)

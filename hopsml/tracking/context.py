@@ -11,7 +11,8 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 from hopsml import config
 from hopsml.errors import HopsmlError, NotInRunError, TrialStopped
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 TENSORBOARD_SYNC_S = 30.0  # how often a local_logdir folder is copied into the run while the function runs
 
-_current: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("hopsml_run", default=None)
+_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("hopsml_run", default=None)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import os
 import socket
 import struct
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from hopsml.data.tfrecord import TFRecordWriter, _varint
 

@@ -101,7 +101,7 @@ class Heartbeat:
             except (OSError, StorageError) as exc:
                 log.debug("could not remove the heartbeat %s: %s", self.storage.uri(self.rel), exc)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         return self
 
     def __exit__(self, *exc: Any) -> None:

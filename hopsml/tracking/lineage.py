@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from hopsml.layout import DATASETS_USED
 from hopsml.tracking.context import RunContext, current_or_none

@@ -24,7 +24,8 @@ import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from hopsml import config, layout
 from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
@@ -115,7 +116,7 @@ class ExperimentRecord:
         return {"format_version": data.pop("format_version"), **data}
 
     @classmethod
-    def from_dict(cls, data: Any) -> "ExperimentRecord":
+    def from_dict(cls, data: Any) -> ExperimentRecord:
         """The record in `data`, or BrokenRecordError saying what is wrong with it."""
         if not isinstance(data, dict):
             kind = "null" if data is None else _JSON_TYPES.get(type(data), type(data).__name__)
@@ -224,7 +225,7 @@ class ExperimentRun:
     def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: Any = None,
               versioned_resources: Iterable[str] | None = None, spark_conf: dict[str, str] | None = None,
               spark_version: str | None = None, heartbeat_s: float | None = None,
-              **fields: Any) -> "ExperimentRun":
+              **fields: Any) -> ExperimentRun:
         """Claim the directory, start the heartbeat, write the RUNNING record, and version program,
         resources and environment."""
         resources = cls.check_arguments(name, versioned_resources)
@@ -279,7 +280,7 @@ class ExperimentRun:
         if self._heartbeat is not None:
             self._heartbeat.stop(remove=True)
 
-    def __enter__(self) -> "ExperimentRun":
+    def __enter__(self) -> ExperimentRun:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -199,7 +199,7 @@ def _watch(stdin: IO[bytes]) -> int:
 def _remote_sizes(storage: Any, job: dict[str, str]) -> dict[str, tuple[int, int]]:
     """The `seen` of files already in the run directory with the local size and time (not copied again)."""
     seen = {}
-    for path, rel, key in _changed(job["dir"], {}):
+    for _path, rel, key in _changed(job["dir"], {}):
         info = storage.info(f"{job['run']}/{rel}")
         if info.size == key[0]:
             seen[rel] = key

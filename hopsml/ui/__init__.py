@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["create_app"]
 
 
-def create_app(settings: "config.Settings") -> "Flask":
+def create_app(settings: config.Settings) -> Flask:
     """The Flask application over `settings.root`."""
     from hopsml.ui.app import create_app as _create
 

@@ -12,7 +12,8 @@ True
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from markupsafe import Markup, escape
 

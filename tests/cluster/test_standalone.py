@@ -53,7 +53,7 @@ def test_allreduce_on_a_standalone_cluster_with_a_shared_file_root(standalone, t
                   "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false"}
     driver_env = {**env, "HOPSML_MASTER": url, "HOPSML_ROOT": f"file://{root}", "HOPSML_PROJECT": "cluster",
                   "HOPSML_LOG_DIR": str(tmp_path / "spark-logs"), "HOPSML_SPARK_CONF": json.dumps(spark_conf),
-                  "HOPSML_NETWORK_INTERFACE": "lo", "HOPSML_PORT_RANGE": "%d-%d" % PORT_RANGE}
+                  "HOPSML_NETWORK_INTERFACE": "lo", "HOPSML_PORT_RANGE": "{}-{}".format(*PORT_RANGE)}
     driver_env.pop("PYSPARK_GATEWAY_PORT", None)
     driver_env.pop("HOPSML_CONF", None)
     returncode, steps, log = run_driver(HERE / "standalone_driver.py", driver_env, tmp_path)

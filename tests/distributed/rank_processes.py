@@ -65,7 +65,7 @@ def _rank_entry(rank: int, size: int, target: Callable[..., Any], args: tuple, t
         with collective.Communicator.connect(rank, size, addresses, listener, secret, timeout_s) as comm, \
                 collective.use(comm):
             outcome.value = target(rank, size, *args)
-    except BaseException as exc:  # reported to the test, which decides whether it was expected
+    except BaseException as exc:  # noqa: BLE001 - reported to the test, which decides whether it was expected
         outcome.error_type, outcome.error = type(exc).__name__, str(exc)
     result_q.put(outcome)
 

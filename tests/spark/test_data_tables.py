@@ -94,11 +94,11 @@ def _parquet_rows(url):
         import pyarrow.parquet as pq
 
         table = pq.read_table(url[len("file://"):], columns=["features", "label"]).to_pydict()
-        return sorted((tuple(np.round(np.float32(f), 5)), int(l)) for f, l in zip(table["features"], table["label"]))
+        return sorted((tuple(np.round(np.float32(f), 5)), int(y)) for f, y in zip(table["features"], table["label"]))
     from petastorm import make_batch_reader
 
     with make_batch_reader(url, reader_pool_type="dummy", schema_fields=["features", "label"]) as rows:
-        return sorted((tuple(np.round(f, 5)), int(l)) for b in rows for f, l in zip(b.features, b.label))
+        return sorted((tuple(np.round(f, 5)), int(y)) for b in rows for f, y in zip(b.features, b.label))
 
 
 def test_parquet_and_tfrecord_hold_the_same_rows(env, filled):

@@ -52,7 +52,7 @@ def test_a_killed_task_keeps_its_output_and_leaves_no_staging_folder(spark, s3_e
     root = s3_root(s3_endpoint)
     monkeypatch.setenv("HOPSML_ROOT", root)
     monkeypatch.setenv("HOPSML_PROJECT", "test")
-    with pytest.raises(Exception):   # how the driver reports the dead task is not the point here
+    with pytest.raises(Exception):  # noqa: B017 - how the driver reports the dead task is not the point here
         experiment.launch(killed_mid_way, name="killed")
     storage = Storage(root)
     (rec,) = list_records(storage, "test")

@@ -66,8 +66,8 @@ def _table(fixture_root, stack, split, engine="arrow"):
     """Sorted (features rounded, label) rows of ``split`` through hopsml's reader."""
     batches = reader("iris", batch_size=100, shuffle=False, split=split, engine=engine,
                      fields=["features", "label"], settings=_settings(fixture_root, stack))
-    return sorted((tuple(np.round(f, 4).tolist()), int(l)) for b in batches
-                  for f, l in zip(b["features"], b["label"]))
+    return sorted((tuple(np.round(f, 4).tolist()), int(y)) for b in batches
+                  for f, y in zip(b["features"], b["label"]))
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -152,8 +152,8 @@ def test_petastorm_reads_both_datasets(fixture_root, stack):
     for split in SPLITS:
         url = _folder(fixture_root, stack, "iris", "parquet", split).as_uri()
         with make_batch_reader(url, reader_pool_type="dummy", schema_fields=["features", "label"]) as batches:
-            rows = sorted((tuple(np.round(f, 4).tolist()), int(l)) for b in batches
-                          for f, l in zip(b.features, b.label))
+            rows = sorted((tuple(np.round(f, 4).tolist()), int(y)) for b in batches
+                          for f, y in zip(b.features, b.label))
         assert rows == _table(fixture_root, stack, split)
     assert len(list(reader("digits", engine="petastorm", settings=_settings(fixture_root, stack)))) > 0
 

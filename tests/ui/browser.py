@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 URL_LINE = re.compile(r"at (http://\S+/) \(Ctrl-C")
 
@@ -43,7 +43,7 @@ def ui_server(env: dict[str, str], timeout_s: float = 60.0) -> Iterator[str]:
     threading.Thread(target=read, daemon=True).start()
     try:
         if not ready.wait(timeout_s) or not found:
-            raise RuntimeError("hopsml ui did not start within %.0f s; its output:\n%s" % (timeout_s, "".join(lines)))
+            raise RuntimeError(f"hopsml ui did not start within {timeout_s:.0f} s; its output:\n{''.join(lines)}")
         base = found[0]
         yield base[: base.index("/", len("http://"))] + "/"
     finally:

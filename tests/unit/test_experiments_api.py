@@ -8,8 +8,8 @@ from hopsml.fs import Storage
 from hopsml.tracking.record import ExperimentRecord
 
 
-def _write(settings, run_id, name, metric, *, state="FINISHED", type="EXPERIMENT", start="2026-01-01T00:00:00",
-           duration=None):
+def _write(settings, run_id, name, metric, *, state="FINISHED", type="EXPERIMENT",  # noqa: A002 - the record field
+           start="2026-01-01T00:00:00", duration=None):
     exp_dir = layout.ExperimentDir.of(settings.project, "app-1", run_id)
     rec = ExperimentRecord(id=exp_dir.id, name=name, app_id="app-1", run_id=run_id, state=state, type=type,
                            metric=metric, start=f"{start[:-2]}{run_id:02d}", duration=duration, direction="max")

@@ -29,7 +29,7 @@ def photo(width: int, height: int, seed: int = 0) -> np.ndarray:
     return _photo(width, height, seed).copy()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _photo(width: int, height: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width].astype(np.float64)
@@ -61,7 +61,7 @@ def reference(data: bytes, resize=RESIZE, crop=CROP) -> np.ndarray:
     return np.asarray(image)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def images_in_modes(width: int, height: int) -> dict[str, Image.Image]:
     rgb = Image.fromarray(photo(width, height))
     alpha = np.tile(np.linspace(0, 255, width, dtype=np.uint8), (height, 1))
