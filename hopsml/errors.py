@@ -60,7 +60,25 @@ class AuthenticationError(HopsmlError, ConnectionError):
 
 
 class CollectiveError(HopsmlError, RuntimeError):
-    """A collective operation failed: a peer died, timed out or sent mismatched data."""
+    """A collective operation failed: a peer died, timed out or sent mismatched data.
+
+    `kind` and `peer` say what is known of the cause, as data for the driver's blame policy (never
+    parsed back out of the message): the peer that `DIED` (its connection dropped), was `STUCK` (made no
+    progress within the timeout) or whose connection was `TAMPERED` with; None where no peer is to blame.
+    """
+
+    DIED = "died"
+    STUCK = "stuck"
+    TAMPERED = "tampered"
+
+    def __init__(self, message: str, *, peer: int | None = None, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only fields survive pickling (a rank's error crosses process boundaries)
+        return _collective_error, (str(self), self.peer, self.kind)
 
 
 class NotInRunError(HopsmlError, RuntimeError):
@@ -73,3 +91,7 @@ class TrialStopped(BaseException):
     A BaseException, like KeyboardInterrupt, so that a training loop's `except Exception` does not
     swallow it; hopsml catches it and records the trial as EARLY_STOPPED with its partial result.
     """
+
+
+def _collective_error(message: str, peer: int | None, kind: str | None) -> CollectiveError:
+    return CollectiveError(message, peer=peer, kind=kind)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import pickle
 import threading
@@ -106,6 +107,7 @@ class Communicator:
         self._seq = 0
         self._label = ""
         self._failure: str | None = None
+        self._blame: tuple[int | None, str | None] = (None, None)  # (peer, kind) of the first failure
         self._fail_lock = threading.Lock()
         self._closed = False
         self._worker = SendWorker(f"hopsml-collective-send-{rank}") if size > 1 else None
@@ -217,31 +219,43 @@ class Communicator:
             if self._failure is not None:
                 return self._failure
             me, peer = self._rank, lost.peer
-            notice = None if lost.timed_out or lost.tampered else self._peers[peer].read_notice()
+            notice = None if lost.timed_out or lost.tampered else _read_cause(self._peers[peer].read_notice())
             if lost.tampered:
+                blame = (peer, CollectiveError.TAMPERED)
                 cause = message = (f"rank {me} refused a message during {label}: {lost.reason}. Something between "
                                    f"rank {me} and rank {peer} writes to their connection; the run stops, since "
                                    "nothing it receives can be trusted (check the network path between the hosts)")
             elif notice:
                 # pass the first cause on unchanged, so that every rank names the rank that really failed
-                cause, message = notice, f"{notice} (rank {me} learned this from rank {peer}, which aborted)"
+                cause, blame = notice[0], notice[1]
+                message = f"{cause} (rank {me} learned this from rank {peer}, which aborted)"
             elif lost.timed_out:
+                blame = (peer, CollectiveError.STUCK)
                 cause = message = (f"rank {me} timed out during {label}: rank {peer} made no progress for "
                                    f"{self.timeout_s:g} s; rank {peer} may be hung, stuck before the same call, "
                                    f"or on an unreachable host (raise {TIMEOUT_ENV} if it is just slow)")
             else:
+                blame = (peer, CollectiveError.DIED)
                 cause = message = (f"rank {me} lost its connection to rank {peer} ({lost.reason}) during {label}; "
                                    f"rank {peer} probably died: look at its log for the cause")
-            self._abort(message, cause)
+            self._abort(message, cause, blame)
             return message
 
-    def _abort(self, message: str, cause: str | None = None) -> None:
-        """Remember the failure, send its cause to every peer on the control connections, stop the data."""
+    def _error(self, message: str) -> CollectiveError:
+        """This communicator's failure as an error that carries the blamed peer and the kind of failure."""
+        peer, kind = self._blame
+        return CollectiveError(message, peer=peer, kind=kind)
+
+    def _abort(self, message: str, cause: str | None = None,
+               blame: tuple[int | None, str | None] = (None, None)) -> None:
+        """Remember the failure, send its cause (and whom it blames) to every peer on the control
+        connections, stop the data."""
         if self._failure is None:
-            self._failure = message
+            self._failure, self._blame = message, blame
         logger.error("%s", message)
+        notice = json.dumps({"cause": cause or message, "peer": blame[0], "kind": blame[1]})
         for peer in self._peers.values():
-            peer.send_notice(cause or message)
+            peer.send_notice(notice)
         if self._host is not None:  # after the notices: a rank woken by it reads this rank's notice
             self._host.shutdown()
         for peer in self._peers.values():
@@ -253,8 +267,8 @@ class Communicator:
     @contextmanager
     def _operation(self, kind: str) -> Iterator[int]:
         if self._failure is not None:
-            raise CollectiveError(f"this communicator stopped after an earlier failure ({self._failure}); "
-                                  "the experiment has to be restarted")
+            raise self._error(f"this communicator stopped after an earlier failure ({self._failure}); "
+                              "the experiment has to be restarted")
         if self._closed:
             raise CollectiveError("the communicator is closed; collectives only work while the run is active")
         self._seq += 1
@@ -262,7 +276,7 @@ class Communicator:
         try:
             yield self._seq
         except PeerLost as lost:
-            raise CollectiveError(self._fail(lost, self._label)) from None
+            raise self._error(self._fail(lost, self._label)) from None
         except CollectiveError:
             raise  # every rank raised it after a complete exchange: the communicator is still in step
         except BaseException:
@@ -554,7 +568,7 @@ class Communicator:
             with self._fail_lock:
                 if self._failure is None:
                     self._abort(f"rank {self._rank}: {failure.reason} (during {self._label})")
-            raise CollectiveError(self._failure) from None
+            raise self._error(self._failure) from None
 
     def _nccl_comm(self) -> gpu.NcclComm | None:
         """The NCCL communicator, agreed on and created collectively on first use; None for the host path."""
@@ -631,3 +645,14 @@ class Communicator:
             host = self.broadcast(cupy.asnumpy(array), root)
             array[...] = cupy.asarray(host)
         return array
+
+
+def _read_cause(notice: str | None) -> tuple[str, tuple[int | None, str | None]] | None:
+    """An abort notice's cause text and the (peer, kind) it blames; None when the peer sent none."""
+    if notice is None:
+        return None
+    try:
+        data = json.loads(notice)
+        return str(data["cause"]), (data.get("peer"), data.get("kind"))
+    except (ValueError, KeyError, TypeError):
+        return notice, (None, None)
