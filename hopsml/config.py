@@ -112,6 +112,22 @@ def _parse_port_range(value: Any) -> tuple[int, int] | None:
     return low, high
 
 
+def _parse_choice(*choices: str) -> Callable[[Any], str]:
+    """A parser that accepts one of `choices` (any case, spaces stripped); empty is the first."""
+
+    def parse(value: Any) -> str:
+        text = str(value).strip().lower() or choices[0]
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _parse_text(value: Any) -> str:
+    return str(value).strip()
+
+
 def _parse_spark_conf(value: Any) -> dict[str, str]:
     """A mapping, JSON object text, or 'k=v,k=v' text."""
     if isinstance(value, Mapping):
@@ -163,6 +179,16 @@ _FIELDS: dict[str, _Field] = {
     "network_interface": _Field(_parse_interface, lambda: "", "network interface (eth0, ib0) or IP address that "
                                 "the ranks and the driver channel listen on; empty: the address Spark knows "
                                 "each executor and the driver by"),
+    "collective_timeout_s": _Field(_parse_seconds, lambda: 300.0, "seconds a collective waits for its peers "
+                                   "before it fails naming the rank it waited on"),
+    "collective_shm": _Field(_parse_bool, lambda: True, "whether ranks on the same host exchange data through "
+                             "shared memory (false keeps every pair on TCP)"),
+    "collective_host_id": _Field(_parse_text, lambda: "", "replaces the host identity that decides which ranks share "
+                                 "memory; empty: the host's own (tests set it to fake several hosts)"),
+    "gpu_collective": _Field(_parse_choice("auto", "nccl", "host"), lambda: "auto", "how cupy arrays are reduced: "
+                             "auto (NCCL where every rank has its own GPU, else through host memory), nccl or host"),
+    "user": _Field(_parse_text, lambda: "", "the user name recorded in experiments and models; empty: the login "
+                   "name"),
     "port_range": _Field(_parse_port_range, lambda: None, "ports (low-high, e.g. 40000-40100) the ranks' "
                          "listeners, their framework ports and the driver channel take; empty: any free port"),
 }
@@ -185,6 +211,11 @@ class Settings:
     shared_root: bool = False
     network_interface: str = ""
     port_range: tuple[int, int] | None = None
+    collective_timeout_s: float = 300.0
+    collective_shm: bool = True
+    collective_host_id: str = ""
+    gpu_collective: str = "auto"
+    user: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:
