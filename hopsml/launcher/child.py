@@ -42,11 +42,16 @@ _TAIL_LINES = 30
 
 
 def _dumps(value: Any) -> bytes:
-    """Pickle functions by value where their module cannot be imported (notebook cells, test files)."""
+    """Pickle functions by value where their module cannot be imported (notebook cells, test files).
+
+    PySpark's own copy first: it is the one the driver registered by-value modules with, and it keeps
+    each function's file name, so a failing rank's traceback shows the user's source lines (the
+    standalone cloudpickle 3.1.3+ renames every such file to ``<dynamic-code>``).
+    """
     try:
+        from pyspark import cloudpickle
+    except ImportError:  # a rank run without Spark
         import cloudpickle
-    except ImportError:
-        from pyspark import cloudpickle  # executors always have PySpark's copy
     return cloudpickle.dumps(value)
 
 
