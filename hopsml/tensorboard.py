@@ -13,10 +13,13 @@ from hopsml.tracking import context
 def logdir() -> str:
     """The local folder for this run's TensorBoard event files: the run's tensorboard/ (staged and
     uploaded when the root is remote), or, when the verb was given `local_logdir=True`, a folder on
-    the executor's disk whose contents are copied into the run's tensorboard/ when the function ends."""
+    the executor's disk whose contents are copied into the run's tensorboard/ when the function ends.
+
+    It ends with "/", as hops' does, so the hops idiom ``tensorboard.logdir() + "model.pt"`` writes
+    inside the folder (and the file reaches the run), not beside it."""
     path = context.current().tensorboard_dir
     os.makedirs(path, exist_ok=True)  # as in hops, a folder to write into at once
-    return path
+    return os.path.join(path, "")
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None) -> None:

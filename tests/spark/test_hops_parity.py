@@ -47,3 +47,18 @@ def test_hdfs_inside_a_training_function_uses_the_run_project(spark, root, tmp_p
     with open(os.path.join(logdir, "output.log")) as f:
         assert ": summed the numbers" in f.read()  # hops 1.x's hdfs.log writes to the run's log
     assert hdfs.load("Resources/sum.txt") == b"6" and (root / "Projects" / "test" / "Resources" / "sum.txt").exists()
+
+
+def save_beside_the_logdir():
+    from hopsml import tensorboard
+
+    with open(tensorboard.logdir() + "model.pt", "wb") as f:  # hops' idiom: the logdir ends with "/"
+        f.write(b"weights")
+    return {"metric": 1.0}
+
+
+def test_a_file_written_at_logdir_plus_name_reaches_the_run(spark, root):
+    for local_logdir in (False, True):
+        logdir, _ = experiment.launch(save_beside_the_logdir, name="idiom", local_logdir=local_logdir)
+        with open(os.path.join(logdir, "tensorboard", "model.pt"), "rb") as f:
+            assert f.read() == b"weights"

@@ -182,7 +182,7 @@ def test_local_logdir_is_copied_into_the_run(spark, root, verb):
 
 def test_local_logdir_false_writes_into_the_run(spark, root):
     logdir, result = experiment.launch(write_events, name="remote-style", local_logdir=False)
-    assert result["logdir"] == os.path.join(logdir, "tensorboard")
+    assert result["logdir"] == os.path.join(logdir, "tensorboard", "")  # with hops' trailing "/"
 
 
 def test_unpicklable_arguments_or_captures_fail_before_a_run_folder_exists(spark, root):

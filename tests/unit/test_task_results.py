@@ -69,7 +69,7 @@ def test_a_file_written_in_the_run_folder_is_named_where_it_is(tmp_path, monkeyp
     from hopsml import tensorboard
 
     def train():
-        path = os.path.join(os.path.dirname(tensorboard.logdir()), "ckpt", "last.npz")
+        path = os.path.join(os.path.dirname(os.path.dirname(tensorboard.logdir())), "ckpt", "last.npz")
         os.makedirs(os.path.dirname(path))
         open(path, "wb").close()
         return {"checkpoint": path}
