@@ -78,15 +78,18 @@ class LineProgress:
         self._started = self._last_line = time.monotonic()
         self._quarter = 0
         self._closed = False
-        self._say("started")
+        self._say("started", counts=False)  # nothing is counted yet: "0 tasks" would read as nothing to do
 
-    def _say(self, what: str) -> None:
+    def _say(self, what: str, counts: bool = True) -> None:
         if self.disable:
+            return
+        stream = self._stream if self._stream is not None else sys.stderr
+        if not counts:
+            print(f"{self.desc}: {what}", file=stream, flush=True)
             return
         count = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"
         postfix = f", {self._postfix}" if self._postfix else ""
         elapsed = time.monotonic() - self._started
-        stream = self._stream if self._stream is not None else sys.stderr
         unit = self.unit if (self.total if self.total is not None else self.n) == 1 else f"{self.unit}s"
         print(f"{self.desc}: {what} ({count} {unit}{postfix}, {elapsed:.1f} s)", file=stream, flush=True)
         self._last_line = time.monotonic()

@@ -35,6 +35,7 @@ def test_lines_without_a_total_say_start_and_end_only():
     bar.n = 35
     bar.set_postfix(best="0.9")
     bar.close()
+    assert out.getvalue().splitlines() == ["job: started"] + out.getvalue().splitlines()[1:]  # no "0 tasks"
     assert out.getvalue().splitlines()[-1].startswith("job: done (35 tasks, best=0.9")
     assert len(out.getvalue().splitlines()) == 2
 
