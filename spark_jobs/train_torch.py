@@ -12,6 +12,7 @@ The model is hopsml.examples.digits_cnn.
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 
@@ -29,14 +30,19 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--name", default="digits-cnn-torch")
     parser.add_argument("--prepare-samples", action="store_true", help="prepare the bundled digits images (as the quickstart does) first")
+    parser.add_argument("--overwrite", action="store_true", help="with --prepare-samples: replace an existing dataset")
     args = parser.parse_args(argv)
 
     if args.prepare_samples:
         from hopsml.data import prepare_images, samples
 
-        folder = os.path.join(tempfile.mkdtemp(prefix="hopsml-samples-"), "digits")
-        samples.write_digits(folder)
-        print(prepare_images(folder, args.dataset, resize=(32, 32), crop=(28, 28), overwrite=True))
+        workdir = tempfile.mkdtemp(prefix="hopsml-samples-")
+        try:
+            samples.write_digits(os.path.join(workdir, "digits"))
+            print(prepare_images(os.path.join(workdir, "digits"), args.dataset, resize=(32, 32), crop=(28, 28),
+                                 overwrite=args.overwrite))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
 
     def train():
         return digits_cnn.train(args.dataset, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
@@ -49,4 +55,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hopsml.errors import HopsmlError
+
+    try:
+        sys.exit(main())
+    except HopsmlError as exc:  # a clear message, not a traceback (an existing dataset, a failed rank)
+        print(f"train_torch.py: error: {exc}", file=sys.stderr)
+        sys.exit(1)

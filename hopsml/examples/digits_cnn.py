@@ -91,7 +91,7 @@ def train(dataset: str = "digits", epochs: int = 3, batch_size: int = 32, lr: fl
             optimizer.step()  # with mode='hopsml' this first waits for the averaged gradients
             seconds += time.perf_counter() - start
             steps += 1
-            epoch_losses.append(float(loss))
+            epoch_losses.append(loss.item())  # float(loss) warns: the tensor requires grad
             if steps % per_epoch == 0:
                 mean = float(collective.allreduce(np.array([np.mean(epoch_losses)]), op="mean")[0])
                 losses.append(mean)

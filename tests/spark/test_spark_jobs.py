@@ -74,3 +74,6 @@ def test_torch_job_exits_with_success(tmp_path):
     done = spark_submit(tmp_path, "train_torch.py", "--prepare-samples", "--workers", "2", "--epochs", "1")
     assert done.returncode == 0, done.stdout[-3000:]
     assert "accuracy" in done.stdout
+    again = spark_submit(tmp_path, "train_torch.py", "--prepare-samples", "--workers", "1", "--epochs", "1")
+    assert again.returncode == 1 and "dataset 'digits' already exists" in again.stdout + again.stderr
+    assert "Traceback" not in again.stdout + again.stderr
