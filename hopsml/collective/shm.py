@@ -7,7 +7,7 @@ and sends its handle (process id, descriptor, device and inode) over their authe
 higher rank opens it through /proc, checks it is that very file, maps it and answers; the lower rank then
 closes its descriptor. The segment never has a name and lives only in the two mappings, so nothing is
 left behind however either process ends, SIGKILL included. A pair that cannot share memory (another PID
-namespace, /proc closed, memory refused, shared memory turned off on either side) keeps TCP.
+namespace, /proc closed, memory refused, shared memory turned off in either side's options) keeps TCP.
 
 Each direction is a single-producer single-consumer ring: the producer copies into it and advances
 `head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side polls
@@ -39,12 +39,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from hopsml.collective.options import HOST_ID_ENV as HOST_ID_ENV  # the settings' variables, named here too
+from hopsml.collective.options import SHM_ENV as SHM_ENV
+from hopsml.collective.options import CollectiveOptions
+from hopsml.collective.peers import PeerChannel
 from hopsml.collective.transport import Peer, PeerLost
 
 logger = logging.getLogger(__name__)
 
-SHM_ENV = "HOPSML_COLLECTIVE_SHM"  # '0' keeps every pair on TCP
-HOST_ID_ENV = "HOPSML_COLLECTIVE_HOST_ID"  # replaces the host identity; for tests that fake several hosts
 NEIGHBOUR_CAPACITY = 2 << 20  # ring bytes per direction between ring neighbours (the bandwidth path)
 OTHER_CAPACITY = 256 << 10  # between other pairs: headers and small inline payloads only
 _PUBLISH_BYTES = 256 << 10  # the producer publishes at least this often, so the consumer starts early
@@ -118,18 +120,16 @@ def poll(read: Callable[[], int], ready: Callable[[int], bool]) -> int | None:
 
 
 def supported() -> bool:
-    """Whether this process can use shared memory for collectives (Linux x86-64 with memfd, not turned off)."""
-    if os.environ.get(SHM_ENV, "").strip().lower() in ("0", "false", "no", "off"):
-        return False
+    """Whether this process can use shared memory for collectives (Linux x86-64 with memfd)."""
     return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64") and \
         hasattr(os, "memfd_create")
 
 
-def host_identity() -> str:
-    """What ranks on the same host share: the kernel's boot id and the host name (or the test override)."""
-    override = os.environ.get(HOST_ID_ENV, "").strip()
-    if override:
-        return override
+def host_identity(override: str = "") -> str:
+    """What ranks on the same host share: the kernel's boot id and the host name, unless `override` (the
+    options' host_id: tests fake several hosts with it) replaces them."""
+    if override.strip():
+        return override.strip()
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
             boot = f.read().strip()
@@ -514,7 +514,8 @@ def recv_text(peer: Peer) -> str:
     return payload.decode("utf-8", "replace")
 
 
-def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict[int, Peer | ShmPeer], list[str]]:
+def attach_same_host(rank: int, size: int, peers: dict[int, Peer],
+                     options: CollectiveOptions) -> tuple[dict[int, PeerChannel], list[str]]:
     """Move the pairs on this host to shared memory; the rest keep TCP. Every rank must call it together.
 
     Returns the peers (shared-memory ones where possible) and every rank's host identity ('' for a rank
@@ -525,7 +526,7 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
     maps theirs and answers; last, reads the answers of the higher ones and closes its segments' descriptors.
     Raises PeerLost if a peer vanishes meanwhile.
     """
-    mine = host_identity() if supported() else ""
+    mine = host_identity(options.host_id) if options.shared_memory and supported() else ""
     for peer in peers.values():
         send_text(peer, mine)
     theirs = {r: recv_text(peer) for r, peer in sorted(peers.items())}
@@ -564,7 +565,7 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
         for segment in mapped.values():
             segment.close()
         raise
-    result: dict[int, Peer | ShmPeer] = dict(peers)
+    result: dict[int, PeerChannel] = dict(peers)
     for other, segment in mapped.items():
         result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank)
     if mapped:
