@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from socket import socket
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -108,8 +108,6 @@ class Communicator:
         self._closed = False
         self._worker = SendWorker(f"hopsml-collective-send-{rank}")
         self._scratch = Scratch()
-        self._prev = peers.get((rank - 1) % size)
-        self._next = peers.get((rank + 1) % size)
         self._path: AllreducePath = choose(rank, size, peers, group, hosts or [""] * size, grouped, self._worker,
                                            self._on_failure)
         self._device = DevicePath(self, options.gpu_mode)
@@ -205,6 +203,7 @@ class Communicator:
                 return self._failure
             me, peer = self._rank, lost.peer
             notice = None if lost.timed_out or lost.tampered else _read_cause(self._peers[peer].read_notice())
+            blame: tuple[int | None, str | None]
             if lost.tampered:
                 blame = (peer, CollectiveError.TAMPERED)
                 cause = message = (f"rank {me} refused a message during {label}: {lost.reason}. Something between "
@@ -328,12 +327,12 @@ class Communicator:
         'mean' of integers is rounded down (floor division)."""
         if gpu.is_device_array(array):
             return self._device.allreduce(array, op)
-        arr = array if isinstance(array, np.ndarray) else np.array(array)
+        arr: np.ndarray = array if isinstance(array, np.ndarray) else np.array(array)
         problem = local_problem(arr, op)
         if self._size == 1:
             if problem:
                 raise CollectiveError(f"allreduce: {problem}")
-            return arr
+            return cast(ArrayT, arr)
         contiguous = arr.flags.c_contiguous
         flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
         desc = _describe(arr.dtype, arr.shape)
@@ -341,7 +340,7 @@ class Communicator:
                              [(flat.dtype, 0, flat.size)], op, desc, problem)
         if not contiguous:
             arr[...] = flat.reshape(arr.shape)
-        return arr
+        return cast(ArrayT, arr)
 
     def allreduce_many(self, arrays: Sequence[ArrayT], op: str = "sum") -> list[ArrayT]:
         """All-reduce many arrays in one fused operation: one buffer per dtype, one pass, in place.
@@ -349,22 +348,22 @@ class Communicator:
         Fusion trades a copy into and out of the buffer for a single header exchange and one ring pass
         instead of one per array, which is what makes many small gradients cheap.
         """
-        arrays = list(arrays)
-        if any(gpu.is_device_array(a) for a in arrays):
-            return self._device.allreduce_many(arrays, op)
-        arrays = [a if isinstance(a, np.ndarray) else np.array(a) for a in arrays]
-        problem = next((f"array {i}: {p}" for i, a in enumerate(arrays) if (p := local_problem(a, op))), "")
+        given = list(arrays)
+        if any(gpu.is_device_array(a) for a in given):
+            return self._device.allreduce_many(given, op)
+        nd: list[np.ndarray] = [a if isinstance(a, np.ndarray) else np.array(a) for a in given]
+        problem = next((f"array {i}: {p}" for i, a in enumerate(nd) if (p := local_problem(a, op))), "")
         if op not in OPS:
             problem = local_problem(np.empty(0), op)
         if self._size == 1:
             if problem:
                 raise CollectiveError(f"allreduce_many: {problem}")
-            return arrays
+            return cast(list[ArrayT], nd)
         layout: Layout = []
         places: list[tuple[int, int]] = []  # per array: (group index, element offset inside the group)
         groups: dict[np.dtype, int] = {}
         counts: list[int] = []
-        for a in arrays:
+        for a in nd:
             g = groups.setdefault(a.dtype, len(groups))
             if g == len(counts):
                 counts.append(0)
@@ -374,22 +373,22 @@ class Communicator:
         for dtype, g in groups.items():
             layout.append((dtype, offset, counts[g]))
             offset += -(-counts[g] * dtype.itemsize // _ALIGN) * _ALIGN
-        desc = _fused_description(arrays, layout)
+        desc = _fused_description(nd, layout)
         raw = self._scratch.get("fused", offset)[:0 if problem else offset]  # kept across calls
 
         def region(i: int) -> np.ndarray:
             g, start = places[i]
             dtype, byte_offset, _ = layout[g]
             begin = byte_offset + start * dtype.itemsize
-            return raw[begin:begin + arrays[i].size * dtype.itemsize].view(dtype)
+            return raw[begin:begin + nd[i].size * dtype.itemsize].view(dtype)
 
         if not problem:
-            for i, a in enumerate(arrays):
+            for i, a in enumerate(nd):
                 region(i)[...] = a.reshape(-1)
         self._allreduce_flat("allreduce_many", raw, layout, op, desc, problem)
-        for i, a in enumerate(arrays):
+        for i, a in enumerate(nd):
             a[...] = region(i).reshape(a.shape)
-        return arrays
+        return cast(list[ArrayT], nd)
 
     def _allreduce_flat(self, kind: str, raw: np.ndarray, layout: Layout, op: str, desc: str,
                         problem: str) -> None:
@@ -412,9 +411,9 @@ class Communicator:
             rows = self._scratch.get("rows", self._size * stride)[:self._size * stride].reshape(self._size, stride)
 
             def sink(rank: int, theirs: Header) -> memoryview | None:
-                return memoryview(rows[rank, :nbytes]) if theirs.inline == nbytes else None
+                return rows[rank, :nbytes].data if theirs.inline == nbytes else None
 
-            check_headers(self._exchange(header, memoryview(raw), sink))
+            check_headers(self._exchange(header, raw.data, sink))
             reduce_rank_ordered(raw, layout, rows, op, self._rank, self._size)
 
     def broadcast(self, array: ArrayT, root: int = 0) -> ArrayT:
@@ -425,17 +424,19 @@ class Communicator:
         problem = ""
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self._size:
             problem, root = f"root {root!r} is not a rank in [0, {self._size})", -1
-        if not isinstance(array, np.ndarray):
+        arr: np.ndarray
+        if isinstance(array, np.ndarray):
+            arr = array
+        else:
             if self._rank != root:
                 problem = problem or (f"broadcast needs a numpy array to receive into, got {type(array).__name__}")
-            array = np.array(array)
-        arr = array
+            arr = np.array(array)
         if not arr.flags.writeable and self._rank != root:
             problem = problem or "the array is read-only; broadcast writes root's data into it"
         if self._size == 1:
             if problem:
                 raise CollectiveError(f"broadcast: {problem}")
-            return arr
+            return cast(ArrayT, arr)
         contiguous = arr.flags.c_contiguous
         flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
         raw = flat.view(np.uint8) if flat.dtype.kind != "O" else np.empty(0, np.uint8)
@@ -453,16 +454,17 @@ class Communicator:
 
                 def sink(rank: int, theirs: Header) -> memoryview | None:
                     # straight into the array, but only data that is certain to pass the check
-                    return memoryview(raw) if rank == root and matches(expected, theirs) else None
+                    return raw.data if rank == root and matches(expected, theirs) else None
 
-                check_headers(self._exchange(header, memoryview(raw), sink))
+                check_headers(self._exchange(header, raw.data, sink))
             else:
                 check_headers(self._exchange(header))
-                chain_broadcast(flat.view(np.uint8), root, self._rank, self._size, self._prev, self._next,
+                me, n = self._rank, self._size
+                chain_broadcast(flat.view(np.uint8), root, me, n, self._peers[(me - 1) % n], self._peers[(me + 1) % n],
                                 self._worker, self._on_failure, SEGMENT_BYTES)
         if not contiguous and self._rank != root:
             arr[...] = flat.reshape(arr.shape)
-        return arr
+        return cast(ArrayT, arr)
 
 
 def _read_cause(notice: str | None) -> tuple[str, tuple[int | None, str | None]] | None:

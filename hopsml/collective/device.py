@@ -31,9 +31,13 @@ class DeviceHost(Protocol):
     """What the device collectives need from their communicator (its own collectives for the host-staged
     path, and its operation bookkeeping around each NCCL call)."""
 
-    rank: int
-    size: int
     timeout_s: float
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
 
     def allgather(self, obj: Any) -> list[Any]: ...
 

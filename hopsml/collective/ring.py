@@ -182,7 +182,7 @@ def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: PeerCh
     itemsize = flat.itemsize
     chunks = chunk_segments(flat.size, size, itemsize, segment_bytes)
     per_chunk = len(chunks[0])
-    raw = memoryview(flat.view(np.uint8))
+    raw = flat.view(np.uint8).data
     scatter_steps = size - 1
 
     def chunk_sent(step: int) -> int:
@@ -230,7 +230,7 @@ def chain_broadcast(flat: np.ndarray, root: int, rank: int, size: int, prev: Pee
                     worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int) -> None:
     """Broadcast the 1-D contiguous array from root along root -> root+1 -> ...; each rank forwards a
     segment as soon as it has it."""
-    raw = memoryview(flat.view(np.uint8))
+    raw = flat.view(np.uint8).data
     step = max(segment_bytes, 1)
     segments = [raw[i:i + step] for i in range(0, len(raw), step)]
     position = (rank - root) % size

@@ -150,7 +150,7 @@ def listen(host: str, port_range: tuple[int, int] | None = None) -> tuple[socket
         return sock
 
     try:
-        listener = Network(port_range=port_range).bind(make_socket, sockaddr[0], "a rank's collective listener")
+        listener = Network(port_range=port_range).bind(make_socket, str(sockaddr[0]), "a rank's collective listener")
     except ClusterError as exc:
         raise CollectiveError(str(exc)) from exc
     except OSError as exc:
@@ -330,7 +330,7 @@ class Peer:
         if self._reduce_buffer.size < n:
             self._reduce_buffer = np.empty(n, dtype=np.uint8)
         received = self._reduce_buffer[:n]
-        self.recv_into(memoryview(received))
+        self.recv_into(received.data)
         ufunc(dst, received.view(dst.dtype), out=dst)
 
     def send_notice(self, text: str) -> None:
