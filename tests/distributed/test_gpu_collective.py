@@ -105,3 +105,13 @@ def test_host_mode_never_creates_nccl(ranks, mode):
     results = ranks(scenario_allreduce, 2, ["GPU-a", "GPU-b"], ["hang", "hang"], env=mode_env(mode))
     for r in results.values():
         assert r.ok and r.value["created"] == 0 and r.value["y"] == [1, 1, 1, 1], r
+
+
+def test_the_gpu_mode_comes_from_the_options_given_at_connect(ranks):
+    from hopsml.collective.options import CollectiveOptions
+
+    host = CollectiveOptions(timeout_s=20.0, gpu_mode="host")
+    results = ranks(scenario_allreduce, 2, ["GPU-a", "GPU-b"], ["hang", "hang"], env=mode_env("nccl"),
+                    options=lambda rank: host)
+    for r in results.values():
+        assert r.ok and r.value["created"] == 0 and r.value["y"] == [1, 1, 1, 1], r

@@ -17,6 +17,7 @@ import pytest
 
 from hopsml import collective
 from hopsml.collective import shm
+from hopsml.collective.options import CollectiveOptions
 from hopsml.auth import ConnectionKeys
 from hopsml.collective.transport import Link, Peer, PeerLost
 
@@ -134,6 +135,23 @@ def test_shared_memory_can_be_turned_off(ranks):
     for outcome in outcomes.values():
         assert outcome.ok, outcome
         assert outcome.value == ([], "ring", [])
+
+
+def test_the_options_given_at_connect_win_over_the_ranks_environment(ranks):
+    """The launcher passes the run's options; a rank's own environment (here the opposite) is not read."""
+    off = CollectiveOptions(timeout_s=20.0, shared_memory=False)
+    outcomes = ranks(scenario_transports, 2, 100_003, env=lambda r: {shm.SHM_ENV: "1"}, options=lambda r: off)
+    for outcome in outcomes.values():
+        assert outcome.ok, outcome
+        assert outcome.value == ([], "ring", [])
+    hosts = ["a", "a", "b"]
+    outcomes = ranks(scenario_transports, 3, 100_003, env=lambda r: {shm.SHM_ENV: "0", shm.HOST_ID_ENV: "x"},
+                     options=lambda r: CollectiveOptions(timeout_s=20.0, host_id=hosts[r]))
+    for rank, outcome in outcomes.items():
+        assert outcome.ok, outcome
+        peers, path, failures = outcome.value
+        assert (peers, path, failures) == ([r for r in range(3) if r != rank and hosts[r] == hosts[rank]],
+                                           "hierarchical", [])
 
 
 def scenario_die_in_shm(rank: int, size: int, victim: int, hosts: str | None) -> str:
