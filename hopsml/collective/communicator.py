@@ -1,14 +1,15 @@
 """The Communicator: one rank's authenticated connections to all other ranks, and the collectives on them.
 
-Every collective starts with a header exchange (see `protocol`): each rank sends every peer what it is
-about to do, in a pairwise schedule (at step k, send to rank+k and receive from rank-k) so that no two
-ranks wait on each other. Messages of at most SMALL_BYTES travel inside that same exchange and are
-combined in rank order on every rank (one round trip: the latency path). Larger ones go around the
-pipelined ring after the header check (the bandwidth path). Both give every rank identical bits.
+Every collective starts with a header exchange (see `exchange`): each rank sends every peer what it is about
+to do, and every rank runs the same check on all headers (`protocol.check_headers`). Messages of at most
+SMALL_BYTES travel inside that same exchange and are combined in rank order on every rank (one round trip:
+the latency path). Larger all-reduces go the communicator's path (`paths`), chosen once at connect from
+where the ranks are: one shared segment when all ranks share a host, hierarchical across hosts, else the
+pipelined ring. Larger broadcasts go along the chain broadcast. All give every rank identical bits. cupy
+arrays go the GPU path (`device`: NCCL, or through host memory).
 
-Ranks on the same host move their data through shared memory (`shm`: a ring per pair and direction); when
-all ranks share one host, large all-reduces meet in one segment (`host`); across hosts they are
-hierarchical: within each host through its segment, over TCP between one leader per host.
+What the communicator follows (timeout, shared memory, host identity, GPU mode) is its `CollectiveOptions`,
+given at connect; it reads nothing from the environment itself.
 
 A peer that dies, disconnects or stops making progress for `timeout_s` becomes a CollectiveError on this
 rank; the rank then tells every peer why on the control connections and shuts its data connections down,
@@ -17,35 +18,39 @@ so that the other ranks fail at once with the same root cause instead of waiting
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import logging
 import pickle
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from socket import socket
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from hopsml.collective import gpu, host, shm
-from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
-from hopsml.collective.ring import (Layout, Scratch, SendWorker, chain_broadcast, finisher, reduce_rank_ordered,
-                                   ring_allreduce)
-from hopsml.collective.timeout import TIMEOUT_ENV, resolve_timeout
-from hopsml.collective.transport import Peer, PeerLost, connect_peers
+from hopsml.collective.device import DevicePath, local_problem
+from hopsml.collective.exchange import SMALL_BYTES, Sink, exchange, matches
+from hopsml.collective.handshake import connect_peers
+from hopsml.collective.options import CollectiveOptions
+from hopsml.collective.paths import SEGMENT_BYTES, AllreducePath, choose
+from hopsml.collective.peers import PeerChannel
+from hopsml.collective.protocol import OPS, Header, check_headers, describe_array
+from hopsml.collective.ring import Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered
+from hopsml.collective.timeout import TIMEOUT_ENV
+from hopsml.collective.transport import PeerLost
 from hopsml.errors import CollectiveError, SettingsError
 
 logger = logging.getLogger(__name__)
 
-SMALL_BYTES = 64 << 10  # up to this size a collective is one direct exchange instead of the ring
-SEGMENT_BYTES = 512 << 10  # pipeline segment of the ring and the chain broadcast
-MERGED_INLINE_BYTES = SMALL_BYTES  # an inline payload up to this size travels in its header's message
+__all__ = ["SEGMENT_BYTES", "SMALL_BYTES", "Communicator"]
+
 _ALIGN = 64  # byte alignment of each dtype's region in a fused buffer
-_REDUCIBLE_KINDS = "biufc"
 
 ArrayT = TypeVar("ArrayT")
 
@@ -60,25 +65,6 @@ def _describe(dtype: np.dtype, shape: tuple[int, ...]) -> str:
     return describe_array("", _dtype_text(dtype), shape)
 
 
-def _local_problem(array: Any, op: str | None, writable: bool = True) -> str:
-    """Why this rank cannot take part, or '' (sent to all ranks so that every rank raises together)."""
-    if op is not None and op not in OPS:
-        return f"op {op!r} is not one of {', '.join(map(repr, OPS))}"
-    dtype = array.dtype
-    if dtype.kind not in _REDUCIBLE_KINDS:
-        return f"dtype {dtype} cannot be reduced; pass a numeric array"
-    if op == "mean" and dtype.kind == "b":
-        return "op 'mean' needs a numeric dtype, not bool"
-    if writable and isinstance(array, np.ndarray) and not array.flags.writeable:
-        return "the array is read-only; the collective writes its result into it"
-    return ""
-
-
-def _header_message_rest(fixed: memoryview) -> int:
-    """How many bytes of its message follow a header's fixed part (see Header.message_rest)."""
-    return Header.message_rest(fixed, MERGED_INLINE_BYTES)
-
-
 def _fused_description(arrays: Sequence[np.ndarray], layout: Layout) -> str:
     text = f"{len(arrays)} arrays: " + ", ".join(_describe(a.dtype, a.shape) for a in arrays)
     if len(text) <= 400:
@@ -86,6 +72,17 @@ def _fused_description(arrays: Sequence[np.ndarray], layout: Layout) -> str:
     digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     totals = ", ".join(f"{count} x {_dtype_text(dtype)}" for dtype, _, count in layout)
     return f"{len(arrays)} arrays ({totals}; shapes signature {digest})"
+
+
+def _options(options: CollectiveOptions | None, timeout_s: float | None) -> CollectiveOptions:
+    """The options a connect follows: the ones given (with `timeout_s` over their timeout), else this
+    process's settings."""
+    if options is None:
+        return CollectiveOptions.resolve(timeout_s)
+    if not isinstance(options, CollectiveOptions):
+        raise SettingsError(f"options is a {type(options).__name__}; pass a hopsml.collective.options."
+                            "CollectiveOptions (CollectiveOptions.from_settings(settings)) or None")
+    return options if timeout_s is None else dataclasses.replace(options, timeout_s=timeout_s)
 
 
 class Communicator:
@@ -96,62 +93,56 @@ class Communicator:
     ranks asked for different things) it stays usable.
     """
 
-    def __init__(self, rank: int, size: int, peers: dict[int, Peer | shm.ShmPeer], timeout_s: float,
-                 host_group: host.HostGroup | None = None, leaders: list[int] | None = None) -> None:
+    def __init__(self, rank: int, size: int, peers: dict[int, PeerChannel], options: CollectiveOptions,
+                 group: host.HostGroup | None = None, hosts: list[str] | None = None, grouped: bool = False) -> None:
         self._rank = rank
-        self._host = host_group
-        self._leaders = leaders
         self._size = size
         self._peers = peers
-        self.timeout_s = timeout_s
+        self.options = options
+        self.timeout_s = options.timeout_s
         self._seq = 0
         self._label = ""
         self._failure: str | None = None
         self._blame: tuple[int | None, str | None] = (None, None)  # (peer, kind) of the first failure
         self._fail_lock = threading.Lock()
         self._closed = False
-        self._worker = SendWorker(f"hopsml-collective-send-{rank}") if size > 1 else None
+        self._worker = SendWorker(f"hopsml-collective-send-{rank}")
         self._scratch = Scratch()
-        self._prev = peers.get((rank - 1) % size)
-        self._next = peers.get((rank + 1) % size)
-        self._nccl: gpu.NcclComm | None = None
-        self._gpu_path: str | None = None  # 'nccl' or 'host' once the ranks agreed, at the first device collective
-        self._gpu_error: str | None = None
+        self._path: AllreducePath = choose(rank, size, peers, group, hosts or [""] * size, grouped, self._worker,
+                                           self._on_failure)
+        self._device = DevicePath(self, options.gpu_mode)
 
     @classmethod
     def connect(cls, rank: int, size: int, addresses: Sequence[str], listener: socket | None, secret: bytes,
-                timeout_s: float | None = None) -> Communicator:
+                timeout_s: float | None = None, *, options: CollectiveOptions | None = None) -> Communicator:
         """Connect this rank to every other one (authenticated) and return the communicator.
 
         `addresses[i]` is what rank i's `collective.listen(host)` returned; `listener` is this rank's own
         listening socket from that call (the communicator closes it once all peers are connected).
-        `timeout_s` bounds every wait; default: $HOPSML_COLLECTIVE_TIMEOUT_S, else 300 s.
+        `options` are what the communicator follows (the launcher passes the run's); None: this process's
+        settings (`CollectiveOptions.resolve`). `timeout_s`, if given, bounds every wait instead of the
+        options' timeout.
         """
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise SettingsError(f"size is {size!r}; the number of ranks must be an integer >= 1")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
             raise SettingsError(f"rank is {rank!r}; it must be an integer in [0, {size})")
-        timeout = resolve_timeout(timeout_s)
+        chosen = _options(options, timeout_s)
         if size == 1:
             if listener is not None:
                 listener.close()
-            return cls(0, 1, {}, timeout)
+            return cls(0, 1, {}, chosen)
         if len(addresses) != size:
             raise SettingsError(f"got {len(addresses)} addresses for {size} ranks; pass every rank's address, "
                                 "in rank order")
         if not isinstance(secret, bytes) or not secret:
             raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
-        peers = connect_peers(rank, size, list(addresses), listener, secret, timeout)
+        tcp = connect_peers(rank, size, list(addresses), listener, secret, chosen.timeout_s)
+        peers: dict[int, PeerChannel] = dict(tcp)
         try:
-            peers, hosts = shm.attach_same_host(rank, size, peers)
-            group, grouped = host.attach(rank, size, peers, hosts, timeout, shm.send_text, shm.recv_text)
-            keys = [h or f"rank {r}" for r, h in enumerate(hosts)]  # a rank without shared memory: a host of its own
-            leaders = None
-            if grouped and 1 < len(set(keys)) < size:
-                # several hosts, at least one of them with several ranks: reduce within each host, ring
-                # across one leader per host, broadcast within each host
-                leaders = sorted({keys.index(k) for k in keys})
-            return cls(rank, size, peers, timeout, group, leaders)
+            peers, hosts = shm.attach_same_host(rank, size, tcp, chosen)
+            group, grouped = host.attach(rank, size, peers, hosts, chosen.timeout_s, shm.send_text, shm.recv_text)
+            return cls(rank, size, peers, chosen, group, hosts, grouped)
         except PeerLost as lost:
             for peer in peers.values():
                 peer.close()
@@ -180,9 +171,7 @@ class Communicator:
     def allreduce_path(self) -> str:
         """How large all-reduces go: 'host' (all ranks on one host meet in one shared segment), 'hierarchical'
         (within each host through its segment, across hosts over a ring of one leader per host) or 'ring'."""
-        if self._leaders is not None:
-            return "hierarchical"
-        return "host" if self._host is not None and self._host.size == self._size else "ring"
+        return self._path.name
 
     def __repr__(self) -> str:
         state = "failed" if self._failure else "closed" if self._closed else "open"
@@ -199,15 +188,9 @@ class Communicator:
         if self._closed:
             return
         self._closed = True
-        if self._nccl is not None:
-            try:
-                self._nccl.close()
-            except Exception as exc:  # noqa: BLE001 - closing must go on to the sockets
-                logger.warning("destroying the NCCL communicator failed: %s", exc)
-        if self._worker is not None:
-            self._worker.close()
-        if self._host is not None:
-            self._host.close()
+        self._device.close()
+        self._worker.close()
+        self._path.close()
         for peer in self._peers.values():
             peer.close()
 
@@ -220,6 +203,7 @@ class Communicator:
                 return self._failure
             me, peer = self._rank, lost.peer
             notice = None if lost.timed_out or lost.tampered else _read_cause(self._peers[peer].read_notice())
+            blame: tuple[int | None, str | None]
             if lost.tampered:
                 blame = (peer, CollectiveError.TAMPERED)
                 cause = message = (f"rank {me} refused a message during {label}: {lost.reason}. Something between "
@@ -256,13 +240,23 @@ class Communicator:
         notice = json.dumps({"cause": cause or message, "peer": blame[0], "kind": blame[1]})
         for peer in self._peers.values():
             peer.send_notice(notice)
-        if self._host is not None:  # after the notices: a rank woken by it reads this rank's notice
-            self._host.shutdown()
+        self._path.shutdown()  # after the notices: a rank woken by it reads this rank's notice
         for peer in self._peers.values():
             peer.shutdown()
 
     def _on_failure(self, lost: PeerLost) -> None:
         self._fail(lost, self._label)
+
+    def _fail_now(self, reason: str) -> CollectiveError:
+        """This rank failed on its own (not through a peer): abort, and the error to raise."""
+        with self._fail_lock:
+            if self._failure is None:
+                self._abort(f"rank {self._rank}: {reason} (during {self._label})")
+            return self._error(self._failure or reason)
+
+    def _lost_peer(self) -> int | None:
+        """A peer that aborted or closed (it wrote to or closed its control connection), else None."""
+        return next((rank for rank, peer in self._peers.items() if peer.signalled()), None)
 
     @contextmanager
     def _operation(self, kind: str) -> Iterator[int]:
@@ -287,71 +281,13 @@ class Communicator:
 
     # the header exchange
 
-    def _exchange(self, header: Header, payload: memoryview | None = None,
-                  sink: Callable[[int, Header], memoryview | None] | None = None) -> list[Header]:
-        """Send our header (and inline payload) to every peer and read theirs; `sink` says where a peer's
-        inline payload goes (None: read and drop it)."""
-        n, me = self._size, self._rank
-        packed = header.pack()
-        if 0 < header.inline <= MERGED_INLINE_BYTES:  # one message: one tag, one recv on the other side
-            message = [b"".join((packed, payload))]
-        else:
-            message = [packed] + ([payload] if header.inline else [])
-        job = None
-        if sum(len(part) for part in message) <= SMALL_BYTES + 4096:
-            for k in range(1, n):  # fits in the socket buffers: no need to receive concurrently
-                self._peers[(me + k) % n].send(message)
-        else:
-            def send_all() -> None:
-                try:
-                    for k in range(1, n):
-                        self._peers[(me + k) % n].send(message)
-                except PeerLost as lost:
-                    self._on_failure(lost)
-                    raise
+    def _exchange(self, header: Header, payload: memoryview | None = None, sink: Sink | None = None) -> list[Header]:
+        """Send our header (and inline payload) to every peer and read theirs (see `exchange.exchange`)."""
+        return exchange(self._peers, self._rank, self._size, header, self._worker, self._on_failure, payload, sink)
 
-            job = self._worker.submit(send_all)
-        headers: list[Header] = [header] * n
-        try:
-            for k in range(1, n):
-                rank = (me - k) % n
-                peer = self._peers[rank]
-                # the header, its description and a small payload are one message (a larger payload is
-                # another): authenticated before any field of it is used
-                got = peer.recv_message(FIXED_SIZE, _header_message_rest)
-                if got.startswith(packed):  # the common case: the peer asks for exactly what this rank does
-                    theirs, desc_end = header, len(packed)
-                else:
-                    parsed = Header.unpack_fixed(got[:FIXED_SIZE])
-                    if parsed is None:
-                        raise PeerLost(rank, "it sent a message that is not a collective header: the ranks are out "
-                                             "of step")
-                    theirs, desc_end = parsed[0], FIXED_SIZE + parsed[1]
-                    if desc_end > FIXED_SIZE:
-                        theirs = replace(theirs, desc=got[FIXED_SIZE:desc_end].decode("utf-8", "replace"))
-                if theirs.inline:
-                    target = sink(rank, theirs) if sink is not None else None
-                    if target is None or len(target) != theirs.inline:
-                        target = memoryview(bytearray(theirs.inline))
-                    if theirs.inline <= MERGED_INLINE_BYTES:
-                        target[:] = memoryview(got)[desc_end:]
-                    else:
-                        peer.recv_into(target)
-                headers[rank] = theirs
-        except PeerLost as lost:
-            self._on_failure(lost)
-            if job is not None:
-                job.done.wait()
-            raise
-        if job is not None:
-            job.done.wait()
-            if job.error is not None:
-                raise job.error
-        return headers
-
-    def _matches(self, mine: Header, theirs: Header) -> bool:
-        return (theirs.kind, theirs.seq, theirs.op, theirs.root, theirs.desc, theirs.nbytes, theirs.error) == \
-            (mine.kind, mine.seq, mine.op, mine.root, mine.desc, mine.nbytes, mine.error)
+    def _check(self, header: Header) -> None:
+        """Exchange headers and raise the same CollectiveError on every rank if they differ."""
+        check_headers(self._exchange(header))
 
     # the collectives
 
@@ -390,13 +326,13 @@ class Communicator:
         cupy arrays, which are returned. Anything else is converted to a new numpy array, which is returned.
         'mean' of integers is rounded down (floor division)."""
         if gpu.is_device_array(array):
-            return self._device_allreduce(array, op)
-        arr = array if isinstance(array, np.ndarray) else np.array(array)
-        problem = _local_problem(arr, op)
+            return self._device.allreduce(array, op)
+        arr: np.ndarray = array if isinstance(array, np.ndarray) else np.array(array)
+        problem = local_problem(arr, op)
         if self._size == 1:
             if problem:
                 raise CollectiveError(f"allreduce: {problem}")
-            return arr
+            return cast(ArrayT, arr)
         contiguous = arr.flags.c_contiguous
         flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
         desc = _describe(arr.dtype, arr.shape)
@@ -404,7 +340,7 @@ class Communicator:
                              [(flat.dtype, 0, flat.size)], op, desc, problem)
         if not contiguous:
             arr[...] = flat.reshape(arr.shape)
-        return arr
+        return cast(ArrayT, arr)
 
     def allreduce_many(self, arrays: Sequence[ArrayT], op: str = "sum") -> list[ArrayT]:
         """All-reduce many arrays in one fused operation: one buffer per dtype, one pass, in place.
@@ -412,22 +348,22 @@ class Communicator:
         Fusion trades a copy into and out of the buffer for a single header exchange and one ring pass
         instead of one per array, which is what makes many small gradients cheap.
         """
-        arrays = list(arrays)
-        if any(gpu.is_device_array(a) for a in arrays):
-            return self._device_allreduce_many(arrays, op)
-        arrays = [a if isinstance(a, np.ndarray) else np.array(a) for a in arrays]
-        problem = next((f"array {i}: {p}" for i, a in enumerate(arrays) if (p := _local_problem(a, op))), "")
+        given = list(arrays)
+        if any(gpu.is_device_array(a) for a in given):
+            return self._device.allreduce_many(given, op)
+        nd: list[np.ndarray] = [a if isinstance(a, np.ndarray) else np.array(a) for a in given]
+        problem = next((f"array {i}: {p}" for i, a in enumerate(nd) if (p := local_problem(a, op))), "")
         if op not in OPS:
-            problem = _local_problem(np.empty(0), op)
+            problem = local_problem(np.empty(0), op)
         if self._size == 1:
             if problem:
                 raise CollectiveError(f"allreduce_many: {problem}")
-            return arrays
+            return cast(list[ArrayT], nd)
         layout: Layout = []
         places: list[tuple[int, int]] = []  # per array: (group index, element offset inside the group)
         groups: dict[np.dtype, int] = {}
         counts: list[int] = []
-        for a in arrays:
+        for a in nd:
             g = groups.setdefault(a.dtype, len(groups))
             if g == len(counts):
                 counts.append(0)
@@ -437,22 +373,22 @@ class Communicator:
         for dtype, g in groups.items():
             layout.append((dtype, offset, counts[g]))
             offset += -(-counts[g] * dtype.itemsize // _ALIGN) * _ALIGN
-        desc = _fused_description(arrays, layout)
+        desc = _fused_description(nd, layout)
         raw = self._scratch.get("fused", offset)[:0 if problem else offset]  # kept across calls
 
         def region(i: int) -> np.ndarray:
             g, start = places[i]
             dtype, byte_offset, _ = layout[g]
             begin = byte_offset + start * dtype.itemsize
-            return raw[begin:begin + arrays[i].size * dtype.itemsize].view(dtype)
+            return raw[begin:begin + nd[i].size * dtype.itemsize].view(dtype)
 
         if not problem:
-            for i, a in enumerate(arrays):
+            for i, a in enumerate(nd):
                 region(i)[...] = a.reshape(-1)
         self._allreduce_flat("allreduce_many", raw, layout, op, desc, problem)
-        for i, a in enumerate(arrays):
+        for i, a in enumerate(nd):
             a[...] = region(i).reshape(a.shape)
-        return arrays
+        return cast(list[ArrayT], nd)
 
     def _allreduce_flat(self, kind: str, raw: np.ndarray, layout: Layout, op: str, desc: str,
                         problem: str) -> None:
@@ -469,61 +405,38 @@ class Communicator:
             if not small:
                 check_headers(self._exchange(header))
                 for dtype, offset, count in layout:
-                    region = raw[offset:offset + count * dtype.itemsize].view(dtype)
-                    if self._leaders is not None:
-                        self._hierarchical_allreduce(region, op)
-                        continue
-                    if self._host is not None and self._host.size == self._size:
-                        self._host.allreduce(region, op)
-                        continue
-                    ring_allreduce(region, op, self._rank, self._size, self._prev, self._next, self._worker,
-                                   self._on_failure, SEGMENT_BYTES, self._scratch)
+                    self._path.allreduce(raw[offset:offset + count * dtype.itemsize].view(dtype), op)
                 return
             stride = -(-nbytes // _ALIGN) * _ALIGN
             rows = self._scratch.get("rows", self._size * stride)[:self._size * stride].reshape(self._size, stride)
 
             def sink(rank: int, theirs: Header) -> memoryview | None:
-                return memoryview(rows[rank, :nbytes]) if theirs.inline == nbytes else None
+                return rows[rank, :nbytes].data if theirs.inline == nbytes else None
 
-            check_headers(self._exchange(header, memoryview(raw), sink))
+            check_headers(self._exchange(header, raw.data, sink))
             reduce_rank_ordered(raw, layout, rows, op, self._rank, self._size)
-
-    def _hierarchical_allreduce(self, flat: np.ndarray, op: str) -> None:
-        """Reduce within this host to its leader, ring across the hosts' leaders, broadcast within the host."""
-        combine = "sum" if op == "mean" else op
-        group = self._host
-        if group is not None:
-            group.allreduce(flat, combine, everyone=False)
-        leaders = self._leaders
-        if self._rank in leaders and len(leaders) > 1:
-            i, n = leaders.index(self._rank), len(leaders)
-            ring_allreduce(flat, combine, i, n, self._peers[leaders[(i - 1) % n]], self._peers[leaders[(i + 1) % n]],
-                           self._worker, self._on_failure, SEGMENT_BYTES, self._scratch)
-        if group is not None:
-            group.broadcast_from_leader(flat)
-        finish = finisher(op, flat.dtype, self._size)
-        if finish is not None:
-            finish(flat)
 
     def broadcast(self, array: ArrayT, root: int = 0) -> ArrayT:
         """Overwrite the array on every rank with root's; in place, returned. Every rank passes an array of
         the same dtype and shape."""
         if gpu.is_device_array(array):
-            return self._device_broadcast(array, root)
+            return self._device.broadcast(array, root)
         problem = ""
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self._size:
             problem, root = f"root {root!r} is not a rank in [0, {self._size})", -1
-        if not isinstance(array, np.ndarray):
+        arr: np.ndarray
+        if isinstance(array, np.ndarray):
+            arr = array
+        else:
             if self._rank != root:
                 problem = problem or (f"broadcast needs a numpy array to receive into, got {type(array).__name__}")
-            array = np.array(array)
-        arr = array
+            arr = np.array(array)
         if not arr.flags.writeable and self._rank != root:
             problem = problem or "the array is read-only; broadcast writes root's data into it"
         if self._size == 1:
             if problem:
                 raise CollectiveError(f"broadcast: {problem}")
-            return arr
+            return cast(ArrayT, arr)
         contiguous = arr.flags.c_contiguous
         flat = arr.reshape(-1) if contiguous else np.ascontiguousarray(arr).reshape(-1)
         raw = flat.view(np.uint8) if flat.dtype.kind != "O" else np.empty(0, np.uint8)
@@ -541,110 +454,17 @@ class Communicator:
 
                 def sink(rank: int, theirs: Header) -> memoryview | None:
                     # straight into the array, but only data that is certain to pass the check
-                    return memoryview(raw) if rank == root and self._matches(expected, theirs) else None
+                    return raw.data if rank == root and matches(expected, theirs) else None
 
-                check_headers(self._exchange(header, memoryview(raw), sink))
+                check_headers(self._exchange(header, raw.data, sink))
             else:
                 check_headers(self._exchange(header))
-                chain_broadcast(flat.view(np.uint8), root, self._rank, self._size, self._prev, self._next,
+                me, n = self._rank, self._size
+                chain_broadcast(flat.view(np.uint8), root, me, n, self._peers[(me - 1) % n], self._peers[(me + 1) % n],
                                 self._worker, self._on_failure, SEGMENT_BYTES)
         if not contiguous and self._rank != root:
             arr[...] = flat.reshape(arr.shape)
-        return arr
-
-    # the GPU path
-
-    def _lost_peer(self) -> int | None:
-        """A peer that aborted or closed (it wrote to or closed its control connection), else None."""
-        return next((rank for rank, peer in self._peers.items() if peer.signalled()), None)
-
-    def _run_nccl(self, call: Callable[[], Any]) -> Any:
-        """Run an NCCL step inside an operation; turn its failure into this communicator's failure."""
-        try:
-            return call()
-        except gpu.NcclFailure as failure:
-            if failure.peer is not None:
-                raise PeerLost(failure.peer, failure.reason) from None  # _operation names the root cause
-            with self._fail_lock:
-                if self._failure is None:
-                    self._abort(f"rank {self._rank}: {failure.reason} (during {self._label})")
-            raise self._error(self._failure) from None
-
-    def _nccl_comm(self) -> gpu.NcclComm | None:
-        """The NCCL communicator, agreed on and created collectively on first use; None for the host path."""
-        if self._gpu_error is not None:
-            raise CollectiveError(self._gpu_error)
-        if self._gpu_path is None:
-            nccl = gpu.nccl_module()
-            offers = self.allgather(gpu.setup_offer(self._rank, nccl, gpu.device_identity(), gpu.collective_mode()))
-            try:
-                reason = gpu.choose_path(offers)
-            except CollectiveError as exc:  # the same on every rank: the communicator stays in step
-                self._gpu_error = str(exc)
-                raise
-            if reason:
-                self._gpu_path = "host"
-                logger.warning("GPU collectives go through host memory and the TCP ring (slower than NCCL): %s",
-                               reason)
-            else:
-                with self._operation("NCCL set-up"):
-                    self._nccl = self._run_nccl(lambda: gpu.NcclComm(nccl, self._size, self._rank, offers[0]["uid"],
-                                                                     self.timeout_s, self._lost_peer))
-                self._gpu_path = "nccl"
-        return self._nccl
-
-    def _device_collective(self, kind: str, array: Any, op: str, root: int,
-                           run: Callable[[gpu.NcclComm], None]) -> bool:
-        """Header check, then `run` on the NCCL communicator, in one operation; False: use the host path."""
-        if self._size == 1 or not gpu.nccl_supports(array.dtype):
-            return False
-        comm = self._nccl_comm()
-        if comm is None:
-            return False
-        problem = _local_problem(array, op if kind == "allreduce" else None, writable=False)
-        desc = describe_array("cuda/nccl", str(array.dtype), array.shape)
-        with self._operation(kind) as seq:
-            nbytes = array.size * array.dtype.itemsize
-            check_headers(self._exchange(Header(kind, seq, problem or desc, op if op in OPS else "", root,
-                                                nbytes, error=bool(problem))))
-            self._run_nccl(lambda: run(comm))
-        return True
-
-    def _device_allreduce(self, array: ArrayT, op: str) -> ArrayT:
-        if self._device_collective("allreduce", array, op, -1, lambda comm: comm.allreduce(array, op)):
-            return array
-        if self._size > 1 or op not in OPS:
-            cupy = gpu.cupy_module()
-            host = self.allreduce(cupy.asnumpy(array), op)
-            array[...] = cupy.asarray(host)
-        return array
-
-    def _device_allreduce_many(self, arrays: list[Any], op: str) -> list[Any]:
-        cupy = gpu.cupy_module()
-        arrays = [a if gpu.is_device_array(a) else cupy.asarray(a) for a in arrays]
-        by_dtype: dict[Any, list[int]] = {}
-        for i, a in enumerate(arrays):
-            by_dtype.setdefault(a.dtype, []).append(i)
-        for indices in by_dtype.values():
-            packed = cupy.concatenate([arrays[i].reshape(-1) for i in indices])
-            self._device_allreduce(packed, op)
-            start = 0
-            for i in indices:
-                n = arrays[i].size
-                arrays[i][...] = packed[start:start + n].reshape(arrays[i].shape)
-                start += n
-        return arrays
-
-    def _device_broadcast(self, array: ArrayT, root: int) -> ArrayT:
-        valid_root = isinstance(root, int) and not isinstance(root, bool) and 0 <= root < self._size
-        if valid_root and self._device_collective("broadcast", array, "", root,
-                                                  lambda comm: comm.broadcast(array, root)):
-            return array
-        if self._size > 1:
-            cupy = gpu.cupy_module()
-            host = self.broadcast(cupy.asnumpy(array), root)
-            array[...] = cupy.asarray(host)
-        return array
+        return cast(ArrayT, arr)
 
 
 def _read_cause(notice: str | None) -> tuple[str, tuple[int | None, str | None]] | None:

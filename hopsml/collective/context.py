@@ -15,6 +15,7 @@ from socket import socket
 from typing import Any, TypeVar
 
 from hopsml.collective.communicator import Communicator
+from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import HopsmlError, NotInRunError
 
 ArrayT = TypeVar("ArrayT")
@@ -74,9 +75,9 @@ def use(comm: Communicator) -> Iterator[Communicator]:
 
 
 def init(rank: int, size: int, addresses: Sequence[str], listener: socket | None, secret: bytes,
-         timeout_s: float | None = None) -> Communicator:
+         timeout_s: float | None = None, *, options: CollectiveOptions | None = None) -> Communicator:
     """Connect (see `Communicator.connect`) and install the communicator for this process."""
-    comm = Communicator.connect(rank, size, addresses, listener, secret, timeout_s)
+    comm = Communicator.connect(rank, size, addresses, listener, secret, timeout_s, options=options)
     try:
         _process_default.install(comm)
     except BaseException:

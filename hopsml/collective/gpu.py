@@ -3,7 +3,8 @@
 cupy is imported lazily, only when a cupy array reaches a collective, so this package imports and runs
 without it. At the first device collective the ranks agree on a path in one TCP allgather: each rank
 offers whether it has NCCL, which physical GPU it is on (UUID, else host + PCI bus id) and its
-$HOPSML_GPU_COLLECTIVE setting, and rank 0 adds an NCCL unique id. Then, identically on every rank:
+options' gpu_mode (the gpu_collective setting, $HOPSML_GPU_COLLECTIVE), and rank 0 adds an NCCL unique id.
+Then, identically on every rank:
 
 - NCCL (the default, 'auto') when every rank has it and every rank is on its own GPU: each rank builds
   `nccl.NcclCommunicator(size, uid, rank)` on its current device (the launcher pins one GPU per rank).
@@ -27,7 +28,6 @@ rank and the cause.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
@@ -35,12 +35,13 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Protocol
 
-from hopsml.errors import CollectiveError, SettingsError
+from hopsml.collective.options import GPU_MODE_ENV, GPU_MODES
+from hopsml.errors import CollectiveError
 
 logger = logging.getLogger(__name__)
 
-MODE_ENV = "HOPSML_GPU_COLLECTIVE"
-MODES = ("auto", "nccl", "host")
+MODE_ENV = GPU_MODE_ENV
+MODES = GPU_MODES
 
 _NCCL_DTYPES = {"int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32", "uint32": "NCCL_UINT32",
                 "int64": "NCCL_INT64", "uint64": "NCCL_UINT64", "float16": "NCCL_FLOAT16",
@@ -90,17 +91,6 @@ def nccl_module() -> ModuleType | None:
 
 def nccl_supports(dtype: Any) -> bool:
     return str(dtype) in _NCCL_DTYPES
-
-
-def collective_mode() -> str:
-    """$HOPSML_GPU_COLLECTIVE: 'auto' (NCCL where it works, else host-staged), 'nccl' (forced) or 'host'."""
-    raw = os.environ.get(MODE_ENV, "").strip().lower()
-    if not raw:
-        return "auto"
-    if raw not in MODES:
-        raise SettingsError(f"the environment variable {MODE_ENV} is {raw!r}; set it to one of "
-                            f"{', '.join(MODES)} (auto: NCCL where every rank has its own GPU)")
-    return raw
 
 
 def device_identity(cupy: ModuleType | None = None) -> str:

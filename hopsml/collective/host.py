@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from hopsml.collective import shm
+from hopsml.collective.peers import PeerChannel
 from hopsml.collective.ring import UFUNCS, finisher
 from hopsml.collective.transport import PeerLost
 
@@ -76,7 +77,7 @@ class HostGroup:
     """The same-host collectives of one rank among `members` (global ranks, in order); built by `attach`."""
 
     def __init__(self, members: list[int], rank: int, segment: mmap.mmap, slot_bytes: int,
-                 peers: Mapping[int, object], timeout_s: float) -> None:
+                 peers: Mapping[int, shm.ShmPeer], timeout_s: float) -> None:
         self.members = members
         self.size = size = len(members)
         self.index = members.index(rank)
@@ -216,8 +217,9 @@ class HostGroup:
             logger.debug("the host segment stays mapped until its last view is gone")
 
 
-def attach(rank: int, size: int, peers: Mapping[int, object], hosts: list[str], timeout_s: float,
-           send: Callable[[object, str], None], recv: Callable[[object], str]) -> tuple[HostGroup | None, bool]:
+def attach(rank: int, size: int, peers: Mapping[int, PeerChannel], hosts: list[str], timeout_s: float,
+           send: Callable[[PeerChannel, str], None],
+           recv: Callable[[PeerChannel], str]) -> tuple[HostGroup | None, bool]:
     """Set up the segment of this host's ranks, where every pair of them shares memory; every rank calls it.
 
     Returns this rank's group (None when it is alone on its host or the segment could not be made), and
@@ -236,10 +238,12 @@ def attach(rank: int, size: int, peers: Mapping[int, object], hosts: list[str], 
     return group, everyone_ready
 
 
-def _attach_members(rank: int, members: list[int], peers: Mapping[int, object], timeout_s: float,
-                    send: Callable[[object, str], None], recv: Callable[[object], str]) -> HostGroup | None:
+def _attach_members(rank: int, members: list[int], peers: Mapping[int, PeerChannel], timeout_s: float,
+                    send: Callable[[PeerChannel, str], None],
+                    recv: Callable[[PeerChannel], str]) -> HostGroup | None:
     others = [r for r in members if r != rank]
-    everywhere = all(isinstance(peers[r], shm.ShmPeer) for r in others)
+    same_host = {r: peer for r in others if isinstance(peer := peers[r], shm.ShmPeer)}
+    everywhere = len(same_host) == len(others)
     for r in others:
         send(peers[r], "all" if everywhere else "")
     answers = [recv(peers[r]) for r in others]
@@ -270,8 +274,8 @@ def _attach_members(rank: int, members: list[int], peers: Mapping[int, object], 
         segment = shm._open_segment(handle, nbytes) if handle else None  # the creator's descriptor: open meanwhile
         send(peers[creator], "mapped" if segment is not None else "")
         ok = recv(peers[creator]) == "ok"
-    if not ok:
+    if not ok or segment is None:
         if segment is not None:
             segment.close()
         return None
-    return HostGroup(members, rank, segment, slot_bytes, peers, timeout_s)
+    return HostGroup(members, rank, segment, slot_bytes, same_host, timeout_s)

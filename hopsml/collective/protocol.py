@@ -9,6 +9,7 @@ any data is combined, and the communicator stays usable afterwards.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hopsml.errors import CollectiveError
@@ -69,7 +70,7 @@ def describe_array(kind_prefix: str, dtype_name: str, shape: tuple[int, ...]) ->
     return f"{kind_prefix} {text}" if kind_prefix else text
 
 
-def _group(values: list[object]) -> str:
+def _group(values: Sequence[object]) -> str:
     """'ranks 0, 2: a; rank 1: b' (values in order of first appearance)."""
     by_value: dict[object, list[int]] = {}
     for rank, value in enumerate(values):

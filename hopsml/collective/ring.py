@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hopsml.collective.transport import Peer, PeerLost
+from hopsml.collective.peers import PeerChannel
+from hopsml.collective.transport import PeerLost
 
 UFUNCS: dict[str, np.ufunc] = {"sum": np.add, "mean": np.add, "min": np.minimum, "max": np.maximum}
 
@@ -43,7 +44,7 @@ def chunk_segments(count: int, size: int, itemsize: int, segment_bytes: int) -> 
             for a, b in zip(bounds, bounds[1:])]
 
 
-class _Job:
+class SendJob:
     __slots__ = ("fn", "done", "error")
 
     def __init__(self, fn: Callable[[], None]) -> None:
@@ -56,9 +57,9 @@ class SendWorker:
     """One long-lived thread per communicator that runs the sending half of a collective."""
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        self._jobs: queue.SimpleQueue[SendJob | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None  # started by the first job: a world of one never needs it
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -68,14 +69,18 @@ class SendWorker:
                 job.error = exc
             job.done.set()
 
-    def submit(self, fn: Callable[[], None]) -> _Job:
-        job = _Job(fn)
+    def submit(self, fn: Callable[[], None]) -> SendJob:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        job = SendJob(fn)
         self._jobs.put(job)
         return job
 
     def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join(timeout=5.0)
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join(timeout=5.0)
 
 
 class _Progress:
@@ -106,8 +111,8 @@ class _Progress:
 
 
 def run_pipeline(worker: SendWorker, on_failure: Callable[[PeerLost], None],
-                 send_peer: Peer | None, sends: Sequence[memoryview], needs: Sequence[int],
-                 recv_peer: Peer | None, recvs: Sequence[memoryview],
+                 send_peer: PeerChannel, sends: Sequence[memoryview], needs: Sequence[int],
+                 recv_peer: PeerChannel, recvs: Sequence[memoryview],
                  on_received: Callable[[int], None] | None = None) -> None:
     """Send `sends[i]` once `needs[i]` received segments are done, while receiving `recvs` in order.
 
@@ -165,19 +170,19 @@ class Scratch:
         return buffer
 
 
-def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, next_: Peer,
-                   worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int,
-                   scratch: Scratch | None = None) -> None:
+def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: PeerChannel, next_: PeerChannel,
+                   worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int) -> None:
     """All-reduce the 1-D contiguous array in place around the ring prev -> rank -> next.
 
-    A peer that can combine its data straight into ours (`recv_reduce`, shared memory) does so; from any
-    other peer the reduce-scatter segments land in a scratch buffer first."""
+    The reduce-scatter segments from the previous rank are combined into ours by that peer's `recv_reduce`
+    (from shared memory straight out of the ring, from TCP through the peer's buffer); the all-gather
+    segments are received in place."""
     ufunc = UFUNCS[op]
     finish = finisher(op, flat.dtype, size)
     itemsize = flat.itemsize
     chunks = chunk_segments(flat.size, size, itemsize, segment_bytes)
     per_chunk = len(chunks[0])
-    raw = memoryview(flat.view(np.uint8))
+    raw = flat.view(np.uint8).data
     scatter_steps = size - 1
 
     def chunk_sent(step: int) -> int:
@@ -187,7 +192,12 @@ def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, 
         return (rank - step - 1) % size if step < scatter_steps else (rank - (step - scatter_steps)) % size
 
     steps = 2 * scatter_steps
-    sends, needs, recvs, targets = [], [], [], []
+    reduced_items = scatter_steps * per_chunk
+    empty = memoryview(b"")
+    sends: list[memoryview] = []
+    needs: list[int] = []
+    recvs: list[memoryview] = []
+    targets: list[tuple[int, int]] = []
     for step in range(steps):
         sent, received = chunks[chunk_sent(step)], chunks[chunk_received(step)]
         for j in range(per_chunk):
@@ -197,22 +207,10 @@ def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, 
             needs.append((step - 1) * per_chunk + j + 1 if step else 0)
             a, b = received[j]
             targets.append((a, b))
-            recvs.append(raw[a * itemsize:b * itemsize])
+            # reduce-scatter segments are combined in on_received, by the peer; all-gather ones land in place
+            recvs.append(empty if len(recvs) < reduced_items else raw[a * itemsize:b * itemsize])
 
-    reduced_items = scatter_steps * per_chunk
     last_reduce_step = scatter_steps - 1
-    direct = hasattr(prev, "recv_reduce")
-    if direct:
-        empty = memoryview(b"")
-        for i in range(reduced_items):  # combined in on_received, straight from the peer
-            recvs[i] = empty
-    else:
-        biggest = max(b - a for chunk in chunks for a, b in chunk) * itemsize
-        buffer = scratch.get("ring", biggest) if scratch is not None else np.empty(biggest, np.uint8)
-        received = buffer[:biggest].view(flat.dtype)
-        scratch_raw = memoryview(buffer)
-        for i in range(reduced_items):  # reduce-scatter segments land in the scratch buffer, not in place
-            recvs[i] = scratch_raw[:len(recvs[i])]
 
     def on_received(index: int) -> None:
         if index >= reduced_items:
@@ -221,21 +219,18 @@ def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, 
         if a == b:
             return
         dst = flat[a:b]
-        if direct:
-            prev.recv_reduce(dst, ufunc)
-        else:
-            ufunc(dst, received[:b - a], out=dst)
+        prev.recv_reduce(dst, ufunc)
         if finish is not None and index // per_chunk == last_reduce_step:
             finish(dst)
 
     run_pipeline(worker, on_failure, next_, sends, needs, prev, recvs, on_received)
 
 
-def chain_broadcast(flat: np.ndarray, root: int, rank: int, size: int, prev: Peer, next_: Peer,
+def chain_broadcast(flat: np.ndarray, root: int, rank: int, size: int, prev: PeerChannel, next_: PeerChannel,
                     worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int) -> None:
     """Broadcast the 1-D contiguous array from root along root -> root+1 -> ...; each rank forwards a
     segment as soon as it has it."""
-    raw = memoryview(flat.view(np.uint8))
+    raw = flat.view(np.uint8).data
     step = max(segment_bytes, 1)
     segments = [raw[i:i + step] for i in range(0, len(raw), step)]
     position = (rank - root) % size

@@ -7,7 +7,7 @@ and sends its handle (process id, descriptor, device and inode) over their authe
 higher rank opens it through /proc, checks it is that very file, maps it and answers; the lower rank then
 closes its descriptor. The segment never has a name and lives only in the two mappings, so nothing is
 left behind however either process ends, SIGKILL included. A pair that cannot share memory (another PID
-namespace, /proc closed, memory refused, shared memory turned off on either side) keeps TCP.
+namespace, /proc closed, memory refused, shared memory turned off in either side's options) keeps TCP.
 
 Each direction is a single-producer single-consumer ring: the producer copies into it and advances
 `head`, the consumer copies out (or reduces straight out of it) and advances `tail`. A waiting side polls
@@ -39,12 +39,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from hopsml.collective.options import HOST_ID_ENV as HOST_ID_ENV  # the settings' variables, named here too
+from hopsml.collective.options import SHM_ENV as SHM_ENV
+from hopsml.collective.options import CollectiveOptions
+from hopsml.collective.peers import Buffer, PeerChannel
 from hopsml.collective.transport import Peer, PeerLost
 
 logger = logging.getLogger(__name__)
 
-SHM_ENV = "HOPSML_COLLECTIVE_SHM"  # '0' keeps every pair on TCP
-HOST_ID_ENV = "HOPSML_COLLECTIVE_HOST_ID"  # replaces the host identity; for tests that fake several hosts
 NEIGHBOUR_CAPACITY = 2 << 20  # ring bytes per direction between ring neighbours (the bandwidth path)
 OTHER_CAPACITY = 256 << 10  # between other pairs: headers and small inline payloads only
 _PUBLISH_BYTES = 256 << 10  # the producer publishes at least this often, so the consumer starts early
@@ -104,6 +106,11 @@ def _futex_wake(address: int) -> None:
     _syscall()(_SYS_FUTEX, address, _FUTEX_WAKE, 1 << 30, None, None, 0)
 
 
+def _has_space(head: int, capacity: int) -> Callable[[int], bool]:
+    """Whether a ring whose producer is at `head` has room, given the consumer's tail."""
+    return lambda tail: capacity - (head - tail) > 0
+
+
 def poll(read: Callable[[], int], ready: Callable[[int], bool]) -> int | None:
     """Re-read a counter for up to SPIN_S, giving the core away between reads; its value once `ready(value)`,
     None if it never was (the caller then sleeps)."""
@@ -118,18 +125,16 @@ def poll(read: Callable[[], int], ready: Callable[[int], bool]) -> int | None:
 
 
 def supported() -> bool:
-    """Whether this process can use shared memory for collectives (Linux x86-64 with memfd, not turned off)."""
-    if os.environ.get(SHM_ENV, "").strip().lower() in ("0", "false", "no", "off"):
-        return False
+    """Whether this process can use shared memory for collectives (Linux x86-64 with memfd)."""
     return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64") and \
         hasattr(os, "memfd_create")
 
 
-def host_identity() -> str:
-    """What ranks on the same host share: the kernel's boot id and the host name (or the test override)."""
-    override = os.environ.get(HOST_ID_ENV, "").strip()
-    if override:
-        return override
+def host_identity(override: str = "") -> str:
+    """What ranks on the same host share: the kernel's boot id and the host name, unless `override` (the
+    options' host_id: tests fake several hosts with it) replaces them."""
+    if override.strip():
+        return override.strip()
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
             boot = f.read().strip()
@@ -166,10 +171,9 @@ class Channel:
         del self.ctl, self.data, self.view
 
 
-def _copy(dst: memoryview | np.ndarray, src: memoryview | np.ndarray, n: int) -> None:
+def _copy(dst: memoryview, src: memoryview, n: int) -> None:
     if n >= 1 << 16:  # numpy releases the GIL for large copies; the other thread of the rank goes on
-        np.copyto(np.frombuffer(dst, np.uint8, n) if isinstance(dst, memoryview) else dst,
-                  np.frombuffer(src, np.uint8, n) if isinstance(src, memoryview) else src)
+        np.copyto(np.frombuffer(dst, np.uint8, n), np.frombuffer(src, np.uint8, n))
     else:
         dst[:n] = src[:n]
 
@@ -269,24 +273,24 @@ class ShmPeer:
 
     # the Peer interface
 
-    def send(self, buffers: Sequence[memoryview | bytes]) -> None:
-        """Copy the buffers into the outgoing ring, publishing at least every _PUBLISH_BYTES."""
+    def send(self, messages: Sequence[Buffer]) -> None:
+        """Copy the messages into the outgoing ring, publishing at least every _PUBLISH_BYTES."""
         ring = self._out
         ctl, capacity, view = ring.ctl, ring.capacity, ring.view
         head = int(ctl[_HEAD])
         published = head
         tail = int(ctl[_TAIL])
-        total = sum(len(b) for b in buffers) if len(buffers) > 1 else len(buffers[0])
+        total = sum(len(b) for b in messages) if len(messages) > 1 else len(messages[0])
         pos = head % capacity
         if total <= min(capacity - (head - tail), capacity - pos, _PUBLISH_BYTES) and not self._shut:
-            for buffer in buffers:  # the common small message: no wrap, no wait, one publication
+            for buffer in messages:  # the common small message: no wrap, no wait, one publication
                 n = len(buffer)
-                view[pos:pos + n] = buffer if isinstance(buffer, bytes) or buffer.format == "B" else \
+                view[pos:pos + n] = buffer if isinstance(buffer, (bytes, bytearray)) or buffer.format == "B" else \
                     memoryview(buffer).cast("B")
                 pos += n
             self._publish(ctl, head + total)
             return
-        for buffer in buffers:
+        for buffer in messages:
             src = memoryview(buffer).cast("B") if not isinstance(buffer, memoryview) or buffer.format != "B" \
                 else buffer
             done, n = 0, len(src)
@@ -297,7 +301,7 @@ class ShmPeer:
                         self._publish(ctl, head)
                         published = head
                     if free == 0:
-                        tail = self._wait(ctl, _TAIL, ring.tail_address, lambda t, h=head: capacity - (h - t) > 0)
+                        tail = self._wait(ctl, _TAIL, ring.tail_address, _has_space(head, capacity))
                         continue
                 if self._shut or ring.ctl[_CLOSED]:
                     self._check_alive()
@@ -329,9 +333,9 @@ class ShmPeer:
             if ctl[_TAIL_SLEEPER]:
                 _futex_wake(ring.tail_address)
 
-    def recv_into(self, view: memoryview) -> None:
+    def recv_into(self, view: memoryview | bytearray) -> None:
         """Fill the whole byte view from the peer."""
-        target = view.cast("B") if view.format != "B" else view
+        target = memoryview(view) if isinstance(view, bytearray) else view.cast("B") if view.format != "B" else view
         n = len(target)
         ring = self._in
         ctl, capacity = ring.ctl, ring.capacity
@@ -363,16 +367,16 @@ class ShmPeer:
                 if ctl[_TAIL_SLEEPER]:
                     _futex_wake(ring.tail_address)
                 return message
-        message = bytearray(first)
-        self.recv_into(memoryview(message))
-        more = rest(memoryview(message))
+        start = bytearray(first)
+        self.recv_into(memoryview(start))
+        more = rest(memoryview(start))
         if more < 0:
             raise PeerLost(self.rank, f"it announced a message of {more} more bytes: the ranks are out of step")
         if more:
             body = bytearray(more)
             self.recv_into(memoryview(body))
-            message += body
-        return bytes(message)
+            start += body
+        return bytes(start)
 
     def recv_reduce(self, dst: np.ndarray, ufunc: np.ufunc) -> None:
         """Combine the peer's next dst.nbytes bytes into dst with the ufunc, straight out of the ring."""
@@ -497,12 +501,12 @@ def _open_segment(handle: str, size: int) -> mmap.mmap | None:
         os.close(mine)
 
 
-def send_text(peer: Peer, text: str) -> None:
+def send_text(peer: PeerChannel, text: str) -> None:
     payload = text.encode("utf-8")
     peer.send([_HELLO.pack(_MAGIC, len(payload)), payload])
 
 
-def recv_text(peer: Peer) -> str:
+def recv_text(peer: PeerChannel) -> str:
     fixed = bytearray(_HELLO.size)
     peer.recv_into(memoryview(fixed))
     magic, length = _HELLO.unpack(fixed)
@@ -514,7 +518,8 @@ def recv_text(peer: Peer) -> str:
     return payload.decode("utf-8", "replace")
 
 
-def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict[int, Peer | ShmPeer], list[str]]:
+def attach_same_host(rank: int, size: int, peers: dict[int, Peer],
+                     options: CollectiveOptions) -> tuple[dict[int, PeerChannel], list[str]]:
     """Move the pairs on this host to shared memory; the rest keep TCP. Every rank must call it together.
 
     Returns the peers (shared-memory ones where possible) and every rank's host identity ('' for a rank
@@ -525,7 +530,7 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
     maps theirs and answers; last, reads the answers of the higher ones and closes its segments' descriptors.
     Raises PeerLost if a peer vanishes meanwhile.
     """
-    mine = host_identity() if supported() else ""
+    mine = host_identity(options.host_id) if options.shared_memory and supported() else ""
     for peer in peers.values():
         send_text(peer, mine)
     theirs = {r: recv_text(peer) for r, peer in sorted(peers.items())}
@@ -539,34 +544,34 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer]) -> tuple[dict
     mapped: dict[int, mmap.mmap] = {}
     try:
         for other in (r for r in same if r > rank):
-            segment = _create_segment(segment_bytes(capacity(other)))
-            if segment is not None:
-                created[other] = segment
-            send_text(peers[other], segment.handle if segment else "")
+            made = _create_segment(segment_bytes(capacity(other)))
+            if made is not None:
+                created[other] = made
+            send_text(peers[other], made.handle if made else "")
         for other in (r for r in same if r < rank):
             handle = recv_text(peers[other])
-            segment = _open_segment(handle, segment_bytes(capacity(other))) if handle else None
-            if segment is not None:
-                mapped[other] = segment
-            send_text(peers[other], "mapped" if segment is not None else "")
-        for other, segment in list(created.items()):
+            opened = _open_segment(handle, segment_bytes(capacity(other))) if handle else None
+            if opened is not None:
+                mapped[other] = opened
+            send_text(peers[other], "mapped" if opened is not None else "")
+        for other, made in list(created.items()):
             answer = recv_text(peers[other])
-            segment.release()
+            made.release()
             if answer == "mapped":
-                mapped[other] = segment.mapping
+                mapped[other] = made.mapping
             else:
                 del created[other]
-                segment.mapping.close()
+                made.mapping.close()
     except BaseException:
-        for segment in created.values():
-            segment.release()
-            segment.mapping.close()
-        for segment in mapped.values():
-            segment.close()
+        for made in created.values():
+            made.release()
+            made.mapping.close()
+        for mapping in mapped.values():
+            mapping.close()
         raise
-    result: dict[int, Peer | ShmPeer] = dict(peers)
-    for other, segment in mapped.items():
-        result[other] = ShmPeer(peers[other], segment, capacity(other), creator=other > rank)
+    result: dict[int, PeerChannel] = dict(peers)
+    for other, mapping in mapped.items():
+        result[other] = ShmPeer(peers[other], mapping, capacity(other), creator=other > rank)
     if mapped:
         logger.debug("rank %d shares memory with ranks %s", rank, sorted(mapped))
     return result, [mine if r == rank else theirs[r] for r in range(size)]

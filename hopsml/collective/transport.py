@@ -1,20 +1,16 @@
-"""TCP between ranks: the listening socket, authenticated connection set-up, and blocking I/O with timeouts.
+"""TCP between ranks: the listening socket, the authenticated connections to one peer, and blocking I/O
+with timeouts. How the connections are made (the challenge and the hello) is `handshake`.
 
 Every pair of ranks shares two connections: a data connection that carries the collectives, and a
 control connection that stays silent until a rank aborts; then it carries one notice saying why, so
 that the rank at the other end can name the rank that really failed instead of the messenger.
 
-The higher rank dials the lower one. Each connection first passes the `hopsml.auth` challenge, then
-the dialer says who it is (rank, the rank it dialed, world size, channel). A connection that fails the
-challenge is logged and closed, and the listener keeps waiting for the genuine peer until the timeout. A
-flood of such connections logs one line per interval, with the count of those held back.
-
-Every message after the challenge, the dialer's hello included, is followed by a 16-byte tag
-(`hopsml.auth.MessageTags`: keyed per connection and direction from the secret and both handshake nonces,
-counted per message). The receiver checks it before the message is used, so bytes that something between
-the ranks altered, made up, sent again or moved are refused (a CollectiveError naming the peer) before
-any header is acted on or any pickle is loaded. A message is what one `send` call passes as one buffer;
-above 1 GiB it travels as several tagged frames.
+Every message after the challenge is followed by a 16-byte tag (`hopsml.auth.MessageTags`: keyed per
+connection and direction from the secret and both handshake nonces, counted per message). The receiver
+checks it before the message is used, so bytes that something between the ranks altered, made up, sent
+again or moved are refused (a CollectiveError naming the peer) before any header is acted on or any
+pickle is loaded. A message is what one `send` call passes as one buffer; above 1 GiB it travels as
+several tagged frames.
 """
 
 from __future__ import annotations
@@ -22,33 +18,26 @@ from __future__ import annotations
 import errno
 import logging
 import select
-import selectors
 import socket
 import struct
 import threading
-import time
 from collections.abc import Callable, Sequence
 
-from hopsml import auth
+import numpy as np
+
 from hopsml.auth import TAG_BYTES, ConnectionKeys, MessageTags
-from hopsml.collective.timeout import Timeout
-from hopsml.errors import AuthenticationError, ClusterError, CollectiveError
+from hopsml.errors import ClusterError, CollectiveError
 from hopsml.net import Network
 
 logger = logging.getLogger(__name__)
 
-DATA, CTRL = 0, 1
-_CHANNEL_NAMES = {DATA: "data", CTRL: "control"}
-_MAGIC = b"HMLC"
-_HELLO = struct.Struct("!4sIIIB")  # magic, dialer rank, dialed rank, world size, channel
+MAGIC = b"HMLC"  # starts the handshake's hello and every abort notice
 _NOTICE = struct.Struct("!4sI")  # magic, length of the utf-8 text that follows
-_ACCEPTED, _REJECTED = b"\x01", b"\x00"
 
 # Large buffers keep a whole pipeline segment in flight; they must be set before connect()/listen()
 # so that TCP negotiates a window scale big enough to use them. The kernel caps them at
 # net.core.wmem_max / rmem_max.
 SOCKET_BUFFER_BYTES = 4 << 20
-_HANDSHAKE_TIMEOUT_S = 30.0
 _NOTICE_TIMEOUT_S = 1.0
 _MAX_NOTICE_BYTES = 1 << 16
 _LISTEN_BACKLOG = 128
@@ -60,40 +49,6 @@ _FRAME_BYTES = 1 << 30  # a longer message is sent as frames of this size, each 
 # bytes (`recv_message`: a header with its description and a small payload) must fit the read-ahead buffer.
 _SMALL_READ = 16 << 10
 _READ_AHEAD = 192 << 10
-WARNING_INTERVAL_S = 10.0  # at most one warning line per this many seconds about refused connections
-
-
-class RateLimitedWarning:
-    """Warnings of one kind at most once per `interval_s`: the next line says how many were held
-    back, and `flush` reports those still held when the activity ends."""
-
-    def __init__(self, log: logging.Logger, interval_s: float = WARNING_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._log, self._interval, self._clock = log, interval_s, clock
-        self._lock = threading.Lock()
-        self._last: float | None = None
-        self._held = 0
-        self.total = 0
-
-    def warning(self, message: str, *args: object) -> None:
-        with self._lock:
-            self.total += 1
-            now = self._clock()
-            if self._last is not None and now - self._last < self._interval:
-                self._held += 1
-                return
-            held, self._held, self._last = self._held, 0, now
-        if held:
-            message += " (and %d more like it held back in the last %.0f s)"
-            args += (held, self._interval)
-        self._log.warning(message, *args)
-
-    def flush(self, what: str) -> None:
-        """Log how many warnings are still held back, described as `what` (e.g. 'refused connections')."""
-        with self._lock:
-            held, self._held = self._held, 0
-        if held:
-            self._log.warning("%d more %s after the last warning (%d in all)", held, what, self.total)
 
 
 class PeerLost(Exception):
@@ -160,7 +115,7 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _tune(sock: socket.socket) -> None:
+def tune(sock: socket.socket) -> None:
     """Buffers, no Nagle delay, and keepalive so that a vanished host is noticed before the timeout."""
     for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         try:
@@ -191,11 +146,11 @@ def listen(host: str, port_range: tuple[int, int] | None = None) -> tuple[socket
 
     def make_socket() -> socket.socket:
         sock = socket.socket(family, type_, proto)
-        _tune(sock)  # accepted connections inherit the buffer sizes
+        tune(sock)  # accepted connections inherit the buffer sizes
         return sock
 
     try:
-        listener = Network(port_range=port_range).bind(make_socket, sockaddr[0], "a rank's collective listener")
+        listener = Network(port_range=port_range).bind(make_socket, str(sockaddr[0]), "a rank's collective listener")
     except ClusterError as exc:
         raise CollectiveError(str(exc)) from exc
     except OSError as exc:
@@ -209,7 +164,7 @@ def listen(host: str, port_range: tuple[int, int] | None = None) -> tuple[socket
     return listener, format_address(host, listener.getsockname()[1])
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -254,6 +209,7 @@ class Peer:
         self._ahead_bytes = bytearray(_READ_AHEAD)
         self._ahead = memoryview(self._ahead_bytes)
         self._ahead_start = self._ahead_end = 0
+        self._reduce_buffer = np.empty(0, dtype=np.uint8)
         sock = self._data
         # Blocking sockets with kernel-side timeouts: one recvmsg(MSG_WAITALL) or sendmsg() call moves a whole
         # segment and its tag without a poll() before every syscall; a wait without progress ends with EAGAIN.
@@ -367,13 +323,23 @@ class Peer:
             raise _tampered(self.rank, f"a message of {n} bytes")
         return bytes(ahead[at:at + n])
 
+    def recv_reduce(self, dst: np.ndarray, ufunc: np.ufunc) -> None:
+        """Combine the peer's next message (dst.nbytes bytes) into dst with the ufunc: received into a buffer
+        kept across calls, then combined in place."""
+        n = dst.nbytes
+        if self._reduce_buffer.size < n:
+            self._reduce_buffer = np.empty(n, dtype=np.uint8)
+        received = self._reduce_buffer[:n]
+        self.recv_into(received.data)
+        ufunc(dst, received.view(dst.dtype), out=dst)
+
     def send_notice(self, text: str) -> None:
         """Tell the peer why this rank aborts; best effort, bounded by a short timeout."""
         payload = text.encode("utf-8", "replace")[:_MAX_NOTICE_BYTES]
         with self._ctrl_lock:
             try:
                 self._ctrl.settimeout(_NOTICE_TIMEOUT_S)
-                self._ctrl.sendall(self._ctrl_link.seal(_NOTICE.pack(_MAGIC, len(payload)) + payload))
+                self._ctrl.sendall(self._ctrl_link.seal(_NOTICE.pack(MAGIC, len(payload)) + payload))
             except OSError:
                 pass
 
@@ -382,13 +348,13 @@ class Peer:
         with self._ctrl_lock:
             try:
                 self._ctrl.settimeout(wait_s)
-                head = _recv_exact(self._ctrl, _NOTICE.size)
+                head = recv_exact(self._ctrl, _NOTICE.size)
                 magic, length = _NOTICE.unpack(head)
-                if magic != _MAGIC or length > _MAX_NOTICE_BYTES:
+                if magic != MAGIC or length > _MAX_NOTICE_BYTES:
                     logger.warning("rank %d's control connection carried bytes that are not an abort notice; "
                                    "ignored", self.rank)
                     return None
-                notice = self._ctrl_link.open(head + _recv_exact(self._ctrl, length + TAG_BYTES))
+                notice = self._ctrl_link.open(head + recv_exact(self._ctrl, length + TAG_BYTES))
             except (OSError, ValueError):
                 return None
         if notice is None:
@@ -421,212 +387,3 @@ class Peer:
             except OSError:
                 pass
             sock.close()
-
-
-class _Acceptor:
-    """Accepts the higher ranks' connections on a thread; each handshake runs on its own short-lived thread,
-    so a silent or hostile connection cannot hold up the genuine peers."""
-
-    def __init__(self, listener: socket.socket, secret: bytes, rank: int, size: int, timeout: Timeout) -> None:
-        self._listener = listener
-        self._secret = secret
-        self._rank = rank
-        self._size = size
-        self._timeout = timeout
-        self._expected = {(peer, channel) for peer in range(rank + 1, size) for channel in (DATA, CTRL)}
-        self._found: dict[tuple[int, int], Link] = {}
-        self._pending: set[socket.socket] = set()
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._warnings = RateLimitedWarning(logger)
-        self._thread = threading.Thread(target=self._run, name=f"hopsml-collective-accept-{rank}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while True:
-                ready = {key.fileobj for key, _ in selector.select(timeout=self._timeout.remaining() + 1.0)}
-                if self._wake_r in ready or self._timeout.expired():
-                    return
-                if self._listener in ready:
-                    try:
-                        conn, remote = self._listener.accept()
-                    except OSError:
-                        continue
-                    with self._cond:
-                        self._pending.add(conn)
-                    threading.Thread(target=self._handshake, args=(conn, remote), daemon=True,
-                                     name=f"hopsml-collective-handshake-{self._rank}").start()
-
-    def _handshake(self, conn: socket.socket, remote: object) -> None:
-        registered = False
-        try:
-            conn.settimeout(max(0.001, min(_HANDSHAKE_TIMEOUT_S, self._timeout.remaining())))
-            link = Link(conn, auth.challenge(conn, self._secret))
-            hello = link.open(_recv_exact(conn, _HELLO.size + TAG_BYTES))
-            if hello is None:
-                raise AuthenticationError("its hello failed the authentication tag check: something between the "
-                                          "ranks altered it")
-            magic, peer, dialed, size, channel = _HELLO.unpack(hello)
-            key = (peer, channel)
-            with self._cond:
-                problem = None
-                if magic != _MAGIC:
-                    problem = "it does not speak the hopsml collective protocol"
-                elif dialed != self._rank:
-                    problem = f"rank {peer} meant to dial rank {dialed}, but this is rank {self._rank}"
-                elif size != self._size:
-                    problem = f"it believes the world has {size} ranks, this rank was told {self._size}"
-                elif key not in self._expected:
-                    problem = f"rank {peer} should not connect to rank {self._rank} on channel {channel}"
-                elif key in self._found:
-                    problem = f"rank {peer} already connected its {_CHANNEL_NAMES[channel]} channel"
-                elif self._stopped:
-                    problem = "the rendezvous is over"
-                if problem is None:
-                    # the reply goes out before the link is handed over, so that no collective message can
-                    # overtake it (a short write into an empty socket buffer)
-                    conn.sendall(link.seal(_ACCEPTED))
-                    self._found[key] = link
-                    self._pending.discard(conn)
-                    registered = True
-                    self._cond.notify_all()
-            if problem is not None:
-                self._warnings.warning("rank %d refused an authenticated connection from %s: %s",
-                                       self._rank, remote, problem)
-                conn.sendall(link.seal(_REJECTED))
-        except AuthenticationError as exc:
-            self._warnings.warning("rank %d refused a connection from %s: %s", self._rank, remote, exc)
-        except (OSError, struct.error) as exc:
-            if self._stopped:  # cut off by stop(): the rendezvous is over, nothing to warn about
-                logger.debug("rank %d cut off a handshake with %s at the end of the rendezvous", self._rank, remote)
-            else:
-                self._warnings.warning("rank %d dropped a connection from %s during the handshake: %s",
-                                       self._rank, remote, exc)
-        finally:
-            if not registered:
-                with self._cond:
-                    self._pending.discard(conn)
-                conn.close()
-
-    def wait(self) -> dict[tuple[int, int], Link]:
-        """Block until every higher rank connected both channels, or raise when the timeout passes."""
-        with self._cond:
-            while len(self._found) < len(self._expected):
-                remaining = self._timeout.remaining()
-                if remaining <= 0:
-                    missing = sorted({peer for peer, _ in self._expected - self._found.keys()})
-                    raise self._timeout.error(f"ranks {missing} never connected to rank {self._rank}")
-                self._cond.wait(remaining)
-            return dict(self._found)
-
-    def stop(self) -> None:
-        """Stop accepting; connections still in their handshake are cut off."""
-        with self._cond:
-            self._stopped = True
-            pending = list(self._pending)
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
-        self._thread.join()
-        for conn in pending:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self._wake_r.close()
-        self._wake_w.close()
-        self._warnings.flush(f"connections refused or dropped by rank {self._rank}")
-
-    def close_found(self) -> None:
-        with self._cond:
-            for link in self._found.values():
-                link.sock.close()
-
-
-def _dial(address: str, timeout: Timeout) -> socket.socket:
-    """Connect to a peer's listener; a refusal (full backlog) is retried with backoff until the deadline."""
-    host, port = parse_address(address)
-    delay = 0.02
-    while True:
-        try:
-            family, type_, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-            sock = socket.socket(family, type_, proto)
-        except OSError as exc:
-            raise CollectiveError(f"cannot resolve rank address {address!r}: {exc}") from exc
-        try:
-            _tune(sock)
-            sock.settimeout(max(0.001, timeout.remaining()))
-            sock.connect(sockaddr)
-            return sock
-        except OSError as exc:
-            sock.close()
-            if timeout.remaining() <= delay:
-                raise timeout.error(f"last error connecting to {address}: {exc}") from exc
-            time.sleep(delay)
-            delay = min(2 * delay, 0.5)
-
-
-def _connect_to(peer: int, address: str, channel: int, rank: int, size: int, secret: bytes,
-                timeout: Timeout) -> Link:
-    sock = _dial(address, timeout)
-    try:
-        sock.settimeout(max(0.001, min(_HANDSHAKE_TIMEOUT_S, timeout.remaining())))
-        link = Link(sock, auth.respond(sock, secret))
-        sock.sendall(link.seal(_HELLO.pack(_MAGIC, rank, peer, size, channel)))
-        reply = link.open(_recv_exact(sock, len(_ACCEPTED) + TAG_BYTES))
-        if reply is None:
-            raise CollectiveError(f"the answer of rank {peer} at {address} to rank {rank}'s "
-                                  f"{_CHANNEL_NAMES[channel]} connection failed its authentication tag check: "
-                                  "something between the ranks altered it")
-        if reply != _ACCEPTED:
-            raise CollectiveError(f"rank {peer} at {address} refused rank {rank}'s {_CHANNEL_NAMES[channel]} "
-                                  "connection; its log says why (wrong world size or a duplicate rank)")
-        return link
-    except AuthenticationError as exc:
-        sock.close()
-        raise CollectiveError(f"the process listening at {address} (rank {peer}) failed authentication: {exc}; "
-                              "every rank must be given the same secret and the addresses of this run") from exc
-    except OSError as exc:
-        sock.close()
-        if timeout.expired():
-            raise timeout.error(f"handshake with rank {peer} at {address}: {exc}") from exc
-        raise CollectiveError(f"rank {rank} could not complete the handshake with rank {peer} at {address}: "
-                              f"{exc}") from exc
-    except BaseException:
-        sock.close()
-        raise
-
-
-def connect_peers(rank: int, size: int, addresses: Sequence[str], listener: socket.socket | None,
-                  secret: bytes, timeout_s: float) -> dict[int, Peer]:
-    """Build the authenticated full mesh; consumes (closes) the listener."""
-    timeout = Timeout(timeout_s, f"the other {size - 1} ranks to connect to rank {rank}")
-    if listener is None:
-        raise CollectiveError(f"rank {rank} of {size} needs its listening socket; create it with "
-                              "collective.listen(host) before the addresses are exchanged")
-    acceptor = _Acceptor(listener, secret, rank, size, timeout)
-    dialed: dict[tuple[int, int], Link] = {}
-    try:
-        for peer in range(rank):
-            for channel in (DATA, CTRL):
-                dialed[(peer, channel)] = _connect_to(peer, addresses[peer], channel, rank, size, secret, timeout)
-        accepted = acceptor.wait()
-    except BaseException:
-        acceptor.stop()
-        acceptor.close_found()
-        for link in dialed.values():
-            link.sock.close()
-        listener.close()
-        raise
-    acceptor.stop()
-    listener.close()
-    links = {**dialed, **accepted}
-    logger.debug("rank %d connected to its %d peers", rank, size - 1)
-    return {peer: Peer(peer, links[(peer, DATA)], links[(peer, CTRL)], timeout_s)
-            for peer in range(size) if peer != rank}
-

@@ -47,7 +47,7 @@ class _ListHandler(logging.Handler):
 
 
 def _rank_entry(rank: int, size: int, target: Callable[..., Any], args: tuple, timeout_s: float,
-                address_q: mp.Queue, conn: Any, result_q: mp.Queue, env: dict[str, str]) -> None:
+                address_q: mp.Queue, conn: Any, result_q: mp.Queue, env: dict[str, str], options: Any) -> None:
     import os
 
     os.environ.update(env)
@@ -62,8 +62,8 @@ def _rank_entry(rank: int, size: int, target: Callable[..., Any], args: tuple, t
         listener, address = collective.listen("127.0.0.1")
         address_q.put((rank, address))
         addresses, secret = conn.recv()
-        with collective.Communicator.connect(rank, size, addresses, listener, secret, timeout_s) as comm, \
-                collective.use(comm):
+        with collective.Communicator.connect(rank, size, addresses, listener, secret, timeout_s,
+                                             options=options) as comm, collective.use(comm):
             outcome.value = target(rank, size, *args)
     except BaseException as exc:  # noqa: BLE001 - reported to the test, which decides whether it was expected
         outcome.error_type, outcome.error = type(exc).__name__, str(exc)
@@ -72,11 +72,13 @@ def _rank_entry(rank: int, size: int, target: Callable[..., Any], args: tuple, t
 
 def run_ranks(target: Callable[..., Any], size: int, *args: Any, timeout_s: float = 20.0, join_s: float = 90.0,
               before_start: Callable[[list[str]], None] | None = None,
-              env: Callable[[int], dict[str, str]] | None = None) -> dict[int, Outcome]:
+              env: Callable[[int], dict[str, str]] | None = None,
+              options: Callable[[int], Any] | None = None) -> dict[int, Outcome]:
     """Run `target(rank, size, *args)` in `size` processes; returns each rank's Outcome (missing if it died).
 
     `env(rank)` gives environment variables set in that rank before it connects (e.g. a host id, so
-    that ranks on this machine look like ranks on different hosts).
+    that ranks on this machine look like ranks on different hosts); `options(rank)`, the CollectiveOptions
+    that rank connects with, as the launcher passes them (None: the rank resolves its own settings).
     `before_start(addresses)` runs after all ranks listen and before they learn the addresses. The test
     fails, instead of hanging, if the ranks are not done after `join_s` seconds.
     """
@@ -85,7 +87,7 @@ def run_ranks(target: Callable[..., Any], size: int, *args: Any, timeout_s: floa
     pipes = [ctx.Pipe() for _ in range(size)]
     processes = [ctx.Process(target=_rank_entry, daemon=True,
                              args=(r, size, target, args, timeout_s, address_q, pipes[r][1], result_q,
-                                   env(r) if env is not None else {}))
+                                   env(r) if env is not None else {}, options(r) if options is not None else None))
                  for r in range(size)]
     for process in processes:
         process.start()

@@ -21,6 +21,7 @@ import pytest
 from hopsml import auth, collective
 from hopsml.collective import protocol, ring
 from hopsml.collective.communicator import SMALL_BYTES
+from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.timeout import TIMEOUT_ENV, resolve_timeout
 from hopsml.errors import AuthenticationError, CollectiveError, HopsmlError, NotInRunError, SettingsError
 
@@ -386,6 +387,26 @@ def test_connect_validates_its_arguments():
         collective.Communicator.connect(2, 2, ["a:1", "b:2"], None, b"s")
     with pytest.raises(SettingsError, match="addresses"):
         collective.Communicator.connect(0, 3, ["a:1"], None, b"s")
+
+
+def test_connect_follows_the_options_it_is_given(monkeypatch):
+    monkeypatch.setenv(TIMEOUT_ENV, "99")
+    listener, address = collective.listen("127.0.0.1")
+    options = CollectiveOptions(timeout_s=7.0, shared_memory=False, host_id="h", gpu_mode="host")
+    with collective.Communicator.connect(0, 1, [address], listener, b"s", options=options) as comm:
+        assert comm.options == options and comm.timeout_s == 7.0
+    listener, address = collective.listen("127.0.0.1")
+    with collective.Communicator.connect(0, 1, [address], listener, b"s", 3, options=options) as comm:
+        assert comm.timeout_s == 3.0 and comm.options.gpu_mode == "host", "timeout_s wins over the options'"
+    listener, address = collective.listen("127.0.0.1")
+    with collective.Communicator.connect(0, 1, [address], listener, b"s") as comm:
+        assert comm.timeout_s == 99.0, "without options: this process's settings"
+    with pytest.raises(SettingsError, match="CollectiveOptions"):
+        collective.Communicator.connect(0, 1, [], None, b"s", options={"timeout_s": 3})
+    for bad in ({"timeout_s": 0}, {"timeout_s": float("nan")}, {"timeout_s": True}, {"shared_memory": "no"},
+                {"gpu_mode": "fast"}):
+        with pytest.raises(SettingsError):
+            CollectiveOptions(**bad)
 
 
 def test_timeout_setting(monkeypatch):

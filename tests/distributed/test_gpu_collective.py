@@ -14,22 +14,23 @@ import pytest
 from hopsml.collective import gpu
 
 
-def _setup(rank: int, devices: list[str], behaviours: list[str], mode: str = "") -> object:
-    import os
-
+def _setup(rank: int, devices: list[str], behaviours: list[str]) -> object:
     import fake_cupy
 
-    if mode:
-        os.environ[gpu.MODE_ENV] = mode
     return fake_cupy.install(device=devices[rank], behaviour=behaviours[rank])
 
 
-def scenario_allreduce(rank: int, size: int, devices: list[str], behaviours: list[str], mode: str = "") -> dict:
+def mode_env(mode: str):
+    """The GPU mode of every rank, set before it connects: the communicator follows its options from then on."""
+    return lambda rank: {gpu.MODE_ENV: mode}
+
+
+def scenario_allreduce(rank: int, size: int, devices: list[str], behaviours: list[str]) -> dict:
     """allreduce and broadcast of device arrays; returns the results and what the fake NCCL saw."""
     from hopsml import collective
     from hopsml.errors import CollectiveError
 
-    state = _setup(rank, devices, behaviours, mode)
+    state = _setup(rank, devices, behaviours)
     import cupy
 
     x = cupy.asarray(np.arange(6, dtype=np.float32).reshape(2, 3) + rank)
@@ -59,7 +60,7 @@ def test_ranks_on_one_gpu_take_the_host_staged_path(ranks):
 
 
 def test_forcing_nccl_on_a_shared_gpu_is_a_clear_error_on_every_rank(ranks):
-    results = ranks(scenario_allreduce, 2, ["GPU-a", "GPU-a"], ["complete", "complete"], "nccl")
+    results = ranks(scenario_allreduce, 2, ["GPU-a", "GPU-a"], ["complete", "complete"], env=mode_env("nccl"))
     for r in results.values():
         assert r.ok, r
         assert "ranks 0, 1 share one GPU" in r.value["error"] and gpu.MODE_ENV in r.value["error"]
@@ -101,6 +102,16 @@ def test_a_hung_nccl_operation_ends_at_the_collective_timeout(ranks):
 
 @pytest.mark.parametrize("mode", ["host"])
 def test_host_mode_never_creates_nccl(ranks, mode):
-    results = ranks(scenario_allreduce, 2, ["GPU-a", "GPU-b"], ["hang", "hang"], mode)
+    results = ranks(scenario_allreduce, 2, ["GPU-a", "GPU-b"], ["hang", "hang"], env=mode_env(mode))
+    for r in results.values():
+        assert r.ok and r.value["created"] == 0 and r.value["y"] == [1, 1, 1, 1], r
+
+
+def test_the_gpu_mode_comes_from_the_options_given_at_connect(ranks):
+    from hopsml.collective.options import CollectiveOptions
+
+    host = CollectiveOptions(timeout_s=20.0, gpu_mode="host")
+    results = ranks(scenario_allreduce, 2, ["GPU-a", "GPU-b"], ["hang", "hang"], env=mode_env("nccl"),
+                    options=lambda rank: host)
     for r in results.values():
         assert r.ok and r.value["created"] == 0 and r.value["y"] == [1, 1, 1, 1], r

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +17,7 @@ import pytest
 
 from hopsml import collective
 from hopsml.collective import shm
+from hopsml.collective.options import CollectiveOptions
 from hopsml.auth import ConnectionKeys
 from hopsml.collective.transport import Link, Peer, PeerLost
 
@@ -25,14 +29,35 @@ def shm_entries() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("hopsml-")}
 
 
-def processes_mapping_segments() -> list[int]:
-    """The processes of this machine that map a segment of hopsml's (those whose maps can be read)."""
-    found = []
-    for maps in Path("/proc").glob("[0-9]*/maps"):
+def processes_of_this_test() -> set[int]:
+    """This process and every live process below it (the forkserver, the ranks, anything they started), from
+    the parent ids in /proc: another job's processes on the machine are none of the test's business."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if "memfd:hopsml-collective" in maps.read_text():
-                found.append(int(maps.parent.name))
-        except OSError:  # gone meanwhile, or another user's
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (command) state ppid ...": the command may hold spaces and parentheses, so split after the last ")"
+        parent = int(text.rpartition(")")[2].split()[1])
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def processes_mapping_segments() -> list[int]:
+    """The processes of this test (see processes_of_this_test) that map a segment of hopsml's."""
+    found = []
+    for pid in sorted(processes_of_this_test()):
+        try:
+            if "memfd:hopsml-collective" in Path(f"/proc/{pid}/maps").read_text():
+                found.append(pid)
+        except OSError:  # gone meanwhile
             continue
     return found
 
@@ -112,6 +137,23 @@ def test_shared_memory_can_be_turned_off(ranks):
         assert outcome.value == ([], "ring", [])
 
 
+def test_the_options_given_at_connect_win_over_the_ranks_environment(ranks):
+    """The launcher passes the run's options; a rank's own environment (here the opposite) is not read."""
+    off = CollectiveOptions(timeout_s=20.0, shared_memory=False)
+    outcomes = ranks(scenario_transports, 2, 100_003, env=lambda r: {shm.SHM_ENV: "1"}, options=lambda r: off)
+    for outcome in outcomes.values():
+        assert outcome.ok, outcome
+        assert outcome.value == ([], "ring", [])
+    hosts = ["a", "a", "b"]
+    outcomes = ranks(scenario_transports, 3, 100_003, env=lambda r: {shm.SHM_ENV: "0", shm.HOST_ID_ENV: "x"},
+                     options=lambda r: CollectiveOptions(timeout_s=20.0, host_id=hosts[r]))
+    for rank, outcome in outcomes.items():
+        assert outcome.ok, outcome
+        peers, path, failures = outcome.value
+        assert (peers, path, failures) == ([r for r in range(3) if r != rank and hosts[r] == hosts[rank]],
+                                           "hierarchical", [])
+
+
 def scenario_die_in_shm(rank: int, size: int, victim: int, hosts: str | None) -> str:
     import signal
     import time
@@ -138,6 +180,41 @@ def test_sigkilled_rank_is_named_and_leaves_no_segment(ranks, size, victim, host
         assert f"rank {victim}" in outcome.error and "allreduce #" in outcome.error
     assert shm_entries() <= before, "a shared-memory segment outlived its ranks"
     assert processes_mapping_segments() == [], "the ranks are gone, and their segments with them"
+
+
+# A process outside the test's tree that maps a segment named like hopsml's, as another job's rank on the same
+# machine does: forked twice, so that it is reparented away from the test; it ends when told to, or after 120 s.
+OUTSIDER = """
+import mmap, os, sys, time
+from pathlib import Path
+if os.fork():
+    os._exit(0)
+fd = os.memfd_create("hopsml-collective", os.MFD_CLOEXEC)
+os.ftruncate(fd, 4096)
+segment = mmap.mmap(fd, 4096)
+folder = Path(sys.argv[1])
+(folder / "pid.tmp").write_text(str(os.getpid()))
+(folder / "pid.tmp").rename(folder / "pid")
+end = time.monotonic() + 120
+while not (folder / "stop").exists() and time.monotonic() < end:
+    time.sleep(0.05)
+"""
+
+
+def test_segments_of_other_jobs_are_not_counted_as_left_behind(tmp_path):
+    subprocess.run([sys.executable, "-c", OUTSIDER, str(tmp_path)], check=True, timeout=60)
+    try:
+        pid_file = tmp_path / "pid"
+        deadline = time.monotonic() + 60  # only so that a broken start fails instead of hanging
+        while not pid_file.exists():
+            assert time.monotonic() < deadline, "the outside process never started"
+            time.sleep(0.05)
+        outsider = int(pid_file.read_text())
+        assert "memfd:hopsml-collective" in Path(f"/proc/{outsider}/maps").read_text()
+        assert outsider not in processes_of_this_test()
+        assert outsider not in processes_mapping_segments()
+    finally:
+        (tmp_path / "stop").touch()
 
 
 # the rings in one process: two ShmPeers over a real segment, with real TCP peers beside them

@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from hopsml.collective import gpu
+from hopsml.collective.options import CollectiveOptions
 from hopsml.auth import ConnectionKeys
 from hopsml.collective.transport import Link, Peer
 from hopsml.errors import CollectiveError, SettingsError
@@ -106,13 +107,17 @@ def test_host_mode_and_disagreeing_modes():
 
 
 def test_collective_mode_setting(monkeypatch):
+    """The GPU mode is a setting, fixed in the options a communicator is connected with."""
     monkeypatch.delenv(gpu.MODE_ENV, raising=False)
-    assert gpu.collective_mode() == "auto"
+    assert CollectiveOptions.resolve().gpu_mode == "auto"
     monkeypatch.setenv(gpu.MODE_ENV, " NCCL ")
-    assert gpu.collective_mode() == "nccl"
+    assert CollectiveOptions.resolve().gpu_mode == "nccl"
     monkeypatch.setenv(gpu.MODE_ENV, "fast")
-    with pytest.raises(SettingsError, match="HOPSML_GPU_COLLECTIVE is 'fast'; set it to one of auto, nccl, host"):
-        gpu.collective_mode()
+    with pytest.raises(SettingsError, match=r"gpu_collective='fast' \(from environment variable HOPSML_GPU_COLLECTIVE\) "
+                                            "is invalid: must be one of auto, nccl, host"):
+        CollectiveOptions.resolve()
+    with pytest.raises(SettingsError, match="gpu_mode is 'fast'; pass one of auto, nccl, host"):
+        CollectiveOptions(gpu_mode="fast")
 
 
 def tcp_pair() -> tuple[socket.socket, socket.socket]:

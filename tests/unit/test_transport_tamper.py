@@ -15,7 +15,7 @@ from tcp_tamper import DOWN, UP, Rewrite, TamperProxy
 
 from hopsml import auth, collective
 from hopsml.auth import TAG_BYTES
-from hopsml.collective import shm, transport
+from hopsml.collective import handshake, shm, transport
 from hopsml.collective.communicator import SEGMENT_BYTES, SMALL_BYTES
 from hopsml.collective.protocol import FIXED_SIZE, Header
 from hopsml.errors import CollectiveError
@@ -186,7 +186,7 @@ def test_an_altered_answer_to_rank_0_is_refused_by_rank_1():
 
 
 def test_an_altered_hello_is_refused_at_the_rendezvous(caplog):
-    caplog.set_level(logging.WARNING, logger=transport.logger.name)
+    caplog.set_level(logging.WARNING, logger=handshake.logger.name)
     challenge_answer = 32 + 32  # the dialer's nonce and its HMAC answer come before its hello
 
     secret = auth.new_secret()
@@ -214,7 +214,7 @@ def test_an_altered_hello_is_refused_at_the_rendezvous(caplog):
     assert set(errors) == {0, 1}
     assert "never connected" in str(errors[0])
     assert "could not complete the handshake with rank 0" in str(errors[1])
-    warnings = [r.getMessage() for r in caplog.records if r.name == transport.logger.name]
+    warnings = [r.getMessage() for r in caplog.records if r.name == handshake.logger.name]
     assert any("hello failed the authentication tag check" in line for line in warnings), warnings
 
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from hopsml import auth
-from hopsml.collective import transport
+from hopsml.collective import handshake, ratelimit, transport
 from hopsml.collective.timeout import Timeout
 from hopsml.errors import AuthenticationError
 
@@ -16,10 +16,10 @@ FLOOD = 200
 
 
 def test_a_connection_flood_is_logged_once_per_interval_with_a_count(caplog):
-    caplog.set_level(logging.WARNING, logger=transport.logger.name)
+    caplog.set_level(logging.WARNING, logger=handshake.logger.name)
     listener, address = transport.listen("127.0.0.1")
     host, port = transport.parse_address(address)
-    acceptor = transport._Acceptor(listener, b"the experiment's secret", 0, 2, Timeout(60, "the flood"))
+    acceptor = handshake._Acceptor(listener, b"the experiment's secret", 0, 2, Timeout(60, "the flood"))
     try:
         for _ in range(FLOOD):
             with socket.create_connection((host, port), timeout=10) as sock:
@@ -28,7 +28,7 @@ def test_a_connection_flood_is_logged_once_per_interval_with_a_count(caplog):
     finally:
         acceptor.stop()
         listener.close()
-    lines = [r.getMessage() for r in caplog.records if r.name == transport.logger.name]
+    lines = [r.getMessage() for r in caplog.records if r.name == handshake.logger.name]
     assert 2 <= len(lines) <= 4, lines   # the first, one per 10 s interval at most, the rest at the end
     assert "refused a connection" in lines[0] and "HMAC" in lines[0]
     held = sum(int(n) for line in lines[1:] for n in re.findall(r"(?:and|^)\s*(\d+) more", line))
@@ -44,7 +44,7 @@ def test_rate_limit_interval_and_counts():
         def warning(self, msg, *args, **kwargs):
             records.append(msg % args)
 
-    limited = transport.RateLimitedWarning(Sink("sink"), interval_s=10.0, clock=lambda: now[0])
+    limited = ratelimit.RateLimitedWarning(Sink("sink"), interval_s=10.0, clock=lambda: now[0])
     for t in (0.0, 1.0, 2.0, 9.9, 10.0, 10.5, 25.0):
         now[0] = t
         limited.warning("refused %s", t)
