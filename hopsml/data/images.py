@@ -42,7 +42,7 @@ from hopsml.data import imaging
 from hopsml.data import shards as shard_io
 from hopsml.data import unischema as petastorm_schema
 from hopsml.data.codec import npy_header
-from hopsml.data.tfrecord import encode_example
+from hopsml.formats.example import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri

@@ -277,7 +277,7 @@ class ShardReader:
         return values if spec["dtype"] == "str" else values.astype(spec["dtype"], copy=False)
 
     def _tfrecord_chunks(self, epoch: int) -> Iterator[dict[str, Any]]:
-        from hopsml.data.tfrecord import decode_example, read_records
+        from hopsml.formats import decode_example, read_records
 
         files = list(self.files)
         if self.shuffle:

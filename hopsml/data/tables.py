@@ -28,7 +28,7 @@ import numpy as np
 from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
-from hopsml.data.tfrecord import encode_example
+from hopsml.formats.example import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -587,7 +587,7 @@ class _JsonLinesWriter:
 
 def _fill_missing_shards(storage: Storage, folder: str, count: int, compression: str | None) -> None:
     """Spark may skip the Python function for an empty partition: give every shard a file."""
-    from hopsml.data.tfrecord import shard_name
+    from hopsml.formats.tfrecord import shard_name
 
     for index in range(count):
         rel = ds.layout.join(folder, shard_name(index, count, compression))

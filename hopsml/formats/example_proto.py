@@ -25,7 +25,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 __all__ = ["BytesList", "Example", "Feature", "Features", "FloatList", "Int64List"]
 
 _PACKAGE = "tensorflow"
-_FILE_NAME = "hopsml/data/tensorflow_example.proto"
+_FILE_NAME = "hopsml/formats/tensorflow_example.proto"
 
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
