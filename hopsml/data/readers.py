@@ -125,7 +125,7 @@ class ShardReader:
         for rel in self.storage.ls(folder):
             if not rel.endswith(".parquet") or posixpath.basename(rel).startswith((".", "_")):
                 continue
-            with self.storage.fs.open_input_file(self.storage.path(rel)) as handle:
+            with self.storage.open_input(rel, seekable=True) as handle:
                 metadata = pq.ParquetFile(handle).metadata
             pieces += [Piece(rel, g, metadata.row_group(g).num_rows) for g in range(metadata.num_row_groups)]
         return [p for p in pieces if p.rows > 0]
@@ -222,7 +222,7 @@ class ShardReader:
     def _read_piece(self, piece: Piece) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
-        with self.storage.fs.open_input_file(self.storage.path(piece.path)) as handle:
+        with self.storage.open_input(piece.path, seekable=True) as handle:
             table = pq.ParquetFile(handle).read_row_group(piece.row_group, columns=self.fields,
                                                           use_threads=False)
         chunk = {name: self._column(name, table.column(name)) for name in self.fields}
@@ -287,7 +287,7 @@ class ShardReader:
         for rel in files:
             columns: dict[str, list[Any]] = {name: [] for name in self.fields}
             local = self.storage.local_path(rel)
-            stream = None if local else self.storage.fs.open_input_stream(self.storage.path(rel))
+            stream = None if local else self.storage.open_input(rel)
             try:
                 for record in read_records(local or stream, compression):
                     example = decode_example(record)

@@ -163,7 +163,7 @@ def create_app(settings: config.Settings) -> Flask:
         name = posixpath.basename(rel)
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
         safe_inline = kind.startswith("image/") and kind != "image/svg+xml" or kind == "text/plain"
-        stream = storage.fs.open_input_stream(storage.path(rel))
+        stream = storage.open_input(rel)
 
         def chunks():
             with stream:

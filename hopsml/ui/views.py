@@ -9,7 +9,6 @@ import base64
 import io
 import json
 import logging
-import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -57,11 +56,8 @@ def safe_join(base: str, rel: str) -> str:
 def check_inside(storage: Storage, rel: str) -> str:
     """`rel` itself, after checking that on a local root it does not lead out of the root through a
     symbolic link; NotFound if it does."""
-    local = storage.local_path(rel)
-    if local is not None:
-        root = os.path.realpath(storage.local_path(""))
-        if os.path.commonpath([root, os.path.realpath(local)]) != root:
-            raise NotFound(f"no file {posixpath.basename(rel)!r} here")
+    if not storage.contains(rel):
+        raise NotFound(f"no file {posixpath.basename(rel)!r} here")
     return rel
 
 
@@ -131,14 +127,8 @@ class FileEntry:
 
 def list_files(storage: Storage, folder: str) -> list[FileEntry]:
     """Every file below `folder`, relative to it, sorted."""
-    if not storage.isdir(folder):
-        return []
     base = storage.path(folder)
-    try:
-        infos = storage.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    except OSError as exc:
-        raise StorageError(f"cannot list {storage.uri(folder)}: {exc}") from exc
-    return sorted((FileEntry(posixpath.relpath(i.path, base), int(i.size or 0)) for i in infos
+    return sorted((FileEntry(posixpath.relpath(i.path, base), int(i.size or 0)) for i in storage.walk(folder)
                    if i.type == pafs.FileType.File), key=lambda f: f.rel)
 
 
@@ -154,9 +144,11 @@ def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int 
     if start >= size:
         return "", size
     try:
-        with storage.fs.open_input_file(storage.path(rel)) as stream:
+        with storage.open_input(rel, seekable=True) as stream:
             stream.seek(start)
             data = stream.read(size - start)
+    except StorageError:
+        raise
     except OSError as exc:
         raise StorageError(f"cannot read {storage.uri(rel)}: {exc}") from exc
     return data.decode("utf-8", errors="replace"), start + len(data)
@@ -164,7 +156,7 @@ def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int 
 
 def metric_series(storage: Storage, rel: str) -> dict[str, list[tuple[float, float]]]:
     """metrics.jsonl as {name: [(step, value), ...]}; empty when there is none."""
-    if not storage.exists(rel):
+    if not storage.exists(rel) or not storage.contains(rel):
         return {}
     series: dict[str, list[tuple[float, float]]] = {}
     for index, row in enumerate(read_metrics(storage.read_text(rel))):
@@ -220,13 +212,15 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
                 logs=[f.rel for f in files if _is_log(f.rel)][:MAX_LOGS],
                 record_json=json.dumps(data, indent=2, default=str))
     names = {f.rel for f in files}
-    view["environment"] = storage.read_text(exp.environment) if layout.ENVIRONMENT in names else None
+    view["environment"] = (storage.read_text(check_inside(storage, exp.environment))
+                           if layout.ENVIRONMENT in names else None)
     view["program"] = None
     for suffix in (".ipynb", ".py"):
         rel = layout.PROGRAM_STEM + suffix
         entry = next((f for f in files if f.rel == rel), None)
         if entry is not None:
-            text = storage.read_bytes(exp.program(suffix))[:PROGRAM_BYTES].decode("utf-8", errors="replace")
+            with storage.open_input(check_inside(storage, exp.program(suffix))) as stream:
+                text = stream.read(PROGRAM_BYTES).decode("utf-8", errors="replace")
             view["program"] = {"kind": suffix, "text": text, "rel": rel}
             break
     view["search"] = search_view(storage, exp, rec) if layout.SUMMARY in names else None
@@ -395,7 +389,8 @@ def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any],
     for rel in storage.ls(ddir.parquet(split)):
         if not rel.endswith(".parquet"):
             continue
-        table = pq.read_table(storage.path(rel), filesystem=storage.fs, columns=["image", "label"])
+        with storage.open_input(rel, seekable=True) as handle:
+            table = pq.read_table(handle, columns=["image", "label"])
         images = decode_column(table.column("image"), shape, dtype)
         for pixels, label in zip(images, table.column("label").to_pylist()):
             text = labels[label] if isinstance(label, int) and 0 <= label < len(labels) else str(label)
