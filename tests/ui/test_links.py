@@ -32,6 +32,10 @@ def _train(lr):
 def linked_run(root, tmp_path):
     """A finished run whose program.py and conda.yml are links to files outside the root, with a
     link to an outside folder of many files, and two link loops in one folder."""
+    return _linked_run(root, tmp_path, loops=True)
+
+
+def _linked_run(root, tmp_path, loops: bool) -> str:
     storage = Storage(str(root))
     run = records.ExperimentRun.start(storage, PROJECT, "local-1700000000000", name="linked", fn=_train)
     storage.write_text(run.dir.output_log, "epoch 1\n")
@@ -48,8 +52,9 @@ def linked_run(root, tmp_path):
             os.remove(folder / name)
         os.symlink(target, folder / name)
     os.symlink(outside / "many", folder / "many")
-    os.symlink(".", folder / "loop_a")
-    os.symlink(".", folder / "loop_b")
+    if loops:
+        os.symlink(".", folder / "loop_a")
+        os.symlink(".", folder / "loop_b")
     return run.id
 
 
@@ -86,3 +91,13 @@ def test_experiments_show_lists_no_file_through_links_out_of_the_root_and_ends_o
     assert not any(n.startswith(("many", "program.py", layout.ENVIRONMENT)) for n in names), names
     assert not any(n.startswith("loop_a/") or n.startswith("loop_b/") for n in names), names
     assert SECRET not in shown.stdout
+
+
+def test_without_loops_the_outside_files_are_not_shown_either(root, tmp_path):
+    """The same links without the loops: the page answers, and the outside text is still not on it."""
+    exp_id = _linked_run(root, tmp_path, loops=False)
+    env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT=PROJECT)
+    with ui_server(env) as base:
+        status, page = _get(f"{base}p/{PROJECT}/runs/{exp_id}")
+        assert status == 200 and "output.log" in page
+        assert SECRET not in page and "leak_" not in page
