@@ -345,7 +345,7 @@ class Storage:
         """HDFS and stores like it, whose rename refuses an existing target: rename the old version
         aside, rename the new one in (moving the old one back if that fails), then delete the old."""
         parent, name = posixpath.split(final)
-        old = posixpath.join(parent, f".{name}.old-{uuid.uuid4().hex}")
+        old: str | None = posixpath.join(parent, f".{name}.old-{uuid.uuid4().hex}")
         try:
             if self.fs.get_file_info(final).type == pafs.FileType.NotFound:
                 old = None

@@ -10,6 +10,7 @@ this module's older, documented name.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import math
 import numbers
@@ -43,7 +44,7 @@ def _choice(value: str | None, choices: Sequence[str], what: str) -> str | None:
 
 
 def sort_records(recs: Iterable[ExperimentRecord], sort: str = "start", direction: str = "max"
-                 ) -> list[ExperimentRecord]:
+                 ) -> builtins.list[ExperimentRecord]:
     """Records in the order ``sort`` names: 'start' newest first, 'metric' best first (highest for
     direction 'max', lowest for 'min'; runs without a number last), 'name' A to Z, 'duration'
     longest first."""
@@ -65,7 +66,7 @@ def sort_records(recs: Iterable[ExperimentRecord], sort: str = "start", directio
 
 def list(name: str | None = None, state: str | None = None, type: str | None = None, *,  # noqa: A001,A002
          sort: str = "start", direction: str = "max", limit: int | None = None,
-         settings: config.Settings | None = None) -> list[ExperimentRecord]:
+         settings: config.Settings | None = None) -> builtins.list[ExperimentRecord]:
     """The readable experiments of the project, as records (``ExperimentRecord``: id, name, state,
     metric, hyperparameters, logdir, ...), filtered and sorted.
 

@@ -281,6 +281,8 @@ class _Source:
         """Return the next non-empty block of decompressed bytes, or b"" at the end."""
         while not self.truncated:
             decompressor = self._decompressor
+            if decompressor is None:   # read() reads an uncompressed file itself
+                return b""
             if decompressor.eof:
                 # another gzip member may follow, as `cat a.gz b.gz` produces
                 rest = decompressor.unused_data or self._file.read(_READ_BLOCK)

@@ -344,8 +344,9 @@ def _datasets(storage: Storage, ctx: RunContext | None, experiment: dict[str, An
 
 def _copy_in(storage: Storage, local: str | None, rel: str | None, stage: str) -> None:
     """A file lands as stage/<its name>; a folder's contents land in stage (as hops does)."""
-    if local is not None and rel is None:
-        storage.upload(local, stage if os.path.isdir(local) else layout.join(stage, os.path.basename(local)))
+    if rel is None:
+        if local is not None:
+            storage.upload(local, stage if os.path.isdir(local) else layout.join(stage, os.path.basename(local)))
         return
     storage.copy_tree(rel, stage if storage.isdir(rel) else layout.join(stage, posixpath.basename(rel)))
 

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 
 from hopsml import layout
 from hopsml.data import dataset as ds
+from hopsml.data.manifest import Manifest
 from hopsml.errors import HopsmlError, InvalidNameError, StorageError
 from hopsml.fs import Storage
 from hopsml.tracking import record as records
@@ -245,7 +246,7 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
         return {"error": f"{layout.SUMMARY} cannot be read ({type(exc).__name__}: {exc})", "trials": []}
     direction = (rec.direction or "max").lower()
     sign = -1 if direction == "max" else 1
-    rows = []
+    rows: list[dict[str, Any]] = []
     for trial in trials:
         if not isinstance(trial, dict):
             continue
@@ -317,7 +318,7 @@ def top_values(column: dict[str, Any], splits: list[str]) -> dict[str, list[list
 
 
 def dataset_rows(storage: Storage, project: str) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in ds.list_names(storage, project):
         try:
             manifest = storage.read_json(ds.DatasetDir.of(project, name).manifest)
@@ -363,14 +364,14 @@ def dataset_view(storage: Storage, project: str, name: str) -> dict[str, Any]:
                 view["rejected"].append(entry if isinstance(entry, dict) else {"path": str(entry)})
     if manifest.get("kind") == "images":
         try:
-            view["thumbnails"] = thumbnails(storage, ddir, manifest)
+            view["thumbnails"] = thumbnails(storage, ddir, Manifest.from_json(manifest, storage.uri(ddir.manifest)))
         except (OSError, ValueError, KeyError, TypeError, HopsmlError) as exc:
             log.warning("no sample images for dataset %s: %s", name, exc)
             view["thumbnails_error"] = f"sample images cannot be read: {exc}"
     return view
 
 
-def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any],
+def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: Manifest,
                per_class: int = THUMBS_PER_CLASS) -> dict[str, list[str]]:
     """Up to `per_class` images of each class as PNG data URIs, from the first split's Parquet files."""
     import numpy as np
@@ -379,12 +380,12 @@ def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any],
 
     from hopsml.data.codec import decode_column
 
-    field = manifest["fields"]["image"]
+    field = manifest.fields["image"]
     shape, dtype = tuple(field["shape"]), np.dtype(field.get("dtype", "uint8"))
-    split = next(iter(manifest.get("splits") or {}), None)
+    split = next(iter(manifest.splits), None)
     if split is None:
         return {}
-    labels = [str(label) for label in manifest.get("labels") or []]
+    labels = [str(label) for label in manifest.labels or []]
     found: dict[str, list[str]] = {label: [] for label in labels}
     for rel in storage.ls(ddir.parquet(split)):
         if not rel.endswith(".parquet"):
