@@ -133,13 +133,13 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
                       f"'hopsml experiments clean {exp_id}' removes the run"]
     lines += ["", f"files in {storage.uri(exp_dir.path)}:"]
     lines += [f"  {p[len(exp_dir.path) + 1:]}" for p in storage.ls(exp_dir.path, recursive=True)]
-    if storage.exists(exp_dir.summary):
+    if storage.exists(exp_dir.summary) and storage.contains(exp_dir.summary):   # not through a link out
         try:
             lines += ["", "trials, best first:", _trials_table(storage.read_json(exp_dir.summary)["trials"],
                                                               rec.direction or "max")]
         except (StorageError, ValueError, KeyError, TypeError, AttributeError) as exc:
             lines += ["", f"trials: {layout.SUMMARY} cannot be read ({type(exc).__name__}: {exc})"]
-    if storage.exists(exp_dir.metrics):
+    if storage.exists(exp_dir.metrics) and storage.contains(exp_dir.metrics):
         last: dict[str, dict[str, Any]] = {}
         try:
             for row in read_metrics(storage.read_text(exp_dir.metrics)):

@@ -4,6 +4,7 @@ one folder made the run page and `hopsml experiments show` walk 2**40 paths)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,8 @@ def _linked_run(root, tmp_path, loops: bool) -> str:
             os.remove(folder / name)
         os.symlink(target, folder / name)
     os.symlink(outside / "many", folder / "many")
+    (outside / "metrics.jsonl").write_text(json.dumps({"step": 0, "name": SECRET, "value": 1}) + "\n")
+    os.symlink(outside / "metrics.jsonl", folder / layout.METRICS)
     if loops:
         os.symlink(".", folder / "loop_a")
         os.symlink(".", folder / "loop_b")
