@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hopsml.data.imaging import encode_jpeg, transform
-from hopsml.data.tfrecord import TFRecordWriter, read_records
+from hopsml.formats.tfrecord import TFRecordWriter, read_records
 
 
 def median_seconds(run: Callable[[], object], runs: int) -> float:

@@ -12,12 +12,12 @@ from typing import Any
 from collections.abc import Sequence
 
 from hopsml import config, layout
-from hopsml import experiments as experiments_api
+from hopsml import run_catalog
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.model import commands as model_commands
-from hopsml.text import format_table
+from hopsml.cli_tables import format_table
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
 from hopsml.ui import commands as ui_commands
@@ -43,7 +43,7 @@ def _list_rows(storage: Storage, project: str, name: str | None, state: str | No
         readable.append(rec)
     directions = {r.direction for r in readable if r.direction in ("max", "min")}
     direction = directions.pop() if len(directions) == 1 else "max"
-    for rec in experiments_api.sort_records(readable, sort, direction):
+    for rec in run_catalog.sort_records(readable, sort, direction):
         shown, lost = records.shown_state(storage, project, rec, lost_after_s)
         if state and shown != state.upper():
             continue
@@ -133,13 +133,13 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
                       f"'hopsml experiments clean {exp_id}' removes the run"]
     lines += ["", f"files in {storage.uri(exp_dir.path)}:"]
     lines += [f"  {p[len(exp_dir.path) + 1:]}" for p in storage.ls(exp_dir.path, recursive=True)]
-    if storage.exists(exp_dir.summary):
+    if storage.exists(exp_dir.summary) and storage.contains(exp_dir.summary):   # not through a link out
         try:
             lines += ["", "trials, best first:", _trials_table(storage.read_json(exp_dir.summary)["trials"],
                                                               rec.direction or "max")]
         except (StorageError, ValueError, KeyError, TypeError, AttributeError) as exc:
             lines += ["", f"trials: {layout.SUMMARY} cannot be read ({type(exc).__name__}: {exc})"]
-    if storage.exists(exp_dir.metrics):
+    if storage.exists(exp_dir.metrics) and storage.contains(exp_dir.metrics):
         last: dict[str, dict[str, Any]] = {}
         try:
             for row in read_metrics(storage.read_text(exp_dir.metrics)):
@@ -153,11 +153,26 @@ def experiments_show(settings: config.Settings, exp_id: str) -> str:
 
 
 def _trials_table(trials: list[dict[str, Any]], direction: str) -> str:
+    """The trials best first; below the table, why each failed one failed (too long for a column)."""
     sign = -1 if direction == "max" else 1
     ordered = sorted(trials, key=lambda t: (t["metric"] is None, sign * (t["metric"] or 0)))
     rows = [{"trial": t["dir"].rsplit("/", 1)[-1], "state": t["state"], "metric": t["metric"],
              "seconds": t["duration"]} for t in ordered]
-    return format_table(rows, ("trial", "state", "metric", "seconds"))
+    lines = [format_table(rows, ("trial", "state", "metric", "seconds"))]
+    failed = [(row["trial"], row["state"], _reason(t)) for row, t in zip(rows, ordered)
+              if row["state"] == records.State.FAILED.value or t.get("error")]
+    if failed:
+        lines += ["", "why they failed:"] + [f"  {name}: {state}: {reason}" for name, state, reason in failed]
+    return "\n".join(lines)
+
+
+def _reason(trial: dict[str, Any], limit: int = 500) -> str:
+    """A trial's recorded error on one line, else the last line of its traceback."""
+    error = trial.get("error") or (str(trial.get("traceback") or "").strip().splitlines() or [""])[-1]
+    text = " ".join(str(error).split())
+    if not text:
+        return "no reason recorded"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def quickstart(settings: config.Settings) -> str:
@@ -202,9 +217,9 @@ def _parser() -> argparse.ArgumentParser:
     lister.add_argument("--name", help="only names containing this text")
     lister.add_argument("--state", choices=[s.value for s in records.State] + [records.BROKEN], type=str.upper)
     lister.add_argument("--limit", type=int, help="show at most this many")
-    lister.add_argument("--sort", choices=experiments_api.SORT_KEYS, default="start",
+    lister.add_argument("--sort", choices=run_catalog.SORT_KEYS, default="start",
                         help="start: newest first (default); metric: best first; name; duration: longest first")
-    lister.add_argument("--type", dest="kind", choices=experiments_api.TYPES, type=str.upper,
+    lister.add_argument("--type", dest="kind", choices=run_catalog.TYPES, type=str.upper,
                         help="only runs of this type (PARALLEL_EXPERIMENTS: searches)")
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")

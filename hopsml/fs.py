@@ -6,6 +6,8 @@ deleting the old version first: one rename on local disks, the old version renam
 file, and when putting it in place fails the error says where the new content was kept.
 A `Storage` pickles as its URI and rebuilds its filesystem where it lands (an executor); what it
 shows or records (`uri()`, its repr, error messages) carries no credentials.
+On a local root a listing follows a symbolic link only when it stays inside the root, and lists
+each real folder once: a link out of the root shows nothing, and a link loop ends.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 import os
 import posixpath
 import shutil
+import stat as _stat
 import uuid
 from contextlib import contextmanager
 from typing import IO, Any
@@ -57,6 +60,11 @@ def _json_ready(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_ready(item) for item in value]
     return value
+
+
+def _within(root: str, path: str) -> bool:
+    """True when the real path `path` is the real folder `root` or below it."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _split_root(root: str) -> tuple[pafs.FileSystem, str, bool]:
@@ -149,23 +157,112 @@ class Storage:
     def isdir(self, rel: str) -> bool:
         return self.info(rel).type == pafs.FileType.Directory
 
-    def ls(self, rel: str = "", recursive: bool = False) -> list[str]:
-        """Root-relative paths below `rel`, sorted; empty when `rel` does not exist."""
+    def relative(self, path: str) -> str:
+        """The root-relative path of a path inside the filesystem (as `path` and `walk` give them).
+
+        >>> Storage("/data/root").relative("/data/root/Projects/p")
+        'Projects/p'
+        """
+        base = self.path().rstrip("/")
+        if path.rstrip("/") == base:
+            return ""
+        if not path.startswith(base + "/"):
+            raise StorageError(f"{path} is not inside the root {self.uri()}")
+        return path[len(base) + 1:]
+
+    def contains(self, rel: str) -> bool:
+        """False when `rel` leads out of the root through a symbolic link (local roots; remote
+        stores have no links), True otherwise, also when it does not exist."""
+        local = self.local_path(rel)
+        if local is None:
+            return True
+        root = os.path.realpath(self.path())
+        return _within(root, os.path.realpath(local))
+
+    def walk(self, rel: str = "", recursive: bool = True) -> list[pafs.FileInfo]:
+        """What the folder `rel` holds (every level with `recursive`), sorted by path; empty when
+        `rel` is not a folder. Paths are inside the filesystem (`relative` makes them root-relative).
+
+        On a local root a symbolic link is followed only when it stays inside the root, a broken
+        link is left out, and each real folder is listed once, so link loops end.
+        """
+        if self.local_path() is not None:
+            return self._walk_local(rel, recursive)
         if not self.isdir(rel):
             return []
         selector = pafs.FileSelector(self.path(rel), recursive=recursive, allow_not_found=True)
-        base = self.path()
         try:
             infos = self.fs.get_file_info(selector)
         except OSError as exc:
             raise StorageError(f"cannot list {self.uri(rel)}: {exc}") from exc
-        return sorted(posixpath.relpath(info.path, base) for info in infos)
+        return sorted(infos, key=lambda info: info.path)
+
+    def _walk_local(self, rel: str, recursive: bool) -> list[pafs.FileInfo]:
+        """`walk` on a local root: real folders first, then folders reached through links, each
+        real folder descended once (by its own path when it has one)."""
+        root = os.path.realpath(self.path())
+        start = self.path(rel)
+        try:
+            st = os.stat(start)
+        except OSError:
+            return []
+        if not _stat.S_ISDIR(st.st_mode) or not _within(root, os.path.realpath(start)):
+            return []
+        seen: set[tuple[int, int]] = set()
+        folders: list[tuple[str, tuple[int, int]]] = [(start, (st.st_dev, st.st_ino))]
+        linked: list[tuple[str, tuple[int, int]]] = []
+        out: list[pafs.FileInfo] = []
+        while folders or linked:
+            folder, key = folders.pop() if folders else linked.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                with os.scandir(folder) as entries:
+                    found = list(entries)
+            except OSError as exc:
+                if folder == start:
+                    raise StorageError(f"cannot list {self.uri(rel)}: {exc}") from exc
+                log.warning("cannot list %s: %s", self._shown(folder), exc)
+                continue
+            for entry in found:
+                path = posixpath.join(folder, entry.name)
+                try:
+                    is_link = entry.is_symlink()
+                    if is_link and not _within(root, os.path.realpath(path)):
+                        continue   # leads out of the root
+                    st = os.stat(path)
+                except OSError:
+                    continue       # a broken link, or gone since the listing
+                if _stat.S_ISDIR(st.st_mode):
+                    out.append(pafs.FileInfo(path, pafs.FileType.Directory, mtime_ns=st.st_mtime_ns))
+                    if recursive:
+                        (linked if is_link else folders).append((path, (st.st_dev, st.st_ino)))
+                elif _stat.S_ISREG(st.st_mode):
+                    out.append(pafs.FileInfo(path, pafs.FileType.File, size=st.st_size,
+                                             mtime_ns=st.st_mtime_ns))
+        return sorted(out, key=lambda info: info.path)
+
+    def ls(self, rel: str = "", recursive: bool = False) -> list[str]:
+        """Root-relative paths below `rel`, sorted; empty when `rel` does not exist (see `walk`)."""
+        return sorted(self.relative(info.path) for info in self.walk(rel, recursive))
 
     # --- reads ---------------------------------------------------------------------------------
     def read_bytes(self, rel: str) -> bytes:
         try:
             with self.fs.open_input_stream(self.path(rel)) as stream:
                 return stream.read()
+        except FileNotFoundError as exc:
+            raise StorageError(f"{self.uri(rel)} does not exist") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.uri(rel)}: {exc}") from exc
+
+    def open_input(self, rel: str, *, seekable: bool = False) -> pafs.NativeFile:
+        """A file to read `rel` from (use it in a with block): a stream, or a seekable file for
+        Parquet and for reading a part of a file."""
+        path = self.path(rel)
+        try:
+            return self.fs.open_input_file(path) if seekable else self.fs.open_input_stream(path)
         except FileNotFoundError as exc:
             raise StorageError(f"{self.uri(rel)} does not exist") from exc
         except OSError as exc:
@@ -248,7 +345,7 @@ class Storage:
         """HDFS and stores like it, whose rename refuses an existing target: rename the old version
         aside, rename the new one in (moving the old one back if that fails), then delete the old."""
         parent, name = posixpath.split(final)
-        old = posixpath.join(parent, f".{name}.old-{uuid.uuid4().hex}")
+        old: str | None = posixpath.join(parent, f".{name}.old-{uuid.uuid4().hex}")
         try:
             if self.fs.get_file_info(final).type == pafs.FileType.NotFound:
                 old = None
@@ -298,6 +395,15 @@ class Storage:
         """Write JSON atomically; NaN and infinities become the strings 'nan', 'inf', '-inf'."""
         text = json.dumps(_json_ready(obj), indent=2, sort_keys=False, default=str, allow_nan=False)
         self.write_bytes(rel, (text + "\n").encode())
+
+    def overwrite_bytes(self, rel: str, data: bytes) -> None:
+        """Write a small file over its old version directly, not aside: for a file rewritten every
+        few seconds (a heartbeat) whose readers tolerate a torn read."""
+        try:
+            with self.fs.open_output_stream(self.path(rel)) as stream:
+                stream.write(data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.uri(rel)}: {exc}") from exc
 
     def append_text(self, rel: str, text: str) -> None:
         """Append to a file (metrics): local and HDFS append in place; S3 cannot and rewrites."""
@@ -349,9 +455,43 @@ class Storage:
                     self.download(child, os.path.join(local, *posixpath.relpath(child, rel).split("/")))
             return local
         os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-        with self.fs.open_input_stream(self.path(rel)) as src, open(local, "wb") as dst:
+        with self.open_input(rel) as src, open(local, "wb") as dst:
             shutil.copyfileobj(src, dst, _CHUNK)
         return local
+
+    def copy_tree(self, src: str, dst: str) -> None:
+        """Copy the file `src`, or the folder `src` with all it holds (`walk`'s view of it), to `dst`;
+        on the server where the store can (HDFS, S3). Existing files at `dst` are replaced."""
+        info = self.info(src)
+        try:
+            if info.type == pafs.FileType.File:
+                self.makedirs(posixpath.dirname(dst.strip("/")))
+                self.fs.copy_file(self.path(src), self.path(dst))
+                return
+            if info.type != pafs.FileType.Directory:
+                raise StorageError(f"cannot copy {self.uri(src)}: it does not exist")
+            self.makedirs(dst)
+            for child in self.walk(src, recursive=True):
+                target = posixpath.join(dst.strip("/"), child.path[len(self.path(src)) + 1:])
+                if child.type == pafs.FileType.Directory:
+                    self.makedirs(target)
+                else:
+                    self.fs.copy_file(child.path, self.path(target))
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"cannot copy {self.uri(src)} to {self.uri(dst)}: {exc}") from exc
+
+    def move(self, src: str, dst: str) -> None:
+        """Move the file or folder `src` to `dst` (which must not exist); folders as `move_dir`."""
+        if self.isdir(src):
+            self.move_dir(src, dst)
+            return
+        self.makedirs(posixpath.dirname(dst.strip("/")))
+        try:
+            self.fs.move(self.path(src), self.path(dst))
+        except OSError as exc:
+            raise StorageError(f"cannot move {self.uri(src)} to {self.uri(dst)}: {exc}") from exc
 
     def move_dir(self, src: str, dst: str) -> None:
         """Move the folder ``src`` to ``dst`` (which must not exist): one rename where the store has

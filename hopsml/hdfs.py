@@ -289,12 +289,7 @@ def stat(hdfs_path: str, project: str | None = None) -> StatResult:
 
 
 def _children(storage: Storage, rel: str, recursive: bool) -> list[pafs.FileInfo]:
-    selector = pafs.FileSelector(storage.path(rel), recursive=recursive)
-    try:
-        infos = storage.fs.get_file_info(selector)
-    except OSError as exc:
-        raise StorageError(f"cannot list {storage.uri(rel)}: {exc}") from exc
-    return sorted(infos, key=lambda info: info.path)
+    return storage.walk(rel, recursive)
 
 
 def _listing(hdfs_path: str, recursive: bool, project: str | None) -> tuple[Storage, list[pafs.FileInfo]]:
@@ -466,39 +461,22 @@ def _make_room(storage: Storage, target: str, overwrite: bool) -> None:
         _remove(storage, target)
 
 
-def _copy_tree(storage: Storage, src: str, dst: str, info: pafs.FileInfo) -> None:
-    if info.type == pafs.FileType.File:
-        storage.makedirs(posixpath.dirname(dst))
-        storage.fs.copy_file(storage.path(src), storage.path(dst))
-        return
-    storage.makedirs(dst)
-    for child in _children(storage, src, True):
-        sub = child.path[len(storage.path(src)) + 1:]
-        if child.type == pafs.FileType.Directory:
-            storage.makedirs(layout.join(dst, sub))
-        else:
-            storage.fs.copy_file(child.path, storage.path(layout.join(dst, sub)))
-
-
 def cp(src_hdfs_path: str, dest_hdfs_path: str, overwrite: bool = False) -> None:
     """Copy a file or folder (recursively); into `dest` when it is an existing folder."""
     storage, src = _resolve(src_hdfs_path)
-    info = _require(storage, src, src_hdfs_path)
+    _require(storage, src, src_hdfs_path)
     _, dest = _resolve(dest_hdfs_path)
     target = _target(storage, src, dest)
     if target == src or target.startswith(src + "/"):
         raise InvalidPathError(f"cannot copy {storage.uri(src)} into itself ({storage.uri(target)})")
     _make_room(storage, target, overwrite)
-    try:
-        _copy_tree(storage, src, target, info)
-    except OSError as exc:
-        raise StorageError(f"cannot copy {storage.uri(src)} to {storage.uri(target)}: {exc}") from exc
+    storage.copy_tree(src, target)
 
 
 def move(src: str, dest: str) -> None:
     """Move a file or folder; into `dest` when it is an existing folder. An existing file is not replaced."""
     storage, src_rel = _resolve(src)
-    info = _require(storage, src_rel, src)
+    _require(storage, src_rel, src)
     _, dest_rel = _resolve(dest)
     target = _target(storage, src_rel, dest_rel)
     if target == src_rel:
@@ -507,11 +485,9 @@ def move(src: str, dest: str) -> None:
         raise InvalidPathError(f"cannot move {storage.uri(src_rel)} into itself ({storage.uri(target)})")
     _make_room(storage, target, overwrite=False)
     try:
-        if info.type == pafs.FileType.Directory:
-            storage.move_dir(src_rel, target)
-        else:
-            storage.makedirs(posixpath.dirname(target))
-            storage.fs.move(storage.path(src_rel), storage.path(target))
+        storage.move(src_rel, target)
+    except StorageError:
+        raise
     except OSError as exc:
         raise StorageError(f"cannot move {storage.uri(src_rel)} to {storage.uri(target)}: {exc}") from exc
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from contextlib import ExitStack
-from typing import IO, Any
+from typing import IO, Any, cast
 
 
 class HdfsFile(io.RawIOBase):
@@ -36,9 +36,10 @@ class HdfsFile(io.RawIOBase):
     def seekable(self) -> bool:
         return self.readable()
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1) -> bytes:
         self._check_open()
-        return self._stream.read(None if size is None or size < 0 else size)
+        stream: Any = self._stream   # pyarrow's files read everything on None, not on -1
+        return stream.read(None if size is None or size < 0 else size)
 
     def readall(self) -> bytes:
         return self.read()
@@ -94,6 +95,9 @@ class _Buffered:
 
     raw_file: HdfsFile
 
+    def close(self) -> None:
+        super().close()  # type: ignore[misc]  # io.BufferedReader's or io.TextIOWrapper's, after this mixin
+
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self.raw_file.discard_on_close(exc_type, exc, tb)
@@ -113,7 +117,7 @@ def wrap(raw: HdfsFile, text: bool, encoding: str = "utf-8") -> IO[Any]:
     layer: Any
     if not text:
         if not raw.readable():
-            return raw
+            return cast(IO[Any], raw)   # a RawIOBase: the file interface, though not IO by name
         layer = _BufferedReader(raw)
     else:
         layer = _TextFile(_BufferedReader(raw) if raw.readable() else io.BufferedWriter(raw), encoding=encoding)

@@ -15,7 +15,7 @@ from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
-from hopsml.text import format_table
+from hopsml.cli_tables import format_table
 
 COMMANDS = ("prep", "datasets")
 

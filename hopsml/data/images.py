@@ -42,7 +42,8 @@ from hopsml.data import imaging
 from hopsml.data import shards as shard_io
 from hopsml.data import unischema as petastorm_schema
 from hopsml.data.codec import npy_header
-from hopsml.data.tfrecord import encode_example
+from hopsml.data.manifest import Manifest
+from hopsml.formats.example import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -531,27 +532,26 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
         storage.write_json(stage.stats_json, image_stats)
         storage.write_text(stage.stats_html, stats_mod.render_html(image_stats, title=dataset))
         summary.seconds = time.perf_counter() - started
-        storage.write_json(stage.manifest, {
-            "format_version": ds.FORMAT_VERSION, "kind": "images", "name": dataset,
-            "created": ds.now(), "source": redact_uri(src), "options": {
+        Manifest(
+            kind="images", name=dataset, source=redact_uri(src), options={
                 "resize": options.resize, "crop": options.crop, "image_format": options.image_format,
                 "glob": options.glob, "draft": options.draft, "compression": options.compression,
                 "test_fraction": options.test_fraction, "seed": options.seed},
-            "fields": {"image": {"dtype": "uint8", "shape": list(options.shape), "encoding": "npy",
-                                 "tfrecord": "image/encoded"},
-                       "label": {"dtype": "int32", "shape": [], "tfrecord": "image/class/label"},
-                       "label_text": {"dtype": "str", "shape": [], "tfrecord": "image/class/text"},
-                       "path": {"dtype": "str", "shape": [], "tfrecord": "image/filename"}},
-            "default_fields": ["image", "label"],
-            "label_field": "label", "labels": labels,
-            "splits": {split: {"rows": summary.splits[split], "parquet": f"{ds.PARQUET}/{split}",
-                               "tfrecord": f"{ds.TFRECORD}/{split}", "shards": count}
-                       for split in options.splits},
-            "counts": {"read": summary.read, "written": summary.written, "rejected": summary.rejected,
-                       "skipped": sum(summary.skipped.values())},
-            "rejected_reasons": summary.rejected_reasons,
-            "skipped_reasons": summary.skipped,
-            "seconds": round(summary.seconds, 3)})
+            fields={"image": {"dtype": "uint8", "shape": list(options.shape), "encoding": "npy",
+                              "tfrecord": "image/encoded"},
+                    "label": {"dtype": "int32", "shape": [], "tfrecord": "image/class/label"},
+                    "label_text": {"dtype": "str", "shape": [], "tfrecord": "image/class/text"},
+                    "path": {"dtype": "str", "shape": [], "tfrecord": "image/filename"}},
+            default_fields=["image", "label"],
+            label_field="label", labels=labels,
+            splits={split: {"rows": summary.splits[split], "parquet": f"{ds.PARQUET}/{split}",
+                            "tfrecord": f"{ds.TFRECORD}/{split}", "shards": count}
+                    for split in options.splits},
+            counts={"read": summary.read, "written": summary.written, "rejected": summary.rejected,
+                    "skipped": sum(summary.skipped.values())},
+            rejected_reasons=summary.rejected_reasons,
+            skipped_reasons=summary.skipped,
+            seconds=round(summary.seconds, 3)).write(storage, stage.manifest)
     log.info("%s", summary)
     return summary
 

@@ -41,14 +41,15 @@ import queue
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any
-from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO, cast
+from collections.abc import Generator, Iterator, Sequence
 
 import numpy as np
 
 from hopsml import config, layout
 from hopsml.data import dataset as ds
 from hopsml.data.codec import decode_column
+from hopsml.data.manifest import Manifest, open_manifest
 from hopsml.fs import Storage
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def _current_rank() -> tuple[int, int, Storage | None, str | None]:
 class ShardReader:
     """Iterate over one rank's batches: ``for batch in reader: batch["image"], batch["label"]``."""
 
-    def __init__(self, storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any], split: str,
+    def __init__(self, storage: Storage, ddir: ds.DatasetDir, manifest: Manifest, split: str,
                  rank: int, world_size: int, batch_size: int, shuffle: bool, seed: int,
                  epochs: int | None, fields: Sequence[str], engine: str, drop_last: bool,
                  device: str, pool: str, equal_steps: str | None = None) -> None:
@@ -92,7 +93,7 @@ class ShardReader:
         self.device, self.pool = device, pool
         self.equal_steps = equal_steps
         self.rank_rows: list[int] = []
-        self._specs = {name: manifest["fields"][name] for name in self.fields}
+        self._specs = {name: manifest.fields[name] for name in self.fields}
         if engine == "tfrecord":
             self.files = self._tfrecord_files()
             self.pieces: list[Piece] = []
@@ -115,7 +116,7 @@ class ShardReader:
 
     # --- discovery ---------------------------------------------------------------------------
     def _split_path(self, kind: str) -> str:
-        return layout.join(self.dir.path, self.manifest["splits"][self.split][kind])
+        return layout.join(self.dir.path, self.manifest.splits[self.split][kind])
 
     def _all_pieces(self) -> list[Piece]:
         import pyarrow.parquet as pq
@@ -125,7 +126,7 @@ class ShardReader:
         for rel in self.storage.ls(folder):
             if not rel.endswith(".parquet") or posixpath.basename(rel).startswith((".", "_")):
                 continue
-            with self.storage.fs.open_input_file(self.storage.path(rel)) as handle:
+            with self.storage.open_input(rel, seekable=True) as handle:
                 metadata = pq.ParquetFile(handle).metadata
             pieces += [Piece(rel, g, metadata.row_group(g).num_rows) for g in range(metadata.num_row_groups)]
         return [p for p in pieces if p.rows > 0]
@@ -151,7 +152,7 @@ class ShardReader:
                 yield self._to_device(batch)
             epoch += 1
 
-    def _epoch_batches(self, epoch: int) -> Iterator[dict[str, Any]]:
+    def _epoch_batches(self, epoch: int) -> Generator[dict[str, Any], None, None]:
         batcher = _Batcher(self.batch_size)
         for chunk in self._chunks(epoch):
             yield from batcher.add(chunk)
@@ -222,7 +223,7 @@ class ShardReader:
     def _read_piece(self, piece: Piece) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
-        with self.storage.fs.open_input_file(self.storage.path(piece.path)) as handle:
+        with self.storage.open_input(piece.path, seekable=True) as handle:
             table = pq.ParquetFile(handle).read_row_group(piece.row_group, columns=self.fields,
                                                           use_threads=False)
         chunk = {name: self._column(name, table.column(name)) for name in self.fields}
@@ -272,12 +273,12 @@ class ShardReader:
 
             return decode_column(pa.array(values, type=pa.binary()), tuple(spec["shape"]), spec["dtype"])
         if spec["shape"]:
-            return np.stack(values).astype(spec["dtype"], copy=False) if len(values) else \
+            return np.stack(list(values)).astype(spec["dtype"], copy=False) if len(values) else \
                 np.empty((0, *spec["shape"]), spec["dtype"])
         return values if spec["dtype"] == "str" else values.astype(spec["dtype"], copy=False)
 
     def _tfrecord_chunks(self, epoch: int) -> Iterator[dict[str, Any]]:
-        from hopsml.data.tfrecord import decode_example, read_records
+        from hopsml.formats import decode_example, read_records
 
         files = list(self.files)
         if self.shuffle:
@@ -287,9 +288,9 @@ class ShardReader:
         for rel in files:
             columns: dict[str, list[Any]] = {name: [] for name in self.fields}
             local = self.storage.local_path(rel)
-            stream = None if local else self.storage.fs.open_input_stream(self.storage.path(rel))
+            stream = None if local else self.storage.open_input(rel)
             try:
-                for record in read_records(local or stream, compression):
+                for record in read_records(local or cast(BinaryIO, stream), compression):
                     example = decode_example(record)
                     for name in self.fields:
                         columns[name].append(self._from_example(name, example))
@@ -446,19 +447,19 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
     else:
         settings = settings or config.load()
         storage, project = Storage(settings.root), settings.project
-    ddir, manifest = ds.open_dataset(storage, project, dataset)
-    splits = list(manifest["splits"])
+    ddir, manifest = open_manifest(storage, project, dataset)
+    splits = list(manifest.splits)
     if split is None:
         split = "train" if "train" in splits else splits[0]
     if split not in splits:
         raise SettingsError(f"dataset {dataset!r} has no split {split!r}; it has {', '.join(splits)}")
-    fields = list(fields or manifest.get("default_fields") or manifest["fields"])
-    unknown = [name for name in fields if name not in manifest["fields"]]
+    fields = list(fields or manifest.default_field_names())
+    unknown = [name for name in fields if name not in manifest.fields]
     if unknown:
         raise SettingsError(f"dataset {dataset!r} has no field(s) {', '.join(unknown)}; "
-                            f"it has {', '.join(manifest['fields'])}")
+                            f"it has {', '.join(manifest.fields)}")
     from hopsml.tracking.lineage import record_dataset  # the run notes what it trained on
-    record_dataset(dataset, storage.uri(ddir.path), split, manifest)
+    record_dataset(dataset, storage.uri(ddir.path), split, manifest.to_json())
     return ShardReader(storage, ddir, manifest, split, rank, world_size, int(batch_size), shuffle,
                        int(seed), epochs, fields, engine, drop_last, "cpu" if device == "cpu" else "cuda",
                        pool, mode)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import layout
 from hopsml.data.codec import CellColumn
-from hopsml.data.tfrecord import TFRecordWriter, shard_name
+from hopsml.formats.tfrecord import TFRecordWriter, shard_name
 from hopsml.fs import Storage
 
 if TYPE_CHECKING:

@@ -28,7 +28,8 @@ import numpy as np
 from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
-from hopsml.data.tfrecord import encode_example
+from hopsml.data.manifest import Manifest
+from hopsml.formats.example import encode_example
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -211,9 +212,9 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
         summary = job.run(stage)
         summary.seconds = time.perf_counter() - started
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
-        manifest = storage.read_json(stage.manifest)
-        manifest["seconds"] = round(summary.seconds, 3)
-        storage.write_json(stage.manifest, manifest)
+        manifest = Manifest.read(storage, stage.manifest)
+        manifest.seconds = round(summary.seconds, 3)
+        manifest.write(storage, stage.manifest)
     log.info("%s", summary)
     return summary
 
@@ -465,13 +466,13 @@ class _TableJob:
             self.storage.write_json(stage.labels, {"labels": categories[label]})
         self.storage.write_json(stage.stats_json, stats)
         self.storage.write_text(stage.stats_html, stats_mod.render_html(stats, title=self.name))
-        self.storage.write_json(stage.manifest, {
-            "format_version": ds.FORMAT_VERSION, "kind": "table", "name": self.name, "created": ds.now(),
-            "source": redact_uri(self.src), "options": {k: v for k, v in opts.__dict__.items() if k != "extra"},
-            "fields": fields, "default_fields": ["features", "label"], "label_field": "label",
-            "labels": None if label_numeric else categories[label], "splits": splits_meta,
-            "counts": {"read": read, "written": written, "rejected": rejected, "dropped": dropped},
-            "rejected_reasons": rejected_reasons})
+        Manifest(
+            kind="table", name=self.name, source=redact_uri(self.src),
+            options={k: v for k, v in opts.__dict__.items() if k != "extra"},
+            fields=fields, default_fields=["features", "label"], label_field="label",
+            labels=None if label_numeric else categories[label], splits=splits_meta,
+            counts={"read": read, "written": written, "rejected": rejected, "dropped": dropped},
+            rejected_reasons=rejected_reasons).write(self.storage, stage.manifest)
         return ds.DatasetSummary(name=self.name, kind="table", uri="", read=read, written=written,
                                  rejected=rejected, dropped=dropped, splits=counts, shards=shard_count,
                                  rejected_reasons=rejected_reasons)
@@ -587,7 +588,7 @@ class _JsonLinesWriter:
 
 def _fill_missing_shards(storage: Storage, folder: str, count: int, compression: str | None) -> None:
     """Spark may skip the Python function for an empty partition: give every shard a file."""
-    from hopsml.data.tfrecord import shard_name
+    from hopsml.formats.tfrecord import shard_name
 
     for index in range(count):
         rel = ds.layout.join(folder, shard_name(index, count, compression))

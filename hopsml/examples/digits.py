@@ -221,7 +221,7 @@ def train_on_dataset(dataset: str = "digits", lr: float = 0.05, epochs: int = 5,
 
     train = reader(dataset, batch_size=batch_size, seed=seed, epochs=None, drop_last=True)
     steps = int(collective.allreduce(np.array([len(train)], dtype=np.int64), op="min")[0])
-    shape = train.manifest["fields"]["image"]["shape"]
+    shape = train.manifest.fields["image"]["shape"]
     model = SoftmaxRegression.create(int(np.prod(shape)), 10, seed=seed)
     batches = iter(train)
     print(f"rank {collective.rank()}/{collective.size()}: {train.num_rows} rows, {steps} steps per epoch")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from hopsml import config
 from hopsml.model import inference, registry
-from hopsml.text import format_table
+from hopsml.cli_tables import format_table
 
 COMMANDS = ("models", "predict")
 

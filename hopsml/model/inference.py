@@ -19,13 +19,14 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from hopsml import config, layout
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
+from hopsml.data.manifest import PREDICTIONS, Manifest, open_manifest
 from hopsml.fs import Storage
 from hopsml.model.registry import ModelVersion, download_model, resolve
 
@@ -171,10 +172,10 @@ def _predict_shard(job: _Job, model_path: str, split: str, index: int, count: in
     return {"ok": True, "split": split, "index": index, "rows": rows, "specs": specs, "where": where}
 
 
-def _run_tasks(job: _Job, items: Iterator[tuple[str, int, int]]) -> Iterator[dict[str, Any]]:
+def _run_tasks(job: _Job, partition: Iterable[tuple[str, int, int]]) -> Iterator[dict[str, Any]]:
     """A Spark partition: download the model once, then predict each (split, index, count) it holds.
     Failures are reported, not raised, so that Spark does not run the predictions again."""
-    items = list(items)
+    items = list(partition)
     local = tempfile.mkdtemp(prefix="hopsml-predict-")
     try:
         started = time.perf_counter()
@@ -210,13 +211,13 @@ def _plan(storage: Storage, settings: config.Settings, dataset: str, splits: Seq
     return plan
 
 
-def _choose(manifest: Mapping[str, Any], dataset: str, what: str, names: Sequence[str] | None,
+def _choose(manifest: Manifest, dataset: str, what: str, names: Sequence[str] | None,
             default: Sequence[str]) -> tuple[str, ...]:
     chosen = tuple(default if names is None else ([names] if isinstance(names, str) else names))
-    unknown = [n for n in chosen if n not in manifest["fields"]]
+    unknown = [n for n in chosen if n not in manifest.fields]
     if unknown:
         raise ds.DatasetError(f"dataset {dataset!r} has no field(s) {', '.join(unknown)} for {what}; "
-                              f"it has {', '.join(manifest['fields'])}")
+                              f"it has {', '.join(manifest.fields)}")
     return chosen
 
 
@@ -245,18 +246,17 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
     storage = Storage(settings.root)
     started = time.perf_counter()
     mv = resolve(model_ref, settings)
-    ddir, manifest = ds.open_dataset(storage, settings.project, dataset)
-    all_splits = list(manifest["splits"])
+    ddir, manifest = open_manifest(storage, settings.project, dataset)
+    all_splits = list(manifest.splits)
     splits = all_splits if split is None else ([split] if isinstance(split, str) else list(split))
     missing = [s for s in splits if s not in all_splits]
     if missing:
         raise ds.DatasetError(f"dataset {dataset!r} has no split(s) {', '.join(missing)}; it has "
                               f"{', '.join(all_splits)}")
-    fields_ = _choose(manifest, dataset, "the predict function",
-                      fields, manifest.get("default_fields") or list(manifest["fields"]))
-    label = manifest.get("label_field")
-    default_keep = [n for n in (label, "path") if n and n in manifest["fields"]
-                    and not manifest["fields"][n].get("shape")]
+    fields_ = _choose(manifest, dataset, "the predict function", fields, manifest.default_field_names())
+    label = manifest.label_field
+    default_keep = [n for n in (label, "path") if n and n in manifest.fields
+                    and not manifest.fields[n].get("shape")]
     keep_ = _choose(manifest, dataset, "keep", keep, default_keep)
     output = layout.validate_name(output or f"{dataset}-{mv.name}-{mv.version}-predictions", "dataset name")
     if output == dataset:
@@ -286,7 +286,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
                                       "shapes for every batch")
         rows = {s: sum(r["rows"] for r in reports if r["split"] == s) for s in splits}
         for s in splits:
-            expected = manifest["splits"][s].get("rows")
+            expected = manifest.rows(s)
             if expected is not None and rows[s] != expected:
                 raise PredictionError(f"split {s!r} has {expected} rows but {rows[s]} were predicted; a task "
                                       "ran twice or not at all: run the prediction again")
@@ -296,15 +296,14 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
                                     columns=list(specs), seconds=0.0)
         summary.seconds = round(time.perf_counter() - started, 3)
         total = sum(rows.values())
-        storage.write_json(stage.manifest, {
-            "format_version": ds.FORMAT_VERSION, "kind": "predictions", "name": output, "created": ds.now(),
-            "source": dataset, "source_uri": storage.uri(ddir.path),
-            "model": {"name": mv.name, "version": mv.version, "path": mv.path},
-            "fields": specs, "default_fields": list(specs), "label_field": label if label in keep_ else None,
-            "splits": {s: {"rows": rows[s], "parquet": f"{ds.PARQUET}/{s}", "shards": summary.shards[s]}
-                       for s in splits},
-            "counts": {"read": total, "written": total, "rejected": 0},
-            "options": {"fields": list(fields_), "keep": list(keep_), "batch_size": batch_size},
-            "seconds": summary.seconds})
+        Manifest(
+            kind=PREDICTIONS, name=output, source=dataset, source_uri=storage.uri(ddir.path),
+            model={"name": mv.name, "version": mv.version, "path": mv.path},
+            fields=specs, default_fields=list(specs), label_field=label if label in keep_ else None,
+            splits={s: {"rows": rows[s], "parquet": f"{ds.PARQUET}/{s}", "shards": summary.shards[s]}
+                    for s in splits},
+            counts={"read": total, "written": total, "rejected": 0},
+            options={"fields": list(fields_), "keep": list(keep_), "batch_size": batch_size},
+            seconds=summary.seconds).write(storage, stage.manifest)
     log.info("%s", summary)
     return summary

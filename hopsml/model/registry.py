@@ -298,19 +298,17 @@ def _session_experiment(storage: Storage, project: str, local: str) -> dict[str,
     for path in _local_files(local)[:50]:
         wanted.setdefault(os.path.getsize(path), []).append(path)
     digests: dict[str, str] = {}
-    selector = pafs.FileSelector(storage.path(exp_dir.path), recursive=True, allow_not_found=True)
-    base = storage.path()
-    for info in storage.fs.get_file_info(selector):
+    for info in storage.walk(exp_dir.path):
         if info.type != pafs.FileType.File or info.size not in wanted:
             continue  # only files of the same size are worth reading
-        with storage.fs.open_input_stream(info.path) as theirs:
+        with storage.open_input(storage.relative(info.path)) as theirs:
             digest = _digest(theirs)
         for path in wanted[info.size]:
             if path not in digests:
                 with open(path, "rb") as mine:
                     digests[path] = _digest(mine)
             if digests[path] == digest:
-                return _experiment_of(storage, posixpath.relpath(info.path, base))
+                return _experiment_of(storage, storage.relative(info.path))
     return None
 
 
@@ -346,24 +344,16 @@ def _datasets(storage: Storage, ctx: RunContext | None, experiment: dict[str, An
 
 def _copy_in(storage: Storage, local: str | None, rel: str | None, stage: str) -> None:
     """A file lands as stage/<its name>; a folder's contents land in stage (as hops does)."""
-    if local is not None and rel is None:
-        storage.upload(local, stage if os.path.isdir(local) else layout.join(stage, os.path.basename(local)))
+    if rel is None:
+        if local is not None:
+            storage.upload(local, stage if os.path.isdir(local) else layout.join(stage, os.path.basename(local)))
         return
-    src = storage.path(rel)
-    if not storage.isdir(rel):
-        storage.fs.copy_file(src, storage.path(layout.join(stage, posixpath.basename(rel))))
-        return
-    for info in storage.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
-        if info.type == pafs.FileType.File:
-            target = layout.join(stage, posixpath.relpath(info.path, src))
-            storage.makedirs(posixpath.dirname(target))
-            storage.fs.copy_file(info.path, storage.path(target))
+    storage.copy_tree(rel, stage if storage.isdir(rel) else layout.join(stage, posixpath.basename(rel)))
 
 
 def _file_list(storage: Storage, stage: str) -> list[dict[str, Any]]:
     base = storage.path(stage)
-    infos = storage.fs.get_file_info(pafs.FileSelector(base, recursive=True))
-    return sorted(({"path": posixpath.relpath(i.path, base), "size": int(i.size)} for i in infos
+    return sorted(({"path": posixpath.relpath(i.path, base), "size": int(i.size)} for i in storage.walk(stage)
                    if i.type == pafs.FileType.File), key=lambda f: f["path"])
 
 

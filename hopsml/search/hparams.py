@@ -33,10 +33,12 @@ import time
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-from hopsml.data.tfrecord import TFRecordWriter, _varint
+from hopsml.formats.tfrecord import TFRecordWriter
+from hopsml.formats.wire import field as _field
+from hopsml.formats.wire import varint as _varint
 from hopsml.fs import Storage
 from hopsml.layout import join
-from hopsml.tracking.events import FILE_VERSION, _field, encode_event
+from hopsml.tracking.events import FILE_VERSION, encode_event
 
 FOLDER = "hparams"
 EXPERIMENT_TAG = "_hparams_/experiment"

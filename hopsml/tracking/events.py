@@ -21,14 +21,10 @@ import struct
 import time
 from collections.abc import Mapping
 
-from hopsml.data.tfrecord import TFRecordWriter, _varint
+from hopsml.formats.tfrecord import TFRecordWriter
+from hopsml.formats.wire import field, varint
 
 FILE_VERSION = b"brain.Event:2"
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def encode_event(wall_time: float, step: int = 0, *, scalars: Mapping[str, float] | None = None,
@@ -38,13 +34,13 @@ def encode_event(wall_time: float, step: int = 0, *, scalars: Mapping[str, float
     >>> encode_event(1.5, 3, scalars={"a": 1.0}).hex()
     '09000000000000f83f10032a0a0a080a0161150000803f'
     """
-    out = b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(int(step) & (2 ** 64 - 1))
+    out = b"\x09" + struct.pack("<d", wall_time) + b"\x10" + varint(int(step) & (2 ** 64 - 1))
     if file_version is not None:
-        out += _field(3, file_version)
+        out += field(3, file_version)
     if scalars:
-        values = b"".join(_field(1, _field(1, tag.encode("utf-8")) + b"\x15" + struct.pack("<f", value))
+        values = b"".join(field(1, field(1, tag.encode("utf-8")) + b"\x15" + struct.pack("<f", value))
                           for tag, value in scalars.items())
-        out += _field(5, values)
+        out += field(5, values)
     return out
 
 

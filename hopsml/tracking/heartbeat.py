@@ -30,10 +30,9 @@ def beat(storage: Storage, rel: str) -> None:
     """Write one heartbeat at `rel` now."""
     data = json.dumps({"time": time.time(), "host": socket.gethostname(), "pid": os.getpid()}).encode()
     try:
-        with storage.fs.open_output_stream(storage.path(rel)) as stream:
-            stream.write(data)
-    except OSError as exc:
-        raise StorageError(f"cannot write the heartbeat {storage.uri(rel)}: {exc}") from exc
+        storage.overwrite_bytes(rel, data)
+    except StorageError as exc:
+        raise StorageError(f"cannot write the heartbeat {storage.uri(rel)}: {exc.__cause__ or exc}") from exc
 
 
 def last_beat(storage: Storage, rel: str) -> float | None:

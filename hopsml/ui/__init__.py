@@ -12,12 +12,13 @@ if TYPE_CHECKING:
     from flask import Flask
 
     from hopsml import config
+    from hopsml.ui.hosts import HostPolicy
 
 __all__ = ["create_app"]
 
 
-def create_app(settings: config.Settings) -> Flask:
-    """The Flask application over `settings.root`."""
+def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Flask:
+    """The Flask application over `settings.root`, answering the Host names `hosts` allows."""
     from hopsml.ui.app import create_app as _create
 
-    return _create(settings)
+    return _create(settings, hosts)

@@ -22,6 +22,7 @@ from hopsml import config, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.ui import charts, views
+from hopsml.ui.hosts import HostPolicy
 from hopsml.ui.notebook import render_notebook
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,11 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
-def create_app(settings: config.Settings) -> Flask:
-    """The web view over `settings.root`; `settings.project` is the project the front page opens."""
+def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Flask:
+    """The web view over `settings.root`; `settings.project` is the project the front page opens.
+
+    It answers only requests whose Host header `hosts` allows (default: the loopback names)."""
+    hosts = hosts or HostPolicy.loopback()
     app = Flask(__name__)
     app.config["HOPSML_SETTINGS"] = settings
     storage = Storage(settings.root)
@@ -40,6 +44,15 @@ def create_app(settings: config.Settings) -> Flask:
     app.jinja_env.globals.update(fmt=charts.fmt, root_uri=storage.uri(), charts=charts,
                                   class_pairs=views.class_pairs, histogram_parts=views.histogram_parts,
                                   top_values=views.top_values)
+
+    @app.before_request
+    def _check_host() -> Response | None:
+        host = request.headers.get("Host")
+        if hosts.allows(host):
+            return None
+        log.warning("refused a request for host %r (not a name this view was started for)", host)
+        return Response(f"hopsml ui does not answer for host {host!r}. If you reach it by this name, "
+                        "start it with --allow-host NAME.\n", status=421, mimetype="text/plain")
 
     @app.after_request
     def _headers(response: Response) -> Response:
@@ -163,7 +176,7 @@ def create_app(settings: config.Settings) -> Flask:
         name = posixpath.basename(rel)
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
         safe_inline = kind.startswith("image/") and kind != "image/svg+xml" or kind == "text/plain"
-        stream = storage.fs.open_input_stream(storage.path(rel))
+        stream = storage.open_input(rel)
 
         def chunks():
             with stream:

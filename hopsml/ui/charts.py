@@ -138,7 +138,7 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
         if numbers and len(numbers) == len([v for v in values if v is not None]):
             low, high = min(numbers), max(numbers)
             positions[axis] = ("num", _scale(low, high if high > low else low + 1, height - bottom, top), low, high)
-            ticks = [(low, fmt(low)), (high, fmt(high))] if high > low else [(low, fmt(low))]
+            ticks: list[tuple[Any, str]] = [(low, fmt(low)), (high, fmt(high))] if high > low else [(low, fmt(low))]
         else:
             cats = sorted({str(v) for v in values if v is not None})
             step = (height - bottom - top) / max(len(cats) - 1, 1)
@@ -161,7 +161,7 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
         return kind[1].get(str(raw))
 
     scored = [r for r in rows if _num(r.get("metric")) is not None]
-    best = (max if direction.lower() == "max" else min)(scored, key=lambda r: _num(r["metric"])) if scored else None
+    best = (max if direction.lower() == "max" else min)(scored, key=lambda r: _num(r["metric"]) or 0.0) if scored else None
     metric_pos = positions[metric]
     drawn = 0
     for row in sorted(rows, key=lambda r: r is best):

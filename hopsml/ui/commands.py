@@ -13,10 +13,12 @@ import sys
 import threading
 import webbrowser
 from typing import Any
+from collections.abc import Sequence
 
 from hopsml import config, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
+from hopsml.ui.hosts import HostPolicy
 
 log = logging.getLogger(__name__)
 
@@ -32,27 +34,31 @@ def add_commands(subparsers: Any) -> None:
                     help=f"port to listen on (default {DEFAULT_PORT}; 0 takes a free one)")
     ui.add_argument("--host", default="127.0.0.1",
                     help="address to listen on (default 127.0.0.1: only this machine; the view has no login)")
+    ui.add_argument("--allow-host", dest="allow_hosts", action="append", default=[], metavar="NAME",
+                    help="also answer requests for this host name (repeatable), e.g. the name of this "
+                         "machine or of a proxy in front of it; by default only the --host address "
+                         "and localhost/127.0.0.1/[::1] with the port are answered (against DNS rebinding)")
     ui.add_argument("--project", dest="ui_project", metavar="PROJECT",
                     help="project the front page opens (default: the setting)")
     ui.add_argument("--no-browser", action="store_true", help="do not open a web browser")
 
 
-def _make_server(settings: config.Settings, host: str, port: int) -> Any:
+def _make_server(settings: config.Settings, host: str, port: int, allow_hosts: Sequence[str] = ()) -> Any:
     """werkzeug's threaded server on a socket bound here, so a taken port is an error we word
-    (werkzeug itself would exit the process)."""
+    (werkzeug itself would exit the process); it answers the Host names of `HostPolicy.for_server`."""
     try:
         from werkzeug.serving import get_sockaddr, make_server, select_address_family
 
         from hopsml.ui.app import create_app
     except ImportError as exc:
         raise HopsmlError(f"hopsml ui needs Flask 3 ({exc}): pip install \"flask>=3\"") from exc
-    app = create_app(settings)
     family = select_address_family(host, port)
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(get_sockaddr(host, port, family))
         sock.listen(128)
+        app = create_app(settings, HostPolicy.for_server(host, sock.getsockname()[1], allow_hosts))
         return make_server(host, port, app, threaded=True, fd=sock.fileno())
     except OSError as exc:
         raise HopsmlError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): pass another --port, or "
@@ -68,7 +74,7 @@ def run(args: Any, settings: config.Settings) -> str:
     if not 0 <= args.port <= 65535:
         raise HopsmlError(f"--port {args.port} is not a port: give 1-65535, or 0 for any free one")
     settings = settings_for(settings, args.ui_project)
-    server = _make_server(settings, args.host, args.port)
+    server = _make_server(settings, args.host, args.port, args.allow_hosts)
     host = args.host if ":" not in args.host else f"[{args.host}]"
     url = f"http://{host}:{server.port}/"
     if Storage(settings.root).isdir(layout.project_dir(settings.project)):

@@ -9,7 +9,6 @@ import base64
 import io
 import json
 import logging
-import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ import pyarrow.fs as pafs
 
 from hopsml import layout
 from hopsml.data import dataset as ds
+from hopsml.data.manifest import Manifest
 from hopsml.errors import HopsmlError, InvalidNameError, StorageError
 from hopsml.fs import Storage
 from hopsml.tracking import record as records
@@ -57,11 +57,8 @@ def safe_join(base: str, rel: str) -> str:
 def check_inside(storage: Storage, rel: str) -> str:
     """`rel` itself, after checking that on a local root it does not lead out of the root through a
     symbolic link; NotFound if it does."""
-    local = storage.local_path(rel)
-    if local is not None:
-        root = os.path.realpath(storage.local_path(""))
-        if os.path.commonpath([root, os.path.realpath(local)]) != root:
-            raise NotFound(f"no file {posixpath.basename(rel)!r} here")
+    if not storage.contains(rel):
+        raise NotFound(f"no file {posixpath.basename(rel)!r} here")
     return rel
 
 
@@ -131,14 +128,8 @@ class FileEntry:
 
 def list_files(storage: Storage, folder: str) -> list[FileEntry]:
     """Every file below `folder`, relative to it, sorted."""
-    if not storage.isdir(folder):
-        return []
     base = storage.path(folder)
-    try:
-        infos = storage.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    except OSError as exc:
-        raise StorageError(f"cannot list {storage.uri(folder)}: {exc}") from exc
-    return sorted((FileEntry(posixpath.relpath(i.path, base), int(i.size or 0)) for i in infos
+    return sorted((FileEntry(posixpath.relpath(i.path, base), int(i.size or 0)) for i in storage.walk(folder)
                    if i.type == pafs.FileType.File), key=lambda f: f.rel)
 
 
@@ -154,9 +145,11 @@ def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int 
     if start >= size:
         return "", size
     try:
-        with storage.fs.open_input_file(storage.path(rel)) as stream:
+        with storage.open_input(rel, seekable=True) as stream:
             stream.seek(start)
             data = stream.read(size - start)
+    except StorageError:
+        raise
     except OSError as exc:
         raise StorageError(f"cannot read {storage.uri(rel)}: {exc}") from exc
     return data.decode("utf-8", errors="replace"), start + len(data)
@@ -164,7 +157,7 @@ def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int 
 
 def metric_series(storage: Storage, rel: str) -> dict[str, list[tuple[float, float]]]:
     """metrics.jsonl as {name: [(step, value), ...]}; empty when there is none."""
-    if not storage.exists(rel):
+    if not storage.exists(rel) or not storage.contains(rel):
         return {}
     series: dict[str, list[tuple[float, float]]] = {}
     for index, row in enumerate(read_metrics(storage.read_text(rel))):
@@ -220,13 +213,15 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
                 logs=[f.rel for f in files if _is_log(f.rel)][:MAX_LOGS],
                 record_json=json.dumps(data, indent=2, default=str))
     names = {f.rel for f in files}
-    view["environment"] = storage.read_text(exp.environment) if layout.ENVIRONMENT in names else None
+    view["environment"] = (storage.read_text(check_inside(storage, exp.environment))
+                           if layout.ENVIRONMENT in names else None)
     view["program"] = None
     for suffix in (".ipynb", ".py"):
         rel = layout.PROGRAM_STEM + suffix
         entry = next((f for f in files if f.rel == rel), None)
         if entry is not None:
-            text = storage.read_bytes(exp.program(suffix))[:PROGRAM_BYTES].decode("utf-8", errors="replace")
+            with storage.open_input(check_inside(storage, exp.program(suffix))) as stream:
+                text = stream.read(PROGRAM_BYTES).decode("utf-8", errors="replace")
             view["program"] = {"kind": suffix, "text": text, "rel": rel}
             break
     view["search"] = search_view(storage, exp, rec) if layout.SUMMARY in names else None
@@ -251,7 +246,7 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
         return {"error": f"{layout.SUMMARY} cannot be read ({type(exc).__name__}: {exc})", "trials": []}
     direction = (rec.direction or "max").lower()
     sign = -1 if direction == "max" else 1
-    rows = []
+    rows: list[dict[str, Any]] = []
     for trial in trials:
         if not isinstance(trial, dict):
             continue
@@ -323,7 +318,7 @@ def top_values(column: dict[str, Any], splits: list[str]) -> dict[str, list[list
 
 
 def dataset_rows(storage: Storage, project: str) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in ds.list_names(storage, project):
         try:
             manifest = storage.read_json(ds.DatasetDir.of(project, name).manifest)
@@ -369,14 +364,14 @@ def dataset_view(storage: Storage, project: str, name: str) -> dict[str, Any]:
                 view["rejected"].append(entry if isinstance(entry, dict) else {"path": str(entry)})
     if manifest.get("kind") == "images":
         try:
-            view["thumbnails"] = thumbnails(storage, ddir, manifest)
+            view["thumbnails"] = thumbnails(storage, ddir, Manifest.from_json(manifest, storage.uri(ddir.manifest)))
         except (OSError, ValueError, KeyError, TypeError, HopsmlError) as exc:
             log.warning("no sample images for dataset %s: %s", name, exc)
             view["thumbnails_error"] = f"sample images cannot be read: {exc}"
     return view
 
 
-def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any],
+def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: Manifest,
                per_class: int = THUMBS_PER_CLASS) -> dict[str, list[str]]:
     """Up to `per_class` images of each class as PNG data URIs, from the first split's Parquet files."""
     import numpy as np
@@ -385,17 +380,18 @@ def thumbnails(storage: Storage, ddir: ds.DatasetDir, manifest: dict[str, Any],
 
     from hopsml.data.codec import decode_column
 
-    field = manifest["fields"]["image"]
+    field = manifest.fields["image"]
     shape, dtype = tuple(field["shape"]), np.dtype(field.get("dtype", "uint8"))
-    split = next(iter(manifest.get("splits") or {}), None)
+    split = next(iter(manifest.splits), None)
     if split is None:
         return {}
-    labels = [str(label) for label in manifest.get("labels") or []]
+    labels = [str(label) for label in manifest.labels or []]
     found: dict[str, list[str]] = {label: [] for label in labels}
     for rel in storage.ls(ddir.parquet(split)):
         if not rel.endswith(".parquet"):
             continue
-        table = pq.read_table(storage.path(rel), filesystem=storage.fs, columns=["image", "label"])
+        with storage.open_input(rel, seekable=True) as handle:
+            table = pq.read_table(handle, columns=["image", "label"])
         images = decode_column(table.column("image"), shape, dtype)
         for pixels, label in zip(images, table.column("label").to_pylist()):
             text = labels[label] if isinstance(label, int) and 0 <= label < len(labels) else str(label)

@@ -42,6 +42,34 @@ def test_show_lists_the_trials_of_a_search_best_first(spark, root, capsys):
     assert [row.split()[0] for row in table[1:]] == ["x=3", "x=2", "x=1"]
 
 
+def _diverges_at_two(x):
+    if x == 2:
+        raise ValueError("the loss diverged at x=2")
+    return {"metric": x * 10}
+
+
+def test_show_lists_a_failed_trial_with_its_reason(spark, root, capsys):
+    from hopsml.errors import HopsmlError
+
+    try:
+        logdir, _, _ = experiment.grid_search(_diverges_at_two, {"x": [1, 2, 3]}, name="failing")
+    except HopsmlError:
+        logdir = None
+    exp_id = logdir.rsplit("/", 1)[-1] if logdir else _newest_id(capsys)
+    assert cli.main(["experiments", "show", exp_id]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("trials, best first:"):]
+    assert any(row.split()[:2] == ["x=2", "FAILED"] for row in table.splitlines())
+    failed = [line for line in table.splitlines() if line.startswith("  x=2: FAILED: ")]
+    assert len(failed) == 1 and "the loss diverged at x=2" in failed[0]
+
+
+def _newest_id(capsys) -> str:
+    capsys.readouterr()
+    assert cli.main(["experiments", "list"]) == 0
+    return capsys.readouterr().out.splitlines()[1].split()[0]
+
+
 def test_prep_tabular_of_only_rejected_rows_exits_non_zero(spark, root, tmp_path, capsys):
     csv = tmp_path / "bad.csv"
     csv.write_text("a preamble line\n1,2,x\n3,4,y\n")

@@ -15,7 +15,7 @@ from hopsml.data import imaging, samples
 from hopsml.data.imaging import encode_png_fast
 from hopsml.data.images import ImageOptions, list_images, prepare_images, relative_key, split_of
 from hopsml.data.readers import reader
-from hopsml.data.tfrecord import decode_example, read_records
+from hopsml.formats import decode_example, read_records
 from hopsml.errors import SettingsError
 
 pytestmark = pytest.mark.legacy

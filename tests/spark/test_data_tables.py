@@ -12,7 +12,7 @@ from hopsml.data import dataset as ds
 from hopsml.data import samples
 from hopsml.data.readers import reader
 from hopsml.data.tables import prepare_table
-from hopsml.data.tfrecord import decode_example, read_records
+from hopsml.formats import decode_example, read_records
 
 pytestmark = pytest.mark.legacy
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from contextlib import contextmanager
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 URL_LINE = re.compile(r"at (http://\S+/) \(Ctrl-C")
 
@@ -23,9 +23,9 @@ def chromium_paths() -> tuple[str, str] | None:
 
 
 @contextmanager
-def ui_server(env: dict[str, str], timeout_s: float = 60.0) -> Iterator[str]:
-    """`hopsml ui --port 0 --no-browser` in a subprocess; yields its base URL, stops it after."""
-    proc = subprocess.Popen([sys.executable, "-m", "hopsml.cli", "ui", "--port", "0", "--no-browser"],
+def ui_server(env: dict[str, str], timeout_s: float = 60.0, args: Sequence[str] = ()) -> Iterator[str]:
+    """`hopsml ui --port 0 --no-browser [args]` in a subprocess; yields its base URL, stops it after."""
+    proc = subprocess.Popen([sys.executable, "-m", "hopsml.cli", "ui", "--port", "0", "--no-browser", *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     found: list[str] = []
     lines: list[str] = []

@@ -3,6 +3,7 @@ SIGTERM, and says what to do when the port is wrong or taken."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import urllib.request
@@ -38,3 +39,44 @@ def test_a_port_out_of_range_or_taken_is_a_clear_error(root, capsys):
 def test_an_invalid_project_name_is_refused(root, capsys):
     assert cli.main(["ui", "--project", "../x", "--no-browser"]) == 1
     assert "invalid project name" in capsys.readouterr().err
+
+
+def _status(base: str, host: str | None) -> tuple[int, str]:
+    """The status and body of GET / with this Host header (None: the header left out)."""
+    netloc = base[len("http://"):].rstrip("/")
+    address, port = netloc.rsplit(":", 1)
+    connection = http.client.HTTPConnection(address.strip("[]"), int(port), timeout=60)
+    try:
+        connection.putrequest("GET", "/", skip_host=True)
+        if host is not None:
+            connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.read().decode("utf-8", errors="replace")
+    finally:
+        connection.close()
+
+
+def test_only_the_host_names_it_was_started_for_are_answered(root):
+    """DNS rebinding: a page on attacker.example whose name resolves to 127.0.0.1 reaches the
+    server, but its requests say Host: attacker.example."""
+    (root / "Projects" / "test" / "Experiments").mkdir(parents=True)
+    env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT="test")
+    with ui_server(env, args=["--allow-host", "hops.example.org", "--allow-host", "Proxy.Example.NET"]) as base:
+        port = base.rstrip("/").rsplit(":", 1)[1]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "hops.example.org",
+                     f"hops.example.org:{port}", "proxy.example.net:443"):
+            assert _status(base, host)[0] == 200, host
+        for host in ("attacker.example", f"attacker.example:{port}", f"localhost.attacker.example:{port}",
+                     "127.0.0.1", f"127.0.0.1:{int(port) + 1}", None):
+            status, body = _status(base, host)
+            assert status in (403, 421), host
+            assert "--allow-host" in body and 'href="/p/test/"' not in body, host
+
+
+def test_without_allow_host_a_foreign_name_is_refused(root):
+    (root / "Projects" / "test" / "Experiments").mkdir(parents=True)
+    env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT="test")
+    with ui_server(env) as base:
+        assert _status(base, "hops.example.org")[0] in (403, 421)
+        assert _status(base, base[len("http://"):].rstrip("/"))[0] == 200

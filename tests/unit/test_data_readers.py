@@ -163,3 +163,41 @@ def test_equal_steps_is_checked(tmp_path):
         read(0, equal_steps="most")
     with pytest.raises(ds.DatasetError, match="no batch of 8 rows"):
         list(read(1, batch_size=8, drop_last=True, equal_steps="max"))
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+@pytest.mark.parametrize("name", ["digits", "iris"])
+def test_the_manifest_dataclass_reads_and_writes_the_json_on_disk_unchanged(era, name, tmp_path):
+    import json
+    from pathlib import Path
+
+    from hopsml.data.manifest import Manifest
+    from hopsml.fs import Storage
+
+    on_disk = json.loads((Path(__file__).parents[1] / "fixtures" / era / name / "dataset.json").read_text())
+    manifest = Manifest.from_json(on_disk)
+    assert manifest.kind in ("images", "table") and manifest.fields and manifest.splits
+    assert manifest.to_json() == on_disk
+    storage = Storage(str(tmp_path))
+    manifest.write(storage, "dataset.json")
+    assert storage.read_json("dataset.json") == on_disk and Manifest.read(storage, "dataset.json") == manifest
+
+
+def test_a_manifest_without_fields_is_a_clear_error():
+    from hopsml.data.dataset import DatasetError
+    from hopsml.data.manifest import Manifest
+
+    with pytest.raises(DatasetError, match="no fields object.*prepare the dataset again"):
+        Manifest.from_json({"kind": "table", "splits": {}}, "x/dataset.json")
+
+
+def test_unknown_manifest_keys_are_kept_and_predictions_write_no_labels():
+    from hopsml.data.manifest import Manifest
+
+    data = {"format_version": 1, "kind": "predictions", "name": "p", "created": "c", "source": "d",
+            "source_uri": "/r/d", "model": {"name": "m", "version": 1, "path": "/m"}, "options": {},
+            "fields": {"prediction": {"dtype": "int64", "shape": []}}, "default_fields": ["prediction"],
+            "label_field": None, "splits": {"test": {"rows": 3, "parquet": "parquet/test", "shards": 1}},
+            "counts": {"read": 3, "written": 3, "rejected": 0}, "seconds": 0.5, "from_the_future": [1]}
+    manifest = Manifest.from_json(data)
+    assert manifest.extra == {"from_the_future": [1]} and manifest.to_json() == data

@@ -1,8 +1,8 @@
-"""hopsml.experiments.list: the runs of a project as records, filtered and sorted, and the CLI's --sort."""
+"""hopsml.run_catalog.list (also hopsml.experiments.list): the runs of a project as records, filtered and sorted, and the CLI's --sort."""
 
 import pytest
 
-from hopsml import cli, config, experiments, layout
+from hopsml import cli, config, experiments, layout, run_catalog
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.tracking.record import ExperimentRecord
@@ -27,23 +27,23 @@ def settings(root):
 
 
 def test_list_returns_records_newest_first(settings):
-    runs = experiments.list(settings=settings)
+    runs = run_catalog.list(settings=settings)
     assert [r.name for r in runs] == ["mnist-grid", "iris", "mnist-b", "mnist-a"]
     assert isinstance(runs[0], ExperimentRecord) and runs[0].metric == 0.95
 
 
 def test_list_filters_by_name_state_and_type(settings):
-    assert [r.name for r in experiments.list(name="mnist", settings=settings)] == ["mnist-grid", "mnist-b", "mnist-a"]
-    assert [r.name for r in experiments.list(state="failed", settings=settings)] == ["iris"]
-    assert [r.name for r in experiments.list(type="parallel_experiments", settings=settings)] == ["mnist-grid"]
+    assert [r.name for r in run_catalog.list(name="mnist", settings=settings)] == ["mnist-grid", "mnist-b", "mnist-a"]
+    assert [r.name for r in run_catalog.list(state="failed", settings=settings)] == ["iris"]
+    assert [r.name for r in run_catalog.list(type="parallel_experiments", settings=settings)] == ["mnist-grid"]
     with pytest.raises(SettingsError, match="use one of"):
-        experiments.list(state="done", settings=settings)
+        run_catalog.list(state="done", settings=settings)
 
 
 def test_list_sorts_by_metric_best_first_with_runs_without_a_metric_last(settings):
-    assert [r.metric for r in experiments.list(sort="metric", settings=settings)] == [0.97, 0.95, 0.91, None]
-    assert [r.metric for r in experiments.list(sort="metric", direction="min", settings=settings)][:3] == [0.91, 0.95, 0.97]
-    assert [r.name for r in experiments.list(sort="duration", limit=2, settings=settings)] == ["mnist-grid", "mnist-a"]
+    assert [r.metric for r in run_catalog.list(sort="metric", settings=settings)] == [0.97, 0.95, 0.91, None]
+    assert [r.metric for r in run_catalog.list(sort="metric", direction="min", settings=settings)][:3] == [0.91, 0.95, 0.97]
+    assert [r.name for r in run_catalog.list(sort="duration", limit=2, settings=settings)] == ["mnist-grid", "mnist-a"]
 
 
 def test_cli_list_sorts_by_metric(settings, capsys):
@@ -52,3 +52,7 @@ def test_cli_list_sorts_by_metric(settings, capsys):
     assert [row.split()[2] for row in rows] == ["mnist-b", "mnist-grid", "mnist-a", "iris"]
     assert cli.main(["experiments", "list", "--type", "parallel_experiments"]) == 0
     assert [row.split()[2] for row in capsys.readouterr().out.splitlines()[1:]] == ["mnist-grid"]
+
+
+def test_the_documented_older_name_is_the_same_catalog():
+    assert experiments.list is run_catalog.list and experiments.sort_records is run_catalog.sort_records

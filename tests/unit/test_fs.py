@@ -72,3 +72,49 @@ def test_claim_dir_is_exclusive_across_processes(tmp_path):
             p.join(60)
         claimed = list(results)
     assert sorted(claimed) == list(range(20))  # every dir claimed exactly once
+
+
+@pytest.fixture
+def linked_root(tmp_path):
+    """A local root whose run folder holds links: to a file and a folder outside the root, to a
+    file and a folder inside it, a broken one, and two loops."""
+    outside = tmp_path / "outside"
+    (outside / "many").mkdir(parents=True)
+    (outside / "secret.txt").write_text("secret")
+    for index in range(50):
+        (outside / "many" / f"f{index}.txt").write_text("x")
+    storage = Storage(str(tmp_path / "root"))
+    storage.write_text("run/kept/data.txt", "inside")
+    run = tmp_path / "root" / "run"
+    os.symlink(outside / "secret.txt", run / "program.py")
+    os.symlink(outside / "many", run / "outside_dir")
+    os.symlink(run / "kept" / "data.txt", run / "alias.txt")
+    os.symlink(run / "kept", run / "alias_dir")
+    os.symlink(run / "missing", run / "broken")
+    os.symlink("..", run / "kept" / "up")            # a loop back to the run folder
+    os.mkdir(run / "a")
+    os.symlink("../b", run / "a" / "to_b")            # a -> b -> a
+    os.mkdir(run / "b")
+    os.symlink("../a", run / "b" / "to_a")
+    return storage
+
+
+def test_a_listing_never_leaves_the_root_and_ends_on_link_loops(linked_root):
+    storage = linked_root
+    listed = storage.ls("run", recursive=True)
+    assert "run/program.py" not in listed and not any(p.startswith("run/outside_dir") for p in listed)
+    assert "run/broken" not in listed
+    assert {"run/kept/data.txt", "run/alias.txt", "run/alias_dir"} <= set(listed)
+    assert "run/alias_dir/data.txt" not in listed and "run/kept/up/kept" not in listed
+    assert len(listed) == len(set(listed)) < 30        # every real folder listed once
+    assert storage.ls("run") == sorted(["run/a", "run/alias.txt", "run/alias_dir", "run/b", "run/kept"])
+    assert not storage.contains("run/program.py") and not storage.contains("run/outside_dir/f1.txt")
+    assert storage.contains("run/alias.txt") and storage.contains("run/not-there-yet")
+
+
+def test_copy_tree_copies_no_link_that_leaves_the_root(linked_root):
+    storage = linked_root
+    storage.copy_tree("run", "copy")
+    copied = storage.ls("copy", recursive=True)
+    assert "copy/kept/data.txt" in copied and "copy/program.py" not in copied
+    assert not any("outside_dir" in p for p in copied)

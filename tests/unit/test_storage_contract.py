@@ -7,6 +7,7 @@ import pickle
 import pytest
 from s3 import s3_root, s3_server
 
+from hopsml.errors import StorageError
 from hopsml.fs import Storage
 
 
@@ -88,3 +89,46 @@ def test_move_dir_moves_a_whole_tree(storage):
     files = sorted(p for p in storage.ls("Datasets/final", recursive=True) if not storage.isdir(p))
     assert files == ["Datasets/final/a.txt", "Datasets/final/sub/b.bin"]
     assert storage.read_bytes("Datasets/final/sub/b.bin") == b"\x01\x02"
+
+
+def test_copy_tree_copies_a_file_or_a_whole_folder(storage):
+    storage.write_text("src/a.txt", "a")
+    storage.write_bytes("src/sub/deep/b.bin", b"\x00\x01")
+    storage.copy_tree("src/a.txt", "one/a.txt")
+    assert storage.read_text("one/a.txt") == "a"
+    storage.write_text("dst/sub/deep/b.bin", "old")
+    storage.copy_tree("src", "dst")
+    files = [p for p in storage.ls("dst", recursive=True) if not storage.isdir(p)]
+    assert files == ["dst/a.txt", "dst/sub/deep/b.bin"]
+    assert storage.read_bytes("dst/sub/deep/b.bin") == b"\x00\x01"
+    assert storage.read_text("src/a.txt") == "a"   # the source stays
+    with pytest.raises(StorageError, match="does not exist"):
+        storage.copy_tree("missing", "x")
+
+
+def test_open_input_streams_or_seeks_and_says_what_is_missing(storage):
+    storage.write_bytes("f.bin", bytes(range(100)))
+    with storage.open_input("f.bin") as stream:
+        assert stream.read() == bytes(range(100))
+    with storage.open_input("f.bin", seekable=True) as handle:
+        handle.seek(90)
+        assert handle.read(5) == bytes(range(90, 95))
+    with pytest.raises(StorageError, match="does not exist"):
+        storage.open_input("missing.bin")
+
+
+def test_overwrite_bytes_replaces_in_place(storage):
+    storage.write_bytes("hb/heartbeat", b"1")
+    storage.overwrite_bytes("hb/heartbeat", b"22")
+    assert storage.read_bytes("hb/heartbeat") == b"22"
+
+
+def test_walk_lists_sorted_infos_with_root_relative_names(storage):
+    storage.write_text("w/b.txt", "bb")
+    storage.write_text("w/a/c.txt", "c")
+    everything = storage.walk("w")
+    assert [storage.relative(i.path) for i in everything] == ["w/a", "w/a/c.txt", "w/b.txt"]
+    assert [i.size for i in everything if i.is_file] == [1, 2]
+    assert [storage.relative(i.path) for i in storage.walk("w", recursive=False)] == ["w/a", "w/b.txt"]
+    assert storage.walk("missing") == [] and storage.walk("w/b.txt") == []
+    assert storage.relative(storage.path()) == ""

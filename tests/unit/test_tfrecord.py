@@ -12,8 +12,8 @@ import crc32c
 import numpy as np
 import pytest
 
-from hopsml.data import example_proto
-from hopsml.data.tfrecord import (
+from hopsml.formats import example_proto
+from hopsml.formats import (
     CorruptRecordError,
     FeatureTypeError,
     TFRecordWriter,

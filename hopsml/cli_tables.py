@@ -1,4 +1,4 @@
-"""Plain aligned text tables, as the `hopsml` command prints them."""
+"""Plain aligned text tables, as the `hopsml` command and its subcommands print them."""
 
 from __future__ import annotations
 

@@ -20,12 +20,14 @@ works. They live in a private descriptor pool so that importing TensorFlow in th
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import descriptor_pb2, descriptor_pool
 
 __all__ = ["BytesList", "Example", "Feature", "Features", "FloatList", "Int64List"]
 
 _PACKAGE = "tensorflow"
-_FILE_NAME = "hopsml/data/tensorflow_example.proto"
+_FILE_NAME = "hopsml/formats/tensorflow_example.proto"
 
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
@@ -69,7 +71,7 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     return fdp
 
 
-def _message_classes() -> dict[str, type]:
+def _message_classes() -> dict[str, Any]:
     """Register the schema in a private pool and return its message classes by name."""
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(_file_descriptor().SerializeToString())
