@@ -24,6 +24,7 @@ from hopsml.launcher.rank import barrier_partition
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.task import TaskSpec
 from hopsml.layout import ExperimentDir
+from hopsml.net import Network
 from hopsml.search import space
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
 from hopsml.search.evolution import DifferentialEvolution, Member
@@ -54,10 +55,16 @@ def _metric(result: dict[str, Any], metric_key: str | None) -> Any:
     return value if isinstance(value, numbers.Real) else None
 
 
-def _start_run(sc: Any, storage: Storage, settings: config.Settings, train_fn: Callable[..., Any], *,
-               name: str, versioned_resources: Iterable[str] | None, **fields: Any) -> ExperimentRun:
+def _network(snapshot: config.RunSettings) -> Network:
+    return Network(snapshot.network_interface, snapshot.port_range)
+
+
+def _start_run(sc: Any, storage: Storage, settings: config.Settings, snapshot: config.RunSettings,
+               train_fn: Callable[..., Any], *, name: str, versioned_resources: Iterable[str] | None,
+               **fields: Any) -> ExperimentRun:
     return ExperimentRun.start(storage, settings.project, sc.applicationId, name=name, fn=train_fn,
-                               versioned_resources=versioned_resources,
+                               versioned_resources=versioned_resources, heartbeat_s=snapshot.heartbeat_s,
+                               user=snapshot.user,
                                spark_conf=dict(sc.getConf().getAll()), spark_version=sc.version, **fields)
 
 
@@ -98,17 +105,19 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     ship_by_value(train_fn)
     check_shippable(train_fn, args)
     settings = config.load()
+    snapshot = config.RunSettings.of(settings)
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
-    run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
+    run = _start_run(sc, storage, settings, snapshot, train_fn, name=name, versioned_resources=versioned_resources,
                      description=description, metric_key=metric_key, hyperparameters=args,
                      type=ExperimentType.EXPERIMENT.value, executors=len(executions or [None]))
     log.info("experiment %s started: %s", run.id, run.logdir)
     with run:
         if executions is not None:
-            return run.logdir, _run_executions(sc, run, train_fn, executions, metric_key, local_logdir)
-        channel = open_channel(sc, Live())
-        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
+            return run.logdir, _run_executions(sc, run, snapshot, train_fn, executions, metric_key, local_logdir)
+        channel = open_channel(sc, Live(), _network(snapshot))
+        spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir),
+                        settings=snapshot)
 
         def one_task(_: Iterator[int]) -> Iterator[dict[str, Any]]:
             # in a child process, as trials are: a function that ends its process is a FAILED run with the cause
@@ -129,10 +138,10 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     return run.logdir, result
 
 
-def _run_executions(sc: Any, run: ExperimentRun, train_fn: Callable[..., Any], executions: list[dict[str, Any]],
+def _run_executions(sc: Any, run: ExperimentRun, snapshot: config.RunSettings, train_fn: Callable[..., Any], executions: list[dict[str, Any]],
                     metric_key: str | None, local_logdir: bool) -> list[dict[str, Any]]:
     """launch's list form: every execution in parallel, each in its own folder with its record."""
-    search = Search(sc, run, train_fn, optimization_key=metric_key or "metric", direction=Direction.MAX,
+    search = Search(sc, run, train_fn, snapshot, optimization_key=metric_key or "metric", direction=Direction.MAX,
                     local_logdir=bool(local_logdir), metric_required=False, unit="execution")
     trials = search.run_batch(executions, len(executions))
     search.close_progress()
@@ -150,7 +159,7 @@ def _run_executions(sc: Any, run: ExperimentRun, train_fn: Callable[..., Any], e
     return results
 
 
-def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | None, metric_key: str | None,
+def _run_ranks(train_fn: Callable[..., Any], settings: config.Settings, *, name: str, description: str | None, metric_key: str | None,
                versioned_resources: list[str] | None, workers: int, gpus: int, kind: str,
                make_partition: Callable[[TaskSpec], Callable[[Iterator[int]], Iterator[dict[str, Any]]]],
                local_logdir: bool, retries: int = 0, resume: str | None = None,
@@ -164,12 +173,12 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {gpus}")
     ship_by_value(train_fn)
     check_shippable(train_fn)
-    settings = config.load(num_workers=workers)
+    snapshot = config.RunSettings.of(settings)
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
     check_barrier_stage(sc, workers, gpus)
     source = _resume_source(storage, settings.project, resume) if resume else None
-    run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
+    run = _start_run(sc, storage, settings, snapshot, train_fn, name=name, versioned_resources=versioned_resources,
                      description=description, metric_key=metric_key,
                      type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=workers, gpus_per_executor=gpus)
     log.info("distributed experiment %s started with %d ranks: %s", run.id, workers, run.logdir)
@@ -179,12 +188,12 @@ def _run_ranks(train_fn: Callable[..., Any], *, name: str, description: str | No
             fields["resumed_from"] = {"experiment": source.id, "step": step}
             log.info("experiment %s resumes from step %s of %s", run.id, step, source.id)
         for attempt in range(1, retries + 2):
-            reports, failures, live = _barrier_attempt(sc, storage, run, make_partition, workers=workers,
+            reports, failures, live = _barrier_attempt(sc, storage, run, snapshot, make_partition, workers=workers,
                                                        local_logdir=local_logdir, description=(
                                                            f"hopsml {kind} '{name}' ({run.id}, {workers} ranks)"),
-                                                       late_after_s=settings.late_rank_s)
+                                                       late_after_s=snapshot.late_rank_s)
             if live.late:
-                raise _late_ranks(live, run, settings.late_rank_s)
+                raise _late_ranks(live, run, snapshot.late_rank_s)
             if not failures:
                 break
             if attempt > retries or not all(_lost_rank(f) for f in failures):
@@ -215,8 +224,9 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: 
     rank fails, the others are stopped and ExperimentFailed names the rank and shows its last lines.
     RANK, WORLD_SIZE, MASTER_ADDR/PORT and TF_CONFIG name fresh ports for frameworks' own servers.
     """
-    workers, gpus = config.load(num_workers=num_workers).num_workers, int(gpus_per_worker or 0)
-    return _run_ranks(train_fn, name=name, description=description, metric_key=metric_key,
+    settings = config.load(num_workers=num_workers)
+    workers, gpus = settings.num_workers, int(gpus_per_worker or 0)
+    return _run_ranks(train_fn, settings, name=name, description=description, metric_key=metric_key,
                       versioned_resources=versioned_resources, workers=workers, gpus=gpus, kind="allreduce",
                       local_logdir=local_logdir, retries=retries, resume=resume,
                       make_partition=lambda spec: barrier_partition(
@@ -238,7 +248,8 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
     worker 0 the chief; with `evaluator=True` the last rank is the evaluator), so
     `tf.distribute.MultiWorkerMirroredStrategy()` inside it finds its peers.
     """
-    workers, gpus = config.load(num_workers=num_workers).num_workers, int(gpus_per_worker or 0)
+    settings = config.load(num_workers=num_workers)
+    workers, gpus = settings.num_workers, int(gpus_per_worker or 0)
     tf_cluster.roles(tf_cluster.MIRRORED, workers, evaluator=evaluator)  # refuse a bad layout before Spark
     return _run_ranks(train_fn, name=name, description=description, metric_key=metric_key,
                       versioned_resources=versioned_resources, workers=workers, gpus=gpus, kind="mirrored",
@@ -263,7 +274,7 @@ def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_l
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise HopsmlError(f"parameter_server needs {label} >= 1, got {value!r}")
     ranks, gpus = 1 + num_ps + num_workers + (1 if evaluator else 0), int(gpus_per_worker or 0)
-    return _run_ranks(train_fn, name=name, description=description, metric_key=metric_key,
+    return _run_ranks(train_fn, config.load(), name=name, description=description, metric_key=metric_key,
                       versioned_resources=versioned_resources, workers=ranks, gpus=gpus, kind="parameter_server",
                       local_logdir=local_logdir, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps,
                       evaluator=bool(evaluator),
@@ -326,13 +337,14 @@ def _rank_failure(failures: list[dict[str, Any]], run: ExperimentRun) -> Experim
                             logdir=run.logdir)
 
 
-def _barrier_attempt(sc: Any, storage: Storage, run: ExperimentRun, make_partition: Callable[..., Any], *,
+def _barrier_attempt(sc: Any, storage: Storage, run: ExperimentRun, snapshot: config.RunSettings, make_partition: Callable[..., Any], *,
                      workers: int, local_logdir: bool, description: str, late_after_s: float
                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Live]:
     """One barrier stage of the run: the ranks' reports, the failures (cause first), what was seen live."""
     live = Live(prefix_ranks=True, abort_on_failure=True)
-    channel = open_channel(sc, live)
-    spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir))
+    channel = open_channel(sc, live, _network(snapshot))
+    spec = TaskSpec(storage, run.dir.path, channel.address, channel.secret, local_logdir=bool(local_logdir),
+                    settings=snapshot)
     watch = live.watch_for_late_ranks(workers, late_after_s)
     try:
         reports = run_stage(sc, make_partition(spec), workers, barrier=True, abort=live.failed,
@@ -418,15 +430,16 @@ def _search(train_fn: Callable[..., Any], space_description: dict[str, Any], dir
     ship_by_value(train_fn)
     check_shippable(train_fn)
     settings = config.load()
+    snapshot = config.RunSettings.of(settings)
     storage = Storage(settings.root)
     sc = session.get_or_create(settings).sparkContext
-    run = _start_run(sc, storage, settings, train_fn, name=name, versioned_resources=versioned_resources,
+    run = _start_run(sc, storage, settings, snapshot, train_fn, name=name, versioned_resources=versioned_resources,
                      description=description, type=ExperimentType.PARALLEL_EXPERIMENTS.value,
                      hyperparameters=space_description, direction=goal.value, optimization_key=optimization_key,
                      metric_key=optimization_key, executors=sc.defaultParallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, train_fn, optimization_key=optimization_key, direction=goal, early_stopping=rule,
+        search = Search(sc, run, train_fn, snapshot, optimization_key=optimization_key, direction=goal, early_stopping=rule,
                         local_logdir=bool(local_logdir))
         batches(search)
         best = search.conclude(**record_fields)

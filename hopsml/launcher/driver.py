@@ -167,9 +167,8 @@ def driver_host(sc: Any, network: Network | None = None) -> str:
     return network.host(default) if network is not None else default
 
 
-def open_channel(sc: Any, live: Live, network: Network | None = None) -> DriverChannel:
-    """The driver's channel, on the interface and port range of the settings (read here when not given)."""
-    network = network if network is not None else Network.from_settings()
+def open_channel(sc: Any, live: Live, network: Network) -> DriverChannel:
+    """The driver's channel, on the interface and port range of the run's settings."""
     return DriverChannel(driver_host(sc, network), auth.new_secret(), live, network.port_range)
 
 

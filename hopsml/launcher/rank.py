@@ -10,6 +10,7 @@ communicator, releases the framework ports and runs the user's function with it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import os
@@ -19,6 +20,8 @@ from typing import Any
 from collections.abc import Callable, Iterator
 
 from hopsml import collective, config, devices
+from hopsml.collective import gpu, shm
+from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.task import TaskSpec, run_function
@@ -130,7 +133,8 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
                       all_ranks_write_metrics: bool) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
     """The function Spark runs in each barrier task."""
 
-    network = Network.from_settings()  # read on the driver: every rank follows the driver's settings
+    network = Network(spec.settings.network_interface, spec.settings.port_range)  # the driver's snapshot
+    options = CollectiveOptions.from_settings(spec.settings, timeout_s)
 
     def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
         from pyspark import BarrierTaskContext
@@ -148,8 +152,7 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
 
             def connected_fn() -> Any:
                 pin_gpu(info)
-                with collective.Communicator.connect(info.rank, info.world_size, info.addresses, listener,
-                                                     spec.secret, timeout_s) as comm, collective.use(comm):
+                with connect(info, listener, spec.secret, options) as comm, collective.use(comm):
                     ports.release()  # hopsml's connections are made: the framework may bind now
                     return fn()
 
@@ -165,6 +168,20 @@ def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker:
             os.environ.update(saved_environment)
 
     return run_rank
+
+
+def connect(info: RankInfo, listener: Any, secret: bytes, options: CollectiveOptions) -> collective.Communicator:
+    """This rank's communicator, told the run's collective options (the driver's snapshot)."""
+    connect_fn = collective.Communicator.connect
+    if "options" in inspect.signature(connect_fn).parameters:
+        return connect_fn(info.rank, info.world_size, info.addresses, listener, secret,  # type: ignore[call-arg]
+                          options=options)
+    # MERGE: a communicator without `options` reads shared memory, host id and GPU path from the rank's
+    # environment: hand it the snapshot's values there (the rank's environment is restored at its end).
+    # Remove this branch (and inspect) once Communicator.connect takes options.
+    os.environ.update({shm.SHM_ENV: "1" if options.shared_memory else "0", shm.HOST_ID_ENV: options.host_id,
+                       gpu.MODE_ENV: options.gpu_mode})
+    return connect_fn(info.rank, info.world_size, info.addresses, listener, secret, options.timeout_s)
 
 
 def _end_torch_process_group() -> None:

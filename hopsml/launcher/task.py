@@ -52,8 +52,8 @@ class TaskSpec:
     log_name: str = "output.log"
     trial: int | None = None  # set for the trials of a search
     local_logdir: bool = False  # tensorboard.logdir() on local disk, copied into the run at the end
-    # Read where the spec is made, on the driver, so executors follow the driver's setting.
-    sync_interval_s: float = field(default_factory=lambda: float(config.value("sync_interval_s")))
+    # The run's settings snapshot, made on the driver (the engine passes its own): ranks never read theirs.
+    settings: config.RunSettings = field(default_factory=config.RunSettings.resolve)
 
 
 class _Tee(io.TextIOBase):
@@ -193,7 +193,7 @@ def _kept_file(key: str, item: str, storage: Storage, run_dir: RunDir, started: 
             print(f"hopsml: return value {key!r} names {item!r}, which is not a file; recorded as text")
         return item
     in_run = _inside(path, run_folder)
-    if not marked and (not (in_run or _inside(path, workdir)) or os.stat(path).st_mtime < started - _MTIME_SLACK_S):
+    if not marked and (not (in_run or _inside(path, workdir)) or os.stat(path).st_mtime < (started or 0.0) - _MTIME_SLACK_S):
         return item  # a file the function did not write in its working directory: not ours to copy
     if in_run:  # the run's own folder: the file is part of the run already
         return storage.uri(layout.join(run_dir.path, os.path.relpath(path, run_folder).replace(os.sep, "/")))
@@ -226,7 +226,7 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
     try:
         with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
                         channel=channel, trial=spec.trial, local_logdir=spec.local_logdir,
-                        sync_interval_s=spec.sync_interval_s) as ctx:
+                        sync_interval_s=spec.settings.sync_interval_s) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None,
                                  native=native_output) as tee:

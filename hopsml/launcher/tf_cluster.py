@@ -87,7 +87,7 @@ def tf_partition(fn: Callable[[], Any], spec: TaskSpec, *, strategy: str, num_ps
                  gpus_per_worker: int) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
     """The function Spark runs in each barrier task of a TensorFlow run."""
 
-    network = Network.from_settings()  # read on the driver: every rank follows the driver's settings
+    network = Network(spec.settings.network_interface, spec.settings.port_range)  # the driver's snapshot
 
     def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
         from pyspark import BarrierTaskContext

@@ -15,11 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator
 
+from hopsml.config import RunSettings
 from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import Live, open_channel, run_stage
 from hopsml.launcher.task import TaskSpec
+from hopsml.net import Network
 from hopsml.progress import progress_bar
 from hopsml.layout import RunDir
 from hopsml.search import hparams as hparams_events
@@ -51,10 +53,11 @@ class Trial:
 class Search:
     """Runs batches of trials for one PARALLEL_EXPERIMENTS experiment."""
 
-    def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], *, optimization_key: str,
+    def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
+                 optimization_key: str,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
                  local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
-        self.sc, self.run, self.fn = sc, run, fn
+        self.sc, self.run, self.fn, self.settings = sc, run, fn, settings
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir
         self.metric_required = metric_required  # launch's executions may return no metric at all
@@ -157,10 +160,10 @@ class Search:
         batch = [self._new_trial(p) for p in params_list]
         live = Live(echo=False, handlers={"metric": self._on_metric,
                                           "finished": lambda m, _: self._finish(m)})
-        channel = open_channel(self.sc, live)
+        channel = open_channel(self.sc, live, Network(self.settings.network_interface, self.settings.port_range))
         storage, fn = self.run.storage, self.fn
         specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
-                                     local_logdir=self.local_logdir)) for t in batch]
+                                     local_logdir=self.local_logdir, settings=self.settings)) for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
             for i in partition:
