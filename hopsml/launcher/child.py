@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from hopsml import layout
 from hopsml.launcher.channel import TaskChannel
+from hopsml.launcher.messages import PROCESS, Finished, RankReport, to_wire
 from hopsml.launcher.task import TaskSpec
 
 _WATCHDOG_INTERVAL_S = 1.0
@@ -51,7 +52,7 @@ def _dumps(value: Any) -> bytes:
     try:
         from pyspark import cloudpickle
     except ImportError:  # a rank run without Spark
-        import cloudpickle
+        import cloudpickle  # type: ignore[no-redef]
     return cloudpickle.dumps(value)
 
 
@@ -108,18 +109,18 @@ class ChildRank:
     def _lost(self, why: str) -> dict[str, Any]:
         who = f"trial {self._spec.trial}" if self._spec.trial is not None else f"rank {self.rank}"
         tail = self._tail()
-        report = {"ok": False, "rank": self.rank, "trial": self._spec.trial, "error": f"{who}: {why}",
-                  "traceback": "", "tail": tail, "duration": round(time.monotonic() - self._started, 3)}
+        report = RankReport(False, rank=self.rank, trial=self._spec.trial, error=f"{who}: {why}", tail=tail,
+                            duration=round(time.monotonic() - self._started, 3), cause=PROCESS)
         self._tell_driver(report)
-        return report
+        return report.to_wire()
 
-    def _tell_driver(self, report: dict[str, Any]) -> None:
+    def _tell_driver(self, report: RankReport) -> None:
         """Send the 'finished' message the child could not, so the driver learns of the failure now."""
         if self._spec.channel_address is None:
             return
         channel = TaskChannel.connect(self._spec.channel_address, self._spec.secret)
         if channel is not None:
-            channel.send({"kind": "finished", **report})
+            channel.send(to_wire(Finished(report)))
             channel.close()
 
     def _tail(self) -> str:

@@ -102,7 +102,20 @@ def destroy_process_group() -> None:
     from hopsml.collective import context
 
     if context.is_initialized():
-        return  # the rank's teardown destroys it (hopsml.launcher.rank)
+        return  # the rank's teardown destroys it (end_rank_group)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _started.clear()
+
+
+def end_rank_group() -> None:
+    """A rank's teardown hook (the barrier-task skeleton calls it after the function): Python workers are
+    reused, and a torch.distributed group the function left open would make the next run's
+    init_process_group in this worker fail. destroy_process_group leaves the group to this point, when
+    the function's models are gone (see there why). Imports no torch that the function did not."""
+    import sys
+
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
