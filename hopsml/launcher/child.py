@@ -129,7 +129,10 @@ class ChildRank:
             self.close()
 
     def _lost(self, why: str) -> dict[str, Any]:
-        who = f"trial {self._spec.trial}" if self._spec.trial is not None else f"rank {self.rank}"
+        spec = self._spec
+        who = f"rank {self.rank}"
+        if spec.trial is not None:  # by its parameters where known: an index means nothing to the user
+            who = f"trial {spec.trial_name or spec.trial}"
         tail = self._tail()
         report = RankReport(False, rank=self.rank, trial=self._spec.trial, error=f"{who}: {why}", tail=tail,
                             duration=round(time.monotonic() - self._started, 3), cause=PROCESS)
@@ -201,7 +204,7 @@ def sweep_dead(tmp: str | None = None) -> list[str]:
     """Remove the folders of children whose parent process is gone (both killed at once, say by the
     out-of-memory killer); returns them. A folder whose parent lives is never touched."""
     tmp = tmp or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(tmp)
     except OSError:

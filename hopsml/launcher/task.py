@@ -51,7 +51,8 @@ class TaskSpec:
     channel_address: tuple[str, int] | None
     secret: bytes = field(repr=False)  # the run's channel key: never in a repr, log line or error
     log_name: str = "output.log"
-    trial: int | None = None  # set for the trials of a search
+    trial: int | None = None  # set for the trials of a search: its number, for the driver's bookkeeping
+    trial_name: str | None = None  # and its parameters as its folder names them (lr=0.1&layers=2), for people
     local_logdir: bool = False  # tensorboard.logdir() on local disk, copied into the run at the end
     # The run's settings snapshot, made on the driver (the engine passes its own): ranks never read theirs.
     settings: config.RunSettings = field(default_factory=config.RunSettings.resolve)

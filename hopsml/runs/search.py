@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import posixpath
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -166,7 +167,8 @@ class Search:
         channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
         storage, fn = self.run.storage, self.fn
         specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
-                                     local_logdir=self.local_logdir, settings=self.settings)) for t in batch]
+                                     trial_name=posixpath.basename(t.dir), local_logdir=self.local_logdir,
+                                     settings=self.settings)) for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
             for i in partition:
@@ -203,7 +205,8 @@ class Search:
                                    + (f"; the first: {first.error}" if first else ""),
                                    traceback=(first.traceback or "") if first else "", logdir=self.run.logdir)
         if failed:
-            log.warning("%d of %d trials failed; see %s", len(failed), len(self.trials), self.run.dir.summary)
+            log.warning("%d of %d %ss failed; see %s", len(failed), len(self.trials), self.unit,
+                        self.run.storage.uri(self.run.dir.summary))
         try:
             hparams_events.write_experiment(self.run.storage, self.run.dir.tensorboard,
                                             [t.params for t in self.trials], self.key)

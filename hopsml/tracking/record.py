@@ -238,7 +238,7 @@ class ExperimentRun:
                                   spark_conf=public_spark_conf((spark_conf or {}).items()),
                                   versions=versioning.stack_versions(spark_version), **fields)
         run = cls(storage, exp_dir, record)
-        run._start_heartbeat(config.value("heartbeat_s", heartbeat_s))
+        run._start_heartbeat(heartbeat_s if heartbeat_s is not None else config.value("heartbeat_s"))
         try:
             run.save()
             run._version(resources, fn)
