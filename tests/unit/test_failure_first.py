@@ -66,3 +66,15 @@ def test_the_failing_rank_finishing_first_cancels_at_once():
     live({"kind": "finished", **_report(1, "ValueError: bad batch")}, None)
     assert live.failed.is_set()
     assert [f.rank for f in live.failures()] == [1]
+
+
+def test_each_report_is_kept_once_whether_the_channel_or_sparks_collect_brought_it():
+    finished = []
+    monitor = StageMonitor(on_finished=finished.append)
+    monitor({"kind": "finished", "ok": False, "rank": 1, "error": "ValueError: bad batch", "cause": "raised"}, None)
+    monitor({"kind": "finished", "ok": False, "rank": 1, "error": "ValueError: bad batch", "cause": "raised"}, None)
+    reports = monitor.settle([{"ok": False, "rank": 1, "error": "ValueError: bad batch"},
+                              {"ok": True, "rank": 0, "result": {"metric": 1.0}}])  # rank 0 never reached us
+    assert [(r.rank, r.ok) for r in reports] == [(1, False), (0, True)]
+    assert [r.rank for r in finished] == [1, 0]
+    assert [f.rank for f in monitor.failures()] == [1]
