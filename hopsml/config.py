@@ -281,6 +281,39 @@ def _resolve(name: str, override: Any, environ: Mapping[str, str], from_file: Ma
                             f"It is the {spec.help}.") from exc
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run reads from the settings while it runs, resolved once on the driver per verb and carried
+    to every rank and trial (in the TaskSpec): an executor never reads its own environment or conf file,
+    so the driver's values (an os.environ change in the notebook included) reach every rank, and nothing
+    changes mid-run. Holds no credentials (no root, no Spark settings), so it may travel and be shown."""
+
+    sync_interval_s: float = 5.0
+    heartbeat_s: float = 10.0
+    lost_after_s: float = 120.0
+    late_rank_s: float = 180.0
+    network_interface: str = ""
+    port_range: tuple[int, int] | None = None
+    collective_timeout_s: float = 300.0
+    collective_shm: bool = True
+    collective_host_id: str = ""
+    gpu_collective: str = "auto"
+    user: str = ""  # resolved: the login name where the setting is empty
+
+    @classmethod
+    def of(cls, settings: Settings) -> RunSettings:
+        """The run's snapshot of resolved `settings`."""
+        import getpass
+
+        names = {f.name for f in fields(cls)} - {"user"}
+        return cls(**{name: getattr(settings, name) for name in names}, user=settings.user or getpass.getuser())
+
+    @classmethod
+    def resolve(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> RunSettings:
+        """Resolve every setting now (argument > HOPSML_* > hopsml.toml > default) and take the snapshot."""
+        return cls.of(load(environ, **overrides))
+
+
 def value(name: str, override: Any = None, environ: Mapping[str, str] | None = None) -> Any:
     """One setting alone (e.g. inside a task), so a bad value of another setting cannot fail it."""
     if name not in _FIELDS:

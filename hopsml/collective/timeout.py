@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-import math
-import os
 import time
 
-from hopsml.errors import CollectiveError, SettingsError
+from hopsml import config
+from hopsml.errors import CollectiveError
 
 DEFAULT_TIMEOUT_S = 300.0
 TIMEOUT_ENV = "HOPSML_COLLECTIVE_TIMEOUT_S"
 
 
 def resolve_timeout(timeout_s: float | None = None) -> float:
-    """The collective timeout in seconds: the argument, else $HOPSML_COLLECTIVE_TIMEOUT_S, else 300."""
-    if timeout_s is not None:
-        value, source = timeout_s, "the timeout_s argument"
-    elif os.environ.get(TIMEOUT_ENV, "").strip():
-        raw = os.environ[TIMEOUT_ENV].strip()
-        source = f"the environment variable {TIMEOUT_ENV}"
-        try:
-            value = float(raw)
-        except ValueError:
-            raise SettingsError(f"{source} is {raw!r}, which is not a number of seconds; "
-                                f"set it to a positive number such as 300") from None
-    else:
-        return DEFAULT_TIMEOUT_S
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise SettingsError(f"{source} is {value!r}; the collective timeout must be a positive number of seconds")
-    return float(value)
+    """The collective timeout in seconds: the argument, else the collective_timeout_s setting
+    ($HOPSML_COLLECTIVE_TIMEOUT_S, conf/hopsml.toml), else 300; for ranks connected without the launcher,
+    which passes its run's snapshot instead."""
+    return float(config.value("collective_timeout_s", timeout_s))
 
 
 class Timeout:

@@ -13,13 +13,19 @@ The trials of a search run the same way: a trial that ends its process (os._exit
 kernel's out-of-memory killer) is reported as a failure with its exit cause, the task itself ends
 normally and the search goes on. Their native output (C code, os.write) is captured in the log too.
 
-    python -m hopsml.launcher.child <payload.pkl> <report.json>
+    python -m hopsml.launcher.child <payload.pkl> <report.json> <fd of a pipe with the channel secret>
+
+The child's folder ($TMPDIR/hopsml-rank-<parent pid>-XXXX: payload, report, raw output) is private
+(0700), holds no secret, and is removed by the parent when the child ends, by the child itself when
+its parent dies first, and, when both were killed at once, by the next rank started on the host.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -35,8 +41,12 @@ from collections.abc import Callable
 
 from hopsml import layout
 from hopsml.launcher.channel import TaskChannel
+from hopsml.launcher.messages import PROCESS, Finished, RankReport, to_wire
 from hopsml.launcher.task import TaskSpec
 
+log = logging.getLogger(__name__)
+
+PREFIX = "hopsml-rank-"  # $TMPDIR/hopsml-rank-<parent pid>-<random>
 _WATCHDOG_INTERVAL_S = 1.0
 _TAIL_LINES = 30
 
@@ -51,7 +61,7 @@ def _dumps(value: Any) -> bytes:
     try:
         from pyspark import cloudpickle
     except ImportError:  # a rank run without Spark
-        import cloudpickle
+        import cloudpickle  # type: ignore[no-redef]
     return cloudpickle.dumps(value)
 
 
@@ -62,22 +72,35 @@ class ChildRank:
                  write_metrics: bool, keep_stdin_open: bool = False, kwargs: dict[str, Any] | None = None,
                  native_output: bool = False) -> None:
         self._started = time.monotonic()
-        self._dir = tempfile.mkdtemp(prefix="hopsml-rank-")
+        sweep_dead()
+        # 0700 (mkdtemp), named by this process so that a later run can tell when its owner is gone
+        self._dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
         self._payload = os.path.join(self._dir, "payload.pkl")
         self._report = os.path.join(self._dir, "report.json")
         self._stderr_path = os.path.join(self._dir, "stderr.log")
         self.rank, self._spec = rank, spec
         options = {"rank": rank, "world_size": world_size, "write_metrics": write_metrics,
                    "native_output": native_output}
-        with open(self._payload, "wb") as f:
-            f.write(_dumps((fn, spec, kwargs or {}, options)))
+        # the channel secret goes through a pipe, never into a file: the payload's spec has none
+        payload = _dumps((fn, dataclasses.replace(spec, secret=b""), kwargs or {}, options))
+        with open(os.open(self._payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(payload)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this worker can import
         self._stderr = open(self._stderr_path, "wb")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "hopsml.launcher.child", self._payload, self._report],
-            stdin=subprocess.PIPE if keep_stdin_open else subprocess.DEVNULL,
-            stdout=self._stderr, stderr=subprocess.STDOUT, env=env, close_fds=True)
+        secret_in, secret_out = os.pipe()
+        try:
+            os.write(secret_out, spec.secret)  # a few bytes: the pipe's buffer holds them until the child reads
+            os.close(secret_out)
+            secret_out = -1
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "hopsml.launcher.child", self._payload, self._report, str(secret_in)],
+                stdin=subprocess.PIPE if keep_stdin_open else subprocess.DEVNULL,
+                stdout=self._stderr, stderr=subprocess.STDOUT, env=env, close_fds=True, pass_fds=(secret_in,))
+        finally:
+            os.close(secret_in)
+            if secret_out >= 0:
+                os.close(secret_out)
 
     def stop_input(self) -> None:
         """Close the child's stdin: a function waiting for it (a TensorFlow server) returns."""
@@ -106,20 +129,23 @@ class ChildRank:
             self.close()
 
     def _lost(self, why: str) -> dict[str, Any]:
-        who = f"trial {self._spec.trial}" if self._spec.trial is not None else f"rank {self.rank}"
+        spec = self._spec
+        who = f"rank {self.rank}"
+        if spec.trial is not None:  # by its parameters where known: an index means nothing to the user
+            who = f"trial {spec.trial_name or spec.trial}"
         tail = self._tail()
-        report = {"ok": False, "rank": self.rank, "trial": self._spec.trial, "error": f"{who}: {why}",
-                  "traceback": "", "tail": tail, "duration": round(time.monotonic() - self._started, 3)}
+        report = RankReport(False, rank=self.rank, trial=self._spec.trial, error=f"{who}: {why}", tail=tail,
+                            duration=round(time.monotonic() - self._started, 3), cause=PROCESS)
         self._tell_driver(report)
-        return report
+        return report.to_wire()
 
-    def _tell_driver(self, report: dict[str, Any]) -> None:
+    def _tell_driver(self, report: RankReport) -> None:
         """Send the 'finished' message the child could not, so the driver learns of the failure now."""
         if self._spec.channel_address is None:
             return
         channel = TaskChannel.connect(self._spec.channel_address, self._spec.secret)
         if channel is not None:
-            channel.send({"kind": "finished", **report})
+            channel.send(to_wire(Finished(report)))
             channel.close()
 
     def _tail(self) -> str:
@@ -164,12 +190,44 @@ def exit_cause(returncode: int) -> str:
     return text
 
 
-def _watch_parent(parent: int) -> None:
-    """End this process when the Spark worker that started it is gone."""
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def sweep_dead(tmp: str | None = None) -> list[str]:
+    """Remove the folders of children whose parent process is gone (both killed at once, say by the
+    out-of-memory killer); returns them. A folder whose parent lives is never touched."""
+    tmp = tmp or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(PREFIX):].split("-", 1)[0]
+        if not name.startswith(PREFIX) or not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        path = os.path.join(tmp, name)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+        log.info("removed the folder %s of a rank whose process %s is gone", path, pid_text)
+    return removed
+
+
+def _watch_parent(parent: int, folder: str) -> None:
+    """End this process when the Spark worker that started it is gone, removing its folder (the parent,
+    which would have, cannot any more)."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(_WATCHDOG_INTERVAL_S)
+        shutil.rmtree(folder, ignore_errors=True)
         os._exit(3)
 
     threading.Thread(target=watch, name="hopsml-parent-watchdog", daemon=True).start()
@@ -177,13 +235,19 @@ def _watch_parent(parent: int) -> None:
 
 def main(argv: list[str]) -> None:
     """Child entry point: run the pickled function as its rank and write the report."""
-    payload_path, report_path = argv[1], argv[2]
-    _watch_parent(os.getppid())
+    payload_path, report_path, secret_fd = argv[1], argv[2], int(argv[3])
+    _watch_parent(os.getppid(), os.path.dirname(payload_path))
     faulthandler.enable(all_threads=False)  # a fatal error's Python traceback goes to the log (or the raw output)
     from hopsml.launcher.task import run_function
 
+    secret = b""
+    while chunk := os.read(secret_fd, 4096):
+        secret += chunk
+    os.close(secret_fd)
     with open(payload_path, "rb") as f:
         fn, spec, kwargs, options = pickle.load(f)
+    os.remove(payload_path)  # read once: the function and its arguments need not stay on disk
+    spec = dataclasses.replace(spec, secret=secret)
     report = run_function(fn, kwargs, spec, **options)
     partial = report_path + ".partial"
     with open(partial, "w", encoding="utf-8") as f:

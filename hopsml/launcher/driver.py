@@ -10,12 +10,13 @@ import time
 import types
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from hopsml import auth
 from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError, SerializationError
 from hopsml.launcher.channel import Connection, DriverChannel
+from hopsml.launcher.messages import Failing, Finished, Message, Metric, Output, RankReport, decode
 from hopsml.net import Network
 from hopsml.tracking.versioning import installed_file
 
@@ -27,42 +28,68 @@ UPLOAD_GRACE_S = 30.0
 
 
 @dataclass
-class Live:
-    """Messages from running tasks: output goes to the caller's stdout; other kinds to handlers."""
+class StageMonitor:
+    """Watches one stage through the channel: prints its output, keeps each task's report once (the one
+    its channel brought, else the one Spark collected), learns of a failure at once (and then cancels the
+    stage, when asked, once the failing rank's files are copied), and notices ranks that never return."""
 
     prefix_ranks: bool = False
     abort_on_failure: bool = False
     echo: bool = True
-    handlers: dict[str, Callable[[dict[str, Any], Connection], None]] = field(default_factory=dict)
+    on_metric: Callable[[Metric, Connection], None] | None = None
+    on_finished: Callable[[RankReport], None] | None = None
     failed: threading.Event = field(default_factory=threading.Event)
-    finished: list[dict[str, Any]] = field(default_factory=list)
+    finished: list[RankReport] = field(default_factory=list)
     late: list[int] = field(default_factory=list)  # ranks still running when the watchdog gave up on them
-    failing: list[dict[str, Any]] = field(default_factory=list)  # failure reports sent before the final upload
+    failing: list[RankReport] = field(default_factory=list)  # failures told before the final upload
     upload_grace_s: float = UPLOAD_GRACE_S
 
-    def __call__(self, message: dict[str, Any], connection: Connection) -> None:
-        kind = message.get("kind")
-        if kind == "output" and self.echo:
-            rank = message.get("rank")
-            prefix = f"[rank {rank}] " if self.prefix_ranks and rank is not None else ""
-            sys.stdout.write(f"{prefix}{message.get('line', '')}\n")
-        elif kind == "failing":
-            self.failing.append(message)
-        elif kind == "finished":
-            self.finished.append(message)
-            if self.abort_on_failure and not message.get("ok"):
+    def __call__(self, data: dict[str, Any], connection: Connection | None) -> None:
+        """The channel's callback: decode the message once, then act on its type."""
+        message = decode(data)
+        if message is not None:
+            self.receive(message, connection)
+
+    def receive(self, message: Message, connection: Connection | None) -> None:
+        if isinstance(message, Output):
+            if self.echo:
+                prefix = f"[rank {message.rank}] " if self.prefix_ranks and message.rank is not None else ""
+                sys.stdout.write(f"{prefix}{message.line}\n")
+        elif isinstance(message, Failing):
+            self.failing.append(message.report)
+        elif isinstance(message, Finished):
+            report = message.report
+            if _key(report) in {_key(r) for r in list(self.finished)}:
+                return  # told twice (the child and its parent): once is enough
+            self.finished.append(report)
+            if self.on_finished is not None:
+                self.on_finished(report)
+            if self.abort_on_failure and not report.ok:
                 self._abort_after_uploads()
-        if kind in self.handlers:
-            self.handlers[kind](message, connection)
+        elif isinstance(message, Metric) and self.on_metric is not None and connection is not None:
+            self.on_metric(message, connection)
 
-    def failures(self) -> list[dict[str, Any]]:
+    def settle(self, collected: Iterable[dict[str, Any]]) -> list[RankReport]:
+        """Every task's report once: those the channel brought, then those only Spark's collect() has
+        (a task that could not reach the driver); the latter are passed to `on_finished` too."""
+        seen = {_key(r) for r in self.finished}
+        for data in collected:
+            report = RankReport.from_wire(data)
+            if _key(report) not in seen:
+                seen.add(_key(report))
+                self.finished.append(report)
+                if self.on_finished is not None:
+                    self.on_finished(report)
+        return list(self.finished)
+
+    def failures(self) -> list[RankReport]:
         """Every failure report: the finished ones, and those of ranks that failed but never finished."""
-        return [m for m in self.finished if not m.get("ok")] + self._unfinished_failing()
+        return [r for r in self.finished if not r.ok] + self._unfinished_failing()
 
-    def _unfinished_failing(self) -> list[dict[str, Any]]:
+    def _unfinished_failing(self) -> list[RankReport]:
         """The failing reports of ranks that have not finished (still copying their files, or killed)."""
-        done = {m.get("rank") for m in self.finished}
-        return [m for m in self.failing if m.get("rank") not in done]
+        done = {_key(r) for r in self.finished}
+        return [r for r in self.failing if _key(r) not in done]
 
     def _abort_after_uploads(self) -> None:
         """Set `failed` (which cancels the stage), but first let a failing rank finish copying its logs
@@ -88,7 +115,7 @@ class Live:
         def watch() -> None:
             first_return = None
             while not stop.wait(0.5) and not self.failed.is_set():
-                done = {m.get("rank") for m in list(self.finished)}
+                done = {r.rank for r in list(self.finished)}
                 if len(done) >= ranks:
                     return
                 if done and first_return is None:
@@ -167,13 +194,12 @@ def driver_host(sc: Any, network: Network | None = None) -> str:
     return network.host(default) if network is not None else default
 
 
-def open_channel(sc: Any, live: Live, network: Network | None = None) -> DriverChannel:
-    """The driver's channel, on the interface and port range of the settings (read here when not given)."""
-    network = network if network is not None else Network.from_settings()
-    return DriverChannel(driver_host(sc, network), auth.new_secret(), live, network.port_range)
+def open_channel(sc: Any, monitor: StageMonitor, network: Network) -> DriverChannel:
+    """The driver's channel, on the interface and port range of the run's settings."""
+    return DriverChannel(driver_host(sc, network), auth.new_secret(), monitor, network.port_range)
 
 
-def run_stage(sc: Any, partition_fn: Callable[[Iterable[int]], Iterable[Any]], num_tasks: int, *,
+def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], num_tasks: int, *,
               job_group: str, description: str, barrier: bool = False,
               abort: threading.Event | None = None) -> list[Any]:
     """Run `partition_fn` on `num_tasks` partitions (barrier mode if asked) and collect the results.
@@ -235,6 +261,10 @@ def wait_for_slots(sc: Any, needed: int, timeout_s: float) -> int:
     while (slots := concurrent_slots(sc)) < needed and time.monotonic() < deadline:
         time.sleep(0.25)
     return slots
+
+
+def _key(report: RankReport) -> tuple[int | None, int | None]:
+    return report.trial, report.rank
 
 
 def check_barrier_stage(sc: Any, num_workers: int, gpus_per_worker: int, start_timeout_s: float = 60.0) -> None:

@@ -1,6 +1,8 @@
 """Task side of a distributed run: one rank per barrier task.
 
-Each rank binds its collective listener first (and keeps it: no bind-then-release race), reserves
+One skeleton (`barrier_task`) for every framework, with a hook object per framework (`RankFramework`:
+hopsml's collective here, TensorFlow in tf_cluster.py) and teardown hooks (torch's process group, from
+hopsml.torch). Each rank binds its collective listener first (and keeps it: no bind-then-release race), reserves
 fresh ports for frameworks with their own servers (TF_CONFIG, MASTER_PORT; see ports.py), exchanges
 addresses with the other ranks in one `BarrierTaskContext.allGather` (it costs about a second, so
 exactly once), pins its GPU, exports the variables other frameworks expect, connects the
@@ -10,15 +12,17 @@ communicator, releases the framework ports and runs the user's function with it.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from hopsml import collective, config, devices
+from hopsml.collective import gpu, shm
+from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.task import TaskSpec, run_function
@@ -126,51 +130,104 @@ def pin_gpu(info: RankInfo) -> None:
     cupy.cuda.Device(int(first)).use()
 
 
-def barrier_partition(fn: Callable[[], Any], spec: TaskSpec, *, gpus_per_worker: int, timeout_s: float | None,
-                      all_ranks_write_metrics: bool) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
-    """The function Spark runs in each barrier task."""
+class RankFramework:
+    """One framework's part in the barrier-task skeleton (`barrier_task`); one object per task.
 
-    network = Network.from_settings()  # read on the driver: every rank follows the driver's settings
+    The skeleton binds nothing of its own: `on_start` binds what the framework listens on before the
+    rendezvous, `tf_config` names the rank's TensorFlow role, `run` runs the function and returns its
+    report in wire form, `on_shutdown` releases what the framework holds (also when the task fails)."""
+
+    def on_start(self, host: str, network: Network) -> str | None:
+        """Before the rendezvous: returns this rank's collective listener address, if it has one."""
+        return None
+
+    def tf_config(self, info: RankInfo) -> dict[str, Any] | None:
+        """This rank's TF_CONFIG; None: every rank a worker."""
+        return None
+
+    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def on_shutdown(self) -> None:
+        """Release what the framework holds."""
+
+
+def barrier_task(spec: TaskSpec, *, gpus_per_worker: int, framework: Callable[[], RankFramework],
+                 on_shutdown: Sequence[Callable[[], None]] = ()) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
+    """The function Spark runs in each barrier task: the rank's host, its framework ports, one rendezvous,
+    its environment, then the framework's `run`; at the end the framework's and `on_shutdown`'s teardown,
+    and the worker's environment as it was (Python workers are reused)."""
+
+    network = Network(spec.settings.network_interface, spec.settings.port_range)  # the driver's snapshot
 
     def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
         from pyspark import BarrierTaskContext
 
         ctx = BarrierTaskContext.get()
         saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
-        host = task_host(ctx, network)
-        listener, address = collective.listen(host, network.port_range)
+        hooks = framework()
         ports = None
         try:
+            host = task_host(ctx, network)
+            address = hooks.on_start(host, network)
             ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0, port_range=network.port_range)
             info = rendezvous(ctx, address, gpus_per_worker, ports)
-            export_environment(info)
+            export_environment(info, hooks.tf_config(info))
             export_interface(network)
-
-            def connected_fn() -> Any:
-                pin_gpu(info)
-                with collective.Communicator.connect(info.rank, info.world_size, info.addresses, listener,
-                                                     spec.secret, timeout_s) as comm, collective.use(comm):
-                    ports.release()  # hopsml's connections are made: the framework may bind now
-                    return fn()
-
             rank_spec = dataclasses.replace(spec, log_name=f"{LOGS}/worker_{info.rank}.log")
-            yield run_function(connected_fn, {}, rank_spec, rank=info.rank, world_size=info.world_size,
-                               write_metrics=all_ranks_write_metrics or info.rank == 0)
+            yield hooks.run(ctx, info, rank_spec, ports)
         finally:
-            listener.close()
-            if ports is not None:
-                ports.release()
-            _end_torch_process_group()
-            os.environ.clear()
-            os.environ.update(saved_environment)
+            try:
+                hooks.on_shutdown()
+                if ports is not None:
+                    ports.release()
+                for hook in on_shutdown:
+                    hook()
+            finally:
+                os.environ.clear()
+                os.environ.update(saved_environment)
 
     return run_rank
 
 
-def _end_torch_process_group() -> None:
-    """Python workers are reused: a torch.distributed group the function left open would make the
-    next run's init_process_group in this worker fail. hopsml.torch.destroy_process_group leaves the
-    group to this point, when the function's models are gone (see there why)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+class CollectiveRank(RankFramework):
+    """hopsml's own: the rank's collective listener, a communicator connected with the run's collective
+    options, and the function run in the task's process with it."""
+
+    def __init__(self, fn: Callable[[], Any], options: CollectiveOptions, all_ranks_write_metrics: bool) -> None:
+        self.fn, self.options, self.all_ranks_write_metrics = fn, options, all_ranks_write_metrics
+        self._listener: Any = None
+
+    def on_start(self, host: str, network: Network) -> str | None:
+        self._listener, address = collective.listen(host, network.port_range)
+        return str(address)
+
+    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+        listener, fn, options = self._listener, self.fn, self.options
+
+        def connected_fn() -> Any:
+            pin_gpu(info)
+            with connect(info, listener, spec.secret, options) as comm, collective.use(comm):
+                ports.release()  # hopsml's connections are made: the framework may bind now
+                return fn()
+
+        return run_function(connected_fn, {}, spec, rank=info.rank, world_size=info.world_size,
+                            write_metrics=self.all_ranks_write_metrics or info.rank == 0)
+
+    def on_shutdown(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+
+
+def connect(info: RankInfo, listener: Any, secret: bytes, options: CollectiveOptions) -> collective.Communicator:
+    """This rank's communicator, told the run's collective options (the driver's snapshot)."""
+    connect_fn = collective.Communicator.connect
+    if "options" in inspect.signature(connect_fn).parameters:
+        return connect_fn(info.rank, info.world_size, info.addresses, listener, secret,  # type: ignore[call-arg]
+                          options=options)
+    # MERGE: a communicator without `options` reads shared memory, host id and GPU path from the rank's
+    # environment: hand it the snapshot's values there (the rank's environment is restored at its end).
+    # Remove this branch (and inspect) once Communicator.connect takes options.
+    os.environ.update({shm.SHM_ENV: "1" if options.shared_memory else "0", shm.HOST_ID_ENV: options.host_id,
+                       gpu.MODE_ENV: options.gpu_mode})
+    return connect_fn(info.rank, info.world_size, info.addresses, listener, secret, options.timeout_s)

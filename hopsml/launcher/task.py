@@ -32,6 +32,7 @@ from hopsml import config
 from hopsml.errors import SerializationError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.launcher.channel import TaskChannel
+from hopsml.launcher.messages import Failing, Finished, Output, RankReport, to_wire
 from hopsml.layout import RunDir
 from hopsml.tracking.context import active_run
 
@@ -50,10 +51,11 @@ class TaskSpec:
     channel_address: tuple[str, int] | None
     secret: bytes = field(repr=False)  # the run's channel key: never in a repr, log line or error
     log_name: str = "output.log"
-    trial: int | None = None  # set for the trials of a search
+    trial: int | None = None  # set for the trials of a search: its number, for the driver's bookkeeping
+    trial_name: str | None = None  # and its parameters as its folder names them (lr=0.1&layers=2), for people
     local_logdir: bool = False  # tensorboard.logdir() on local disk, copied into the run at the end
-    # Read where the spec is made, on the driver, so executors follow the driver's setting.
-    sync_interval_s: float = field(default_factory=lambda: float(config.value("sync_interval_s")))
+    # The run's settings snapshot, made on the driver (the engine passes its own): ranks never read theirs.
+    settings: config.RunSettings = field(default_factory=config.RunSettings.resolve)
 
 
 class _Tee(io.TextIOBase):
@@ -76,7 +78,7 @@ class _Tee(io.TextIOBase):
             for line in lines:
                 self.tail.append(line)
                 if self._channel is not None:
-                    self._channel.send({"kind": "output", "rank": self._rank, "line": line})
+                    self._channel.send(to_wire(Output(self._rank, line)))
         return len(text)
 
     def log_only(self, text: str) -> None:
@@ -193,7 +195,7 @@ def _kept_file(key: str, item: str, storage: Storage, run_dir: RunDir, started: 
             print(f"hopsml: return value {key!r} names {item!r}, which is not a file; recorded as text")
         return item
     in_run = _inside(path, run_folder)
-    if not marked and (not (in_run or _inside(path, workdir)) or os.stat(path).st_mtime < started - _MTIME_SLACK_S):
+    if not marked and (not (in_run or _inside(path, workdir)) or os.stat(path).st_mtime < (started or 0.0) - _MTIME_SLACK_S):
         return item  # a file the function did not write in its working directory: not ours to copy
     if in_run:  # the run's own folder: the file is part of the run already
         return storage.uri(layout.join(run_dir.path, os.path.relpath(path, run_folder).replace(os.sep, "/")))
@@ -216,7 +218,7 @@ def _keep_file(path: str, storage: Storage, run_dir: RunDir) -> str:
 
 def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec, *, rank: int = 0,
                  world_size: int = 1, write_metrics: bool = True, native_output: bool = False) -> dict[str, Any]:
-    """Run `fn(**kwargs)` as one rank of a run; returns {'ok', 'result' | 'error', 'traceback', 'tail'}.
+    """Run `fn(**kwargs)` as one rank of a run; returns its RankReport in wire form (a Spark task's value).
 
     `native_output` also captures descriptors 1 and 2 (see captured_output): for a child process only."""
     started = time.monotonic()
@@ -226,40 +228,40 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
     try:
         with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
                         channel=channel, trial=spec.trial, local_logdir=spec.local_logdir,
-                        sync_interval_s=spec.sync_interval_s) as ctx:
+                        sync_interval_s=spec.settings.sync_interval_s) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None,
                                  native=native_output) as tee:
                 try:
                     workdir, started_at = os.getcwd(), time.time()
                     value = fn(**kwargs)
-                    report = {"ok": True, "tail": "", "result": normalise_result(
+                    report = RankReport(True, result=normalise_result(
                         value, spec.storage, run_dir, started=started_at, workdir=workdir,
-                        run_local_dir=ctx.local_dir)}
+                        run_local_dir=ctx.local_dir))
                 except TrialStopped as stop:
                     print(f"hopsml: {stop}")
-                    report = {"ok": True, "stopped": True, "result": ctx.last_metrics, "tail": ""}
+                    report = RankReport(True, stopped=True, result=ctx.last_metrics)
                 except BaseException as exc:  # noqa: BLE001 - everything is reported to the driver
                     report = _failure(exc, tail="\n".join(tee.tail))
                     # the traceback goes to the log; the driver gets it once, in the error it raises
-                    tee.log_only(report["traceback"])
-                    print(f"hopsml: the function raised {report['error']}")
+                    tee.log_only(report.traceback)
+                    print(f"hopsml: the function raised {report.error}")
                     if channel is not None:  # the cause reaches the driver before the slow final upload
-                        channel.send({"kind": "failing", **report, "rank": rank, "trial": spec.trial})
+                        channel.send(to_wire(Failing(report.where(rank, spec.trial))))
     except BaseException as exc:  # noqa: BLE001 - storage trouble while saving the run's files
         report = _failure(exc, tail="\n".join(tee.tail) if tee is not None else "")
-    report.update(rank=rank, trial=spec.trial, duration=round(time.monotonic() - started, 3))
+    report = report.where(rank, spec.trial, round(time.monotonic() - started, 3))
     if channel is not None:
-        channel.send({"kind": "finished", **report})  # at once: a failure stops the other ranks
+        channel.send(to_wire(Finished(report)))  # at once: a failure stops the other ranks
         channel.close()
-    return report
+    return report.to_wire()
 
 
 def _is_launcher_frame(frame: Any) -> bool:
     return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _LAUNCHER_DIR
 
 
-def _failure(exc: BaseException, tail: str) -> dict[str, Any]:
+def _failure(exc: BaseException, tail: str) -> RankReport:
     """A failure report whose traceback starts at the user's code, not at hopsml's wrapper."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None and _is_launcher_frame(tb.tb_frame):
@@ -267,5 +269,4 @@ def _failure(exc: BaseException, tail: str) -> dict[str, Any]:
     error = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
         error = f"{type(exc).__name__} raised by the function"
-    return {"ok": False, "error": error, "tail": tail,
-            "traceback": "".join(traceback.format_exception(type(exc), exc, tb))}
+    return RankReport.failure(exc, error, "".join(traceback.format_exception(type(exc), exc, tb)), tail)

@@ -1,5 +1,5 @@
 """TensorFlow distribution strategies across Spark ranks: who plays which role, the TF_CONFIG of each
-rank, and the barrier task that runs it.
+rank, and TensorFlow's hooks in the barrier-task skeleton (launcher/rank.py).
 
     mirrored (MultiWorkerMirroredStrategy)   ranks 0..n-1 are workers (worker 0 is the chief);
                                              with an evaluator the last rank is the evaluator
@@ -15,20 +15,17 @@ worker tasks of a parameter-server run host a `tf.distribute.Server` until the c
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
 from typing import Any
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from hopsml.errors import HopsmlError
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.ports import FrameworkPorts
-from hopsml.launcher.rank import export_environment, rendezvous, task_host
-from hopsml.net import Network
+from hopsml.launcher.rank import RankFramework, RankInfo
 from hopsml.launcher.task import TaskSpec
-from hopsml.layout import LOGS
 
 MIRRORED = "mirrored"
 PARAMETER_SERVER = "parameter_server"
@@ -83,44 +80,35 @@ def serve_tensorflow() -> None:
     print(f"hopsml: TensorFlow {task['type']} {task['index']} stopping", flush=True)
 
 
-def tf_partition(fn: Callable[[], Any], spec: TaskSpec, *, strategy: str, num_ps: int, evaluator: bool,
-                 gpus_per_worker: int) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
-    """The function Spark runs in each barrier task of a TensorFlow run."""
+class TensorFlowRank(RankFramework):
+    """TensorFlow's part in the barrier-task skeleton: the rank's role in TF_CONFIG, and its function (or,
+    for a ps or worker of a parameter-server run, a `tf.distribute.Server`) in a child process."""
 
-    network = Network.from_settings()  # read on the driver: every rank follows the driver's settings
+    def __init__(self, fn: Callable[[], Any], *, strategy: str, num_ps: int, evaluator: bool) -> None:
+        self.fn, self.strategy, self.num_ps, self.evaluator = fn, strategy, num_ps, evaluator
+        self._config: dict[str, Any] = {}
+        self._child: ChildRank | None = None
 
-    def run_rank(_: Iterator[int]) -> Iterator[dict[str, Any]]:
-        from pyspark import BarrierTaskContext
+    def tf_config(self, info: RankInfo) -> dict[str, Any] | None:
+        self._config = tf_config(self.strategy, info.framework_addresses, info.rank, num_ps=self.num_ps,
+                                 evaluator=self.evaluator)
+        return self._config
 
-        ctx = BarrierTaskContext.get()
-        saved_environment = dict(os.environ)  # Python workers are reused: leave no rank variables behind
-        ports = child = None
-        try:
-            ports = FrameworkPorts.reserve(task_host(ctx, network), with_master=ctx.partitionId() == 0,
-                                           port_range=network.port_range)
-            info = rendezvous(ctx, None, gpus_per_worker, ports)
-            config = tf_config(strategy, info.framework_addresses, info.rank, num_ps=num_ps, evaluator=evaluator)
-            export_environment(info, config)
-            rank_spec = dataclasses.replace(spec, log_name=f"{LOGS}/worker_{info.rank}.log")
-            serves = strategy == PARAMETER_SERVER and config["task"]["type"] in SERVER_ROLES
-            ports.release()  # right before TensorFlow binds them, in the child
-            child = ChildRank(serve_tensorflow if serves else fn, rank_spec, rank=info.rank,
-                              world_size=info.world_size, write_metrics=info.rank == 0, keep_stdin_open=serves)
-            if serves:
-                ctx.barrier()  # until the chief (and evaluator) are done
-                child.stop_input()
-                report = child.wait(_SERVER_STOP_S)
-            else:
-                report = child.wait()
-                if strategy == PARAMETER_SERVER:
-                    ctx.barrier()
-            yield report
-        finally:
-            if child is not None:
-                child.close()
-            if ports is not None:
-                ports.release()
-            os.environ.clear()
-            os.environ.update(saved_environment)
+    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+        serves = self.strategy == PARAMETER_SERVER and self._config["task"]["type"] in SERVER_ROLES
+        ports.release()  # right before TensorFlow binds them, in the child
+        child = self._child = ChildRank(serve_tensorflow if serves else self.fn, spec, rank=info.rank,
+                                        world_size=info.world_size, write_metrics=info.rank == 0,
+                                        keep_stdin_open=serves)
+        if serves:
+            ctx.barrier()  # until the chief (and evaluator) are done
+            child.stop_input()
+            return child.wait(_SERVER_STOP_S)
+        report = child.wait()
+        if self.strategy == PARAMETER_SERVER:
+            ctx.barrier()
+        return report
 
-    return run_rank
+    def on_shutdown(self) -> None:
+        if self._child is not None:
+            self._child.close()

@@ -48,7 +48,7 @@ def init_process_group(backend: str | None = None, timeout_s: float | None = Non
     """Start torch.distributed for this rank (idempotent); returns the default process group.
 
     ``backend`` defaults to 'nccl' when the rank has a CUDA device, else 'gloo'; ``timeout_s`` to
-    hopsml's collective timeout ($HOPSML_COLLECTIVE_TIMEOUT_S, else 300 s).
+    the run's collective timeout (setting collective_timeout_s, else 300 s).
     """
     torch = require()
     import torch.distributed as dist
@@ -69,13 +69,23 @@ def init_process_group(backend: str | None = None, timeout_s: float | None = Non
         dist.destroy_process_group()
     if backend == "nccl":
         torch.cuda.set_device(_cuda_device(torch))
-    timeout = datetime.timedelta(seconds=resolve_timeout(timeout_s))
+    timeout = datetime.timedelta(seconds=_timeout_s(timeout_s))
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
     _started["key"] = key + (backend,)
     log.info("torch.distributed started: rank %d of %d, backend %s, master %s:%s", rank, world_size, backend,
              *key[2:])
     return dist.group.WORLD
+
+
+def _timeout_s(given: float | None) -> float:
+    """The argument, else the run's collective timeout (the communicator the launcher connected with the
+    driver's settings snapshot), else this process's setting."""
+    from hopsml.collective import context
+
+    if given is None and context.is_initialized():
+        return float(context.current().timeout_s)
+    return resolve_timeout(given)
 
 
 def destroy_process_group() -> None:
@@ -92,7 +102,20 @@ def destroy_process_group() -> None:
     from hopsml.collective import context
 
     if context.is_initialized():
-        return  # the rank's teardown destroys it (hopsml.launcher.rank)
+        return  # the rank's teardown destroys it (end_rank_group)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _started.clear()
+
+
+def end_rank_group() -> None:
+    """A rank's teardown hook (the barrier-task skeleton calls it after the function): Python workers are
+    reused, and a torch.distributed group the function left open would make the next run's
+    init_process_group in this worker fail. destroy_process_group leaves the group to this point, when
+    the function's models are gone (see there why). Imports no torch that the function did not."""
+    import sys
+
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 from collections.abc import Iterable
 
 from hopsml import config, layout
@@ -82,7 +82,7 @@ class ExperimentRecord:
     type: str = ExperimentType.EXPERIMENT.value
     state: str = State.RUNNING.value
     description: str | None = None
-    user: str = field(default_factory=lambda: os.environ.get("HOPSML_USER") or getpass.getuser())
+    user: str = field(default_factory=lambda: config.value("user") or getpass.getuser())
     module: str | None = None
     function: str | None = None
     start: str = field(default_factory=_now)
@@ -238,13 +238,14 @@ class ExperimentRun:
                                   spark_conf=public_spark_conf((spark_conf or {}).items()),
                                   versions=versioning.stack_versions(spark_version), **fields)
         run = cls(storage, exp_dir, record)
-        run._start_heartbeat(config.value("heartbeat_s", heartbeat_s))
+        run._start_heartbeat(heartbeat_s if heartbeat_s is not None else config.value("heartbeat_s"))
         try:
             run.save()
             run._version(resources, fn)
             run.save()
         except BaseException:
-            run._heartbeat.stop()  # the record says RUNNING: let it turn LOST rather than look alive
+            if run._heartbeat is not None:
+                run._heartbeat.stop()  # the record says RUNNING: let it turn LOST rather than look alive
             raise
         return run
 
@@ -283,7 +284,7 @@ class ExperimentRun:
     def __enter__(self) -> ExperimentRun:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if self.record.state != State.RUNNING.value:
             return False  # already finished by the caller
         if exc is None:

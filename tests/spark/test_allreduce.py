@@ -193,3 +193,26 @@ def test_a_rank_hung_before_a_collective_is_named_with_its_own_lines(spark, root
     assert "rank 1 is stuck in its own loop" in message  # the hung rank's own lines, not rank 0's
     assert "rank 0 timed out" in message  # and what the waiting rank saw
     assert _record(info.value.logdir)["state"] == "FAILED"
+
+
+def test_a_collective_timeout_set_after_spark_started_reaches_every_rank(spark, root, monkeypatch):
+    # as in a notebook: the session runs already, then the timeout is set in os.environ; the run's settings
+    # snapshot on the driver carries it to the ranks, whose Python workers never saw the variable
+    monkeypatch.setenv("HOPSML_COLLECTIVE_TIMEOUT_S", "4")
+
+    def train():
+        import numpy as np
+
+        from hopsml import collective
+
+        if collective.rank() == 1:
+            print("rank 1 never joins the all-reduce")
+            time.sleep(600)
+        collective.allreduce(np.ones(10))
+        return 1.0
+
+    with pytest.raises(ExperimentFailed) as info:
+        experiment.allreduce(train, name="timeout-setting", num_workers=2)
+    message = str(info.value)
+    assert "rank 1 made no progress" in message.splitlines()[0], message
+    assert "made no progress for 4 s" in message, message  # the driver's value, not the 300 s default

@@ -1,6 +1,7 @@
 """Searches on the shared local session: trials as parallel Spark tasks, one folder each."""
 
 import json
+import logging
 import os
 import time
 
@@ -172,6 +173,17 @@ def test_trials_that_die_are_failed_with_their_cause_and_the_search_goes_on(spar
     for x in (1, 2, 3):
         with open(os.path.join(logdir, trials[x]["dir"].rsplit("/", 1)[-1], "output.log")) as f:
             assert f"native line of trial {x}" in f.read()
+
+
+def test_a_dead_trial_is_named_by_its_parameters_and_the_warning_gives_a_path_to_open(spark, root, caplog):
+    with caplog.at_level(logging.WARNING, logger="hopsml"):
+        logdir, best, _ = experiment.grid_search(dying, {"x": [1, 2]}, name="named")
+    assert best == {"x": 1}
+    trials = {t["params"]["x"]: t for t in _json(logdir, ".summary.json")["trials"]}
+    assert trials[2]["error"].startswith("trial x=2: its process exited with exit code 3"), trials[2]["error"]
+    (warning,) = [r.getMessage() for r in caplog.records if "trials failed" in r.getMessage()]
+    path = warning.rsplit("see ", 1)[1]
+    assert os.path.isabs(path) and os.path.isfile(path), warning
 
 
 def test_launch_runs_in_a_child_process_too(spark, root):

@@ -7,7 +7,7 @@ import time
 from hopsml import auth
 from hopsml.fs import Storage
 from hopsml.launcher.channel import DriverChannel
-from hopsml.launcher.driver import Live
+from hopsml.launcher.driver import StageMonitor
 from hopsml.launcher.task import TaskSpec, run_function
 
 
@@ -40,29 +40,41 @@ def test_the_failing_report_arrives_before_the_finished_one_over_a_real_channel(
 
 
 def test_a_peer_failing_first_waits_for_the_failing_rank_to_finish_its_upload():
-    live = Live(abort_on_failure=True)
+    live = StageMonitor(abort_on_failure=True)
     live({"kind": "failing", **_report(1, "ValueError: bad batch")}, None)
     live({"kind": "finished", **_report(0, "CollectiveError: rank 0 lost its connection to rank 1")}, None)
     assert not live.failed.wait(0.3)  # rank 1 is still copying its logs: the stage is not cancelled yet
     live({"kind": "finished", **_report(1, "ValueError: bad batch")}, None)
     assert live.failed.wait(5)
-    assert [f["rank"] for f in live.failures()] == [0, 1]
+    assert [f.rank for f in live.failures()] == [0, 1]
 
 
 def test_a_rank_that_never_finishes_its_upload_is_not_waited_for_past_the_grace():
-    live = Live(abort_on_failure=True, upload_grace_s=0.2)
+    live = StageMonitor(abort_on_failure=True, upload_grace_s=0.2)
     live({"kind": "failing", **_report(1, "ValueError: bad batch")}, None)
     start = time.monotonic()
     live({"kind": "finished", **_report(0, "CollectiveError: rank 0 lost its connection to rank 1")}, None)
     assert live.failed.wait(5)
     assert time.monotonic() - start >= 0.2
     # the failing rank's cause is known although it never finished
-    assert {f["rank"]: f["error"] for f in live.failures()}[1] == "ValueError: bad batch"
+    assert {f.rank: f.error for f in live.failures()}[1] == "ValueError: bad batch"
 
 
 def test_the_failing_rank_finishing_first_cancels_at_once():
-    live = Live(abort_on_failure=True)
+    live = StageMonitor(abort_on_failure=True)
     live({"kind": "failing", **_report(1, "ValueError: bad batch")}, None)
     live({"kind": "finished", **_report(1, "ValueError: bad batch")}, None)
     assert live.failed.is_set()
-    assert [f["rank"] for f in live.failures()] == [1]
+    assert [f.rank for f in live.failures()] == [1]
+
+
+def test_each_report_is_kept_once_whether_the_channel_or_sparks_collect_brought_it():
+    finished = []
+    monitor = StageMonitor(on_finished=finished.append)
+    monitor({"kind": "finished", "ok": False, "rank": 1, "error": "ValueError: bad batch", "cause": "raised"}, None)
+    monitor({"kind": "finished", "ok": False, "rank": 1, "error": "ValueError: bad batch", "cause": "raised"}, None)
+    reports = monitor.settle([{"ok": False, "rank": 1, "error": "ValueError: bad batch"},
+                              {"ok": True, "rank": 0, "result": {"metric": 1.0}}])  # rank 0 never reached us
+    assert [(r.rank, r.ok) for r in reports] == [(1, False), (0, True)]
+    assert [r.rank for r in finished] == [1, 0]
+    assert [f.rank for f in monitor.failures()] == [1]

@@ -7,7 +7,7 @@ import pytest
 
 from hopsml import tensorboard
 from hopsml.errors import HopsmlError
-from hopsml.experiment import _executions
+from hopsml.runs.engine import executions as _executions
 from hopsml.fs import Storage
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.task import TaskSpec, run_function

@@ -1,4 +1,4 @@
-"""Driver side of a search: trials as parallel Spark tasks, each in its own folder of the experiment,
+"""The engine of a search, on the driver: trials as parallel Spark tasks, each in its own folder of the experiment,
 with live progress, early stopping over the authenticated channel, and a summary kept up to date.
 
 Each trial's function runs in a child process of its task (launcher/child.py): a trial that ends its
@@ -10,22 +10,27 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import posixpath
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator
 
+from hopsml.config import RunSettings
 from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
-from hopsml.launcher.driver import Live, open_channel, run_stage
+from hopsml.launcher.driver import StageMonitor, open_channel, run_stage
+from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.task import TaskSpec
+from hopsml.net import Network
 from hopsml.progress import progress_bar
 from hopsml.layout import RunDir
 from hopsml.search import hparams as hparams_events
-from hopsml.search.early_stopping import MedianStoppingRule
-from hopsml.search.space import Direction
-from hopsml.tracking.record import ExperimentRun, State
+from hopsml.search.early_stopping import RULES, MedianStoppingRule
+from hopsml.search.evolution import DifferentialEvolution, Member
+from hopsml.search.space import Direction, SearchSpaceError
+from hopsml.tracking.record import ExperimentRun, ExperimentType, State
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +56,11 @@ class Trial:
 class Search:
     """Runs batches of trials for one PARALLEL_EXPERIMENTS experiment."""
 
-    def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], *, optimization_key: str,
+    def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
+                 optimization_key: str,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
                  local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
-        self.sc, self.run, self.fn = sc, run, fn
+        self.sc, self.run, self.fn, self.settings = sc, run, fn, settings
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir
         self.metric_required = metric_required  # launch's executions may return no metric at all
@@ -86,32 +92,34 @@ class Search:
             raise ValueError(f"{self.key!r} must be a finite number, got {value!r}")
         return float(value)
 
-    def _finish(self, report: dict[str, Any]) -> None:
-        """Record a trial's end (from its live message, or from the collected results)."""
+    def _finish(self, report: RankReport) -> None:
+        """Record a trial's end (its report, once: from its live message, else from the collected results)."""
         with self._lock:
-            trial = self.trials[report["trial"]]
+            if report.trial is None:
+                return
+            trial = self.trials[report.trial]
             if trial.state != "RUNNING":
                 return
-            trial.duration = report.get("duration")
-            outputs = report.get("result") or {}
+            trial.duration = report.duration
+            outputs = report.result
             trial.outputs = outputs
-            if report["ok"] and not self.metric_required:
+            if report.ok and not self.metric_required:
                 value = outputs.get(self.key)
                 finite = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-                trial.metric = float(value) if finite else None
+                trial.metric = float(value) if finite and value is not None else None
                 trial.state = State.FINISHED.value
-            elif report["ok"]:
+            elif report.ok:
                 try:
                     trial.metric = self._metric_of(outputs)
-                    trial.state = State.EARLY_STOPPED.value if report.get("stopped") else State.FINISHED.value
+                    trial.state = State.EARLY_STOPPED.value if report.stopped else State.FINISHED.value
                 except ValueError as exc:
                     trial.state, trial.error = State.FAILED.value, str(exc)
-                    if report.get("stopped"):  # stopped before it logged the key: keep it as stopped
+                    if report.stopped:  # stopped before it logged the key: keep it as stopped
                         trial.state, trial.error = State.EARLY_STOPPED.value, None
             else:
-                trial.state, trial.error = State.FAILED.value, report.get("error")
+                trial.state, trial.error = State.FAILED.value, report.error
                 # a trial whose process died has no traceback: its last lines say what happened
-                trial.traceback = report.get("traceback") or report.get("tail")
+                trial.traceback = report.traceback or report.tail
             if trial.state == State.FINISHED.value and self.rule is not None:
                 self.rule.complete(trial.index)
             storage, trial_dir = self.run.storage, RunDir(trial.dir)
@@ -126,12 +134,12 @@ class Search:
             self._write_summary()
             self._update_bar()
 
-    def _on_metric(self, message: dict[str, Any], connection: Connection) -> None:
-        value = (message.get("values") or {}).get(self.key)
-        if self.rule is None or not isinstance(value, numbers.Real):
+    def _on_metric(self, message: Metric, connection: Connection) -> None:
+        value = message.values.get(self.key)
+        if self.rule is None or message.trial is None or not isinstance(value, numbers.Real):
             return
-        if self.rule.report(message["trial"], int(message["step"]), float(value)):
-            connection.send({"kind": "stop"})
+        if self.rule.report(message.trial, message.step, float(value)):
+            connection.send(to_wire(Stop()))
 
     def _write_summary(self) -> None:
         self.run.storage.write_json(self.run.dir.summary, {"trials": [t.summary() for t in self.trials]})
@@ -155,12 +163,12 @@ class Search:
     def run_batch(self, params_list: list[dict[str, Any]], total: int) -> list[Trial]:
         """Run trials in parallel (as many at once as the cluster has slots); returns them when all end."""
         batch = [self._new_trial(p) for p in params_list]
-        live = Live(echo=False, handlers={"metric": self._on_metric,
-                                          "finished": lambda m, _: self._finish(m)})
-        channel = open_channel(self.sc, live)
+        monitor = StageMonitor(echo=False, on_metric=self._on_metric, on_finished=self._finish)
+        channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
         storage, fn = self.run.storage, self.fn
         specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
-                                     local_logdir=self.local_logdir)) for t in batch]
+                                     trial_name=posixpath.basename(t.dir), local_logdir=self.local_logdir,
+                                     settings=self.settings)) for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
             for i in partition:
@@ -174,12 +182,11 @@ class Search:
         for trial in batch:
             trial.state = "RUNNING"
         try:
-            reports = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id,
-                                description=f"hopsml search '{self.run.record.name}' ({self.run.id})")
-            for report in reports:  # trials whose live message did not reach us
-                self._finish(report)
+            collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id,
+                                  description=f"hopsml search '{self.run.record.name}' ({self.run.id})")
         finally:
             channel.close()
+        monitor.settle(collected)  # the trials whose live message did not reach us
         return batch
 
     def close_progress(self) -> None:
@@ -198,7 +205,8 @@ class Search:
                                    + (f"; the first: {first.error}" if first else ""),
                                    traceback=(first.traceback or "") if first else "", logdir=self.run.logdir)
         if failed:
-            log.warning("%d of %d trials failed; see %s", len(failed), len(self.trials), self.run.dir.summary)
+            log.warning("%d of %d %ss failed; see %s", len(failed), len(self.trials), self.unit,
+                        self.run.storage.uri(self.run.dir.summary))
         try:
             hparams_events.write_experiment(self.run.storage, self.run.dir.tensorboard,
                                             [t.params for t in self.trials], self.key)
@@ -209,3 +217,57 @@ class Search:
         self.run.finish(metric=best.metric, results=best.outputs, best_hyperparameters=best.params,
                         best_logdir=self.run.storage.uri(best.dir), trials=counts, **record_fields)
         return best
+
+
+def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
+               optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
+               early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
+               batches: Callable[[Search], Any], **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What every search verb shares: checks, the experiment record, the trials, the best result."""
+    from hopsml import config
+    from hopsml.runs.engine import Start, check_function, ship
+
+    check_function(train_fn, None, name, versioned_resources)
+    if not isinstance(optimization_key, str) or not optimization_key:
+        raise SearchSpaceError(f"optimization_key must name the metric to optimise, got {optimization_key!r}")
+    goal = Direction.of(direction)
+    if early_stopping not in (None, *RULES):
+        raise SearchSpaceError(f"early_stopping must be one of {', '.join(RULES)} or None, not {early_stopping!r}")
+    rule = MedianStoppingRule(goal, min_steps=early_stopping_min_steps) if early_stopping else None
+    ship(train_fn)
+    start = Start.of(config.load())
+    sc = start.spark()
+    run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
+                          description=description, type=ExperimentType.PARALLEL_EXPERIMENTS.value,
+                          hyperparameters=space_description, direction=goal.value, optimization_key=optimization_key,
+                          metric_key=optimization_key, executors=sc.defaultParallelism)
+    log.info("search %s started: %s", run.id, run.logdir)
+    with run:
+        search = Search(sc, run, train_fn, start.snapshot, optimization_key=optimization_key, direction=goal,
+                        early_stopping=rule, local_logdir=bool(local_logdir))
+        batches(search)
+        best = search.conclude(**record_fields)
+    return run.logdir, best.params, best.outputs
+
+
+def evolve(evolution: DifferentialEvolution, generations: int, best_per_generation: list[float | None]
+           ) -> Callable[[Search], None]:
+    """The batches of a differential evolution: the initial population, then one batch of offspring per
+    generation; the best metric of each generation is appended to `best_per_generation`."""
+    total = evolution.population * generations
+
+    def best(members: list[Member]) -> float | None:
+        return evolution.direction.best([m.metric for m in members if m.metric is not None])
+
+    def run(search: Search) -> None:
+        def members(trials: list[Trial]) -> list[Member]:
+            return [Member(t.params, t.metric if t.state == "FINISHED" else None) for t in trials]
+
+        current = members(search.run_batch(evolution.initial(), total))
+        best_per_generation.append(best(current))
+        for _ in range(generations - 1):
+            offspring = members(search.run_batch(evolution.offspring(current), total))
+            current = evolution.select(current, offspring)
+            best_per_generation.append(best(current))
+
+    return run

@@ -1,0 +1,136 @@
+"""What travels between a run's tasks and its driver, as typed values: the channel's messages (a line of
+output, a rank failing, a rank finished, a trial's metric, the driver's stop) and the report a rank or
+trial ends with.
+
+Across a process boundary (the channel's JSON, a child's report file, a Spark task's return value) they
+go as plain JSON objects (`to_wire`); the driver turns each one back into its type once, at arrival
+(`decode`, `RankReport.from_wire`), and from then on reads fields, never message text. A failure's cause
+is data: what failed (`cause`) and, for a collective error, the peer it blames and why (`blamed`,
+`blame`), taken from CollectiveError.peer and .kind on the rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+from hopsml.errors import CollectiveError
+
+# RankReport.cause: why a rank or trial failed
+RAISED = "raised"          # the function raised an error of its own
+COLLECTIVE = "collective"  # a collective failed: `blamed` names the peer (when known), `blame` what it did
+PROCESS = "process"        # its process died (Spark saw the task die, or the child process ended)
+STAGE = "stage"            # Spark failed the stage without naming a task
+
+# RankReport.blame: what the blamed peer did (CollectiveError's kinds)
+DIED, STUCK, TAMPERED = CollectiveError.DIED, CollectiveError.STUCK, CollectiveError.TAMPERED
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """How a rank's (or a trial's) function ended: its result, or its error with the cause as data."""
+
+    ok: bool
+    rank: int | None = None
+    trial: int | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False  # a trial stopped early by the search (ok, with its partial result)
+    error: str = ""
+    traceback: str = ""
+    tail: str = ""  # the last lines of its output
+    duration: float | None = None
+    cause: str | None = None  # RAISED, COLLECTIVE, PROCESS or STAGE when not ok
+    blamed: int | None = None  # the peer a collective error blames
+    blame: str | None = None  # what that peer did: DIED, STUCK or TAMPERED
+
+    @classmethod
+    def failure(cls, exc: BaseException, error: str, traceback: str, tail: str) -> RankReport:
+        """A failure report for `exc`, raised by the function or by a collective it called."""
+        if isinstance(exc, CollectiveError):
+            return cls(False, error=error, traceback=traceback, tail=tail, cause=COLLECTIVE,
+                       blamed=exc.peer, blame=exc.kind)
+        return cls(False, error=error, traceback=traceback, tail=tail, cause=RAISED)
+
+    def where(self, rank: int | None, trial: int | None, duration: float | None = None) -> RankReport:
+        """This report, of `rank` / `trial`."""
+        return replace(self, rank=rank, trial=trial, duration=self.duration if duration is None else duration)
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> RankReport:
+        """From its JSON form; unknown keys (a newer task's) are ignored."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("result") is None:
+            values["result"] = {}
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A line a rank printed."""
+
+    KIND: ClassVar[str] = "output"
+    rank: int | None
+    line: str
+
+
+@dataclass(frozen=True)
+class Failing:
+    """A rank's function failed; sent before its slow final upload, so the driver knows the cause at once."""
+
+    KIND: ClassVar[str] = "failing"
+    report: RankReport
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A rank's function ended and its files are in the run directory: its final report."""
+
+    KIND: ClassVar[str] = "finished"
+    report: RankReport
+
+
+@dataclass(frozen=True)
+class Metric:
+    """Metrics a trial logged at a step (for early stopping)."""
+
+    KIND: ClassVar[str] = "metric"
+    trial: int | None
+    step: int
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The driver tells a trial to stop early."""
+
+    KIND: ClassVar[str] = "stop"
+
+
+Message = Output | Failing | Finished | Metric | Stop
+
+
+def to_wire(message: Message) -> dict[str, Any]:
+    """The JSON object a message travels as: its kind and its fields (a report's inline)."""
+    if isinstance(message, (Failing, Finished)):
+        return {"kind": message.KIND, **message.report.to_wire()}
+    return {"kind": message.KIND, **asdict(message)}
+
+
+def decode(data: dict[str, Any]) -> Message | None:
+    """The message a JSON object carries; None for a kind this driver does not know."""
+    kind = data.get("kind")
+    if kind == Output.KIND:
+        return Output(data.get("rank"), str(data.get("line", "")))
+    if kind == Failing.KIND:
+        return Failing(RankReport.from_wire(data))
+    if kind == Finished.KIND:
+        return Finished(RankReport.from_wire(data))
+    if kind == Metric.KIND:
+        return Metric(data.get("trial"), int(data.get("step") or 0), dict(data.get("values") or {}))
+    if kind == Stop.KIND:
+        return Stop()
+    return None
