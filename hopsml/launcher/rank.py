@@ -12,7 +12,6 @@ communicator, releases the framework ports and runs the user's function with it.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import logging
 import os
@@ -21,7 +20,6 @@ from typing import Any
 from collections.abc import Callable, Iterator, Sequence
 
 from hopsml import collective, config, devices
-from hopsml.collective import gpu, shm
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
 from hopsml.launcher.ports import FrameworkPorts
@@ -221,13 +219,5 @@ class CollectiveRank(RankFramework):
 
 def connect(info: RankInfo, listener: Any, secret: bytes, options: CollectiveOptions) -> collective.Communicator:
     """This rank's communicator, told the run's collective options (the driver's snapshot)."""
-    connect_fn = collective.Communicator.connect
-    if "options" in inspect.signature(connect_fn).parameters:
-        return connect_fn(info.rank, info.world_size, info.addresses, listener, secret,  # type: ignore[call-arg]
-                          options=options)
-    # MERGE: a communicator without `options` reads shared memory, host id and GPU path from the rank's
-    # environment: hand it the snapshot's values there (the rank's environment is restored at its end).
-    # Remove this branch (and inspect) once Communicator.connect takes options.
-    os.environ.update({shm.SHM_ENV: "1" if options.shared_memory else "0", shm.HOST_ID_ENV: options.host_id,
-                       gpu.MODE_ENV: options.gpu_mode})
-    return connect_fn(info.rank, info.world_size, info.addresses, listener, secret, options.timeout_s)
+    return collective.Communicator.connect(info.rank, info.world_size, info.addresses, listener, secret,
+                                           options=options)
