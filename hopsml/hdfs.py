@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from hopsml import config, hdfs_file, layout
+from hopsml import config, hdfs_file, layout, skeleton
 from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -70,7 +70,9 @@ def _context(project: str | None = None) -> tuple[Storage, str]:
     if run is not None and run.run_dir.project is not None:
         return run.storage, layout.project_dir(project or run.run_dir.project)
     settings = config.load(project=project)
-    return _storage_for(settings.root), layout.project_dir(settings.project)
+    storage = _storage_for(settings.root)
+    skeleton.ensure(storage, settings.project)  # a notebook may read Logs/README.md first thing
+    return storage, layout.project_dir(settings.project)
 
 
 def _text(path: Any) -> str:
@@ -193,6 +195,11 @@ def project_user() -> str:
     return os.environ.get("HADOOP_USER_NAME") or f"{project_name()}__{user}"
 
 
+def _without_namenode(uri: str) -> str:
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.path}" if parts.scheme in _HOPS_NAMESPACE_SCHEMES else uri
+
+
 def project_path(project: str | None = None, exclude_nn_addr: bool = False) -> str:
     """The project folder, ending with '/': a local path for local roots, else its URI.
 
@@ -200,10 +207,7 @@ def project_path(project: str | None = None, exclude_nn_addr: bool = False) -> s
     """
     storage, project_dir = _context(project)
     path = storage.uri(project_dir) + "/"
-    parts = urlsplit(path)
-    if exclude_nn_addr and parts.scheme in _HOPS_NAMESPACE_SCHEMES:
-        path = f"{parts.scheme}://{parts.path}"
-    return path
+    return _without_namenode(path) if exclude_nn_addr else path
 
 
 def abs_path(hdfs_path: str, project: str | None = None) -> str:
@@ -212,9 +216,9 @@ def abs_path(hdfs_path: str, project: str | None = None) -> str:
     return storage.uri(rel)
 
 
-def get_plain_path(path: str) -> str:
+def get_plain_path(abs_path: str) -> str:
     """The path inside `get_fs()` for any accepted path form (hops: the URI without scheme and namenode)."""
-    storage, rel = _resolve(path)
+    storage, rel = _resolve(abs_path)
     return storage.path(rel)
 
 
@@ -222,6 +226,26 @@ def get_fs() -> pafs.FileSystem:
     """The root's pyarrow filesystem; address files in it with `get_plain_path(path)`."""
     storage, _ = _context()
     return storage.fs
+
+
+def get() -> pafs.FileSystem:
+    """hops' handle on the filesystem (pydoop's there): here the root's pyarrow filesystem, as `get_fs()`."""
+    return get_fs()
+
+
+def close() -> None:
+    """hops closed its pydoop handle here; pyarrow's filesystem holds nothing that needs closing."""
+
+
+def capacity() -> int:
+    """The raw capacity, in bytes, of the filesystem under a local root (hops: the HDFS cluster's)."""
+    storage, _ = _context()
+    local = storage.local_path()
+    if local is None:
+        raise StorageError(f"capacity() is known only for a local root; {storage.uri()} reports none through "
+                           "pyarrow (on HDFS: hdfs dfs -df)")
+    os.makedirs(local, exist_ok=True)
+    return shutil.disk_usage(local).total
 
 
 # --- queries --------------------------------------------------------------------------------------
@@ -304,10 +328,15 @@ def _uri_of(storage: Storage, info: pafs.FileInfo) -> str:
     return storage.uri(_inside(info.path, storage.path()) or "")
 
 
-def ls(hdfs_path: str = "", recursive: bool = False, project: str | None = None) -> list[str]:
-    """Full paths of what a folder holds (every level with `recursive`); a file lists itself."""
+def ls(hdfs_path: str = "", recursive: bool = False, exclude_nn_addr: bool = False,
+       project: str | None = None) -> list[str]:
+    """Full paths of what a folder holds (every level with `recursive`); a file lists itself.
+
+    `exclude_nn_addr` drops the namenode's host:port from hdfs:// paths ('hdfs:///...'), as hops did.
+    """
     storage, infos = _listing(hdfs_path, recursive, project)
-    return [_uri_of(storage, info) for info in infos]
+    uris = [_uri_of(storage, info) for info in infos]
+    return [_without_namenode(uri) for uri in uris] if exclude_nn_addr else uris
 
 
 def lsl(hdfs_path: str = "", recursive: bool = False, project: str | None = None) -> list[dict[str, Any]]:
@@ -321,13 +350,14 @@ def lsl(hdfs_path: str = "", recursive: bool = False, project: str | None = None
     return entries
 
 
-def glob(pattern: str, recursive: bool = False, project: str | None = None) -> list[str]:
+def glob(hdfs_path: str, recursive: bool = False, project: str | None = None) -> list[str]:
     """Full paths matching a shell pattern ('Resources/*.csv', 'Logs/*/events*'), sorted.
 
     With `recursive`, the pattern is matched against every path below the folder where its wildcards
     start, so '*' also crosses '/'. A folder before the first wildcard that does not exist raises
-    PathNotFoundError, as hops did.
+    PathNotFoundError, as hops did. `hdfs_path` is the pattern (hops' name for it).
     """
+    pattern = hdfs_path
     storage, rel = _resolve(pattern, project)
     parts = rel.split("/") if rel else []
     first = next((i for i, part in enumerate(parts) if _WILDCARDS & set(part)), len(parts))
@@ -498,8 +528,9 @@ def rename(src: str, dest: str) -> None:
 
 
 # --- between this machine and the project ---------------------------------------------------------
-def copy_to_hdfs(local_path: str, hdfs_path: str = "", overwrite: bool = False, project: str | None = None) -> str:
-    """Copy a local file or folder INTO the project folder `hdfs_path`; returns where it went.
+def copy_to_hdfs(local_path: str, relative_hdfs_path: str = "", overwrite: bool = False,
+                 project: str | None = None) -> str:
+    """Copy a local file or folder INTO the project folder `relative_hdfs_path`; returns where it went.
 
     `local_path` may be relative to the working directory. The folder is created when missing; an
     existing file or folder of the same name is replaced only with ``overwrite=True``.
@@ -507,7 +538,7 @@ def copy_to_hdfs(local_path: str, hdfs_path: str = "", overwrite: bool = False, 
     local = os.path.abspath(os.path.expanduser(_text(local_path)))
     if not os.path.exists(local):
         raise PathNotFoundError(f"cannot copy {_text(local_path)!r}: no such local file or folder ({local})")
-    storage, folder = _resolve(hdfs_path, project)
+    storage, folder = _resolve(relative_hdfs_path, project)
     if storage.info(folder).type == pafs.FileType.File:
         raise PathExistsError(f"copy_to_hdfs copies into a folder, but {storage.uri(folder)} is a file; "
                               "give the folder that should hold it")
@@ -574,3 +605,67 @@ def copy_to_local(hdfs_path: str, local_path: str = "", overwrite: bool = False,
         if isinstance(exc, HopsmlError):
             raise
         raise StorageError(f"cannot copy {storage.uri(rel)} to {local}: {exc}") from exc
+
+
+def add_module(hdfs_path: str, project: str | None = None) -> str:
+    """Make a project .py file or package folder importable here: it is copied to a local folder of this
+    process that goes on `sys.path` (as hops did); returns that copy's path."""
+    storage, rel = _resolve(hdfs_path, project)
+    info = _require(storage, rel, hdfs_path)
+    if info.type == pafs.FileType.File and not rel.endswith(".py"):
+        raise InvalidPathError(f"add_module takes a .py file or a package folder, not {storage.uri(rel)}")
+    folder = _modules_folder()
+    local = copy_to_local(hdfs_path, folder, overwrite=True, project=project)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return local
+
+
+@functools.lru_cache(maxsize=1)
+def _modules_folder() -> str:
+    import atexit
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="hopsml-modules-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+# --- permissions ----------------------------------------------------------------------------------
+def _local_only(action: str, storage: Storage, rel: str) -> str:
+    """The local path of `rel`; pyarrow sets no permissions or owners on HDFS or S3."""
+    local = storage.local_path(rel)
+    if local is None:
+        raise StorageError(f"{action} works on a local root only: pyarrow cannot change {storage.uri(rel)} "
+                           "(on HDFS: hdfs dfs -chmod / -chown; S3 has no file permissions)")
+    return local
+
+
+def _mode(mode: int | str) -> int:
+    if isinstance(mode, int):
+        return mode
+    try:
+        return int(str(mode).removeprefix("0o"), 8)
+    except ValueError:
+        raise ValueError(f"mode must be an int or octal digits such as '755', not {mode!r}") from None
+
+
+def chmod(hdfs_path: str, mode: int | str, project: str | None = None) -> None:
+    """Set a file's or folder's permission bits (0o755 or '755') under a local root."""
+    storage, rel = _resolve(hdfs_path, project)
+    _require(storage, rel, hdfs_path)
+    os.chmod(_local_only("chmod", storage, rel), _mode(mode))
+
+
+def chown(hdfs_path: str, user: str | None, group: str | None, project: str | None = None) -> None:
+    """Change a file's or folder's owner and group (None keeps one) under a local root."""
+    storage, rel = _resolve(hdfs_path, project)
+    _require(storage, rel, hdfs_path)
+    shutil.chown(_local_only("chown", storage, rel), user or None, group or None)
+
+
+def access(hdfs_path: str, mode: int, project: str | None = None) -> bool:
+    """os.access for a project path (os.R_OK, W_OK, X_OK, F_OK); under HDFS or S3, whether it exists."""
+    storage, rel = _resolve(hdfs_path, project)
+    local = storage.local_path(rel)
+    return os.access(local, mode) if local is not None else storage.exists(rel)

@@ -3,6 +3,7 @@ server speaking the real protocol). HDFS itself needs a Hadoop cluster; it goes 
 
 import os
 import stat as stat_module
+import sys
 
 import pytest
 from s3 import s3_root, s3_server
@@ -90,7 +91,7 @@ def test_copy_to_hdfs_copies_into_the_folder_and_refuses_to_overwrite(project, t
     assert hdfs.load("Resources/test.txt") == b"v1"
     hdfs.copy_to_hdfs("test.txt", "/Projects/test/Resources/", overwrite=True)
     assert hdfs.load("Resources/test.txt") == b"v2"
-    assert hdfs.ls("Resources") == [where]
+    assert hdfs.ls("Resources") == [hdfs.project_path() + "Resources/README.md", where]  # the project's own README
     assert not hdfs.exists("tmp")
 
     (tmp_path / "tree" / "sub").mkdir(parents=True)
@@ -295,3 +296,43 @@ def test_path_forms_on_an_hdfs_root_map_without_a_cluster(monkeypatch):
         hdfs.abs_path("hdfs://nn:8020/elsewhere/x")
     with pytest.raises(InvalidPathError):
         hdfs.abs_path("/tmp/x")
+
+
+def test_hops_keyword_names_and_the_rest_of_hops_hdfs(project, tmp_path):
+    (tmp_path / "data.csv").write_text("1,2")
+    where = hdfs.copy_to_hdfs("data.csv", relative_hdfs_path="Resources")
+    assert hdfs.glob(hdfs_path="Resources/*.csv") == [where]
+    assert hdfs.get_plain_path(abs_path="Resources/data.csv") == hdfs.get_plain_path("Resources/data.csv")
+    assert hdfs.ls("Resources", False, True) == hdfs.ls("Resources")  # no namenode to drop off this root
+    assert type(hdfs.get()) is type(hdfs.get_fs())
+    hdfs.close()
+    assert hdfs.access("Resources/data.csv", os.R_OK) and not hdfs.access("Resources/none.csv", os.F_OK)
+
+    (tmp_path / "helpers_mod_for_test.py").write_text("ANSWER = 42\n")
+    hdfs.copy_to_hdfs("helpers_mod_for_test.py", "Resources")
+    local = hdfs.add_module("Resources/helpers_mod_for_test.py")
+    import helpers_mod_for_test
+
+    assert helpers_mod_for_test.ANSWER == 42 and os.path.dirname(local) in sys.path
+    with pytest.raises(InvalidPathError, match=r"\.py file or a package folder"):
+        hdfs.add_module("Resources/data.csv")
+
+    if project == "s3":  # no permissions and no capacity through pyarrow: said so, nothing pretended
+        with pytest.raises(StorageError, match="local root only"):
+            hdfs.chmod("Resources/data.csv", 0o600)
+        with pytest.raises(StorageError, match="local root"):
+            hdfs.capacity()
+        return
+    hdfs.chmod("Resources/data.csv", "600")
+    assert stat_module.S_IMODE(hdfs.stat("Resources/data.csv").st_mode) == 0o600
+    assert hdfs.capacity() > 0
+    me = hdfs.stat("Resources/data.csv")
+    import pwd
+
+    hdfs.chown("Resources/data.csv", pwd.getpwuid(os.getuid()).pw_name, None)  # to oneself: needs no root
+    assert hdfs.stat("Resources/data.csv").st_uid == me.st_uid
+
+
+def test_ls_drops_the_namenode_when_asked():
+    assert hdfs._without_namenode("hdfs://nn:8020/base/Projects/demo/x") == "hdfs:///base/Projects/demo/x"
+    assert hdfs._without_namenode("s3://bucket/x") == "s3://bucket/x"
