@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any, Literal
 from collections.abc import Iterable
 
-from hopsml import config, layout
+from hopsml import config, layout, skeleton
 from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
                            StorageError)
 from hopsml.fs import Storage
@@ -229,6 +229,7 @@ class ExperimentRun:
         """Claim the directory, start the heartbeat, write the RUNNING record, and version program,
         resources and environment."""
         resources = cls.check_arguments(name, versioned_resources)
+        skeleton.ensure(storage, project)
         exp_dir = claim_run_dir(storage, project, app_id)
         record = ExperimentRecord(id=exp_dir.id, name=name, app_id=app_id,
                                   run_id=layout.parse_experiment_id(exp_dir.id)[1],
@@ -255,6 +256,9 @@ class ExperimentRun:
             suffix = ".ipynb" if program.endswith(".ipynb") else ".py"
             self.storage.upload(program, self.dir.program(suffix))
             self.record.program = program
+        elif (history := versioning.kernel_notebook()) is not None:  # a kernel whose notebook file is unknown
+            self.storage.write_text(self.dir.program(".ipynb"), history)
+            self.record.program = versioning.KERNEL_HISTORY
         for path in resources:
             name = os.path.basename(path.rstrip(os.sep))
             self.storage.upload(path, self.dir.resource(name))

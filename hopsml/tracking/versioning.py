@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import inspect
+import json
 import logging
 import os
 import platform
@@ -58,6 +59,26 @@ def find_program(fn: Any = None) -> str | None:
     except TypeError:
         source = None
     return os.path.abspath(source) if source and source.endswith(".py") and os.path.isfile(source) else None
+
+
+KERNEL_HISTORY = "<the kernel's executed cells>"  # the record's program when the notebook file is unknown
+
+
+def kernel_notebook() -> str | None:
+    """This kernel's executed cells as a notebook (JSON), for a kernel whose notebook file is unknown
+    (run by nbclient, papermill or a remote front end): what ran is versioned even without the file.
+    The cells are as the kernel ran them, so a magic appears as IPython's own translation of it."""
+    history = _ipython_namespace().get("In")
+    if not isinstance(history, list):
+        return None
+    cells = [{"cell_type": "code", "id": f"cell-{number}", "execution_count": number, "metadata": {},
+              "outputs": [], "source": source}
+             for number, source in enumerate(history) if isinstance(source, str) and source.strip()]
+    if not cells:
+        return None
+    language = {"name": "python", "version": platform.python_version()}
+    return json.dumps({"cells": cells, "metadata": {"language_info": language, "hopsml": {"from": "kernel history"}},
+                       "nbformat": 4, "nbformat_minor": 5}, indent=1)
 
 
 def _pip_environment() -> str:

@@ -80,5 +80,5 @@ def test_allreduce_on_a_standalone_cluster_with_a_shared_file_root(standalone, t
 
     # With the cluster session already active, an unshared local root is still refused, and no run starts.
     assert "shared_root" in (steps["unshared-active"]["error"] or "")
-    experiments = list((root / "Projects" / "cluster" / "Experiments").iterdir())
+    experiments = [p for p in (root / "Projects" / "cluster" / "Experiments").iterdir() if p.is_dir()]
     assert len(experiments) == 1

@@ -25,10 +25,26 @@ def test_notebook_runs_and_is_versioned(path, root, monkeypatch, tmp_path):
     assert not any("\r" in text for text in streams), "a progress bar's carriage returns in the output"
 
     experiments = root / "Projects" / "test" / "Experiments"
-    runs = sorted(experiments.iterdir()) if experiments.exists() else []
+    runs = sorted(p for p in experiments.iterdir() if p.is_dir()) if experiments.exists() else []
     assert runs, f"{path.name} ran no experiment"
     for run in runs:
         record = json.loads((run / "experiment.json").read_text())
         assert record["state"] == "FINISHED", record.get("error")
         assert record["program"] == str(path)
         assert json.loads((run / "program.ipynb").read_text())["cells"], "the notebook was not versioned"
+
+
+def test_a_notebook_whose_file_the_kernel_does_not_know_is_versioned_from_its_cells(root, monkeypatch, tmp_path):
+    """nbclient, papermill or a remote front end tell the kernel no notebook path: what ran is kept."""
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.setenv("HOPSML_LOG_DIR", str(tmp_path / "logs"))
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from hopsml import experiment\ndef train(lr):\n    return {'metric': lr}"),
+        nbformat.v4.new_code_cell("logdir, result = experiment.launch(train, {'lr': 0.5}, name='from-cells')"),
+    ])
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    (run,) = [p for p in (root / "Projects" / "test" / "Experiments").iterdir() if p.is_dir()]
+    record = json.loads((run / "experiment.json").read_text())
+    assert record["state"] == "FINISHED" and record["program"] == "<the kernel's executed cells>"
+    cells = [cell["source"] for cell in json.loads((run / "program.ipynb").read_text())["cells"]]
+    assert cells == [cell.source for cell in notebook.cells]

@@ -201,7 +201,7 @@ def test_unpicklable_arguments_or_captures_fail_before_a_run_folder_exists(spark
     with pytest.raises(SerializationError, match=r"function 'uses_a_lock' cannot be sent.*it uses 'lock'"):
         experiment.allreduce(uses_a_lock, name="bad-closure", num_workers=2)
     experiments = root / "Projects" / "test" / "Experiments"
-    assert not experiments.exists() or not any(experiments.iterdir())  # no empty run folders left
+    assert not experiments.exists() or not any(p.is_dir() for p in experiments.iterdir())  # no empty run folders left
 
 
 def test_the_traceback_of_a_failing_function_is_shown_once(spark, root, capfd):

@@ -143,7 +143,7 @@ def test_ctrl_c_marks_the_search_killed_and_cancels_trials(spark, root):
     with pytest.raises(KeyboardInterrupt):
         experiment.grid_search(slow, {"x": [1, 2]}, name="interrupted")
     assert time.monotonic() - start < 25  # cancelled, not waited for
-    (run,) = (root / "Projects" / "test" / "Experiments").iterdir()
+    (run,) = [p for p in (root / "Projects" / "test" / "Experiments").iterdir() if p.is_dir()]
     assert _json(str(run), "experiment.json")["state"] == "KILLED"
     # the cancelled trials leave the shared session usable
     _, best, _ = experiment.grid_search(lambda x: x, {"x": [1, 2]})
