@@ -78,6 +78,10 @@ class ChildRank:
         self._payload = os.path.join(self._dir, "payload.pkl")
         self._report = os.path.join(self._dir, "report.json")
         self._stderr_path = os.path.join(self._dir, "stderr.log")
+        # a working directory of its own, as each task had its container's folder on Hopsworks: trials and
+        # ranks running at once cannot write over each other's relative files (a file returned is kept)
+        self._workdir = os.path.join(self._dir, "work")
+        os.mkdir(self._workdir)
         self.rank, self._spec = rank, spec
         options = {"rank": rank, "world_size": world_size, "write_metrics": write_metrics,
                    "native_output": native_output}
@@ -86,7 +90,8 @@ class ChildRank:
         with open(os.open(self._payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             f.write(payload)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this worker can import
+        # what this worker can import, and the folder it runs in (a notebook's own modules)
+        env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *(p for p in sys.path if p)])
         self._stderr = open(self._stderr_path, "wb")
         secret_in, secret_out = os.pipe()
         try:
@@ -96,7 +101,8 @@ class ChildRank:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "hopsml.launcher.child", self._payload, self._report, str(secret_in)],
                 stdin=subprocess.PIPE if keep_stdin_open else subprocess.DEVNULL,
-                stdout=self._stderr, stderr=subprocess.STDOUT, env=env, close_fds=True, pass_fds=(secret_in,))
+                stdout=self._stderr, stderr=subprocess.STDOUT, env=env, close_fds=True, pass_fds=(secret_in,),
+                cwd=self._workdir)
         finally:
             os.close(secret_in)
             if secret_out >= 0:

@@ -62,3 +62,21 @@ def test_a_file_written_at_logdir_plus_name_reaches_the_run(spark, root):
         logdir, _ = experiment.launch(save_beside_the_logdir, name="idiom", local_logdir=local_logdir)
         with open(os.path.join(logdir, "tensorboard", "model.pt"), "rb") as f:
             assert f.read() == b"weights"
+
+
+def write_relative(tag):
+    import time
+
+    with open("scratch.txt", "w") as f:  # a relative path: each execution's own working directory
+        f.write(tag)
+    time.sleep(0.5)
+    with open("scratch.txt") as f:
+        return {"metric": 1.0, "kept": f.read(), "cwd": os.getcwd()}
+
+
+def test_each_execution_runs_in_its_own_working_directory(spark, root, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _, results = experiment.launch(write_relative, {"tag": ["a", "b"]}, name="own-cwd")
+    assert [r["kept"] for r in results] == ["a", "b"]
+    assert len({r["cwd"] for r in results}) == 2 and str(tmp_path) not in {r["cwd"] for r in results}
+    assert not (tmp_path / "scratch.txt").exists()
