@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Callable
 
-from hopsml import config
+from hopsml import config, util
 from hopsml.errors import HopsmlError
 from hopsml.launcher import tf_cluster
 from hopsml.runs import engine
@@ -73,12 +73,14 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
     """TensorFlow MultiWorkerMirroredStrategy across `num_workers` Spark ranks; returns (logdir, the
     chief's return_dict).
 
-    Each rank runs `train_fn()` in a fresh Python process with TF_CONFIG set (every rank a worker,
-    worker 0 the chief; with `evaluator=True` the last rank is the evaluator), so
+    As in hops, `num_workers` defaults to one rank per executor of the application
+    (`util.executors_of_application()`: 1 in local mode). Each rank runs `train_fn()` in a fresh Python
+    process, with TF_CONFIG set when there is more than one rank (every rank a worker, worker 0 the
+    chief; with `evaluator=True` the last rank is the evaluator), so
     `tf.distribute.MultiWorkerMirroredStrategy()` inside it finds its peers.
     """
-    settings = config.load(num_workers=num_workers)
-    workers = settings.num_workers
+    settings = config.load()
+    workers = num_workers if num_workers is not None else util.executors_of_application()
     tf_cluster.roles(tf_cluster.MIRRORED, workers, evaluator=evaluator)  # refuse a bad layout before Spark
     ranks = engine.tensorflow_ranks(train_fn, strategy=tf_cluster.MIRRORED, workers=workers,
                                     gpus=int(gpus_per_worker or 0), evaluator=bool(evaluator))

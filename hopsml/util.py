@@ -80,6 +80,13 @@ def num_executors(spark: Any = None) -> int:
                        "once the executors have registered")
 
 
+def executors_of_application(spark: Any = None) -> int:
+    """hops' count of executors for a distributed TensorFlow run: `num_executors()` on a cluster; in local
+    mode 1, for local[N] is one executor (the driver's JVM) whatever its task slots."""
+    _, master, _ = _conf(spark)
+    return 1 if _LOCAL.match(master) else num_executors(spark)
+
+
 def num_param_servers(spark: Any = None) -> int:
     """The parameter servers asked for with spark.tensorflow.num.ps (hops' setting), 0 when unset."""
     conf, _, _ = _conf(spark)

@@ -90,8 +90,12 @@ def export_environment(info: RankInfo, tf_config: dict[str, Any] | None = None) 
         tf_config = {"cluster": {"worker": info.framework_addresses}, "task": {"type": "worker", "index": info.rank}}
     os.environ.update({
         "RANK": str(info.rank), "WORLD_SIZE": str(info.world_size), "LOCAL_RANK": str(info.local_rank),
-        "MASTER_ADDR": info.hosts[0], "MASTER_PORT": str(info.master_port), "TF_CONFIG": json.dumps(tf_config),
+        "MASTER_ADDR": info.hosts[0], "MASTER_PORT": str(info.master_port),
     })
+    if info.world_size > 1:  # as hops: one rank alone gets none, and its strategy trains on the local devices
+        os.environ["TF_CONFIG"] = json.dumps(tf_config)
+    else:
+        os.environ.pop("TF_CONFIG", None)
     if info.gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(info.gpus)
 

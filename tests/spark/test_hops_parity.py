@@ -80,3 +80,13 @@ def test_each_execution_runs_in_its_own_working_directory(spark, root, tmp_path,
     assert [r["kept"] for r in results] == ["a", "b"]
     assert len({r["cwd"] for r in results}) == 2 and str(tmp_path) not in {r["cwd"] for r in results}
     assert not (tmp_path / "scratch.txt").exists()
+
+
+def report_tf_config():
+    return {"metric": 1.0, "tf_config": os.environ.get("TF_CONFIG", "none"), "world": os.environ["WORLD_SIZE"]}
+
+
+def test_mirrored_runs_one_rank_per_executor_and_one_rank_gets_no_tf_config(spark, root):
+    """hops' rule: a notebook written for one MirroredStrategy worker trains one model in local mode."""
+    _, result = experiment.mirrored(report_tf_config, name="one-executor")
+    assert result["world"] == "1" and result["tf_config"] == "none"
