@@ -505,6 +505,13 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
         summary.skipped = scanned.skipped
         rejected = [r for report in reports for r in report["rejected"]]
+        if not summary.written:
+            reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.rejected_reasons.items()))
+            shown = "; ".join(f"{r['path']}: {r['reason']}" for r in sorted(rejected, key=lambda r: r["path"])[:5])
+            raise ds.RejectedInputError(
+                f"all {summary.read} images under {redact_uri(src)!r} were rejected ({reasons}), so dataset "
+                f"{dataset!r} was not written: {shown}{' ...' if len(rejected) > 5 else ''}. Check that "
+                "the folder holds images Pillow can decode, and the resize/crop options")
         if options.strict and rejected:
             shown = "; ".join(f"{r['path']}: {r['reason']}" for r in rejected[:10])
             raise ds.RejectedInputError(
