@@ -66,6 +66,8 @@ def _images_args(images: argparse.ArgumentParser) -> None:
     images.add_argument("--glob", default=None, help="file name pattern (default: jpg, jpeg, png in any case)")
     images.add_argument("--test-fraction", type=float, default=0.2,
                         help="share of images in the 'test' split, by a hash of their path (0: one split 'all')")
+    images.add_argument("--max-file-mb", type=float, default=256.0, metavar="MB",
+                        help="reject larger files without reading them (default 256)")
     _common(images)
     images.add_argument("--strict", action="store_true", help="fail instead of skipping bad images")
 
@@ -126,7 +128,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
             summary = prepare_images(args.src, args.dataset, resize=args.resize, crop=args.crop,
                                      shards=args.shards, glob=args.glob or DEFAULT_GLOB, strict=args.strict,
                                      image_format=args.image_format, overwrite=args.overwrite,
-                                     test_fraction=args.test_fraction, settings=settings)
+                                     test_fraction=args.test_fraction, max_file_mb=args.max_file_mb,
+                                     settings=settings)
         else:
             from hopsml.data.tables import prepare_table
 

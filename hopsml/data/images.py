@@ -32,8 +32,8 @@ import time
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
+from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from hopsml import config
@@ -82,6 +82,7 @@ class ImageOptions:
     compression: str | None = None   # of the TFRecord shards: None or "gzip"
     test_fraction: float = 0.2
     seed: int = 0
+    max_file_mb: float = 256.0   # larger files are rejected, unread
 
     def __post_init__(self) -> None:
         for name in ("resize", "crop"):
@@ -107,6 +108,8 @@ class ImageOptions:
                                 "(0 writes a single split 'all')")
         object.__setattr__(self, "test_fraction", fraction)
         object.__setattr__(self, "seed", int(self.seed))
+        if not float(self.max_file_mb) > 0:
+            raise SettingsError(f"max_file_mb={self.max_file_mb!r} must be above 0 (larger files are rejected)")
 
     @property
     def size(self) -> tuple[int, int]:
@@ -210,18 +213,39 @@ class _SourceFiles:
         self.src = src
         self._remote: tuple[Any, str, str] | None = None
 
-    def read(self, path: str) -> bytes:
+    def open(self, path: str) -> BinaryIO:
+        """The listed file, open for random access reads."""
         if path.startswith("file:"):
             local = path[len("file:"):]
             if local.startswith("//"):   # file:///x -> /x
                 local = "/" + local.lstrip("/")
-            with open(local, "rb") as handle:
-                return handle.read()
+            return open(local, "rb")
         if self._remote is None:
             self._remote = _source_filesystem(self.src)
         filesystem, _, prefix = self._remote
-        with filesystem.open_input_stream(path[len(prefix):]) as stream:
-            return stream.read()
+        return filesystem.open_input_file(path[len(prefix):])
+
+    def load(self, path: str, max_bytes: int) -> tuple[tuple[int, int, str, str], bytes]:
+        """The header (width, height, mode, format) and the bytes of an image file. The header is
+        checked first, from a bounded read, then the file's size: a file that is not an image or
+        is over ``max_bytes`` is rejected without being read whole."""
+        try:
+            handle = self.open(path)
+        except OSError as error:
+            raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
+        with handle:
+            try:
+                size = handle.size() if hasattr(handle, "size") else os.fstat(handle.fileno()).st_size
+                if size == 0:
+                    raise imaging.ImageRejected(imaging.EMPTY_FILE)
+                header = imaging.inspect_file(handle)
+                if size > max_bytes:
+                    raise imaging.ImageRejected(imaging.TOO_LARGE, f"a file of {size} bytes, over the "
+                                                f"limit of {max_bytes} (max_file_mb)")
+                handle.seek(0)
+                return header, handle.read()
+            except OSError as error:
+                raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
 
 
 def _split_report() -> dict[str, Any]:
@@ -242,7 +266,7 @@ class _Transformer:
         self.src = src
         self.source_base = _source_base(src)
 
-    def __call__(self, part: int, chunks: Iterator[list[str]]) -> Iterator[str]:
+    def __call__(self, part: int, chunks: Iterable[list[str]]) -> Iterator[str]:
         report: dict[str, Any] = {"partition": part, "read": 0, "written": 0, "rejected": [],
                                   "splits": {split: _split_report() for split in self.options.splits}}
         with ExitStack() as stack:
@@ -263,14 +287,11 @@ class _Transformer:
                 self._opener(stack, split, part), arrow_schema(), rows_per_group,
                 dictionary=("label", "label_text"), cells={"image": opts.shape})
         files = _SourceFiles(self.src)
+        max_bytes = int(opts.max_file_mb * (1 << 20))
         for path in paths:
             report["read"] += 1
             try:
-                try:
-                    data = files.read(path)
-                except OSError as error:
-                    raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
-                w, h, mode, kind = imaging.inspect(data)
+                (w, h, mode, kind), data = files.load(path, max_bytes)
                 pixels = imaging.transform(data, opts.resize, opts.crop, draft=opts.draft)
             except imaging.ImageRejected as rejected:
                 report["rejected"].append({"path": path, "reason": rejected.reason,
@@ -337,7 +358,7 @@ def _matches(name: str, patterns: list[str]) -> bool:
 
 def _scan_local(base: str, patterns: list[str], src: str) -> ImageListing:
     """Walk a local tree without following any symbolic link, listing each real file once."""
-    listing, skipped, seen = ImageListing(), Counter(), set()
+    listing, skipped, seen = ImageListing(), Counter[str](), set()
     root_real = os.path.realpath(base)
 
     def skip_link(path: str) -> None:
@@ -408,7 +429,7 @@ def scan_images(src: str, glob: str = DEFAULT_GLOB) -> ImageListing:
         infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
     except (OSError, ValueError) as exc:
         raise ds.DatasetError(f"cannot list {redact_uri(src)!r}: {exc}; give a folder of label folders") from exc
-    listing, skipped = ImageListing(), Counter()
+    listing, skipped = ImageListing(), Counter[str]()
     for info in infos:
         if info.type != pafs.FileType.File:
             continue
@@ -445,7 +466,7 @@ def _compute_slots(spark: SparkSession) -> int:
     compete with each other and with the JVM), else Spark's default parallelism."""
     import os
 
-    if spark.sparkContext.master.startswith("local"):
+    if (spark.sparkContext.master or "").startswith("local"):
         return min(os.cpu_count() or 1, spark.sparkContext.defaultParallelism)
     return spark.sparkContext.defaultParallelism
 
@@ -454,7 +475,8 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
                    crop: tuple[int, int] | None = (180, 180), shards: int | None = None,
                    glob: str = DEFAULT_GLOB, strict: bool = False, image_format: str = "png",
                    overwrite: bool = False, draft: bool = True, compression: str | None = None,
-                   test_fraction: float = 0.2, seed: int = 0, spark: SparkSession | None = None,
+                   test_fraction: float = 0.2, seed: int = 0, max_file_mb: float = 256.0,
+                   spark: SparkSession | None = None,
                    settings: config.Settings | None = None) -> ds.DatasetSummary:
     """Turn a folder tree of images (label = parent folder) into the dataset ``dataset``.
 
@@ -465,13 +487,16 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
     in 'test'); ``test_fraction=0`` writes one split, 'all'. ``shards`` is the number of
     TFRecord shards and Parquet files per split (default: enough for the configured num_workers
     and the machine's cores). ``strict=True`` fails instead of committing when any file is rejected.
+    A file is read only once its header shows an image and it is at most ``max_file_mb``; others
+    are rejected unread ('not an image', 'too large').
     """
     from hopsml import session
     from hopsml.data import stats as stats_mod
 
     options = ImageOptions(resize=resize, crop=crop, image_format=image_format, glob=glob,
                            shards=shards, strict=strict, overwrite=overwrite, draft=draft,
-                           compression=compression, test_fraction=test_fraction, seed=seed)
+                           compression=compression, test_fraction=test_fraction, seed=seed,
+                           max_file_mb=max_file_mb)
     settings = settings or config.load()
     storage = Storage(settings.root)
     started = time.perf_counter()

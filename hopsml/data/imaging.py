@@ -34,6 +34,7 @@ import logging
 import struct
 import zlib
 from collections.abc import Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 from isal import isal_zlib
@@ -48,6 +49,7 @@ __all__ = [
     "encode_jpeg",
     "encode_png",
     "inspect",
+    "inspect_file",
     "transform",
     "transform_batch",
 ]
@@ -64,6 +66,7 @@ TOO_SMALL = "too small"          # smaller than the crop when there is no resize
 UNSUPPORTED_MODE = "unsupported mode"
 REASONS = (EMPTY_FILE, NOT_AN_IMAGE, CORRUPT_IMAGE, TOO_LARGE, TOO_SMALL, UNSUPPORTED_MODE)
 
+HEADER_BYTES = 16 << 20          # most bytes read from a file to find its format and size
 _WHITE = (255, 255, 255)
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
 _WIDE_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
@@ -97,12 +100,53 @@ def _check_size(name: str, size: Size | None) -> Size | None:
     return width, height
 
 
-def _open(data: bytes) -> Image.Image:
-    """Open ``data`` lazily (header only), mapping failures to rejection reasons."""
-    if not data:
-        raise ImageRejected(EMPTY_FILE)
+class _HeaderTooLong(OSError):
+    """A header read went past its byte budget."""
+
+
+class _CappedReader(io.RawIOBase):
+    """An open file read for its header only: reading more than ``cap`` bytes in all fails, so
+    a file that is not an image, or whose header never ends, is never read whole."""
+
+    def __init__(self, handle: BinaryIO, cap: int) -> None:
+        super().__init__()
+        self._handle, self._left = handle, cap
+        self.cap = cap
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._handle.seek(offset, whence)
+        return self._handle.tell()
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._left <= 0:
+            raise _HeaderTooLong(f"no image header in the first {self.cap} bytes")
+        chunk = self._handle.read(min(len(view), self._left))
+        self._left -= len(chunk)
+        view[:len(chunk)] = chunk
+        return len(chunk)
+
+
+def _open(data: bytes | BinaryIO | None) -> Image.Image:
+    """Open ``data`` (bytes or a binary file) lazily (header only), mapping failures to
+    rejection reasons."""
+    if data is None or isinstance(data, (bytes, bytearray, memoryview)):
+        if not data:
+            raise ImageRejected(EMPTY_FILE)
+        data = io.BytesIO(data)
     try:
-        return Image.open(io.BytesIO(data))
+        return Image.open(data)
+    except _HeaderTooLong as error:
+        raise ImageRejected(CORRUPT_IMAGE, str(error)) from None
     except Image.DecompressionBombError as error:
         raise ImageRejected(TOO_LARGE, str(error)) from None
     except UnidentifiedImageError:
@@ -126,14 +170,30 @@ def orientation(image: Image.Image) -> int:
     return value if isinstance(value, int) and value in range(1, 9) else 1
 
 
+def _header(image: Image.Image) -> tuple[int, int, str, str]:
+    width, height = image.size
+    if image.format == "JPEG" and orientation(image) >= 5:   # other formats would decode to tell
+        width, height = height, width
+    return width, height, image.mode, image.format or ""
+
+
 def inspect(data: bytes) -> tuple[int, int, str, str]:
     """Return (width, height, mode, format) from the image header, without decoding pixels; the
     size as shown, after the EXIF orientation."""
     with _open(data) as image:
-        width, height = image.size
-        if image.format == "JPEG" and orientation(image) >= 5:   # other formats would decode to tell
-            width, height = height, width
-        return width, height, image.mode, image.format or ""
+        return _header(image)
+
+
+def inspect_file(handle: BinaryIO, max_header_bytes: int = HEADER_BYTES) -> tuple[int, int, str, str]:
+    """:func:`inspect` on an open binary file, reading at most ``max_header_bytes`` of it, so a
+    huge file that is not an image is rejected after a few bytes. The file stays open; where it
+    is left is undefined (seek before reading it again)."""
+    reader = io.BufferedReader(_CappedReader(handle, max_header_bytes), buffer_size=64 << 10)
+    try:
+        with _open(reader) as image:
+            return _header(image)
+    except _HeaderTooLong as error:   # raised while reading EXIF for the orientation
+        raise ImageRejected(CORRUPT_IMAGE, str(error)) from None
 
 
 def _load(image: Image.Image) -> None:
@@ -191,7 +251,7 @@ def transform(data: bytes, resize: Size | None = (200, 200),
         box = None
         if draft and resize and image.format == "JPEG":   # a JPEG's tag is in its header
             turn = orientation(image)
-            stored = (resize[1], resize[0]) if turn >= 5 else resize   # the target as stored
+            stored: Size | None = (resize[1], resize[0]) if turn >= 5 else resize   # as stored
             drafted = image.draft("RGB", stored)
             if drafted is not None:
                 box = drafted[1]
@@ -231,7 +291,7 @@ def transform_batch(images: Sequence[bytes | None], resize: Size | None = (200, 
     reasons: list[str | None] = []
     for data in images:
         try:
-            arrays.append(transform(data, resize, crop, draft=draft))
+            arrays.append(transform(data or b"", resize, crop, draft=draft))
             reasons.append(None)
         except ImageRejected as rejected:
             logger.debug("skipping image: %s", rejected)
