@@ -1,4 +1,5 @@
-"""Images -> a dataset: a folder tree of JPEG/PNG files (label = parent folder) into petastorm
+"""Images -> a dataset: a folder tree of image files (label = parent folder; JPEG, PNG, WebP, GIF,
+TIFF, BMP and every other format Pillow decodes) into petastorm
 Parquet and TFRecord shards, split into train and test, with a label map, rejected files, and
 statistics.
 
@@ -56,7 +57,8 @@ log = logging.getLogger(__name__)
 
 ALL = "all"                      # the one split of a dataset written with test_fraction=0
 TRAIN, TEST = "train", "test"
-DEFAULT_GLOB = "*.{jpg,jpeg,png,JPG,JPEG,PNG}"
+# every extension Pillow decodes, in lower or upper case
+DEFAULT_GLOB = "*.{" + ",".join(f"{ext},{ext.upper()}" for ext in imaging.readable_extensions()) + "}"
 IMAGE_FORMATS = ("png", "jpeg")
 UNREADABLE_FILE = "unreadable file"
 LINK_OUTSIDE = "symlink leaving the source folder"
@@ -72,7 +74,7 @@ class ImageOptions:
     """How images are turned into a dataset; validates itself."""
 
     resize: tuple[int, int] | None = (200, 200)
-    crop: tuple[int, int] | None = (180, 180)
+    crop: tuple[int, int] | None = None
     image_format: str = "png"
     glob: str = DEFAULT_GLOB
     shards: int | None = None
@@ -110,6 +112,20 @@ class ImageOptions:
         object.__setattr__(self, "seed", int(self.seed))
         if not float(self.max_file_mb) > 0:
             raise SettingsError(f"max_file_mb={self.max_file_mb!r} must be above 0 (larger files are rejected)")
+
+    @property
+    def applied(self) -> str:
+        """What is done to every image, in words, for the job's summary line.
+
+        >>> ImageOptions(resize=(224, 224)).applied
+        'resized to 224x224 (aspect ratio not kept), not cropped'
+        >>> ImageOptions(resize=None, crop=(28, 28)).applied
+        'not resized, center-cropped to 28x28'
+        """
+        resize = (f"resized to {self.resize[0]}x{self.resize[1]} (aspect ratio not kept)"
+                  if self.resize else "not resized")
+        crop = f"center-cropped to {self.crop[0]}x{self.crop[1]}" if self.crop else "not cropped"
+        return f"{resize}, {crop}"
 
     @property
     def size(self) -> tuple[int, int]:
@@ -472,13 +488,16 @@ def _compute_slots(spark: SparkSession) -> int:
 
 
 def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (200, 200),
-                   crop: tuple[int, int] | None = (180, 180), shards: int | None = None,
+                   crop: tuple[int, int] | None = None, shards: int | None = None,
                    glob: str = DEFAULT_GLOB, strict: bool = False, image_format: str = "png",
                    overwrite: bool = False, draft: bool = True, compression: str | None = None,
                    test_fraction: float = 0.2, seed: int = 0, max_file_mb: float = 256.0,
                    spark: SparkSession | None = None,
-                   settings: config.Settings | None = None) -> ds.DatasetSummary:
+                   settings: config.Settings | None = None) -> ImageSummary:
     """Turn a folder tree of images (label = parent folder) into the dataset ``dataset``.
+
+    Every image is resized to ``resize`` = (width, height) and then, only if ``crop`` is given,
+    center-cropped to ``crop``; the summary says which was applied.
 
     Writes petastorm Parquet (image (H, W, 3) uint8, label, label_text, path), TFRecord shards of
     tf.train.Example with the usual image/* keys, labels.json, _rejected/ (path, reason),
@@ -529,6 +548,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
         summary = _summarise(reports, dataset, count, options.splits)
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
         summary.skipped = scanned.skipped
+        summary.applied = options.applied
         rejected = [r for report in reports for r in report["rejected"]]
         if not summary.written:
             reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.rejected_reasons.items()))
@@ -588,14 +608,25 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
     return summary
 
 
+@dataclass
+class ImageSummary(ds.DatasetSummary):
+    """A :class:`DatasetSummary` that also says what was done to every image."""
+
+    applied: str = ""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}; images {self.applied}" if self.applied else text
+
+
 def _summarise(reports: list[dict[str, Any]], name: str, count: int,
-               splits: tuple[str, ...]) -> ds.DatasetSummary:
+               splits: tuple[str, ...]) -> ImageSummary:
     read = sum(r["read"] for r in reports)
     written = sum(r["written"] for r in reports)
     reasons = Counter(item["reason"] for r in reports for item in r["rejected"])
     per_split = {split: sum(r["splits"][split]["written"] for r in reports if split in r["splits"])
                  for split in splits}
-    summary = ds.DatasetSummary(name=name, kind="images", uri="", read=read, written=written,
+    summary = ImageSummary(name=name, kind="images", uri="", read=read, written=written,
                                 rejected=sum(reasons.values()), splits=per_split, shards=count,
                                 rejected_reasons=dict(reasons))
     if summary.read != summary.written + summary.rejected or sum(per_split.values()) != written:

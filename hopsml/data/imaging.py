@@ -14,13 +14,14 @@ The pipeline of :func:`transform`, in order:
    instead). Float images ('F') have no agreed range and are rejected.
 3. Resize to ``resize`` = (width, height) with Pillow's antialiased BILINEAR filter (the aspect
    ratio is not kept).
-4. Center-crop to ``crop`` = (width, height); with an odd margin the extra pixel is cut on the
+4. Center-crop to ``crop`` = (width, height), when asked (no crop by default); with an odd margin the extra pixel is cut on the
    right / bottom.
 
 The EXIF orientation tag (phone photos) is applied: the image comes out as a viewer shows it,
 with ``resize`` and ``crop`` meant in that orientation (the resize is done before turning, on the
 swapped size where the tag turns by 90 degrees, which gives the same pixels). Multi-frame files
-(GIF, TIFF) give their first frame.
+(an animated GIF, WebP or PNG, a TIFF with several pages) give their first frame. Every format
+Pillow decodes is read (:func:`readable_extensions`).
 
 Bad input raises :class:`ImageRejected` whose ``reason`` is one of :data:`REASONS` (or
 ``'unsupported mode <MODE>'``); :func:`transform_batch` turns rejections into reasons so that
@@ -50,6 +51,7 @@ __all__ = [
     "encode_png",
     "inspect",
     "inspect_file",
+    "readable_extensions",
     "transform",
     "transform_batch",
 ]
@@ -86,6 +88,23 @@ class ImageRejected(HopsmlError, ValueError):
 
 class ImageEncodingError(HopsmlError, ValueError):
     """An array cannot be encoded as an image; the message says which shapes and types work."""
+
+
+# Formats Pillow lists but cannot decode by itself: identify-only stubs (BUFR, GRIB, HDF5, MPEG),
+# Windows-only (WMF), needs Ghostscript (EPS), metadata only (IPTC).
+_NOT_DECODED = frozenset({"BUFR", "GRIB", "HDF5", "MPEG", "WMF", "EPS", "IPTC"})
+
+
+def readable_extensions() -> tuple[str, ...]:
+    """The file extensions (lower case, without the dot) of every format this Pillow decodes,
+    sorted: JPEG, PNG, WebP, GIF, TIFF, BMP, ... as built (AVIF and JPEG 2000 where Pillow has them).
+
+    >>> {"jpg", "png", "webp", "gif", "tif", "tiff", "bmp"} <= set(readable_extensions())
+    True
+    """
+    Image.init()
+    return tuple(sorted(ext.lstrip(".").lower() for ext, fmt in Image.registered_extensions().items()
+                        if fmt in Image.OPEN and fmt not in _NOT_DECODED))
 
 
 def _check_size(name: str, size: Size | None) -> Size | None:
@@ -234,10 +253,10 @@ def _to_8bit(image: Image.Image) -> Image.Image:
 
 
 def transform(data: bytes, resize: Size | None = (200, 200),
-              crop: Size | None = (180, 180), *, draft: bool = True) -> np.ndarray:
+              crop: Size | None = None, *, draft: bool = True) -> np.ndarray:
     """Decode an image and return it resized and center-cropped as an (H, W, 3) uint8 array.
 
-    ``resize`` and ``crop`` are (width, height); None skips that step. ``draft=False`` decodes
+    ``resize`` and ``crop`` are (width, height); None skips that step (no crop by default). ``draft=False`` decodes
     JPEGs at full size (slower for large photos, same pixels as decoding then resizing). Raises
     :class:`ImageRejected` for input that is empty, not an image, corrupt, or of an unusable mode.
     """
@@ -278,7 +297,7 @@ def transform(data: bytes, resize: Size | None = (200, 200),
 
 
 def transform_batch(images: Sequence[bytes | None], resize: Size | None = (200, 200),
-                    crop: Size | None = (180, 180), *, draft: bool = True
+                    crop: Size | None = None, *, draft: bool = True
                     ) -> tuple[list[np.ndarray | None], list[str | None]]:
     """Transform many images; a rejected one gives (None, reason) instead of failing the batch.
 
