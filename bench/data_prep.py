@@ -47,8 +47,8 @@ _codecs = _load_codecs_bench()
 bench_tfrecord, photo = _codecs.bench_tfrecord, _codecs.photo
 
 from hopsml import config, session  # noqa: E402
-from hopsml.data import imaging  # noqa: E402
-from hopsml.data.imaging import encode_png_fast  # noqa: E402
+from hopsml.data import pixels  # noqa: E402
+from hopsml.data.pixels import encode_png_fast  # noqa: E402
 from hopsml.data.images import prepare_images  # noqa: E402
 from hopsml.data.readers import reader  # noqa: E402
 
@@ -69,8 +69,8 @@ def _pillow_one(path: str) -> bytes:
 def _same_encoder_one(path: str) -> bytes:
     """The job's own transform and PNG encoder: the per-image work of the job, nothing more."""
     with open(path, "rb") as handle:
-        pixels = imaging.transform(handle.read(), RESIZE, CROP)
-    return encode_png_fast(pixels)
+        array = pixels.transform(handle.read(), RESIZE, CROP)
+    return encode_png_fast(array)
 
 
 def _plain_size(path: str) -> int:
@@ -99,7 +99,7 @@ def write_jpegs(folder: str, count: int) -> list[str]:
         os.makedirs(label_dir, exist_ok=True)
         path = os.path.join(label_dir, f"{i:05d}.jpg")
         with open(path, "wb") as out:
-            out.write(imaging.encode_jpeg(photo(500, 375, i % 50), quality=90))
+            out.write(pixels.encode_jpeg(photo(500, 375, i % 50), quality=90))
         paths.append(path)
     return paths
 
@@ -193,9 +193,9 @@ def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) 
     for i in range(rows):
         label_dir = os.path.join(src, f"c{i % 10}")
         os.makedirs(label_dir, exist_ok=True)
-        imaging_png = imaging.encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), compress_level=0)
+        png = pixels.encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), compress_level=0)
         with open(os.path.join(label_dir, f"{i:06d}.png"), "wb") as out:
-            out.write(imaging_png)
+            out.write(png)
     start = time.perf_counter()
     summary = prepare_images(src, "bench-tiny", resize=None, crop=(32, 32), test_fraction=0, overwrite=True,
                              settings=settings)

@@ -1,7 +1,7 @@
 """Images -> a dataset: a folder tree of image files (label = parent folder; JPEG, PNG, WebP, GIF,
 TIFF, BMP and every other format Pillow decodes) into petastorm
 Parquet and TFRecord shards, split into train and test, with a label map, rejected files, and
-statistics.
+statistics. The Spark job; the per-image work (decode, resize, crop, encode) is :mod:`hopsml.data.pixels`.
 
 One Spark pass does the work. The driver lists the tree once (recursive, glob filter, hidden files
 skipped, as Spark's ``binaryFile`` source lists it; on a local disk no symbolic link is followed and
@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from hopsml import config
 from hopsml.data import dataset as ds
-from hopsml.data import imaging
+from hopsml.data import pixels
 from hopsml.data import shards as shard_io
 from hopsml.data import unischema as petastorm_schema
 from hopsml.data.codec import npy_header
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 ALL = "all"                      # the one split of a dataset written with test_fraction=0
 TRAIN, TEST = "train", "test"
 # every extension Pillow decodes, in lower or upper case
-DEFAULT_GLOB = "*.{" + ",".join(f"{ext},{ext.upper()}" for ext in imaging.readable_extensions()) + "}"
+DEFAULT_GLOB = "*.{" + ",".join(f"{ext},{ext.upper()}" for ext in pixels.readable_extensions()) + "}"
 IMAGE_FORMATS = ("png", "jpeg")
 UNREADABLE_FILE = "unreadable file"
 LINK_OUTSIDE = "symlink leaving the source folder"
@@ -90,7 +90,7 @@ class ImageOptions:
         for name in ("resize", "crop"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, imaging._check_size(name, value))
+                object.__setattr__(self, name, pixels._check_size(name, value))
         if self.resize is None and self.crop is None:
             raise SettingsError("give resize or crop (or both): every image in a dataset needs one "
                                 "fixed size, so a batch reader can stack them")
@@ -248,20 +248,20 @@ class _SourceFiles:
         try:
             handle = self.open(path)
         except OSError as error:
-            raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
+            raise pixels.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
         with handle:
             try:
                 size = handle.size() if hasattr(handle, "size") else os.fstat(handle.fileno()).st_size
                 if size == 0:
-                    raise imaging.ImageRejected(imaging.EMPTY_FILE)
-                header = imaging.inspect_file(handle)
+                    raise pixels.ImageRejected(pixels.EMPTY_FILE)
+                header = pixels.inspect_file(handle)
                 if size > max_bytes:
-                    raise imaging.ImageRejected(imaging.TOO_LARGE, f"a file of {size} bytes, over the "
+                    raise pixels.ImageRejected(pixels.TOO_LARGE, f"a file of {size} bytes, over the "
                                                 f"limit of {max_bytes} (max_file_mb)")
                 handle.seek(0)
                 return header, handle.read()
             except OSError as error:
-                raise imaging.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
+                raise pixels.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
 
 
 def _split_report() -> dict[str, Any]:
@@ -291,7 +291,7 @@ class _Transformer:
 
     def _run(self, part: int, paths: Iterator[str], report: dict[str, Any], stack: ExitStack) -> None:
         opts = self.options
-        encode = imaging.encode_png_fast if opts.image_format == "png" else imaging.encode_jpeg
+        encode = pixels.encode_png_fast if opts.image_format == "png" else pixels.encode_jpeg
         height, width, channels = opts.shape
         fmt = opts.image_format.encode()
         rows_per_group = _ROW_GROUP_BYTES // (len(npy_header(opts.shape)) + height * width * channels)
@@ -308,8 +308,8 @@ class _Transformer:
             report["read"] += 1
             try:
                 (w, h, mode, kind), data = files.load(path, max_bytes)
-                pixels = imaging.transform(data, opts.resize, opts.crop, draft=opts.draft)
-            except imaging.ImageRejected as rejected:
+                array = pixels.transform(data, opts.resize, opts.crop, draft=opts.draft)
+            except pixels.ImageRejected as rejected:
                 report["rejected"].append({"path": path, "reason": rejected.reason,
                                            "detail": rejected.detail})
                 continue
@@ -317,11 +317,11 @@ class _Transformer:
             label = self.index[text]
             split = split_of(relative_key(path, self.source_base), opts.test_fraction, opts.seed)
             tfrecords[split].write(encode_example({
-                "image/encoded": encode(pixels), "image/height": height,
+                "image/encoded": encode(array), "image/height": height,
                 "image/width": width, "image/channels": channels, "image/format": fmt,
                 "image/class/label": label, "image/class/text": text.encode(),
                 "image/filename": path.encode()}))
-            parquets[split].add({"image": pixels, "label": label,
+            parquets[split].add({"image": array, "label": label,
                                  "label_text": text, "path": path})
             stats = report["splits"][split]
             stats["written"] += 1

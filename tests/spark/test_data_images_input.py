@@ -9,7 +9,7 @@ import pytest
 
 from hopsml import cli, config
 from hopsml.data import dataset as ds
-from hopsml.data import imaging
+from hopsml.data import pixels
 from hopsml.data.images import prepare_images
 
 
@@ -43,7 +43,7 @@ def test_huge_files_are_rejected_unread_with_their_reasons(spark, tmp_path):
     # 2 GiB sparse files (no disk used): read whole, each would take 2 GiB of a worker's memory.
     src = tmp_path / "src" / "cat"
     src.mkdir(parents=True)
-    small = imaging.encode_png(np.full((6, 6, 3), 7, np.uint8))
+    small = pixels.encode_png(np.full((6, 6, 3), 7, np.uint8))
     (src / "ok.png").write_bytes(small)
     for name, head in (("zeros.png", b""), ("huge.png", small)):
         with open(src / name, "wb") as out:
@@ -75,17 +75,17 @@ def _write_every_format(folder):
     from PIL import Image
 
     folder.mkdir(parents=True)
-    pixels = _smooth(24, 18)
+    smooth = _smooth(24, 18)
     expected = {}
-    for ext in imaging.readable_extensions():
+    for ext in pixels.readable_extensions():
         fmt = Image.registered_extensions()["." + ext]
         path = folder / f"one.{ext}"
         try:
-            Image.fromarray(pixels).save(path, fmt)
+            Image.fromarray(smooth).save(path, fmt)
         except (KeyError, OSError, ValueError):   # Pillow reads it but cannot write it
             path.unlink(missing_ok=True)
             continue
-        expected[path] = pixels
+        expected[path] = smooth
     red, blue = Image.new("RGB", (24, 18), (255, 0, 0)), Image.new("RGB", (24, 18), (0, 0, 255))
     red.save(folder / "anim.gif", save_all=True, append_images=[blue], duration=100, loop=0)
     expected[folder / "anim.gif"] = np.asarray(red)
@@ -93,9 +93,9 @@ def _write_every_format(folder):
     Image.fromarray(wide).save(folder / "deep16.tif")
     gray = ((wide.astype(np.int64) * 255 + 32767) // 65535).astype(np.uint8)
     expected[folder / "deep16.tif"] = np.repeat(gray[..., None], 3, -1)
-    rgba = np.dstack([pixels, np.full((18, 24), 255, np.uint8)])
+    rgba = np.dstack([smooth, np.full((18, 24), 255, np.uint8)])
     Image.fromarray(rgba, "RGBA").save(folder / "alpha.webp", lossless=True)
-    expected[folder / "alpha.webp"] = pixels
+    expected[folder / "alpha.webp"] = smooth
     return expected
 
 

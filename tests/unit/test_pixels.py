@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hopsml.data.imaging import (
+from hopsml.data.pixels import (
     REASONS,
     ImageEncodingError,
     ImageRejected,

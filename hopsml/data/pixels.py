@@ -1,4 +1,5 @@
-"""Decode, convert, resize and center-crop images with Pillow, for the image -> shard jobs.
+"""The pixels of one image: decode, convert, resize, center-crop and encode with Pillow (the per-image
+work of the image job, :mod:`hopsml.data.images`).
 
 The pipeline of :func:`transform`, in order:
 
