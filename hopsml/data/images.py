@@ -51,6 +51,7 @@ from hopsml.progress import spark_progress
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from PIL import Image
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ LINK_BROKEN = "broken symlink"
 HARD_LINK = "another name of a file already listed (hard link)"
 _TARGET_SHARD_BYTES = 64 << 20   # input bytes per partition when nothing else asks for more
 _ROW_GROUP_BYTES = 16 << 20      # Parquet row groups of about this many bytes of pixels
+# The pixels are stored uncompressed: snappy left 224x224 photo cells at 1.000 of their size and
+# cost 0.09 ms of CPU per image, 3% of the job's work per image.
+_PARQUET_CODECS = {"image": "none", "label": "snappy", "label_text": "snappy", "path": "snappy"}
 
 
 @dataclass(frozen=True)
@@ -241,10 +245,13 @@ class _SourceFiles:
         filesystem, _, prefix = self._remote
         return filesystem.open_input_file(path[len(prefix):])
 
-    def load(self, path: str, max_bytes: int) -> tuple[tuple[int, int, str, str], bytes]:
-        """The header (width, height, mode, format) and the bytes of an image file. The header is
-        checked first, from a bounded read, then the file's size: a file that is not an image or
-        is over ``max_bytes`` is rejected without being read whole."""
+    def load(self, path: str, max_bytes: int) -> tuple[Image.Image, tuple[int, int, str, str]]:
+        """An image file, opened (not decoded), and its header (width, height, mode, format).
+
+        The header is checked before the file is read whole, and then its size: a file that
+        is not an image or is over ``max_bytes`` is rejected after a bounded read. A file of up
+        to 16 MiB (:data:`~hopsml.data.pixels.HEADER_BYTES`, nearly every photo) is that bounded
+        read itself, read once and opened once; a larger one has its header read first."""
         try:
             handle = self.open(path)
         except OSError as error:
@@ -254,14 +261,73 @@ class _SourceFiles:
                 size = handle.size() if hasattr(handle, "size") else os.fstat(handle.fileno()).st_size
                 if size == 0:
                     raise pixels.ImageRejected(pixels.EMPTY_FILE)
-                header = pixels.inspect_file(handle)
-                if size > max_bytes:
-                    raise pixels.ImageRejected(pixels.TOO_LARGE, f"a file of {size} bytes, over the "
-                                                f"limit of {max_bytes} (max_file_mb)")
-                handle.seek(0)
-                return header, handle.read()
+                if size > min(pixels.HEADER_BYTES, max_bytes):
+                    pixels.inspect_file(handle)   # the header, from at most HEADER_BYTES
+                    if size > max_bytes:
+                        raise pixels.ImageRejected(pixels.TOO_LARGE, f"a file of {size} bytes, over the "
+                                                   f"limit of {max_bytes} (max_file_mb)")
+                    handle.seek(0)
+                data = handle.read(size)
             except OSError as error:
                 raise pixels.ImageRejected(UNREADABLE_FILE, f"{type(error).__name__}: {error}") from None
+        return pixels.open_image(data)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _bytes_entry(key: bytes, value: bytes) -> list[bytes]:
+    """The pieces of one map entry ``key -> Feature(bytes_list=[value])`` of tf.train.Features."""
+    key_field = b"\x0a" + _varint(len(key)) + key
+    bytes_list = b"\x0a" + _varint(len(value))
+    feature_header = b"\x0a" + _varint(len(bytes_list) + len(value))
+    feature_length = len(feature_header) + len(bytes_list) + len(value)
+    value_header = b"\x12" + _varint(feature_length)
+    entry_length = len(key_field) + len(value_header) + feature_length
+    return [b"\x0a" + _varint(entry_length) + key_field + value_header + feature_header + bytes_list, value]
+
+
+def _entries(features: dict[str, Any]) -> bytes:
+    """The map entries of ``features`` as encode_example serializes them, without the Features header."""
+    record = encode_example(features)
+    return record[len(record) - _features_length(record):]
+
+
+def _features_length(record: bytes) -> int:
+    """The length of the Features message in a serialized Example (the bytes after its header)."""
+    length, shift, at = 0, 0, 1
+    while True:
+        byte = record[at]
+        length |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return length
+        shift += 7
+
+
+class _ExampleTemplate:
+    """tf.train.Example records of the image job, the same bytes as encode_example gives them:
+    the fields that are the same for every image (size, format) or every label are serialized
+    once, and only the encoded image and the file name per record (5x cheaper per image)."""
+
+    def __init__(self, height: int, width: int, channels: int, fmt: bytes, index: dict[str, int]) -> None:
+        self.fixed = _entries({"image/height": height, "image/width": width,
+                               "image/channels": channels, "image/format": fmt})
+        self.labels = {text: _entries({"image/class/label": label, "image/class/text": text.encode()})
+                       for text, label in index.items()}
+
+    def encode(self, encoded: bytes, text: str, path: str) -> bytes:
+        pieces = _bytes_entry(b"image/encoded", encoded)
+        pieces += [self.fixed, self.labels[text]]
+        pieces += _bytes_entry(b"image/filename", path.encode())
+        length = sum(len(piece) for piece in pieces)
+        return b"".join([b"\x0a", _varint(length), *pieces])
 
 
 def _split_report() -> dict[str, Any]:
@@ -283,10 +349,13 @@ class _Transformer:
         self.source_base = _source_base(src)
 
     def __call__(self, part: int, chunks: Iterable[list[str]]) -> Iterator[str]:
+        started, cpu = time.perf_counter(), time.process_time()
         report: dict[str, Any] = {"partition": part, "read": 0, "written": 0, "rejected": [],
                                   "splits": {split: _split_report() for split in self.options.splits}}
         with ExitStack() as stack:
             self._run(part, (path for chunk in chunks for path in chunk), report, stack)
+        report["seconds"] = time.perf_counter() - started
+        report["cpu_seconds"] = time.process_time() - cpu
         yield json.dumps(report, separators=(",", ":"))
 
     def _run(self, part: int, paths: Iterator[str], report: dict[str, Any], stack: ExitStack) -> None:
@@ -301,14 +370,15 @@ class _Transformer:
                 self.storage, self.stage.tfrecord(split), part, self.shard_count, opts.compression))
             parquets[split] = shard_io.ParquetShard(
                 self._opener(stack, split, part), arrow_schema(), rows_per_group,
-                dictionary=("label", "label_text"), cells={"image": opts.shape})
+                dictionary=("label", "label_text"), cells={"image": opts.shape}, compression=_PARQUET_CODECS)
+        example = _ExampleTemplate(height, width, channels, fmt, self.index)
         files = _SourceFiles(self.src)
         max_bytes = int(opts.max_file_mb * (1 << 20))
         for path in paths:
             report["read"] += 1
             try:
-                (w, h, mode, kind), data = files.load(path, max_bytes)
-                array = pixels.transform(data, opts.resize, opts.crop, draft=opts.draft)
+                image, (w, h, mode, kind) = files.load(path, max_bytes)
+                array = pixels.transform(image, opts.resize, opts.crop, draft=opts.draft)
             except pixels.ImageRejected as rejected:
                 report["rejected"].append({"path": path, "reason": rejected.reason,
                                            "detail": rejected.detail})
@@ -316,11 +386,7 @@ class _Transformer:
             text = label_of(path)
             label = self.index[text]
             split = split_of(relative_key(path, self.source_base), opts.test_fraction, opts.seed)
-            tfrecords[split].write(encode_example({
-                "image/encoded": encode(array), "image/height": height,
-                "image/width": width, "image/channels": channels, "image/format": fmt,
-                "image/class/label": label, "image/class/text": text.encode(),
-                "image/filename": path.encode()}))
+            tfrecords[split].write(example.encode(encode(array), text, path))
             parquets[split].add({"image": array, "label": label,
                                  "label_text": text, "path": path})
             stats = report["splits"][split]
@@ -521,6 +587,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
     started = time.perf_counter()
     ds.check_writable(storage, settings.project, dataset, options.overwrite)  # before Spark starts
     scanned = scan_images(src, options.glob)
+    listed = time.perf_counter()
     listing = scanned.files
     if scanned.links:
         shown = ", ".join(path for path in scanned.links[:5]) + (" ..." if len(scanned.links) > 5 else "")
@@ -543,8 +610,10 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
             spark_progress(spark.sparkContext, f"prepare images '{dataset}'"):
         transformer = _Transformer(options, labels, storage, stage, count, src)
         chunks = deal([path for path, _ in listing], count)
+        tasks_started = time.perf_counter()
         reports = [json.loads(report) for report in spark.sparkContext.parallelize(chunks, count)
                    .mapPartitionsWithIndex(transformer).collect()]
+        tasks_done = time.perf_counter()
         summary = _summarise(reports, dataset, count, options.splits)
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
         summary.skipped = scanned.skipped
@@ -583,6 +652,10 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
         storage.write_json(stage.stats_json, image_stats)
         storage.write_text(stage.stats_html, stats_mod.render_html(image_stats, title=dataset))
         summary.seconds = time.perf_counter() - started
+        summary.phases = {"listing": listed - started, "tasks": tasks_done - tasks_started,
+                          "slowest task": max(r["seconds"] for r in reports),
+                          "task cpu": sum(r["cpu_seconds"] for r in reports),
+                          "commit": summary.seconds - (tasks_done - started)}
         storage.write_json(stage.manifest, {
             "format_version": ds.FORMAT_VERSION, "kind": "images", "name": dataset,
             "created": ds.now(), "source": redact_uri(src), "options": {
@@ -613,6 +686,7 @@ class ImageSummary(ds.DatasetSummary):
     """A :class:`DatasetSummary` that also says what was done to every image."""
 
     applied: str = ""
+    phases: dict[str, float] = field(default_factory=dict)   # seconds: listing, tasks, commit
 
     def __str__(self) -> str:
         text = super().__str__()

@@ -96,12 +96,20 @@ def test_a_header_that_never_ends_is_read_up_to_the_cap_only(tmp_path):
 
 
 def test_an_image_within_the_limit_is_read_once_whole(tmp_path):
-    data = pixels.encode_png(np.arange(48, dtype=np.uint8).reshape(4, 4, 3))
+    array = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+    data = pixels.encode_png(array)
     (tmp_path / "ok.png").write_bytes(data)
     files = _CountingFiles()
-    header, read = files.load("file:" + str(tmp_path / "ok.png"), len(data))
-    assert header == (4, 4, "RGB", "PNG") and read == data
-    assert len(data) <= files.opened[0].read_bytes <= 2 * len(data) + (64 << 10)
+    image, header = files.load("file:" + str(tmp_path / "ok.png"), len(data))
+    assert header == (4, 4, "RGB", "PNG") and files.opened[0].read_bytes == len(data)
+    np.testing.assert_array_equal(pixels.transform(image, None), array)
+
+
+def test_a_small_file_over_a_small_limit_is_rejected_by_its_size(tmp_path):
+    data = pixels.encode_png(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    (tmp_path / "big.png").write_bytes(data)
+    rejected = _reject(_CountingFiles(), "file:" + str(tmp_path / "big.png"), 1000)
+    assert rejected.reason == pixels.TOO_LARGE and f"a file of {len(data)} bytes" in rejected.detail
 
 
 def test_empty_and_missing_files_keep_their_reasons(tmp_path):
@@ -109,3 +117,20 @@ def test_empty_and_missing_files_keep_their_reasons(tmp_path):
     files = _CountingFiles()
     assert _reject(files, "file:" + str(tmp_path / "empty.png")).reason == pixels.EMPTY_FILE
     assert _reject(files, "file:" + str(tmp_path / "gone.png")).reason == UNREADABLE_FILE
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 70_000, 3_000_000])
+def test_the_job_s_records_are_the_bytes_encode_example_gives(size):
+    from hopsml.data.images import _ExampleTemplate
+    from hopsml.data.tfrecord import decode_example, encode_example
+
+    template = _ExampleTemplate(224, 200, 3, b"png", {"cat": 0, "dög": 1})
+    encoded = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    path = "file:/data/pets/dög/" + "x" * (size % 300) + ".jpg"
+    want = encode_example({
+        "image/encoded": encoded, "image/height": 224, "image/width": 200, "image/channels": 3,
+        "image/format": b"png", "image/class/label": 1, "image/class/text": "dög".encode(),
+        "image/filename": path.encode()})
+    got = template.encode(encoded, "dög", path)
+    assert got == want
+    assert decode_example(got)["image/encoded"] == [encoded]
