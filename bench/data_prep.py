@@ -160,6 +160,8 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
                                      settings=settings)
             rates["job"].append(count / (time.perf_counter() - start))
             phases.append(summary.phases)
+            print(f"  run {len(phases)}: job {rates['job'][-1]:.0f}, limit {rates['same'][-1]:.0f}, plain "
+                  f"{rates['plain'][-1]:.0f} img/s", flush=True)
             if has_petastorm:
                 rates["petastorm"].append(_petastorm_materialize(src, workdir, paths, slots))
     if summary.written != count:
