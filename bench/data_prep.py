@@ -135,7 +135,8 @@ def _petastorm_materialize(src: str, workdir: str, paths: list[str], slots: int)
     return len(paths) / (time.perf_counter() - start)
 
 
-def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settings) -> None:
+def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settings,
+                    skip: tuple[str, ...] = ()) -> None:
     import importlib.util
 
     src = os.path.join(workdir, f"jpegs-{count}")
@@ -143,13 +144,18 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
     spark = session.active()
     slots = min(os.cpu_count() or 1, spark.sparkContext.defaultParallelism)
     loops = {"plain": _plain_size, "same": _same_size}
+    if "plain" in skip:
+        del loops["plain"]
     rates: dict[str, list[float]] = {"job": [], "plain": [], "same": [], "petastorm": []}
     phases: list[dict[str, float]] = []
     has_petastorm = importlib.util.find_spec("petastorm") is not None
     with multiprocessing.get_context("fork").Pool(slots) as pool:
         for fn in loops.values():
             pool.map(fn, paths[:slots * 4])  # warm up
-        prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)
+        warm = os.path.join(workdir, "warm-up")
+        if not os.path.isdir(warm):
+            write_jpegs(warm, 64)
+        prepare_images(warm, "bench-warm-up", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)
         for _ in range(runs):  # interleaved, so that a noisy moment hits every contender alike
             for name, fn in loops.items():
                 start = time.perf_counter()
@@ -160,8 +166,8 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
                                      settings=settings)
             rates["job"].append(count / (time.perf_counter() - start))
             phases.append(summary.phases)
-            print(f"  run {len(phases)}: job {rates['job'][-1]:.0f}, limit {rates['same'][-1]:.0f}, plain "
-                  f"{rates['plain'][-1]:.0f} img/s", flush=True)
+            print(f"  run {len(phases)}: job {rates['job'][-1]:.0f}, limit {rates['same'][-1]:.0f} img/s, "
+                  f"limit ratio {rates['job'][-1] / rates['same'][-1]:.2f}", flush=True)
             if has_petastorm:
                 rates["petastorm"].append(_petastorm_materialize(src, workdir, paths, slots))
     if summary.written != count:
@@ -173,6 +179,8 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
     print(f"  hopsml prepare_images (Parquet + TFRecord, train/test, stats) {_spread(rates['job'])}")
     for name, label in (("plain", f"Pool({slots}) plain Pillow loop (Pillow PNG), writes nothing"),
                         ("same", f"Pool({slots}) the job's transform + PNG encoder, writes nothing = the limit")):
+        if not rates[name]:
+            continue
         print(f"  {label:72s} {_spread(rates[name])}  job/this {job / statistics.median(rates[name]):4.2f}")
     print(f"  limit ratio (job / the limit) {job / statistics.median(rates['same']):.2f}")
     if has_petastorm:
@@ -183,7 +191,8 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
     keys = phases[0].keys()
     print("  job phases, median s: " + ", ".join(
         f"{key} {statistics.median(p[key] for p in phases):.2f}" for key in keys))
-    bench_empty_jobs(src, runs)
+    if "empty-jobs" not in skip:
+        bench_empty_jobs(src, runs)
 
 
 def _count_frames(frames):
@@ -309,7 +318,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=1000)
-    parser.add_argument("--skip", nargs="*", default=(), choices=("images", "reader", "tfrecord"))
+    parser.add_argument("--skip", nargs="*", default=(),
+                        choices=("images", "reader", "tfrecord", "plain", "empty-jobs"),
+                        help="leave out parts: plain (the Pillow loop), empty-jobs (Spark's cost of an empty job)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hopsml-bench-") as workdir:
         settings = config.load(root=os.path.join(workdir, "root"), project="bench", master=args.master,
@@ -317,7 +328,7 @@ def main() -> None:
         session.get_or_create(settings, app_name="hopsml-bench")
         if "images" not in args.skip:
             for count in args.images:
-                bench_image_job(workdir, count, args.runs, settings)
+                bench_image_job(workdir, count, args.runs, settings, tuple(args.skip))
         if "reader" not in args.skip:
             bench_reader(workdir, args.rows, args.runs, settings)
     if "tfrecord" not in args.skip:
