@@ -5,7 +5,7 @@
 TFRecord numbers are payload megabytes (10**6 bytes) per second for a temporary file that stays
 in the page cache, the median of ``--runs`` runs; when TensorFlow is importable its writer and
 readers run on the same data and the ratios are printed. Image numbers are images per second of
-:func:`hopsml.data.imaging.transform` in this one process, with and without JPEG draft decoding.
+:func:`hopsml.data.pixels.transform` in this one process, with and without JPEG draft decoding.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hopsml.data.imaging import encode_jpeg, transform
+from hopsml.data.pixels import encode_jpeg, transform
 from hopsml.formats.tfrecord import TFRecordWriter, read_records
 
 

@@ -1,15 +1,19 @@
 """Throughput of the data pipeline against its anchors, side by side in one run.
 
-    python bench/data_prep.py [--images 1000] [--rows 20000] [--runs 3] [--records 1000]
+    python bench/data_prep.py [--images 2000 8000] [--master local[2]] [--rows 20000] [--runs 3]
+        [--records 1000] [--skip images|reader|tfrecord]
 
-1. Image job: images/s of ``prepare_images`` (Spark tasks over the listed paths, resize 200x200,
-   crop 180x180, PNG into TFRecord, Parquet, train/test split) against a multiprocessing Pool(N)
-   loop doing the same read/decode/resize/crop/encode on the same cores (N = CPU count), on
-   500x375 JPEGs: once in plain Pillow (open, RGB, resize, crop, PNG at compress_level=1, Pillow's
-   fastest), checked to give the job's pixels, and once with the job's own transform and PNG
-   encoder (the same per-image work as the job, so that ratio shows what Spark and the writes cost).
-   1000 images by default: a job of a few hundred runs in half a second, where Spark's ~0.1 s per
-   job and the JVM's warm-up swing a run by 15%.
+1. Image job: images/s of ``prepare_images`` (Spark tasks over the listed paths, resize 224x224,
+   no crop, PNG into TFRecord, Parquet, train/test split, statistics) against its limit on the
+   same cores: a multiprocessing Pool(slots) doing the job's own per-image work (read, decode,
+   resize, the job's PNG encoder) and writing nothing. The *limit ratio* (job / limit) is the
+   share of the machine's per-image speed the job keeps after Spark, the listing, the TFRecord
+   and Parquet writes and the statistics; a plain Pillow loop (Pillow's PNG at compress_level=1)
+   is shown too, and both are checked to give the job's pixels. 500x375 JPEGs, 2000 and 8000
+   of them by default; the runs are interleaved so that a busy moment hits every contender. The
+   job's phases (listing, tasks, the slowest task, commit) show where its time goes. With
+   petastorm installed, its ``materialize_dataset`` over a Spark DataFrame of the same images
+   runs side by side.
 2. Rank reader: rows/s of 32x32x3 uint8 images into numpy batches, hopsml's reader against
    petastorm's ``make_reader`` and a raw pyarrow read of the same Parquet files.
 3. TFRecord write/read MB/s for 100 KiB records (bench/codecs.py; against TensorFlow if installed).
@@ -47,30 +51,28 @@ _codecs = _load_codecs_bench()
 bench_tfrecord, photo = _codecs.bench_tfrecord, _codecs.photo
 
 from hopsml import config, session  # noqa: E402
-from hopsml.data import imaging  # noqa: E402
-from hopsml.data.imaging import encode_png_fast  # noqa: E402
+from hopsml.data import pixels  # noqa: E402
+from hopsml.data.pixels import encode_png_fast  # noqa: E402
 from hopsml.data.images import prepare_images  # noqa: E402
 from hopsml.data.readers import reader  # noqa: E402
 
-RESIZE, CROP = (200, 200), (180, 180)
+RESIZE, CROP = (224, 224), None
 
 
 def _pillow_one(path: str) -> bytes:
-    """The plain Pillow loop: decode, RGB, resize, crop, PNG through Pillow (compress_level=1)."""
-    left, top = (RESIZE[0] - CROP[0]) // 2, (RESIZE[1] - CROP[1]) // 2
+    """The plain Pillow loop: decode, RGB, resize, PNG through Pillow (compress_level=1)."""
     with Image.open(path) as image:
-        cropped = image.convert("RGB").resize(RESIZE, Image.Resampling.BILINEAR).crop(
-            (left, top, left + CROP[0], top + CROP[1]))
+        resized = image.convert("RGB").resize(RESIZE, Image.Resampling.BILINEAR)
     out = io.BytesIO()
-    cropped.save(out, "PNG", compress_level=1)
+    resized.save(out, "PNG", compress_level=1)
     return out.getvalue()
 
 
 def _same_encoder_one(path: str) -> bytes:
     """The job's own transform and PNG encoder: the per-image work of the job, nothing more."""
     with open(path, "rb") as handle:
-        pixels = imaging.transform(handle.read(), RESIZE, CROP)
-    return encode_png_fast(pixels)
+        array = pixels.transform(handle.read(), RESIZE, CROP)
+    return encode_png_fast(array)
 
 
 def _plain_size(path: str) -> int:
@@ -99,7 +101,7 @@ def write_jpegs(folder: str, count: int) -> list[str]:
         os.makedirs(label_dir, exist_ok=True)
         path = os.path.join(label_dir, f"{i:05d}.jpg")
         with open(path, "wb") as out:
-            out.write(imaging.encode_jpeg(photo(500, 375, i % 50), quality=90))
+            out.write(pixels.encode_jpeg(photo(500, 375, i % 50), quality=90))
         paths.append(path)
     return paths
 
@@ -108,16 +110,52 @@ def _spread(rates: list[float]) -> str:
     return f"{statistics.median(rates):5.0f} img/s ({min(rates):.0f}-{max(rates):.0f})"
 
 
-def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settings) -> None:
-    src = os.path.join(workdir, "jpegs")
+def _petastorm_materialize(src: str, workdir: str, paths: list[str], slots: int) -> float:
+    """petastorm's own way, for comparison: a Spark DataFrame of decoded, resized images written
+    inside ``materialize_dataset`` (Parquet only, no TFRecord, no split, no statistics)."""
+    from petastorm.codecs import NdarrayCodec, ScalarCodec
+    from petastorm.etl.dataset_metadata import materialize_dataset
+    from petastorm.unischema import Unischema, UnischemaField, dict_to_spark_row
+    from pyspark.sql.types import IntegerType
+
+    spark = session.active()
+    schema = Unischema("Bench", [UnischemaField("image", np.uint8, (RESIZE[1], RESIZE[0], 3), NdarrayCodec(), False),
+                                 UnischemaField("label", np.int32, (), ScalarCodec(IntegerType()), False)])
+    url = "file://" + os.path.join(workdir, "petastorm-out")
+
+    def row(path: str):
+        with open(path, "rb") as handle:
+            array = pixels.transform(handle.read(), RESIZE, CROP)
+        return dict_to_spark_row(schema, {"image": array, "label": int(os.path.basename(os.path.dirname(path))[5:])})
+
+    start = time.perf_counter()
+    with materialize_dataset(spark, url, schema, 64):
+        rows = spark.sparkContext.parallelize(paths, slots).map(row)
+        spark.createDataFrame(rows, schema.as_spark_schema()).write.mode("overwrite").parquet(url)
+    return len(paths) / (time.perf_counter() - start)
+
+
+def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settings,
+                    skip: tuple[str, ...] = ()) -> None:
+    import importlib.util
+
+    src = os.path.join(workdir, f"jpegs-{count}")
     paths = write_jpegs(src, count)
-    cores = os.cpu_count() or 1
+    spark = session.active()
+    slots = min(os.cpu_count() or 1, spark.sparkContext.defaultParallelism)
     loops = {"plain": _plain_size, "same": _same_size}
-    rates: dict[str, list[float]] = {"job": [], "plain": [], "same": []}
-    with multiprocessing.get_context("fork").Pool(cores) as pool:
+    if "plain" in skip:
+        del loops["plain"]
+    rates: dict[str, list[float]] = {"job": [], "plain": [], "same": [], "petastorm": []}
+    phases: list[dict[str, float]] = []
+    has_petastorm = importlib.util.find_spec("petastorm") is not None
+    with multiprocessing.get_context("fork").Pool(slots) as pool:
         for fn in loops.values():
-            pool.map(fn, paths[:cores * 4])  # warm up
-        prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)
+            pool.map(fn, paths[:slots * 4])  # warm up
+        warm = os.path.join(workdir, "warm-up")
+        if not os.path.isdir(warm):
+            write_jpegs(warm, 64)
+        prepare_images(warm, "bench-warm-up", resize=RESIZE, crop=CROP, overwrite=True, settings=settings)
         for _ in range(runs):  # interleaved, so that a noisy moment hits every contender alike
             for name, fn in loops.items():
                 start = time.perf_counter()
@@ -127,17 +165,34 @@ def bench_image_job(workdir: str, count: int, runs: int, settings: config.Settin
             summary = prepare_images(src, "bench-jpegs", resize=RESIZE, crop=CROP, overwrite=True,
                                      settings=settings)
             rates["job"].append(count / (time.perf_counter() - start))
+            phases.append(summary.phases)
+            print(f"  run {len(phases)}: job {rates['job'][-1]:.0f}, limit {rates['same'][-1]:.0f} img/s, "
+                  f"limit ratio {rates['job'][-1] / rates['same'][-1]:.2f}", flush=True)
+            if has_petastorm:
+                rates["petastorm"].append(_petastorm_materialize(src, workdir, paths, slots))
     if summary.written != count:
         raise RuntimeError(f"the image job wrote {summary.written} of {count} images")
     _check_same_pixels(settings)
     job = statistics.median(rates["job"])
-    print(f"Image job, {count} JPEGs 500x375 -> resize 200x200, crop 180x180, PNG; median (min-max) "
-          f"of {runs} interleaved runs; {cores} cores")
-    print(f"  hopsml prepare_images (Spark {settings.master}, Parquet + TFRecord, train/test) {_spread(rates['job'])}")
-    for name, label in (("plain", f"Pool({cores}) plain Pillow loop (Pillow PNG)"),
-                        ("same", f"Pool({cores}) same loop, the job's PNG encoder")):
-        print(f"  {label:63s} {_spread(rates[name])}  ratio {job / statistics.median(rates[name]):4.2f}")
-    bench_empty_jobs(src, runs)
+    print(f"Image job, {count} JPEGs 500x375 -> resize {RESIZE[0]}x{RESIZE[1]} (no crop), PNG; median (min-max) "
+          f"of {runs} interleaved runs; {settings.master}, {slots} task slots, {os.cpu_count()} cores")
+    print(f"  hopsml prepare_images (Parquet + TFRecord, train/test, stats) {_spread(rates['job'])}")
+    for name, label in (("plain", f"Pool({slots}) plain Pillow loop (Pillow PNG), writes nothing"),
+                        ("same", f"Pool({slots}) the job's transform + PNG encoder, writes nothing = the limit")):
+        if not rates[name]:
+            continue
+        print(f"  {label:72s} {_spread(rates[name])}  job/this {job / statistics.median(rates[name]):4.2f}")
+    print(f"  limit ratio (job / the limit) {job / statistics.median(rates['same']):.2f}")
+    if has_petastorm:
+        print(f"  petastorm materialize_dataset (Spark DataFrame, Parquet only)  {_spread(rates['petastorm'])}")
+    else:
+        print("  petastorm is not installed here: materialize_dataset not measured "
+              '(pip install ".[petastorm]")')
+    keys = phases[0].keys()
+    print("  job phases, median s: " + ", ".join(
+        f"{key} {statistics.median(p[key] for p in phases):.2f}" for key in keys))
+    if "empty-jobs" not in skip:
+        bench_empty_jobs(src, runs)
 
 
 def _count_frames(frames):
@@ -193,9 +248,9 @@ def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) 
     for i in range(rows):
         label_dir = os.path.join(src, f"c{i % 10}")
         os.makedirs(label_dir, exist_ok=True)
-        imaging_png = imaging.encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), compress_level=0)
+        png = pixels.encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), compress_level=0)
         with open(os.path.join(label_dir, f"{i:06d}.png"), "wb") as out:
-            out.write(imaging_png)
+            out.write(png)
     start = time.perf_counter()
     summary = prepare_images(src, "bench-tiny", resize=None, crop=(32, 32), test_fraction=0, overwrite=True,
                              settings=settings)
@@ -257,18 +312,23 @@ def bench_reader(workdir: str, rows: int, runs: int, settings: config.Settings) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--images", type=int, nargs="+", default=[2000, 8000],
+                        help="image counts of the image job runs (default 2000 8000)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=1000)
-    parser.add_argument("--skip", nargs="*", default=(), choices=("images", "reader", "tfrecord"))
+    parser.add_argument("--skip", nargs="*", default=(),
+                        choices=("images", "reader", "tfrecord", "plain", "empty-jobs"),
+                        help="leave out parts: plain (the Pillow loop), empty-jobs (Spark's cost of an empty job)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hopsml-bench-") as workdir:
-        settings = config.load(root=os.path.join(workdir, "root"), project="bench",
+        settings = config.load(root=os.path.join(workdir, "root"), project="bench", master=args.master,
                                log_dir=os.path.join(workdir, "logs"))
         session.get_or_create(settings, app_name="hopsml-bench")
         if "images" not in args.skip:
-            bench_image_job(workdir, args.images, args.runs, settings)
+            for count in args.images:
+                bench_image_job(workdir, count, args.runs, settings, tuple(args.skip))
         if "reader" not in args.skip:
             bench_reader(workdir, args.rows, args.runs, settings)
     if "tfrecord" not in args.skip:

@@ -1,6 +1,6 @@
 """spark-submit entry point: a folder of label folders of images -> a hopsml dataset.
 
-    spark-submit spark_jobs/preprocess_images.py SRC DATASET [--resize 200x200] [--crop 180x180]
+    spark-submit spark_jobs/preprocess_images.py SRC DATASET [--resize 200x200] [--crop WxH]
         [--shards N] [--format png|jpeg] [--strict] [--overwrite] [--root URI] [--project NAME]
 
 Same options as `hopsml prep images`; the work is done by hopsml.data.images.prepare_images.

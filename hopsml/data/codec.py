@@ -111,6 +111,7 @@ def decode_column(column: Any, shape: tuple[int, ...], dtype: Any = np.uint8) ->
     array = column
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    offset_type: np.dtype[Any]
     if pa.types.is_large_binary(array.type):
         offset_type = np.dtype(np.int64)
     elif pa.types.is_binary(array.type):

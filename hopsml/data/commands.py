@@ -40,7 +40,8 @@ def add_commands(subparsers: Any) -> None:
     prep = subparsers.add_parser("prep", help="prepare a dataset with Spark: images or a CSV table")
     kinds = prep.add_subparsers(dest="prep_kind", required=True)
 
-    _images_args(kinds.add_parser("images", help="a folder of label folders of JPEG/PNG files -> Parquet + TFRecord"))
+    _images_args(kinds.add_parser("images", help="a folder of label folders of images (JPEG, PNG, WebP, GIF, TIFF, "
+                                                 "BMP, ...) -> Parquet + TFRecord"))
     _table_args(kinds.add_parser("tabular", help="a CSV table -> train/test Parquet + TFRecord + transform"))
 
     datasets = subparsers.add_parser("datasets", help="list and inspect prepared datasets")
@@ -59,13 +60,21 @@ def add_commands(subparsers: Any) -> None:
 def _images_args(images: argparse.ArgumentParser) -> None:
     images.add_argument("src", help="folder (path or URI) with one folder per label")
     images.add_argument("dataset", help="name of the dataset under Projects/<project>/Datasets/")
-    images.add_argument("--resize", type=_size, default=(200, 200), help="WIDTHxHEIGHT (default 200x200)")
-    images.add_argument("--crop", type=_size, default=(180, 180), help="center crop WIDTHxHEIGHT (default 180x180)")
+    images.add_argument("--resize", type=_size, default=(200, 200),
+                        help="resize every image to WIDTHxHEIGHT, aspect ratio not kept (default 200x200; "
+                             "'none' keeps the size, then --crop must be given)")
+    images.add_argument("--crop", type=_size, default=None,
+                        help="after the resize, center-crop to WIDTHxHEIGHT (default: no crop, the images "
+                             "are the --resize size)")
     images.add_argument("--format", dest="image_format", choices=("png", "jpeg"), default="png",
                         help="encoding of image/encoded in the TFRecord shards")
-    images.add_argument("--glob", default=None, help="file name pattern (default: jpg, jpeg, png in any case)")
+    images.add_argument("--glob", default=None,
+                        help="file name pattern (default: every extension Pillow decodes, lower or upper case: "
+                             "jpg, jpeg, png, webp, gif, tif, tiff, bmp, ...)")
     images.add_argument("--test-fraction", type=float, default=0.2,
                         help="share of images in the 'test' split, by a hash of their path (0: one split 'all')")
+    images.add_argument("--max-file-mb", type=float, default=256.0, metavar="MB",
+                        help="reject larger files without reading them (default 256)")
     _common(images)
     images.add_argument("--strict", action="store_true", help="fail instead of skipping bad images")
 
@@ -123,10 +132,11 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
         if args.prep_kind == "images":
             from hopsml.data.images import DEFAULT_GLOB, prepare_images
 
-            summary = prepare_images(args.src, args.dataset, resize=args.resize, crop=args.crop,
-                                     shards=args.shards, glob=args.glob or DEFAULT_GLOB, strict=args.strict,
-                                     image_format=args.image_format, overwrite=args.overwrite,
-                                     test_fraction=args.test_fraction, settings=settings)
+            return str(prepare_images(args.src, args.dataset, resize=args.resize, crop=args.crop,
+                                      shards=args.shards, glob=args.glob or DEFAULT_GLOB, strict=args.strict,
+                                      image_format=args.image_format, overwrite=args.overwrite,
+                                      test_fraction=args.test_fraction, max_file_mb=args.max_file_mb,
+                                      settings=settings))
         else:
             from hopsml.data.tables import prepare_table
 

@@ -10,7 +10,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from hopsml.data import imaging
+from hopsml.data import pixels
 
 TABLE_COLUMNS = ("sepal_length", "sepal_width", "petal_length", "petal_width", "petal_size", "species")
 
@@ -29,10 +29,10 @@ def write_digits(folder: str, *, limit: int | None = None, size: int = 32,
     images, targets = digits.images, digits.target
     if limit is not None:
         images, targets = images[:limit], targets[:limit]
-    for index, (pixels, target) in enumerate(zip(images, targets)):
+    for index, (digit, target) in enumerate(zip(images, targets)):
         label_dir = os.path.join(folder, str(int(target)))
         os.makedirs(label_dir, exist_ok=True)
-        gray = Image.fromarray((pixels * (255 / 16)).astype(np.uint8), "L")
+        gray = Image.fromarray((digit * (255 / 16)).astype(np.uint8), "L")
         gray.resize((size, size), Image.Resampling.BILINEAR).save(
             os.path.join(label_dir, f"{index:04d}.png"), compress_level=1)
     counts = {"images": len(images), "bad": 0, "convertible": 0}
@@ -43,7 +43,7 @@ def write_digits(folder: str, *, limit: int | None = None, size: int = 32,
         with open(os.path.join(bad_dir, "notes.png"), "w") as text:
             text.write("this is not an image\n")
         noise = np.random.default_rng(0).integers(0, 256, (size, size), dtype=np.uint8)
-        good = imaging.encode_png(noise)
+        good = pixels.encode_png(noise)
         with open(os.path.join(bad_dir, "truncated.png"), "wb") as truncated:
             truncated.write(good[: len(good) // 2])
         rgba = np.zeros((size, size, 4), np.uint8)

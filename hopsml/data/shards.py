@@ -78,12 +78,15 @@ class ParquetShard:
     stream to write and is called with the first row group, so a file with no rows is never
     made. ``close`` writes the rest and returns the number of row groups. The columns named in
     ``cells`` (name -> shape) take uint8 arrays and store them as petastorm ndarray cells.
+    ``compression`` is one Parquet codec, or one per column.
     """
 
     def __init__(self, open_target: Callable[[], str | IO[bytes]], schema: pa.Schema,
                  rows_per_group: int, dictionary: tuple[str, ...] = (),
-                 cells: Mapping[str, tuple[int, ...]] | None = None) -> None:
+                 cells: Mapping[str, tuple[int, ...]] | None = None,
+                 compression: str | Mapping[str, str] = "snappy") -> None:
         cells = cells or {}
+        self.compression = compression if isinstance(compression, str) else dict(compression)
         self.open_target, self.schema = open_target, schema
         self.rows_per_group = max(1, int(rows_per_group))
         self.dictionary = list(dictionary)
@@ -109,7 +112,7 @@ class ParquetShard:
         arrays = [values.take() if isinstance(values, CellColumn) else pa.array(values, type=field.type)
                   for field, values in zip(self.schema, self.columns.values())]
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.open_target(), self.schema, compression="snappy",
+            self._writer = pq.ParquetWriter(self.open_target(), self.schema, compression=self.compression,
                                             use_dictionary=self.dictionary,
                                             write_statistics=self.dictionary)
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), row_group_size=count)

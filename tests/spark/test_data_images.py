@@ -11,8 +11,8 @@ from PIL import Image
 
 from hopsml import config
 from hopsml.data import dataset as ds
-from hopsml.data import imaging, samples
-from hopsml.data.imaging import encode_png_fast
+from hopsml.data import pixels, samples
+from hopsml.data.pixels import encode_png_fast
 from hopsml.data.images import ImageOptions, list_images, prepare_images, relative_key, split_of
 from hopsml.data.readers import reader
 from hopsml.formats import decode_example, read_records
@@ -99,7 +99,7 @@ def test_tfrecord_shards_match_parquet_rows(prepared, split):
     names = sorted(os.listdir(folder))
     assert names == [f"part-{i:05d}-of-{len(names):05d}.tfrecord" for i in range(len(names))]
     assert len(names) >= 3
-    pixels = {}
+    decoded = {}
     for name in names:
         for record in read_records(os.path.join(folder, name)):  # checks both crcs
             example = decode_example(record)
@@ -109,13 +109,13 @@ def test_tfrecord_shards_match_parquet_rows(prepared, split):
             path = example["image/filename"][0].decode()
             assert example["image/class/text"][0].decode() == os.path.basename(os.path.dirname(path))
             assert int(example["image/class/label"][0]) == int(example["image/class/text"][0])
-            pixels[path] = np.asarray(Image.open(io.BytesIO(example["image/encoded"][0])))
+            decoded[path] = np.asarray(Image.open(io.BytesIO(example["image/encoded"][0])))
     batch = next(iter(reader("digits", batch_size=10_000, shuffle=False, fields=["image", "path"],
                              split=split, settings=settings)))
-    assert len(pixels) == summary.splits[split]
-    assert sorted(pixels) == sorted(batch["path"])
+    assert len(decoded) == summary.splits[split]
+    assert sorted(decoded) == sorted(batch["path"])
     for path, image in zip(batch["path"], batch["image"]):
-        np.testing.assert_array_equal(pixels[path], image)
+        np.testing.assert_array_equal(decoded[path], image)
 
 
 def test_every_shard_holds_every_label(prepared):
@@ -223,7 +223,7 @@ def test_jpeg_draft_mode_dataset_matches_the_transform(spark, tmp_path):
     rng = np.random.default_rng(0)
     for i in range(4):
         photo = rng.integers(0, 255, (90, 120, 3), dtype=np.uint8)
-        (src / f"{i}.jpg").write_bytes(imaging.encode_jpeg(photo))
+        (src / f"{i}.jpg").write_bytes(pixels.encode_jpeg(photo))
     settings = config.load(environ={}, root=str(tmp_path / "root"), project="test")
     summary = prepare_images(str(tmp_path / "src"), "cats", resize=(40, 30), crop=(32, 24),
                              image_format="jpeg", test_fraction=0, settings=settings, spark=spark)
@@ -232,7 +232,7 @@ def test_jpeg_draft_mode_dataset_matches_the_transform(spark, tmp_path):
     assert sorted(os.listdir(tmp_path / "root" / "Projects" / "test" / "Datasets" / "cats" / "parquet")) == ["all"]
     batch = next(iter(reader("cats", batch_size=10, shuffle=False, fields=["image", "path"], settings=settings)))
     for path, image in zip(batch["path"], batch["image"]):
-        expected = imaging.transform(open(path[len("file:"):], "rb").read(), (40, 30), (32, 24))
+        expected = pixels.transform(open(path[len("file:"):], "rb").read(), (40, 30), (32, 24))
         np.testing.assert_array_equal(image, expected)
 
 
@@ -272,13 +272,13 @@ def test_test_fraction_is_checked(fraction):
 
 @pytest.mark.parametrize("shape", [(1, 1, 3), (12, 14, 3), (7, 5), (9, 4, 1), (6, 3, 2), (5, 8, 4)])
 def test_fast_png_is_lossless_for_every_channel_count(shape):
-    pixels = np.random.default_rng(sum(shape)).integers(0, 256, shape, dtype=np.uint8)
-    with Image.open(io.BytesIO(encode_png_fast(pixels))) as image:
+    array = np.random.default_rng(sum(shape)).integers(0, 256, shape, dtype=np.uint8)
+    with Image.open(io.BytesIO(encode_png_fast(array))) as image:
         image.load()
         decoded = np.asarray(image)
-    np.testing.assert_array_equal(decoded.reshape(pixels.shape), pixels)
-    with pytest.raises(imaging.ImageEncodingError):
-        encode_png_fast(pixels.astype(np.uint16))
+    np.testing.assert_array_equal(decoded.reshape(array.shape), array)
+    with pytest.raises(pixels.ImageEncodingError):
+        encode_png_fast(array.astype(np.uint16))
 
 
 def test_images_from_s3_into_an_s3_root(spark, s3_endpoint, tmp_path):

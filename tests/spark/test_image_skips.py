@@ -16,15 +16,15 @@ def test_links_are_not_followed_and_skips_are_counted(spark, tmp_path, monkeypat
     os.symlink("..", src / classes[0] / "loop")
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", src / "elsewhere")
-    (src / classes[1] / "scan.tif").write_bytes(b"II*\x00")
-    (src / classes[1] / "anim.gif").write_bytes(b"GIF89a")
+    (src / classes[1] / "notes.txt").write_bytes(b"II*\x00")
+    (src / classes[1] / "clip.mp4").write_bytes(b"GIF89a")
     root = tmp_path / "root"
     settings = config.load(environ={}, root=str(root), project="test", master="local[4]")
     summary = prepare_images(str(src), "skips", resize=(8, 8), crop=None, test_fraction=0.5,
                              settings=settings, spark=spark)
     assert summary.read == summary.written == counts["images"] == 8
-    assert summary.skipped == {LINK_INSIDE: 1, LINK_OUTSIDE: 1, "extension .gif": 1, "extension .tif": 1}
-    assert "skipped 4 not read" in str(summary) and "extension .tif: 1" in str(summary)
+    assert summary.skipped == {LINK_INSIDE: 1, LINK_OUTSIDE: 1, "extension .mp4": 1, "extension .txt": 1}
+    assert "skipped 4 not read" in str(summary) and "extension .txt: 1" in str(summary)
     manifest = json.loads((root / "Projects/test/Datasets/skips/dataset.json").read_text())
     assert manifest["counts"] == {"read": 8, "written": 8, "rejected": 0, "skipped": 4}
     assert manifest["skipped_reasons"] == summary.skipped

@@ -13,7 +13,7 @@ from hopsml.data.images import (HARD_LINK, LINK_BROKEN, LINK_INSIDE, LINK_OUTSID
 @pytest.fixture
 def tree(tmp_path):
     src, outside = tmp_path / "src", tmp_path / "outside"
-    for name in ("cat/a.png", "cat/b.jpg", "dog/c.png", "dog/d.tif", "dog/e.gif", "dog/f.GIF", "dog/README"):
+    for name in ("cat/a.png", "cat/b.jpg", "dog/c.png", "dog/d.txt", "dog/e.mp4", "dog/f.MP4", "dog/README"):
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_bytes(b"x" * 10)
     (outside / "lion").mkdir(parents=True)
@@ -37,7 +37,7 @@ def test_a_symlink_loop_or_a_link_out_of_the_tree_adds_nothing(tree):
 def test_skipped_links_and_extensions_are_counted(tree):
     scanned = scan_images(str(tree))
     assert scanned.skipped == {LINK_OUTSIDE: 2, LINK_INSIDE: 2, LINK_BROKEN: 1, HARD_LINK: 1,
-                               "extension .gif": 2, "extension .tif": 1, "no extension": 1}
+                               "extension .mp4": 2, "extension .txt": 1, "no extension": 1}
     assert sorted(os.path.basename(p) for p in scanned.links) == ["alias.png", "broken.png", "lion",
                                                                   "loop", "out.png"]
     assert [size for _, size in scanned.files] == [10, 10, 10]

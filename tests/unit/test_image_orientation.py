@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from hopsml.data import imaging
+from hopsml.data import pixels
 
 
 def _jpeg(orientation: int, size=(64, 32)) -> bytes:
@@ -31,7 +31,7 @@ def _bright_corner(array: np.ndarray) -> str:
 def test_orientation_is_applied_as_pillow_exif_transpose_does(tag):
     data = _jpeg(tag)
     expected = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
-    got = imaging.transform(data, resize=None, crop=None)
+    got = pixels.transform(data, resize=None, crop=None)
     assert got.shape == expected.shape
     assert _bright_corner(got) == _bright_corner(expected)
     assert np.abs(got.astype(int) - expected.astype(int)).mean() < 1
@@ -39,7 +39,7 @@ def test_orientation_is_applied_as_pillow_exif_transpose_does(tag):
 
 def test_a_photo_turned_by_90_degrees_keeps_the_asked_size_and_comes_out_upright():
     data = _jpeg(6, size=(400, 200))           # stored landscape, shown portrait (turned clockwise)
-    got = imaging.transform(data, resize=(50, 100), crop=(40, 80))   # draft decoding on this path
+    got = pixels.transform(data, resize=(50, 100), crop=(40, 80))   # draft decoding on this path
     assert got.shape == (80, 40, 3)
     assert _bright_corner(got) == "top-right"
-    assert imaging.inspect(data)[:2] == (200, 400)
+    assert pixels.inspect(data)[:2] == (200, 400)

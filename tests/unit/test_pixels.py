@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hopsml.data.imaging import (
+from hopsml.data.pixels import (
     REASONS,
     ImageEncodingError,
     ImageRejected,
@@ -154,15 +154,15 @@ def test_float_images_are_rejected():
 
 def test_small_jpeg_matches_pillow_exactly():
     data = encode_jpeg(photo(500, 375), quality=90)
-    np.testing.assert_array_equal(transform(data), reference(data))
+    np.testing.assert_array_equal(transform(data, RESIZE, CROP), reference(data))
 
 
 @pytest.mark.parametrize("size", [(1000, 800), (1600, 1200), (2000, 1500), (400, 4000)])
 def test_large_jpeg_with_draft_stays_close_to_full_decode(size):
     data = encode_jpeg(photo(*size), quality=90)
     full = reference(data)
-    np.testing.assert_array_equal(transform(data, draft=False), full)
-    drafted = transform(data).astype(np.int16)
+    np.testing.assert_array_equal(transform(data, RESIZE, CROP, draft=False), full)
+    drafted = transform(data, RESIZE, CROP).astype(np.int16)
     difference = np.abs(drafted - full)
     # DCT-domain downscaling then bilinear: measured mean 0.25..0.55 levels in 255, max 3
     assert difference.mean() < 1.0
@@ -172,7 +172,7 @@ def test_large_jpeg_with_draft_stays_close_to_full_decode(size):
 def test_grayscale_jpeg_with_draft():
     gray = Image.fromarray(photo(1200, 900)).convert("L")
     data = save(gray, "JPEG", quality=90)
-    drafted = transform(data).astype(np.int16)
+    drafted = transform(data, RESIZE, CROP).astype(np.int16)
     assert drafted.shape == (180, 180, 3)
     assert (drafted[..., 0] == drafted[..., 2]).all()
     assert np.abs(drafted - reference(data)).mean() < 1.0
@@ -182,7 +182,7 @@ def test_draft_never_decodes_below_the_resize_target():
     # 399 wide is under 2x 200: a 1/2-scale decode would be 200 wide... but 799 tall allows 1/2
     # only if both directions do, so this decodes at full size and matches exactly.
     data = encode_jpeg(photo(399, 799), quality=90)
-    np.testing.assert_array_equal(transform(data), reference(data))
+    np.testing.assert_array_equal(transform(data, RESIZE, CROP), reference(data))
 
 
 # --- inspect ---------------------------------------------------------------------------------
@@ -283,3 +283,10 @@ def test_jpeg_refuses_alpha_and_16_bit():
         encode_jpeg(np.zeros((4, 4, 4), np.uint8))
     with pytest.raises(ImageEncodingError):
         encode_jpeg(np.zeros((4, 4), np.uint16))
+
+
+def test_no_crop_by_default():
+    data = encode_jpeg(photo(500, 375), quality=90)
+    assert transform(data, (224, 224)).shape == (224, 224, 3)
+    assert transform(data, (128, 96)).shape == (96, 128, 3)
+    np.testing.assert_array_equal(transform(data, (128, 96), draft=False), reference(data, (128, 96), None))

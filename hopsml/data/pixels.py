@@ -1,4 +1,5 @@
-"""Decode, convert, resize and center-crop images with Pillow, for the image -> shard jobs.
+"""The pixels of one image: decode, convert, resize, center-crop and encode with Pillow (the per-image
+work of the image job, :mod:`hopsml.data.images`).
 
 The pipeline of :func:`transform`, in order:
 
@@ -14,13 +15,14 @@ The pipeline of :func:`transform`, in order:
    instead). Float images ('F') have no agreed range and are rejected.
 3. Resize to ``resize`` = (width, height) with Pillow's antialiased BILINEAR filter (the aspect
    ratio is not kept).
-4. Center-crop to ``crop`` = (width, height); with an odd margin the extra pixel is cut on the
+4. Center-crop to ``crop`` = (width, height), when asked (no crop by default); with an odd margin the extra pixel is cut on the
    right / bottom.
 
 The EXIF orientation tag (phone photos) is applied: the image comes out as a viewer shows it,
 with ``resize`` and ``crop`` meant in that orientation (the resize is done before turning, on the
 swapped size where the tag turns by 90 degrees, which gives the same pixels). Multi-frame files
-(GIF, TIFF) give their first frame.
+(an animated GIF, WebP or PNG, a TIFF with several pages) give their first frame. Every format
+Pillow decodes is read (:func:`readable_extensions`).
 
 Bad input raises :class:`ImageRejected` whose ``reason`` is one of :data:`REASONS` (or
 ``'unsupported mode <MODE>'``); :func:`transform_batch` turns rejections into reasons so that
@@ -34,6 +36,8 @@ import logging
 import struct
 import zlib
 from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, BinaryIO
 
 import numpy as np
 from isal import isal_zlib
@@ -48,6 +52,9 @@ __all__ = [
     "encode_jpeg",
     "encode_png",
     "inspect",
+    "inspect_file",
+    "open_image",
+    "readable_extensions",
     "transform",
     "transform_batch",
 ]
@@ -64,6 +71,7 @@ TOO_SMALL = "too small"          # smaller than the crop when there is no resize
 UNSUPPORTED_MODE = "unsupported mode"
 REASONS = (EMPTY_FILE, NOT_AN_IMAGE, CORRUPT_IMAGE, TOO_LARGE, TOO_SMALL, UNSUPPORTED_MODE)
 
+HEADER_BYTES = 16 << 20          # most bytes read from a file to find its format and size
 _WHITE = (255, 255, 255)
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
 _WIDE_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
@@ -85,6 +93,36 @@ class ImageEncodingError(HopsmlError, ValueError):
     """An array cannot be encoded as an image; the message says which shapes and types work."""
 
 
+# Formats Pillow lists but cannot decode by itself: identify-only stubs (BUFR, GRIB, HDF5, MPEG),
+# Windows-only (WMF), needs Ghostscript (EPS), metadata only (IPTC).
+_NOT_DECODED = frozenset({"BUFR", "GRIB", "HDF5", "MPEG", "WMF", "EPS", "IPTC"})
+
+
+_COMMON = ("JPEG", "PNG", "WEBP", "GIF", "TIFF", "BMP", "MPO")
+
+
+@lru_cache(maxsize=1)
+def readable_formats() -> tuple[str, ...]:
+    """The Pillow formats images are opened as, the common ones first: Pillow tries the formats
+    in this order, and in its registration order (alphabetical once every plugin is loaded) a
+    JPEG was first tried as four other formats, a tenth of the time of opening it."""
+    Image.init()
+    rest = sorted(fmt for fmt in Image.OPEN if fmt not in _NOT_DECODED and fmt not in _COMMON)
+    return tuple(fmt for fmt in _COMMON if fmt in Image.OPEN) + tuple(rest)
+
+
+def readable_extensions() -> tuple[str, ...]:
+    """The file extensions (lower case, without the dot) of every format this Pillow decodes,
+    sorted: JPEG, PNG, WebP, GIF, TIFF, BMP, ... as built (AVIF and JPEG 2000 where Pillow has them).
+
+    >>> {"jpg", "png", "webp", "gif", "tif", "tiff", "bmp"} <= set(readable_extensions())
+    True
+    """
+    formats = set(readable_formats())
+    return tuple(sorted(ext.lstrip(".").lower() for ext, fmt in Image.registered_extensions().items()
+                        if fmt in formats))
+
+
 def _check_size(name: str, size: Size | None) -> Size | None:
     if size is None:
         return None
@@ -97,12 +135,53 @@ def _check_size(name: str, size: Size | None) -> Size | None:
     return width, height
 
 
-def _open(data: bytes) -> Image.Image:
-    """Open ``data`` lazily (header only), mapping failures to rejection reasons."""
-    if not data:
-        raise ImageRejected(EMPTY_FILE)
+class _HeaderTooLong(OSError):
+    """A header read went past its byte budget."""
+
+
+class _CappedReader(io.RawIOBase):
+    """An open file read for its header only: reading more than ``cap`` bytes in all fails, so
+    a file that is not an image, or whose header never ends, is never read whole."""
+
+    def __init__(self, handle: BinaryIO, cap: int) -> None:
+        super().__init__()
+        self._handle, self._left = handle, cap
+        self.cap = cap
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._handle.seek(offset, whence)
+        return self._handle.tell()
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._left <= 0:
+            raise _HeaderTooLong(f"no image header in the first {self.cap} bytes")
+        chunk = self._handle.read(min(len(view), self._left))
+        self._left -= len(chunk)
+        view[:len(chunk)] = chunk
+        return len(chunk)
+
+
+def _open(data: bytes | BinaryIO | None) -> Image.Image:
+    """Open ``data`` (bytes or a binary file) lazily (header only), mapping failures to
+    rejection reasons."""
+    if data is None or isinstance(data, (bytes, bytearray, memoryview)):
+        if not data:
+            raise ImageRejected(EMPTY_FILE)
+        data = io.BytesIO(data)
     try:
-        return Image.open(io.BytesIO(data))
+        return Image.open(data, formats=readable_formats())
+    except _HeaderTooLong as error:
+        raise ImageRejected(CORRUPT_IMAGE, str(error)) from None
     except Image.DecompressionBombError as error:
         raise ImageRejected(TOO_LARGE, str(error)) from None
     except UnidentifiedImageError:
@@ -126,14 +205,30 @@ def orientation(image: Image.Image) -> int:
     return value if isinstance(value, int) and value in range(1, 9) else 1
 
 
+def _header(image: Image.Image) -> tuple[int, int, str, str]:
+    width, height = image.size
+    if image.format == "JPEG" and orientation(image) >= 5:   # other formats would decode to tell
+        width, height = height, width
+    return width, height, image.mode, image.format or ""
+
+
 def inspect(data: bytes) -> tuple[int, int, str, str]:
     """Return (width, height, mode, format) from the image header, without decoding pixels; the
     size as shown, after the EXIF orientation."""
     with _open(data) as image:
-        width, height = image.size
-        if image.format == "JPEG" and orientation(image) >= 5:   # other formats would decode to tell
-            width, height = height, width
-        return width, height, image.mode, image.format or ""
+        return _header(image)
+
+
+def inspect_file(handle: BinaryIO, max_header_bytes: int = HEADER_BYTES) -> tuple[int, int, str, str]:
+    """:func:`inspect` on an open binary file, reading at most ``max_header_bytes`` of it, so a
+    huge file that is not an image is rejected after a few bytes. The file stays open; where it
+    is left is undefined (seek before reading it again)."""
+    reader = io.BufferedReader(_CappedReader(handle, max_header_bytes), buffer_size=64 << 10)
+    try:
+        with _open(reader) as image:
+            return _header(image)
+    except _HeaderTooLong as error:   # raised while reading EXIF for the orientation
+        raise ImageRejected(CORRUPT_IMAGE, str(error)) from None
 
 
 def _load(image: Image.Image) -> None:
@@ -173,25 +268,38 @@ def _to_8bit(image: Image.Image) -> Image.Image:
         raise ImageRejected(f"{UNSUPPORTED_MODE} {mode}", str(error)) from None
 
 
-def transform(data: bytes, resize: Size | None = (200, 200),
-              crop: Size | None = (180, 180), *, draft: bool = True) -> np.ndarray:
+def open_image(data: bytes) -> tuple[Image.Image, tuple[int, int, str, str]]:
+    """Open ``data`` lazily and read its header: the image, for :func:`transform`, and
+    (width, height, mode, format) as :func:`inspect` gives them. One open serves both."""
+    image = _open(data)
+    try:
+        return image, _header(image)
+    except BaseException:
+        image.close()
+        raise
+
+
+def transform(data: bytes | Image.Image, resize: Size | None = (200, 200),
+              crop: Size | None = None, *, draft: bool = True) -> np.ndarray:
     """Decode an image and return it resized and center-cropped as an (H, W, 3) uint8 array.
 
-    ``resize`` and ``crop`` are (width, height); None skips that step. ``draft=False`` decodes
-    JPEGs at full size (slower for large photos, same pixels as decoding then resizing). Raises
-    :class:`ImageRejected` for input that is empty, not an image, corrupt, or of an unusable mode.
+    ``data`` is the file's bytes, or an image from :func:`open_image` (not yet loaded; it is
+    closed here). ``resize`` and ``crop`` are (width, height); None skips that step (no crop by
+    default). ``draft=False`` decodes JPEGs at full size (slower for large photos, same pixels as
+    decoding then resizing). Raises :class:`ImageRejected` for input that is empty, not an image,
+    corrupt, or of an unusable mode.
     """
     resize = _check_size("resize", resize)
     crop = _check_size("crop", crop)
     if resize and crop and (crop[0] > resize[0] or crop[1] > resize[1]):
         raise SettingsError(f"crop={crop} is larger than resize={resize}; "
                             "the crop must fit inside the resized image")
-    image = _open(data)
+    image = data if isinstance(data, Image.Image) else _open(data)
     try:
         box = None
         if draft and resize and image.format == "JPEG":   # a JPEG's tag is in its header
             turn = orientation(image)
-            stored = (resize[1], resize[0]) if turn >= 5 else resize   # the target as stored
+            stored: Size | None = (resize[1], resize[0]) if turn >= 5 else resize   # as stored
             drafted = image.draft("RGB", stored)
             if drafted is not None:
                 box = drafted[1]
@@ -218,7 +326,7 @@ def transform(data: bytes, resize: Size | None = (200, 200),
 
 
 def transform_batch(images: Sequence[bytes | None], resize: Size | None = (200, 200),
-                    crop: Size | None = (180, 180), *, draft: bool = True
+                    crop: Size | None = None, *, draft: bool = True
                     ) -> tuple[list[np.ndarray | None], list[str | None]]:
     """Transform many images; a rejected one gives (None, reason) instead of failing the batch.
 
@@ -231,7 +339,7 @@ def transform_batch(images: Sequence[bytes | None], resize: Size | None = (200, 
     reasons: list[str | None] = []
     for data in images:
         try:
-            arrays.append(transform(data, resize, crop, draft=draft))
+            arrays.append(transform(data or b"", resize, crop, draft=draft))
             reasons.append(None)
         except ImageRejected as rejected:
             logger.debug("skipping image: %s", rejected)
