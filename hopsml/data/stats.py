@@ -260,8 +260,10 @@ def render_html(stats: Mapping[str, Any], title: str = "dataset", full_page: boo
     body = []
     for column in stats.get("columns", []):
         cells = "".join(_cell(column["splits"].get(s), column["type"]) for s in splits)
-        body.append(f'<tr><td class=col><b>{html.escape(column["name"])}</b>'
-                    f'<span>{html.escape(column["type"])}</span></td>{cells}</tr>')
+        source = column.get("source_name")
+        shown = (f'<b>{html.escape(source)}</b><span>{html.escape(column["name"])}</span>'
+                 if source and source != column["name"] else f'<b>{html.escape(column["name"])}</b>')
+        body.append(f'<tr><td class=col>{shown}<span>{html.escape(column["type"])}</span></td>{cells}</tr>')
     rejected = stats.get("rejected") or {}
     meta = f"{stats.get('kind', '')} dataset"
     if rejected:
