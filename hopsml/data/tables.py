@@ -174,6 +174,14 @@ def _parse(name: str, kind: str) -> Column:
     return number
 
 
+def _one_row(frame: DataFrame) -> Any:
+    """The row of a global aggregate (which always has one)."""
+    row = frame.first()
+    if row is None:
+        raise ds.DatasetError("Spark returned no row for a global aggregate; rerun the job")
+    return row
+
+
 @dataclass
 class _Inference:
     """What one pass over the text tells: the column types, the rows read, and per column how many
@@ -225,7 +233,7 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
             aggs += failing(name, text.isNotNull() & number.isNull())
         elif types[name] != "string":
             aggs += failing(name, text.isNotNull() & _parse(name, types[name]).isNull())
-    row = frame.agg(*aggs).first().asDict()
+    row = _one_row(frame.agg(*aggs)).asDict()
     present = {n: int(row[f"{n}__n"] or 0) for n in names}
     for name in todo:
         numeric, whole = int(row[f"{name}__num"] or 0), int(row[f"{name}__int"] or 0)
@@ -473,8 +481,8 @@ class _TableJob:
         from pyspark.sql import functions as F
 
         counted = [label] + ([n for n in names if n != label] if self.options.missing == "drop" else [])
-        row = kept.agg(F.count(F.lit(1)).alias("__rows"),
-                       *[F.count(F.when(F.col(n).isNull(), F.lit(1))).alias(n) for n in counted]).first()
+        row = _one_row(kept.agg(F.count(F.lit(1)).alias("__rows"),
+                       *[F.count(F.when(F.col(n).isNull(), F.lit(1))).alias(n) for n in counted]))
         name = max(counted, key=lambda n: row[n] or 0)
         if not row[name]:
             return ""
@@ -559,7 +567,10 @@ class _TableJob:
             usable = usable.fillna({n: (int(round(v)) if types[n] in INTEGRAL_TYPES else v) for n, v in fills.items()})
 
         # transform
-        out_cols, feature_exprs, feature_names, fields = [], [], [], {}
+        out_cols: list[Column] = []
+        feature_exprs: list[Column] = []
+        feature_names: list[str] = []
+        fields: dict[str, dict[str, Any]] = {}
         for n in features:
             if n in numeric:
                 expr = F.col(n).cast("double")
