@@ -212,42 +212,48 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
         elif name in forced:
             types[name] = "string"
     todo = [n for n in names if n not in types]
+    kinds = ["infer" if n in todo else types[n] for n in names]
+    # one (column, text) row per cell of a well-formed row, one marker row per row: an aggregate of
+    # a few functions whatever the number of columns (one function per column and statistic took
+    # minutes to generate code for at 1,000 columns)
     well_formed = F.col(_CORRUPT).isNull()
-    corrupt = F.col(_CORRUPT)
-    aggs = [F.count(F.lit(1)).alias("__read"), F.count(corrupt).alias("__malformed"),
-            F.count(F.when(corrupt.contains('"'), F.lit(1))).alias("__quoted")]
-
-    def failing(name: str, bad: Column) -> list[Column]:
-        return [F.count(F.when(well_formed & bad, F.lit(1))).alias(f"{name}__bad"),
-                F.first(F.when(well_formed & bad, F.col(name)), ignorenulls=True).alias(f"{name}__sample")]
-
-    for name in names:
-        text = F.col(name)
-        aggs.append(F.count(F.when(well_formed, text)).alias(f"{name}__n"))
-        if name in todo:
-            number = _parse(name, "double")
-            aggs += [F.count(F.when(well_formed, number)).alias(f"{name}__num"),
-                     F.count(F.when(well_formed & text.rlike(_INTEGER_TEXT) & _parse(name, "long").isNotNull(),
-                                    F.lit(1))).alias(f"{name}__int"),
-                     F.count(F.when(well_formed & F.lower(text).isin("true", "false"), F.lit(1))).alias(f"{name}__bool")]
-            aggs += failing(name, text.isNotNull() & number.isNull())
-        elif types[name] != "string":
-            aggs += failing(name, text.isNotNull() & _parse(name, types[name]).isNull())
-    row = _one_row(frame.agg(*aggs)).asDict()
-    present = {n: int(row[f"{n}__n"] or 0) for n in names}
+    marker = [F.struct(F.lit(-1).alias("c"), F.lit("").alias("k"), F.lit(None).cast("string").alias("t"))]
+    cells = [F.struct(F.lit(i).alias("c"), F.lit(kind).alias("k"), F.col(n).alias("t"))
+             for i, (n, kind) in enumerate(zip(names, kinds)) if kind != "string"]   # a category needs none
+    malformed = F.struct(F.lit(-2).alias("c"), F.lit("").alias("k"), F.col(_CORRUPT).alias("t"))
+    long_form = frame.select(F.explode(F.when(well_formed, F.array(*marker, *cells))
+                                       .otherwise(F.array(malformed))).alias("cell")).select("cell.c", "cell.k", "cell.t")
+    text, kind = F.col("t"), F.col("k")
+    number = _parse("t", "double")
+    bad = text.isNotNull() & (
+        F.when(kind.isin("infer", "double"), number.isNull())
+        .when(kind == "long", _parse("t", "long").isNull())
+        .when(kind == "boolean", _parse("t", "boolean").isNull())
+        .otherwise(F.lit(False)))
+    per_column = {row["c"]: row for row in long_form.groupBy("c").agg(
+        F.count(F.lit(1)).alias("rows"), F.count(text).alias("n"), F.count(number).alias("num"),
+        F.count(F.when(text.rlike(_INTEGER_TEXT) & _parse("t", "long").isNotNull(), F.lit(1))).alias("int"),
+        F.count(F.when(F.lower(text).isin("true", "false"), F.lit(1))).alias("bool"),
+        F.count(F.when(bad, F.lit(1))).alias("bad"),
+        F.first(F.when(bad, text), ignorenulls=True).alias("sample"),
+        F.count(F.when(text.contains('"'), F.lit(1))).alias("quoted")).collect()}
+    empty: dict[str, Any] = {"rows": 0, "n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None, "quoted": 0}
+    stats = {n: per_column.get(i, empty) for i, n in enumerate(names)}
+    present = {n: int(stats[n]["n"] or 0) for n in names}
     for name in todo:
-        numeric, whole = int(row[f"{name}__num"] or 0), int(row[f"{name}__int"] or 0)
-        if present[name] and int(row[f"{name}__bool"] or 0) == present[name]:
+        numeric, whole = int(stats[name]["num"] or 0), int(stats[name]["int"] or 0)
+        if present[name] and int(stats[name]["bool"] or 0) == present[name]:
             types[name] = "boolean"
         elif present[name] and numeric * 2 > present[name]:
             types[name] = "long" if whole == numeric else "double"
         else:
             types[name] = "string"
-    failures = {n: int(row[f"{n}__bad"] or 0) for n in names
-                if f"{n}__bad" in row and types[n] != "string" and (n not in todo or types[n] != "boolean")}
-    samples = {n: row[f"{n}__sample"] for n in failures if row[f"{n}__sample"] is not None}
-    return _Inference(types, int(row["__read"]), int(row["__malformed"]), int(row["__quoted"]),
-                      failures, samples, present)
+    failures = {n: int(stats[n]["bad"] or 0) for n in names
+                if types[n] != "string" and (n not in todo or types[n] != "boolean")}
+    samples = {n: stats[n]["sample"] for n in failures if stats[n]["sample"] is not None}
+    rows, bad_rows = per_column.get(-1, empty), per_column.get(-2, empty)
+    return _Inference(types, int(rows["rows"]) + int(bad_rows["rows"]), int(bad_rows["rows"]),
+                      int(bad_rows["quoted"]), failures, samples, present)
 
 
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,

@@ -142,6 +142,7 @@ def test_missing_as_pandas_and_others_write_it(spark, settings, tmp_path, text):
         assert filled.rejected_reasons == {"unparsable number in column b": 1}
 
 
+@pytest.mark.slow
 def test_a_thousand_columns(spark, settings, tmp_path):
     rng = np.random.default_rng(2)
     frame = pd.DataFrame(rng.normal(size=(60, 1000)).round(4), columns=[f"f {i}" for i in range(1000)])

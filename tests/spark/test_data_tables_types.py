@@ -27,8 +27,9 @@ def _columns(settings, name):
 
 
 def _values(settings, name, column):
-    return sorted(v for split in ("train", "test")
-                  for v in pq.read_table(_folder(settings, name, "parquet", split)).column(column).to_pylist())
+    folders = [_folder(settings, name, "parquet", split) for split in ("train", "test")]
+    return sorted(v for folder in folders if os.path.isdir(folder)    # a tiny table may have no test rows
+                  for v in pq.read_table(folder).column(column).to_pylist())
 
 
 def test_numbers_parse_as_their_text_says(spark, settings, tmp_path):
