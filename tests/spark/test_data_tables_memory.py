@@ -70,6 +70,7 @@ def test_repeated_prepares_keep_the_driver_heap_flat(tmp_path):
     after_warm_up = sorted(used[warm:warm + 5])[2]
     at_end = sorted(used[-5:])[2]
     print(f"heap after full GC, MiB: run {warm + 1}: {after_warm_up / mib:.1f}, last: {at_end / mib:.1f} "
-          f"(max {report['max'] / mib:.0f}); seconds per prepare: {report['seconds'][-1]:.2f}")
+          f"(max {report['max'] / mib:.0f}); seconds per prepare: {report['seconds'][-1]:.2f}; every run: "
+          f"{[round(u / mib, 1) for u in used]}")
     assert report["cached"] == 0                     # no cached DataFrame outlives its prepare
     assert at_end - after_warm_up < 16 * mib, [round(u / mib, 1) for u in used]
