@@ -85,7 +85,9 @@ def _table_args(table: argparse.ArgumentParser) -> None:
     table.add_argument("--label", required=True, help="the label column")
     table.add_argument("--no-header", dest="header", action="store_false", help="the file has no header line")
     table.add_argument("--columns", type=_csv_list, help="column names, comma separated (for files without header)")
-    table.add_argument("--na-values", type=_csv_list, default=["?"], help="texts meaning missing (default '?')")
+    table.add_argument("--na-values", type=_csv_list, default=None,
+                       help="texts meaning missing, comma separated (default: '?' and pandas' missing texts: "
+                            "nan, NaN, NA, N/A, null, None, ...; an empty cell is always missing)")
     table.add_argument("--missing", choices=("drop", "fill"), default="drop", help="rows with missing values")
     table.add_argument("--categorical", type=_csv_list, help="columns to treat as categories")
     table.add_argument("--schema", type=json.loads, help='column types as JSON, e.g. {"age": "int"}')
@@ -138,10 +140,11 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                                       test_fraction=args.test_fraction, max_file_mb=args.max_file_mb,
                                       settings=settings))
         else:
-            from hopsml.data.tables import prepare_table
+            from hopsml.data.tables import DEFAULT_NA_VALUES, prepare_table
 
             summary = prepare_table(args.src, args.dataset, label=args.label, header=args.header,
-                                    columns=args.columns, schema=args.schema, na_values=args.na_values,
+                                    columns=args.columns, schema=args.schema,
+                                    na_values=DEFAULT_NA_VALUES if args.na_values is None else args.na_values,
                                     missing=args.missing, categorical=args.categorical,
                                     one_hot=args.one_hot, standardize=args.standardize,
                                     test_fraction=args.test_fraction, seed=args.seed, shards=args.shards,

@@ -107,35 +107,50 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     """Statistics as ``table_stats``, with what they are made of: the per-split aggregates
     (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and every categorical value's count
     per (split, column), so that fitting a transform needs no further pass over the data. Two Spark
-    jobs: the aggregates, then the histogram buckets and category counts together. Distinct counts
-    of numeric columns are approximate (HyperLogLog, within about 1%)."""
+    jobs: the aggregates, then the histogram buckets and category counts together. Both work on one
+    (split, column, value) row per cell, so their aggregation has a few functions whatever the
+    number of columns: one aggregate per column and statistic needs code and buffers that grow with
+    the columns (a 65-column table exhausted a 1 GiB driver heap). Distinct counts of numeric
+    columns are approximate (HyperLogLog, within about 5%)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, IntegralType
 
-    aggs = []
-    for column in numeric:
-        c = F.col(column)
-        aggs += [F.count(c).alias(f"{column}__count"), F.sum(c.isNull().cast("long")).alias(f"{column}__missing"),
-                 F.min(c).alias(f"{column}__min"), F.max(c).alias(f"{column}__max"),
-                 F.mean(c).alias(f"{column}__mean"),
-                 F.percentile_approx(c, 0.5, 10000).alias(f"{column}__median"),
-                 F.stddev_samp(c).alias(f"{column}__std"),
-                 F.sum((c == 0).cast("long")).alias(f"{column}__zeros"),
-                 F.approx_count_distinct(c, 0.01).alias(f"{column}__distinct")]
-    for column in categorical:
-        c = F.col(column)
-        aggs += [F.count(c).alias(f"{column}__count"), F.sum(c.isNull().cast("long")).alias(f"{column}__missing")]
-    aggs.append(F.count(F.lit(1)).alias("__rows"))
-    rows = {row[split_column]: row.asDict() for row in frame.groupBy(split_column).agg(*aggs).collect()}
-    row_counts = {split: values["__rows"] for split, values in rows.items()}
+    kinds = {f.name: f.dataType for f in frame.schema.fields}
+    integral = {c for c in numeric if isinstance(kinds.get(c), (IntegralType, BooleanType))}
+    # cell -1 of every row counts the rows of its split
+    cells = [F.struct(F.lit(-1).alias("c"), F.lit(None).cast("double").alias("v"))]
+    cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v")) for i, column in enumerate(numeric)]
+    long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell")).select(
+        "s", "cell.c", "cell.v")
+    v = F.col("v")
+    rows: dict[str, dict[str, Any]] = {}
+    for row in long_form.groupBy("s", "c").agg(
+            F.count(F.lit(1)).alias("rows"), F.count(v).alias("count"), F.min(v).alias("min"),
+            F.max(v).alias("max"), F.mean(v).alias("mean"), F.percentile_approx(v, 0.5, 10000).alias("median"),
+            F.stddev_samp(v).alias("std"), F.count(F.when(v == 0, F.lit(1))).alias("zeros"),
+            F.approx_count_distinct(v, 0.05).alias("distinct")).collect():
+        values = rows.setdefault(row["s"], {})
+        if row["c"] < 0:
+            values["__rows"] = int(row["rows"])
+            continue
+        column = numeric[row["c"]]
+        for stat in ("count", "min", "max", "mean", "median", "std", "zeros", "distinct"):
+            value = row[stat]
+            if column in integral and stat in ("min", "max") and value is not None:
+                value = int(value)
+            values[f"{column}__{stat}"] = value
+        values[f"{column}__missing"] = int(row["rows"]) - int(row["count"])
+    row_counts = {split: values.get("__rows", 0) for split, values in rows.items()}
 
     edges_of: dict[str, list[float]] = {}
     for column in numeric:
-        low = min((rows[s][f"{column}__min"] for s in splits if s in rows and rows[s][f"{column}__min"] is not None), default=None)
-        high = max((rows[s][f"{column}__max"] for s in splits if s in rows and rows[s][f"{column}__max"] is not None), default=None)
-        if low is not None:
+        low = min((rows[s][f"{column}__min"] for s in splits if s in rows and rows[s].get(f"{column}__min") is not None), default=None)
+        high = max((rows[s][f"{column}__max"] for s in splits if s in rows and rows[s].get(f"{column}__max") is not None), default=None)
+        if low is not None and high is not None:
             edges_of[column] = _edges(float(low), float(high))
     histograms: dict[tuple[str, str], list[int]] = {}
     value_counts: dict[tuple[str, str], dict[str, int]] = {}
+    missing: dict[tuple[str, str], int] = {}
     cells = []   # one (column, value) pair per cell: a histogram bucket's number, or a category
     for column, edges in edges_of.items():
         width = (edges[-1] - edges[0]) / (len(edges) - 1)
@@ -143,27 +158,38 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
         cells.append(F.struct(F.lit(column).alias("c"), bucket.cast("int").cast("string").alias("v")))
     cells += [F.struct(F.lit(column).alias("c"), F.col(column).cast("string").alias("v")) for column in categorical]
     if cells:  # every histogram and category count in one job
-        exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell")).where(F.col("cell.v").isNotNull())
+        exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell"))
+        kept = F.col("cell.v").isNotNull()
+        if categorical:   # a category's missing values are counted too
+            kept = kept | F.col("cell.c").isin(*categorical)
+        exploded = exploded.where(kept)
         for row in exploded.groupBy(split_column, "cell.c", "cell.v").count().collect():
             key = (row[split_column], row["c"])
             if row["c"] in edges_of:
                 histograms.setdefault(key, [0] * (len(edges_of[row["c"]]) - 1))[int(row["v"])] += row["count"]
+            elif row["v"] is None:
+                missing[key] = int(row["count"])
             else:
                 value_counts.setdefault(key, {})[row["v"]] = int(row["count"])
+    for (split, column), counts in value_counts.items():
+        rows.setdefault(split, {})[f"{column}__count"] = sum(counts.values())
+    for (split, column), count in missing.items():
+        rows.setdefault(split, {})[f"{column}__missing"] = count
     tops = {key: [[value, n] for value, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_VALUES]]
             for key, counts in value_counts.items()}
 
     columns = []
     for column in numeric:
         edges = edges_of.get(column, [])
-        per_split = {}
+        per_split: dict[str, dict[str, Any]] = {}
         for split in splits:
-            values = rows.get(split)
-            if values is None:
+            found = rows.get(split)
+            if found is None:
                 per_split[split] = {"count": 0, "missing": 0}
                 continue
-            entry = {key: _plain(values[f"{column}__{key}"]) for key in
+            entry = {key: _plain(found.get(f"{column}__{key}")) for key in
                      ("count", "missing", "min", "max", "mean", "median", "std", "zeros", "distinct")}
+            entry["count"] = entry["count"] or 0
             entry["missing"] = entry["missing"] or 0
             entry["zeros"] = entry["zeros"] or 0
             if edges:
@@ -260,8 +286,10 @@ def render_html(stats: Mapping[str, Any], title: str = "dataset", full_page: boo
     body = []
     for column in stats.get("columns", []):
         cells = "".join(_cell(column["splits"].get(s), column["type"]) for s in splits)
-        body.append(f'<tr><td class=col><b>{html.escape(column["name"])}</b>'
-                    f'<span>{html.escape(column["type"])}</span></td>{cells}</tr>')
+        source = column.get("source_name")
+        shown = (f'<b>{html.escape(source)}</b><span>{html.escape(column["name"])}</span>'
+                 if source and source != column["name"] else f'<b>{html.escape(column["name"])}</b>')
+        body.append(f'<tr><td class=col>{shown}<span>{html.escape(column["type"])}</span></td>{cells}</tr>')
     rejected = stats.get("rejected") or {}
     meta = f"{stats.get('kind', '')} dataset"
     if rejected:

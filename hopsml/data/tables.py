@@ -2,8 +2,10 @@
 
 Steps, all in Spark: read every field as text (PERMISSIVE, so a row with the wrong number of
 fields is caught with its raw line), trim, turn ``na_values`` into missing, type the columns
-(given, or inferred: numeric when most non-missing values parse as numbers), reject rows whose
-numeric cells do not parse, split train/test by a hash of the row and the seed (reproducible,
+(given, or inferred from the text as written: a column is ``long`` only when its numbers are
+written without a decimal point or exponent, so pandas' ``127.0`` makes it ``double``; ``boolean``
+when every value is true/false; numeric when most values parse), reject rows whose cells do not
+parse as their column's type, split train/test by a hash of the row and the seed (reproducible,
 independent of partitioning), apply the missing-value policy, fit the transform on the train
 split only (category indices by frequency, means and standard deviations) and apply it to both
 splits. Rejected rows are kept in ``_rejected`` with their reason; nothing is silently dropped:
@@ -44,8 +46,16 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "test")
 MISSING_POLICIES = ("drop", "fill")
-NUMERIC_TYPES = {"double": "double", "float": "double", "int": "long", "long": "long", "integer": "long"}
+NUMERIC_TYPES = {"double": "double", "float": "double", "int": "long", "long": "long", "integer": "long",
+                 "bool": "boolean", "boolean": "boolean"}
 CATEGORICAL_TYPES = ("string", "category", "categorical", "str")
+INTEGRAL_TYPES = ("long", "boolean")   # written as int64 (a boolean as 0/1)
+# The texts pandas' read_csv takes for missing by default, and '?' (UCI's files): what pandas'
+# to_csv, R's write.csv ("NA") and spreadsheets write for an empty cell.
+DEFAULT_NA_VALUES = ("?", "nan", "NaN", "-nan", "-NaN", "NA", "N/A", "n/a", "NULL", "null", "None", "<NA>",
+                     "#N/A", "#NA", "#N/A N/A", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN")
+_INTEGER_TEXT = r"^[+-]?[0-9]+$"   # a whole number as written: no decimal point, no exponent
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
 _CORRUPT = "_corrupt_record"
 _SPLIT = "_split"
 _SHARD = "_shard"
@@ -70,7 +80,7 @@ class TableOptions:
     header: bool = True
     columns: tuple[str, ...] | None = None
     schema: Mapping[str, str] | None = None
-    na_values: tuple[str, ...] = ("?",)
+    na_values: tuple[str, ...] = DEFAULT_NA_VALUES
     missing: str = "drop"
     categorical: tuple[str, ...] | None = None
     one_hot: bool = False
@@ -116,65 +126,140 @@ def _source(spark: SparkSession, src: str, options: TableOptions) -> Any:
     return kept.sortWithinPartitions("file", "at").select("value").rdd.map(lambda row: row[0])
 
 
-def _column_names(spark: SparkSession, src: Any, options: TableOptions) -> list[str]:
+def _column_names(spark: SparkSession, src: Any, options: TableOptions, multiline: bool = False) -> list[str]:
     if options.columns:
         return list(options.columns)
-    probe = spark.read.option("header", options.header).option("sep", options.delimiter).csv(src)
-    return [name.strip() for name in probe.columns]
+    probe = spark.read.csv(src, header=options.header, sep=options.delimiter, quote='"', escape='"',
+                           multiLine=multiline)
+    return [name.strip().lstrip("\ufeff").strip() for name in probe.columns]
 
 
-def _read_text(spark: SparkSession, src: Any, names: list[str], options: TableOptions) -> DataFrame:
+def field_names(raw_names: Sequence[str]) -> list[str]:
+    """The dataset's field names of the header names: identifiers, a nameless column (R's row
+    names, pandas' index) named by its position.
+
+    >>> field_names(["", "sepal length (cm)", "od280/od315", "größe"])
+    ['column_0', 'sepal_length_cm', 'od280_od315', 'größe']
+    """
+    return [sanitize(n) if n.strip() else f"column_{i}" for i, n in enumerate(raw_names)]
+
+
+def _read_text(spark: SparkSession, src: Any, names: list[str], options: TableOptions,
+               multiline: bool = False) -> DataFrame:
+    """Every field as text. Quotes are doubled inside quoted fields (RFC 4180: pandas, Excel, R);
+    ``multiline`` reads quoted fields that hold line breaks (each file then in one task)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField(n, StringType()) for n in names] + [StructField(_CORRUPT, StringType())])
-    return spark.read.csv(src, schema=schema, header=options.header, sep=options.delimiter,
-                          mode="PERMISSIVE", columnNameOfCorruptRecord=_CORRUPT,
+    return spark.read.csv(src, schema=schema, header=options.header, sep=options.delimiter, quote='"',
+                          escape='"', multiLine=multiline, mode="PERMISSIVE", columnNameOfCorruptRecord=_CORRUPT,
                           ignoreLeadingWhiteSpace=True, ignoreTrailingWhiteSpace=True, nullValue=None,
                           enforceSchema=True)
 
 
-def _number(name: str, kind: str) -> Column:
-    """Column ``name`` as ``kind`` ('double', 'long'), NULL where a value does not parse: a plain
-    cast fails the whole job on Spark 4, whose ANSI mode is on by default."""
+def _parse(name: str, kind: str) -> Column:
+    """Column ``name`` (trimmed text) as ``kind`` ('double', 'long' or 'boolean'), NULL where the text
+    does not parse: a plain cast fails the whole job on Spark 4, whose ANSI mode is on by default.
+    A ``long`` is read as its text says: ``127.0`` and ``1e3`` are the whole numbers 127 and 1000,
+    ``127.5`` does not parse; a ``boolean`` is 1 for true/1 and 0 for false/0 (any case)."""
     from pyspark.sql import functions as F
 
-    return F.expr(f"try_cast(`{name}` AS {kind})")
+    text = F.col(name)
+    if kind == "boolean":
+        lower = F.lower(text)
+        return F.when(lower.isin(*_TRUE), F.lit(1)).when(lower.isin(*_FALSE), F.lit(0)).cast("long")
+    number = F.expr(f"try_cast(`{name}` AS double)")
+    if kind == "long":
+        whole = F.when((number == F.floor(number)) & (F.abs(number) < F.lit(2.0 ** 63)), number.cast("long"))
+        return F.coalesce(F.expr(f"try_cast(`{name}` AS long)"), whole)
+    return number
 
 
-def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> tuple[dict[str, str], int]:
-    """('double', 'long' or 'string' per column, rows read), in one Spark job: types given, else
-    numeric when most values of the well-formed rows parse."""
+def _one_row(frame: DataFrame) -> Any:
+    """The row of a global aggregate (which always has one)."""
+    row = frame.first()
+    if row is None:
+        raise ds.DatasetError("Spark returned no row for a global aggregate; rerun the job")
+    return row
+
+
+@dataclass
+class _Inference:
+    """What one pass over the text tells: the column types, the rows read, and per column how many
+    values do not parse as its type with one of them (for messages)."""
+
+    types: dict[str, str]
+    read: int
+    malformed: int
+    malformed_quoted: int
+    failures: dict[str, int]
+    samples: dict[str, str]
+    present: dict[str, int]
+
+
+def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _Inference:
+    """Types given, else inferred from the text of the well-formed rows, in one Spark job:
+    ``boolean`` when every value is true/false, numeric when most values parse as numbers (the
+    others are then rejected), ``long`` when every such number is written as a whole number
+    without a decimal point or exponent, else ``double``; ``string`` otherwise."""
     from pyspark.sql import functions as F
 
     given = {sanitize(k): v.lower() for k, v in (options.schema or {}).items()}
     forced = {sanitize(c) for c in options.categorical or ()}
-    todo = [n for n in names if n not in given and n not in forced]
     types: dict[str, str] = {}
     for name in names:
         if name in given:
             types[name] = NUMERIC_TYPES.get(given[name], "string")
         elif name in forced:
             types[name] = "string"
+    todo = [n for n in names if n not in types]
+    kinds = ["infer" if n in todo else types[n] for n in names]
+    # one (column, text) row per cell of a well-formed row, one marker row per row: an aggregate of
+    # a few functions whatever the number of columns (one function per column and statistic took
+    # minutes to generate code for at 1,000 columns)
     well_formed = F.col(_CORRUPT).isNull()
-    aggs = [F.count(F.lit(1)).alias("__read")]
+    marker = [F.struct(F.lit(-1).alias("c"), F.lit("").alias("k"), F.lit(None).cast("string").alias("t"))]
+    cells = [F.struct(F.lit(i).alias("c"), F.lit(kind).alias("k"), F.col(n).alias("t"))
+             for i, (n, kind) in enumerate(zip(names, kinds)) if kind != "string"]   # a category needs none
+    malformed = F.struct(F.lit(-2).alias("c"), F.lit("").alias("k"), F.col(_CORRUPT).alias("t"))
+    long_form = frame.select(F.explode(F.when(well_formed, F.array(*marker, *cells))
+                                       .otherwise(F.array(malformed))).alias("cell")).select("cell.c", "cell.k", "cell.t")
+    text, kind = F.col("t"), F.col("k")
+    number = _parse("t", "double")
+    bad = text.isNotNull() & (
+        F.when(kind.isin("infer", "double"), number.isNull())
+        .when(kind == "long", _parse("t", "long").isNull())
+        .when(kind == "boolean", _parse("t", "boolean").isNull())
+        .otherwise(F.lit(False)))
+    per_column = {row["c"]: row for row in long_form.groupBy("c").agg(
+        F.count(F.lit(1)).alias("rows"), F.count(text).alias("n"), F.count(number).alias("num"),
+        F.count(F.when(text.rlike(_INTEGER_TEXT) & _parse("t", "long").isNotNull(), F.lit(1))).alias("int"),
+        F.count(F.when(F.lower(text).isin("true", "false"), F.lit(1))).alias("bool"),
+        F.count(F.when(bad, F.lit(1))).alias("bad"),
+        F.first(F.when(bad, text), ignorenulls=True).alias("sample"),
+        F.count(F.when(text.contains('"'), F.lit(1))).alias("quoted")).collect()}
+    empty: dict[str, Any] = {"rows": 0, "n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None, "quoted": 0}
+    stats = {n: per_column.get(i, empty) for i, n in enumerate(names)}
+    present = {n: int(stats[n]["n"] or 0) for n in names}
     for name in todo:
-        number = _number(name, "double")
-        aggs += [F.count(F.when(well_formed, F.col(name))).alias(f"{name}__n"),
-                 F.count(F.when(well_formed, number)).alias(f"{name}__num"),
-                 F.count(F.when(well_formed & (number != F.floor(number)), F.lit(1))).alias(f"{name}__frac")]
-    row = frame.agg(*aggs).first().asDict()
-    for name in todo:
-        present, numeric = row[f"{name}__n"] or 0, row[f"{name}__num"] or 0
-        if present and numeric * 2 > present:
-            types[name] = "double" if (row[f"{name}__frac"] or 0) else "long"
+        numeric, whole = int(stats[name]["num"] or 0), int(stats[name]["int"] or 0)
+        if present[name] and int(stats[name]["bool"] or 0) == present[name]:
+            types[name] = "boolean"
+        elif present[name] and numeric * 2 > present[name]:
+            types[name] = "long" if whole == numeric else "double"
         else:
             types[name] = "string"
-    return types, int(row["__read"])
+    failures = {n: int(stats[n]["bad"] or 0) for n in names
+                if types[n] != "string" and (n not in todo or types[n] != "boolean")}
+    samples = {n: stats[n]["sample"] for n in failures if stats[n]["sample"] is not None}
+    rows, bad_rows = per_column.get(-1, empty), per_column.get(-2, empty)
+    return _Inference(types, int(rows["rows"]) + int(bad_rows["rows"]), int(bad_rows["rows"]),
+                      int(bad_rows["quoted"]), failures, samples, present)
 
 
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
                   columns: Sequence[str] | None = None, schema: Mapping[str, str] | None = None,
-                  na_values: Sequence[str] = ("?",), missing: str = "drop",
+                  na_values: Sequence[str] = DEFAULT_NA_VALUES, missing: str = "drop",
                   categorical: Sequence[str] | None = None, one_hot: bool = False,
                   standardize: bool = False, test_fraction: float = 0.2, seed: int = 0,
                   shards: int | None = None, delimiter: str = ",", skip_rows: int = 0,
@@ -252,33 +337,73 @@ class _TableJob:
             self.progress.step(name)
 
     def run(self, stage: ds.DatasetDir) -> ds.DatasetSummary:
-        from pyspark.sql import functions as F
-
         from hopsml.data import stats as stats_mod
 
         opts = self.options
         self._step("read")
         source = _source(self.spark, self.src, opts)
-        raw_names = _column_names(self.spark, source, opts)
-        names = [sanitize(n) for n in raw_names]
+        cleaned, names, label, inference = self._read(source, multiline=False)
+        try:
+            if inference.malformed_quoted and isinstance(source, str):
+                # a quoted field holds a line break (or a row its quote): read each file whole instead
+                multi = self._read(source, multiline=True)
+                if multi[3].malformed < inference.malformed:
+                    cleaned.unpersist()
+                    cleaned, names, label, inference = multi
+                    log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
+                else:
+                    multi[0].unpersist()
+            if inference.read == 0:
+                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
+            self._check_given_types(names, inference)
+            return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
+        finally:
+            cleaned.unpersist()
+
+    def _read(self, source: Any, multiline: bool) -> tuple[DataFrame, list[str], str, _Inference]:
+        """The table as trimmed text with missing values as NULL (cached: every later step reads it,
+        the file is read once), its column names, the label's, and what the first pass tells."""
+        from pyspark.sql import functions as F
+
+        opts = self.options
+        raw_names = _column_names(self.spark, source, opts, multiline)
+        names = field_names(raw_names)
         if len(set(names)) != len(names):
             raise ds.DatasetError(f"columns {raw_names} are not distinct once made identifiers "
                                   f"({names}); give distinct names with columns=[...]")
+        self.source_names = dict(zip(names, raw_names))
         label = sanitize(opts.label)
         if label not in names:
             raise ds.DatasetError(f"label column {opts.label!r} is not among the columns {raw_names}; "
                                   "pass label= one of them (or columns=[...] for a file without header)")
-        text = _read_text(self.spark, source, names, opts).cache()
+        self._raw = _read_text(self.spark, source, names, opts, multiline)
+        na = sorted({v.strip() for v in opts.na_values} | {""})
+        cleaned = self._raw.select(*[F.when(F.trim(F.col(n)).isin(na), F.lit(None)).otherwise(F.trim(F.col(n)))
+                                     .alias(n) for n in names], F.col(_CORRUPT)).cache()
         try:
-            na = [v.strip() for v in opts.na_values] + [""]
-            cleaned = text.select(*[F.when(F.col(n).isin(na), F.lit(None)).otherwise(F.col(n)).alias(n)
-                                    for n in names], F.col(_CORRUPT))
-            types, read = _infer_types(cleaned, names, opts)   # one job, also counting the rows
-            if read == 0:
-                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
-            return self._run_typed(stage, cleaned, names, label, types, read, stats_mod)
-        finally:
-            text.unpersist()
+            inference = _infer_types(cleaned, names, opts)   # one job, also counting the rows
+        except BaseException:
+            cleaned.unpersist()
+            raise
+        return cleaned, names, label, inference
+
+    def _described(self, name: str, kind: str | None = None) -> str:
+        source = self.source_names.get(name, name)
+        text = repr(source) if source == name else f"{source!r} (field {name!r})"
+        return f"column {text}" + (f" of type {kind}" if kind else "")
+
+    def _check_given_types(self, names: list[str], inference: _Inference) -> None:
+        """A column given a type by schema= whose values mostly do not parse as it fails here, with
+        one of the values, before any row is rejected or dropped: the type is wrong, not the rows."""
+        given = {sanitize(k) for k in self.options.schema or {}}
+        for name in names:
+            bad, present = inference.failures.get(name, 0), inference.present.get(name, 0)
+            if name in given and bad and bad * 2 >= present:
+                raise ds.DatasetError(
+                    f"{bad} of the {present} values of {self._described(name, inference.types[name])} "
+                    f"(given by schema=) do not parse as {inference.types[name]}, e.g. "
+                    f"{inference.samples.get(name)!r}; give the column another type in schema= "
+                    "(or 'string' for categories), or fix the values")
 
     def _first_rejected(self, stage: ds.DatasetDir, limit: int = 3) -> str:
         lines: list[str] = []
@@ -290,43 +415,59 @@ class _TableJob:
                     return "\n".join(lines)
         return "\n".join(lines)
 
+    def _worst_column(self, inference: _Inference) -> str:
+        """The column whose values failed to parse most often, with one of them and its type."""
+        if not any(inference.failures.values()):
+            return ""
+        name = max(inference.failures, key=lambda n: inference.failures[n])
+        kind = inference.types[name]
+        return (f"{inference.failures[name]} values of {self._described(name, kind)} do not parse as "
+                f"{kind}, e.g. {inference.samples.get(name)!r}. ")
+
     def _run_typed(self, stage: ds.DatasetDir, cleaned: DataFrame, names: list[str], label: str,
-                   types: dict[str, str], read: int, stats_mod: Any) -> ds.DatasetSummary:
+                   inference: _Inference, stats_mod: Any) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
 
         opts = self.options
+        types, read = inference.types, inference.read
         self._step("reject malformed rows")
         numeric = [n for n in names if types[n] != "string"]
-        reasons = F.lit(None).cast("string")
-        for n in reversed(numeric):  # the first unparsable column names the reason
-            reasons = F.when(F.col(n).isNotNull() & _number(n, "double").isNull(),
-                             F.lit(f"unparsable number in column {n}")).otherwise(reasons)
-        reasons = F.when(F.col(_CORRUPT).isNotNull(), F.lit("malformed row (wrong number of fields)")
-                         ).otherwise(reasons)
+        # one flat CASE (a nested one per column overflows the planner's stack at 1,000 columns); the
+        # first failing column names the reason; columns without failures need no test
+        reasons = F.when(F.col(_CORRUPT).isNotNull(), F.lit("malformed row (wrong number of fields)"))
+        for n in numeric:
+            if not inference.failures.get(n):
+                continue
+            failed = F.col(n).isNotNull() & _parse(n, types[n]).isNull()
+            if types[n] == "long":
+                reasons = reasons.when(failed & _parse(n, "double").isNotNull(),
+                                       F.lit(f"not a whole number in column {n}"))
+            reasons = reasons.when(failed, F.lit(f"unparsable {'boolean' if types[n] == 'boolean' else 'number'} "
+                                                 f"in column {n}"))
         checked = cleaned.withColumn("_reason", reasons)
-        rejected = checked.where(F.col("_reason").isNotNull())
         self.storage.makedirs(stage.rejected)
         rejected_reasons: dict[str, int] = {}
-        for row in (rejected.select(F.col("_reason").alias("reason"), F.col(_CORRUPT).alias("line"),
-                                    F.to_json(F.struct(*names)).alias("fields"))
-                    .coalesce(1).mapInPandas(_JsonLinesWriter(self.storage, stage.rejected),
-                                             "reason string, rows long").collect()):
-            rejected_reasons[row["reason"]] = rejected_reasons.get(row["reason"], 0) + row["rows"]
+        if inference.malformed or any(inference.failures.values()):   # else no row is rejected: no pass
+            rejected = checked.where(F.col("_reason").isNotNull())
+            for row in (rejected.select(F.col("_reason").alias("reason"), F.col(_CORRUPT).alias("line"),
+                                        F.to_json(F.struct(*names)).alias("fields"))
+                        .repartition(1).mapInPandas(_JsonLinesWriter(self.storage, stage.rejected),
+                                                    "reason string, rows long").collect()):
+                rejected_reasons[row["reason"]] = rejected_reasons.get(row["reason"], 0) + row["rows"]
         total_rejected = sum(rejected_reasons.values())
         if total_rejected == read:
             raise ds.RejectedInputError(
                 f"all {read} rows of {redact_uri(self.src)!r} were rejected, so dataset {self.name!r} was not "
-                f"written. The columns were taken to be {names}; the first rejected rows:\n"
-                f"{self._first_rejected(stage)}\n{_HINT}")
+                f"written. {self._worst_column(inference)}The columns were taken to be {names}; the first "
+                f"rejected rows:\n{self._first_rejected(stage)}\n{_HINT}")
         if opts.strict and total_rejected:
             raise ds.RejectedInputError(
                 f"{total_rejected} of {read} rows were rejected and strict=True, so dataset {self.name!r} was "
-                f"not written; the first:\n{self._first_rejected(stage)}\nFix these rows, or run without "
-                "--strict to keep them in _rejected")
+                f"not written; {self._worst_column(inference)}The first:\n{self._first_rejected(stage)}\n"
+                "Fix these rows, or run without --strict to keep them in _rejected")
 
         typed = checked.where(F.col("_reason").isNull()).select(
-            *[_number(n, "double" if types[n] == "double" else "long").alias(n) if n in numeric
-              else F.col(n) for n in names])
+            *[_parse(n, types[n]).alias(n) if n in numeric else F.col(n) for n in names])
         hashed = F.xxhash64(F.lit(opts.seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in names])
         bucket = F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)
         split = typed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train"))
@@ -336,9 +477,29 @@ class _TableJob:
             usable = usable.dropna(subset=features)
         usable = usable.cache()   # the rows as written (before the missing values are filled)
         try:
-            return self._write(stage, usable, names, label, types, read, rejected_reasons, stats_mod)
+            return self._write(stage, usable, names, label, inference, rejected_reasons, stats_mod,
+                               kept=typed)
         finally:
             usable.unpersist()
+
+    def _emptied(self, kept: DataFrame, names: list[str], label: str, types: dict[str, str]) -> str:
+        """Which column emptied the most rows (missing in them), and a text of it taken as missing:
+        asked only when no row is left, so that the error can name it."""
+        from pyspark.sql import functions as F
+
+        counted = [label] + ([n for n in names if n != label] if self.options.missing == "drop" else [])
+        row = _one_row(kept.agg(F.count(F.lit(1)).alias("__rows"),
+                       *[F.count(F.when(F.col(n).isNull(), F.lit(1))).alias(n) for n in counted]))
+        name = max(counted, key=lambda n: row[n] or 0)
+        if not row[name]:
+            return ""
+        na = sorted({v.strip() for v in self.options.na_values} | {""})
+        raw = F.trim(F.col(name))
+        sample = self._raw.where(F.col(_CORRUPT).isNull() & (raw.isNull() | raw.isin(na))).select(
+            F.coalesce(raw, F.lit("")).alias("v")).first()
+        shown = f", e.g. the text {sample['v']!r}" if sample is not None else ""
+        return (f"{self._described(name, types[name])} is missing in {row[name]} of {row['__rows']} rows"
+                f"{shown} (empty or one of na_values). ")
 
     def _fit(self, aggregates: dict[str, dict[str, Any]], value_counts: dict[tuple[str, str], dict[str, int]],
              numeric: list[str], indexed: list[str], types: dict[str, str]
@@ -362,7 +523,7 @@ class _TableJob:
             sample_std = float(sample_std) if sample_std is not None and math.isfinite(sample_std) else 0.0
             squares = sample_std ** 2 * (present - 1) if present > 1 else 0.0
             fill = fills.get(n)
-            if fill is not None and types[n] == "long":
+            if fill is not None and types[n] in INTEGRAL_TYPES:
                 fill = float(int(round(fill)))
             missing = total - present if fill is not None else 0
             if present + missing == 0:
@@ -377,12 +538,13 @@ class _TableJob:
         return means, stds, fills, categories
 
     def _write(self, stage: ds.DatasetDir, usable: DataFrame, names: list[str], label: str,
-               types: dict[str, str], read: int, rejected_reasons: dict[str, int],
-               stats_mod: Any) -> ds.DatasetSummary:
+               inference: _Inference, rejected_reasons: dict[str, int], stats_mod: Any,
+               kept: DataFrame) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
         opts = self.options
+        types, read = inference.types, inference.read
         features = [n for n in names if n != label]
         numeric = [n for n in features if types[n] != "string"]
         categorical = [n for n in features if types[n] == "string"]
@@ -394,22 +556,28 @@ class _TableJob:
             categorical + ([] if label_numeric else [label]))
         stats["rejected"] = rejected_reasons
         stats["types"] = types
+        for column in stats["columns"]:   # the header's own words, beside the field name
+            column["source_name"] = self.source_names.get(column["name"], column["name"])
         counts = {split_name: int(stats["rows"].get(split_name, 0)) for split_name in SPLITS}
         written = sum(counts.values())
         if written == 0:
             raise ds.DatasetError(f"none of the {read} rows of {redact_uri(self.src)!r} is left to write: every "
-                                  "row without a label or (with missing='drop') with a missing value was dropped; "
-                                  "pass missing='fill' (--missing fill), or check na_values and the label column")
+                                  "row without a label or (with missing='drop') with a missing value was dropped. "
+                                  f"{self._emptied(kept, names, label, types)}Pass missing='fill' (--missing "
+                                  "fill), or check na_values and the label column")
 
         self._step("fit the transform")
         indexed = categorical + ([] if label_numeric else [label])
         means, stds, fills, categories = self._fit(aggregates, value_counts, numeric, indexed, types)
         if opts.missing == "fill":
             fills.update({n: categories[n][0] for n in categorical if categories[n]})
-            usable = usable.fillna({n: (v if types[n] != "long" else int(round(v))) for n, v in fills.items()})
+            usable = usable.fillna({n: (int(round(v)) if types[n] in INTEGRAL_TYPES else v) for n, v in fills.items()})
 
         # transform
-        out_cols, feature_exprs, feature_names, fields = [], [], [], {}
+        out_cols: list[Column] = []
+        feature_exprs: list[Column] = []
+        feature_names: list[str] = []
+        fields: dict[str, dict[str, Any]] = {}
         for n in features:
             if n in numeric:
                 expr = F.col(n).cast("double")
@@ -434,8 +602,9 @@ class _TableJob:
                     feature_names.append(n)
                     fields[n] = {"dtype": "int32", "shape": []}
         if label_numeric:
-            out_cols.append(F.col(label).cast("long" if types[label] == "long" else "double").alias("label"))
-            fields["label"] = {"dtype": "int64" if types[label] == "long" else "float64", "shape": []}
+            integral = types[label] in INTEGRAL_TYPES
+            out_cols.append(F.col(label).cast("long" if integral else "double").alias("label"))
+            fields["label"] = {"dtype": "int64" if integral else "float64", "shape": []}
         else:
             out_cols.append(_index_expr(label, categories[label]).alias("label"))
             fields["label"] = {"dtype": "int32", "shape": []}
@@ -454,7 +623,8 @@ class _TableJob:
         self._step("finish")
         transform = {"label": {"column": label, "source_name": opts.label, "type": types[label],
                                "classes": None if label_numeric else categories[label]},
-                     "columns": [{"name": n, "type": types[n]} for n in names],
+                     "columns": [{"name": n, "type": types[n], "source_name": self.source_names.get(n, n)}
+                                 for n in names],
                      "numeric": {n: {"mean": means[n], "std": stds[n], "standardized": opts.standardize}
                                  for n in numeric},
                      "categorical": {n: {"categories": categories[n], "unknown_index": _UNKNOWN,

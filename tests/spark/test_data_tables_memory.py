@@ -1,0 +1,76 @@
+"""A driver that prepares tables again and again keeps no memory from one prepare to the next.
+
+The driver is a subprocess with its own Spark session and the default driver heap; after every
+prepare it forces a full garbage collection and records the JVM heap in use. Spark's own bounded
+history of finished jobs, stages and SQL executions (the UI's, up to 1,000 each by default) would
+grow the heap until it is full whatever a prepare keeps, so the driver keeps only the last few:
+what is left to grow is what a prepare holds on to. HOPSML_SOAK_RUNS (default 30) sets the number
+of prepares; 100 is the longer soak.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+DRIVER = textwrap.dedent('''
+    import json, sys, time
+    from sklearn.datasets import load_breast_cancer
+    from hopsml import config, session
+    from hopsml.data.tables import prepare_table
+
+    base, runs, spark_conf = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    csv = base + "/breast_cancer.csv"
+    frame = load_breast_cancer(as_frame=True).frame
+    frame.to_csv(csv, index=False)
+    settings = config.load(environ={}, root=base + "/root", project="soak", master="local[2]",
+                           log_dir=base + "/logs", spark_conf=spark_conf)
+    spark = session.get_or_create(settings)
+    jvm = spark.sparkContext._jvm
+    memory = jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+
+    def heap():
+        for _ in range(2):
+            jvm.java.lang.System.gc()
+        return int(memory.getHeapMemoryUsage().getUsed())
+
+    used, seconds = [], []
+    for run in range(runs):
+        started = time.perf_counter()
+        summary = prepare_table(csv, "breast_cancer", label="target", overwrite=True, settings=settings, spark=spark)
+        seconds.append(time.perf_counter() - started)
+        assert summary.written == len(frame), summary
+        used.append(heap())
+    print(json.dumps({"used": used, "seconds": seconds, "max": int(memory.getHeapMemoryUsage().getMax()),
+                      "cached": len(spark.sparkContext._jsc.getPersistentRDDs())}))
+''')
+
+RETAINED = ("spark.ui.retainedJobs", "spark.ui.retainedStages", "spark.sql.ui.retainedExecutions",
+            "spark.ui.retainedTasks")
+
+
+def test_repeated_prepares_keep_the_driver_heap_flat(tmp_path):
+    runs = int(os.environ.get("HOPSML_SOAK_RUNS", "30"))
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    spark_conf = {key: "1000" if key == "spark.ui.retainedTasks" else "20" for key in RETAINED}
+    env = {key: value for key, value in os.environ.items() if key != "PYSPARK_GATEWAY_PORT"}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), str(runs), json.dumps(spark_conf)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    used = report["used"]
+    warm = min(10, runs // 3)
+    mib = 1 << 20
+    after_warm_up = sorted(used[warm:warm + 5])[2]
+    at_end = sorted(used[-5:])[2]
+    print(f"heap after full GC, MiB: run {warm + 1}: {after_warm_up / mib:.1f}, last: {at_end / mib:.1f} "
+          f"(max {report['max'] / mib:.0f}); seconds per prepare: {report['seconds'][-1]:.2f}; every run: "
+          f"{[round(u / mib, 1) for u in used]}")
+    assert report["cached"] == 0                     # no cached DataFrame outlives its prepare
+    assert at_end - after_warm_up < 16 * mib, [round(u / mib, 1) for u in used]
