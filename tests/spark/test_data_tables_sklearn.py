@@ -12,7 +12,7 @@ import pytest
 
 from hopsml import config
 from hopsml.data.tables import prepare_table, sanitize
-from hopsml.data.tfrecord import decode_example, read_records
+from hopsml.formats import decode_example, read_records
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
