@@ -661,7 +661,15 @@ def chown(hdfs_path: str, user: str | None, group: str | None, project: str | No
     """Change a file's or folder's owner and group (None keeps one) under a local root."""
     storage, rel = _resolve(hdfs_path, project)
     _require(storage, rel, hdfs_path)
-    shutil.chown(_local_only("chown", storage, rel), user or None, group or None)
+    local = _local_only("chown", storage, rel)
+    if user and group:
+        shutil.chown(local, user, group)
+    elif user:
+        shutil.chown(local, user=user)
+    elif group:
+        shutil.chown(local, group=group)
+    else:
+        raise ValueError("chown needs a user or a group")
 
 
 def access(hdfs_path: str, mode: int, project: str | None = None) -> bool:

@@ -110,7 +110,7 @@ def spark_security_warning(conf: Any, master: str) -> str | None:
 
 def check_spark_security(sc: SparkContext) -> None:
     """Warn (once per Spark application) when an experiment or data job starts on an unprotected cluster."""
-    message = spark_security_warning(sc.getConf(), sc.master)
+    message = spark_security_warning(sc.getConf(), sc.master or "")
     if message is not None:
         _warn_once(sc.applicationId, message)
 
@@ -124,7 +124,7 @@ def check_session(settings: config.Settings, spark: SparkSession) -> None:
     """The checks every job makes on the session it runs on: the root (`check_root`) and Spark's own
     protection (`check_spark_security`)."""
     sc = spark.sparkContext
-    check_root(settings, sc.master)
+    check_root(settings, sc.master or "")
     check_spark_security(sc)
 
 

@@ -39,14 +39,14 @@ def invalidate_if_changed(self: zipimport.zipimporter) -> None:
     if signature is not None and getattr(self, "_hopsml_signature", None) == signature:
         return
     _eager_invalidate(self)
-    self._hopsml_signature = signature
+    setattr(self, "_hopsml_signature", signature)  # noqa: B010 - an attribute zipimporter does not declare
 
 
 def install() -> bool:
     """Make zip importers invalidate lazily where Python re-reads eagerly; True if it did."""
     if sys.version_info[:2] not in ((3, 10), (3, 11)):
         return False
-    zipimport.zipimporter.invalidate_caches = invalidate_if_changed
+    zipimport.zipimporter.invalidate_caches = invalidate_if_changed  # type: ignore[method-assign]
     return True
 
 

@@ -17,7 +17,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO, Union
+from typing import IO, Any, BinaryIO, Union
 
 import crc32c as _crc32c
 
@@ -34,7 +34,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
+PathOrFile = Union[str, "os.PathLike[str]", BinaryIO, IO[bytes]]
 
 _HEADER = struct.Struct("<QI")   # length, masked crc of the length bytes
 _LENGTH = struct.Struct("<Q")

@@ -43,6 +43,7 @@ from hopsml import layout
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import PROCESS, Finished, RankReport, to_wire
 from hopsml.launcher.task import TaskSpec
+from hopsml.tracking.staging import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -196,16 +197,6 @@ def exit_cause(returncode: int) -> str:
     return text
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
 def sweep_dead(tmp: str | None = None) -> list[str]:
     """Remove the folders of children whose parent process is gone (both killed at once, say by the
     out-of-memory killer); returns them. A folder whose parent lives is never touched."""
@@ -217,7 +208,7 @@ def sweep_dead(tmp: str | None = None) -> list[str]:
         return removed
     for name in names:
         pid_text = name[len(PREFIX):].split("-", 1)[0]
-        if not name.startswith(PREFIX) or not pid_text.isdigit() or _pid_alive(int(pid_text)):
+        if not name.startswith(PREFIX) or not pid_text.isdigit() or pid_alive(int(pid_text)):
             continue
         path = os.path.join(tmp, name)
         shutil.rmtree(path, ignore_errors=True)

@@ -58,6 +58,8 @@ def load_function(spec: str) -> Callable[..., Any]:
                 raise inference.PredictionError(f"--fn {spec!r}: no file {path}")
             name = "hopsml_predict_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
             module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise inference.PredictionError(f"--fn {spec!r}: {path} cannot be loaded as a Python module")
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[name] = module  # so that Spark can ship it by value
             module_spec.loader.exec_module(module)

@@ -124,15 +124,21 @@ class Dimension:
         raise SearchSpaceError(f"bound of {name!r} must be [low, high] numbers or a non-empty list of "
                                f"categories, got {bound!r}")
 
+    def _bounds(self) -> tuple[float, float]:
+        if self.low is None or self.high is None:
+            raise SearchSpaceError(f"{self.name!r} is a list of categories: it has no numeric bounds")
+        return self.low, self.high
+
     def sample(self, rng: random.Random) -> Any:
         if self.categories is not None:
             return rng.choice(self.categories)
-        return self.clip(math.exp(rng.uniform(math.log(self.low), math.log(self.high))) if self.log
-                         else rng.uniform(self.low, self.high))
+        low, high = self._bounds()
+        return self.clip(math.exp(rng.uniform(math.log(low), math.log(high))) if self.log else rng.uniform(low, high))
 
     def clip(self, value: float) -> Any:
         """A numeric value brought inside the bounds and to the right type."""
-        value = min(max(value, self.low), self.high)
+        low, high = self._bounds()
+        value = min(max(value, low), high)
         return int(round(value)) if self.integer else float(value)
 
 

@@ -153,12 +153,12 @@ def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: 
     """Make a run current; on exit close its writers and collect a local TensorBoard folder. On a remote root its files are written in a
     local staging folder, copied to the run directory every `sync_interval_s` (setting) and at the
     end, and the folder is removed, also when the run fails or its process dies."""
-    local = storage.local_path(run_dir.path)
+    local_dir = storage.local_path(run_dir.path)
     staged = None
-    if local is None:
+    if local_dir is None:
         staged = StagedRun(storage, run_dir.path, _seconds("sync_interval_s", sync_interval_s),
                            stale_after_s=_seconds("lost_after_s", None))
-    local_dir = local or staged.dir
+        local_dir = staged.dir
     try:
         os.makedirs(local_dir, exist_ok=True)
         ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, channel, trial,

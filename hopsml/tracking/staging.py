@@ -64,7 +64,8 @@ def copy_changed(storage: Any, folder: str, run_path: str, seen: dict[str, tuple
     return copied
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a sweep removes only what a dead process left)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -77,7 +78,7 @@ def _pid_alive(pid: int) -> bool:
 def sweep_dead(older_than_s: float, tmp: str | None = None) -> list[str]:
     """Remove the staging folders of processes that are gone, untouched for `older_than_s`; returns them."""
     tmp = tmp or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(tmp)
     except OSError:
@@ -92,7 +93,7 @@ def sweep_dead(older_than_s: float, tmp: str | None = None) -> list[str]:
             idle = now - os.stat(path).st_mtime
         except OSError:
             continue
-        if pid_text.isdigit() and not _pid_alive(int(pid_text)) and idle > older_than_s:
+        if pid_text.isdigit() and not pid_alive(int(pid_text)) and idle > older_than_s:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
             log.info("removed the staging folder %s of a run whose process %s is gone", path, pid_text)
@@ -151,6 +152,7 @@ def _start_watcher(root: str, run_path: str, folder: str) -> subprocess.Popen | 
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    start_new_session=True, close_fds=True)
         # the root may carry credentials: through the pipe, never on the command line
+        assert watcher.stdin is not None  # stdin=PIPE
         watcher.stdin.write(json.dumps({"root": root, "run": run_path, "dir": folder}).encode() + b"\n")
         watcher.stdin.flush()
     except OSError as exc:
@@ -161,7 +163,7 @@ def _start_watcher(root: str, run_path: str, folder: str) -> subprocess.Popen | 
 
 
 def _release_watcher(watcher: subprocess.Popen | None) -> None:
-    if watcher is None:
+    if watcher is None or watcher.stdin is None:
         return
     try:
         watcher.stdin.write(_DONE)

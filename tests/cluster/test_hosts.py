@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from own_processes import processes_mapping_segments
 from spark_daemons import Daemon, java_missing, run_driver, stop_all
 
 pytestmark = pytest.mark.slow
@@ -114,16 +115,11 @@ def two_hosts(tmp_path):
 
 
 def _mapping_segments(wait_s: float = 20.0) -> list[int]:
-    """The processes that still map a shared segment of hopsml's, once none does or after `wait_s`."""
+    """The test's processes (the Spark daemons it started and their executors) that still map a shared segment
+    of hopsml's, once none does or after `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
-        found = []
-        for maps in Path("/proc").glob("[0-9]*/maps"):
-            try:
-                if "memfd:hopsml-collective" in maps.read_text():
-                    found.append(int(maps.parent.name))
-            except OSError:  # gone meanwhile
-                continue
+        found = processes_mapping_segments()
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.5)

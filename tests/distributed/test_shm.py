@@ -20,6 +20,7 @@ from hopsml.collective import shm
 from hopsml.collective.options import CollectiveOptions
 from hopsml.auth import ConnectionKeys
 from hopsml.collective.transport import Link, Peer, PeerLost
+from own_processes import processes_mapping_segments, processes_of_this_test
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory for collectives needs Linux on x86-64")
 
@@ -27,39 +28,6 @@ pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory for c
 def shm_entries() -> set[str]:
     """hopsml's names in /dev/shm: there should be none, its segments are anonymous (memfd)."""
     return {name for name in os.listdir("/dev/shm") if name.startswith("hopsml-")}
-
-
-def processes_of_this_test() -> set[int]:
-    """This process and every live process below it (the forkserver, the ranks, anything they started), from
-    the parent ids in /proc: another job's processes on the machine are none of the test's business."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:  # gone meanwhile
-            continue
-        # "pid (command) state ppid ...": the command may hold spaces and parentheses, so split after the last ")"
-        parent = int(text.rpartition(")")[2].split()[1])
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = set(), [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, []))
-    return found
-
-
-def processes_mapping_segments() -> list[int]:
-    """The processes of this test (see processes_of_this_test) that map a segment of hopsml's."""
-    found = []
-    for pid in sorted(processes_of_this_test()):
-        try:
-            if "memfd:hopsml-collective" in Path(f"/proc/{pid}/maps").read_text():
-                found.append(pid)
-        except OSError:  # gone meanwhile
-            continue
-    return found
 
 
 def mapped_segments() -> int:
