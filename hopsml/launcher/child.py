@@ -103,7 +103,10 @@ class ChildRank:
                 [sys.executable, "-m", "hopsml.launcher.child", self._payload, self._report, str(secret_in)],
                 stdin=subprocess.PIPE if keep_stdin_open else subprocess.DEVNULL,
                 stdout=self._stderr, stderr=subprocess.STDOUT, env=env, close_fds=True, pass_fds=(secret_in,),
-                cwd=self._workdir)
+                cwd=self._workdir,
+                # its own session: a SIGKILL of the worker's process group (a driver stopped by Ctrl-C) leaves
+                # it alive long enough to see its parent gone and remove its folder itself
+                start_new_session=True)
         finally:
             os.close(secret_in)
             if secret_out >= 0:
