@@ -25,7 +25,7 @@ from typing import Any
 
 from hopsml.errors import HopsmlError
 from hopsml.layout import CHECKPOINT, join
-from hopsml.tracking.context import current
+from hopsml.tracking.run_context import current
 
 _NAME = re.compile(r"step-(\d+)\.pkl$")
 

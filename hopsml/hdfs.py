@@ -38,7 +38,7 @@ from hopsml import config, hdfs_file, layout, skeleton
 from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
-from hopsml.tracking import context
+from hopsml.tracking import run_context
 
 _log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _storage_for(root: str) -> Storage:
 
 def _context(project: str | None = None) -> tuple[Storage, str]:
     """The root and project folder: inside a run (a Spark task) the run's own, else the settings'."""
-    run = context.current_or_none()
+    run = run_context.current_or_none()
     if run is not None and run.run_dir.project is not None:
         return run.storage, layout.project_dir(project or run.run_dir.project)
     settings = config.load(project=project)
@@ -176,14 +176,14 @@ def log(string: Any) -> None:
     outside one it goes to this module's logger.
     """
     line = f"{datetime.datetime.now().isoformat()}: {string}"
-    if context.current_or_none() is None:
+    if run_context.current_or_none() is None:
         _log.info("%s", line)
         return
     sys.stdout.write(line + "\n")  # captured into the run's output.log by the task
 
 def project_name() -> str:
     """The current project's name: the run's inside a run, else the setting (env HOPSML_PROJECT)."""
-    run = context.current_or_none()
+    run = run_context.current_or_none()
     if run is not None and run.run_dir.project is not None:
         return run.run_dir.project
     return config.load().project

@@ -7,7 +7,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from hopsml.errors import HopsmlError
-from hopsml.tracking import context
+from hopsml.tracking import run_context
 
 
 def logdir() -> str:
@@ -17,7 +17,7 @@ def logdir() -> str:
 
     It ends with "/", as hops' does, so the hops idiom ``tensorboard.logdir() + "model.pt"`` writes
     inside the folder (and the file reaches the run), not beside it."""
-    path = context.current().tensorboard_dir
+    path = run_context.current().tensorboard_dir
     os.makedirs(path, exist_ok=True)  # as in hops, a folder to write into at once
     return os.path.join(path, "")
 
@@ -28,7 +28,7 @@ def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
     Only rank 0 of a distributed run writes (unless asked otherwise); on other ranks it does nothing.
     In a search with early stopping, the values also go to the driver, which may stop the trial here.
     """
-    context.current().log(metrics, step)
+    run_context.current().log(metrics, step)
 
 
 class DebuggerUnavailableError(HopsmlError, NotImplementedError):

@@ -39,7 +39,7 @@ from hopsml.collective.exchange import SMALL_BYTES, Sink, exchange, matches
 from hopsml.collective.handshake import connect_peers
 from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.paths import SEGMENT_BYTES, AllreducePath, choose
-from hopsml.collective.peers import PeerChannel
+from hopsml.collective.peers import Peer
 from hopsml.collective.protocol import OPS, Header, check_headers, describe_array
 from hopsml.collective.ring import Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered
 from hopsml.collective.timeout import TIMEOUT_ENV
@@ -93,7 +93,7 @@ class Communicator:
     ranks asked for different things) it stays usable.
     """
 
-    def __init__(self, rank: int, size: int, peers: dict[int, PeerChannel], options: CollectiveOptions,
+    def __init__(self, rank: int, size: int, peers: dict[int, Peer], options: CollectiveOptions,
                  group: host.HostGroup | None = None, hosts: list[str] | None = None, grouped: bool = False) -> None:
         self._rank = rank
         self._size = size
@@ -138,7 +138,7 @@ class Communicator:
         if not isinstance(secret, bytes) or not secret:
             raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
         tcp = connect_peers(rank, size, list(addresses), listener, secret, chosen.timeout_s)
-        peers: dict[int, PeerChannel] = dict(tcp)
+        peers: dict[int, Peer] = dict(tcp)
         try:
             peers, hosts = shm.attach_same_host(rank, size, tcp, chosen)
             group, grouped = host.attach(rank, size, peers, hosts, chosen.timeout_s, shm.send_text, shm.recv_text)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from hopsml.collective.peers import PeerChannel
+from hopsml.collective.peers import Peer
 from hopsml.collective.protocol import FIXED_SIZE, Header
 from hopsml.collective.ring import SendWorker, SendJob
 from hopsml.collective.transport import PeerLost
@@ -30,7 +30,7 @@ def matches(mine: Header, theirs: Header) -> bool:
         (mine.kind, mine.seq, mine.op, mine.root, mine.desc, mine.nbytes, mine.error)
 
 
-def exchange(peers: Mapping[int, PeerChannel], rank: int, size: int, header: Header, worker: SendWorker,
+def exchange(peers: Mapping[int, Peer], rank: int, size: int, header: Header, worker: SendWorker,
              on_failure: Callable[[PeerLost], None], payload: memoryview | None = None,
              sink: Sink | None = None) -> list[Header]:
     """Send our header (and inline payload) to every peer and read theirs, in rank order; `sink` says where a

@@ -2,10 +2,10 @@
 control connection).
 
 Each connection first passes the `hopsml.auth` challenge, then the dialer says who it is in a tagged hello
-(rank, the rank it dialed, world size, channel) and the listener answers with a tagged accept or reject. A
+(rank, the rank it dialed, world size, connection kind) and the listener answers with a tagged accept or reject. A
 connection that fails the challenge is logged and closed, and the listener keeps waiting for the genuine
 peer until the timeout. A flood of such connections logs one line per interval, with the count of those held
-back. The result is one `transport.Peer` per other rank.
+back. The result is one `transport.TcpPeer` per other rank.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from hopsml import auth
 from hopsml.auth import TAG_BYTES
 from hopsml.collective.ratelimit import RateLimitedWarning
 from hopsml.collective.timeout import Timeout
-from hopsml.collective.transport import MAGIC, Link, Peer, parse_address, recv_exact, tune
+from hopsml.collective.transport import MAGIC, Link, TcpPeer, parse_address, recv_exact, tune
 from hopsml.errors import AuthenticationError, CollectiveError
 
 logger = logging.getLogger(__name__)
 
 DATA, CTRL = 0, 1
-_CHANNEL_NAMES = {DATA: "data", CTRL: "control"}
-_HELLO = struct.Struct("!4sIIIB")  # magic, dialer rank, dialed rank, world size, channel
+_KIND_NAMES = {DATA: "data", CTRL: "control"}
+_HELLO = struct.Struct("!4sIIIB")  # magic, dialer rank, dialed rank, world size, kind
 _ACCEPTED, _REJECTED = b"\x01", b"\x00"
 _HANDSHAKE_TIMEOUT_S = 30.0
 
@@ -44,7 +44,7 @@ class _Acceptor:
         self._rank = rank
         self._size = size
         self._timeout = timeout
-        self._expected = {(peer, channel) for peer in range(rank + 1, size) for channel in (DATA, CTRL)}
+        self._expected = {(peer, kind) for peer in range(rank + 1, size) for kind in (DATA, CTRL)}
         self._found: dict[tuple[int, int], Link] = {}
         self._pending: set[socket.socket] = set()
         self._cond = threading.Condition()
@@ -81,8 +81,8 @@ class _Acceptor:
             if hello is None:
                 raise AuthenticationError("its hello failed the authentication tag check: something between the "
                                           "ranks altered it")
-            magic, peer, dialed, size, channel = _HELLO.unpack(hello)
-            key = (peer, channel)
+            magic, peer, dialed, size, kind = _HELLO.unpack(hello)
+            key = (peer, kind)
             with self._cond:
                 problem = None
                 if magic != MAGIC:
@@ -92,9 +92,9 @@ class _Acceptor:
                 elif size != self._size:
                     problem = f"it believes the world has {size} ranks, this rank was told {self._size}"
                 elif key not in self._expected:
-                    problem = f"rank {peer} should not connect to rank {self._rank} on channel {channel}"
+                    problem = f"rank {peer} should not connect to rank {self._rank} on connection kind {kind}"
                 elif key in self._found:
-                    problem = f"rank {peer} already connected its {_CHANNEL_NAMES[channel]} channel"
+                    problem = f"rank {peer} already connected its {_KIND_NAMES[kind]} connection"
                 elif self._stopped:
                     problem = "the rendezvous is over"
                 if problem is None:
@@ -124,7 +124,7 @@ class _Acceptor:
                 conn.close()
 
     def wait(self) -> dict[tuple[int, int], Link]:
-        """Block until every higher rank connected both channels, or raise when the timeout passes."""
+        """Block until every higher rank connected both connections, or raise when the timeout passes."""
         with self._cond:
             while len(self._found) < len(self._expected):
                 remaining = self._timeout.remaining()
@@ -182,20 +182,20 @@ def _dial(address: str, timeout: Timeout) -> socket.socket:
             delay = min(2 * delay, 0.5)
 
 
-def _connect_to(peer: int, address: str, channel: int, rank: int, size: int, secret: bytes,
+def _connect_to(peer: int, address: str, kind: int, rank: int, size: int, secret: bytes,
                 timeout: Timeout) -> Link:
     sock = _dial(address, timeout)
     try:
         sock.settimeout(max(0.001, min(_HANDSHAKE_TIMEOUT_S, timeout.remaining())))
         link = Link(sock, auth.respond(sock, secret))
-        sock.sendall(link.seal(_HELLO.pack(MAGIC, rank, peer, size, channel)))
+        sock.sendall(link.seal(_HELLO.pack(MAGIC, rank, peer, size, kind)))
         reply = link.open(recv_exact(sock, len(_ACCEPTED) + TAG_BYTES))
         if reply is None:
             raise CollectiveError(f"the answer of rank {peer} at {address} to rank {rank}'s "
-                                  f"{_CHANNEL_NAMES[channel]} connection failed its authentication tag check: "
+                                  f"{_KIND_NAMES[kind]} connection failed its authentication tag check: "
                                   "something between the ranks altered it")
         if reply != _ACCEPTED:
-            raise CollectiveError(f"rank {peer} at {address} refused rank {rank}'s {_CHANNEL_NAMES[channel]} "
+            raise CollectiveError(f"rank {peer} at {address} refused rank {rank}'s {_KIND_NAMES[kind]} "
                                   "connection; its log says why (wrong world size or a duplicate rank)")
         return link
     except AuthenticationError as exc:
@@ -214,7 +214,7 @@ def _connect_to(peer: int, address: str, channel: int, rank: int, size: int, sec
 
 
 def connect_peers(rank: int, size: int, addresses: Sequence[str], listener: socket.socket | None,
-                  secret: bytes, timeout_s: float) -> dict[int, Peer]:
+                  secret: bytes, timeout_s: float) -> dict[int, TcpPeer]:
     """Build the authenticated full mesh; consumes (closes) the listener."""
     timeout = Timeout(timeout_s, f"the other {size - 1} ranks to connect to rank {rank}")
     if listener is None:
@@ -224,8 +224,8 @@ def connect_peers(rank: int, size: int, addresses: Sequence[str], listener: sock
     dialed: dict[tuple[int, int], Link] = {}
     try:
         for peer in range(rank):
-            for channel in (DATA, CTRL):
-                dialed[(peer, channel)] = _connect_to(peer, addresses[peer], channel, rank, size, secret, timeout)
+            for kind in (DATA, CTRL):
+                dialed[(peer, kind)] = _connect_to(peer, addresses[peer], kind, rank, size, secret, timeout)
         accepted = acceptor.wait()
     except BaseException:
         acceptor.stop()
@@ -238,5 +238,5 @@ def connect_peers(rank: int, size: int, addresses: Sequence[str], listener: sock
     listener.close()
     links = {**dialed, **accepted}
     logger.debug("rank %d connected to its %d peers", rank, size - 1)
-    return {peer: Peer(peer, links[(peer, DATA)], links[(peer, CTRL)], timeout_s)
+    return {peer: TcpPeer(peer, links[(peer, DATA)], links[(peer, CTRL)], timeout_s)
             for peer in range(size) if peer != rank}

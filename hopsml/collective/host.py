@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from hopsml.collective import shm
-from hopsml.collective.peers import PeerChannel
+from hopsml.collective.peers import Peer
 from hopsml.collective.ring import UFUNCS, finisher
 from hopsml.collective.transport import PeerLost
 
@@ -217,9 +217,9 @@ class HostGroup:
             logger.debug("the host segment stays mapped until its last view is gone")
 
 
-def attach(rank: int, size: int, peers: Mapping[int, PeerChannel], hosts: list[str], timeout_s: float,
-           send: Callable[[PeerChannel, str], None],
-           recv: Callable[[PeerChannel], str]) -> tuple[HostGroup | None, bool]:
+def attach(rank: int, size: int, peers: Mapping[int, Peer], hosts: list[str], timeout_s: float,
+           send: Callable[[Peer, str], None],
+           recv: Callable[[Peer], str]) -> tuple[HostGroup | None, bool]:
     """Set up the segment of this host's ranks, where every pair of them shares memory; every rank calls it.
 
     Returns this rank's group (None when it is alone on its host or the segment could not be made), and
@@ -238,9 +238,9 @@ def attach(rank: int, size: int, peers: Mapping[int, PeerChannel], hosts: list[s
     return group, everyone_ready
 
 
-def _attach_members(rank: int, members: list[int], peers: Mapping[int, PeerChannel], timeout_s: float,
-                    send: Callable[[PeerChannel, str], None],
-                    recv: Callable[[PeerChannel], str]) -> HostGroup | None:
+def _attach_members(rank: int, members: list[int], peers: Mapping[int, Peer], timeout_s: float,
+                    send: Callable[[Peer, str], None],
+                    recv: Callable[[Peer], str]) -> HostGroup | None:
     others = [r for r in members if r != rank]
     same_host = {r: peer for r in others if isinstance(peer := peers[r], shm.ShmPeer)}
     everywhere = len(same_host) == len(others)

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from hopsml.collective.host import HostGroup
-from hopsml.collective.peers import PeerChannel
+from hopsml.collective.peers import Peer
 from hopsml.collective.ring import SendWorker, finisher, ring_allreduce
 from hopsml.collective.transport import PeerLost
 
@@ -50,7 +50,7 @@ class Ring:
 
     name = "ring"
 
-    def __init__(self, rank: int, size: int, prev: PeerChannel, next_: PeerChannel, worker: SendWorker,
+    def __init__(self, rank: int, size: int, prev: Peer, next_: Peer, worker: SendWorker,
                  on_failure: OnFailure) -> None:
         self._rank, self._size = rank, size
         self._prev, self._next = prev, next_
@@ -106,7 +106,7 @@ class Hierarchical:
     name = "hierarchical"
 
     def __init__(self, rank: int, size: int, group: HostGroup | None, leaders: list[int],
-                 peers: Mapping[int, PeerChannel], worker: SendWorker, on_failure: OnFailure) -> None:
+                 peers: Mapping[int, Peer], worker: SendWorker, on_failure: OnFailure) -> None:
         self._size = size
         self._group = group  # None: this rank is alone on its host (it is its host's leader)
         self._leader_ring: Ring | None = None
@@ -137,7 +137,7 @@ class Hierarchical:
             self._group.close()
 
 
-def choose(rank: int, size: int, peers: Mapping[int, PeerChannel], group: HostGroup | None, hosts: list[str],
+def choose(rank: int, size: int, peers: Mapping[int, Peer], group: HostGroup | None, hosts: list[str],
            grouped: bool, worker: SendWorker, on_failure: OnFailure) -> AllreducePath:
     """The path of this communicator, the same on every rank: `hosts` is every rank's host identity ('' for a
     rank without shared memory: a host of its own), `grouped` whether every host with several ranks has its

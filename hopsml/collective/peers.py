@@ -1,5 +1,5 @@
 """What the collectives need from the connection to one other rank, whichever way the bytes travel: TCP
-(`transport.Peer`) or a shared-memory ring on the same host (`shm.ShmPeer`)."""
+(`transport.TcpPeer`) or a shared-memory ring on the same host (`shm.ShmPeer`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 Buffer = memoryview | bytes | bytearray
 
 
-class PeerChannel(Protocol):
+class Peer(Protocol):
     """The data and control connections to one other rank; every wait is bounded by `timeout_s` and ends in
     `transport.PeerLost` when the peer dies, aborts, stalls or something tampers with its messages."""
 

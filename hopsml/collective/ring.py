@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hopsml.collective.peers import PeerChannel
+from hopsml.collective.peers import Peer
 from hopsml.collective.transport import PeerLost
 
 UFUNCS: dict[str, np.ufunc] = {"sum": np.add, "mean": np.add, "min": np.minimum, "max": np.maximum}
@@ -111,8 +111,8 @@ class _Progress:
 
 
 def run_pipeline(worker: SendWorker, on_failure: Callable[[PeerLost], None],
-                 send_peer: PeerChannel, sends: Sequence[memoryview], needs: Sequence[int],
-                 recv_peer: PeerChannel, recvs: Sequence[memoryview],
+                 send_peer: Peer, sends: Sequence[memoryview], needs: Sequence[int],
+                 recv_peer: Peer, recvs: Sequence[memoryview],
                  on_received: Callable[[int], None] | None = None) -> None:
     """Send `sends[i]` once `needs[i]` received segments are done, while receiving `recvs` in order.
 
@@ -170,7 +170,7 @@ class Scratch:
         return buffer
 
 
-def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: PeerChannel, next_: PeerChannel,
+def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: Peer, next_: Peer,
                    worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int) -> None:
     """All-reduce the 1-D contiguous array in place around the ring prev -> rank -> next.
 
@@ -226,7 +226,7 @@ def ring_allreduce(flat: np.ndarray, op: str, rank: int, size: int, prev: PeerCh
     run_pipeline(worker, on_failure, next_, sends, needs, prev, recvs, on_received)
 
 
-def chain_broadcast(flat: np.ndarray, root: int, rank: int, size: int, prev: PeerChannel, next_: PeerChannel,
+def chain_broadcast(flat: np.ndarray, root: int, rank: int, size: int, prev: Peer, next_: Peer,
                     worker: SendWorker, on_failure: Callable[[PeerLost], None], segment_bytes: int) -> None:
     """Broadcast the 1-D contiguous array from root along root -> root+1 -> ...; each rank forwards a
     segment as soon as it has it."""

@@ -42,8 +42,8 @@ import numpy as np
 from hopsml.collective.options import HOST_ID_ENV as HOST_ID_ENV  # the settings' variables, named here too
 from hopsml.collective.options import SHM_ENV as SHM_ENV
 from hopsml.collective.options import CollectiveOptions
-from hopsml.collective.peers import Buffer, PeerChannel
-from hopsml.collective.transport import Peer, PeerLost
+from hopsml.collective.peers import Buffer, Peer
+from hopsml.collective.transport import TcpPeer, PeerLost
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ SPIN_S = 200e-6
 _FIRST_SLICE_S = 0.001  # a sleep is this short at first, doubling up to _SLICE_S between liveness and
 _SLICE_S = 0.05  # deadline checks
 _PAGE = 4096
-# uint64 indexes in a channel's control page, each on its own cache line: the counters, the closed flag,
+# uint64 indexes in a ring's control page, each on its own cache line: the counters, the closed flag,
 # and whether a side sleeps on a counter (the other side makes the wake-up system call only then)
 _HEAD, _TAIL, _CLOSED, _HEAD_SLEEPER, _TAIL_SLEEPER = 0, 8, 16, 24, 32
 _SLEEPER = {_HEAD: _HEAD_SLEEPER, _TAIL: _TAIL_SLEEPER}
@@ -148,7 +148,7 @@ def segment_bytes(capacity: int) -> int:
     return 2 * (_PAGE + capacity)
 
 
-class Channel:
+class ByteRing:
     """One direction of a pair's segment: a single-producer single-consumer byte ring."""
 
     def __init__(self, buffer: mmap.mmap, offset: int, capacity: int) -> None:
@@ -181,12 +181,12 @@ def _copy(dst: memoryview, src: memoryview, n: int) -> None:
 class ShmPeer:
     """A peer on the same host: collective data through the shared rings, abort notices over TCP."""
 
-    def __init__(self, tcp: Peer, segment: mmap.mmap, capacity: int, creator: bool) -> None:
+    def __init__(self, tcp: TcpPeer, segment: mmap.mmap, capacity: int, creator: bool) -> None:
         self.rank = tcp.rank
         self.timeout_s = tcp.timeout_s
         self._tcp = tcp
         self._segment = segment
-        first, second = Channel(segment, 0, capacity), Channel(segment, _PAGE + capacity, capacity)
+        first, second = ByteRing(segment, 0, capacity), ByteRing(segment, _PAGE + capacity, capacity)
         self._out, self._in = (first, second) if creator else (second, first)
         self._shut = False
         self._bell = memoryview(bytearray(1))
@@ -352,7 +352,7 @@ class ShmPeer:
 
     def recv_message(self, first: int, rest: Callable[[memoryview], int]) -> bytes:
         """One message whose length shows in its first `first` bytes (`rest` says how many follow), as
-        `transport.Peer.recv_message`; shared memory needs no tag, only the two ranks can map it."""
+        `transport.TcpPeer.recv_message`; shared memory needs no tag, only the two ranks can map it."""
         ring = self._in
         ctl, capacity = ring.ctl, ring.capacity
         tail = int(ctl[_TAIL])
@@ -501,12 +501,12 @@ def _open_segment(handle: str, size: int) -> mmap.mmap | None:
         os.close(mine)
 
 
-def send_text(peer: PeerChannel, text: str) -> None:
+def send_text(peer: Peer, text: str) -> None:
     payload = text.encode("utf-8")
     peer.send([_HELLO.pack(_MAGIC, len(payload)), payload])
 
 
-def recv_text(peer: PeerChannel) -> str:
+def recv_text(peer: Peer) -> str:
     fixed = bytearray(_HELLO.size)
     peer.recv_into(memoryview(fixed))
     magic, length = _HELLO.unpack(fixed)
@@ -518,8 +518,8 @@ def recv_text(peer: PeerChannel) -> str:
     return payload.decode("utf-8", "replace")
 
 
-def attach_same_host(rank: int, size: int, peers: dict[int, Peer],
-                     options: CollectiveOptions) -> tuple[dict[int, PeerChannel], list[str]]:
+def attach_same_host(rank: int, size: int, peers: dict[int, TcpPeer],
+                     options: CollectiveOptions) -> tuple[dict[int, Peer], list[str]]:
     """Move the pairs on this host to shared memory; the rest keep TCP. Every rank must call it together.
 
     Returns the peers (shared-memory ones where possible) and every rank's host identity ('' for a rank
@@ -569,7 +569,7 @@ def attach_same_host(rank: int, size: int, peers: dict[int, Peer],
         for mapping in mapped.values():
             mapping.close()
         raise
-    result: dict[int, PeerChannel] = dict(peers)
+    result: dict[int, Peer] = dict(peers)
     for other, mapping in mapped.items():
         result[other] = ShmPeer(peers[other], mapping, capacity(other), creator=other > rank)
     if mapped:

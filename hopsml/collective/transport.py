@@ -196,7 +196,7 @@ def _advance(views: list, n: int) -> None:
             n = 0
 
 
-class Peer:
+class TcpPeer:
     """The two connections to one other rank; blocking I/O whose every wait is bounded by the timeout, and
     whose every message is tagged by the sender and checked by the receiver before it is used."""
 

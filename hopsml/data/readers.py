@@ -71,7 +71,7 @@ class Piece:
 
 def _current_rank() -> tuple[int, int, Storage | None, str | None]:
     """(rank, world_size, storage, project) of the run this code is in, else (0, 1, None, None)."""
-    from hopsml.tracking.context import current_or_none
+    from hopsml.tracking.run_context import current_or_none
 
     ctx = current_or_none()
     if ctx is None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from hopsml import auth
 from hopsml.errors import AuthenticationError
+from hopsml.launcher.messages import Stop, decode
 from hopsml.net import Network
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,13 @@ class TaskChannel:
                         *address, exc)
             return None
         return cls(sock)
+
+    def stop_requested(self) -> bool:
+        """Whether the driver asked this task to stop (its `Stop` message arrived); reads what came so far."""
+        stop = False
+        while not self.inbox.empty():
+            stop = isinstance(decode(self.inbox.get_nowait()), Stop) or stop
+        return stop
 
     def send(self, message: dict[str, Any]) -> None:
         if self._gone.is_set():

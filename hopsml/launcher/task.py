@@ -25,16 +25,16 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import layout
 from hopsml import config
 from hopsml.errors import SerializationError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.launcher.channel import TaskChannel
-from hopsml.launcher.messages import Failing, Finished, Output, RankReport, to_wire
+from hopsml.launcher.messages import Failing, Finished, Metric, Output, RankReport, to_wire
 from hopsml.layout import RunDir
-from hopsml.tracking.context import active_run
+from hopsml.tracking.run_context import TrialReporter, active_run
 
 TAIL_LINES = 30
 FILE_KEY_SUFFIX = "_file"   # a returned value under such a key names a file to copy into the run
@@ -216,6 +216,17 @@ def _keep_file(path: str, storage: Storage, run_dir: RunDir) -> str:
     return storage.uri(target)
 
 
+def _trial_reporter(channel: TaskChannel | None, trial: int | None) -> TrialReporter | None:
+    """A trial's metrics go to the driver as `Metric` messages; its answer, a `Stop`, ends the trial."""
+    if channel is None or trial is None:
+        return None
+
+    def report(step: int, values: Mapping[str, float]) -> bool:
+        channel.send(to_wire(Metric(trial, step, dict(values))))
+        return channel.stop_requested()
+    return report
+
+
 def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec, *, rank: int = 0,
                  world_size: int = 1, write_metrics: bool = True, native_output: bool = False) -> dict[str, Any]:
     """Run `fn(**kwargs)` as one rank of a run; returns its RankReport in wire form (a Spark task's value).
@@ -227,7 +238,8 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
     tee = None
     try:
         with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
-                        channel=channel, trial=spec.trial, local_logdir=spec.local_logdir,
+                        trial=spec.trial, report=_trial_reporter(channel, spec.trial),
+                        local_logdir=spec.local_logdir,
                         sync_interval_s=spec.settings.sync_interval_s) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None,

@@ -32,7 +32,7 @@ from hopsml.fs import Storage
 from hopsml.layout import ModelDir
 from hopsml.search.space import Direction, SearchSpaceError
 from hopsml.tracking import lineage
-from hopsml.tracking.context import RunContext, current_or_none
+from hopsml.tracking.run_context import RunContext, current_or_none
 
 log = logging.getLogger(__name__)
 

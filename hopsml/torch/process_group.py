@@ -81,10 +81,10 @@ def init_process_group(backend: str | None = None, timeout_s: float | None = Non
 def _timeout_s(given: float | None) -> float:
     """The argument, else the run's collective timeout (the communicator the launcher connected with the
     driver's settings snapshot), else this process's setting."""
-    from hopsml.collective import context
+    from hopsml.collective import active
 
-    if given is None and context.is_initialized():
-        return float(context.current().timeout_s)
+    if given is None and active.is_initialized():
+        return float(active.current().timeout_s)
     return resolve_timeout(given)
 
 
@@ -99,9 +99,9 @@ def destroy_process_group() -> None:
     """
     import sys
 
-    from hopsml.collective import context
+    from hopsml.collective import active
 
-    if context.is_initialized():
+    if active.is_initialized():
         return  # the rank's teardown destroys it (end_rank_group)
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():

@@ -11,7 +11,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from hopsml.layout import DATASETS_USED
-from hopsml.tracking.context import RunContext, current_or_none
+from hopsml.tracking.run_context import RunContext, current_or_none
 
 log = logging.getLogger(__name__)
 

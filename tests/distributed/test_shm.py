@@ -19,7 +19,7 @@ from hopsml import collective
 from hopsml.collective import shm
 from hopsml.collective.options import CollectiveOptions
 from hopsml.auth import ConnectionKeys
-from hopsml.collective.transport import Link, Peer, PeerLost
+from hopsml.collective.transport import Link, TcpPeer, PeerLost
 from own_processes import processes_mapping_segments, processes_of_this_test
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory for collectives needs Linux on x86-64")
@@ -199,9 +199,9 @@ def _pair(capacity: int, timeout_s: float = 10.0) -> tuple[shm.ShmPeer, shm.ShmP
     data = _tcp_pair()
     ctrl = _tcp_pair()
     data_keys, ctrl_keys = (os.urandom(16), os.urandom(16)), (os.urandom(16), os.urandom(16))
-    tcp_a = Peer(1, Link(data[0], ConnectionKeys(*data_keys)), Link(ctrl[0], ConnectionKeys(*ctrl_keys)),
+    tcp_a = TcpPeer(1, Link(data[0], ConnectionKeys(*data_keys)), Link(ctrl[0], ConnectionKeys(*ctrl_keys)),
                  timeout_s)  # rank 0's view of rank 1
-    tcp_b = Peer(0, Link(data[1], ConnectionKeys(*data_keys[::-1])), Link(ctrl[1], ConnectionKeys(*ctrl_keys[::-1])),
+    tcp_b = TcpPeer(0, Link(data[1], ConnectionKeys(*data_keys[::-1])), Link(ctrl[1], ConnectionKeys(*ctrl_keys[::-1])),
                  timeout_s)  # rank 1's view of rank 0
     created = shm._create_segment(shm.segment_bytes(capacity))
     try:

@@ -9,7 +9,7 @@ import pytest
 from hopsml import experiment, tensorboard
 from hopsml.fs import Storage
 from hopsml.layout import ExperimentDir
-from hopsml.tracking import context
+from hopsml.tracking import run_context
 from hopsml.tracking.metrics import read_metrics
 from hopsml.tracking.record import list_records
 
@@ -24,7 +24,7 @@ def _copied(ctx):
 
 def killed_mid_way():
     """Writes lines and metrics, waits until the periodic copy has them, then dies without cleanup."""
-    ctx = context.current()
+    ctx = run_context.current()
     print(f"staging folder {ctx.local_dir}")
     for step in range(3):
         print(f"line {step}")
@@ -71,10 +71,10 @@ def test_a_killed_task_keeps_its_output_and_leaves_no_staging_folder(spark, s3_e
 
 
 def writes_a_checkpoint():
-    ctx = context.current()
+    ctx = run_context.current()
     with open(os.path.join(ctx.local_dir, "checkpoint.bin"), "wb") as f:
         f.write(b"step 7")
-    context.current().sync()
+    run_context.current().sync()
     assert ctx.storage.read_bytes(ctx.run_dir.file("checkpoint.bin")) == b"step 7"  # there at once
     return {"staging": ctx.local_dir}
 

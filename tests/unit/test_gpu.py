@@ -10,7 +10,7 @@ import pytest
 from hopsml.collective import gpu
 from hopsml.collective.options import CollectiveOptions
 from hopsml.auth import ConnectionKeys
-from hopsml.collective.transport import Link, Peer
+from hopsml.collective.transport import Link, TcpPeer
 from hopsml.errors import CollectiveError, SettingsError
 
 
@@ -137,11 +137,11 @@ def test_a_peer_is_signalled_by_an_abort_notice_or_by_closing():
     pairs = [tcp_pair() for _ in range(4)]
     (data_a, data_b), (ctrl_a, ctrl_b), (data_c, data_d), (ctrl_c, ctrl_d) = pairs
     (data_la, data_lb), (ctrl_la, ctrl_lb) = link_pair(data_a, data_b), link_pair(ctrl_a, ctrl_b)
-    mine, theirs = Peer(1, data_la, ctrl_la, 5.0), Peer(0, data_lb, ctrl_lb, 5.0)
+    mine, theirs = TcpPeer(1, data_la, ctrl_la, 5.0), TcpPeer(0, data_lb, ctrl_lb, 5.0)
     assert not mine.signalled()
     theirs.send_notice("rank 0 failed")
     assert mine.signalled() and mine.read_notice() == "rank 0 failed"
-    other = Peer(2, link_pair(data_c, data_d)[0], link_pair(ctrl_c, ctrl_d)[0], 5.0)
+    other = TcpPeer(2, link_pair(data_c, data_d)[0], link_pair(ctrl_c, ctrl_d)[0], 5.0)
     assert not other.signalled()
     ctrl_d.close()
     assert other.signalled() and other.read_notice() is None

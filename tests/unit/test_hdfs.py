@@ -269,12 +269,12 @@ def test_a_local_root_reached_through_a_symlink(local_root, tmp_path):
 def test_inside_a_run_the_run_root_and_project_win(local_root, tmp_path):
     from hopsml.fs import Storage
     from hopsml.layout import RunDir
-    from hopsml.tracking import context
+    from hopsml.tracking import run_context
 
     run_root = tmp_path / "run-root"
     storage = Storage(str(run_root))
     storage.write_text("Projects/demo/Resources/x.txt", "run")
-    with context.active_run(storage, RunDir("Projects/demo/Experiments/app_1")):
+    with run_context.active_run(storage, RunDir("Projects/demo/Experiments/app_1")):
         assert hdfs.project_name() == "demo"
         assert hdfs.project_path() == str(run_root / "Projects" / "demo") + "/"
         assert hdfs.load("Resources/x.txt") == b"run"

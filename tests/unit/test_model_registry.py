@@ -10,7 +10,7 @@ from hopsml import config, layout, model
 from hopsml.fs import Storage
 from hopsml.model.registry import ModelExistsError, ModelNotFoundError
 from hopsml.tracking import lineage
-from hopsml.tracking.context import active_run
+from hopsml.tracking.run_context import active_run
 from hopsml.tracking.record import ExperimentRecord
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from hopsml import layout, tensorboard
 from hopsml.fs import Storage
-from hopsml.tracking.context import active_run
+from hopsml.tracking.run_context import active_run
 
 
 def test_tensorflow_reads_the_event_files(tmp_path):

@@ -99,9 +99,9 @@ def test_local_logdir_in_process(tmp_path):
 def test_local_logdir_is_copied_in_while_the_function_runs(tmp_path, monkeypatch):
     import threading
 
-    from hopsml.tracking import context
+    from hopsml.tracking import run_context
 
-    monkeypatch.setattr(context, "TENSORBOARD_SYNC_S", 0.01)
+    monkeypatch.setattr(run_context, "TENSORBOARD_SYNC_S", 0.01)
     seen = threading.Event()
 
     def waits_for_the_copy():

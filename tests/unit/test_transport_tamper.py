@@ -20,7 +20,7 @@ from hopsml.collective.communicator import SEGMENT_BYTES, SMALL_BYTES
 from hopsml.collective.protocol import FIXED_SIZE, Header
 from hopsml.errors import CollectiveError
 
-DATA_CONNECTION = 0  # rank 1 dials rank 0's data channel first, its control channel second
+DATA_CONNECTION = 0  # rank 1 dials rank 0's data connection first, its control connection second
 UNPICKLED: list[str] = []
 
 
@@ -192,8 +192,8 @@ def test_an_altered_hello_is_refused_at_the_rendezvous(caplog):
     secret = auth.new_secret()
     (l0, a0), (l1, a1) = collective.listen("127.0.0.1"), collective.listen("127.0.0.1")
     proxy = TamperProxy(a0)
-    # the channel byte of rank 1's data hello, data -> control: untagged, rank 0 would take the data
-    # connection for the control channel
+    # the kind byte of rank 1's data hello, data -> control: untagged, rank 0 would take the data
+    # connection for the control connection
     proxy.rewrite(DATA_CONNECTION, UP, Rewrite(challenge_answer, lambda answer: answer))
     proxy.rewrite(DATA_CONNECTION, UP, Rewrite(17, lambda hello: hello[:16] + bytes([hello[16] ^ 0x01])))
     errors: dict[int, Exception] = {}

@@ -12,7 +12,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import config
 from hopsml.errors import HopsmlError, NotInRunError, TrialStopped
@@ -24,6 +24,9 @@ from hopsml.tracking.staging import StagedRun
 log = logging.getLogger(__name__)
 
 TENSORBOARD_SYNC_S = 30.0  # how often a local_logdir folder is copied into the run while the function runs
+
+# In a search: hands a step's values to the driver and says whether the driver asked the trial to stop.
+TrialReporter = Callable[[int, Mapping[str, float]], bool]
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("hopsml_run", default=None)
 
@@ -38,8 +41,8 @@ class RunContext:
     rank: int = 0
     world_size: int = 1
     write_metrics: bool = True
-    channel: Any = None  # the task's channel to the driver, when the driver listens for metrics
-    trial: int | None = None  # index of this trial in a search: intermediate values go to the driver
+    trial: int | None = None  # index of this trial in a search
+    report: TrialReporter | None = None  # a trial's link to the driver's early stopping
     local_logdir: bool = False  # hops' local_logdir: TensorBoard writes to a local folder, copied in at the end
     _metrics: MetricsLogger | None = field(default=None, repr=False)
     _staged: StagedRun | None = field(default=None, repr=False)
@@ -114,13 +117,8 @@ class RunContext:
         if writer is None:
             return
         step = writer.log(metrics, step)
-        if self.trial is None or self.channel is None:
-            return
-        self.channel.send({"kind": "metric", "trial": self.trial, "step": step,
-                           "values": {k: writer.last[k] for k in metrics}})
-        while not self.channel.inbox.empty():
-            if self.channel.inbox.get_nowait().get("kind") == "stop":
-                raise TrialStopped(f"trial {self.trial} stopped early at step {step}")
+        if self.report is not None and self.report(step, {k: writer.last[k] for k in metrics}):
+            raise TrialStopped(f"trial {self.trial} stopped early at step {step}")
 
 
 def current() -> RunContext:
@@ -148,7 +146,7 @@ def _seconds(name: str, given: float | None) -> float:
 
 @contextmanager
 def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: int = 1,
-               write_metrics: bool = True, channel: Any = None, trial: int | None = None,
+               write_metrics: bool = True, trial: int | None = None, report: TrialReporter | None = None,
                local_logdir: bool = False, sync_interval_s: float | None = None) -> Iterator[RunContext]:
     """Make a run current; on exit close its writers and collect a local TensorBoard folder. On a remote root its files are written in a
     local staging folder, copied to the run directory every `sync_interval_s` (setting) and at the
@@ -161,7 +159,7 @@ def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: 
         local_dir = staged.dir
     try:
         os.makedirs(local_dir, exist_ok=True)
-        ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, channel, trial,
+        ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, trial, report,
                          local_logdir, _staged=staged)
         token = _current.set(ctx)
     except BaseException:
