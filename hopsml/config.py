@@ -204,18 +204,18 @@ class Settings:
     num_workers: int
     log_dir: str
     spark_conf: dict[str, str]
-    sync_interval_s: float = 5.0
-    heartbeat_s: float = 10.0
-    lost_after_s: float = 120.0
-    late_rank_s: float = 180.0
-    shared_root: bool = False
-    network_interface: str = ""
-    port_range: tuple[int, int] | None = None
-    collective_timeout_s: float = 300.0
-    collective_shm: bool = True
-    collective_host_id: str = ""
-    gpu_collective: str = "auto"
-    user: str = ""
+    sync_interval_s: float
+    heartbeat_s: float
+    lost_after_s: float
+    late_rank_s: float
+    shared_root: bool
+    network_interface: str
+    port_range: tuple[int, int] | None
+    collective_timeout_s: float
+    collective_shm: bool
+    collective_host_id: str
+    gpu_collective: str
+    user: str
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:
@@ -288,17 +288,17 @@ class RunSettings:
     so the driver's values (an os.environ change in the notebook included) reach every rank, and nothing
     changes mid-run. Holds no credentials (no root, no Spark settings), so it may travel and be shown."""
 
-    sync_interval_s: float = 5.0
-    heartbeat_s: float = 10.0
-    lost_after_s: float = 120.0
-    late_rank_s: float = 180.0
-    network_interface: str = ""
-    port_range: tuple[int, int] | None = None
-    collective_timeout_s: float = 300.0
-    collective_shm: bool = True
-    collective_host_id: str = ""
-    gpu_collective: str = "auto"
-    user: str = ""  # resolved: the login name where the setting is empty
+    sync_interval_s: float
+    heartbeat_s: float
+    lost_after_s: float
+    late_rank_s: float
+    network_interface: str
+    port_range: tuple[int, int] | None
+    collective_timeout_s: float
+    collective_shm: bool
+    collective_host_id: str
+    gpu_collective: str
+    user: str  # resolved: the login name where the setting is empty
 
     @classmethod
     def of(cls, settings: Settings) -> RunSettings:
@@ -312,6 +312,11 @@ class RunSettings:
     def resolve(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> RunSettings:
         """Resolve every setting now (argument > HOPSML_* > hopsml.toml > default) and take the snapshot."""
         return cls.of(load(environ, **overrides))
+
+
+def default(name: str) -> Any:
+    """A setting's default: the one place defaults are written is the settings table above."""
+    return _FIELDS[name].default()
 
 
 def value(name: str, override: Any = None, environ: Mapping[str, str] | None = None) -> Any:

@@ -39,11 +39,10 @@ from collections import deque
 from typing import Any
 from collections.abc import Callable
 
-from hopsml import layout
+from hopsml import layout, orphans
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import PROCESS, Finished, RankReport, to_wire
 from hopsml.launcher.task import TaskSpec
-from hopsml.tracking.staging import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -203,21 +202,7 @@ def exit_cause(returncode: int) -> str:
 def sweep_dead(tmp: str | None = None) -> list[str]:
     """Remove the folders of children whose parent process is gone (both killed at once, say by the
     out-of-memory killer); returns them. A folder whose parent lives is never touched."""
-    tmp = tmp or tempfile.gettempdir()
-    removed: list[str] = []
-    try:
-        names = os.listdir(tmp)
-    except OSError:
-        return removed
-    for name in names:
-        pid_text = name[len(PREFIX):].split("-", 1)[0]
-        if not name.startswith(PREFIX) or not pid_text.isdigit() or pid_alive(int(pid_text)):
-            continue
-        path = os.path.join(tmp, name)
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-        log.info("removed the folder %s of a rank whose process %s is gone", path, pid_text)
-    return removed
+    return orphans.sweep(PREFIX, "a rank", tmp=tmp)
 
 
 def _watch_parent(parent: int, folder: str) -> None:

@@ -139,7 +139,7 @@ def _seconds(name: str, given: float | None) -> float:
     try:
         return float(config.value(name, given))
     except HopsmlError as exc:
-        default = float(getattr(config.Settings, name))  # the dataclass default is the setting's default
+        default = float(config.default(name))
         log.warning("%s Using %s=%s instead.", exc, name, default)
         return default
 

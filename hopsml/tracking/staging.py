@@ -25,6 +25,8 @@ import threading
 import time
 from typing import IO, Any
 
+from hopsml import orphans
+
 log = logging.getLogger(__name__)
 
 PREFIX = "hopsml-run-"          # /tmp/hopsml-run-<pid>-<random>
@@ -64,40 +66,9 @@ def copy_changed(storage: Any, folder: str, run_path: str, seen: dict[str, tuple
     return copied
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` still runs (a sweep removes only what a dead process left)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
-
-
 def sweep_dead(older_than_s: float, tmp: str | None = None) -> list[str]:
     """Remove the staging folders of processes that are gone, untouched for `older_than_s`; returns them."""
-    tmp = tmp or tempfile.gettempdir()
-    removed: list[str] = []
-    try:
-        names = os.listdir(tmp)
-    except OSError:
-        return removed
-    now = time.time()
-    for name in names:
-        if not name.startswith(PREFIX):
-            continue
-        pid_text = name[len(PREFIX):].split("-", 1)[0]
-        path = os.path.join(tmp, name)
-        try:
-            idle = now - os.stat(path).st_mtime
-        except OSError:
-            continue
-        if pid_text.isdigit() and not pid_alive(int(pid_text)) and idle > older_than_s:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-            log.info("removed the staging folder %s of a run whose process %s is gone", path, pid_text)
-    return removed
+    return orphans.sweep(PREFIX, "a run", older_than_s, tmp)
 
 
 class StagedRun:

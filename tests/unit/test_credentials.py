@@ -70,7 +70,7 @@ def test_a_task_spec_shows_neither_the_secret_nor_root_credentials():
     from hopsml.launcher.task import TaskSpec
 
     spec = TaskSpec(Storage("s3://AKIAEXAMPLE:s3cr3t@bucket/root"), "Projects/p/Experiments/x_1", ("h", 1),
-                    b"run-s3cr3t", settings=config.RunSettings(sync_interval_s=1.0))
+                    b"run-s3cr3t", settings=config.RunSettings.resolve(sync_interval_s=1.0))
     assert "s3cr3t" not in repr(spec) and "AKIAEXAMPLE" not in repr(spec)
 
 
