@@ -247,11 +247,7 @@ def stale_staging(storage: Storage, project: str, lost_after_s: float, now: floa
             if beat is None or now - beat > lost_after_s:
                 found.append(StaleStaging(rel, storage.uri(rel), 0, 0, None if beat is None else now - beat))
             continue
-        try:
-            infos = storage.fs.get_file_info(pafs.FileSelector(storage.path(rel), recursive=True))
-        except OSError as exc:
-            raise StorageError(f"cannot list {storage.uri(rel)}: {exc}") from exc
-        files = [info for info in infos if info.type == pafs.FileType.File]
+        files = [info for info in storage.walk(rel) if info.type == pafs.FileType.File]
         beat = last_beat(storage, rel + HEARTBEAT) if rel + HEARTBEAT in entries else None
         times = [beat] if beat is not None else [t for t in (_epoch(i.mtime) for i in files) if t is not None]
         if not times and (own := _epoch(storage.info(rel).mtime)) is not None:
