@@ -194,8 +194,25 @@ _FIELDS: dict[str, _Field] = {
 }
 
 
+@dataclass(frozen=True)
+class _RunFields:
+    """The settings a run carries to its ranks: the fields of `RunSettings`, and of `Settings` too."""
+
+    sync_interval_s: float
+    heartbeat_s: float
+    lost_after_s: float
+    late_rank_s: float
+    network_interface: str
+    port_range: tuple[int, int] | None
+    collective_timeout_s: float
+    collective_shm: bool
+    collective_host_id: str
+    gpu_collective: str
+    user: str  # in a RunSettings resolved: the login name where the setting is empty
+
+
 @dataclass(frozen=True, repr=False)
-class Settings:
+class Settings(_RunFields):
     """Resolved settings; `sources` says where each value came from. The repr shows no credentials."""
 
     project: str
@@ -204,18 +221,7 @@ class Settings:
     num_workers: int
     log_dir: str
     spark_conf: dict[str, str]
-    sync_interval_s: float
-    heartbeat_s: float
-    lost_after_s: float
-    late_rank_s: float
     shared_root: bool
-    network_interface: str
-    port_range: tuple[int, int] | None
-    collective_timeout_s: float
-    collective_shm: bool
-    collective_host_id: str
-    gpu_collective: str
-    user: str
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:
@@ -282,30 +288,18 @@ def _resolve(name: str, override: Any, environ: Mapping[str, str], from_file: Ma
 
 
 @dataclass(frozen=True)
-class RunSettings:
+class RunSettings(_RunFields):
     """What a run reads from the settings while it runs, resolved once on the driver per verb and carried
     to every rank and trial (in the TaskSpec): an executor never reads its own environment or conf file,
     so the driver's values (an os.environ change in the notebook included) reach every rank, and nothing
     changes mid-run. Holds no credentials (no root, no Spark settings), so it may travel and be shown."""
-
-    sync_interval_s: float
-    heartbeat_s: float
-    lost_after_s: float
-    late_rank_s: float
-    network_interface: str
-    port_range: tuple[int, int] | None
-    collective_timeout_s: float
-    collective_shm: bool
-    collective_host_id: str
-    gpu_collective: str
-    user: str  # resolved: the login name where the setting is empty
 
     @classmethod
     def of(cls, settings: Settings) -> RunSettings:
         """The run's snapshot of resolved `settings`."""
         import getpass
 
-        names = {f.name for f in fields(cls)} - {"user"}
+        names = {f.name for f in fields(_RunFields)} - {"user"}
         return cls(**{name: getattr(settings, name) for name in names}, user=settings.user or getpass.getuser())
 
     @classmethod
