@@ -176,6 +176,9 @@ _FIELDS: dict[str, _Field] = {
     "shared_root": _Field(_parse_bool, lambda: False, "mark a local or file:// root as a folder every Spark "
                           "executor sees at the same path (an NFS or other shared mount), so it may be used "
                           "with a cluster master"),
+    "check_versions": _Field(_parse_bool, lambda: True, "whether every task of a run first compares its Python, "
+                             "hopsml, numpy, pyarrow and the function's frameworks with the driver's, failing the run "
+                             "at once on a difference (naming the executor and both versions)"),
     "network_interface": _Field(_parse_interface, lambda: "", "network interface (eth0, ib0) or IP address that "
                                 "the ranks and the driver channel listen on; empty: the address Spark knows "
                                 "each executor and the driver by"),
@@ -222,6 +225,7 @@ class Settings(_RunFields):
     log_dir: str
     spark_conf: dict[str, str]
     shared_root: bool
+    check_versions: bool
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:

@@ -55,6 +55,10 @@ class ClusterError(HopsmlError, RuntimeError):
     """The Spark cluster cannot run what was asked (too few slots, missing GPUs, ...)."""
 
 
+class ExecutorStackError(HopsmlError, RuntimeError):
+    """An executor's Python, hopsml or another package the run needs differs from the driver's."""
+
+
 class AuthenticationError(HopsmlError, ConnectionError):
     """A peer did not prove it knows the experiment's secret."""
 

@@ -17,6 +17,7 @@ from hopsml import checkpoint, config, session
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
+from hopsml.launcher import preflight
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import (StageMonitor, check_barrier_stage, check_shippable, open_channel, run_stage,
                                     ship_by_value)
@@ -39,10 +40,12 @@ class Start:
     settings: config.Settings
     snapshot: config.RunSettings
     storage: Storage
+    stack: preflight.Stack | None  # what each task checks its executor against (None: the check is off)
 
     @classmethod
-    def of(cls, settings: config.Settings) -> Start:
-        return cls(settings, config.RunSettings.of(settings), Storage(settings.root))
+    def of(cls, settings: config.Settings, train_fn: Callable[..., Any]) -> Start:
+        stack = preflight.driver_stack(train_fn) if settings.check_versions else None
+        return cls(settings, config.RunSettings.of(settings), Storage(settings.root), stack)
 
     @property
     def network(self) -> Network:
@@ -119,7 +122,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
     args = check_function(train_fn, args_dict, name, versioned_resources)
     runs = executions(args)
     ship(train_fn, args)
-    start = Start.of(config.load())
+    start = Start.of(config.load(), train_fn)
     sc = start.spark()
     run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
                           description=description, metric_key=metric_key, hyperparameters=args,
@@ -138,7 +141,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
                             native_output=True).wait()
 
         try:
-            collected = run_stage(sc, one_task, 1, job_group=run.id,
+            collected = run_stage(sc, one_task, 1, job_group=run.id, stack=start.stack,
                                   description=f"hopsml experiment '{name}' ({run.id})")
         finally:
             channel.close()
@@ -155,7 +158,7 @@ def _run_executions(sc: Any, start: Start, run: ExperimentRun, train_fn: Callabl
     """launch's list form: every execution in parallel, each in its own folder with its record."""
     from hopsml.runs.search import Search
 
-    search = Search(sc, run, train_fn, start.snapshot, optimization_key=metric_key or "metric",
+    search = Search(sc, run, train_fn, start.snapshot, stack=start.stack, optimization_key=metric_key or "metric",
                     direction=Direction.MAX, local_logdir=bool(local_logdir), metric_required=False,
                     unit="execution")
     trials = search.run_batch(runs, len(runs))
@@ -210,7 +213,7 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
     if ranks.gpus < 0:
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {ranks.gpus}")
     ship(train_fn)
-    start = Start.of(settings)
+    start = Start.of(settings, train_fn)
     sc = start.spark()
     check_barrier_stage(sc, ranks.workers, ranks.gpus)
     source = resume_source(start.storage, settings.project, resume) if resume else None
@@ -259,7 +262,7 @@ def barrier_attempt(sc: Any, start: Start, run: ExperimentRun, ranks: Ranks, *, 
     collected: list[Any] = []
     try:
         collected = run_stage(sc, partition, ranks.workers, barrier=True, abort=monitor.failed,
-                              job_group=run.id, description=description)
+                              job_group=run.id, description=description, stack=start.stack)
     except ClusterError as error:  # a rank's process died: say which, with its last lines
         crashed = [blame.crashed_rank(error, run)]
     finally:

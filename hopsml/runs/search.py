@@ -20,6 +20,7 @@ from hopsml.config import RunSettings
 from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
+from hopsml.launcher import preflight
 from hopsml.launcher.driver import StageMonitor, open_channel, run_stage
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.task import TaskSpec
@@ -57,10 +58,10 @@ class Search:
     """Runs batches of trials for one PARALLEL_EXPERIMENTS experiment."""
 
     def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
-                 optimization_key: str,
+                 optimization_key: str, stack: preflight.Stack | None = None,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
                  local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
-        self.sc, self.run, self.fn, self.settings = sc, run, fn, settings
+        self.sc, self.run, self.fn, self.settings, self.stack = sc, run, fn, settings, stack
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir
         self.metric_required = metric_required  # launch's executions may return no metric at all
@@ -182,7 +183,7 @@ class Search:
         for trial in batch:
             trial.state = "RUNNING"
         try:
-            collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id,
+            collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id, stack=self.stack,
                                   description=f"hopsml search '{self.run.record.name}' ({self.run.id})")
         finally:
             channel.close()
@@ -235,7 +236,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
         raise SearchSpaceError(f"early_stopping must be one of {', '.join(RULES)} or None, not {early_stopping!r}")
     rule = MedianStoppingRule(goal, min_steps=early_stopping_min_steps) if early_stopping else None
     ship(train_fn)
-    start = Start.of(config.load())
+    start = Start.of(config.load(), train_fn)
     sc = start.spark()
     run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
                           description=description, type=ExperimentType.PARALLEL_EXPERIMENTS.value,
@@ -243,7 +244,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
                           metric_key=optimization_key, executors=sc.defaultParallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, train_fn, start.snapshot, optimization_key=optimization_key, direction=goal,
+        search = Search(sc, run, train_fn, start.snapshot, stack=start.stack, optimization_key=optimization_key, direction=goal,
                         early_stopping=rule, local_logdir=bool(local_logdir))
         batches(search)
         best = search.conclude(**record_fields)
