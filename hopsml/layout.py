@@ -44,6 +44,7 @@ TENSORBOARD = "tensorboard"
 CHECKPOINT = "checkpoint"
 EVAL = "eval"
 RESOURCES = "resources"
+MODULES = "modules"  # the user's own module files that went with the run
 SUMMARY = ".summary.json"
 HPARAMS = ".hparams.json"
 OUTPUTS = ".outputs.json"
@@ -255,6 +256,10 @@ class ExperimentDir(RunDir):
 
     def resource(self, name: str) -> str:
         return join(self.path, RESOURCES, validate_name(name, "resource name"))
+
+    def module(self, rel: str) -> str:
+        """A shipped module file, by its path relative to its folder on the driver's sys.path."""
+        return join(self.path, MODULES, *(validate_name(part, "module path") for part in rel.split("/")))
 
     @property
     def logs(self) -> str:

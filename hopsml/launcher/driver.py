@@ -202,17 +202,17 @@ def open_channel(sc: Any, monitor: StageMonitor, network: Network) -> DriverChan
 
 def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], num_tasks: int, *,
               job_group: str, description: str, barrier: bool = False,
-              abort: threading.Event | None = None, stack: preflight.Stack | None = None) -> list[Any]:
+              abort: threading.Event | None = None, checks: preflight.Preflight | None = None) -> list[Any]:
     """Run `partition_fn` on `num_tasks` partitions (barrier mode if asked) and collect the results.
 
-    With the driver's `stack`, each task first checks that its executor has the same Python stack
-    (`preflight`), and a difference fails the stage at once as an ExecutorStackError. The job runs in a
+    With `checks`, each task first checks that its executor has the driver's Python stack and installs the
+    user's modules (`preflight`); a stack difference fails the stage at once as an ExecutorStackError. The job runs in a
     helper thread so the caller can cancel it: on Ctrl-C, or as soon as `abort` is set (a task reported a
     failure), the job group is cancelled.
     """
     outcome: dict[str, Any] = {}
-    if stack is not None:
-        partition_fn = preflight.guard(partition_fn, stack)
+    if checks is not None:
+        partition_fn = preflight.guard(partition_fn, checks)
 
     def collect() -> None:
         sc.setJobGroup(job_group, description, interruptOnCancel=True)
@@ -242,7 +242,8 @@ def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], n
     if abort is not None and abort.is_set():
         return []
     error = outcome.get("error")
-    if stack is not None and (mismatch := preflight.mismatch_in(error, stack)) is not None:
+    if checks is not None and checks.stack is not None and (
+            mismatch := preflight.mismatch_in(error, checks.stack)) is not None:
         raise ExecutorStackError(mismatch) from None
     raise ClusterError(f"the Spark job {description!r} failed: {_short(error)}") from error
 

@@ -1,4 +1,5 @@
-"""Check an executor's Python stack against the driver's before any of a run's code runs there.
+"""What each task of a run does before the run's code: check the executor's Python stack against the
+driver's, and install the user's own modules that travel with the run (`local_modules`).
 
 An executor without hopsml, or with another numpy, pyarrow or framework than the notebook's, used to fail
 inside Spark's unpickling with a traceback that named neither the host nor the package. Here each task of a
@@ -27,6 +28,14 @@ from typing import Any
 
 _MARKER = "hopsml-executor-stack:"
 ALWAYS = ("hopsml", "numpy", "pyarrow")  # what every run's code needs on the executor
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The driver's stack to check against (None: the check is off) and the module files to install."""
+
+    stack: Stack | None
+    modules: Mapping[str, bytes]
 
 
 @dataclass(frozen=True)
@@ -104,19 +113,25 @@ def _differences(stack: Stack) -> list[dict[str, str | None]]:
     return found
 
 
-def guard(partition_fn: Callable[[Iterator[Any]], Iterable[Any]], stack: Stack
+def guard(partition_fn: Callable[[Iterator[Any]], Iterable[Any]], preflight: Preflight
           ) -> Callable[[Iterator[Any]], Iterable[Any]]:
-    """`partition_fn` behind the check: the task compares its stack with `stack`, then loads and runs it."""
+    """`partition_fn` behind the preflight: the task checks its stack and installs the modules, then loads
+    and runs it."""
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     payload = cloudpickle.dumps(partition_fn)
+    stack, modules = preflight.stack, dict(preflight.modules)
 
     def checked(iterator: Iterator[Any]) -> Iterable[Any]:
-        differences = _differences(stack)
+        differences = _differences(stack) if stack is not None else []
         if differences:
             report = {"host": socket.gethostname(), "executable": sys.executable, "differences": differences}
             raise RuntimeError(_MARKER + json.dumps(report) + _MARKER)
+        if modules:
+            from hopsml.launcher.local_modules import install
+
+            install(modules)
         return pickle.loads(payload)(iterator)
 
     return checked

@@ -17,7 +17,7 @@ from hopsml import checkpoint, config, session
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
-from hopsml.launcher import preflight
+from hopsml.launcher import local_modules, preflight
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import (StageMonitor, check_barrier_stage, check_shippable, open_channel, run_stage,
                                     ship_by_value)
@@ -40,12 +40,13 @@ class Start:
     settings: config.Settings
     snapshot: config.RunSettings
     storage: Storage
-    stack: preflight.Stack | None  # what each task checks its executor against (None: the check is off)
+    checks: preflight.Preflight  # what each task does first: check its executor's stack, install the modules
 
     @classmethod
     def of(cls, settings: config.Settings, train_fn: Callable[..., Any]) -> Start:
         stack = preflight.driver_stack(train_fn) if settings.check_versions else None
-        return cls(settings, config.RunSettings.of(settings), Storage(settings.root), stack)
+        checks = preflight.Preflight(stack, local_modules.collect(train_fn))
+        return cls(settings, config.RunSettings.of(settings), Storage(settings.root), checks)
 
     @property
     def network(self) -> Network:
@@ -62,7 +63,7 @@ class Start:
         return ExperimentRun.start(self.storage, self.settings.project, sc.applicationId, name=name, fn=train_fn,
                                    versioned_resources=versioned_resources, heartbeat_s=self.snapshot.heartbeat_s,
                                    user=self.snapshot.user, spark_conf=dict(sc.getConf().getAll()),
-                                   spark_version=sc.version, **fields)
+                                   spark_version=sc.version, modules=self.checks.modules, **fields)
 
     def spec(self, run_dir: str, channel: Any, **fields: Any) -> TaskSpec:
         """A task's spec, with the channel's address and secret and the run's settings snapshot."""
@@ -141,7 +142,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
                             native_output=True).wait()
 
         try:
-            collected = run_stage(sc, one_task, 1, job_group=run.id, stack=start.stack,
+            collected = run_stage(sc, one_task, 1, job_group=run.id, checks=start.checks,
                                   description=f"hopsml experiment '{name}' ({run.id})")
         finally:
             channel.close()
@@ -158,7 +159,7 @@ def _run_executions(sc: Any, start: Start, run: ExperimentRun, train_fn: Callabl
     """launch's list form: every execution in parallel, each in its own folder with its record."""
     from hopsml.runs.search import Search
 
-    search = Search(sc, run, train_fn, start.snapshot, stack=start.stack, optimization_key=metric_key or "metric",
+    search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, optimization_key=metric_key or "metric",
                     direction=Direction.MAX, local_logdir=bool(local_logdir), metric_required=False,
                     unit="execution")
     trials = search.run_batch(runs, len(runs))
@@ -262,7 +263,7 @@ def barrier_attempt(sc: Any, start: Start, run: ExperimentRun, ranks: Ranks, *, 
     collected: list[Any] = []
     try:
         collected = run_stage(sc, partition, ranks.workers, barrier=True, abort=monitor.failed,
-                              job_group=run.id, description=description, stack=start.stack)
+                              job_group=run.id, description=description, checks=start.checks)
     except ClusterError as error:  # a rank's process died: say which, with its last lines
         crashed = [blame.crashed_rank(error, run)]
     finally:

@@ -58,10 +58,10 @@ class Search:
     """Runs batches of trials for one PARALLEL_EXPERIMENTS experiment."""
 
     def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
-                 optimization_key: str, stack: preflight.Stack | None = None,
+                 optimization_key: str, checks: preflight.Preflight | None = None,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
                  local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
-        self.sc, self.run, self.fn, self.settings, self.stack = sc, run, fn, settings, stack
+        self.sc, self.run, self.fn, self.settings, self.checks = sc, run, fn, settings, checks
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir
         self.metric_required = metric_required  # launch's executions may return no metric at all
@@ -183,7 +183,7 @@ class Search:
         for trial in batch:
             trial.state = "RUNNING"
         try:
-            collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id, stack=self.stack,
+            collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id, checks=self.checks,
                                   description=f"hopsml search '{self.run.record.name}' ({self.run.id})")
         finally:
             channel.close()
@@ -244,7 +244,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
                           metric_key=optimization_key, executors=sc.defaultParallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, train_fn, start.snapshot, stack=start.stack, optimization_key=optimization_key, direction=goal,
+        search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, optimization_key=optimization_key, direction=goal,
                         early_stopping=rule, local_logdir=bool(local_logdir))
         batches(search)
         best = search.conclude(**record_fields)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
+import hashlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Literal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from hopsml import config, layout, skeleton
 from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
@@ -100,6 +101,7 @@ class ExperimentRecord:
     program: str | None = None
     environment: str | None = None
     resources: list[str] = field(default_factory=list)
+    modules: list[dict[str, str]] = field(default_factory=list)  # the user's own modules shipped: path, sha256
     git: dict[str, Any] | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -225,9 +227,9 @@ class ExperimentRun:
     def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: Any = None,
               versioned_resources: Iterable[str] | None = None, spark_conf: dict[str, str] | None = None,
               spark_version: str | None = None, heartbeat_s: float | None = None,
-              **fields: Any) -> ExperimentRun:
+              modules: Mapping[str, bytes] | None = None, **fields: Any) -> ExperimentRun:
         """Claim the directory, start the heartbeat, write the RUNNING record, and version program,
-        resources and environment."""
+        resources, the user's own modules that go with the run, and the environment."""
         resources = cls.check_arguments(name, versioned_resources)
         skeleton.ensure(storage, project)
         exp_dir = claim_run_dir(storage, project, app_id)
@@ -242,7 +244,7 @@ class ExperimentRun:
         run._start_heartbeat(heartbeat_s if heartbeat_s is not None else config.value("heartbeat_s"))
         try:
             run.save()
-            run._version(resources, fn)
+            run._version(resources, fn, modules or {})
             run.save()
         except BaseException:
             if run._heartbeat is not None:
@@ -250,7 +252,7 @@ class ExperimentRun:
             raise
         return run
 
-    def _version(self, resources: list[str], fn: Any) -> None:
+    def _version(self, resources: list[str], fn: Any, modules: Mapping[str, bytes]) -> None:
         program = versioning.find_program(fn)
         if program:
             suffix = ".ipynb" if program.endswith(".ipynb") else ".py"
@@ -263,6 +265,10 @@ class ExperimentRun:
             name = os.path.basename(path.rstrip(os.sep))
             self.storage.upload(path, self.dir.resource(name))
             self.record.resources.append(name)
+        for rel, data in sorted(modules.items()):
+            rel = rel.replace(os.sep, "/")
+            self.storage.write_bytes(self.dir.module(rel), data)
+            self.record.modules.append({"path": rel, "sha256": hashlib.sha256(data).hexdigest()})
         self.storage.write_text(self.dir.environment, versioning.environment_yaml())
         self.record.environment = layout.ENVIRONMENT
         self.record.git = versioning.git_info(program)
