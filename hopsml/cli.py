@@ -6,12 +6,13 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 import tempfile
 from typing import Any
 from collections.abc import Sequence
 
-from hopsml import config, layout
+from hopsml import config, layout, shipping
 from hopsml import run_catalog
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
@@ -204,6 +205,16 @@ def quickstart(settings: config.Settings) -> str:
     return "\n".join(["", experiments_list(settings, limit=10)])
 
 
+def env_pack(settings: config.Settings, submit_args: bool = False, force: bool = False) -> str:
+    """`hopsml env pack`: the project's archive of this environment, packed now or found."""
+    packed = shipping.pack(Storage(settings.root), settings.project, force=force)
+    if submit_args:  # unquoted: $(...) splits words but removes no quotes
+        return " ".join(packed.submit_args())
+    how = "found (packed before)" if packed.reused else f"packed in {packed.seconds:.1f} s"
+    return (f"environment {packed.fingerprint}: {packed.size / 2**20:.1f} MiB, {how}\n{packed.uri}\n"
+            f"spark-submit {' '.join(shlex.quote(word) for word in packed.submit_args())} <your job>")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hopsml", description=__doc__)
     parser.add_argument("--root", help="root URI (default: HOPSML_ROOT, conf/hopsml.toml, ~/hopsml)")
@@ -233,6 +244,13 @@ def _parser() -> argparse.ArgumentParser:
     cleaner.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
     commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel and search")
+    env = commands.add_parser("env", help="the Python environment a cluster's executors run")
+    env_commands = env.add_subparsers(dest="env_action", required=True)
+    packer = env_commands.add_parser("pack", help="pack this environment into the project (once per set of packages)")
+    packer.add_argument("--print-submit-args", action="store_true",
+                        help="print only the spark-submit words that ship it: spark-submit $(hopsml env pack "
+                             "--print-submit-args) job.py")
+    packer.add_argument("--force", action="store_true", help="pack again even when the project has this one")
     data_commands.add_commands(commands)
     model_commands.add_commands(commands)
     ui_commands.add_commands(commands)
@@ -247,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = config.load(root=args.root, project=args.project)
         if args.command == "quickstart":
             output = quickstart(settings)
+        elif args.command == "env":
+            output = env_pack(settings, args.print_submit_args, args.force)
         elif args.command in data_commands.COMMANDS:
             output = data_commands.run(args, settings)
         elif args.command in model_commands.COMMANDS:

@@ -179,6 +179,9 @@ _FIELDS: dict[str, _Field] = {
     "check_versions": _Field(_parse_bool, lambda: True, "whether every task of a run first compares its Python, "
                              "hopsml, numpy, pyarrow and the function's frameworks with the driver's, failing the run "
                              "at once on a difference (naming the executor and both versions)"),
+    "ship_environment": _Field(_parse_bool, lambda: True, "whether a session hopsml starts on a cluster master "
+                               "gives its executors this Python environment, packed into the project once per set "
+                               "of packages (unless spark.archives, spark.pyspark.python or PYSPARK_PYTHON is set)"),
     "network_interface": _Field(_parse_interface, lambda: "", "network interface (eth0, ib0) or IP address that "
                                 "the ranks and the driver channel listen on; empty: the address Spark knows "
                                 "each executor and the driver by"),
@@ -226,6 +229,7 @@ class Settings(_RunFields):
     spark_conf: dict[str, str]
     shared_root: bool
     check_versions: bool
+    ship_environment: bool
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:

@@ -112,6 +112,16 @@ def model_dir(project: str, name: str, version: int) -> str:
     return join(model_versions_dir(project, name), str(validate_version(version)))
 
 
+def environment_archive(project: str, fingerprint: str) -> str:
+    """`Resources/environments/<fingerprint>.tar.gz`: a packed Python environment for the executors."""
+    return join(project_dir(project), "Resources", "environments", validate_name(fingerprint, "fingerprint") + ".tar.gz")
+
+
+def environment_manifest(project: str, fingerprint: str) -> str:
+    """Beside the archive, written after it: the archive is whole (its size), what it holds."""
+    return join(project_dir(project), "Resources", "environments", validate_name(fingerprint, "fingerprint") + ".json")
+
+
 def validate_version(version: object) -> int:
     """A model version: a positive integer (also given as text, as on the command line).
 

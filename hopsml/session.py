@@ -155,6 +155,23 @@ JAVA_HINT = ("Spark needs Java 17 or newer. Install it (Debian/Ubuntu: sudo apt-
              "-c conda-forge openjdk=17) and put its bin/ on PATH or set JAVA_HOME to its folder")
 
 
+def ship_environment(settings: config.Settings, conf: dict[str, str]) -> dict[str, str]:
+    """On a cluster master: the Spark settings that give every executor this environment, packed into the
+    project once (`shipping`); none when the setting is off or the user chose the executors' Python."""
+    chosen = {"spark.archives", "spark.pyspark.python"} & set(conf) or "PYSPARK_PYTHON" in os.environ
+    if not settings.ship_environment or chosen:
+        return {}
+    from hopsml import shipping
+    from hopsml.fs import Storage
+
+    packed = shipping.pack(Storage(settings.root), settings.project)
+    ship = packed.spark_conf()
+    # a session started from Python gives its executors PYSPARK_PYTHON, not spark.pyspark.python
+    os.environ["PYSPARK_PYTHON"] = ship["spark.pyspark.python"]
+    log.info("executors run the environment %s (%s)", packed.fingerprint, packed.uri)
+    return ship
+
+
 def check_java() -> None:
     """Fail with what to install when no Java can start the embedded Spark (instead of Py4J's traceback)."""
     import shutil
@@ -201,6 +218,7 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
             conf = {**_QUIET_DEFAULTS, **settings.spark_conf}
             if not is_local_master(settings.master):
                 conf = {k: v for k, v in conf.items() if k != "spark.python.daemon.module"}
+                conf = {**ship_environment(settings, conf), **conf}
         for key, value in conf.items():
             builder = builder.config(key, value)
         try:
