@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from hopsml import config
+from hopsml import config, preflight
 from hopsml.data import dataset as ds
 from hopsml.data import pixels
 from hopsml.data import shards as shard_io
@@ -612,8 +612,14 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
         transformer = _Transformer(options, labels, storage, stage, count, src)
         chunks = deal([path for path, _ in listing], count)
         tasks_started = time.perf_counter()
-        reports = [json.loads(report) for report in spark.sparkContext.parallelize(chunks, count)
-                   .mapPartitionsWithIndex(transformer).collect()]
+        checks = preflight.Preflight(preflight.driver_stack(packages=("pillow",)) if settings.check_versions
+                                     else None, {})
+        try:
+            reports = [json.loads(report) for report in spark.sparkContext.parallelize(chunks, count)
+                       .mapPartitionsWithIndex(preflight.guard(transformer, checks)).collect()]
+        except Exception as exc:  # an executor with another stack is named; anything else goes on up
+            preflight.raise_mismatch(exc, checks)
+            raise
         tasks_done = time.perf_counter()
         summary = _summarise(reports, dataset, count, options.splits)
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from hopsml import auth
 from hopsml.devices import check_gpu_amount
-from hopsml.errors import ClusterError, ExecutorStackError, SerializationError
-from hopsml.launcher import preflight
+from hopsml.errors import ClusterError, SerializationError
+from hopsml import preflight
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.launcher.messages import Failing, Finished, Message, Metric, Output, RankReport, decode
 from hopsml.net import Network
@@ -242,9 +242,8 @@ def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], n
     if abort is not None and abort.is_set():
         return []
     error = outcome.get("error")
-    if checks is not None and checks.stack is not None and (
-            mismatch := preflight.mismatch_in(error, checks.stack)) is not None:
-        raise ExecutorStackError(mismatch) from None
+    if checks is not None:
+        preflight.raise_mismatch(error, checks)
     raise ClusterError(f"the Spark job {description!r} failed: {_short(error)}") from error
 
 

@@ -17,7 +17,8 @@ from hopsml import checkpoint, config, session
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
-from hopsml.launcher import local_modules, preflight
+from hopsml import preflight
+from hopsml.launcher import local_modules
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import (StageMonitor, check_barrier_stage, check_shippable, open_channel, run_stage,
                                     ship_by_value)

@@ -20,7 +20,7 @@ from hopsml.config import RunSettings
 from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
-from hopsml.launcher import preflight
+from hopsml import preflight
 from hopsml.launcher.driver import StageMonitor, open_channel, run_stage
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.task import TaskSpec

@@ -14,7 +14,7 @@ import venv
 import numpy as np
 import pytest
 
-from hopsml.launcher import preflight
+from hopsml import preflight
 
 DRIVER = textwrap.dedent("""
     import json, os, sys
@@ -29,7 +29,14 @@ DRIVER = textwrap.dedent("""
         return {"metric": float(np.ones(3).sum())}
 
     try:
-        if sys.argv[2] == "launch":
+        if sys.argv[2] == "images":
+            from PIL import Image
+            from hopsml.data import prepare_images
+            for label in ("a", "b"):
+                os.makedirs(f"pictures/{label}")
+                Image.new("RGB", (8, 8)).save(f"pictures/{label}/1.png")
+            prepare_images("pictures", "pictures")
+        elif sys.argv[2] == "launch":
             experiment.launch(train, name="stack")
         else:
             experiment.allreduce(train, num_workers=2, name="stack")
@@ -91,6 +98,13 @@ def test_another_numpy_on_the_executors_stops_a_distributed_run_before_any_rank_
     (record,) = _records(tmp_path)
     assert record["state"] == "FAILED"
     assert not list((tmp_path / "root").rglob("worker_*.log")), "a rank ran"
+
+
+def test_the_image_job_names_an_executor_without_its_packages(tmp_path):
+    python = _executor_python(str(tmp_path / "bare"))
+    error, _ = _drive(tmp_path, python, "images")
+    assert error is not None, "the image job ran on executors without hopsml"
+    assert "pillow is not installed there" in error and "hopsml is not installed there" in error
 
 
 def test_the_driver_stack_holds_the_frameworks_the_function_imports():

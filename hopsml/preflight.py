@@ -6,10 +6,11 @@ inside Spark's unpickling with a traceback that named neither the host nor the p
 run first compares its Python and the versions of hopsml, numpy, pyarrow and the frameworks the function
 imports with the driver's, and only then loads the run's code.
 
-That first step must run where hopsml is missing, so this module imports only the standard library and
-travels by value (cloudpickle's `register_pickle_by_value`); the run's own task function travels inside it
-as bytes, loaded after the check. A mismatch fails the task with a JSON report between markers, which is the
-one thing a failed task can hand its driver; `mismatch_in` reads it back into an `ExecutorStackError`.
+That first step must run where hopsml is missing, so the function that runs it refers to the standard
+library alone and travels by value (cloudpickle's `register_pickle_by_value` on this module); the job's own
+task function travels inside it as bytes, loaded after the check. A mismatch fails the task with a JSON report
+between markers, the one thing a failed task can hand its driver; `raise_mismatch` turns it back into an
+`ExecutorStackError`. The run verbs (through `launcher.driver.run_stage`) and the image job use it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from hopsml.errors import ExecutorStackError
 
 _MARKER = "hopsml-executor-stack:"
 ALWAYS = ("hopsml", "numpy", "pyarrow")  # what every run's code needs on the executor
@@ -86,10 +89,10 @@ def _used_modules(fn: Any) -> Iterable[str]:
     return names
 
 
-def driver_stack(fn: Any = None) -> Stack:
-    """The driver's stack: hopsml, numpy, pyarrow, and the installed packages `fn` imports or uses."""
+def driver_stack(fn: Any = None, packages: Iterable[str] = ()) -> Stack:
+    """The driver's stack: hopsml, numpy, pyarrow, `packages`, and the installed packages `fn` imports or uses."""
     distributions = _distributions()
-    wanted = list(ALWAYS)
+    wanted = [*ALWAYS, *packages]
     for name in sorted(_used_modules(fn)):
         if name in sys.stdlib_module_names or name == "__main__":
             continue
@@ -113,17 +116,16 @@ def _differences(stack: Stack) -> list[dict[str, str | None]]:
     return found
 
 
-def guard(partition_fn: Callable[[Iterator[Any]], Iterable[Any]], preflight: Preflight
-          ) -> Callable[[Iterator[Any]], Iterable[Any]]:
-    """`partition_fn` behind the preflight: the task checks its stack and installs the modules, then loads
-    and runs it."""
+def guard(partition_fn: Callable[..., Iterable[Any]], preflight: Preflight) -> Callable[..., Iterable[Any]]:
+    """`partition_fn` (of mapPartitions or mapPartitionsWithIndex) behind the preflight: the task checks its
+    stack and installs the modules, then loads and runs it."""
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     payload = cloudpickle.dumps(partition_fn)
     stack, modules = preflight.stack, dict(preflight.modules)
 
-    def checked(iterator: Iterator[Any]) -> Iterable[Any]:
+    def checked(*args: Any) -> Iterable[Any]:
         differences = _differences(stack) if stack is not None else []
         if differences:
             report = {"host": socket.gethostname(), "executable": sys.executable, "differences": differences}
@@ -132,9 +134,15 @@ def guard(partition_fn: Callable[[Iterator[Any]], Iterable[Any]], preflight: Pre
             from hopsml.launcher.local_modules import install
 
             install(modules)
-        return pickle.loads(payload)(iterator)
+        return pickle.loads(payload)(*args)
 
     return checked
+
+
+def raise_mismatch(error: BaseException | None, preflight: Preflight) -> None:
+    """Raise the ExecutorStackError that a failed Spark job's error carries, if it carries one."""
+    if preflight.stack is not None and (message := mismatch_in(error, preflight.stack)) is not None:
+        raise ExecutorStackError(message) from None
 
 
 def mismatch_in(error: BaseException | None, stack: Stack) -> str | None:
