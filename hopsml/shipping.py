@@ -118,8 +118,7 @@ def _keep(prefix: str, site: str) -> Any:
         return any(name == p or name.startswith(p + "-") and name.endswith(".dist-info") for p in _SKIPPED_PACKAGES)
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        path = os.path.join(prefix, info.name.split("/", 1)[1]) if "/" in info.name else prefix
-        return None if skipped(path) else info
+        return None if skipped(os.path.join(prefix, info.name)) else info
 
     return keep
 
@@ -127,8 +126,10 @@ def _keep(prefix: str, site: str) -> Any:
 def _pack_venv(prefix: str, output: str) -> None:
     from isal import igzip
 
+    keep = _keep(prefix, _site_packages(prefix))
     with igzip.open(output, "wb", compresslevel=1) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
-        tar.add(prefix, arcname=ALIAS, filter=_keep(prefix, _site_packages(prefix)))
+        for name in sorted(os.listdir(prefix)):  # at the archive's top, as Spark unpacks it into ./environment
+            tar.add(os.path.join(prefix, name), arcname=name, filter=keep)
 
 
 def _pack_conda(prefix: str, output: str) -> None:
@@ -137,7 +138,7 @@ def _pack_conda(prefix: str, output: str) -> None:
     except ImportError as exc:
         raise PackError("packing a conda environment needs conda-pack: pip install conda-pack (or conda install "
                         "-c conda-forge conda-pack), then pack again") from exc
-    conda_pack.pack(prefix=prefix, output=output, force=True, arcroot=ALIAS, compress_level=1,
+    conda_pack.pack(prefix=prefix, output=output, force=True, compress_level=1,
                     filters=[("exclude", f"{os.path.relpath(_site_packages(prefix), prefix)}/pyspark/*")])
 
 

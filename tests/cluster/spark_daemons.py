@@ -76,12 +76,13 @@ class Daemon:
         return True
 
 
-def run_driver(script: Path, env: dict[str, str], cwd: Path) -> tuple[int, dict[str, dict], str]:
-    """Run a driver program in its own process (one SparkContext per process); returns its exit status, the
-    JSON steps it printed (lines of objects with a "step", by it) and the end of its stderr."""
+def run_driver(script: Path, env: dict[str, str], cwd: Path, python: str = sys.executable,
+               args: Sequence[str] = ()) -> tuple[int, dict[str, dict], str]:
+    """Run a driver program in its own process (one SparkContext per process) with `python`; returns its exit
+    status, the JSON steps it printed (lines of objects with a "step", by it) and the end of its stderr."""
     log_path = cwd / f"{script.stem}.log"
     with open(log_path, "wb") as log:
-        driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=log, env=env,
+        driver = subprocess.Popen([python, str(script), *args], stdout=subprocess.PIPE, stderr=log, env=env,
                                   cwd=cwd, start_new_session=True)
         try:
             out, _ = driver.communicate(timeout=RUN_TIMEOUT_S)

@@ -4,45 +4,16 @@ to 127.0.0.1, each worker with one core, so the two ranks of an allreduce run in
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
-from spark_daemons import Daemon, java_missing, run_driver, stop_all
+from spark_daemons import run_driver
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
 PORT_RANGE = (43100, 43199)
-
-
-@pytest.fixture
-def standalone(tmp_path):
-    """spark://127.0.0.1:<port> with two 1-core workers; every process is gone after the test."""
-    if java_missing():
-        pytest.skip("a Spark standalone cluster needs Java (java on PATH or JAVA_HOME)")
-    logs = tmp_path / "daemons"
-    logs.mkdir()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(logs), "SPARK_NO_DAEMONIZE": "1",
-           "PYSPARK_PYTHON": sys.executable}
-    env.pop("SPARK_CONF_DIR", None)
-    daemons: list[Daemon] = []
-    try:
-        master = Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
-                                   "--webui-port", "0"], env, logs)
-        daemons.append(master)
-        url = master.wait_for(r"Starting Spark master at (spark://127\.0\.0\.1:\d+)").group(1)
-        for i in range(2):
-            work_dir = tmp_path / f"worker-{i}"
-            daemons.append(Daemon(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", url, "--host",
-                                                  "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", "1",
-                                                  "--memory", "1g", "--work-dir", str(work_dir)], env, logs))
-        for worker in daemons[1:]:
-            worker.wait_for(r"Successfully registered with master")
-        yield url, env
-    finally:
-        stop_all(daemons)
 
 
 def test_allreduce_on_a_standalone_cluster_with_a_shared_file_root(standalone, tmp_path):

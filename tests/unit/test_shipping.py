@@ -55,9 +55,9 @@ def test_a_venv_is_packed_once_and_runs_where_it_is_unpacked(env, tmp_path):
 
     with tarfile.open(storage.local_path(rel)) as tar:
         names = set(tar.getnames())
-        tar.extractall(tmp_path / "executor", filter="fully_trusted")
-    assert {"environment/bin/python", "environment/pyvenv.cfg"} <= names
-    assert not any("/pyspark" in n or "__pycache__" in n or n.endswith("/activate") for n in names)
+        tar.extractall(tmp_path / "executor" / "environment", filter="fully_trusted")   # as Spark unpacks it
+    assert {"bin/python", "pyvenv.cfg"} <= names
+    assert not any("/pyspark" in n or "__pycache__" in n or n.endswith("bin/activate") for n in names)
     python = tmp_path / "executor" / "environment" / "bin" / "python"   # where spark.pyspark.python points
     done = subprocess.run([str(python), "-c", "import mymodel; print(mymodel.VERSION)"], capture_output=True,
                           text=True, env={"PATH": os.environ["PATH"]})
