@@ -25,7 +25,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hopsml import config
+from hopsml import config, shipping
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
+_shipped: shipping.PackedEnvironment | None = None  # what the session hopsml started gave its executors
 
 _QUIET_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
@@ -155,16 +156,19 @@ JAVA_HINT = ("Spark needs Java 17 or newer. Install it (Debian/Ubuntu: sudo apt-
              "-c conda-forge openjdk=17) and put its bin/ on PATH or set JAVA_HOME to its folder")
 
 
+def shipped() -> shipping.PackedEnvironment | None:
+    """The environment the session hopsml started gave its executors, if it shipped one."""
+    return _shipped
+
+
 def ship_environment(settings: config.Settings, conf: dict[str, str]) -> dict[str, str]:
     """On a cluster master: the Spark settings that give every executor this environment, packed into the
     project once (`shipping`); none when the setting is off or the user chose the executors' Python."""
     chosen = {"spark.archives", "spark.pyspark.python"} & set(conf) or "PYSPARK_PYTHON" in os.environ
     if not settings.ship_environment or chosen:
         return {}
-    from hopsml import shipping
-    from hopsml.fs import Storage
-
-    packed = shipping.pack(Storage(settings.root), settings.project)
+    global _shipped
+    packed = _shipped = shipping.pack(Storage(settings.root), settings.project)
     ship = packed.spark_conf()
     # a session started from Python gives its executors PYSPARK_PYTHON, not spark.pyspark.python
     os.environ["PYSPARK_PYTHON"] = ship["spark.pyspark.python"]

@@ -85,6 +85,15 @@ def _distributions(prefix: str) -> list[importlib.metadata.Distribution]:
     return list(importlib.metadata.distributions(path=[_site_packages(prefix)]))
 
 
+def describe(prefix: str | None = None, packed: PackedEnvironment | None = None) -> dict[str, Any] | None:
+    """What a run records of the environment it ran in: its fingerprint, and the archive its executors
+    unpacked when one was shipped; None for a Python that is neither a venv nor a conda environment."""
+    try:
+        return {"fingerprint": fingerprint(prefix or sys.prefix), "archive": packed.uri if packed else None}
+    except PackError:
+        return None
+
+
 def fingerprint(prefix: str) -> str:
     """What identifies the environment: its Python, platform and every installed distribution's version."""
     names = sorted(f"{d.metadata['Name']}=={d.version}".lower() for d in _distributions(prefix))

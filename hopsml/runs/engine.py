@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from hopsml import checkpoint, config, session
+from hopsml import checkpoint, config, session, shipping
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
@@ -64,7 +64,8 @@ class Start:
         return ExperimentRun.start(self.storage, self.settings.project, sc.applicationId, name=name, fn=train_fn,
                                    versioned_resources=versioned_resources, heartbeat_s=self.snapshot.heartbeat_s,
                                    user=self.snapshot.user, spark_conf=dict(sc.getConf().getAll()),
-                                   spark_version=sc.version, modules=self.checks.modules, **fields)
+                                   spark_version=sc.version, modules=self.checks.modules,
+                                   python_environment=shipping.describe(packed=session.shipped()), **fields)
 
     def spec(self, run_dir: str, channel: Any, **fields: Any) -> TaskSpec:
         """A task's spec, with the channel's address and secret and the run's settings snapshot."""

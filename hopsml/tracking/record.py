@@ -100,6 +100,7 @@ class ExperimentRecord:
     results: Any = None
     program: str | None = None
     environment: str | None = None
+    python_environment: dict[str, Any] | None = None  # fingerprint, and the archive shipped to the executors
     resources: list[str] = field(default_factory=list)
     modules: list[dict[str, str]] = field(default_factory=list)  # the user's own modules shipped: path, sha256
     git: dict[str, Any] | None = None

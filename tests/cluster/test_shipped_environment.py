@@ -63,3 +63,7 @@ def test_the_executors_run_the_shipped_environment_of_the_driver(standalone, tmp
     archives = sorted(p.name for p in environments.iterdir())
     assert len(archives) == 2 and archives[0].endswith(".json") and archives[1].endswith(".tar.gz"), archives
     assert log.count("packing the venv") == 1, "the second session packed the environment again"
+    record = json.loads(Path(steps["again"]["logdir"], "experiment.json").read_text())
+    fingerprint = archives[1].removesuffix(".tar.gz")
+    assert record["python_environment"]["fingerprint"] == fingerprint
+    assert record["python_environment"]["archive"].endswith(str(environments / archives[1]))

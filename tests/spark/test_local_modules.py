@@ -59,6 +59,8 @@ def test_a_module_beside_the_notebook_and_an_added_module_reach_every_rank_with_
     runs = sorted(d for d in (root / "Projects" / "demo" / "Experiments").iterdir() if d.is_dir())
     records = [json.loads((run / "experiment.json").read_text()) for run in runs]
     assert [r["state"] for r in records] == ["FINISHED", "FINISHED"]
+    environment = records[0]["python_environment"]   # a local session ships nothing: the driver's is named
+    assert environment["archive"] is None and len(environment["fingerprint"]) == 20
     assert {m["path"] for m in records[0]["modules"]} == {"model_def.py", "helpers_of_model_def.py",
                                                            "project_helper.py"}
     shipped = {m["path"]: m["sha256"] for m in records[1]["modules"]}
