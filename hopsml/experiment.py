@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from hopsml import config, util
 from hopsml.errors import HopsmlError
-from hopsml.launcher import tf_cluster
+from hopsml.launcher import seeds, tf_cluster
 from hopsml.runs import engine
 from hopsml.runs.search import evolve, run_search
 from hopsml.search import space
@@ -24,7 +24,7 @@ from hopsml.search.space import Direction, SearchSpaceError
 
 def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None, name: str = "no-name",
            local_logdir: bool = False, description: str | None = None, metric_key: str | None = None,
-           versioned_resources: list[str] | None = None) -> tuple[str, Any]:
+           versioned_resources: list[str] | None = None, seed: int | None = None) -> tuple[str, Any]:
     """Run `train_fn(**args_dict)` in a Spark task; returns (logdir, return_dict).
 
     As in hops, list values run the function once per list index, in parallel Spark tasks:
@@ -36,14 +36,14 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     whose path it returns.
     """
     return engine.launch(train_fn, args_dict, name=name, local_logdir=local_logdir, description=description,
-                         metric_key=metric_key, versioned_resources=versioned_resources)
+                         metric_key=metric_key, versioned_resources=versioned_resources, seed=seed)
 
 
 def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
               description: str | None = None, metric_key: str | None = None, num_workers: int | None = None,
               gpus_per_worker: int | None = None, versioned_resources: list[str] | None = None,
               timeout_s: float | None = None, all_ranks_write_metrics: bool = False, retries: int = 0,
-              resume: str | None = None) -> tuple[str, dict[str, Any]]:
+              resume: str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
     """Data-parallel training: `train_fn()` runs once per rank, in one barrier-mode Spark task each,
     with `hopsml.collective` connected between the ranks; returns (logdir, rank 0's return_dict).
 
@@ -60,7 +60,7 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: 
                                     timeout_s=timeout_s, all_ranks_write_metrics=all_ranks_write_metrics)
     return engine.run_ranks(train_fn, settings, ranks, name=name, description=description, metric_key=metric_key,
                             versioned_resources=versioned_resources, local_logdir=local_logdir, retries=retries,
-                            resume=resume)
+                            resume=resume, seed=seed)
 
 
 collective_all_reduce = allreduce
@@ -69,7 +69,7 @@ collective_all_reduce = allreduce
 def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
              description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
              num_workers: int | None = None, gpus_per_worker: int | None = None,
-             versioned_resources: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+             versioned_resources: list[str] | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
     """TensorFlow MultiWorkerMirroredStrategy across `num_workers` Spark ranks; returns (logdir, the
     chief's return_dict).
 
@@ -85,14 +85,15 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
     ranks = engine.tensorflow_ranks(train_fn, strategy=tf_cluster.MIRRORED, workers=workers,
                                     gpus=int(gpus_per_worker or 0), evaluator=bool(evaluator))
     return engine.run_ranks(train_fn, settings, ranks, name=name, description=description, metric_key=metric_key,
-                            versioned_resources=versioned_resources, local_logdir=local_logdir,
+                            versioned_resources=versioned_resources, local_logdir=local_logdir, seed=seed,
                             strategy=tf_cluster.MIRRORED, evaluator=bool(evaluator))
 
 
 def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
                      description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
                      num_workers: int = 1, num_ps: int = 1, gpus_per_worker: int | None = None,
-                     versioned_resources: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+                     versioned_resources: list[str] | None = None, seed: int | None = None
+                     ) -> tuple[str, dict[str, Any]]:
     """TensorFlow 2 ParameterServerStrategy on 1 + num_ps + num_workers (+ 1 evaluator) Spark ranks;
     returns (logdir, the chief's return_dict).
 
@@ -108,19 +109,20 @@ def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_l
                                     gpus=int(gpus_per_worker or 0), num_ps=num_ps, evaluator=bool(evaluator))
     return engine.run_ranks(train_fn, config.load(), ranks, name=name, description=description,
                             metric_key=metric_key, versioned_resources=versioned_resources, local_logdir=local_logdir,
-                            strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps, evaluator=bool(evaluator))
+                            seed=seed, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps, evaluator=bool(evaluator))
 
 
 def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], direction: Direction | str = "max",
                 name: str = "no-name", local_logdir: bool = False, description: str | None = None,
                 optimization_key: str = "metric",
                 versioned_resources: list[str] | None = None, early_stopping: str | None = None,
-                early_stopping_min_steps: int = 3) -> tuple[str, dict[str, Any], dict[str, Any]]:
+                early_stopping_min_steps: int = 3, seed: int | None = None
+                ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Every combination of `grid_dict` as its own trial, in parallel; returns (logdir, best_params, best_return)."""
     combos = space.grid(grid_dict)
     return run_search(train_fn, dict(grid_dict), direction, optimization_key, name, description, versioned_resources,
                       early_stopping, early_stopping_min_steps, local_logdir,
-                      lambda s: s.run_batch(combos, len(combos)), strategy="grid")
+                      lambda s: s.run_batch(combos, len(combos)), seed=seed, strategy="grid")
 
 
 def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -131,10 +133,11 @@ def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], d
                   ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """`samples` random points within `boundary_dict` ([low, high] numbers, or lists as categories;
     names in `log_scale` are sampled on a log scale); the same seed gives the same trials."""
+    seed = seeds.resolve(seed)
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, early_stopping, early_stopping_min_steps, local_logdir,
-                      lambda s: s.run_batch(points, len(points)), strategy="random", seed=seed)
+                      lambda s: s.run_batch(points, len(points)), seed=seed, strategy="random")
 
 
 def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str, Any],
@@ -145,6 +148,7 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
                            versioned_resources: list[str] | None = None,
                            log_scale: list[str] | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evolve a population over `generations`, each generation one parallel batch of trials."""
+    seed = seeds.resolve(seed)
     evolution = DifferentialEvolution(space.Space.from_bounds(boundary_dict, log_scale or ()),
                                       population=population, mutation=mutation, crossover=crossover,
                                       direction=Direction.of(direction), seed=seed)
@@ -153,5 +157,5 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
     best_per_generation: list[float | None] = []
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, None, 3, local_logdir, evolve(evolution, generations, best_per_generation),
-                      strategy="differential_evolution", generations=generations, population=population,
+                      seed=seed, strategy="differential_evolution", generations=generations, population=population,
                       best_per_generation=best_per_generation)

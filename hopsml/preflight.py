@@ -73,7 +73,7 @@ def _imported_names(code: types.CodeType) -> Iterator[str]:
             yield from _imported_names(const)
 
 
-def _used_modules(fn: Any) -> Iterable[str]:
+def used_modules(fn: Any) -> Iterable[str]:
     """Top-level names of the modules `fn` uses: imported in its body, or module globals it refers to."""
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -93,7 +93,7 @@ def driver_stack(fn: Any = None, packages: Iterable[str] = ()) -> Stack:
     """The driver's stack: hopsml, numpy, pyarrow, `packages`, and the installed packages `fn` imports or uses."""
     distributions = _distributions()
     wanted = [*ALWAYS, *packages]
-    for name in sorted(_used_modules(fn)):
+    for name in sorted(used_modules(fn)):
         if name in sys.stdlib_module_names or name == "__main__":
             continue
         for distribution in distributions.get(name, []):

@@ -79,6 +79,16 @@ def _current_rank() -> tuple[int, int, Storage | None, str | None]:
     return ctx.rank, ctx.world_size, ctx.storage, ctx.run_dir.project
 
 
+def _seed(given: int | None) -> int:
+    """The shuffling seed: the one given, else the run's (so a rerun shuffles the same), else 0."""
+    if given is not None:
+        return int(given)
+    from hopsml.tracking.run_context import current_or_none
+
+    ctx = current_or_none()
+    return ctx.seed if ctx is not None and ctx.seed is not None else 0
+
+
 class ShardReader:
     """Iterate over one rank's batches: ``for batch in reader: batch["image"], batch["label"]``."""
 
@@ -400,7 +410,7 @@ def _prefetch(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 
 def reader(dataset: str, rank: int | None = None, world_size: int | None = None, *,
-           batch_size: int = 256, shuffle: bool = True, seed: int = 0, epochs: int | None = 1,
+           batch_size: int = 256, shuffle: bool = True, seed: int | None = None, epochs: int | None = 1,
            fields: Sequence[str] | None = None, split: str | None = None, engine: str = "arrow",
            drop_last: bool = False, device: str = "cpu", pool: str = "dummy",
            equal_steps: bool | str = False, settings: config.Settings | None = None) -> ShardReader:
@@ -410,7 +420,7 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
     0 of 1); ``split`` to 'train' when the dataset has one, else its only split; ``fields`` to
     the dataset's default fields (image and label; features and label). ``epochs=None`` repeats
     forever; with ``shuffle`` the row-group order and the rows within each row group change per
-    epoch, reproducibly from ``seed``. ``device='cuda'`` gives cupy arrays on the current GPU.
+    epoch, reproducibly from ``seed`` (default: the run's seed inside a run, else 0). ``device='cuda'`` gives cupy arrays on the current GPU.
     ``equal_steps`` ('min' or True, 'max'; default off) gives every rank the same number of
     batches per epoch, so that a loop with one all-reduce per batch cannot wait for a rank that
     has run out (see the module text).
@@ -461,5 +471,5 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
     from hopsml.tracking.lineage import record_dataset  # the run notes what it trained on
     record_dataset(dataset, storage.uri(ddir.path), split, manifest.to_json())
     return ShardReader(storage, ddir, manifest, split, rank, world_size, int(batch_size), shuffle,
-                       int(seed), epochs, fields, engine, drop_last, "cpu" if device == "cpu" else "cuda",
+                       _seed(seed), epochs, fields, engine, drop_last, "cpu" if device == "cpu" else "cuda",
                        pool, mode)

@@ -42,6 +42,7 @@ class RankReport:
     cause: str | None = None  # RAISED, COLLECTIVE, PROCESS or STAGE when not ok
     blamed: int | None = None  # the peer a collective error blames
     blame: str | None = None  # what that peer did: DIED, STUCK or TAMPERED
+    seeded: dict[str, int] = field(default_factory=dict)  # the generators seeded before the function ran
 
     @classmethod
     def failure(cls, exc: BaseException, error: str, traceback: str, tail: str) -> RankReport:
@@ -63,8 +64,9 @@ class RankReport:
         """From its JSON form; unknown keys (a newer task's) are ignored."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        if values.get("result") is None:
-            values["result"] = {}
+        for name in ("result", "seeded"):
+            if values.get(name) is None:
+                values[name] = {}
         return cls(**values)
 
 

@@ -31,6 +31,7 @@ from hopsml import layout
 from hopsml import config
 from hopsml.errors import SerializationError, TrialStopped
 from hopsml.fs import Storage
+from hopsml.launcher import seeds
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import Failing, Finished, Metric, Output, RankReport, to_wire
 from hopsml.layout import RunDir
@@ -56,6 +57,7 @@ class TaskSpec:
     local_logdir: bool = False  # tensorboard.logdir() on local disk, copied into the run at the end
     # The run's settings snapshot, made on the driver (the engine passes its own): ranks never read theirs.
     settings: config.RunSettings = field(default_factory=config.RunSettings.resolve)
+    seed: int | None = None  # the run's seed: every generator the function uses starts from it (`seeds`)
 
 
 class _Tee(io.TextIOBase):
@@ -239,17 +241,18 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
     try:
         with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
                         trial=spec.trial, report=_trial_reporter(channel, spec.trial),
-                        local_logdir=spec.local_logdir,
+                        local_logdir=spec.local_logdir, seed=spec.seed,
                         sync_interval_s=spec.settings.sync_interval_s) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None,
                                  native=native_output) as tee:
                 try:
                     workdir, started_at = os.getcwd(), time.time()
+                    seeded = seeds.seed_generators(spec.seed, fn) if spec.seed is not None else {}
                     value = fn(**kwargs)
                     report = RankReport(True, result=normalise_result(
                         value, spec.storage, run_dir, started=started_at, workdir=workdir,
-                        run_local_dir=ctx.local_dir))
+                        run_local_dir=ctx.local_dir), seeded=seeded)
                 except TrialStopped as stop:
                     print(f"hopsml: {stop}")
                     report = RankReport(True, stopped=True, result=ctx.last_metrics)

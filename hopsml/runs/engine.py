@@ -18,7 +18,7 @@ from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
 from hopsml import preflight
-from hopsml.launcher import local_modules
+from hopsml.launcher import local_modules, seeds
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import (StageMonitor, check_barrier_stage, check_shippable, open_channel, run_stage,
                                     ship_by_value)
@@ -42,12 +42,13 @@ class Start:
     snapshot: config.RunSettings
     storage: Storage
     checks: preflight.Preflight  # what each task does first: check its executor's stack, install the modules
+    seed: int  # the run's seed: every rank and trial seeds its generators from it
 
     @classmethod
-    def of(cls, settings: config.Settings, train_fn: Callable[..., Any]) -> Start:
+    def of(cls, settings: config.Settings, train_fn: Callable[..., Any], seed: int | None = None) -> Start:
         stack = preflight.driver_stack(train_fn) if settings.check_versions else None
         checks = preflight.Preflight(stack, local_modules.collect(train_fn))
-        return cls(settings, config.RunSettings.of(settings), Storage(settings.root), checks)
+        return cls(settings, config.RunSettings.of(settings), Storage(settings.root), checks, seeds.resolve(seed))
 
     @property
     def network(self) -> Network:
@@ -65,11 +66,13 @@ class Start:
                                    versioned_resources=versioned_resources, heartbeat_s=self.snapshot.heartbeat_s,
                                    user=self.snapshot.user, spark_conf=dict(sc.getConf().getAll()),
                                    spark_version=sc.version, modules=self.checks.modules,
-                                   python_environment=shipping.describe(packed=session.shipped()), **fields)
+                                   python_environment=shipping.describe(packed=session.shipped()), seed=self.seed,
+                                   **fields)
 
     def spec(self, run_dir: str, channel: Any, **fields: Any) -> TaskSpec:
         """A task's spec, with the channel's address and secret and the run's settings snapshot."""
-        return TaskSpec(self.storage, run_dir, channel.address, channel.secret, settings=self.snapshot, **fields)
+        return TaskSpec(self.storage, run_dir, channel.address, channel.secret, settings=self.snapshot,
+                        seed=self.seed, **fields)
 
 
 def check_function(train_fn: Any, args_dict: Any, name: str,
@@ -120,12 +123,12 @@ def executions(args: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, name: str, local_logdir: bool,
            description: str | None, metric_key: str | None,
-           versioned_resources: list[str] | None) -> tuple[str, Any]:
+           versioned_resources: list[str] | None, seed: int | None = None) -> tuple[str, Any]:
     """experiment.launch: one task (or one per execution of list arguments), each in a child process."""
     args = check_function(train_fn, args_dict, name, versioned_resources)
     runs = executions(args)
     ship(train_fn, args)
-    start = Start.of(config.load(), train_fn)
+    start = Start.of(config.load(), train_fn, seed)
     sc = start.spark()
     run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
                           description=description, metric_key=metric_key, hyperparameters=args,
@@ -152,7 +155,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
         if not report.ok:
             raise ExperimentFailed(f"experiment {run.id} failed: {report.error}", traceback=report.traceback,
                                    output_tail=report.tail, logdir=run.logdir)
-        run.finish(metric=metric_of(report.result, metric_key), results=report.result)
+        run.finish(metric=metric_of(report.result, metric_key), results=report.result, seeds=report.seeded)
     return run.logdir, report.result
 
 
@@ -161,7 +164,7 @@ def _run_executions(sc: Any, start: Start, run: ExperimentRun, train_fn: Callabl
     """launch's list form: every execution in parallel, each in its own folder with its record."""
     from hopsml.runs.search import Search
 
-    search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, optimization_key=metric_key or "metric",
+    search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=metric_key or "metric",
                     direction=Direction.MAX, local_logdir=bool(local_logdir), metric_required=False,
                     unit="execution")
     trials = search.run_batch(runs, len(runs))
@@ -206,7 +209,7 @@ def collective_ranks(train_fn: Callable[[], Any], *, workers: int, gpus: int, ti
 
 def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ranks, *, name: str,
               description: str | None, metric_key: str | None, versioned_resources: list[str] | None,
-              local_logdir: bool, retries: int = 0, resume: str | None = None,
+              local_logdir: bool, retries: int = 0, resume: str | None = None, seed: int | None = None,
               **fields: Any) -> tuple[str, dict[str, Any]]:
     """What every distributed verb shares: checks, the record, a barrier stage (again, up to `retries`
     times, when a rank died), rank 0's result (`fields` go into the finished record)."""
@@ -216,7 +219,7 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
     if ranks.gpus < 0:
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {ranks.gpus}")
     ship(train_fn)
-    start = Start.of(settings, train_fn)
+    start = Start.of(settings, train_fn, seed)
     sc = start.spark()
     check_barrier_stage(sc, ranks.workers, ranks.gpus)
     source = resume_source(start.storage, settings.project, resume) if resume else None
@@ -245,9 +248,10 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
                         "from the last checkpoint if the function saved one", run.id, failures[0].rank,
                         (failures[0].error.splitlines() or [""])[0], attempt + 1, retries + 1)
         fields["attempts"] = attempt
-        by_rank = {r.rank: r.result for r in reports if r.rank is not None}
-        result = by_rank[0]
-        run.finish(metric=metric_of(result, metric_key), results=[by_rank[r] for r in sorted(by_rank)], **fields)
+        by_rank = {r.rank: r for r in reports if r.rank is not None}
+        result = by_rank[0].result
+        run.finish(metric=metric_of(result, metric_key), results=[by_rank[r].result for r in sorted(by_rank)],
+                   seeds=by_rank[0].seeded, **fields)
     return run.logdir, result
 
 

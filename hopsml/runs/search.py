@@ -58,10 +58,11 @@ class Search:
     """Runs batches of trials for one PARALLEL_EXPERIMENTS experiment."""
 
     def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
-                 optimization_key: str, checks: preflight.Preflight | None = None,
+                 optimization_key: str, checks: preflight.Preflight | None = None, seed: int | None = None,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
                  local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
-        self.sc, self.run, self.fn, self.settings, self.checks = sc, run, fn, settings, checks
+        self.sc, self.run, self.fn, self.settings, self.checks, self.seed = sc, run, fn, settings, checks, seed
+        self.seeded: dict[str, int] = {}
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir
         self.metric_required = metric_required  # launch's executions may return no metric at all
@@ -98,6 +99,7 @@ class Search:
         with self._lock:
             if report.trial is None:
                 return
+            self.seeded = self.seeded or dict(report.seeded)  # every trial seeds alike: any one says how
             trial = self.trials[report.trial]
             if trial.state != "RUNNING":
                 return
@@ -169,7 +171,7 @@ class Search:
         storage, fn = self.run.storage, self.fn
         specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
                                      trial_name=posixpath.basename(t.dir), local_logdir=self.local_logdir,
-                                     settings=self.settings)) for t in batch]
+                                     settings=self.settings, seed=self.seed)) for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
             for i in partition:
@@ -216,14 +218,16 @@ class Search:
         counts = {state: sum(t.state == state for t in self.trials)
                   for state in (State.FINISHED.value, State.FAILED.value, State.EARLY_STOPPED.value)}
         self.run.finish(metric=best.metric, results=best.outputs, best_hyperparameters=best.params,
-                        best_logdir=self.run.storage.uri(best.dir), trials=counts, **record_fields)
+                        best_logdir=self.run.storage.uri(best.dir), trials=counts, seeds=self.seeded,
+                        **record_fields)
         return best
 
 
 def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
                optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
                early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
-               batches: Callable[[Search], Any], **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+               batches: Callable[[Search], Any], seed: int | None = None,
+               **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
     from hopsml import config
     from hopsml.runs.engine import Start, check_function, ship
@@ -236,7 +240,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
         raise SearchSpaceError(f"early_stopping must be one of {', '.join(RULES)} or None, not {early_stopping!r}")
     rule = MedianStoppingRule(goal, min_steps=early_stopping_min_steps) if early_stopping else None
     ship(train_fn)
-    start = Start.of(config.load(), train_fn)
+    start = Start.of(config.load(), train_fn, seed)
     sc = start.spark()
     run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
                           description=description, type=ExperimentType.PARALLEL_EXPERIMENTS.value,
@@ -244,7 +248,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
                           metric_key=optimization_key, executors=sc.defaultParallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, optimization_key=optimization_key, direction=goal,
+        search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=optimization_key, direction=goal,
                         early_stopping=rule, local_logdir=bool(local_logdir))
         batches(search)
         best = search.conclude(**record_fields)

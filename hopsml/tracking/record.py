@@ -101,6 +101,8 @@ class ExperimentRecord:
     program: str | None = None
     environment: str | None = None
     python_environment: dict[str, Any] | None = None  # fingerprint, and the archive shipped to the executors
+    seed: int | None = None  # the run's seed; `seeds`: the generators rank 0 (or a trial) seeded from it
+    seeds: dict[str, int] = field(default_factory=dict)
     resources: list[str] = field(default_factory=list)
     modules: list[dict[str, str]] = field(default_factory=list)  # the user's own modules shipped: path, sha256
     git: dict[str, Any] | None = None

@@ -44,6 +44,7 @@ class RunContext:
     trial: int | None = None  # index of this trial in a search
     report: TrialReporter | None = None  # a trial's link to the driver's early stopping
     local_logdir: bool = False  # hops' local_logdir: TensorBoard writes to a local folder, copied in at the end
+    seed: int | None = None  # the run's seed (hopsml.data.reader shuffles from it when given none)
     _metrics: MetricsLogger | None = field(default=None, repr=False)
     _staged: StagedRun | None = field(default=None, repr=False)
     _local_tensorboard: str | None = field(default=None, repr=False)
@@ -147,7 +148,8 @@ def _seconds(name: str, given: float | None) -> float:
 @contextmanager
 def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: int = 1,
                write_metrics: bool = True, trial: int | None = None, report: TrialReporter | None = None,
-               local_logdir: bool = False, sync_interval_s: float | None = None) -> Iterator[RunContext]:
+               local_logdir: bool = False, sync_interval_s: float | None = None,
+               seed: int | None = None) -> Iterator[RunContext]:
     """Make a run current; on exit close its writers and collect a local TensorBoard folder. On a remote root its files are written in a
     local staging folder, copied to the run directory every `sync_interval_s` (setting) and at the
     end, and the folder is removed, also when the run fails or its process dies."""
@@ -160,7 +162,7 @@ def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: 
     try:
         os.makedirs(local_dir, exist_ok=True)
         ctx = RunContext(storage, run_dir, local_dir, rank, world_size, write_metrics, trial, report,
-                         local_logdir, _staged=staged)
+                         local_logdir, seed, _staged=staged)
         token = _current.set(ctx)
     except BaseException:
         if staged is not None:
