@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from spark_daemons import run_driver
+from standalone_cluster import standalone_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,13 @@ def _driver_venv(folder: Path) -> str:
     return str(folder / "bin" / "python")
 
 
-@pytest.mark.parametrize("standalone", [{"bare_python": True}], indirect=True)
+@pytest.fixture
+def standalone(tmp_path):
+    """The workers' own python3 has nothing installed: only a shipped environment can run hopsml there."""
+    with standalone_cluster(tmp_path, bare_python=True) as cluster:
+        yield cluster
+
+
 def test_the_executors_run_the_shipped_environment_of_the_driver(standalone, tmp_path):
     url, env = standalone
     bare = subprocess.run(["python3", "-c", "import numpy"], capture_output=True, env={"PATH": env["PATH"]})

@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 from spark_daemons import run_driver
+from standalone_cluster import standalone_cluster
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
 PORT_RANGE = (43100, 43199)
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    with standalone_cluster(tmp_path) as cluster:
+        yield cluster
 
 
 def test_allreduce_on_a_standalone_cluster_with_a_shared_file_root(standalone, tmp_path):

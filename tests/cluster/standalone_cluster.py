@@ -1,4 +1,4 @@
-"""The Spark standalone cluster the cluster tests share: a master and two workers started with spark-class,
+"""The Spark standalone cluster the cluster tests start: a master and two workers started with spark-class,
 bound to 127.0.0.1, each worker with one core, so the two ranks of an allreduce run in two executors."""
 
 from __future__ import annotations
@@ -7,14 +7,18 @@ import os
 import sys
 import venv
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import pytest
 from spark_daemons import Daemon, java_missing, stop_all
 
 
-@pytest.fixture
-def standalone(tmp_path, request):
-    """spark://127.0.0.1:<port> with two 1-core workers; every process is gone after the test. Parametrized
-    with {"bare_python": True}, the workers' own `python3` is a venv with nothing installed."""
+@contextmanager
+def standalone_cluster(tmp_path: Path, bare_python: bool = False) -> Iterator[tuple[str, dict[str, str]]]:
+    """spark://127.0.0.1:<port> with two 1-core workers; every process is gone after the test. With
+    `bare_python`, the workers' own `python3` is a venv with nothing installed."""
     if java_missing():
         pytest.skip("a Spark standalone cluster needs Java (java on PATH or JAVA_HOME)")
     logs = tmp_path / "daemons"
@@ -22,7 +26,7 @@ def standalone(tmp_path, request):
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(logs), "SPARK_NO_DAEMONIZE": "1",
            "PYSPARK_PYTHON": sys.executable}
     env.pop("SPARK_CONF_DIR", None)
-    if getattr(request, "param", {}).get("bare_python"):
+    if bare_python:
         bare = tmp_path / "bare-python"
         venv.EnvBuilder(with_pip=False).create(bare)
         env["PATH"] = f"{bare / 'bin'}{os.pathsep}{env['PATH']}"
