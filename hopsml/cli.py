@@ -175,15 +175,18 @@ def _reason(trial: dict[str, Any], limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def quickstart(settings: config.Settings) -> str:
-    """Train the digits model as a versioned experiment and show where it went."""
+def quickstart(settings: config.Settings, overwrite: bool = False) -> str:
+    """Train the digits model as a versioned experiment and show where it went.
+
+    The sample datasets of an earlier quickstart are reused; a 'digits' or 'iris' dataset holding
+    other data is refused before Spark starts, unless `overwrite`."""
     from hopsml import experiment
     from hopsml.examples import digits
 
     print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
     print("\n0. prepare the bundled data with Spark (digits as image files, iris as a CSV table)")
     with tempfile.TemporaryDirectory(prefix="hopsml-samples-") as workdir:   # the datasets are all that is kept
-        for summary in data_commands.prepare_samples(settings, workdir):
+        for summary in data_commands.prepare_samples(settings, workdir, overwrite=overwrite):
             print(f"   {summary}")
     print("\n1. one training run (experiment.launch)")
     logdir, result = experiment.launch(digits.train, {"lr": 0.5, "epochs": 10}, name="quickstart-digits",
@@ -232,7 +235,11 @@ def _parser() -> argparse.ArgumentParser:
     cleaner.add_argument("--lost", action="store_true", help="every LOST experiment of the project")
     cleaner.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
-    commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel and search")
+    starter = commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel "
+                                                     "and search")
+    starter.add_argument("--overwrite", action="store_true",
+                         help="prepare the sample datasets 'digits' and 'iris' again, replacing datasets of those "
+                              "names (default: reuse the quickstart's own, refuse others)")
     data_commands.add_commands(commands)
     model_commands.add_commands(commands)
     ui_commands.add_commands(commands)
@@ -246,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = config.load(root=args.root, project=args.project)
         if args.command == "quickstart":
-            output = quickstart(settings)
+            output = quickstart(settings, overwrite=args.overwrite)
         elif args.command in data_commands.COMMANDS:
             output = data_commands.run(args, settings)
         elif args.command in model_commands.COMMANDS:

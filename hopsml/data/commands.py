@@ -221,23 +221,85 @@ def datasets_show(settings: config.Settings, name: str, html: bool = False) -> s
     return "\n".join(lines)
 
 
-def prepare_samples(settings: config.Settings, workdir: str, *, limit: int | None = None,
-                    overwrite: bool = True) -> list[ds.DatasetSummary]:
-    """Write the shipped sample data to ``workdir`` and prepare it as the datasets 'digits'
-    (images, 32x32 cropped to 28x28) and 'iris' (table): what the quickstart runs first."""
+SAMPLES = ("digits", "iris")
+
+
+def sample_source(sample: str, limit: int | None = None) -> str:
+    """What a sample dataset's manifest names as its source: the bundled data set, not the temporary
+    folder it was written to on the way (gone once the dataset is prepared)."""
+    return f"hopsml-sample:{sample}" + (f"?limit={limit}" if limit is not None else "")
+
+
+def _existing_sample(storage: Storage, settings: config.Settings, sample: str, dataset: str,
+                     limit: int | None) -> str | None:
+    """'reused ...' when `dataset` is a complete dataset of this very sample; None when there is no
+    dataset of that name; a clear refusal when it holds other data (it is never replaced silently)."""
+    ddir = ds.DatasetDir.of(settings.project, dataset)
+    if not storage.exists(ddir.path):
+        return None
+    try:
+        _, manifest = ds.open_dataset(storage, settings.project, dataset)
+    except (ds.DatasetError, OSError, ValueError):
+        manifest = {}
+    source = manifest.get("source")
+    if source == sample_source(sample, limit):
+        rows = ", ".join(f"{k} {v.get('rows')}" for k, v in manifest.get("splits", {}).items())
+        return (f"dataset {dataset!r} ({source}, prepared {str(manifest.get('created', ''))[:19]}; {rows} rows) "
+                f"is there already: reused")
+    what = (f"prepared from {redact_uri(source)!r}" if isinstance(source, str)
+            else "not a complete dataset (no _SUCCESS or dataset.json)" if not manifest else "of unknown source")
+    raise ds.DatasetExistsError(
+        f"dataset {dataset!r} already exists at {storage.uri(ddir.path)}, {what}, not hopsml's bundled {sample!r} "
+        f"sample; it is kept. Pass --overwrite to replace it with the sample, or use another project (--project) "
+        "or dataset name")
+
+
+def prepare_sample(settings: config.Settings, workdir: str, sample: str, dataset: str | None = None, *,
+                   limit: int | None = None, overwrite: bool = False) -> str:
+    """Prepare the bundled `sample` ('digits': images, 32x32 cropped to 28x28; 'iris': a table) as
+    `dataset` (default: the sample's name), writing its files to `workdir` on the way.
+
+    An existing complete dataset of the same sample is reused, any other dataset of that name refused
+    (DatasetExistsError) unless `overwrite`; returns what happened, to print.
+    """
     import os
 
     from hopsml.data import samples
     from hopsml.data.images import prepare_images
     from hopsml.data.tables import prepare_table
 
-    image_dir = os.path.join(workdir, "digits")
-    table_path = os.path.join(workdir, "iris.csv")
-    if not os.path.isdir(image_dir):
-        samples.write_digits(image_dir, limit=limit)
-    if not os.path.isfile(table_path):
-        samples.write_table(table_path)
-    return [prepare_images(image_dir, "digits", resize=(32, 32), crop=(28, 28), overwrite=overwrite,
-                           settings=settings),
-            prepare_table(table_path, "iris", label="species", missing="fill", standardize=True,
-                          overwrite=overwrite, settings=settings)]
+    if sample not in SAMPLES:
+        raise ds.DatasetError(f"no bundled sample {sample!r}; the samples are {', '.join(SAMPLES)}")
+    dataset = dataset or sample
+    storage = Storage(settings.root)
+    if not overwrite:
+        reused = _existing_sample(storage, settings, sample, dataset, limit)
+        if reused is not None:
+            return reused
+    summary: ds.DatasetSummary
+    if sample == "digits":
+        image_dir = os.path.join(workdir, "digits")
+        if not os.path.isdir(image_dir):
+            samples.write_digits(image_dir, limit=limit)
+        summary = prepare_images(image_dir, dataset, resize=(32, 32), crop=(28, 28), overwrite=overwrite,
+                                 settings=settings)
+    else:
+        table_path = os.path.join(workdir, "iris.csv")
+        if not os.path.isfile(table_path):
+            samples.write_table(table_path)
+        summary = prepare_table(table_path, dataset, label="species", missing="fill", standardize=True,
+                                overwrite=overwrite, settings=settings)
+    manifest_rel = ds.DatasetDir.of(settings.project, dataset).manifest
+    storage.write_json(manifest_rel, {**storage.read_json(manifest_rel), "source": sample_source(sample, limit)})
+    return str(summary)
+
+
+def prepare_samples(settings: config.Settings, workdir: str, *, limit: int | None = None,
+                    overwrite: bool = False) -> list[str]:
+    """The datasets 'digits' and 'iris' from the bundled samples (see prepare_sample): what the
+    quickstart runs first. Both names are checked before either is prepared."""
+    storage = Storage(settings.root)
+    if not overwrite:
+        for sample in SAMPLES:
+            _existing_sample(storage, settings, sample, sample, limit)  # refuses before any Spark work
+    return [prepare_sample(settings, workdir, sample, limit=limit, overwrite=overwrite) for sample in SAMPLES]
