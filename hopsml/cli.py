@@ -17,7 +17,7 @@ from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.model import commands as model_commands
-from hopsml.cli_tables import format_table
+from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
 from hopsml.ui import commands as ui_commands
@@ -116,15 +116,67 @@ def experiments_clean(settings: config.Settings, ids: Sequence[str], lost: bool 
     return "\n".join(lines)
 
 
-def experiments_show(settings: config.Settings, exp_id: str) -> str:
+def _duration(seconds: Any) -> str | None:
+    if not isinstance(seconds, (int, float)):
+        return None
+    minutes, rest = divmod(float(seconds), 60)
+    return f"{int(minutes)} min {rest:.0f} s" if minutes else f"{rest:.1f} s"
+
+
+def _summary(rec: records.ExperimentRecord, state: str, storage: Storage, exp_dir: layout.ExperimentDir) -> str:
+    """The record as a person reads it: what ran, how it ended, what it found and with what."""
+    function = ".".join(part for part in (rec.module, rec.function) if part) or None
+    when = _short_time(rec.start)
+    if rec.finished:
+        when = f"{when} to {_short_time(rec.finished)}"
+    duration = _duration(rec.duration)
+    metric = None
+    if rec.metric is not None:
+        key = rec.optimization_key or rec.metric_key or "metric"
+        metric = f"{key} = {number(rec.metric)}" + (f" ({rec.direction})" if rec.direction else "")
+    results = rec.results
+    if isinstance(results, list):
+        results = f"{len(results)} executions (see .outputs.json in their folders)"
+    elif isinstance(results, dict):
+        results = pairs({k: v for k, v in results.items() if k != "log"}, sep=", ")
+    versions = ", ".join(f"{k} {v}" for k, v in (rec.versions or {}).items() if v) or None
+    git = None
+    if isinstance(rec.git, dict) and rec.git.get("revision"):
+        git = str(rec.git["revision"])[:12] + (" (uncommitted changes)" if rec.git.get("dirty") else "")
+    gpus = f", {rec.gpus_per_executor} GPU each" if rec.gpus_per_executor else ""
+    title = f"experiment {rec.id}: {rec.name} ({state})"
+    return "\n".join([title, format_fields([
+        ("type", rec.type),
+        ("description", rec.description),
+        ("user", rec.user),
+        ("function", function),
+        ("ran", f"{when} ({duration})" if duration else when),
+        ("metric", metric),
+        ("hyperparameters", pairs(rec.hyperparameters, sep=", ") if rec.hyperparameters else None),
+        ("results", results),
+        ("executors", f"{rec.executors}{gpus}"),
+        ("error", rec.error),
+        ("program", rec.program),
+        ("environment", rec.environment),
+        ("resources", ", ".join(rec.resources) if rec.resources else None),
+        ("git", git),
+        ("versions", versions),
+        ("folder", storage.uri(exp_dir.path)),
+    ])])
+
+
+def experiments_show(settings: config.Settings, exp_id: str, raw: bool = False) -> str:
+    """One experiment: a readable summary of its record, traceback, files, trials and last metrics;
+    `raw` gives the record itself as JSON."""
     storage = Storage(settings.root)
     rec = records.read_record(storage, settings.project, exp_id)
+    if raw:
+        return json.dumps(rec.to_dict(), indent=2, default=str)
     exp_dir = layout.ExperimentDir.from_id(settings.project, exp_id)
     data = rec.to_dict()
-    data.pop("spark_conf", None)
     texts = {key: data.pop(key) for key in ("traceback", "output_tail") if data.get(key)}
     state, lost = records.shown_state(storage, settings.project, rec, settings.lost_after_s)
-    lines = [json.dumps(data, indent=2, default=str)]
+    lines = [_summary(rec, state, storage, exp_dir)]
     for key, title in (("traceback", "traceback"), ("output_tail", "last output lines")):
         if key in texts:   # as lines, not one JSON string full of \n
             lines += ["", f"{title}:", str(texts[key]).rstrip()]
@@ -226,6 +278,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="only runs of this type (PARALLEL_EXPERIMENTS: searches)")
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
+    shower.add_argument("--json", dest="raw", action="store_true", help="print the record (experiment.json) as it is")
     marker = exp_commands.add_parser("mark-lost", help="record RUNNING experiments whose driver is gone as LOST")
     marker.add_argument("ids", nargs="*", help="experiment ids")
     marker.add_argument("--all", dest="every", action="store_true", help="every experiment shown as LOST")
@@ -267,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.action == "clean":
             output = experiments_clean(settings, args.ids, args.lost, args.dry_run)
         else:
-            output = experiments_show(settings, args.id)
+            output = experiments_show(settings, args.id, raw=args.raw)
     except HopsmlError as exc:
         print(f"hopsml: error: {exc}", file=sys.stderr)
         return 1
