@@ -18,7 +18,7 @@ from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.model import commands as model_commands
-from hopsml.cli_tables import format_table
+from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
 from hopsml.ui import commands as ui_commands
@@ -117,15 +117,67 @@ def experiments_clean(settings: config.Settings, ids: Sequence[str], lost: bool 
     return "\n".join(lines)
 
 
-def experiments_show(settings: config.Settings, exp_id: str) -> str:
+def _duration(seconds: Any) -> str | None:
+    if not isinstance(seconds, (int, float)):
+        return None
+    minutes, rest = divmod(float(seconds), 60)
+    return f"{int(minutes)} min {rest:.0f} s" if minutes else f"{rest:.1f} s"
+
+
+def _summary(rec: records.ExperimentRecord, state: str, storage: Storage, exp_dir: layout.ExperimentDir) -> str:
+    """The record as a person reads it: what ran, how it ended, what it found and with what."""
+    function = ".".join(part for part in (rec.module, rec.function) if part) or None
+    when = _short_time(rec.start)
+    if rec.finished:
+        when = f"{when} to {_short_time(rec.finished)}"
+    duration = _duration(rec.duration)
+    metric = None
+    if rec.metric is not None:
+        key = rec.optimization_key or rec.metric_key or "metric"
+        metric = f"{key} = {number(rec.metric)}" + (f" ({rec.direction})" if rec.direction else "")
+    results = rec.results
+    if isinstance(results, list):
+        results = f"{len(results)} executions (see .outputs.json in their folders)"
+    elif isinstance(results, dict):
+        results = pairs({k: v for k, v in results.items() if k != "log"}, sep=", ")
+    versions = ", ".join(f"{k} {v}" for k, v in (rec.versions or {}).items() if v) or None
+    git = None
+    if isinstance(rec.git, dict) and rec.git.get("revision"):
+        git = str(rec.git["revision"])[:12] + (" (uncommitted changes)" if rec.git.get("dirty") else "")
+    gpus = f", {rec.gpus_per_executor} GPU each" if rec.gpus_per_executor else ""
+    title = f"experiment {rec.id}: {rec.name} ({state})"
+    return "\n".join([title, format_fields([
+        ("type", rec.type),
+        ("description", rec.description),
+        ("user", rec.user),
+        ("function", function),
+        ("ran", f"{when} ({duration})" if duration else when),
+        ("metric", metric),
+        ("hyperparameters", pairs(rec.hyperparameters, sep=", ") if rec.hyperparameters else None),
+        ("results", results),
+        ("executors", f"{rec.executors}{gpus}"),
+        ("error", rec.error),
+        ("program", rec.program),
+        ("environment", rec.environment),
+        ("resources", ", ".join(rec.resources) if rec.resources else None),
+        ("git", git),
+        ("versions", versions),
+        ("folder", storage.uri(exp_dir.path)),
+    ])])
+
+
+def experiments_show(settings: config.Settings, exp_id: str, raw: bool = False) -> str:
+    """One experiment: a readable summary of its record, traceback, files, trials and last metrics;
+    `raw` gives the record itself as JSON."""
     storage = Storage(settings.root)
     rec = records.read_record(storage, settings.project, exp_id)
+    if raw:
+        return json.dumps(rec.to_dict(), indent=2, default=str)
     exp_dir = layout.ExperimentDir.from_id(settings.project, exp_id)
     data = rec.to_dict()
-    data.pop("spark_conf", None)
     texts = {key: data.pop(key) for key in ("traceback", "output_tail") if data.get(key)}
     state, lost = records.shown_state(storage, settings.project, rec, settings.lost_after_s)
-    lines = [json.dumps(data, indent=2, default=str)]
+    lines = [_summary(rec, state, storage, exp_dir)]
     for key, title in (("traceback", "traceback"), ("output_tail", "last output lines")):
         if key in texts:   # as lines, not one JSON string full of \n
             lines += ["", f"{title}:", str(texts[key]).rstrip()]
@@ -176,15 +228,18 @@ def _reason(trial: dict[str, Any], limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def quickstart(settings: config.Settings) -> str:
-    """Train the digits model as a versioned experiment and show where it went."""
+def quickstart(settings: config.Settings, overwrite: bool = False) -> str:
+    """Train the digits model as a versioned experiment and show where it went.
+
+    The sample datasets of an earlier quickstart are reused; a 'digits' or 'iris' dataset holding
+    other data is refused before Spark starts, unless `overwrite`."""
     from hopsml import experiment
     from hopsml.examples import digits
 
     print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
     print("\n0. prepare the bundled data with Spark (digits as image files, iris as a CSV table)")
     with tempfile.TemporaryDirectory(prefix="hopsml-samples-") as workdir:   # the datasets are all that is kept
-        for summary in data_commands.prepare_samples(settings, workdir):
+        for summary in data_commands.prepare_samples(settings, workdir, overwrite=overwrite):
             print(f"   {summary}")
     print("\n1. one training run (experiment.launch)")
     logdir, result = experiment.launch(digits.train, {"lr": 0.5, "epochs": 10}, name="quickstart-digits",
@@ -234,6 +289,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="only runs of this type (PARALLEL_EXPERIMENTS: searches)")
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
+    shower.add_argument("--json", dest="raw", action="store_true", help="print the record (experiment.json) as it is")
     marker = exp_commands.add_parser("mark-lost", help="record RUNNING experiments whose driver is gone as LOST")
     marker.add_argument("ids", nargs="*", help="experiment ids")
     marker.add_argument("--all", dest="every", action="store_true", help="every experiment shown as LOST")
@@ -243,7 +299,11 @@ def _parser() -> argparse.ArgumentParser:
     cleaner.add_argument("--lost", action="store_true", help="every LOST experiment of the project")
     cleaner.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
-    commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel and search")
+    starter = commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel "
+                                                     "and search")
+    starter.add_argument("--overwrite", action="store_true",
+                         help="prepare the sample datasets 'digits' and 'iris' again, replacing datasets of those "
+                              "names (default: reuse the quickstart's own, refuse others)")
     env = commands.add_parser("env", help="the Python environment a cluster's executors run")
     env_commands = env.add_subparsers(dest="env_action", required=True)
     packer = env_commands.add_parser("pack", help="pack this environment into the project (once per set of packages)")
@@ -264,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = config.load(root=args.root, project=args.project)
         if args.command == "quickstart":
-            output = quickstart(settings)
+            output = quickstart(settings, overwrite=args.overwrite)
         elif args.command == "env":
             output = env_pack(settings, args.print_submit_args, args.force)
         elif args.command in data_commands.COMMANDS:
@@ -280,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.action == "clean":
             output = experiments_clean(settings, args.ids, args.lost, args.dry_run)
         else:
-            output = experiments_show(settings, args.id)
+            output = experiments_show(settings, args.id, raw=args.raw)
     except HopsmlError as exc:
         print(f"hopsml: error: {exc}", file=sys.stderr)
         return 1

@@ -137,7 +137,8 @@ def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], d
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, early_stopping, early_stopping_min_steps, local_logdir,
-                      lambda s: s.run_batch(points, len(points)), seed=seed, strategy="random")
+                      lambda s: s.run_batch(points, len(points)), seed=seed, strategy="random",
+                      log_scale=list(log_scale or []))  # recorded: the web view draws those axes on a log scale
 
 
 def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str, Any],
@@ -158,4 +159,4 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, None, 3, local_logdir, evolve(evolution, generations, best_per_generation),
                       seed=seed, strategy="differential_evolution", generations=generations, population=population,
-                      best_per_generation=best_per_generation)
+                      best_per_generation=best_per_generation, log_scale=list(log_scale or []))

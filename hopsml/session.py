@@ -6,6 +6,11 @@ this very Python (PYSPARK_PYTHON is read when the JVM starts, not from the build
 console must stay quiet, and Spark's own logs go to a file instead of the user's screen. None of that
 is done for a cluster master: its executors run on other hosts, with their own Python and Spark conf.
 
+Two lines that every start printed and no user can act on are dropped, and only they: the JVM's
+"WARNING: Using incubator modules: jdk.incubator.vector" (hopsml starts the JVM with its stderr on a
+pipe and forwards every other byte to the process's stderr), and PySpark's FutureWarning about pandas
+3 (raised while the session starts, and on the workers' first pandas conversion).
+
 Whatever the session, a project root on a local folder is refused with a cluster master unless it is
 marked shared (setting shared_root): each executor would write its part of a run to its own disk. And on a
 cluster master whose Spark channels are neither authenticated nor encrypted, hopsml warns once per
@@ -21,6 +26,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -47,6 +53,12 @@ _QUIET_DEFAULTS = {
     # PySpark's daemon, minus a zip-directory re-read that costs every task ~0.1 s on Python 3.11.
     "spark.python.daemon.module": "hopsml.worker_daemon",
 }
+
+
+# Printed by every JVM that Spark 4 starts (its launcher adds --add-modules=jdk.incubator.vector).
+JVM_INCUBATOR_WARNING = b"WARNING: Using incubator modules: jdk.incubator.vector"
+# PySpark's FutureWarning under pandas 3: the start of its message (a warnings filter matches the start).
+PANDAS_3_WARNING = "PySpark does not yet fully support pandas"
 
 
 def conf_dir() -> str:
@@ -142,9 +154,11 @@ def _prepare_environment(settings: config.Settings) -> None:
     if settings.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", conf_dir())
-    # Workers: petastorm 0.13 calls pyarrow APIs deprecated since pyarrow 2; the warning says nothing
-    # a user can act on, and every worker would print it.
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning:petastorm.fs_utils")
+    # Workers: petastorm 0.13 calls pyarrow APIs deprecated since pyarrow 2, and PySpark warns about
+    # pandas 3 on a worker's first pandas conversion; neither says anything a user can act on, and every
+    # worker would print them.
+    os.environ.setdefault("PYTHONWARNINGS", f"ignore::FutureWarning:petastorm.fs_utils,"
+                                            f"ignore:{PANDAS_3_WARNING}:FutureWarning")
     log_dir = os.path.abspath(os.path.expanduser(settings.log_dir))
     os.makedirs(log_dir, exist_ok=True)
     os.environ.setdefault("HOPSML_LOG_DIR", log_dir)
@@ -199,10 +213,90 @@ def active() -> SparkSession | None:
     return SparkSession.getActiveSession()
 
 
+def quiet_pandas_warning() -> None:
+    """Ignore PySpark's FutureWarning about pandas 3 in this process (and only that warning).
+
+    It is raised when pyspark.testing.utils is first imported, which a py4j converter does while the
+    SparkContext starts, and again on every toPandas; it says nothing a user can act on.
+    """
+    warnings.filterwarnings("ignore", message=PANDAS_3_WARNING, category=FutureWarning)
+
+
+class _StderrFilter:
+    """Forwards a child's stderr to this process's descriptor 2, minus the lines in `dropped`.
+
+    Bytes are forwarded as they come (a progress line ending in a carriage return is not held back);
+    only a partial line that could still become a dropped one waits for its end.
+    """
+
+    def __init__(self, dropped: tuple[bytes, ...], out_fd: int = 2) -> None:
+        self._dropped, self._out, self._held = dropped, out_fd, b""
+
+    def feed(self, data: bytes) -> None:
+        text = self._held + data
+        lines = text.split(b"\n")
+        self._held = lines.pop()
+        kept = [line + b"\n" for line in lines if line.rstrip(b"\r") not in self._dropped]
+        if self._held and not any(line.startswith(self._held) for line in self._dropped):
+            kept.append(self._held)
+            self._held = b""
+        if kept:
+            self._write(b"".join(kept))
+
+    def close(self) -> None:
+        if self._held and self._held.rstrip(b"\r") not in self._dropped:
+            self._write(self._held)
+        self._held = b""
+
+    def _write(self, data: bytes) -> None:
+        try:
+            while data:
+                data = data[os.write(self._out, data):]
+        except OSError:  # our stderr is gone (a closed terminal): nothing left to tell
+            pass
+
+    def pump(self, fd: int) -> None:
+        """Forward everything read from `fd` until its writers are gone (the JVM exited)."""
+        try:
+            while chunk := os.read(fd, 65536):
+                self.feed(chunk)
+        except OSError as error:
+            log.debug("stopped reading Spark's stderr: %s", error)
+        finally:
+            self.close()
+            os.close(fd)
+
+
+def _launch_gateway(conf: Mapping[str, str]) -> None:
+    """Start Spark's JVM as PySpark would, but with its stderr on a pipe that hopsml filters (see the
+    module's docstring); PySpark's getOrCreate then builds the context on this gateway."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:  # an earlier start in this process: its JVM serves again
+            return
+        spark_conf = SparkConf()
+        for key, value in conf.items():
+            spark_conf.set(key, value)
+        read_fd, write_fd = os.pipe()
+        # Read from the first byte on: a JVM that fails to start says why on stderr, and a full pipe
+        # would stall a JVM that writes much before its gateway is up.
+        threading.Thread(target=_StderrFilter((JVM_INCUBATOR_WARNING,)).pump, args=(read_fd,),
+                         name="hopsml-spark-stderr", daemon=True).start()
+        try:
+            gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write_fd})
+        finally:
+            os.close(write_fd)  # the JVM holds its own copy; the reader ends when the JVM does
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
 def get_or_create(settings: config.Settings | None = None, app_name: str = "hopsml") -> SparkSession:
     """Reuse the active session, else start the embedded default described by the settings."""
     from pyspark.sql import SparkSession
 
+    quiet_pandas_warning()
     with _lock:
         session = SparkSession.getActiveSession()
         settings = settings or config.load()
@@ -226,6 +320,8 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
         for key, value in conf.items():
             builder = builder.config(key, value)
         try:
+            if not launched_by_spark_submit():
+                _launch_gateway({"spark.master": settings.master, "spark.app.name": app_name, **conf})
             session = builder.getOrCreate()
         except Exception as exc:
             if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):

@@ -11,8 +11,6 @@ The model is hopsml.examples.digits_cnn.
 """
 
 import argparse
-import os
-import shutil
 import sys
 import tempfile
 
@@ -29,20 +27,18 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--name", default="digits-cnn-torch")
-    parser.add_argument("--prepare-samples", action="store_true", help="prepare the bundled digits images (as the quickstart does) first")
+    parser.add_argument("--prepare-samples", action="store_true",
+                        help="prepare the bundled digits images (as the quickstart does) first; a dataset of them "
+                             "prepared before is reused, any other dataset of that name refused")
     parser.add_argument("--overwrite", action="store_true", help="with --prepare-samples: replace an existing dataset")
     args = parser.parse_args(argv)
 
     if args.prepare_samples:
-        from hopsml.data import prepare_images, samples
+        from hopsml import config
+        from hopsml.data.commands import prepare_sample
 
-        workdir = tempfile.mkdtemp(prefix="hopsml-samples-")
-        try:
-            samples.write_digits(os.path.join(workdir, "digits"))
-            print(prepare_images(os.path.join(workdir, "digits"), args.dataset, resize=(32, 32), crop=(28, 28),
-                                 overwrite=args.overwrite))
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="hopsml-samples-") as workdir:
+            print(prepare_sample(config.load(), workdir, "digits", args.dataset, overwrite=args.overwrite))
 
     def train():
         return digits_cnn.train(args.dataset, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,

@@ -15,7 +15,7 @@ from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
-from hopsml.cli_tables import format_table
+from hopsml.cli_tables import format_fields, format_table, number, pairs
 
 COMMANDS = ("prep", "datasets")
 
@@ -50,6 +50,7 @@ def add_commands(subparsers: Any) -> None:
     show = actions.add_parser("show", help="one dataset: manifest, counts, statistics")
     show.add_argument("name")
     show.add_argument("--html", action="store_true", help="print the path of the statistics page")
+    show.add_argument("--json", dest="raw", action="store_true", help="print the manifest (dataset.json) as it is")
     clean = actions.add_parser("clean", help="remove the hidden staging folders of data jobs killed with "
                                              "their driver (no heartbeat for lost_after_s)")
     clean.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
         return datasets_list(settings)
     if args.datasets_action == "clean":
         return datasets_clean(settings, dry_run=args.dry_run, older_than_s=args.older_than)
-    return datasets_show(settings, args.name, html=args.html)
+    return datasets_show(settings, args.name, html=args.html, raw=args.raw)
 
 
 def datasets_list(settings: config.Settings) -> str:
@@ -196,13 +197,68 @@ def _no_stale(storage: Storage, settings: config.Settings, bound: float) -> str:
             f"under {storage.uri()}")
 
 
-def datasets_show(settings: config.Settings, name: str, html: bool = False) -> str:
-    """One dataset: its manifest, files and a short statistics summary."""
+def _option_text(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"{value[0]}x{value[1]}"   # a size: resize, crop
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, str) and (not value.strip() or any(c in value for c in ", ")):
+        return repr(value)  # a delimiter ',' or ' ' is seen
+    return number(value)
+
+
+def _reasons(reasons: Any) -> str:
+    if not isinstance(reasons, dict) or not reasons:
+        return ""
+    return " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"
+
+
+def _dataset_summary(name: str, manifest: dict[str, Any]) -> str:
+    """The manifest as a person reads it: what the dataset holds, where it came from, how it was made."""
+    created = str(manifest.get("created") or "")[:19].replace("T", " ")
+    source = manifest.get("source")
+    title = f"dataset {name} ({manifest.get('kind')})"
+    if created:
+        title += f", prepared {created}"
+    if isinstance(source, str):
+        title += f" from {redact_uri(source)}"
+    if isinstance(manifest.get("seconds"), (int, float)):
+        title += f" in {manifest['seconds']:.1f} s"
+    splits = ", ".join(f"{split} {entry.get('rows')} rows" + (f" ({entry['shards']} shards)" if entry.get("shards")
+                                                               else "")
+                       for split, entry in (manifest.get("splits") or {}).items())
+    counts = dict(manifest.get("counts") or {})
+    count_text = ", ".join(f"{k} {v}" + _reasons(manifest.get(f"{k}_reasons")) for k, v in counts.items())
+    fields = ", ".join(f"{field} {spec.get('dtype')}" + ("" if not spec.get("shape") else
+                                                          "[" + "x".join(map(str, spec["shape"])) + "]")
+                       for field, spec in (manifest.get("fields") or {}).items())
+    labels = manifest.get("labels") or []
+    label_text = ", ".join(map(str, labels[:12])) + (", …" if len(labels) > 12 else "")
+    options = ", ".join(f"{k}={_option_text(v)}" for k, v in (manifest.get("options") or {}).items() if v is not None)
+    model = manifest.get("model")
+    return "\n".join([title, format_fields([
+        ("splits", splits),
+        ("counts", count_text),
+        ("fields", fields),
+        ("reads", ", ".join(manifest.get("default_fields") or [])),
+        ("label", manifest.get("label_field")),
+        ("labels", f"{label_text} ({len(labels)})" if labels else None),
+        ("model", pairs(model, sep=", ") if isinstance(model, dict) else model),
+        ("made from", manifest.get("source_uri")),
+        ("options", options),
+    ])])
+
+
+def datasets_show(settings: config.Settings, name: str, html: bool = False, raw: bool = False) -> str:
+    """One dataset: a readable summary of its manifest (`raw`: the manifest as JSON), its files and a
+    short statistics summary."""
     storage = Storage(settings.root)
     ddir, manifest = ds.open_dataset(storage, settings.project, name)
     if html:
         return storage.uri(ddir.stats_html)
-    lines = [json.dumps(manifest, indent=2, default=str), "", f"files in {storage.uri(ddir.path)}:"]
+    if raw:
+        return json.dumps(manifest, indent=2, default=str)
+    lines = [_dataset_summary(name, manifest), "", f"files in {storage.uri(ddir.path)}:"]
     for rel in storage.ls(ddir.path):
         base = posixpath.basename(rel)
         count = len(storage.ls(rel, recursive=True)) if storage.isdir(rel) else None
@@ -221,23 +277,85 @@ def datasets_show(settings: config.Settings, name: str, html: bool = False) -> s
     return "\n".join(lines)
 
 
-def prepare_samples(settings: config.Settings, workdir: str, *, limit: int | None = None,
-                    overwrite: bool = True) -> list[ds.DatasetSummary]:
-    """Write the shipped sample data to ``workdir`` and prepare it as the datasets 'digits'
-    (images, 32x32 cropped to 28x28) and 'iris' (table): what the quickstart runs first."""
+SAMPLES = ("digits", "iris")
+
+
+def sample_source(sample: str, limit: int | None = None) -> str:
+    """What a sample dataset's manifest names as its source: the bundled data set, not the temporary
+    folder it was written to on the way (gone once the dataset is prepared)."""
+    return f"hopsml-sample:{sample}" + (f"?limit={limit}" if limit is not None else "")
+
+
+def _existing_sample(storage: Storage, settings: config.Settings, sample: str, dataset: str,
+                     limit: int | None) -> str | None:
+    """'reused ...' when `dataset` is a complete dataset of this very sample; None when there is no
+    dataset of that name; a clear refusal when it holds other data (it is never replaced silently)."""
+    ddir = ds.DatasetDir.of(settings.project, dataset)
+    if not storage.exists(ddir.path):
+        return None
+    try:
+        _, manifest = ds.open_dataset(storage, settings.project, dataset)
+    except (ds.DatasetError, OSError, ValueError):
+        manifest = {}
+    source = manifest.get("source")
+    if source == sample_source(sample, limit):
+        rows = ", ".join(f"{k} {v.get('rows')}" for k, v in manifest.get("splits", {}).items())
+        return (f"dataset {dataset!r} ({source}, prepared {str(manifest.get('created', ''))[:19]}; {rows} rows) "
+                f"is there already: reused")
+    what = (f"prepared from {redact_uri(source)!r}" if isinstance(source, str)
+            else "not a complete dataset (no _SUCCESS or dataset.json)" if not manifest else "of unknown source")
+    raise ds.DatasetExistsError(
+        f"dataset {dataset!r} already exists at {storage.uri(ddir.path)}, {what}, not hopsml's bundled {sample!r} "
+        f"sample; it is kept. Pass --overwrite to replace it with the sample, or use another project (--project) "
+        "or dataset name")
+
+
+def prepare_sample(settings: config.Settings, workdir: str, sample: str, dataset: str | None = None, *,
+                   limit: int | None = None, overwrite: bool = False) -> str:
+    """Prepare the bundled `sample` ('digits': images, 32x32 cropped to 28x28; 'iris': a table) as
+    `dataset` (default: the sample's name), writing its files to `workdir` on the way.
+
+    An existing complete dataset of the same sample is reused, any other dataset of that name refused
+    (DatasetExistsError) unless `overwrite`; returns what happened, to print.
+    """
     import os
 
     from hopsml.data import samples
     from hopsml.data.images import prepare_images
     from hopsml.data.tables import prepare_table
 
-    image_dir = os.path.join(workdir, "digits")
-    table_path = os.path.join(workdir, "iris.csv")
-    if not os.path.isdir(image_dir):
-        samples.write_digits(image_dir, limit=limit)
-    if not os.path.isfile(table_path):
-        samples.write_table(table_path)
-    return [prepare_images(image_dir, "digits", resize=(32, 32), crop=(28, 28), overwrite=overwrite,
-                           settings=settings),
-            prepare_table(table_path, "iris", label="species", missing="fill", standardize=True,
-                          overwrite=overwrite, settings=settings)]
+    if sample not in SAMPLES:
+        raise ds.DatasetError(f"no bundled sample {sample!r}; the samples are {', '.join(SAMPLES)}")
+    dataset = dataset or sample
+    storage = Storage(settings.root)
+    if not overwrite:
+        reused = _existing_sample(storage, settings, sample, dataset, limit)
+        if reused is not None:
+            return reused
+    summary: ds.DatasetSummary
+    if sample == "digits":
+        image_dir = os.path.join(workdir, "digits")
+        if not os.path.isdir(image_dir):
+            samples.write_digits(image_dir, limit=limit)
+        summary = prepare_images(image_dir, dataset, resize=(32, 32), crop=(28, 28), overwrite=overwrite,
+                                 settings=settings)
+    else:
+        table_path = os.path.join(workdir, "iris.csv")
+        if not os.path.isfile(table_path):
+            samples.write_table(table_path)
+        summary = prepare_table(table_path, dataset, label="species", missing="fill", standardize=True,
+                                overwrite=overwrite, settings=settings)
+    manifest_rel = ds.DatasetDir.of(settings.project, dataset).manifest
+    storage.write_json(manifest_rel, {**storage.read_json(manifest_rel), "source": sample_source(sample, limit)})
+    return str(summary)
+
+
+def prepare_samples(settings: config.Settings, workdir: str, *, limit: int | None = None,
+                    overwrite: bool = False) -> list[str]:
+    """The datasets 'digits' and 'iris' from the bundled samples (see prepare_sample): what the
+    quickstart runs first. Both names are checked before either is prepared."""
+    storage = Storage(settings.root)
+    if not overwrite:
+        for sample in SAMPLES:
+            _existing_sample(storage, settings, sample, sample, limit)  # refuses before any Spark work
+    return [prepare_sample(settings, workdir, sample, limit=limit, overwrite=overwrite) for sample in SAMPLES]

@@ -4,10 +4,13 @@ context set, and turn whatever happens into a JSON-safe report for the driver.
 Failures of the function are reported, not raised: a raised error would make Spark retry the task
 and run the training again.
 
-Files named in the return value are copied into the run directory only when asked for: the value
-of a key ending in ``_file`` (``{"model_file": "/tmp/model.npz"}``), or a path the function wrote
-(created or changed while it ran) inside its working directory (the current directory or the run's
-own folder). Any other string is recorded as it is, even when a file of that name exists.
+A returned file goes into the run directory as hops put it there: uploaded under its base name, the
+value replaced by its project-relative path (``Experiments/<id>/model.npz``), and the local original
+removed. Which strings are files: a path (absolute, or relative to the function's working directory)
+of a file the function wrote while it ran, anywhere on the local disk, or the value of a key ending in
+``_file`` (``{"model_file": "/data/model.npz"}``); a file it did not write is copied but never removed.
+Any other string is recorded as it is, even when a file of that name exists: hops would delete a
+returned input file (a training CSV), and fail the whole run for a string with a '/' in it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import io
 import math
 import numbers
 import os
+import posixpath
 import shutil
 import sys
 import threading
@@ -156,13 +160,13 @@ def _json_safe(value: Any, where: str) -> Any:
 
 
 def normalise_result(value: Any, storage: Storage, run_dir: RunDir, *, started: float | None = None,
-                     workdir: str | None = None, run_local_dir: str | None = None) -> dict[str, Any]:
-    """The function's return value as a dict, with the files it asks to keep copied into the run dir.
+                     run_local_dir: str | None = None) -> dict[str, Any]:
+    """The function's return value as a dict, with the files it returned moved into the run dir.
 
     A string is taken for a file to keep when its key ends in ``_file``, or when it names a file
-    written since ``started`` (a ``time.time()``) inside ``workdir`` (the function's current
-    directory) or ``run_local_dir`` (the run's own folder, whose files are in the run already);
-    the value becomes the kept file's location. Every other string is recorded unchanged.
+    written since ``started`` (a ``time.time()``), absolute or relative to the current directory; see the module's docstring for what happens to it. A file in
+    ``run_local_dir`` (the run's own folder) is in the run already and only named. Every other string
+    is recorded unchanged.
     """
     if value is None:
         return {}
@@ -171,12 +175,11 @@ def normalise_result(value: Any, storage: Storage, run_dir: RunDir, *, started: 
             raise SerializationError(f"the function returned a {type(value).__name__}; return a number "
                                      "(the metric) or a dict of metrics and file paths")
         value = {"metric": value}
-    folders = (os.path.realpath(run_local_dir) if run_local_dir else None,
-               os.path.realpath(workdir) if workdir else None)
+    run_folder = os.path.realpath(run_local_dir) if run_local_dir else None
     result = {}
     for key, item in value.items():
         if isinstance(item, str) and item and "\n" not in item and "\x00" not in item:
-            item = _kept_file(str(key), item, storage, run_dir, started, *folders)
+            item = _kept_file(str(key), item, storage, run_dir, started, run_folder)
         result[str(key)] = _json_safe(item, f"return value [{key!r}]")
     return result
 
@@ -185,37 +188,53 @@ def _inside(path: str, folder: str | None) -> bool:
     return folder is not None and os.path.commonpath([path, folder]) == folder
 
 
+def project_relative(storage: Storage, run_dir: RunDir, rel: str) -> str:
+    """How hops names a file of the run: relative to the project (``Experiments/<id>/model.npz``), which
+    every hopsml.hdfs function and model.export resolve; the URI for a run outside any project."""
+    project = run_dir.project
+    if project is None:
+        return storage.uri(rel)
+    return posixpath.relpath(rel, layout.project_dir(project))
+
+
 def _kept_file(key: str, item: str, storage: Storage, run_dir: RunDir, started: float | None,
-               run_folder: str | None, workdir: str | None) -> str:
-    """Where the file `item` names was kept, when it is one to keep (see normalise_result); else `item`."""
+               run_folder: str | None) -> str:
+    """Where the file `item` names went, when it is one to keep (see normalise_result); else `item`."""
     marked = key.endswith(FILE_KEY_SUFFIX)
     if not marked and started is None:
         return item
-    path = os.path.realpath(os.path.expanduser(item))
+    path = os.path.realpath(os.path.expanduser(item))  # a relative path: from where the function ended
     if not os.path.isfile(path):
         if marked:
             print(f"hopsml: return value {key!r} names {item!r}, which is not a file; recorded as text")
         return item
-    in_run = _inside(path, run_folder)
-    if not marked and (not (in_run or _inside(path, workdir)) or os.stat(path).st_mtime < (started or 0.0) - _MTIME_SLACK_S):
-        return item  # a file the function did not write in its working directory: not ours to copy
-    if in_run:  # the run's own folder: the file is part of the run already
-        return storage.uri(layout.join(run_dir.path, os.path.relpath(path, run_folder).replace(os.sep, "/")))
-    return _keep_file(os.path.abspath(os.path.expanduser(item)), storage, run_dir)
-
-
-def _keep_file(path: str, storage: Storage, run_dir: RunDir) -> str:
-    """Copy the local file `path` into the run directory under its name; returns where it went."""
+    written = started is not None and os.stat(path).st_mtime >= started - _MTIME_SLACK_S
+    if not (marked or written):
+        return item  # a file the function did not write: not ours to copy, let alone remove
+    if run_folder is not None and _inside(path, run_folder):  # the run's own folder: in the run already
+        return project_relative(storage, run_dir, layout.join(
+            run_dir.path, os.path.relpath(path, run_folder).replace(os.sep, "/")))
     target = run_dir.file(os.path.basename(path))
     local_target = storage.local_path(target)
-    if local_target and os.path.abspath(path) == local_target:
-        return local_target
+    if local_target is not None and os.path.realpath(local_target) == path:  # the run's file, by its full path
+        return project_relative(storage, run_dir, target)
+    root = storage.local_path()
+    if root is not None and _inside(path, os.path.realpath(root)):
+        return item  # a file of the project (a local root) stays where the function put it
+    _keep_file(path, storage, target)
+    if written:
+        os.remove(path)  # as hops: the run holds the file now; the task's disk does not keep a copy
+    return project_relative(storage, run_dir, target)
+
+
+def _keep_file(path: str, storage: Storage, target: str) -> None:
+    """Copy the local file `path` to `target` (root-relative), replacing a file of that name."""
+    local_target = storage.local_path(target)
     if local_target:
         os.makedirs(os.path.dirname(local_target), exist_ok=True)
         shutil.copyfile(path, local_target)
     else:
         storage.upload(path, target)
-    return storage.uri(target)
 
 
 def _trial_reporter(channel: TaskChannel | None, trial: int | None) -> TrialReporter | None:
@@ -247,12 +266,12 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
             with captured_output(log_path, channel, rank if world_size > 1 else None,
                                  native=native_output) as tee:
                 try:
-                    workdir, started_at = os.getcwd(), time.time()
+                    started_at = time.time()
                     seeded = seeds.seed_generators(spec.seed, fn) if spec.seed is not None else {}
                     value = fn(**kwargs)
                     report = RankReport(True, result=normalise_result(
-                        value, spec.storage, run_dir, started=started_at, workdir=workdir,
-                        run_local_dir=ctx.local_dir), seeded=seeded)
+                        value, spec.storage, run_dir, started=started_at, run_local_dir=ctx.local_dir),
+                        seeded=seeded)
                 except TrialStopped as stop:
                     print(f"hopsml: {stop}")
                     report = RankReport(True, stopped=True, result=ctx.last_metrics)

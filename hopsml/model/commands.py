@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from hopsml import config
 from hopsml.model import inference, registry
-from hopsml.cli_tables import format_table
+from hopsml.cli_tables import format_table, pairs
 
 COMMANDS = ("models", "predict")
 
@@ -74,21 +74,23 @@ def load_function(spec: str) -> Callable[..., Any]:
 
 
 def models_list(settings: config.Settings) -> str:
+    """Every model with its latest version; metrics with 4 significant digits, never cut off."""
     rows = [{"name": mv.name, "latest": mv.version, "versions": len(registry.versions(mv.name, settings)),
-             "metrics": mv.metrics, "created": (mv.created or "")[:19].replace("T", " "),
+             "metrics": pairs(mv.metrics or None), "created": (mv.created or "")[:19].replace("T", " "),
              "experiment": (mv.experiment or {}).get("id")} for mv in registry.list_models(settings)]
     if not rows:
         return f"no models in project {settings.project!r}; export one with hopsml.model.export(path, name)"
-    return format_table(rows, ("name", "latest", "versions", "metrics", "created", "experiment"))
+    return format_table(rows, ("name", "latest", "versions", "metrics", "created", "experiment"), uncut=("metrics",))
 
 
 def models_show(settings: config.Settings, name: str, version: str | None) -> str:
     if version is None:
-        rows = [{"version": mv.version, "metrics": mv.metrics, "created": (mv.created or "")[:19].replace("T", " "),
+        rows = [{"version": mv.version, "metrics": pairs(mv.metrics or None), "created": (mv.created or "")[:19].replace("T", " "),
                  "user": mv.user, "experiment": (mv.experiment or {}).get("id"),
                  "datasets": ",".join(d["name"] for d in mv.datasets) or None,
                  "files": len(mv.files)} for mv in registry.versions(name, settings)]
-        return format_table(rows, ("version", "metrics", "created", "user", "experiment", "datasets", "files"))
+        return format_table(rows, ("version", "metrics", "created", "user", "experiment", "datasets", "files"),
+                            uncut=("metrics",))
     mv = registry.get_model(name, version, settings=settings)
     lines = [json.dumps({k: v for k, v in mv.to_dict().items() if k != "files"}, indent=2, default=str), "",
              f"files in {mv.path}:"]

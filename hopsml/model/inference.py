@@ -261,6 +261,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
     output = layout.validate_name(output or f"{dataset}-{mv.name}-{mv.version}-predictions", "dataset name")
     if output == dataset:
         raise ds.DatasetError(f"output {output!r} would replace the input dataset; choose another name")
+    ds.check_writable(storage, settings.project, output, overwrite)  # before Spark starts for nothing
     ship_by_value(fn)
     check_shippable(fn)
     spark = spark or session.get_or_create(settings)

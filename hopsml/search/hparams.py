@@ -3,10 +3,14 @@
 Written as TensorBoard's ``hparams.summary_v2`` writes them, encoded here by hand like the scalar
 events of :mod:`hopsml.tracking.events` (TensorBoard is not needed to write them):
 
-- ``<search>/tensorboard/hparams/``: the experiment: every hyperparameter with the values the trials
-  took, and the metric (the search's optimization key);
-- ``<trial>/tensorboard/hparams/``: the trial's session: its hyperparameters, start and end, status,
-  and its final metric as a scalar of the same name (step 0), which is what the tab shows.
+- ``<search>/tensorboard/``: the experiment: every hyperparameter with the values the trials took, and
+  the metric (the search's optimization key);
+- ``<trial>/tensorboard/``: the trial's session, beside the scalars the trial logged, so that each trial
+  is one run in TensorBoard (a subfolder would be a second run, and Time Series would show every trial
+  twice): its hyperparameters, start and end, status, and its final metric as a scalar of the same name,
+  which is what the tab shows. The events take the trial's last logged step (an earlier one would make
+  TensorBoard drop the logged points of the same tag as data of a restarted run), and the final metric
+  is left out when the trial's last logged value of that tag is it already.
 
 The fields used (TensorBoard's ``plugin_data.proto``, ``api.proto``, ``summary.proto``)::
 
@@ -27,20 +31,21 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import posixpath
 import socket
 import struct
 import time
 from typing import Any
 from collections.abc import Iterable, Mapping
 
-from hopsml.formats.tfrecord import TFRecordWriter
+from hopsml.formats.tfrecord import CorruptRecordError, TFRecordWriter, read_records
 from hopsml.formats.wire import field as _field
 from hopsml.formats.wire import varint as _varint
 from hopsml.fs import Storage
-from hopsml.layout import join
+from hopsml.layout import RunDir, join
 from hopsml.tracking.events import FILE_VERSION, encode_event
+from hopsml.tracking.metrics import read_metrics
 
-FOLDER = "hparams"
 EXPERIMENT_TAG = "_hparams_/experiment"
 SESSION_START_TAG = "_hparams_/session_start_info"
 SESSION_END_TAG = "_hparams_/session_end_info"
@@ -80,10 +85,10 @@ def _value(value: Any) -> bytes:
     return _field(3, str(value).encode("utf-8"))
 
 
-def _summary_event(tag: str, content: bytes, wall_time: float) -> bytes:
+def _summary_event(tag: str, content: bytes, wall_time: float, step: int = 0) -> bytes:
     plugin_data = _field(1, PLUGIN_NAME.encode()) + _field(2, content)
     value = _field(1, tag.encode()) + _field(8, _NULL_TENSOR) + _field(9, _field(1, plugin_data))
-    return _double(1, wall_time) + _varint(2 << 3) + _varint(0) + _field(5, _field(1, value))
+    return _double(1, wall_time) + _varint(2 << 3) + _varint(step) + _field(5, _field(1, value))
 
 
 def experiment_event(hparams: Mapping[str, Iterable[Any]], metric: str, wall_time: float) -> bytes:
@@ -110,17 +115,82 @@ def group_name(hparams: Mapping[str, Any]) -> str:
 
 
 def session_events(hparams: Mapping[str, Any], metric: str, value: float | None, state: str,
-                   start: float, end: float) -> list[bytes]:
-    """The Events of one trial: session start (its hyperparameters), its metric, session end."""
+                   start: float, end: float, step: int = 0) -> list[bytes]:
+    """The Events of one trial at `step`: session start (its hyperparameters), its metric (None: none
+    written), session end."""
     entries = b"".join(_field(1, _field(1, str(k).encode("utf-8")) + _field(2, _value(v)))
                        for k, v in sorted(hparams.items()))
     start_info = entries + _field(4, group_name(hparams).encode()) + _double(5, start)
-    events = [_summary_event(SESSION_START_TAG, _field(3, start_info), start)]
+    events = [_summary_event(SESSION_START_TAG, _field(3, start_info), start, step)]
     if value is not None:
-        events.append(encode_event(end, 0, scalars={metric: float(value)}))
+        events.append(encode_event(end, step, scalars={metric: float(value)}))
     end_info = _enum(1, STATUS.get(state, 0)) + _double(2, end)
-    events.append(_summary_event(SESSION_END_TAG, _field(4, end_info), end))
+    events.append(_summary_event(SESSION_END_TAG, _field(4, end_info), end, step))
     return events
+
+
+def _event_step(record: bytes) -> int | None:
+    """The step (field 2) of a serialized Event; None when it has none or the record is not an Event."""
+    pos = 0
+    try:
+        while pos < len(record):
+            key, pos = _read_varint(record, pos)
+            number, wire = key >> 3, key & 7
+            if wire == 0:
+                value, pos = _read_varint(record, pos)
+                if number == 2:
+                    return value - (1 << 64) if value >= 1 << 63 else value
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            elif wire == 2:
+                size, pos = _read_varint(record, pos)
+                pos += size
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def last_step(storage: Storage, tensorboard_dir: str) -> int | None:
+    """The highest step among the events already in `tensorboard_dir` (not its subfolders), if any."""
+    if not storage.isdir(tensorboard_dir):
+        return None
+    steps: list[int] = []
+    for rel in storage.ls(tensorboard_dir):
+        if not posixpath.basename(rel).startswith("events.out.tfevents.") or storage.isdir(rel):
+            continue
+        try:
+            for record in read_records(io.BytesIO(storage.read_bytes(rel)), verify=False):
+                step = _event_step(record)
+                if step is not None:
+                    steps.append(step)
+        except CorruptRecordError:  # a file cut short: the steps before the cut still count
+            continue
+    return max(steps, default=None)
+
+
+def _last_logged(storage: Storage, run_dir: str, metric: str) -> float | None:
+    """The last value of `metric` that the trial logged with hopsml.tensorboard.log (metrics.jsonl)."""
+    rel = RunDir(run_dir).metrics
+    if not storage.exists(rel):
+        return None
+    values = [float(value) for row in read_metrics(storage.read_text(rel))
+              if row.get("name") == metric and isinstance(value := row.get("value"), (int, float))]
+    return values[-1] if values else None
 
 
 def _write(storage: Storage, folder: str, events: list[bytes], wall_time: float) -> str:
@@ -137,21 +207,30 @@ def _write(storage: Storage, folder: str, events: list[bytes], wall_time: float)
     return rel
 
 
+def _same_float32(a: float, b: float) -> bool:
+    return struct.pack("<f", a) == struct.pack("<f", b)
+
+
 def write_trial(storage: Storage, tensorboard_dir: str, hparams: Mapping[str, Any], metric: str,
                 value: float | None, state: str, duration: float | None) -> str:
-    """Write one trial's session into ``<tensorboard_dir>/hparams/``; returns the file's path."""
+    """Write one trial's session into ``tensorboard_dir`` (the trial's own, beside its scalars) at its
+    last logged step; returns the file's path."""
     end = time.time()
     start = end - (duration or 0.0)
-    return _write(storage, join(tensorboard_dir, FOLDER),
-                  session_events(hparams, metric, value, state, start, end), end)
+    step = last_step(storage, tensorboard_dir) or 0
+    logged = _last_logged(storage, posixpath.dirname(tensorboard_dir), metric)
+    if value is not None and logged is not None and _same_float32(float(value), logged):
+        value = None  # the trial's curve ends with the final metric already: the tab reads it there
+    return _write(storage, tensorboard_dir, session_events(hparams, metric, value, state, start, end, step), end)
 
 
 def write_experiment(storage: Storage, tensorboard_dir: str, trials: Iterable[Mapping[str, Any]],
                      metric: str) -> str:
-    """Write the search's experiment (hyperparameters and the values they took, the metric)."""
+    """Write the search's experiment (hyperparameters and the values they took, the metric) into
+    ``tensorboard_dir``, the search's own."""
     values: dict[str, list[Any]] = {}
     for params in trials:
         for name, value in params.items():
             values.setdefault(name, []).append(value)
     now = time.time()
-    return _write(storage, join(tensorboard_dir, FOLDER), [experiment_event(values, metric, now)], now)
+    return _write(storage, tensorboard_dir, [experiment_event(values, metric, now)], now)

@@ -43,7 +43,8 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
 
     app.jinja_env.globals.update(fmt=charts.fmt, root_uri=storage.uri(), charts=charts,
                                   class_pairs=views.class_pairs, histogram_parts=views.histogram_parts,
-                                  top_values=views.top_values)
+                                  top_values=views.top_values, short_value=views.short_value)
+    app.jinja_env.filters["shown"] = views.shown
 
     @app.before_request
     def _check_host() -> Response | None:

@@ -112,15 +112,42 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
     return _frame(width, height, "line", total, title, body)
 
 
+def _metric_colour(frac: float) -> str:
+    """The parallel-coordinates colour of a trial: 0 the worst metric (violet), 1 the best (green)."""
+    return f"rgb({int(200 - 170 * frac)},{int(120 + 40 * frac)},{int(220 - 150 * frac)})"
+
+
+def _label(x: float, y: float, text: Any, anchor: str = "start", size: int = 10, fill: str = "#444") -> str:
+    """A text drawn over lines: a white halo around the glyphs keeps it readable where a line crosses."""
+    return (f'<text class="label" x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}" text-anchor="{anchor}" '
+            f'stroke="#fff" stroke-width="3" stroke-linejoin="round" paint-order="stroke">{escape(str(text))}</text>')
+
+
+def _log_ticks(low: float, high: float) -> list[float]:
+    """The powers of ten within [low, high] (at most 6), else just the ends."""
+    first, last = math.ceil(math.log10(low) - 1e-9), math.floor(math.log10(high) + 1e-9)
+    decades = [10.0 ** e for e in range(first, last + 1)]
+    return decades if 0 < len(decades) <= 6 else [low, high]
+
+
 def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str], metric: str,
-                         direction: str = "max", width: int = 640, height: int = 260) -> Markup:
+                         direction: str = "max", width: int = 640, height: int = 290,
+                         log_axes: Sequence[str] = ()) -> Markup:
     """One polyline per trial across one axis per hyperparameter and a last axis for the metric;
-    the best trial drawn thick, early-stopped ones dashed, failed ones (no metric) grey.
+    the best trial drawn thick, early-stopped ones dashed, failed ones (no metric) grey; the axes in
+    `log_axes` (a search's log_scale) on a log scale when all their values are positive. Axis names and
+    ticks are drawn over the lines, and a legend below says what the colours and strokes mean.
 
     Each row: {"params": {...}, "metric": float|None, "state": str, "label": str}.
+
+    >>> svg = parallel_coordinates([{"params": {"lr": 0.001}, "metric": 0.5, "state": "FINISHED", "label": "a"},
+    ...                             {"params": {"lr": 0.1}, "metric": 0.9, "state": "FINISHED", "label": "b"}],
+    ...                            ["lr"], "accuracy", log_axes=["lr"])
+    >>> 'data-axis="lr" data-scale="log"' in svg, svg.count('class="swatch"')
+    (True, 5)
     """
     names = list(axes) + [metric]
-    left, right, top, bottom = 40, 60, 28, 28
+    left, right, top, bottom = 40, 60, 28, 58
     body: list[str] = []
     if not rows or not names:
         body.append(_text(width / 2, height / 2, "no trials", "middle"))
@@ -131,25 +158,35 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
 
     gap = (width - left - right) / max(len(names) - 1, 1)
     positions: dict[str, Any] = {}
+    labels: list[str] = []   # drawn after the lines, so that no line covers them
     for index, axis in enumerate(names):
         values = [value(r, axis) for r in rows]
         numbers = [n for n in map(_num, values) if n is not None]
         x = left + index * gap
+        scale = "cat"
         if numbers and len(numbers) == len([v for v in values if v is not None]):
             low, high = min(numbers), max(numbers)
-            positions[axis] = ("num", _scale(low, high if high > low else low + 1, height - bottom, top), low, high)
-            ticks: list[tuple[Any, str]] = [(low, fmt(low)), (high, fmt(high))] if high > low else [(low, fmt(low))]
+            if axis in log_axes and axis != metric and low > 0 and high > low:
+                scale = "log"
+                to_y = _scale(math.log10(low), math.log10(high), height - bottom, top)
+                positions[axis] = ("num", lambda v, to_y=to_y: to_y(math.log10(v)) if v > 0 else None, low, high)
+                ticks: list[tuple[Any, str]] = [(t, fmt(t)) for t in _log_ticks(low, high)]
+            else:
+                scale = "linear"
+                positions[axis] = ("num", _scale(low, high if high > low else low + 1, height - bottom, top), low, high)
+                ticks = [(low, fmt(low)), (high, fmt(high))] if high > low else [(low, fmt(low))]
         else:
             cats = sorted({str(v) for v in values if v is not None})
             step = (height - bottom - top) / max(len(cats) - 1, 1)
             mapping = {c: height - bottom - i * step for i, c in enumerate(cats)}
             positions[axis] = ("cat", mapping)
             ticks = [(c, c) for c in cats]
-        body.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{height - bottom}" stroke="#999"/>')
-        body.append(_text(x, top - 10, axis, "middle", 11, "#222"))
-        for tick, label in ticks:
+        body.append(f'<line class="axis" data-axis="{escape(axis)}" data-scale="{scale}" x1="{x:.1f}" y1="{top}" '
+                    f'x2="{x:.1f}" y2="{height - bottom}" stroke="#999"/>')
+        labels.append(_label(x, top - 10, axis + (" (log)" if scale == "log" else ""), "middle", 11, "#222"))
+        for tick, text in ticks:
             y = positions[axis][1](tick) if positions[axis][0] == "num" else positions[axis][1][tick]
-            body.append(_text(x + 4, y + 4, label, size=10, fill="#666"))
+            labels.append(_label(x + 4, y + 4, text, fill="#555"))
 
     def y_of(axis: str, raw: Any) -> float | None:
         kind = positions[axis]
@@ -163,6 +200,7 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
     scored = [r for r in rows if _num(r.get("metric")) is not None]
     best = (max if direction.lower() == "max" else min)(scored, key=lambda r: _num(r["metric"]) or 0.0) if scored else None
     metric_pos = positions[metric]
+    graded = metric_pos[0] == "num" and metric_pos[3] > metric_pos[2]
     drawn = 0
     for row in sorted(rows, key=lambda r: r is best):
         pts = []
@@ -176,10 +214,9 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
         m = _num(row.get("metric"))
         if m is None:
             stroke = "#bbb"
-        elif metric_pos[0] == "num" and metric_pos[3] > metric_pos[2]:
+        elif graded:
             frac = (m - metric_pos[2]) / (metric_pos[3] - metric_pos[2])
-            frac = frac if direction.lower() == "max" else 1 - frac
-            stroke = f"rgb({int(200 - 170 * frac)},{int(120 + 40 * frac)},{int(220 - 150 * frac)})"
+            stroke = _metric_colour(frac if direction.lower() == "max" else 1 - frac)
         else:
             stroke = colour(0)
         dash = ' stroke-dasharray="5 3"' if row.get("state") == "EARLY_STOPPED" else ""
@@ -188,7 +225,36 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
                     f'fill="none" stroke="{stroke}" stroke-width="{widthpx}"{dash}>'
                     f'<title>{escape(str(row.get("label")))}: {metric} {fmt(row.get("metric"))} '
                     f'({escape(str(row.get("state")))})</title></polyline>')
+    body += labels
+    body.append(_legend(metric, direction, metric_pos if graded else None, left, height - 22))
     return _frame(width, height, "parallel", drawn, f"hyperparameters vs {metric}", body)
+
+
+def _legend(metric: str, direction: str, metric_pos: Any, x: float, y: float) -> str:
+    """Below the chart: the colour scale from the worst to the best metric, then the strokes."""
+    items = ['<g class="legend">']
+    if metric_pos is not None:
+        low, high = metric_pos[2], metric_pos[3]
+        worst, best = (low, high) if direction.lower() == "max" else (high, low)
+        items.append(_text(x, y + 9, f"{metric} {fmt(worst)}", size=10))
+        x += 12 + 6 * len(f"{metric} {fmt(worst)}")
+        for step in range(5):
+            frac = step / 4
+            items.append(f'<rect class="swatch" x="{x + step * 14:.1f}" y="{y}" width="14" height="10" '
+                         f'fill="{_metric_colour(frac)}"><title>{escape(metric)} '
+                         f'{fmt(worst + frac * (best - worst))}</title></rect>')
+        x += 5 * 14 + 4
+        items.append(_text(x, y + 9, f"{fmt(best)} (best)", size=10))
+        x += 12 + 6 * len(f"{fmt(best)} (best)")
+    strokes = (("best", _metric_colour(1.0), "3.2", ""), ("stopped early", "#777", "1.6", ' stroke-dasharray="5 3"'),
+               ("failed", "#bbb", "1.6", ""))
+    for text, stroke, width, dash in strokes:
+        items.append(f'<line x1="{x:.1f}" y1="{y + 5}" x2="{x + 18:.1f}" y2="{y + 5}" stroke="{stroke}" '
+                     f'stroke-width="{width}"{dash}/>')
+        items.append(_text(x + 22, y + 9, text, size=10))
+        x += 30 + 6 * len(text)
+    items.append("</g>")
+    return "".join(items)
 
 
 def histograms(parts: Mapping[str, tuple[Sequence[float], Sequence[int]]], title: str | None = None,

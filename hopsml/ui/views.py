@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import logging
+import math
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -236,6 +237,44 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
     return view
 
 
+def shown(value: Any, indent: int | None = None) -> str:
+    """A recorded value as a page shows it: a string as it is (no quotes), anything else as JSON with
+    its characters unescaped (the template escapes the text for HTML; tojson would write '&' as \\u0026).
+
+    >>> shown("grid"), shown("a=1&b=2"), shown({"lr": [0.1, 1]}), shown(None)
+    ('grid', 'a=1&b=2', '{"lr": [0.1, 1]}', 'null')
+    """
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+
+
+def short_value(value: Any) -> str:
+    """A parameter value for display: floats with 4 significant digits (random search samples them at full
+    precision), anything else as it is.
+
+    >>> short_value(0.012345678901), short_value(0.5), short_value(3), short_value("adam")
+    ('0.01235', '0.5', '3', 'adam')
+    """
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def trial_labels(rows: list[dict[str, Any]]) -> None:
+    """Give each trial row a short `label` ('lr=0.01235&dropout=0.4'): its parameters with floats rounded,
+    in its folder name's order; the trial's number is added where two labels would be the same."""
+    for row in rows:
+        params = row["params"]
+        row["label"] = "&".join(f"{k}={short_value(v)}" for k, v in params.items()) if params else row["name"]
+    seen: dict[str, int] = {}
+    for row in rows:
+        seen[row["label"]] = seen.get(row["label"], 0) + 1
+    for row in rows:
+        if seen[row["label"]] > 1:
+            row["label"] = f"{row['label']} (#{row['index']})"
+
+
 def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.ExperimentRecord) -> dict[str, Any]:
     """The trials of a search, best first, with each trial's metric curve."""
     try:
@@ -254,10 +293,12 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
         name = posixpath.basename(folder)
         inside = folder.startswith(exp.path + "/") and name not in ("", ".", "..")
         rows.append({"name": name, "params": trial.get("params") or {}, "state": trial.get("state"),
+                     "index": trial.get("index"),  # the trial's number as its log names it
                      "metric": _num(trial.get("metric")), "duration": trial.get("duration"),
                      "error": trial.get("error"), "label": name,
                      "series": metric_series(storage, layout.join(exp.path, name, layout.METRICS)) if inside else {}})
     rows.sort(key=lambda t: (t["metric"] is None, sign * (t["metric"] or 0)))
+    trial_labels(rows)
     params = []
     for row in rows:
         params += [k for k in row["params"] if k not in params]
@@ -265,12 +306,13 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
     for row in rows:
         for name, points in row["series"].items():
             curve = curves.setdefault(name, {"series": {}, "dashed": []})
-            curve["series"][row["name"]] = points
+            curve["series"][row["label"]] = points
             if row["state"] == records.State.EARLY_STOPPED.value:
-                curve["dashed"].append(row["name"])
+                curve["dashed"].append(row["label"])
     key = rec.optimization_key or rec.metric_key or "metric"
+    log_scale = rec.extra.get("log_scale")
     return {"trials": rows, "params": params, "key": key, "direction": direction, "error": None,
-            "curves": curves}
+            "curves": curves, "log_scale": [str(p) for p in log_scale] if isinstance(log_scale, list) else []}
 
 
 # --- datasets --------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ def test_list_and_show(spark, root, capsys):
     assert "no experiments" in capsys.readouterr().out
     assert cli.main(["experiments", "show", exp_id]) == 0
     out = capsys.readouterr().out
-    assert '"state": "FINISHED"' in out and "experiment.json" in out
+    assert out.startswith(f"experiment {exp_id}: listed (FINISHED)") and "experiment.json" in out
     assert cli.main(["experiments", "show", "nothere_3"]) == 1
     assert "no experiment 'nothere_3'" in capsys.readouterr().err
 

@@ -41,7 +41,7 @@ def test_launch_versions_everything(spark, root, capsys):
     assert "training with lr=0.5" in open(os.path.join(logdir, "output.log")).read()
     assert "training with lr=0.5" in capsys.readouterr().out  # streamed to the caller
     assert [r["step"] for r in read_metrics(open(os.path.join(logdir, "metrics.jsonl")).read())] == [0, 1, 2]
-    assert result["weights_file"] == os.path.join(logdir, "weights.npy")
+    assert result["weights_file"] == f"Experiments/{os.path.basename(logdir)}/weights.npy"
     assert result["pid"] != os.getpid()  # ran in a Spark task, not on the driver
 
 
@@ -96,7 +96,7 @@ def test_launch_on_an_s3_root(spark, root, s3_endpoint, monkeypatch):
     assert {"program.py", "conda.yml", "output.log", "metrics.jsonl", "weights.npy"} <= files
     assert any(name.startswith("events.out.tfevents") for name in files)
     assert "training with lr=0.1" in storage.read_text(f"{run}/output.log")
-    assert result["weights_file"] == f"{logdir}/weights.npy"
+    assert result["weights_file"] == f"Experiments/{run.rsplit('/', 1)[-1]}/weights.npy"
 
 
 def test_spark_workers_run_hopsml_worker_daemon(spark):

@@ -57,8 +57,9 @@ def test_versions_link_the_run_that_trained_them_and_its_dataset(pipeline):
 
 
 def test_a_local_copy_of_the_newest_runs_model_is_linked_to_that_run(pipeline, tmp_path):
-    shutil.copy(pipeline["weak"]["model_file"], tmp_path / "weak.npz")
-    shutil.copy(pipeline["good"]["model_file"], tmp_path / "good.npz")
+    project = pipeline["root"] / "Projects" / "test"  # a returned file is named relative to its project
+    shutil.copy(project / pipeline["weak"]["model_file"], tmp_path / "weak.npz")
+    shutil.copy(project / pipeline["good"]["model_file"], tmp_path / "good.npz")
     assert model.export(str(tmp_path / "weak.npz"), "copies").experiment["id"] == pipeline["weak_id"]
     assert model.export(str(tmp_path / "good.npz"), "copies").experiment is None  # not this session's newest run
 

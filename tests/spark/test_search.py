@@ -39,9 +39,11 @@ def test_grid_finds_the_optimum_and_writes_a_folder_per_trial(spark, root):
     assert record["type"] == "PARALLEL_EXPERIMENTS" and record["state"] == "FINISHED"
     assert record["best_hyperparameters"] == best and record["metric"] == 0 and record["direction"] == "max"
     assert record["best_logdir"].endswith("x=2&y=1")
-    # TensorBoard's HParams tab: the experiment in the search's tensorboard/, a session per trial
-    assert any(n.startswith("events.out.tfevents.") for n in os.listdir(os.path.join(logdir, "tensorboard", "hparams")))
-    assert any(n.startswith("events.out.tfevents.") for n in os.listdir(os.path.join(trial, "tensorboard", "hparams")))
+    # TensorBoard's HParams tab: the experiment in the search's tensorboard/, a session in each trial's own
+    # tensorboard/ (a subfolder would be a second run of the trial)
+    assert any(n.endswith(".hparams") for n in os.listdir(os.path.join(logdir, "tensorboard")))
+    assert any(n.endswith(".hparams") for n in os.listdir(os.path.join(trial, "tensorboard")))
+    assert not os.path.exists(os.path.join(trial, "tensorboard", "hparams"))
 
 
 def test_min_direction_enum(spark, root):

@@ -75,5 +75,11 @@ def test_torch_job_exits_with_success(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
     assert "accuracy" in done.stdout
     again = spark_submit(tmp_path, "train_torch.py", "--prepare-samples", "--workers", "1", "--epochs", "1")
-    assert again.returncode == 1 and "dataset 'digits' already exists" in again.stdout + again.stderr
-    assert "Traceback" not in again.stdout + again.stderr
+    assert again.returncode == 0 and "dataset 'digits' (hopsml-sample:digits" in again.stdout  # the same sample
+    assert "is there already: reused" in again.stdout
+    manifest = tmp_path / "root" / "Projects" / "jobs" / "Datasets" / "digits" / "dataset.json"
+    manifest.write_text(manifest.read_text().replace('"hopsml-sample:digits"', '"/data/my-digits"'))
+    other = spark_submit(tmp_path, "train_torch.py", "--prepare-samples", "--workers", "1", "--epochs", "1")
+    assert other.returncode == 1 and "dataset 'digits' already exists" in other.stdout + other.stderr
+    assert "prepared from '/data/my-digits'" in other.stdout + other.stderr
+    assert "Traceback" not in other.stdout + other.stderr

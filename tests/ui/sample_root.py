@@ -1,6 +1,6 @@
 """A project root with real runs made by hopsml's own API, for the web view's tests: a launch with
 per-step metrics, a 2-rank all-reduce on a prepared digits dataset that exports a model, a grid
-search with early stopping, a failed run, a prepared table, and records the CLI shows as LOST and
+search with early stopping, a random search with a log-scale parameter, a failed run, a prepared table, and records the CLI shows as LOST and
 BROKEN."""
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ def _curve(lr: float, epochs: int = 4) -> dict:
         tensorboard.log({"loss": 1.0 / (1 + lr * step), "accuracy": lr * step / epochs}, step=step)
     print(f"trained with lr={lr}")
     return {"accuracy": lr * (epochs - 1) / epochs}
+
+
+def _curve_with_dropout(lr: float, dropout: float) -> dict:
+    return _curve(lr * (1 - dropout))
 
 
 def _lagging_search(markers: str):
@@ -78,6 +82,10 @@ def build(tmp: str) -> dict:
                                           optimization_key="accuracy", early_stopping="median",
                                           early_stopping_min_steps=2)
     ids["search"] = os.path.basename(logdir)
+    logdir, _, _ = experiment.random_search(_curve_with_dropout, {"lr": [1e-4, 1e-1], "dropout": [0.0, 0.5]},
+                                            samples=4, seed=3, log_scale=["lr"], name="random",
+                                            optimization_key="accuracy")
+    ids["random"] = os.path.basename(logdir)
     storage = Storage(os.environ["HOPSML_ROOT"])
     lost = layout.ExperimentDir.of(PROJECT, "local-1000000000000", 1)
     storage.write_json(lost.record, {"id": lost.id, "name": "gone", "app_id": "local-1000000000000",

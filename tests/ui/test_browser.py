@@ -91,7 +91,8 @@ def test_projects_and_experiments(site):
     assert states[ids["launch"]] == "FINISHED" and states[ids["allreduce"]] == "FINISHED"
     assert states[ids["search"]] == "FINISHED" and states[ids["lost"]] == "LOST" and states[ids["broken"]] == "BROKEN"
     assert states[site["live"].id] == "RUNNING"
-    assert list(states.values()).count("FAILED") == 1 and len(states) == 7
+    assert states[ids["random"]] == "FINISHED"
+    assert list(states.values()).count("FAILED") == 1 and len(states) == 8
     assert "<script>window.hacked=1<" in driver.page_source.replace("&lt;", "<").replace("&gt;", ">")
 
     box = driver.find_element("id", "filter-name")
@@ -151,6 +152,61 @@ def test_search_page(site):
     parallel = driver.find_element("css selector", "svg.chart.parallel")
     assert int(parallel.get_attribute("data-points")) == 4
     assert len(driver.find_elements("css selector", "svg.chart.line polyline.series")) == 4
+
+    # the '#' column numbers each trial as its log does ("trial 3 stopped early at step 4")
+    storage, search_dir = site["storage"], _run_dir(site, "search")
+    stopped = rows[-1]
+    folder = stopped.find_element("css selector", "td.trial").get_attribute("title")
+    said = storage.read_text(f"{search_dir}/{folder}/output.log")
+    number = stopped.find_elements("css selector", "td")[0].text
+    assert f"trial {number} stopped early" in said, said
+    # recorded strings are shown as they are: no quotes, no JSON escapes
+    extra = {c.get_attribute("data-key"): c.text for c in driver.find_elements("css selector", "#summary code")}
+    assert extra["strategy"] == "grid"
+    # the parallel coordinates: labels drawn over the lines, a colour legend
+    assert _labels_after_lines(driver, parallel)
+    assert len(parallel.find_elements("css selector", "g.legend rect.swatch")) == 5
+    assert "accuracy" in parallel.find_element("css selector", "g.legend").text
+
+
+def _run_dir(site, key: str) -> str:
+    return f"Projects/{site['project']}/Experiments/{site['ids'][key]}"
+
+
+def _labels_after_lines(driver, svg) -> bool:
+    return driver.execute_script(
+        "const kids = Array.from(arguments[0].children);"
+        "const lastLine = kids.map(e => e.classList.contains('trial')).lastIndexOf(true);"
+        "const labels = kids.map((e, i) => [e, i]).filter(([e]) => e.classList.contains('label'));"
+        "return lastLine >= 0 && labels.length > 0 && labels.every(([, i]) => i > lastLine);", svg)
+
+
+def test_random_search_page(site):
+    import re
+
+    driver = _open(site, f"/p/{site['project']}/runs/{site['ids']['random']}", "08b-random-search")
+    rows = _rows(driver, "trials")
+    assert len(rows) == 4
+    for row in rows:
+        cell = row.find_element("css selector", "td.trial")
+        folder, label = cell.get_attribute("title"), cell.text
+        match = re.fullmatch(r"lr=([^&]+)&dropout=([^&]+)", label)
+        assert match, label
+        for shown_value in match.groups():  # 4 significant digits at most, as the folder keeps them all
+            assert shown_value == f"{float(shown_value):.4g}", label
+        assert len(label) < len(folder) and folder.startswith("lr=")
+    extra = {c.get_attribute("data-key"): c.text for c in driver.find_elements("css selector", "#summary code")}
+    assert extra["strategy"] == "random"
+    assert "\\u0026" not in extra["best_logdir"] and "&dropout=" in extra["best_logdir"]
+    assert extra["best_logdir"].endswith(rows[0].find_element("css selector", "td.trial").get_attribute("title"))
+    parallel = driver.find_element("css selector", "svg.chart.parallel")
+    scales = {a.get_attribute("data-axis"): a.get_attribute("data-scale")
+              for a in parallel.find_elements("css selector", "line.axis")}
+    assert scales == {"lr": "log", "dropout": "linear", "accuracy": "linear"}
+    assert _labels_after_lines(driver, parallel)
+    assert len(parallel.find_elements("css selector", "g.legend rect.swatch")) == 5
+    legend = [t.text for t in driver.find_elements("css selector", "svg.chart.line text")]
+    assert any(re.fullmatch(r"lr=[^&]{1,8}&dropout=[^&]{1,8}", t) for t in legend), legend
 
 
 def test_compare_two_runs(site):
