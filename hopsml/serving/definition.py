@@ -132,10 +132,12 @@ def parse_model_path(model_path: str, project: str, model_version: int | None) -
         text = "/" + text.split("://", 1)[1].split("/", 1)[-1]  # drop scheme and namenode / bucket
     parts = [p for p in posixpath.normpath("/" + text).split("/") if p]
     if layout.MODELS in parts:
-        parts = parts[len(parts) - 1 - parts[::-1].index(layout.MODELS):]
-        if len(parts) >= 4 and parts[0] == layout.PROJECTS and parts[1] != project:
-            raise ServingError(f"model_path {model_path!r} is in project {parts[1]!r}; a serving serves models "
+        at = len(parts) - 1 - parts[::-1].index(layout.MODELS)
+        before = parts[:at]
+        if len(before) >= 2 and before[-2] == layout.PROJECTS and before[-1] != project:
+            raise ServingError(f"model_path {model_path!r} is in project {before[-1]!r}; a serving serves models "
                                f"of its own project ({project!r})")
+        parts = parts[at:]
     if len(parts) < 2 or parts[0] != layout.MODELS or len(parts) > 3:
         raise ServingError(f"model_path {model_path!r} is not a registry model: give 'Models/<name>' or "
                            "'Models/<name>/<version>' as hops does (export it first with hopsml.model.export)")

@@ -2,7 +2,8 @@
 bound (uvicorn with uvloop and httptools over the raw ASGI app). Started only by the supervisor:
 `hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
 
-It tells the supervisor it is ready by writing one byte to its ready pipe once the model is loaded, and
+It tells the supervisor it is ready by writing one byte to its ready pipe once the model is loaded (or
+'F' and why it cannot load it), and
 dies with the supervisor (the kernel's parent-death signal), so it never keeps the port on its own.
 """
 
@@ -57,8 +58,14 @@ def main() -> int:
     from hopsml.serving import loaders
     from hopsml.serving.protocol import ModelApp
 
-    servable = loaders.load(spec.model_dir, spec.predictor, spec.threads)
-    transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
+    try:
+        servable = loaders.load(spec.model_dir, spec.predictor, spec.threads)
+        transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
+    except Exception as exc:  # the supervisor records why, so the status can say it
+        log.exception("cannot load the model of serving %s", spec.name)
+        reason = str(exc) if isinstance(exc, loaders.ServingError) else f"{type(exc).__name__}: {exc}"
+        os.write(spec.ready_fd, b"F" + reason.encode("utf-8", errors="replace")[:4000])
+        return 1
 
     def ready() -> None:
         os.write(spec.ready_fd, b"R")

@@ -25,7 +25,7 @@ from hopsml.model import registry
 from hopsml.serving import definition as defs
 from hopsml.serving import state as states
 from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
-from hopsml.serving.processes import Proc, wait_gone
+from hopsml.serving.processes import Proc, wait_gone, wait_port_closed
 from hopsml.serving.supervisor import READY_FD_ENV, STOP_GRACE_S, script_rel
 
 log = logging.getLogger(__name__)
@@ -276,6 +276,7 @@ def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Setti
         wait_gone(supervisor, 1.0)
     if report is None or report.get("state") != states.RUNNING:
         popen.wait()
+        _port_released(serving_name, states.read(storage, project, serving_name).port)
         st = get_status(serving_name, settings)
         reason = (report or {}).get("reason") or st.reason or "the server process ended"
         raise ServingError(f"serving {serving_name!r} failed to start: {reason}. Last lines of {path}:\n"
@@ -320,9 +321,12 @@ def stop(serving_name: str, *, settings: config.Settings | None = None) -> None:
                 except ProcessLookupError:
                     pass
             wait_gone(supervisor, 10)
+    elif supervisor is not None:
+        wait_gone(supervisor, 0)  # it ended on its own: if it was our child, collect it
     for proc in st.instance_procs():  # the supervisor stops them; these are left only if it was killed
         if proc.signal(signal.SIGKILL):
             wait_gone(proc, 10)
+    _port_released(serving_name, st.port)
     st = states.read(storage, project, serving_name)
     if st.state != states.STOPPED or st.supervisor is not None:
         failed = st.state == states.FAILED
@@ -331,6 +335,12 @@ def stop(serving_name: str, *, settings: config.Settings | None = None) -> None:
                                         reason=st.reason if failed else None, host=st.host,
                                         restarts=st.restarts, log=st.log, instances=[None] * len(st.instances)))
     log.info("serving %s stopped", serving_name)
+
+
+def _port_released(serving_name: str, port: int) -> None:
+    if port and not wait_port_closed(port, 10.0):
+        log.warning("serving %s is stopped, but something still listens on its port %d: another program took it",
+                    serving_name, port)
 
 
 def delete(serving_name: str, *, settings: config.Settings | None = None) -> None:

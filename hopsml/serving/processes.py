@@ -9,23 +9,28 @@ import errno
 import os
 import select
 import signal
+import time
 from dataclasses import dataclass
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None if gone."""
+def _stat(pid: int) -> tuple[bytes, int] | None:
+    """(state letter, start time in clock ticks since boot) from /proc/<pid>/stat; None if there is no such pid."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             text = stat.read()
     except OSError:
         return None
     fields = text.rpartition(b")")[2].split()
-    if fields[0] == b"Z":  # a zombie has ended; only its parent's wait is missing
-        return None
-    return int(fields[19])
+    return fields[0], int(fields[19])
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of a running process (a zombie has ended: None), None if gone."""
+    found = _stat(pid)
+    return found[1] if found is not None and found[0] != b"Z" else None
 
 
 @dataclass(frozen=True)
@@ -62,23 +67,23 @@ class Proc:
 
 def wait_gone(proc: Proc, timeout_s: float) -> bool:
     """Wait until `proc` has ended (reaping it if it is our child); True if it did within `timeout_s`."""
-    fd = None
-    if proc.alive():
-        try:
-            fd = os.pidfd_open(proc.pid)
-        except OSError as exc:
-            if exc.errno != errno.ESRCH:
-                raise
     try:
-        if fd is not None and proc.alive():
-            readable, _, _ = select.select([fd], [], [], timeout_s)
-            if not readable and proc.alive():
-                return False
-        _reap(proc.pid)
-        return not proc.alive()
+        fd = os.pidfd_open(proc.pid)
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            return True  # ended and reaped
+        raise
+    try:
+        found = _stat(proc.pid)
+        if found is not None and found[1] != proc.started:
+            return True  # the pid belongs to another process now: ours ended long ago
+        readable, _, _ = select.select([fd], [], [], timeout_s)
+        if not readable:
+            return False
+        _reap(proc.pid)  # our child stays a zombie until waited for
+        return True
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def _reap(pid: int) -> None:
@@ -100,3 +105,32 @@ def die_with_parent(parent: int) -> None:
     if os.getppid() != parent:
         os._exit(1)
 
+
+
+_LISTEN = "0A"
+
+
+def listening(port: int) -> bool:
+    """Whether any socket on this host listens on TCP `port` (IPv4 or IPv6), from /proc/net."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as rows:
+                next(rows, None)
+                for row in rows:
+                    fields = row.split()
+                    if fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_port_closed(port: int, timeout_s: float) -> bool:
+    """Wait until nothing listens on `port`; True if so within `timeout_s`. The kernel may release a killed
+    process's socket a moment after the process has ended, and there is nothing to wait on but the table."""
+    end = time.monotonic() + timeout_s
+    while listening(port):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True

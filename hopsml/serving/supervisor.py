@@ -52,6 +52,7 @@ class Instance:
     ready_r: int
     pidfd: int
     ready: bool = False
+    failure: str | None = None
     restarts: list[float] = field(default_factory=list)
 
 
@@ -170,18 +171,26 @@ class Supervisor:
 
     def on_ready(self, index: int) -> None:
         instance = self.instances[index]
-        if os.read(instance.ready_r, 1):
+        message = os.read(instance.ready_r, 4096)
+        if message[:1] == b"R":
             instance.ready = True
             log.info("instance %d ready", index)
+        elif message[:1] == b"F":
+            instance.failure = message[1:].decode("utf-8", errors="replace")
         self.selector.unregister(instance.ready_r)
 
     def on_exit(self, index: int) -> str:
-        """Reap a crashed instance; returns why it ended."""
-        instance = self.instances.pop(index)
+        """Reap a crashed instance; returns why it ended (with what it said, if it could not load the model)."""
+        instance = self.instances[index]
         returncode = instance.popen.wait()
+        if instance.ready_r in self.selector.get_map():
+            self.on_ready(index)  # what it wrote before it ended
+        del self.instances[index]
         self.forget(instance)
         self.state.instances[index] = None
         reason = f"instance {index} (pid {instance.popen.pid}) {exit_reason(returncode)}"
+        if instance.failure is not None:
+            reason += f": {instance.failure}"
         log.warning("%s", reason)
         return reason
 

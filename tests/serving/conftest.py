@@ -100,7 +100,14 @@ def assert_nothing_left(procs: list, port: int, host: str = "127.0.0.1", before:
     assert port_free(host, port), f"something still listens on {host}:{port}"
     if before is not None:
         left = processes_of_this_test() - before
-        assert not left, f"processes started by the test are left: {sorted(left)}"
+        assert not left, f"processes started by the test are left: {[_describe(pid) for pid in sorted(left)]}"
+
+
+def _describe(pid: int) -> str:
+    try:
+        return f"{pid}: " + Path(f"/proc/{pid}/stat").read_text()[:80]
+    except OSError:
+        return f"{pid}: gone"
 
 
 @contextmanager
