@@ -16,7 +16,7 @@ from hopsml.serving import lifecycle
 @pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 @pytest.mark.parametrize("scripted", [True, False], ids=["torchscript", "pickled-module"])
 def test_pytorch_models_answer_as_the_model_itself(settings, tmp_path, scripted):
-    import torch
+    torch = pytest.importorskip("torch")
 
     net = export_torch(settings, tmp_path / "model", "mlp", scripted)
     lifecycle.create_or_update("mlp", "Models/mlp/1", "PYTHON", settings=settings)
