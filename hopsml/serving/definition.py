@@ -76,6 +76,9 @@ class ServingDefinition:
     host: str = DEFAULT_HOST
     port: int = 0
     max_body_bytes: int = 16 << 20
+    max_batch_size: int = 32
+    batch_timeout_micros: int = 1000
+    max_enqueued_batches: int = 100
     creator: str = field(default_factory=lambda: os.environ.get("HOPSML_USER") or getpass.getuser())
     created: str = field(default_factory=_now)
 
@@ -86,7 +89,10 @@ class ServingDefinition:
                                f"{', '.join(MODEL_SERVERS)}")
         for what, number, low in (("instances", self.instances, 1), ("model_version", self.model_version, 1),
                                   ("num_partitions", self.num_partitions, 1), ("num_replicas", self.num_replicas, 1),
-                                  ("port", self.port, 0), ("max_body_bytes", self.max_body_bytes, 1)):
+                                  ("port", self.port, 0), ("max_body_bytes", self.max_body_bytes, 1),
+                                  ("max_batch_size", self.max_batch_size, 1),
+                                  ("batch_timeout_micros", self.batch_timeout_micros, 0),
+                                  ("max_enqueued_batches", self.max_enqueued_batches, 1)):
             if isinstance(number, bool) or not isinstance(number, int) or number < low:
                 raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
         if not 0 <= self.port <= 65535:
@@ -107,6 +113,13 @@ class ServingDefinition:
             if not isinstance(config, dict) or "memory" not in config or "cores" not in config:
                 raise ServingError("predictor_resource_config must be a dict with the keys 'memory' and 'cores', "
                                    "e.g. {'memory': 2048, 'cores': 1, 'gpus': 0}")
+
+    def batching(self) -> dict[str, int] | None:
+        """TF Serving's batching knobs when batching is enabled, else None."""
+        if not self.batching_enabled:
+            return None
+        return {"max_batch_size": self.max_batch_size, "batch_timeout_micros": self.batch_timeout_micros,
+                "max_enqueued_batches": self.max_enqueued_batches}
 
     @property
     def kserve(self) -> bool:

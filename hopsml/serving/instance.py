@@ -36,6 +36,7 @@ class InstanceSpec:
     supervisor: int
     max_body_bytes: int
     threads: int
+    batching: dict[str, int] | None = None
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -72,7 +73,13 @@ def main() -> int:
         os.close(spec.ready_fd)
         log.info("serving %s version %d: ready", spec.name, spec.version)
 
-    app = ModelApp(spec.name, spec.version, servable, transformer, spec.max_body_bytes, on_startup=ready)
+    batcher = None
+    if spec.batching is not None:
+        from hopsml.serving.batching import Batcher, BatchingOptions
+
+        batcher = Batcher(servable, BatchingOptions(**spec.batching))
+    app = ModelApp(spec.name, spec.version, servable, transformer, spec.max_body_bytes, on_startup=ready,
+                   batcher=batcher)
     sock = socket.socket(fileno=spec.socket_fd)
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"

@@ -182,8 +182,13 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      inference_logging: str | None = "ALL", instances: int = 1,
                      transformer_instances: int | None = None, predictor_resource_config: dict[str, Any] | None = None,
                      *, host: str | None = None, port: int | None = None, max_body_bytes: int | None = None,
-                     settings: config.Settings | None = None) -> Serving:
-    """Define (or redefine) a serving; a running one is restarted with the new definition."""
+                     max_batch_size: int | None = None, batch_timeout_micros: int | None = None,
+                     max_enqueued_batches: int | None = None, settings: config.Settings | None = None) -> Serving:
+    """Define (or redefine) a serving; a running one is restarted with the new definition.
+
+    hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
+    port by default), `max_body_bytes` (larger requests get 413), and TF Serving's batching knobs, used with
+    `batching_enabled=True`. A keyword left None keeps the serving's previous value (or the default)."""
     storage, project, settings = _where(settings)
     defs.check_name(serving_name)
     if transformer is not None and kserve is None:
@@ -205,6 +210,7 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     if storage.exists(layout.ServingDir.of(project, serving_name).definition):
         old = defs.read(storage, project, serving_name)
     previous = old.to_dict() if old is not None else {}
+    made: dict[str, Any] = {"creator": old.creator, "created": old.created} if old is not None else {}
     d = ServingDefinition(
         name=serving_name, model_path=layout.model_versions_dir(project, name), model_name=name,
         model_version=mv.version, model_server=model_server,
@@ -216,8 +222,9 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
         transformer_instances=transformer_instances, predictor_resource_config=predictor_resource_config,
         host=host if host is not None else previous.get("host", defs.DEFAULT_HOST),
         port=port if port is not None else previous.get("port", 0),
-        max_body_bytes=max_body_bytes if max_body_bytes is not None else previous.get("max_body_bytes", 16 << 20),
-        **({"creator": old.creator, "created": old.created} if old is not None else {}))
+        **_kept(previous, max_body_bytes=max_body_bytes, max_batch_size=max_batch_size,
+                batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches),
+        **made)
     for script in (predictor, transformer):
         if script is not None and not storage.exists(script_rel(project, d, script)):
             raise ServingError(f"the script {script!r} does not exist at {storage.uri(script_rel(project, d, script))};"
@@ -232,6 +239,12 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     if was_running:
         start(serving_name, settings=settings)
     return get(serving_name, settings)
+
+
+def _kept(previous: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The keywords given, else the previous definition's values; those of neither keep their defaults."""
+    return {key: value if value is not None else previous[key] for key, value in given.items()
+            if value is not None or key in previous}
 
 
 # --- running -------------------------------------------------------------------------------------------

@@ -45,8 +45,16 @@ class Servable:
     input_dtype: str = "float32"
     feature_names: list[str] | None = None
 
-    def predict(self, inputs: Any) -> Any:
+    def prepare(self, inputs: Any) -> Any:
+        """The request's inputs checked and converted for `call` (a 4xx RequestError if they cannot be)."""
+        return self.rows(inputs)
+
+    def call(self, prepared: Any) -> Any:
+        """The model on prepared inputs: one prediction per row."""
         raise NotImplementedError
+
+    def predict(self, inputs: Any) -> Any:
+        return self.call(self.prepare(inputs))
 
     def signature(self) -> dict[str, Any]:
         """TF Serving's signature_def shape, as far as it is known."""
@@ -129,8 +137,11 @@ class PickledModel(Servable):
         names = getattr(self.model, "feature_names_in_", None)
         self.feature_names = [str(x) for x in names] if names is not None else None
 
-    def predict(self, inputs: Any) -> Any:
-        return self.model.predict(self.array(inputs, self.input_dtype))
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        return self.model.predict(prepared)
 
 
 class TorchModel(Servable):
@@ -170,10 +181,12 @@ class TorchModel(Servable):
                 return None  # the first layer with weights is not a Linear: its input shape is not known here
         return None
 
-    def predict(self, inputs: Any) -> Any:
-        arr = self.array(inputs, self.input_dtype)
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
         with self.torch.inference_mode():
-            return self.model(self.torch.from_numpy(arr))
+            return self.model(self.torch.from_numpy(prepared))
 
 
 def _load_script(path: str, attr: str, what: str) -> Any:
@@ -204,8 +217,8 @@ class PredictorScript(Servable):
         if not callable(getattr(self.predictor, "predict", None)):
             raise ServingError(f"the predictor script {path}: class Predict has no method predict(self, inputs)")
 
-    def predict(self, inputs: Any) -> Any:
-        return self.predictor.predict(self.rows(inputs))
+    def call(self, prepared: Any) -> Any:
+        return self.predictor.predict(prepared)
 
 
 @dataclass

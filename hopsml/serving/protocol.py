@@ -16,9 +16,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
+
+if TYPE_CHECKING:
+    from hopsml.serving.batching import Batcher
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +37,15 @@ class ModelApp:
     """One served model version behind TF Serving's REST paths."""
 
     def __init__(self, name: str, version: int, servable: Servable, transformer: Transformer | None = None,
-                 max_body_bytes: int = 16 << 20, on_startup: Callable[[], None] | None = None) -> None:
+                 max_body_bytes: int = 16 << 20, on_startup: Callable[[], None] | None = None,
+                 batcher: Batcher | None = None) -> None:
         self.name = name
         self.version = version
         self.servable = servable
         self.transformer = transformer
         self.max_body_bytes = max_body_bytes
         self.on_startup = on_startup
+        self.batcher = batcher
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -138,7 +143,10 @@ class ModelApp:
         inputs = body["instances"] if has_rows else self._columns(body["inputs"])
         if has_rows and not isinstance(inputs, list):
             raise RequestError(f"\"instances\" must be a list of rows, not a JSON {type(inputs).__name__}")
-        result = to_json_ready(self.servable.predict(inputs))
+        if self.batcher is not None:
+            result = to_json_ready(await self.batcher.predict(inputs))
+        else:
+            result = to_json_ready(self.servable.predict(inputs))
         answer = {"predictions" if has_rows else "outputs": result}
         if self.transformer is not None:
             answer = self.transformer.postprocess(answer)

@@ -78,6 +78,8 @@ def test_the_definition_checks_what_hops_checks_and_keeps_what_it_cannot_honour(
                        (dict(inference_logging="SOME"), "not a mode"),
                        (dict(model_server="TENSORFLOW_SERVING", predictor="p.py"), "model_server='PYTHON'"),
                        (dict(kserve=True, batching_enabled=True), "KServe"),
+                       (dict(batching_enabled=True, max_batch_size=0), "max_batch_size must be"),
+                       (dict(batch_timeout_micros=-1), "batch_timeout_micros must be"),
                        (dict(predictor_resource_config={"memory": 1}), "'memory' and 'cores'")):
         args = {"serving_name": "iris", "model_path": "Models/iris", "model_server": "PYTHON", **bad}
         with pytest.raises(defs.ServingError, match=words):

@@ -95,3 +95,35 @@ def test_a_script_that_does_not_exist_is_refused_when_the_serving_is_defined(set
     with pytest.raises(lifecycle.ServingError, match="predict.py.*does not exist"):
         lifecycle.create_or_update("iris", "Models/iris", "PYTHON", predictor="predict.py", settings=settings)
     assert registry.get_model("iris", 1, settings=settings).version == 1
+
+
+BATCH_PREDICTOR = '''
+class Predict:
+    def predict(self, inputs):
+        return [[row[0], len(inputs)] for row in inputs]  # each row learns the size of its model call
+'''
+
+
+def test_concurrent_requests_become_one_model_call_and_each_gets_its_own_rows_back(settings, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    export_sklearn(settings, tmp_path / "model")
+    resources = tmp_path / "root" / "Projects" / "test" / "Resources"
+    resources.mkdir(parents=True, exist_ok=True)
+    (resources / "batch.py").write_text(BATCH_PREDICTOR)
+    # a batch leaves only when full: the timeout is far longer than any test waits
+    lifecycle.create_or_update("batched", "Models/iris", "PYTHON", predictor="Resources/batch.py",
+                               batching_enabled=True, max_batch_size=8, batch_timeout_micros=600_000_000,
+                               settings=settings)
+    payloads = [[[1]], [[2]], [[3]], [[4]], [[5], [6]], [[7], [8]]]  # 8 rows from 6 clients at once
+    with running(settings, "batched") as serving:
+        url = base_url(serving) + ":predict"
+        with ThreadPoolExecutor(len(payloads)) as pool:
+            answers = list(pool.map(lambda rows: http("POST", url, {"instances": rows}), payloads))
+        for rows, (status, body) in zip(payloads, answers):
+            assert status == 200
+            assert body == {"predictions": [[row[0], 8] for row in rows]}
+        big = [[i] for i in range(10)]  # more than a batch holds: called alone, at once
+        assert http("POST", url, {"instances": big}) == (200, {"predictions": [[i, 10] for i in range(10)]})
+        status, body = http("POST", url, {"instances": 5})
+        assert status == 400 and "list of rows" in body["error"]
