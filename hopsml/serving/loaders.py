@@ -2,8 +2,8 @@
 
 Which loader is chosen by the files (or by a predictor script, which then does everything itself):
 scikit-learn and other pickled models (`.joblib`, `.pkl`, `.pickle`), PyTorch (`.pt`, `.pth`: TorchScript,
-else a pickled `nn.Module`), hops-style predictor scripts (a `Predict` class with `predict(self, inputs)`)
-and transformer scripts (a `Transformer` with `preprocess(self, inputs)` and `postprocess(self, outputs)`).
+else a pickled `nn.Module`), Keras (`.keras`), a TensorFlow SavedModel folder, hops-style predictor scripts
+(a `Predict` class with `predict(self, inputs)`) and transformer scripts (a `Transformer` with `preprocess(self, inputs)` and `postprocess(self, outputs)`).
 Frameworks are imported by the loader that needs them, in the serving's instance process only.
 """
 
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
 TORCH_SUFFIXES = (".pt", ".pth")
+KERAS_SUFFIXES = (".keras", ".h5")
+SAVED_MODEL = "saved_model.pb"
 _NOT_MODEL_FILES = {layout.MODEL_RECORD, layout.MODEL_DONE}
 
 
@@ -102,6 +104,8 @@ def to_json_ready(value: Any) -> Any:
     """numpy and torch values -> lists and numbers that json can write."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
         value = value.detach().cpu().numpy()
+    elif not isinstance(value, np.ndarray) and callable(getattr(value, "numpy", None)):  # a TensorFlow tensor
+        value = value.numpy()
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
@@ -189,6 +193,57 @@ class TorchModel(Servable):
             return self.model(self.torch.from_numpy(prepared))
 
 
+class KerasModel(Servable):
+    """A Keras model file (`.keras`, or `.h5` where the Keras version reads it), called in inference mode."""
+
+    kind = "keras"
+
+    def __init__(self, path: str) -> None:
+        import keras
+
+        self.model = keras.models.load_model(path, compile=False)
+        shape = getattr(self.model, "input_shape", None)
+        if isinstance(shape, tuple) and shape and all(d is None or isinstance(d, int) for d in shape):
+            self.input_shape = tuple(shape[1:])
+
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        return self.model(prepared, training=False)
+
+
+class SavedModel(Servable):
+    """A TensorFlow SavedModel folder, called through its `serving_default` signature (as TF Serving does)."""
+
+    kind = "tensorflow"
+
+    def __init__(self, path: str) -> None:
+        import tensorflow as tf
+
+        self.tf = tf
+        self.loaded = tf.saved_model.load(path)
+        self.function = self.loaded.signatures.get("serving_default")
+        if self.function is None:
+            raise ServingError(f"the SavedModel in {path} has no 'serving_default' signature; export it with "
+                               "model.export(path) (Keras) or tf.saved_model.save(model, path, signatures=...)")
+        _, specs = self.function.structured_input_signature
+        if len(specs) != 1:
+            raise ServingError(f"the SavedModel in {path} takes {len(specs)} inputs ({', '.join(sorted(specs))}); "
+                               "this server feeds one: serve it with a predictor script")
+        self.input_name, spec = next(iter(specs.items()))
+        self.input_dtype = spec.dtype.name
+        dims = spec.shape.as_list() if spec.shape.rank is not None else None
+        self.input_shape = tuple(dims[1:]) if dims else None
+
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        outputs = self.function(**{self.input_name: self.tf.constant(prepared)})
+        return next(iter(outputs.values())) if len(outputs) == 1 else dict(outputs)
+
+
 def _load_script(path: str, attr: str, what: str) -> Any:
     """Import a script and return its class `attr`, or a ServingError that says what the script needs."""
     if not os.path.isfile(path):
@@ -256,17 +311,21 @@ def model_files(model_dir: str) -> list[str]:
 
 
 def detect(model_dir: str) -> tuple[str, str]:
-    """(kind, file) of the one model file in `model_dir`, or a ServingError naming what is there."""
+    """(kind, file or folder) of the one model in `model_dir`, or a ServingError naming what is there."""
     files = model_files(model_dir)
-    candidates = [(kind, f) for f in files for kind, suffixes in (("sklearn", PICKLE_SUFFIXES),
-                                                                   ("pytorch", TORCH_SUFFIXES))
-                  if f.lower().endswith(suffixes)]
+    saved = [f.rpartition("/")[0] or "." for f in files if f.rpartition("/")[2] == SAVED_MODEL]
+    candidates = [("tensorflow", folder) for folder in saved]
+    candidates += [(kind, f) for f in files for kind, suffixes in (("sklearn", PICKLE_SUFFIXES),
+                                                                    ("pytorch", TORCH_SUFFIXES),
+                                                                    ("keras", KERAS_SUFFIXES))
+                   if f.lower().endswith(suffixes) and not any(f.startswith(d + "/") for d in saved if d != ".")]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
         raise ServingError(f"no servable model file in {model_dir} (files: {', '.join(files) or 'none'}); export a "
-                           f"scikit-learn or pickled model ({', '.join(PICKLE_SUFFIXES)}) or a PyTorch model "
-                           f"({', '.join(TORCH_SUFFIXES)}), or pass predictor='<script>.py' with a Predict class")
+                           f"scikit-learn or pickled model ({', '.join(PICKLE_SUFFIXES)}), a PyTorch model "
+                           f"({', '.join(TORCH_SUFFIXES)}), a Keras model ({', '.join(KERAS_SUFFIXES)}) or a "
+                           "TensorFlow SavedModel folder, or pass predictor='<script>.py' with a Predict class")
     raise ServingError(f"{model_dir} holds several model files ({', '.join(f for _, f in candidates)}); pass "
                        "predictor='<script>.py' with a Predict class that loads the one to serve")
 
@@ -282,4 +341,14 @@ def load(model_dir: str, predictor: str | None = None, threads: int = 1) -> Serv
     log.info("loading %s model %s", kind, path)
     if kind == "pytorch":
         return TorchModel(path, threads)
+    if kind in ("keras", "tensorflow"):
+        _tensorflow_threads(threads)
+        return KerasModel(path) if kind == "keras" else SavedModel(os.path.normpath(path))
     return PickledModel(path)
+
+
+def _tensorflow_threads(threads: int) -> None:
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)

@@ -1,5 +1,6 @@
 """Each kind of model a serving loads, over a real server: PyTorch as TorchScript and as a pickled module,
-and hops-style predictor and transformer scripts; a model that raises gets a 500 and the server goes on."""
+Keras and a TensorFlow SavedModel, hops-style predictor and transformer scripts; a model that raises gets a
+500 and the server goes on; with batching, concurrent requests become one model call."""
 
 from __future__ import annotations
 
@@ -127,3 +128,28 @@ def test_concurrent_requests_become_one_model_call_and_each_gets_its_own_rows_ba
         assert http("POST", url, {"instances": big}) == (200, {"predictions": [[i, 10] for i in range(10)]})
         status, body = http("POST", url, {"instances": 5})
         assert status == 400 and "list of rows" in body["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+@pytest.mark.parametrize("form", ["keras", "savedmodel"])
+def test_tensorflow_models_answer_as_the_model_itself(settings, tmp_path, form):
+    tf = pytest.importorskip("tensorflow")
+    keras = tf.keras
+    keras.utils.set_random_seed(0)
+    net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+    if form == "keras":
+        net.save(str(tmp_path / "model.keras"))
+        registry.export(str(tmp_path / "model.keras"), "dense", settings=settings)
+    else:
+        net.export(str(tmp_path / "saved"), verbose=False)
+        registry.export(str(tmp_path / "saved"), "dense", settings=settings)
+    lifecycle.create_or_update("dense", "Models/dense", "TENSORFLOW_SERVING", settings=settings)
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype("float32")
+    want = net(rows, training=False).numpy()
+    with running(settings, "dense") as serving:
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": rows.tolist()})
+        assert status == 200
+        np.testing.assert_allclose(np.array(body["predictions"]), want, rtol=1e-5, atol=1e-6)
+        status, body = http("POST", base_url(serving) + ":predict", {"inputs": [[1.0, 2.0, 3.0]]})
+        assert status == 400 and "shape 4" in body["error"]
