@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 20
 # -c, not -m: the package is imported first either way, and runpy warns about a module run twice
 SUPERVISOR_MAIN = "import sys; from hopsml.serving.supervisor import main; sys.exit(main())"
+# Runs the command in its argv in a session of its own, prints its pid and exits; output goes to the log (fd 2).
+LAUNCHER = ("import os, subprocess, sys; fd = int(os.environ['" + READY_FD_ENV + "']); "
+            "print(subprocess.Popen(sys.argv[1:], pass_fds=(fd,), start_new_session=True, "
+            "stdin=subprocess.DEVNULL, stdout=2, stderr=2).pid)")
 
 
 class Status(str):
@@ -272,23 +276,31 @@ def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Setti
     with open(path, "ab") as log_file:
         log_file.write(f"--- {states.now()} starting serving {serving_name}\n".encode())
         log_file.flush()
-        popen = subprocess.Popen([sys.executable, "-c", SUPERVISOR_MAIN, serving_name], env=env,
-                                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, pass_fds=(ready_w,),
-                                 start_new_session=True, cwd=os.path.dirname(path))
+        # a launcher starts the supervisor and exits at once: the supervisor is nobody's child here, so no
+        # zombie stays in this process when it ends, whenever that is
+        launcher = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, sys.executable, "-c", SUPERVISOR_MAIN,
+                                     serving_name], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=log_file, pass_fds=(ready_w,), cwd=os.path.dirname(path))
     os.close(ready_w)
     try:
-        report = _read_report(ready_r, timeout_s)
+        out, _ = launcher.communicate()
+        if launcher.returncode != 0 or not out.strip().isdigit():
+            raise ServingError(f"cannot start the server of serving {serving_name!r}: its launcher exited with "
+                               f"{launcher.returncode}. Last lines of {path}:\n{log_tail(path)}")
+        supervisor = Proc.of(int(out))
+        try:
+            report = _read_report(ready_r, timeout_s)
+        except BaseException:  # Ctrl-C in the notebook while it starts: it is not left starting on its own
+            _abort(serving_name, supervisor, settings)
+            raise
     finally:
         os.close(ready_r)
-    if report is None:
-        supervisor = Proc.of(popen.pid)
-        if popen.poll() is None:
-            stop(serving_name, settings=settings)
-            raise ServingError(f"serving {serving_name!r} did not start within {timeout_s:.0f} s; it was stopped. "
-                               f"Last lines of {path}:\n{log_tail(path)}")
-        wait_gone(supervisor, 1.0)
+    if report is None and supervisor.alive():
+        _abort(serving_name, supervisor, settings)
+        raise ServingError(f"serving {serving_name!r} did not start within {timeout_s:.0f} s; it was stopped. "
+                           f"Last lines of {path}:\n{log_tail(path)}")
     if report is None or report.get("state") != states.RUNNING:
-        popen.wait()
+        wait_gone(supervisor, STOP_GRACE_S + 10)
         _port_released(serving_name, states.read(storage, project, serving_name).port)
         st = get_status(serving_name, settings)
         reason = (report or {}).get("reason") or st.reason or "the server process ended"
@@ -296,6 +308,23 @@ def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Setti
                            f"{log_tail(path)}")
     log.info("serving %s running on %s:%s", serving_name, d.host, report.get("port"))
     return get(serving_name, settings)
+
+
+def _abort(serving_name: str, supervisor: Proc, settings: config.Settings) -> None:
+    """Stop a serving whose supervisor may not have recorded itself yet (it is signalled directly)."""
+    if supervisor.signal(signal.SIGTERM) and not wait_gone(supervisor, STOP_GRACE_S + 10):
+        _kill_group(supervisor)
+    stop(serving_name, settings=settings)
+
+
+def _kill_group(supervisor: Proc) -> None:
+    """SIGKILL the supervisor's process group (its instances are in it) and wait for the supervisor."""
+    if supervisor.alive():
+        try:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_gone(supervisor, 10)
 
 
 def _read_report(fd: int, timeout_s: float) -> dict[str, Any] | None:
@@ -328,14 +357,7 @@ def stop(serving_name: str, *, settings: config.Settings | None = None) -> None:
         if not wait_gone(supervisor, STOP_GRACE_S + 10):
             log.warning("serving %s: the server (pid %d) did not stop; killing its process group", serving_name,
                         supervisor.pid)
-            if supervisor.alive():
-                try:
-                    os.killpg(supervisor.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            wait_gone(supervisor, 10)
-    elif supervisor is not None:
-        wait_gone(supervisor, 0)  # it ended on its own: if it was our child, collect it
+            _kill_group(supervisor)
     for proc in st.instance_procs():  # the supervisor stops them; these are left only if it was killed
         if proc.signal(signal.SIGKILL):
             wait_gone(proc, 10)

@@ -178,3 +178,51 @@ def test_the_cli_creates_starts_lists_shows_logs_stops_and_deletes(settings, tmp
 
     with pytest.raises(HopsmlError, match="no serving 'flowers'"):
         lifecycle.get_status("flowers", settings_for(tmp_path.parent / tmp_path.name / "root"))
+
+
+SLOW_PREDICTOR = '''
+import os
+import time
+
+
+class Predict:
+    def __init__(self):
+        while True:  # a model that takes long to load: loading never ends in this test
+            time.sleep(0.05)
+
+    def predict(self, inputs):
+        return inputs
+'''
+
+INTERRUPTED_KERNEL = """
+from hopsml import serving
+try:
+    serving.start("slow")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_while_a_serving_starts_stops_it(settings, tmp_path):
+    export_sklearn(settings, tmp_path / "model")
+    resources = tmp_path / "root" / "Projects" / "test" / "Resources"
+    resources.mkdir(parents=True, exist_ok=True)
+    (resources / "slow.py").write_text(SLOW_PREDICTOR)
+    lifecycle.create_or_update("slow", "Models/iris", "PYTHON", predictor="Resources/slow.py", instances=2,
+                               settings=settings)
+    kernel = subprocess.Popen([sys.executable, "-c", INTERRUPTED_KERNEL], stdout=subprocess.PIPE,
+                              env={**os.environ, "HOPSML_ROOT": settings.root, "HOPSML_PROJECT": "test"})
+    try:
+        # the supervisor has recorded itself and its instances, which are loading the model
+        wait_for(lambda: len(recorded(settings, "slow")[0]) == 3, "the instances to start")
+        procs, port, host = recorded(settings, "slow")
+        assert lifecycle.get_status("slow", settings) == "Starting"
+        kernel.send_signal(signal.SIGINT)
+        out, _ = kernel.communicate()
+        assert out == b"interrupted\n"
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+    assert_nothing_left(procs, port, host)
+    assert lifecycle.get_status("slow", settings) == "Stopped"
