@@ -14,10 +14,12 @@ import json
 import logging
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -82,6 +84,7 @@ class Supervisor:
         self.selector = selectors.DefaultSelector()
         self.sock: socket.socket | None = None
         self.model_dir = ""
+        self.downloaded: str | None = None
         self.predictor: str | None = None
         self.transformer: str | None = None
         self.signal_r, signal_w = os.pipe()
@@ -113,7 +116,10 @@ class Supervisor:
         d = self.definition
         mv = registry.get_model(d.model_name, d.model_version, settings=None)
         local = self.storage.local_path(layout.model_dir(self.project, mv.name, mv.version))
-        self.model_dir = local or registry.download_model(mv.name, mv.version)
+        if local is None:  # HDFS or S3: a private copy, removed when the server ends
+            self.downloaded = tempfile.mkdtemp(prefix=f"hopsml-serving-{d.name}-")
+            local = registry.download_model(mv.name, mv.version, local_dir=self.downloaded)
+        self.model_dir = local
         self.predictor = self._script(d.predictor)
         self.transformer = self._script(d.transformer)
 
@@ -296,6 +302,8 @@ class Supervisor:
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
             self.shutdown()
+            if self.downloaded is not None:
+                shutil.rmtree(self.downloaded, ignore_errors=True)
             if self.state.state != states.FAILED:
                 self.state.state = states.STOPPED
             self.state.supervisor = None

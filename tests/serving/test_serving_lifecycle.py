@@ -226,3 +226,25 @@ def test_ctrl_c_while_a_serving_starts_stops_it(settings, tmp_path):
             kernel.wait()
     assert_nothing_left(procs, port, host)
     assert lifecycle.get_status("slow", settings) == "Stopped"
+
+
+def test_a_model_on_an_s3_root_is_served_from_a_private_copy_removed_at_stop(tmp_path):
+    import glob
+    import tempfile
+
+    from s3 import s3_root, s3_server
+
+    from hopsml import config
+
+    with s3_server() as endpoint:
+        settings = config.load(environ={}, root=s3_root(endpoint), project="test", log_dir=str(tmp_path / "logs"))
+        fitted = export_sklearn(settings, tmp_path / "model")
+        lifecycle.create_or_update("iris", "Models/iris", "PYTHON", settings=settings)
+        copies = os.path.join(tempfile.gettempdir(), "hopsml-serving-iris-*")
+        before = set(glob.glob(copies))
+        with running(settings, "iris") as serving:
+            assert serving.log.startswith(str(tmp_path / "logs"))  # a remote root keeps the log under log_dir
+            assert len(set(glob.glob(copies)) - before) == 1
+            status, body = http("POST", base_url(serving) + ":predict", {"instances": [[5.1, 3.5, 1.4, 0.2]]})
+            assert (status, body) == (200, {"predictions": fitted.predict([[5.1, 3.5, 1.4, 0.2]]).tolist()})
+        assert set(glob.glob(copies)) == before
