@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from hopsml import config, layout
+from hopsml.errors import StorageError
 from hopsml.fs import Storage
 from hopsml.model import registry
 from hopsml.serving import definition as defs
@@ -38,6 +39,9 @@ START_TIMEOUT_S = 300.0
 STOP_GRACE_S = 5.0
 RESTART_WINDOW_S = 60.0
 MAX_RESTARTS_IN_WINDOW = 10
+# How often a running server checks that its definition still exists: one whose project was deleted stops.
+ORPHAN_CHECK_S = 5.0
+ORPHAN_CHECK_REMOTE_S = 60.0
 INSTANCE_MAIN = "import sys; from hopsml.serving.instance import main; sys.exit(main())"
 
 
@@ -85,6 +89,7 @@ class Supervisor:
         self.sock: socket.socket | None = None
         self.model_dir = ""
         self.downloaded: str | None = None
+        self.orphaned = False  # its definition was deleted: nothing is written back into the project
         self.predictor: str | None = None
         self.transformer: str | None = None
         self.signal_r, signal_w = os.pipe()
@@ -96,6 +101,8 @@ class Supervisor:
 
     # --- records -------------------------------------------------------------------------------------
     def save(self) -> None:
+        if self.orphaned:
+            return
         self.state.available = sum(1 for i in self.instances.values() if i.ready)
         states.write(self.storage, self.project, self.definition.name, self.state)
 
@@ -237,11 +244,22 @@ class Supervisor:
         self.report({"state": states.RUNNING, "port": self.state.port})
 
     def serve(self) -> None:
-        """Restart crashed instances until SIGTERM; too many crashes in a minute fail the serving."""
+        """Restart crashed instances until SIGTERM (or the serving's definition is deleted); too many crashes in
+        a minute fail the serving."""
         pending: dict[int, float] = {}  # index -> when to restart it
         history: list[float] = []
+        every = ORPHAN_CHECK_S if self.storage.local_path() is not None else ORPHAN_CHECK_REMOTE_S
+        next_check = time.monotonic() + every
         while True:
-            timeout = max(0.0, min(pending.values()) - time.monotonic()) if pending else None
+            wake = min([next_check, *pending.values()])
+            timeout = max(0.0, wake - time.monotonic())
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + every
+                if self.definition_gone():
+                    log.warning("serving %s: its definition is gone (deleted with its project?): stopping",
+                                self.definition.name)
+                    self.orphaned = True
+                    raise Stop()
             for kind, index in self.events(timeout):
                 if kind == "ready":
                     self.on_ready(index)
@@ -262,6 +280,14 @@ class Supervisor:
                     self.spawn(index)
                     log.info("instance %d restarted (restart %d)", index, len(self.state.restarts))
                     self.save()
+
+    def definition_gone(self) -> bool:
+        """Whether the serving's definition was deleted; a root that cannot be reached now does not count."""
+        try:
+            return not self.storage.exists(layout.ServingDir.of(self.project, self.definition.name).definition)
+        except StorageError as exc:
+            log.warning("cannot check the serving's definition (%s); serving on", exc)
+            return False
 
     def shutdown(self) -> None:
         """SIGTERM the instances, SIGKILL those still there after the grace period, close the port."""

@@ -248,3 +248,18 @@ def test_a_model_on_an_s3_root_is_served_from_a_private_copy_removed_at_stop(tmp
             status, body = http("POST", base_url(serving) + ":predict", {"instances": [[5.1, 3.5, 1.4, 0.2]]})
             assert (status, body) == (200, {"predictions": fitted.predict([[5.1, 3.5, 1.4, 0.2]]).tolist()})
         assert set(glob.glob(copies)) == before
+
+
+def test_a_server_whose_serving_was_deleted_by_hand_stops_by_itself(settings, tmp_path):
+    export_sklearn(settings, tmp_path / "model")
+    lifecycle.create_or_update("iris", "Models/iris", "PYTHON", settings=settings)
+    lifecycle.start("iris", settings=settings)
+    procs, port, host = recorded(settings, "iris")
+    try:
+        shutil.rmtree(os.path.join(settings.root, layout.ServingDir.of("test", "iris").path))  # not with delete()
+        assert all(wait_gone(proc, 120) for proc in procs)
+        assert not os.path.exists(os.path.join(settings.root, layout.ServingDir.of("test", "iris").path))
+    finally:
+        for proc in procs:
+            proc.signal(signal.SIGKILL)
+    assert wait_for(lambda: port_free(host, port), "the port to be released")
