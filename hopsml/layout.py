@@ -309,3 +309,55 @@ class ModelDir:
         """A model file, `rel` '/'-separated inside the version folder."""
         parts = [validate_name(part, "model file name") for part in rel.split("/") if part]
         return join(self.path, *parts)
+
+
+# --- model servings ---------------------------------------------------------------------------------
+SERVING = "Serving"
+LOGS_DATASET = "Logs"
+SERVING_DEFINITION = "serving.json"
+SERVING_STATE = "server.json"
+
+
+@dataclass(frozen=True)
+class ServingDir:
+    """`Projects/<project>/Serving/<name>/` (definition and server state) and the serving's log in the
+    project's Logs dataset.
+
+    >>> s = ServingDir.of("demo", "mnist")
+    >>> s.definition
+    'Projects/demo/Serving/mnist/serving.json'
+    >>> s.state
+    'Projects/demo/Serving/mnist/server.json'
+    >>> s.log
+    'Projects/demo/Logs/Serving/mnist/mnist.log'
+    """
+
+    path: str
+    log_dir: str
+
+    @classmethod
+    def of(cls, project: str, name: str) -> ServingDir:
+        name = validate_name(name, "serving name")
+        return cls(join(servings_dir(project), name), join(project_dir(project), LOGS_DATASET, SERVING, name))
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def definition(self) -> str:
+        return join(self.path, SERVING_DEFINITION)
+
+    @property
+    def state(self) -> str:
+        """Written by the running server: its pids, port, state and restarts."""
+        return join(self.path, SERVING_STATE)
+
+    @property
+    def log(self) -> str:
+        return join(self.log_dir, f"{self.name}.log")
+
+
+def servings_dir(project: str) -> str:
+    """`Serving/`: one folder per serving of the project."""
+    return join(project_dir(project), SERVING)

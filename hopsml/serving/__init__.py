@@ -1,0 +1,129 @@
+"""Model servings with hops' `hops.serving` names: serve a registry version over TF Serving's REST API.
+
+    from hopsml import model, serving
+    model.export("model.joblib", "iris")
+    serving.create_or_update("iris", "Models/iris", "PYTHON", model_version=1, instances=2)
+    serving.start("iris")
+    serving.make_inference_request("iris", {"instances": [[5.1, 3.5, 1.4, 0.2]]})
+    serving.stop("iris")
+
+Where Hopsworks' server did the work, a local server does it: `start` runs `instances` processes behind
+one port (127.0.0.1 unless `host=` says otherwise) under a supervisor that outlives the notebook and
+restarts a crashed instance; the definition and the server's state live in the project
+(`Serving/<name>/`), its log in `Logs/Serving/<name>/`. Parameters for Hopsworks services hopsml does not
+run (the Kafka topic and its partitions and replicas, `inference_logging`, `kserve`,
+`transformer_instances`, `artifact_version`, `predictor_resource_config`) are checked as hops checks them
+and recorded, and change nothing here; the transformer runs inside each instance. Importing this package
+starts nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hopsml.serving.definition import MODEL_SERVERS, PYTHON, TENSORFLOW_SERVING, ServingError, ServingNotFound
+from hopsml.serving.lifecycle import (InferenceError, KafkaTopic, Serving, Status, create_or_update, delete, get_all,
+                                      get_status, make_inference_request, start, stop)
+from hopsml.serving.lifecycle import get as _get
+
+log = logging.getLogger(__name__)
+
+
+def exists(serving_name: str) -> bool:
+    """Whether the project has a serving of that name."""
+    return get_id(serving_name) is not None
+
+
+def get(serving_name: str) -> Serving | None:
+    """The serving of that name, None if there is none (as hops)."""
+    try:
+        return _get(serving_name)
+    except ServingNotFound:
+        return None
+
+
+def get_id(serving_name: str) -> int | None:
+    """The serving's id, None if there is none (as hops)."""
+    found = get(serving_name)
+    return found.id if found is not None else None
+
+
+def get_model_path(serving_name: str) -> str:
+    """The registry folder of the served model, `Projects/<project>/Models/<name>`."""
+    return _get(serving_name).model_path
+
+
+def get_model_name(serving_name: str) -> str:
+    """The name of the served model (hops 3.8 returned the version here by mistake)."""
+    return _get(serving_name).model_name
+
+
+def get_model_version(serving_name: str) -> int:
+    return _get(serving_name).model_version
+
+
+def get_artifact_version(serving_name: str) -> int | str | None:
+    """As given to create_or_update: hopsml serves the version folder itself and makes no artifacts."""
+    return _get(serving_name).artifact_version
+
+
+def get_predictor(serving_name: str) -> str | None:
+    return _get(serving_name).predictor
+
+
+def get_transformer(serving_name: str) -> str | None:
+    return _get(serving_name).transformer
+
+
+def get_model_server(serving_name: str) -> str:
+    """'PYTHON' or 'TENSORFLOW_SERVING'."""
+    return _get(serving_name).model_server
+
+
+def get_serving_tool(serving_name: str) -> str:
+    """'DEFAULT', or 'KSERVE' when it was asked for (recorded; the local server is the same)."""
+    return _get(serving_name).serving_tool
+
+
+def get_available_instances(serving_name: str) -> int | tuple[int, int]:
+    """Instances answering now; (instances, transformer instances) when there is a transformer, as hops."""
+    found = _get(serving_name)
+    if found.available_transformer_instances is None:
+        return found.available_instances
+    return found.available_instances, found.available_transformer_instances
+
+
+def get_kafka_topic(serving_name: str) -> str | None:
+    """The topic name given to create_or_update ('CREATE' by default; None for 'NONE'). hopsml runs no Kafka:
+    nothing is written to a topic."""
+    return _get(serving_name).kafka_topic_dto.name
+
+
+def get_predictor_resource_config(serving_name: str) -> dict[str, Any] | None:
+    """As given to create_or_update (recorded; the local server takes what the machine has)."""
+    return _get(serving_name).predictor_resource_config
+
+
+def get_internal_endpoints(serving_name: str) -> list[str] | None:
+    """['http://<host>:<port>'] of the running server, None when it is not running."""
+    found = _get(serving_name)
+    if found.internal_path is None:
+        return None
+    return [f"http://{ip}:{found.internal_port}" for ip in found.internal_ips]
+
+
+def describe(serving_name: str) -> None:
+    """Log every field of the serving (hops logs them too), status reason and restarts included."""
+    found = _get(serving_name)
+    log.info(", ".join(f"{key}: {value}" for key, value in vars(found).items()))
+    if found.status.reason:
+        log.info("status reason: %s\nlast log lines:\n%s", found.status.reason, found.status.log_tail)
+
+
+__all__ = ["MODEL_SERVERS", "PYTHON", "TENSORFLOW_SERVING", "InferenceError", "KafkaTopic", "Serving", "ServingError",
+           "ServingNotFound", "Status", "create_or_update", "delete", "describe", "exists", "get", "get_all",
+           "get_artifact_version", "get_available_instances", "get_id", "get_internal_endpoints", "get_kafka_topic",
+           "get_model_name", "get_model_path", "get_model_server", "get_model_version", "get_predictor",
+           "get_predictor_resource_config", "get_serving_tool", "get_status", "get_transformer",
+           "make_inference_request", "start", "stop"]

@@ -1,0 +1,90 @@
+"""The serving commands of the ``hopsml`` CLI: ``serving create|start|stop|list|status|logs|delete``.
+
+``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one that
+was parsed and returns the text to print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from hopsml import config
+from hopsml.cli_tables import format_table
+from hopsml.serving import definition as defs
+from hopsml.serving import lifecycle
+
+COMMANDS = ("serving",)
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``serving`` and its actions to the CLI's subparsers."""
+    serving = subparsers.add_parser("serving", help="serve registered models over TF Serving's REST API")
+    actions = serving.add_subparsers(dest="serving_action", required=True)
+    create = actions.add_parser("create", help="define a serving of a registered model (or redefine one)")
+    create.add_argument("name", help="serving name: letters and digits")
+    create.add_argument("model", help="'Models/<name>' or 'Models/<name>/<version>', as hops takes model_path")
+    create.add_argument("--version", type=int, default=1, help="model version (default 1)")
+    create.add_argument("--model-server", choices=defs.MODEL_SERVERS, default=defs.PYTHON)
+    create.add_argument("--instances", type=int, default=1, help="processes behind the port (default 1)")
+    create.add_argument("--predictor", help="predictor script (a Predict class): a file in the version folder or "
+                                            "a project path")
+    create.add_argument("--transformer", help="transformer script (a Transformer class), as --predictor")
+    create.add_argument("--host", help=f"address to listen on (default {defs.DEFAULT_HOST}: only this machine)")
+    create.add_argument("--port", type=int, help="port to listen on (default 0: any free one at each start)")
+    for action, text in (("start", "start the serving's server (it keeps running after this command)"),
+                         ("stop", "stop the server: no process or port is left"),
+                         ("status", "status, endpoint, instances, restarts; the reason and log lines if it failed"),
+                         ("delete", "stop it and remove its definition (its log stays)")):
+        actions.add_parser(action, help=text).add_argument("name")
+    actions.add_parser("list", help="every serving of the project with its status")
+    logs = actions.add_parser("logs", help="the last lines of the serving's log")
+    logs.add_argument("name")
+    logs.add_argument("-n", "--lines", type=int, default=50, help="how many lines (default 50)")
+
+
+def _status_text(serving: lifecycle.Serving) -> str:
+    shown = {key: value for key, value in vars(serving).items() if key not in ("status", "restarts", "kafka_topic_dto")}
+    lines = [f"status: {serving.status}"]
+    if serving.internal_path is not None:
+        lines.append(f"endpoint: http://{serving.internal_ips[0]}:{serving.internal_port}{serving.internal_path}:predict")
+    lines.append(json.dumps(shown, indent=2, default=str))
+    if serving.restarts:
+        lines += ["", f"restarts ({len(serving.restarts)}):"]
+        lines += [f"  {r.time} {r.reason}" for r in serving.restarts]
+    if serving.status.reason:
+        lines += ["", f"reason: {serving.status.reason}", "", f"last lines of {serving.log}:", serving.status.log_tail]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, settings: config.Settings) -> str:
+    """Run the parsed serving command; returns what to print."""
+    action = args.serving_action
+    if action == "create":
+        serving = lifecycle.create_or_update(args.name, args.model, args.model_server, args.version,
+                                             instances=args.instances, predictor=args.predictor,
+                                             transformer=args.transformer, host=args.host, port=args.port,
+                                             settings=settings)
+        return f"serving {serving.name} (id {serving.id}) serves {serving.model_name} version {serving.model_version}"
+    if action == "list":
+        rows = [{"name": s.name, "id": s.id, "status": s.status, "model": f"{s.model_name}:{s.model_version}",
+                 "instances": f"{s.available_instances}/{s.requested_instances}",
+                 "endpoint": f"http://{s.internal_ips[0]}:{s.internal_port}" if s.internal_ips else None,
+                 "restarts": len(s.restarts)} for s in lifecycle.get_all(settings)]
+        if not rows:
+            return f"no servings in project {settings.project!r}; create one with 'hopsml serving create NAME Models/MODEL'"
+        return format_table(rows, ("name", "id", "status", "model", "instances", "endpoint", "restarts"))
+    if action == "start":
+        serving = lifecycle.start(args.name, settings=settings)
+        return f"serving {serving.name}: {serving.status} at http://{serving.internal_ips[0]}:{serving.internal_port}"
+    if action == "stop":
+        lifecycle.stop(args.name, settings=settings)
+        return f"serving {args.name}: {lifecycle.get_status(args.name, settings)}"
+    if action == "delete":
+        lifecycle.delete(args.name, settings=settings)
+        return f"serving {args.name}: deleted"
+    serving = lifecycle.get(args.name, settings)
+    if action == "logs":
+        return lifecycle.log_tail(serving.log, args.lines) or f"no log yet at {serving.log}"
+    return _status_text(serving)

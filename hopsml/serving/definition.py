@@ -1,0 +1,189 @@
+"""A serving's definition: what to serve and how, kept as JSON in the project so that it outlives the
+notebook that made it (Hopsworks kept it in its database; here `Serving/<name>/serving.json`).
+
+The fields are hops' `create_or_update` parameters. Those that name Hopsworks services (Kafka topic,
+KServe, resource config) are validated as hops validates them and recorded, and change nothing locally.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import posixpath
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+from collections.abc import Mapping
+
+from hopsml import layout
+from hopsml.errors import HopsmlError
+from hopsml.fs import Storage
+
+TENSORFLOW_SERVING = "TENSORFLOW_SERVING"
+PYTHON = "PYTHON"
+MODEL_SERVERS = (TENSORFLOW_SERVING, PYTHON)
+SERVING_TOOL_DEFAULT = "DEFAULT"
+SERVING_TOOL_KSERVE = "KSERVE"
+INFERENCE_LOGGING_MODES = ("MODEL_INPUTS", "PREDICTIONS", "ALL")
+DEFAULT_HOST = "127.0.0.1"
+
+_NAME = re.compile(r"^[a-zA-Z0-9]+$")
+
+
+class ServingError(HopsmlError, ValueError):
+    """A serving cannot be defined, started or queried as asked; the message says what to change."""
+
+
+class ServingNotFound(ServingError, LookupError):
+    """No serving of that name in the project (hops' name for this error)."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def check_name(serving_name: object) -> str:
+    """hops' rule for serving names (letters and digits, at most 256), which also makes a safe folder name."""
+    if not isinstance(serving_name, str) or not _NAME.match(serving_name) or len(serving_name) > 256:
+        raise ServingError(f"invalid serving name {serving_name!r}: use 1-256 letters and digits only "
+                           "(as Hopsworks requires), e.g. 'mnist' or 'irisClassifier2'")
+    return serving_name
+
+
+@dataclass
+class ServingDefinition:
+    """What `create_or_update` recorded; `model_name`/`model_version` name the registry version served."""
+
+    name: str
+    model_path: str
+    model_name: str
+    model_version: int
+    model_server: str
+    id: int = 0
+    artifact_version: int | str | None = None
+    predictor: str | None = None
+    transformer: str | None = None
+    serving_tool: str = SERVING_TOOL_DEFAULT
+    batching_enabled: bool = False
+    topic_name: str | None = "CREATE"
+    num_partitions: int = 1
+    num_replicas: int = 1
+    inference_logging: str | None = "ALL"
+    instances: int = 1
+    transformer_instances: int | None = None
+    predictor_resource_config: dict[str, Any] | None = None
+    host: str = DEFAULT_HOST
+    port: int = 0
+    max_body_bytes: int = 16 << 20
+    max_batch_size: int = 32
+    batch_timeout_micros: int = 1000
+    max_enqueued_batches: int = 100
+    creator: str = field(default_factory=lambda: os.environ.get("HOPSML_USER") or getpass.getuser())
+    created: str = field(default_factory=_now)
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if self.model_server not in MODEL_SERVERS:
+            raise ServingError(f"model_server {self.model_server!r} is not supported; use one of "
+                               f"{', '.join(MODEL_SERVERS)}")
+        for what, number, low in (("instances", self.instances, 1), ("model_version", self.model_version, 1),
+                                  ("num_partitions", self.num_partitions, 1), ("num_replicas", self.num_replicas, 1),
+                                  ("port", self.port, 0), ("max_body_bytes", self.max_body_bytes, 1),
+                                  ("max_batch_size", self.max_batch_size, 1),
+                                  ("batch_timeout_micros", self.batch_timeout_micros, 0),
+                                  ("max_enqueued_batches", self.max_enqueued_batches, 1)):
+            if isinstance(number, bool) or not isinstance(number, int) or number < low:
+                raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
+        if not 0 <= self.port <= 65535:
+            raise ServingError(f"port {self.port} is not a port: give 1-65535, or 0 for any free one")
+        if self.transformer_instances is not None and (isinstance(self.transformer_instances, bool) or not
+                                                       isinstance(self.transformer_instances, int)):
+            raise ServingError(f"transformer_instances must be a whole number, not {self.transformer_instances!r}")
+        if not isinstance(self.batching_enabled, bool):
+            raise ServingError(f"batching_enabled must be True or False, not {self.batching_enabled!r}")
+        if self.inference_logging is not None and self.inference_logging not in INFERENCE_LOGGING_MODES:
+            raise ServingError(f"inference_logging {self.inference_logging!r} is not a mode; use one of "
+                               f"{', '.join(INFERENCE_LOGGING_MODES)}")
+        if self.model_server == TENSORFLOW_SERVING and self.predictor is not None:
+            raise ServingError("a predictor script needs model_server='PYTHON' (TensorFlow Serving runs no "
+                               "Python code, as on Hopsworks)")
+        if self.predictor_resource_config is not None:
+            config = self.predictor_resource_config
+            if not isinstance(config, dict) or "memory" not in config or "cores" not in config:
+                raise ServingError("predictor_resource_config must be a dict with the keys 'memory' and 'cores', "
+                                   "e.g. {'memory': 2048, 'cores': 1, 'gpus': 0}")
+
+    def batching(self) -> dict[str, int] | None:
+        """TF Serving's batching knobs when batching is enabled, else None."""
+        if not self.batching_enabled:
+            return None
+        return {"max_batch_size": self.max_batch_size, "batch_timeout_micros": self.batch_timeout_micros,
+                "max_enqueued_batches": self.max_enqueued_batches}
+
+    @property
+    def kserve(self) -> bool:
+        return self.serving_tool == SERVING_TOOL_KSERVE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServingDefinition:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def parse_model_path(model_path: str, project: str, model_version: int | None) -> tuple[str, int | None]:
+    """(model name, version or None) from hops' `model_path`: 'Models/<name>', '/Models/<name>/<version>',
+    '/Projects/<project>/Models/<name>', 'hdfs://nn/Projects/...' or a URI of the root; a version in the
+    path wins over `model_version`."""
+    if not isinstance(model_path, str) or not model_path.strip():
+        raise ServingError(f"model_path must be a path such as 'Models/mnist', not {model_path!r}")
+    text = model_path.strip()
+    if "://" in text:
+        text = "/" + text.split("://", 1)[1].split("/", 1)[-1]  # drop scheme and namenode / bucket
+    parts = [p for p in posixpath.normpath("/" + text).split("/") if p]
+    if layout.MODELS in parts:
+        at = len(parts) - 1 - parts[::-1].index(layout.MODELS)
+        before = parts[:at]
+        if len(before) >= 2 and before[-2] == layout.PROJECTS and before[-1] != project:
+            raise ServingError(f"model_path {model_path!r} is in project {before[-1]!r}; a serving serves models "
+                               f"of its own project ({project!r})")
+        parts = parts[at:]
+    if len(parts) < 2 or parts[0] != layout.MODELS or len(parts) > 3:
+        raise ServingError(f"model_path {model_path!r} is not a registry model: give 'Models/<name>' or "
+                           "'Models/<name>/<version>' as hops does (export it first with hopsml.model.export)")
+    name = layout.validate_name(parts[1], "model name")
+    if len(parts) == 3:
+        return name, layout.validate_version(parts[2])
+    return name, model_version
+
+
+def read(storage: Storage, project: str, name: str) -> ServingDefinition:
+    """The definition of serving `name`, or ServingNotFound naming those that exist."""
+    sdir = layout.ServingDir.of(project, check_name(name))
+    if not storage.exists(sdir.definition):
+        known = ", ".join(names(storage, project)) or "none"
+        raise ServingNotFound(f"no serving {name!r} in project {project!r} (servings: {known}); create it with "
+                              "hopsml.serving.create_or_update(name, 'Models/<model>', 'PYTHON')")
+    return ServingDefinition.from_dict(storage.read_json(sdir.definition))
+
+
+def write(storage: Storage, project: str, definition: ServingDefinition) -> None:
+    storage.write_json(layout.ServingDir.of(project, definition.name).definition, definition.to_dict())
+
+
+def names(storage: Storage, project: str) -> list[str]:
+    """Every serving of the project with a definition, by name."""
+    found = []
+    for rel in storage.ls(layout.servings_dir(project)):
+        base = posixpath.basename(rel)
+        if _NAME.match(base) and storage.exists(layout.ServingDir.of(project, base).definition):
+            found.append(base)
+    return sorted(found)
+
+
+def next_id(storage: Storage, project: str) -> int:
+    """An id for a new serving: one more than the largest in the project (hops' ids are integers)."""
+    return max((read(storage, project, n).id for n in names(storage, project)), default=0) + 1

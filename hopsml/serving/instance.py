@@ -1,0 +1,99 @@
+"""One instance of a serving: a process that loads the model and answers on the socket its supervisor
+bound (uvicorn with uvloop and httptools over the raw ASGI app). Started only by the supervisor:
+`hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
+
+It tells the supervisor it is ready by writing one byte to its ready pipe once the model is loaded (or
+'F' and why it cannot load it), and
+dies with the supervisor (the kernel's parent-death signal), so it never keeps the port on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+from dataclasses import asdict, dataclass
+
+SPEC_ENV = "HOPSML_SERVING_INSTANCE"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What an instance needs, all local: no project root, no credentials."""
+
+    name: str
+    version: int
+    index: int
+    model_dir: str
+    predictor: str | None
+    transformer: str | None
+    socket_fd: int
+    ready_fd: int
+    supervisor: int
+    max_body_bytes: int
+    threads: int
+    batching: dict[str, int] | None = None
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls, text: str) -> InstanceSpec:
+        return cls(**json.loads(text))
+
+
+def main() -> int:
+    spec = InstanceSpec.from_env(os.environ[SPEC_ENV])
+    from hopsml.serving.processes import die_with_parent
+
+    die_with_parent(spec.supervisor)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s instance {spec.index} (pid {os.getpid()}) %(name)s: "
+                               "%(message)s")
+    import uvicorn
+
+    from hopsml.serving import loaders
+    from hopsml.serving.protocol import ModelApp
+
+    try:
+        servable = loaders.load(spec.model_dir, spec.predictor, spec.threads)
+        transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
+    except Exception as exc:  # the supervisor records why, so the status can say it
+        log.exception("cannot load the model of serving %s", spec.name)
+        reason = str(exc) if isinstance(exc, loaders.ServingError) else f"{type(exc).__name__}: {exc}"
+        os.write(spec.ready_fd, b"F" + reason.encode("utf-8", errors="replace")[:4000])
+        return 1
+
+    def ready() -> None:
+        os.write(spec.ready_fd, b"R")
+        os.close(spec.ready_fd)
+        log.info("serving %s version %d: ready", spec.name, spec.version)
+
+    batcher = None
+    if spec.batching is not None:
+        from hopsml.serving.batching import Batcher, BatchingOptions
+
+        batcher = Batcher(servable, BatchingOptions(**spec.batching))
+    app = ModelApp(spec.name, spec.version, servable, transformer, spec.max_body_bytes, on_startup=ready,
+                   batcher=batcher)
+    sock = socket.socket(fileno=spec.socket_fd)
+    loop = "uvloop" if _has("uvloop") else "asyncio"
+    http = "httptools" if _has("httptools") else "h11"
+    config = uvicorn.Config(app, loop=loop, http=http, lifespan="on", access_log=False, log_level="warning",
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

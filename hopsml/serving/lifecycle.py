@@ -1,0 +1,437 @@
+"""Create, start, stop, query and delete servings: the work behind hops' `serving` functions.
+
+Everything is read from the project each time (definition, server state, the processes behind it), so a
+new kernel or the CLI sees and controls what an earlier one started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from hopsml import config, layout
+from hopsml.errors import HopsmlError
+from hopsml.fs import Storage
+from hopsml.model import registry
+from hopsml.serving import definition as defs
+from hopsml.serving import state as states
+from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
+from hopsml.serving.processes import Proc, wait_gone, wait_port_closed
+from hopsml.serving.supervisor import READY_FD_ENV, STOP_GRACE_S, script_rel
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 20
+# -c, not -m: the package is imported first either way, and runpy warns about a module run twice
+SUPERVISOR_MAIN = "import sys; from hopsml.serving.supervisor import main; sys.exit(main())"
+# Runs the command in its argv in a session of its own, prints its pid and exits; output goes to the log (fd 2).
+LAUNCHER = ("import os, subprocess, sys; fd = int(os.environ['" + READY_FD_ENV + "']); "
+            "print(subprocess.Popen(sys.argv[1:], pass_fds=(fd,), start_new_session=True, "
+            "stdin=subprocess.DEVNULL, stdout=2, stderr=2).pid)")
+
+
+class Status(str):
+    """A serving's status as hops returns it ('Running', 'Stopped', ...), with `reason` and `log_tail`
+    when it is 'Failed'."""
+
+    reason: str | None
+    log_tail: str
+
+    def __new__(cls, value: str, reason: str | None = None, log_tail: str = "") -> Status:
+        out = super().__new__(cls, value)
+        out.reason = reason
+        out.log_tail = log_tail
+        return out
+
+
+@dataclass
+class KafkaTopic:
+    """hops' kafka_topic_dto, as recorded: hopsml runs no Kafka."""
+
+    name: str | None
+    num_partitions: int
+    num_replicas: int
+
+
+@dataclass
+class Serving:
+    """A serving as hops' `Serving` object shows it, plus what the local server records."""
+
+    id: int
+    name: str
+    model_path: str
+    model_name: str
+    model_version: int
+    artifact_version: int | str | None
+    predictor: str | None
+    transformer: str | None
+    model_server: str
+    serving_tool: str
+    requested_instances: int
+    available_instances: int
+    available_transformer_instances: int | None
+    predictor_resource_config: dict[str, Any] | None
+    creator: str
+    created: str
+    status: Status
+    kafka_topic_dto: KafkaTopic
+    batching_enabled: bool
+    inference_logging: str | None
+    host: str
+    port: int | None
+    internal_ips: list[str]
+    internal_port: str | None
+    internal_path: str | None
+    restarts: list[states.Restart] = field(default_factory=list)
+    log: str = ""
+
+
+def _where(settings: config.Settings | None) -> tuple[Storage, str, config.Settings]:
+    settings = settings or config.load()
+    return Storage(settings.root), settings.project, settings
+
+
+# --- reading -------------------------------------------------------------------------------------------
+def log_path(settings: config.Settings, project: str, name: str) -> str:
+    """The serving's log: in the project's Logs dataset under a local root, else under the log_dir setting."""
+    storage = Storage(settings.root)
+    local = storage.local_path(layout.ServingDir.of(project, name).log)
+    if local is None:
+        local = os.path.join(os.path.expanduser(settings.log_dir), "serving", project, f"{name}.log")
+    return local
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a log file ('' when there is none)."""
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(0, os.SEEK_END)
+            stream.seek(max(0, stream.tell() - 64 * 1024))
+            text = stream.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def status_of(settings: config.Settings, project: str, name: str, st: states.ServerState) -> Status:
+    """The truthful status: the recorded state, checked against the supervisor's process."""
+    path = st.log or log_path(settings, project, name)
+    supervisor = st.supervisor_proc
+    alive = supervisor is not None and supervisor.alive()
+    if st.state in (states.STARTING, states.RUNNING, states.STOPPING) and not alive:
+        reason = (f"the server process (pid {supervisor.pid if supervisor else '?'}) is gone without stopping the "
+                  "serving (killed, or the machine restarted); start it again")
+        return Status(states.FAILED, reason, log_tail(path))
+    if st.state == states.FAILED:
+        return Status(states.FAILED, st.reason, log_tail(path))
+    return Status(st.state)
+
+
+def _view(settings: config.Settings, project: str, d: ServingDefinition) -> Serving:
+    storage = Storage(settings.root)
+    st = states.read(storage, project, d.name)
+    status = status_of(settings, project, d.name, st)
+    running = status in (states.RUNNING, states.STARTING)
+    host = "127.0.0.1" if d.host in ("0.0.0.0", "") else ("::1" if d.host == "::" else d.host)
+    return Serving(id=d.id, name=d.name, model_path=d.model_path, model_name=d.model_name,
+                   model_version=d.model_version, artifact_version=d.artifact_version, predictor=d.predictor,
+                   transformer=d.transformer, model_server=d.model_server, serving_tool=d.serving_tool,
+                   requested_instances=d.instances, available_instances=st.available if running else 0,
+                   available_transformer_instances=(st.available if running else 0) if d.transformer else None,
+                   predictor_resource_config=d.predictor_resource_config, creator=d.creator, created=d.created,
+                   status=status,
+                   kafka_topic_dto=KafkaTopic(None if d.topic_name in (None, "NONE") else d.topic_name,
+                                              d.num_partitions, d.num_replicas),
+                   batching_enabled=d.batching_enabled, inference_logging=d.inference_logging, host=d.host,
+                   port=st.port if running else None, internal_ips=[host] if running else [],
+                   internal_port=str(st.port) if running else None,
+                   internal_path=f"/v1/models/{d.name}" if running else None, restarts=list(st.restarts),
+                   log=st.log or log_path(settings, project, d.name))
+
+
+def get_all(settings: config.Settings | None = None) -> list[Serving]:
+    storage, project, settings = _where(settings)
+    return [_view(settings, project, defs.read(storage, project, n)) for n in defs.names(storage, project)]
+
+
+def get(serving_name: str, settings: config.Settings | None = None) -> Serving:
+    """The serving, or ServingNotFound naming those that exist."""
+    storage, project, settings = _where(settings)
+    return _view(settings, project, defs.read(storage, project, serving_name))
+
+
+# --- creating ------------------------------------------------------------------------------------------
+def _check_model(storage: Storage, project: str, name: str, version: int,
+                 settings: config.Settings) -> registry.ModelVersion:
+    """The registry version, or a ServingError naming the models or versions that exist."""
+    try:
+        return registry.get_model(name, version, settings=settings)
+    except registry.ModelNotFoundError as exc:
+        raise ServingError(f"cannot serve {name!r} version {version}: {exc}") from None
+
+
+def create_or_update(serving_name: str, model_path: str, model_server: str | None = None, model_version: int = 1,
+                     artifact_version: int | str | None = None, predictor: str | None = None,
+                     transformer: str | None = None, kserve: bool | None = None, batching_enabled: bool = False,
+                     topic_name: str | None = "CREATE", num_partitions: int = 1, num_replicas: int = 1,
+                     inference_logging: str | None = "ALL", instances: int = 1,
+                     transformer_instances: int | None = None, predictor_resource_config: dict[str, Any] | None = None,
+                     *, host: str | None = None, port: int | None = None, max_body_bytes: int | None = None,
+                     max_batch_size: int | None = None, batch_timeout_micros: int | None = None,
+                     max_enqueued_batches: int | None = None, settings: config.Settings | None = None) -> Serving:
+    """Define (or redefine) a serving; a running one is restarted with the new definition.
+
+    hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
+    port by default), `max_body_bytes` (larger requests get 413), and TF Serving's batching knobs, used with
+    `batching_enabled=True`. A keyword left None keeps the serving's previous value (or the default)."""
+    storage, project, settings = _where(settings)
+    defs.check_name(serving_name)
+    if transformer is not None and kserve is None:
+        kserve = True  # as hops does: transformers came with KServe
+    if kserve and batching_enabled:
+        raise ServingError("batching_enabled=True cannot be combined with KServe (kserve=True or a transformer), "
+                           "as on Hopsworks; drop one")
+    name, version = defs.parse_model_path(model_path, project, model_version)
+    if version is None:
+        raise ServingError("model_version must be a whole number from 1 up, not None")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ServingError(f"model_version must be a whole number from 1 up, not {version!r}")
+    mv = _check_model(storage, project, name, version, settings)
+    if model_server is None:
+        model_server = defs.PYTHON
+    if model_server not in defs.MODEL_SERVERS:
+        raise ServingError(f"model_server {model_server!r} is not supported; use one of {', '.join(defs.MODEL_SERVERS)}")
+    old = None
+    if storage.exists(layout.ServingDir.of(project, serving_name).definition):
+        old = defs.read(storage, project, serving_name)
+    previous = old.to_dict() if old is not None else {}
+    made: dict[str, Any] = {"creator": old.creator, "created": old.created} if old is not None else {}
+    d = ServingDefinition(
+        name=serving_name, model_path=layout.model_versions_dir(project, name), model_name=name,
+        model_version=mv.version, model_server=model_server,
+        id=old.id if old is not None else defs.next_id(storage, project), artifact_version=artifact_version,
+        predictor=predictor, transformer=transformer,
+        serving_tool=defs.SERVING_TOOL_KSERVE if kserve else defs.SERVING_TOOL_DEFAULT,
+        batching_enabled=batching_enabled, topic_name=topic_name, num_partitions=num_partitions,
+        num_replicas=num_replicas, inference_logging=inference_logging, instances=instances,
+        transformer_instances=transformer_instances, predictor_resource_config=predictor_resource_config,
+        host=host if host is not None else previous.get("host", defs.DEFAULT_HOST),
+        port=port if port is not None else previous.get("port", 0),
+        **_kept(previous, max_body_bytes=max_body_bytes, max_batch_size=max_batch_size,
+                batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches),
+        **made)
+    for script in (predictor, transformer):
+        if script is not None and not storage.exists(script_rel(project, d, script)):
+            raise ServingError(f"the script {script!r} does not exist at {storage.uri(script_rel(project, d, script))};"
+                               " give a file name in the model's version folder or a project path such as "
+                               "'Resources/predictor.py'")
+    was_running = old is not None and get_status(serving_name, settings) in (states.RUNNING, states.STARTING)
+    if was_running:
+        stop(serving_name, settings=settings)
+    defs.write(storage, project, d)
+    log.info("serving %s %s for model %s version %d", serving_name, "updated" if old else "created", name,
+             mv.version)
+    if was_running:
+        start(serving_name, settings=settings)
+    return get(serving_name, settings)
+
+
+def _kept(previous: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The keywords given, else the previous definition's values; those of neither keep their defaults."""
+    return {key: value if value is not None else previous[key] for key, value in given.items()
+            if value is not None or key in previous}
+
+
+# --- running -------------------------------------------------------------------------------------------
+def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Settings | None = None) -> Serving:
+    """Start the serving's server (detached: it outlives this process) and wait until every instance
+    answers, or fail with the reason and the log's last lines. Starting a running serving does nothing."""
+    storage, project, settings = _where(settings)
+    d = defs.read(storage, project, serving_name)
+    current = get_status(serving_name, settings)
+    if current in (states.RUNNING, states.STARTING):
+        log.info("serving %s is already %s", serving_name, current)
+        return get(serving_name, settings)
+    _check_model(storage, project, d.model_name, d.model_version, settings)
+    for script in (d.predictor, d.transformer):
+        if script is not None and not storage.exists(script_rel(project, d, script)):
+            raise ServingError(f"the script {script!r} of serving {serving_name!r} no longer exists at "
+                               f"{storage.uri(script_rel(project, d, script))}; put it back or redefine the serving")
+    path = log_path(settings, project, serving_name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    states.write(storage, project, serving_name, states.ServerState(state=states.STARTING, host=d.host, log=path,
+                                                                    started=states.now()))
+    ready_r, ready_w = os.pipe()
+    env = {**os.environ, "HOPSML_ROOT": settings.root, "HOPSML_PROJECT": project, READY_FD_ENV: str(ready_w),
+           "HOPSML_SERVING_LOG": path}
+    with open(path, "ab") as log_file:
+        log_file.write(f"--- {states.now()} starting serving {serving_name}\n".encode())
+        log_file.flush()
+        # a launcher starts the supervisor and exits at once: the supervisor is nobody's child here, so no
+        # zombie stays in this process when it ends, whenever that is
+        launcher = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, sys.executable, "-c", SUPERVISOR_MAIN,
+                                     serving_name], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=log_file, pass_fds=(ready_w,), cwd=os.path.dirname(path))
+    os.close(ready_w)
+    try:
+        out, _ = launcher.communicate()
+        if launcher.returncode != 0 or not out.strip().isdigit():
+            raise ServingError(f"cannot start the server of serving {serving_name!r}: its launcher exited with "
+                               f"{launcher.returncode}. Last lines of {path}:\n{log_tail(path)}")
+        supervisor = Proc.of(int(out))
+        try:
+            report = _read_report(ready_r, timeout_s)
+        except BaseException:  # Ctrl-C in the notebook while it starts: it is not left starting on its own
+            _abort(serving_name, supervisor, settings)
+            raise
+    finally:
+        os.close(ready_r)
+    if report is None and supervisor.alive():
+        _abort(serving_name, supervisor, settings)
+        raise ServingError(f"serving {serving_name!r} did not start within {timeout_s:.0f} s; it was stopped. "
+                           f"Last lines of {path}:\n{log_tail(path)}")
+    if report is None or report.get("state") != states.RUNNING:
+        wait_gone(supervisor, STOP_GRACE_S + 10)
+        _port_released(serving_name, states.read(storage, project, serving_name).port)
+        st = get_status(serving_name, settings)
+        reason = (report or {}).get("reason") or st.reason or "the server process ended"
+        raise ServingError(f"serving {serving_name!r} failed to start: {reason}. Last lines of {path}:\n"
+                           f"{log_tail(path)}")
+    log.info("serving %s running on %s:%s", serving_name, d.host, report.get("port"))
+    return get(serving_name, settings)
+
+
+def _abort(serving_name: str, supervisor: Proc, settings: config.Settings) -> None:
+    """Stop a serving whose supervisor may not have recorded itself yet (it is signalled directly)."""
+    if supervisor.signal(signal.SIGTERM) and not wait_gone(supervisor, STOP_GRACE_S + 10):
+        _kill_group(supervisor)
+    stop(serving_name, settings=settings)
+
+
+def _kill_group(supervisor: Proc) -> None:
+    """SIGKILL the supervisor's process group (its instances are in it) and wait for the supervisor."""
+    if supervisor.alive():
+        try:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_gone(supervisor, 10)
+
+
+def _read_report(fd: int, timeout_s: float) -> dict[str, Any] | None:
+    """The supervisor's one-line report, or None when it ended or the time ran out without one."""
+    import select
+
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            return None
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data.split(b"\n", 1)[0])
+
+
+def stop(serving_name: str, *, settings: config.Settings | None = None) -> None:
+    """Stop the server and every instance, from this or any other process; nothing is left listening."""
+    storage, project, settings = _where(settings)
+    defs.read(storage, project, serving_name)
+    st = states.read(storage, project, serving_name)
+    supervisor = st.supervisor_proc
+    if supervisor is not None and supervisor.signal(signal.SIGTERM):
+        if not wait_gone(supervisor, STOP_GRACE_S + 10):
+            log.warning("serving %s: the server (pid %d) did not stop; killing its process group", serving_name,
+                        supervisor.pid)
+            _kill_group(supervisor)
+    for proc in st.instance_procs():  # the supervisor stops them; these are left only if it was killed
+        if proc.signal(signal.SIGKILL):
+            wait_gone(proc, 10)
+    _port_released(serving_name, st.port)
+    st = states.read(storage, project, serving_name)
+    if st.state != states.STOPPED or st.supervisor is not None:
+        failed = st.state == states.FAILED
+        states.write(storage, project, serving_name,
+                     states.ServerState(state=states.FAILED if failed else states.STOPPED,
+                                        reason=st.reason if failed else None, host=st.host,
+                                        restarts=st.restarts, log=st.log, instances=[None] * len(st.instances)))
+    log.info("serving %s stopped", serving_name)
+
+
+def _port_released(serving_name: str, port: int) -> None:
+    if port and not wait_port_closed(port, 10.0):
+        log.warning("serving %s is stopped, but something still listens on its port %d: another program took it",
+                    serving_name, port)
+
+
+def delete(serving_name: str, *, settings: config.Settings | None = None) -> None:
+    """Stop the serving if it runs and remove its definition and state (its log stays in Logs/)."""
+    storage, project, settings = _where(settings)
+    defs.read(storage, project, serving_name)
+    stop(serving_name, settings=settings)
+    storage.delete(layout.ServingDir.of(project, serving_name).path)
+    log.info("serving %s deleted", serving_name)
+
+
+def get_status(serving_name: str, settings: config.Settings | None = None) -> Status:
+    storage, project, settings = _where(settings)
+    defs.read(storage, project, serving_name)
+    return status_of(settings, project, serving_name, states.read(storage, project, serving_name))
+
+
+# --- inference -----------------------------------------------------------------------------------------
+def make_inference_request(serving_name: str, data: Any, verb: str = ":predict", *, timeout_s: float = 60.0,
+                           settings: config.Settings | None = None) -> Any:
+    """POST `data` to the serving's `/v1/models/<name><verb>` and return the decoded JSON answer; a list is
+    sent as {"instances": data}. An error answer raises ServingError with the server's message."""
+    serving = get(serving_name, settings)
+    if serving.status != states.RUNNING or not serving.internal_ips:
+        raise ServingError(f"serving {serving_name!r} is {serving.status}, not Running"
+                           f"{': ' + serving.status.reason if serving.status.reason else ''}; start it with "
+                           f"hopsml.serving.start({serving_name!r})")
+    if not verb.startswith(":"):
+        verb = ":" + verb
+    body = {"instances": data} if isinstance(data, list) else data
+    host = serving.internal_ips[0]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{serving.internal_port}/v1/models/{serving_name}{verb}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        text = exc.read().decode("utf-8", errors="replace")
+        try:
+            message = json.loads(text).get("error", text)
+        except (ValueError, AttributeError):
+            message = text
+        raise InferenceError(f"serving {serving_name!r} answered {exc.code}: {message}", exc.code) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ServingError(f"cannot reach serving {serving_name!r} at {url}: {exc}; check "
+                           f"hopsml.serving.get_status({serving_name!r})") from None
+
+
+class InferenceError(ServingError):
+    """The serving answered an inference request with an error; `status` is the HTTP status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+__all__ = ["HopsmlError", "InferenceError", "KafkaTopic", "Serving", "ServingError", "ServingNotFound", "Status",
+           "create_or_update", "delete", "get", "get_all", "get_status", "make_inference_request", "start", "stop"]

@@ -1,0 +1,354 @@
+"""Model loaders: a registry version's files -> a `Servable` that turns request inputs into predictions.
+
+Which loader is chosen by the files (or by a predictor script, which then does everything itself):
+scikit-learn and other pickled models (`.joblib`, `.pkl`, `.pickle`), PyTorch (`.pt`, `.pth`: TorchScript,
+else a pickled `nn.Module`), Keras (`.keras`), a TensorFlow SavedModel folder, hops-style predictor scripts
+(a `Predict` class with `predict(self, inputs)`) and transformer scripts (a `Transformer` with `preprocess(self, inputs)` and `postprocess(self, outputs)`).
+Frameworks are imported by the loader that needs them, in the serving's instance process only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hopsml import layout
+from hopsml.serving.definition import ServingError
+
+log = logging.getLogger(__name__)
+
+PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
+TORCH_SUFFIXES = (".pt", ".pth")
+KERAS_SUFFIXES = (".keras", ".h5")
+SAVED_MODEL = "saved_model.pb"
+_NOT_MODEL_FILES = {layout.MODEL_RECORD, layout.MODEL_DONE}
+
+
+class RequestError(ServingError):
+    """The request is at fault (4xx): `status` is the HTTP status, the message names the problem."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Servable:
+    """A loaded model: `predict(inputs)` takes the decoded request inputs (a list of rows) and returns
+    one prediction per row; `input_shape` is the shape of one row where the model tells it."""
+
+    kind = "model"
+    input_shape: tuple[int | None, ...] | None = None
+    input_dtype: str = "float32"
+    feature_names: list[str] | None = None
+
+    def prepare(self, inputs: Any) -> Any:
+        """The request's inputs checked and converted for `call` (a 4xx RequestError if they cannot be)."""
+        return self.rows(inputs)
+
+    def call(self, prepared: Any) -> Any:
+        """The model on prepared inputs: one prediction per row."""
+        raise NotImplementedError
+
+    def predict(self, inputs: Any) -> Any:
+        return self.call(self.prepare(inputs))
+
+    def signature(self) -> dict[str, Any]:
+        """TF Serving's signature_def shape, as far as it is known."""
+        dims = [-1] + [-1 if d is None else int(d) for d in (self.input_shape or ())]
+        tensor = {"dtype": "DT_" + self.input_dtype.upper(), "tensor_shape": {"dim": [{"size": str(d)} for d in dims],
+                                                                              "unknown_rank": self.input_shape is None}}
+        return {"serving_default": {"inputs": {"inputs": tensor}, "method_name": "tensorflow/serving/predict",
+                                    "kind": self.kind}}
+
+    # --- shared input handling ----------------------------------------------------------------------
+    def rows(self, inputs: Any) -> Any:
+        """Named-feature rows ({"a": 1, "b": 2}) in the model's feature order; other inputs as they are."""
+        if isinstance(inputs, list) and inputs and all(isinstance(r, dict) for r in inputs):
+            if not self.feature_names:
+                raise RequestError("instances are objects with named values, but this model takes unnamed rows; "
+                                   "send lists of numbers, e.g. {\"instances\": [[1.0, 2.0]]}")
+            missing = sorted({n for r in inputs for n in self.feature_names if n not in r})
+            if missing:
+                raise RequestError(f"instances lack the feature(s) {', '.join(missing)}; the model takes "
+                                   f"{', '.join(self.feature_names)}")
+            return [[r[n] for n in self.feature_names] for r in inputs]
+        return inputs
+
+    def array(self, inputs: Any, dtype: str) -> np.ndarray:
+        """The inputs as one numeric array with the model's row shape, else a 400 naming the problem."""
+        inputs = self.rows(inputs)
+        try:
+            arr = np.asarray(inputs, dtype=dtype)
+        except (ValueError, TypeError) as exc:
+            raise RequestError(f"inputs cannot be read as one {dtype} array ({exc}): send numbers, in rows of "
+                               "equal length") from None
+        if arr.ndim == 0:
+            raise RequestError("inputs is a single number; send a list of rows, e.g. [[1.0, 2.0]]")
+        if self.input_shape is not None:
+            want = tuple(self.input_shape)
+            got = arr.shape[1:]
+            if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
+                shown = "x".join("?" if w is None else str(w) for w in want) or "a scalar"
+                raise RequestError(f"each row must have shape {shown} (the model's input), but rows have shape "
+                                   f"{'x'.join(map(str, got)) or 'a scalar'}")
+        return arr
+
+
+def to_json_ready(value: Any) -> Any:
+    """numpy and torch values -> lists and numbers that json can write."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    elif not isinstance(value, np.ndarray) and callable(getattr(value, "numpy", None)):  # a TensorFlow tensor
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): to_json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_ready(v) for v in value]
+    return value
+
+
+class PickledModel(Servable):
+    """A scikit-learn estimator (or anything with `predict`) saved with joblib or pickle."""
+
+    kind = "sklearn"
+    input_dtype = "float64"
+
+    def __init__(self, path: str) -> None:
+        try:
+            import joblib
+
+            self.model = joblib.load(path)
+        except ImportError:  # joblib comes with scikit-learn; plain pickles load without it
+            import pickle
+
+            with open(path, "rb") as stream:
+                self.model = pickle.load(stream)  # the project's own registry, as joblib would
+        if not callable(getattr(self.model, "predict", None)):
+            raise ServingError(f"{os.path.basename(path)} holds a {type(self.model).__name__}, which has no "
+                               "predict method; export the fitted estimator, or serve it with a predictor script")
+        n = getattr(self.model, "n_features_in_", None)
+        self.input_shape = (int(n),) if isinstance(n, (int, np.integer)) else None
+        names = getattr(self.model, "feature_names_in_", None)
+        self.feature_names = [str(x) for x in names] if names is not None else None
+
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        return self.model.predict(prepared)
+
+
+class TorchModel(Servable):
+    """A PyTorch model: TorchScript (`torch.jit.save`), else a pickled `nn.Module` (`torch.save(model)`)."""
+
+    kind = "pytorch"
+
+    def __init__(self, path: str, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        self.torch = torch
+        try:
+            self.model = torch.jit.load(path, map_location="cpu")
+        except RuntimeError:
+            self.model = torch.load(path, map_location="cpu", weights_only=False)
+        if isinstance(self.model, dict):
+            raise ServingError(f"{os.path.basename(path)} holds a state_dict, not a model: export "
+                               "torch.jit.script(model) (saved with torch.jit.save), or torch.save(model), or serve "
+                               "it with a predictor script that builds the model")
+        if not callable(self.model):
+            raise ServingError(f"{os.path.basename(path)} holds a {type(self.model).__name__}, not a torch model")
+        self.model.eval()
+        self.input_shape = self._first_linear()
+
+    def _first_linear(self) -> tuple[int | None, ...] | None:
+        """(in_features,) when the model begins with a Linear layer, else None (unknown)."""
+        for module in self.model.modules():
+            name = getattr(module, "original_name", type(module).__name__)
+            children = list(module.children())
+            if children:
+                continue
+            if name == "Linear":
+                weight = dict(module.named_parameters()).get("weight")
+                return (int(weight.shape[1]),) if weight is not None and weight.dim() == 2 else None
+            if list(module.parameters()):
+                return None  # the first layer with weights is not a Linear: its input shape is not known here
+        return None
+
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        with self.torch.inference_mode():
+            return self.model(self.torch.from_numpy(prepared))
+
+
+class KerasModel(Servable):
+    """A Keras model file (`.keras`, or `.h5` where the Keras version reads it), called in inference mode."""
+
+    kind = "keras"
+
+    def __init__(self, path: str) -> None:
+        import keras
+
+        self.model = keras.models.load_model(path, compile=False)
+        shape = getattr(self.model, "input_shape", None)
+        if isinstance(shape, tuple) and shape and all(d is None or isinstance(d, int) for d in shape):
+            self.input_shape = tuple(shape[1:])
+
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        return self.model(prepared, training=False)
+
+
+class SavedModel(Servable):
+    """A TensorFlow SavedModel folder, called through its `serving_default` signature (as TF Serving does)."""
+
+    kind = "tensorflow"
+
+    def __init__(self, path: str) -> None:
+        import tensorflow as tf
+
+        self.tf = tf
+        self.loaded = tf.saved_model.load(path)
+        self.function = self.loaded.signatures.get("serving_default")
+        if self.function is None:
+            raise ServingError(f"the SavedModel in {path} has no 'serving_default' signature; export it with "
+                               "model.export(path) (Keras) or tf.saved_model.save(model, path, signatures=...)")
+        _, specs = self.function.structured_input_signature
+        if len(specs) != 1:
+            raise ServingError(f"the SavedModel in {path} takes {len(specs)} inputs ({', '.join(sorted(specs))}); "
+                               "this server feeds one: serve it with a predictor script")
+        self.input_name, spec = next(iter(specs.items()))
+        self.input_dtype = spec.dtype.name
+        dims = spec.shape.as_list() if spec.shape.rank is not None else None
+        self.input_shape = tuple(dims[1:]) if dims else None
+
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        outputs = self.function(**{self.input_name: self.tf.constant(prepared)})
+        return next(iter(outputs.values())) if len(outputs) == 1 else dict(outputs)
+
+
+def _load_script(path: str, attr: str, what: str) -> Any:
+    """Import a script and return its class `attr`, or a ServingError that says what the script needs."""
+    if not os.path.isfile(path):
+        raise ServingError(f"the {what} script {path} does not exist")
+    module_name = f"hopsml_serving_{what}_{os.getpid()}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ServingError(f"the {what} script {path} cannot be loaded as a Python module (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    cls = getattr(module, attr, None)
+    if not isinstance(cls, type):
+        raise ServingError(f"the {what} script {path} defines no class {attr}; hops' {what} scripts define "
+                           f"`class {attr}` ({'predict(self, inputs)' if attr == 'Predict' else 'preprocess/postprocess'})")
+    return cls()
+
+
+class PredictorScript(Servable):
+    """hops' predictor script: `Predict().predict(inputs)` gets the instances as the request sent them."""
+
+    kind = "predictor"
+
+    def __init__(self, path: str) -> None:
+        self.predictor = _load_script(path, "Predict", "predictor")
+        if not callable(getattr(self.predictor, "predict", None)):
+            raise ServingError(f"the predictor script {path}: class Predict has no method predict(self, inputs)")
+
+    def call(self, prepared: Any) -> Any:
+        return self.predictor.predict(prepared)
+
+
+@dataclass
+class Transformer:
+    """hops' transformer script: `preprocess` sees the request body, `postprocess` the response body."""
+
+    instance: Any
+
+    @classmethod
+    def load(cls, path: str) -> Transformer:
+        instance = _load_script(path, "Transformer", "transformer")
+        for method in ("preprocess", "postprocess"):
+            if not callable(getattr(instance, method, None)):
+                raise ServingError(f"the transformer script {path}: class Transformer has no method {method}")
+        return cls(instance)
+
+    def preprocess(self, body: dict[str, Any]) -> dict[str, Any]:
+        out = self.instance.preprocess(body)
+        return body if out is None else out
+
+    def postprocess(self, body: dict[str, Any]) -> dict[str, Any]:
+        out = self.instance.postprocess(body)
+        return body if out is None else out
+
+
+def model_files(model_dir: str) -> list[str]:
+    """The version folder's files, '/'-separated, without the registry's own."""
+    found = []
+    for folder, _, files in os.walk(model_dir):
+        for name in files:
+            rel = os.path.relpath(os.path.join(folder, name), model_dir).replace(os.sep, "/")
+            if rel not in _NOT_MODEL_FILES:
+                found.append(rel)
+    return sorted(found)
+
+
+def detect(model_dir: str) -> tuple[str, str]:
+    """(kind, file or folder) of the one model in `model_dir`, or a ServingError naming what is there."""
+    files = model_files(model_dir)
+    saved = [f.rpartition("/")[0] or "." for f in files if f.rpartition("/")[2] == SAVED_MODEL]
+    candidates = [("tensorflow", folder) for folder in saved]
+    candidates += [(kind, f) for f in files for kind, suffixes in (("sklearn", PICKLE_SUFFIXES),
+                                                                    ("pytorch", TORCH_SUFFIXES),
+                                                                    ("keras", KERAS_SUFFIXES))
+                   if f.lower().endswith(suffixes) and not any(f.startswith(d + "/") for d in saved if d != ".")]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise ServingError(f"no servable model file in {model_dir} (files: {', '.join(files) or 'none'}); export a "
+                           f"scikit-learn or pickled model ({', '.join(PICKLE_SUFFIXES)}), a PyTorch model "
+                           f"({', '.join(TORCH_SUFFIXES)}), a Keras model ({', '.join(KERAS_SUFFIXES)}) or a "
+                           "TensorFlow SavedModel folder, or pass predictor='<script>.py' with a Predict class")
+    raise ServingError(f"{model_dir} holds several model files ({', '.join(f for _, f in candidates)}); pass "
+                       "predictor='<script>.py' with a Predict class that loads the one to serve")
+
+
+def load(model_dir: str, predictor: str | None = None, threads: int = 1) -> Servable:
+    """The servable for a version folder: the predictor script when one is given, else by its files."""
+    os.environ["MODEL_FILES_PATH"] = model_dir  # where hops' scripts find the model's files
+    os.environ["ARTIFACT_FILES_PATH"] = model_dir
+    if predictor is not None:
+        return PredictorScript(predictor)
+    kind, rel = detect(model_dir)
+    path = os.path.join(model_dir, *rel.split("/"))
+    log.info("loading %s model %s", kind, path)
+    if kind == "pytorch":
+        return TorchModel(path, threads)
+    if kind in ("keras", "tensorflow"):
+        _tensorflow_threads(threads)
+        return KerasModel(path) if kind == "keras" else SavedModel(os.path.normpath(path))
+    return PickledModel(path)
+
+
+def _tensorflow_threads(threads: int) -> None:
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)

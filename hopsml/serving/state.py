@@ -1,0 +1,86 @@
+"""What a running serving records about itself in the project (`Serving/<name>/server.json`): the
+supervisor's and instances' processes, the port, the state, the restarts. Any later process (a new
+kernel, the CLI) reads it to show the status or to stop the server; the status shown is checked against
+the processes, so a killed server reads as Failed, not Running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from hopsml import layout
+from hopsml.errors import StorageError
+from hopsml.fs import Storage
+from hopsml.serving.processes import Proc
+
+STARTING = "Starting"
+RUNNING = "Running"
+STOPPING = "Stopping"
+STOPPED = "Stopped"
+FAILED = "Failed"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Restart:
+    """One restart of a crashed instance."""
+
+    instance: int
+    time: str
+    reason: str
+
+
+@dataclass
+class ServerState:
+    """The server's own record; `state` is what the supervisor last knew."""
+
+    state: str = STOPPED
+    reason: str | None = None
+    host: str = ""
+    port: int = 0
+    supervisor: dict[str, int] | None = None
+    instances: list[dict[str, int] | None] = field(default_factory=list)
+    available: int = 0
+    restarts: list[Restart] = field(default_factory=list)
+    started: str | None = None
+    updated: str | None = None
+    log: str = ""
+
+    @property
+    def supervisor_proc(self) -> Proc | None:
+        return Proc.from_dict(self.supervisor) if self.supervisor else None
+
+    def instance_procs(self) -> list[Proc]:
+        return [Proc.from_dict(i) for i in self.instances if i]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerState:
+        names = set(cls.__dataclass_fields__)
+        out = cls(**{k: v for k, v in data.items() if k in names})
+        out.restarts = [Restart(**r) if isinstance(r, dict) else r for r in out.restarts]
+        return out
+
+
+def read(storage: Storage, project: str, name: str) -> ServerState:
+    """The recorded state; Stopped when none was ever written. A torn or unreadable file reads as
+    Starting (the supervisor is writing it), and the liveness check decides."""
+    rel = layout.ServingDir.of(project, name).state
+    if not storage.exists(rel):
+        return ServerState()
+    try:
+        return ServerState.from_dict(storage.read_json(rel))
+    except (StorageError, ValueError, TypeError) as exc:
+        return ServerState(state=STARTING, reason=f"server.json cannot be read: {exc}")
+
+
+def write(storage: Storage, project: str, name: str, state: ServerState) -> None:
+    state.updated = now()
+    storage.write_json(layout.ServingDir.of(project, name).state, state.to_dict())

@@ -1,0 +1,155 @@
+"""Each kind of model a serving loads, over a real server: PyTorch as TorchScript and as a pickled module,
+Keras and a TensorFlow SavedModel, hops-style predictor and transformer scripts; a model that raises gets a
+500 and the server goes on; with batching, concurrent requests become one model call."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import base_url, export_sklearn, export_torch, http, running
+
+from hopsml.model import registry
+from hopsml.serving import lifecycle
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+@pytest.mark.parametrize("scripted", [True, False], ids=["torchscript", "pickled-module"])
+def test_pytorch_models_answer_as_the_model_itself(settings, tmp_path, scripted):
+    torch = pytest.importorskip("torch")
+
+    net = export_torch(settings, tmp_path / "model", "mlp", scripted)
+    lifecycle.create_or_update("mlp", "Models/mlp/1", "PYTHON", settings=settings)
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype("float32")
+    with torch.no_grad():
+        want = net(torch.from_numpy(rows)).numpy()
+    with running(settings, "mlp") as serving:
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": rows.tolist()})
+        assert status == 200
+        np.testing.assert_allclose(np.array(body["predictions"]), want, rtol=1e-5, atol=1e-6)
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": [[1.0, 2.0]]})
+        assert status == 400 and "shape 4" in body["error"]
+        status, body = http("GET", base_url(serving) + "/metadata")
+        signature = body["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        assert signature["kind"] == "pytorch"
+
+
+PREDICTOR = '''
+import os
+import joblib
+
+
+class Predict:
+    def __init__(self):
+        self.model = joblib.load(os.path.join(os.environ["MODEL_FILES_PATH"], "model.joblib"))
+
+    def predict(self, inputs):
+        if inputs and inputs[0] == "boom":
+            raise ValueError("the predictor was asked to fail")
+        return self.model.predict(inputs).tolist()
+'''
+
+TRANSFORMER = '''
+class Transformer:
+    def preprocess(self, inputs):
+        inputs["instances"] = [[v / 10.0 for v in row] if isinstance(row, list) else row
+                               for row in inputs["instances"]]
+        return inputs
+
+    def postprocess(self, outputs):
+        outputs["transformed"] = True
+        return outputs
+'''
+
+
+def test_predictor_and_transformer_scripts_and_a_raising_model(settings, tmp_path):
+    fitted = export_sklearn(settings, tmp_path / "model")
+    resources = settings.root + "/Projects/test/Resources"
+    import os
+
+    os.makedirs(resources, exist_ok=True)
+    with open(os.path.join(resources, "predictor.py"), "w") as out:
+        out.write(textwrap.dedent(PREDICTOR))
+    with open(os.path.join(resources, "transformer.py"), "w") as out:
+        out.write(textwrap.dedent(TRANSFORMER))
+    made = lifecycle.create_or_update("iris", "Models/iris", "PYTHON", predictor="Resources/predictor.py",
+                                      transformer="/Projects/test/Resources/transformer.py", settings=settings)
+    assert made.serving_tool == "KSERVE"  # a transformer turns KServe on, as in hops
+    rows = [[51.0, 35.0, 14.0, 2.0], [67.0, 30.0, 52.0, 23.0]]
+    want = fitted.predict(np.array(rows) / 10.0).tolist()
+    with running(settings, "iris") as serving:
+        assert lifecycle.get("iris", settings).available_transformer_instances == 1
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": rows})
+        assert (status, body) == (200, {"predictions": want, "transformed": True})
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": ["boom"]})
+        assert status == 500
+        assert "ValueError: the predictor was asked to fail" in body["error"]
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": rows})
+        assert (status, body) == (200, {"predictions": want, "transformed": True})
+        with open(serving.log) as log:
+            assert "the predictor was asked to fail" in log.read()  # with its traceback, in the serving's log
+
+
+def test_a_script_that_does_not_exist_is_refused_when_the_serving_is_defined(settings, tmp_path):
+    export_sklearn(settings, tmp_path / "model")
+    with pytest.raises(lifecycle.ServingError, match="predict.py.*does not exist"):
+        lifecycle.create_or_update("iris", "Models/iris", "PYTHON", predictor="predict.py", settings=settings)
+    assert registry.get_model("iris", 1, settings=settings).version == 1
+
+
+BATCH_PREDICTOR = '''
+class Predict:
+    def predict(self, inputs):
+        return [[row[0], len(inputs)] for row in inputs]  # each row learns the size of its model call
+'''
+
+
+def test_concurrent_requests_become_one_model_call_and_each_gets_its_own_rows_back(settings, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    export_sklearn(settings, tmp_path / "model")
+    resources = tmp_path / "root" / "Projects" / "test" / "Resources"
+    resources.mkdir(parents=True, exist_ok=True)
+    (resources / "batch.py").write_text(BATCH_PREDICTOR)
+    # a batch leaves only when full: the timeout is far longer than any test waits
+    lifecycle.create_or_update("batched", "Models/iris", "PYTHON", predictor="Resources/batch.py",
+                               batching_enabled=True, max_batch_size=8, batch_timeout_micros=600_000_000,
+                               settings=settings)
+    payloads = [[[1]], [[2]], [[3]], [[4]], [[5], [6]], [[7], [8]]]  # 8 rows from 6 clients at once
+    with running(settings, "batched") as serving:
+        url = base_url(serving) + ":predict"
+        with ThreadPoolExecutor(len(payloads)) as pool:
+            answers = list(pool.map(lambda rows: http("POST", url, {"instances": rows}), payloads))
+        for rows, (status, body) in zip(payloads, answers):
+            assert status == 200
+            assert body == {"predictions": [[row[0], 8] for row in rows]}
+        big = [[i] for i in range(10)]  # more than a batch holds: called alone, at once
+        assert http("POST", url, {"instances": big}) == (200, {"predictions": [[i, 10] for i in range(10)]})
+        status, body = http("POST", url, {"instances": 5})
+        assert status == 400 and "list of rows" in body["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+@pytest.mark.parametrize("form", ["keras", "savedmodel"])
+def test_tensorflow_models_answer_as_the_model_itself(settings, tmp_path, form):
+    tf = pytest.importorskip("tensorflow")
+    keras = tf.keras
+    keras.utils.set_random_seed(0)
+    net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+    if form == "keras":
+        net.save(str(tmp_path / "model.keras"))
+        registry.export(str(tmp_path / "model.keras"), "dense", settings=settings)
+    else:
+        net.export(str(tmp_path / "saved"), verbose=False)
+        registry.export(str(tmp_path / "saved"), "dense", settings=settings)
+    lifecycle.create_or_update("dense", "Models/dense", "TENSORFLOW_SERVING", settings=settings)
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype("float32")
+    want = net(rows, training=False).numpy()
+    with running(settings, "dense") as serving:
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": rows.tolist()})
+        assert status == 200
+        np.testing.assert_allclose(np.array(body["predictions"]), want, rtol=1e-5, atol=1e-6)
+        status, body = http("POST", base_url(serving) + ":predict", {"inputs": [[1.0, 2.0, 3.0]]})
+        assert status == 400 and "shape 4" in body["error"]
