@@ -31,7 +31,7 @@ from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.manifest import Manifest
-from hopsml.formats.example import encode_example
+from hopsml.formats.example import encode_example, encode_examples
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -669,7 +669,7 @@ class _TableJob:
             self.storage.makedirs(stage.parquet(split_name))
         shipped: dict[str, int] = {}
         for row in (keyed.repartition(sum(wanted.values()), _SPLIT, _SHARD)
-                    .mapInPandas(writer, "split string, rows long").collect()):
+                    .mapInArrow(writer, "split string, rows long").collect()):
             shipped[row["split"]] = shipped.get(row["split"], 0) + row["rows"]
         splits_meta = {}
         for split_name, count in wanted.items():
@@ -695,24 +695,34 @@ def _index_expr(column: str, categories: list[str]):
 class _TableShardWriter:
     """Write the shards whose rows a task holds, each as its Parquet file and its TFRecord shard, both
     through the fs layer, so a table lands on every root hopsml supports (S3 too, without Spark's
-    Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them."""
+    Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them.
+    Works on Arrow batches: the Parquet side writes them as they come, the TFRecord side encodes a
+    whole group of rows with numpy (:func:`encode_examples`), row by row only where a value is null."""
 
     def __init__(self, storage: Storage, stage: ds.DatasetDir, counts: Mapping[str, int],
                  compression: str | None, schema: pa.Schema) -> None:
         self.storage, self.stage, self.counts = storage, stage, dict(counts)
         self.compression, self.schema = compression, schema
 
-    def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        import pandas as pd
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         rows: dict[str, int] = {}
         with ExitStack() as stack:
             open_shards: dict[tuple[str, int], tuple[Any, Any]] = {}
-            for frame in batches:
-                for (split, shard), group in frame.groupby([_SPLIT, _SHARD], sort=False):
-                    key = (str(split), int(shard))
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                splits = batch.column(_SPLIT).to_numpy(zero_copy_only=False)
+                shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False)
+                part_all = pa.Table.from_batches([batch.drop_columns([_SPLIT, _SHARD])])
+                if part_all.schema != self.schema:
+                    part_all = part_all.cast(self.schema)
+                keys = np.char.add(splits.astype(str), np.char.add("\x00", shard_numbers.astype(str)))
+                found, first, group_of_row = np.unique(keys, return_index=True, return_inverse=True)
+                for group in np.argsort(first, kind="stable"):   # the groups in the order they come
+                    key = (str(splits[first[group]]), int(shard_numbers[first[group]]))
                     if key not in open_shards:   # a shard with no rows writes no Parquet file
                         records = stack.enter_context(shard_io.shard_writer(
                             self.storage, self.stage.tfrecord(key[0]), key[1], self.counts[key[0]],
@@ -722,16 +732,46 @@ class _TableShardWriter:
                         parquet = stack.enter_context(pq.ParquetWriter(target, self.schema, compression="snappy"))
                         open_shards[key] = (records, parquet)
                     records, parquet = open_shards[key]
-                    part = group.drop(columns=[_SPLIT, _SHARD]).reset_index(drop=True)
-                    parquet.write_table(pa.Table.from_pandas(part, schema=self.schema, preserve_index=False))
-                    columns = {name: part[name].tolist() for name in part.columns}
-                    for i in range(len(part)):
-                        records.write(encode_example({
-                            name: (np.asarray(values[i], dtype=np.float32) if name == "features" else
-                                   values[i]) for name, values in columns.items() if values[i] is not None}))
-                    rows[key[0]] = rows.get(key[0], 0) + len(part)
-        yield pd.DataFrame({"split": pd.Series(list(rows), dtype=object),
-                            "rows": pd.Series(list(rows.values()), dtype="int64")})
+                    part = part_all if len(found) == 1 else part_all.take(np.flatnonzero(group_of_row == group))
+                    parquet.write_table(part)
+                    _write_examples(records, part)
+                    rows[key[0]] = rows.get(key[0], 0) + part.num_rows
+        yield pa.RecordBatch.from_pydict({"split": pa.array(list(rows), pa.string()),
+                                          "rows": pa.array(list(rows.values()), pa.int64())})
+
+
+def _write_examples(records: Any, part: pa.Table) -> None:
+    """The rows of ``part`` as tf.train.Example records: scalars and the ``features`` vector by
+    numpy in one go; a row holding a null is written alone, without its null features."""
+    import pyarrow as pa
+
+    columns: dict[str, np.ndarray] = {}
+    nulls = np.zeros(part.num_rows, dtype=bool)
+    for name, column in zip(part.column_names, part.columns):
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if column.null_count:
+            nulls |= column.is_null().to_numpy(zero_copy_only=False)
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            lengths = column.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+            values = column.flatten()
+            width = int(lengths[0]) if len(lengths) else 0
+            if values.null_count or (lengths != width).any() or column.null_count:
+                return _write_examples_one_by_one(records, part)
+            columns[name] = values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, width)
+        else:
+            kind = column.type
+            dtype = np.float64 if pa.types.is_floating(kind) else np.int64
+            columns[name] = column.fill_null(0).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    if nulls.any():
+        return _write_examples_one_by_one(records, part)
+    records.write_batch(*encode_examples(columns))
+
+
+def _write_examples_one_by_one(records: Any, part: pa.Table) -> None:
+    for row in part.to_pylist():
+        records.write(encode_example({
+            name: (np.asarray(value, dtype=np.float32) if name == "features" else value)
+            for name, value in row.items() if value is not None}))
 
 
 class _JsonLinesWriter:
