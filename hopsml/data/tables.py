@@ -57,6 +57,7 @@ DEFAULT_NA_VALUES = ("?", "nan", "NaN", "-nan", "-NaN", "NA", "N/A", "n/a", "NUL
 _INTEGER_TEXT = r"^[+-]?[0-9]+$"   # a whole number as written: no decimal point, no exponent
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 _CORRUPT = "_corrupt_record"
+_WIDE_COLUMNS = 64   # up to this many columns the inference counts are one wide aggregate
 _SPLIT = "_split"
 _SHARD = "_shard"
 _UNKNOWN = -1  # index of a category the train split never saw
@@ -197,30 +198,19 @@ class _Inference:
     present: dict[str, int]
 
 
-def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _Inference:
-    """Types given, else inferred from the text of the well-formed rows, in one Spark job:
-    ``boolean`` when every value is true/false, numeric when most values parse as numbers (the
-    others are then rejected), ``long`` when every such number is written as a whole number
-    without a decimal point or exponent, else ``double``; ``string`` otherwise."""
+def _counts_long(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[int, Any]:
+    """Per column (by index; -1 the well-formed rows, -2 the malformed ones) the counts that type
+    inference needs, from one (column, text) row per cell: an aggregate of a few functions whatever
+    the number of columns (one function per column and check took minutes to generate code for at
+    1,000 columns)."""
     from pyspark.sql import functions as F
 
-    given = {sanitize(k): v.lower() for k, v in (options.schema or {}).items()}
-    forced = {sanitize(c) for c in options.categorical or ()}
-    types: dict[str, str] = {}
-    for name in names:
-        if name in given:
-            types[name] = NUMERIC_TYPES.get(given[name], "string")
-        elif name in forced:
-            types[name] = "string"
-    todo = [n for n in names if n not in types]
-    kinds = ["infer" if n in todo else types[n] for n in names]
-    # one (column, text) row per cell of a well-formed row, one marker row per row: an aggregate of
-    # a few functions whatever the number of columns (one function per column and statistic took
-    # minutes to generate code for at 1,000 columns)
     well_formed = F.col(_CORRUPT).isNull()
     marker = [F.struct(F.lit(-1).alias("c"), F.lit("").alias("k"), F.lit(None).cast("string").alias("t"))]
+    # every column, a category too: the CSV reader flags a row with too few fields only when it
+    # parses every field (with columns pruned it pads the row)
     cells = [F.struct(F.lit(i).alias("c"), F.lit(kind).alias("k"), F.col(n).alias("t"))
-             for i, (n, kind) in enumerate(zip(names, kinds)) if kind != "string"]   # a category needs none
+             for i, (n, kind) in enumerate(zip(names, kinds))]
     malformed = F.struct(F.lit(-2).alias("c"), F.lit("").alias("k"), F.col(_CORRUPT).alias("t"))
     long_form = frame.select(F.explode(F.when(well_formed, F.array(*marker, *cells))
                                        .otherwise(F.array(malformed))).alias("cell")).select("cell.c", "cell.k", "cell.t")
@@ -231,13 +221,67 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
         .when(kind == "long", _parse("t", "long").isNull())
         .when(kind == "boolean", _parse("t", "boolean").isNull())
         .otherwise(F.lit(False)))
-    per_column = {row["c"]: row for row in long_form.groupBy("c").agg(
+    return {row["c"]: row.asDict() for row in long_form.groupBy("c").agg(
         F.count(F.lit(1)).alias("rows"), F.count(text).alias("n"), F.count(number).alias("num"),
         F.count(F.when(text.rlike(_INTEGER_TEXT) & _parse("t", "long").isNotNull(), F.lit(1))).alias("int"),
         F.count(F.when(F.lower(text).isin("true", "false"), F.lit(1))).alias("bool"),
         F.count(F.when(bad, F.lit(1))).alias("bad"),
         F.first(F.when(bad, text), ignorenulls=True).alias("sample"),
         F.count(F.when(text.contains('"'), F.lit(1))).alias("quoted")).collect()}
+
+
+def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[int, Any]:
+    """The counts of :func:`_counts_long` as one global aggregate with a few functions per column:
+    no row per cell to make and group (at 1M rows of 12 columns the long form took most of the
+    read step). For tables up to ``_WIDE_COLUMNS`` columns, where the generated code stays small.
+    Every column is referenced, so the CSV reader parses whole rows and flags malformed ones."""
+    from pyspark.sql import functions as F
+
+    well_formed = F.col(_CORRUPT).isNull()
+    parts: list[Column] = [F.count(F.when(well_formed, F.lit(1))).alias("rows_-1"),
+                           F.count(F.when(~well_formed, F.lit(1))).alias("rows_-2"),
+                           F.count(F.when(~well_formed & F.col(_CORRUPT).contains('"'), F.lit(1))).alias("quoted_-2")]
+    for i, (name, kind) in enumerate(zip(names, kinds)):
+        text = F.when(well_formed, F.col(name))
+        parts.append(F.count(text).alias(f"n_{i}"))
+        if kind == "string":
+            continue
+        number = F.expr(f"try_cast(`{name}` AS double)")
+        whole = F.col(name).rlike(_INTEGER_TEXT) & _parse(name, "long").isNotNull()
+        failed = {"infer": number.isNull(), "double": number.isNull(), "long": _parse(name, "long").isNull(),
+                  "boolean": _parse(name, "boolean").isNull()}[kind]
+        bad = well_formed & F.col(name).isNotNull() & failed
+        parts += [F.count(F.when(well_formed, number)).alias(f"num_{i}"),
+                  F.count(F.when(well_formed & whole, F.lit(1))).alias(f"int_{i}"),
+                  F.count(F.when(well_formed & F.lower(F.col(name)).isin("true", "false"), F.lit(1))).alias(f"bool_{i}"),
+                  F.count(F.when(bad, F.lit(1))).alias(f"bad_{i}"),
+                  F.first(F.when(bad, F.col(name)), ignorenulls=True).alias(f"sample_{i}")]
+    row = _one_row(frame.agg(*parts)).asDict()
+    out: dict[int, Any] = {-1: {"rows": row["rows_-1"]}, -2: {"rows": row["rows_-2"], "quoted": row["quoted_-2"]}}
+    for i, kind in enumerate(kinds):
+        out[i] = {key: row.get(f"{key}_{i}", 0) for key in ("n", "num", "int", "bool", "bad", "sample")}
+        out[i]["rows"] = row["rows_-1"]
+        out[i]["sample"] = row.get(f"sample_{i}")
+    return out
+
+
+def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _Inference:
+    """Types given, else inferred from the text of the well-formed rows, in one Spark job:
+    ``boolean`` when every value is true/false, numeric when most values parse as numbers (the
+    others are then rejected), ``long`` when every such number is written as a whole number
+    without a decimal point or exponent, else ``double``; ``string`` otherwise."""
+    given = {sanitize(k): v.lower() for k, v in (options.schema or {}).items()}
+    forced = {sanitize(c) for c in options.categorical or ()}
+    types: dict[str, str] = {}
+    for name in names:
+        if name in given:
+            types[name] = NUMERIC_TYPES.get(given[name], "string")
+        elif name in forced:
+            types[name] = "string"
+    todo = [n for n in names if n not in types]
+    kinds = ["infer" if n in todo else types[n] for n in names]
+    counter = _counts_wide if len(names) <= _WIDE_COLUMNS else _counts_long
+    per_column = counter(frame, names, kinds)
     empty: dict[str, Any] = {"rows": 0, "n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None, "quoted": 0}
     stats = {n: per_column.get(i, empty) for i, n in enumerate(names)}
     present = {n: int(stats[n]["n"] or 0) for n in names}
@@ -343,26 +387,21 @@ class _TableJob:
         self._step("read")
         source = _source(self.spark, self.src, opts)
         cleaned, names, label, inference = self._read(source, multiline=False)
-        try:
-            if inference.malformed_quoted and isinstance(source, str):
-                # a quoted field holds a line break (or a row its quote): read each file whole instead
-                multi = self._read(source, multiline=True)
-                if multi[3].malformed < inference.malformed:
-                    cleaned.unpersist()
-                    cleaned, names, label, inference = multi
-                    log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
-                else:
-                    multi[0].unpersist()
-            if inference.read == 0:
-                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
-            self._check_given_types(names, inference)
-            return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
-        finally:
-            cleaned.unpersist()
+        if inference.malformed_quoted and isinstance(source, str):
+            # a quoted field holds a line break (or a row its quote): read each file whole instead
+            multi = self._read(source, multiline=True)
+            if multi[3].malformed < inference.malformed:
+                cleaned, names, label, inference = multi
+                log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
+        if inference.read == 0:
+            raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
+        self._check_given_types(names, inference)
+        return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
 
     def _read(self, source: Any, multiline: bool) -> tuple[DataFrame, list[str], str, _Inference]:
-        """The table as trimmed text with missing values as NULL (cached: every later step reads it,
-        the file is read once), its column names, the label's, and what the first pass tells."""
+        """The table as trimmed text with missing values as NULL, its column names, the label's, and
+        what the first pass (type inference) tells. The text is read twice: for the inference, then
+        typed, into the cache every later step reads."""
         from pyspark.sql import functions as F
 
         opts = self.options
@@ -378,13 +417,11 @@ class _TableJob:
                                   "pass label= one of them (or columns=[...] for a file without header)")
         self._raw = _read_text(self.spark, source, names, opts, multiline)
         na = sorted({v.strip() for v in opts.na_values} | {""})
+        # not cached: Spark's columnar cache of a million rows of text took longer to build than
+        # parsing the CSV again for the typed rows (which are cached, as numbers, in _run_typed)
         cleaned = self._raw.select(*[F.when(F.trim(F.col(n)).isin(na), F.lit(None)).otherwise(F.trim(F.col(n)))
-                                     .alias(n) for n in names], F.col(_CORRUPT)).cache()
-        try:
-            inference = _infer_types(cleaned, names, opts)   # one job, also counting the rows
-        except BaseException:
-            cleaned.unpersist()
-            raise
+                                     .alias(n) for n in names], F.col(_CORRUPT))
+        inference = _infer_types(cleaned, names, opts)   # one job, also counting the rows
         return cleaned, names, label, inference
 
     def _described(self, name: str, kind: str | None = None) -> str:
