@@ -60,6 +60,7 @@ _CORRUPT = "_corrupt_record"
 _WIDE_COLUMNS = 64   # up to this many columns the inference counts are one wide aggregate
 _SPLIT = "_split"
 _SHARD = "_shard"
+_ROW_HASH = "_row_hash"
 _UNKNOWN = -1  # index of a category the train split never saw
 
 
@@ -258,7 +259,7 @@ def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[i
                   F.first(F.when(bad, F.col(name)), ignorenulls=True).alias(f"sample_{i}")]
     row = _one_row(frame.agg(*parts)).asDict()
     out: dict[int, Any] = {-1: {"rows": row["rows_-1"]}, -2: {"rows": row["rows_-2"], "quoted": row["quoted_-2"]}}
-    for i, kind in enumerate(kinds):
+    for i in range(len(kinds)):
         out[i] = {key: row.get(f"{key}_{i}", 0) for key in ("n", "num", "int", "bool", "bad", "sample")}
         out[i]["rows"] = row["rows_-1"]
         out[i]["sample"] = row.get(f"sample_{i}")
@@ -505,9 +506,13 @@ class _TableJob:
 
         typed = checked.where(F.col("_reason").isNull()).select(
             *[_parse(n, types[n]).alias(n) if n in numeric else F.col(n) for n in names])
-        hashed = F.xxhash64(F.lit(opts.seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in names])
+        hashed = _row_hash(names, opts.seed)
         bucket = F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)
         split = typed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train"))
+        if opts.missing == "drop":
+            # the shard's hash of the row (see _write_shards) beside the split's: the row's values
+            # are turned into text once for both (under 'fill' the shard's hash is of filled values)
+            split = split.withColumn(_ROW_HASH, _row_hash(names, opts.seed + 1))
         features = [n for n in names if n != label]
         usable = split.where(F.col(label).isNotNull())
         if opts.missing == "drop" and features:
@@ -645,7 +650,8 @@ class _TableJob:
         else:
             out_cols.append(_index_expr(label, categories[label]).alias("label"))
             fields["label"] = {"dtype": "int32", "shape": []}
-        transformed = usable.select(*out_cols, F.col(_SPLIT), *[F.col(n).alias(f"__key_{n}") for n in names])
+        keys = [F.col(_ROW_HASH)] if _ROW_HASH in usable.columns else [F.col(n).alias(f"__key_{n}") for n in names]
+        transformed = usable.select(*out_cols, F.col(_SPLIT), *keys)
         transformed = transformed.select("*", F.array(*feature_exprs).alias("features") if feature_exprs
                                          else F.array().cast("array<float>").alias("features"))
         fields["features"] = {"dtype": "float32", "shape": [len(feature_names)]}
@@ -693,13 +699,15 @@ class _TableJob:
         wanted_default = self.options.shards or max(self.settings.num_workers,
                                                     self.spark.sparkContext.defaultParallelism)
         wanted = {s: max(1, min(wanted_default, rows)) for s, rows in counts.items() if rows}
-        keys = [F.col(f"__key_{n}") for n in names]
-        row_hash = F.xxhash64(F.lit(self.options.seed + 1),
-                              *[F.coalesce(k.cast("string"), F.lit("\x00")) for k in keys])
+        if _ROW_HASH in transformed.columns:
+            row_hash, kept_keys = F.col(_ROW_HASH), [_ROW_HASH]
+        else:
+            row_hash, kept_keys = _row_hash([f"__key_{n}" for n in names], self.options.seed + 1), \
+                [f"__key_{n}" for n in names]
         shard = F.lit(0)
         for split_name, count in wanted.items():
             shard = F.when(F.col(_SPLIT) == split_name, F.pmod(row_hash, F.lit(count))).otherwise(shard)
-        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(*[f"__key_{n}" for n in names])
+        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(*kept_keys)
         schema = to_arrow_schema(keyed.drop(_SPLIT, _SHARD).schema)
         writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, schema)
         for split_name in wanted:
@@ -717,6 +725,13 @@ class _TableJob:
             splits_meta[split_name] = {"rows": counts[split_name], "parquet": f"{ds.PARQUET}/{split_name}",
                                        "tfrecord": f"{ds.TFRECORD}/{split_name}", "shards": count}
         return splits_meta, max(wanted.values(), default=0)
+
+
+def _row_hash(columns: Sequence[str], seed: int) -> Column:
+    """A hash of a row's values as text (NULL as a NUL character): the same whatever the partitioning."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(F.lit(seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in columns])
 
 
 def _index_expr(column: str, categories: list[str]):
