@@ -1,6 +1,6 @@
 """Throughput of ``prepare_table`` against the plain PySpark job, side by side in one run.
 
-    python bench/table_prep.py [--rows 100000,1000000,5000000] [--small 500] [--master local[*]]
+    python bench/table_prep.py [--rows 100000,1000000,5000000] [--repeat 3] [--small 500] [--master local[*]]
 
 For each size a CSV of generated rows (8 doubles, 2 whole numbers, one category, a 0/1 label, a few
 missing cells) is written once, then timed twice on the same Spark session:
@@ -11,8 +11,9 @@ missing cells) is written once, then timed twice on the same Spark session:
   Parquet and TFRecord shards of both splits.
 
 Prints rows/s of each and the ratio of their times (target: at most 2x at 1M rows and beyond), and
-the time of a ``--small``-row table inside the running session (target: under 3 s). The default
-sizes are small, for a quick run.
+the time of a ``--small``-row table inside the running session (target: under 3 s). With
+``--repeat N`` the two run in turn N times per size (plain, hopsml, plain, ...) and the medians are
+printed, with the median of the ratios of each pair (a shared machine's speed drifts).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     from hopsml.data.tables import prepare_table
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", default="20000,100000", help="comma-separated sizes (e.g. 100000,1000000,5000000)")
+    parser.add_argument("--rows", default="100000,1000000,5000000", help="comma-separated sizes")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each per size; medians are printed")
     parser.add_argument("--small", type=int, default=500, help="rows of the small table timed in the running session")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--workdir", default=None, help="where the CSVs and outputs go (default: a temporary folder)")
@@ -76,24 +79,33 @@ def main(argv: list[str] | None = None) -> None:
     prepare_table(small, "warm", label="label", overwrite=True, settings=settings, spark=spark)   # JVM warm-up
     plain_job(spark, small, os.path.join(work, "plain_warm"))
 
-    started = time.perf_counter()
-    prepare_table(small, "small", label="label", overwrite=True, settings=settings, spark=spark)
-    print(f"{args.small}-row table in the running session: {time.perf_counter() - started:.2f} s")
+    smalls = []
+    for _ in range(max(1, args.repeat)):
+        started = time.perf_counter()
+        prepare_table(small, "small", label="label", overwrite=True, settings=settings, spark=spark)
+        smalls.append(time.perf_counter() - started)
+    print(f"{args.small}-row table in the running session: {statistics.median(smalls):.2f} s "
+          f"(median of {len(smalls)})")
     print(f"{'rows':>10} {'plain s':>8} {'plain rows/s':>13} {'hopsml s':>9} {'hopsml rows/s':>14} {'ratio':>6}")
     for rows in sizes:
         src = os.path.join(work, f"table_{rows}.csv")
         if not os.path.exists(src):
             write_csv(src, rows)
-        started = time.perf_counter()
-        plain_job(spark, src, os.path.join(work, f"plain_{rows}"))
-        plain = time.perf_counter() - started
-        started = time.perf_counter()
-        summary = prepare_table(src, f"t{rows}", label="label", overwrite=True, settings=settings, spark=spark)
-        ours = time.perf_counter() - started
-        assert summary.read == rows, summary
-        print(f"{rows:>10} {plain:>8.2f} {rows / plain:>13,.0f} {ours:>9.2f} {rows / ours:>14,.0f} "
-              f"{ours / plain:>6.2f}", flush=True)
-        shutil.rmtree(os.path.join(work, f"plain_{rows}"), ignore_errors=True)
+        plains, ours = [], []
+        for _ in range(max(1, args.repeat)):
+            started = time.perf_counter()
+            plain_job(spark, src, os.path.join(work, f"plain_{rows}"))
+            plains.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            summary = prepare_table(src, f"t{rows}", label="label", overwrite=True, settings=settings, spark=spark)
+            ours.append(time.perf_counter() - started)
+            if summary.read != rows:
+                raise SystemExit(f"read {summary.read} rows of {rows}: {summary}")
+            shutil.rmtree(os.path.join(work, f"plain_{rows}"), ignore_errors=True)
+        plain, mine = statistics.median(plains), statistics.median(ours)
+        ratio = statistics.median(m / p for m, p in zip(ours, plains))
+        print(f"{rows:>10} {plain:>8.2f} {rows / plain:>13,.0f} {mine:>9.2f} {rows / mine:>14,.0f} "
+              f"{ratio:>6.2f}", flush=True)
     spark.stop()
 
 

@@ -13,12 +13,12 @@ import html
 import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from hopsml import config
 
@@ -107,39 +107,27 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     """Statistics as ``table_stats``, with what they are made of: the per-split aggregates
     (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and every categorical value's count
     per (split, column), so that fitting a transform needs no further pass over the data. Two Spark
-    jobs: the aggregates, then the histogram buckets and category counts together. Both work on one
-    (split, column, value) row per cell, so their aggregation has a few functions whatever the
-    number of columns: one aggregate per column and statistic needs code and buffers that grow with
-    the columns (a 65-column table exhausted a 1 GiB driver heap). Distinct counts of numeric
-    columns are approximate (HyperLogLog, within about 5%)."""
+    jobs: the aggregates (see :func:`_numeric_aggregates`), then the histogram buckets and category
+    counts together, from one (split, column, value) row per cell, so that aggregation has a few
+    functions whatever the number of columns. Distinct counts of numeric columns are approximate
+    (HyperLogLog, within about 5%)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, IntegralType
 
     kinds = {f.name: f.dataType for f in frame.schema.fields}
     integral = {c for c in numeric if isinstance(kinds.get(c), (IntegralType, BooleanType))}
-    # cell -1 of every row counts the rows of its split
-    cells = [F.struct(F.lit(-1).alias("c"), F.lit(None).cast("double").alias("v"))]
-    cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v")) for i, column in enumerate(numeric)]
-    long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell")).select(
-        "s", "cell.c", "cell.v")
-    v = F.col("v")
     rows: dict[str, dict[str, Any]] = {}
-    for row in long_form.groupBy("s", "c").agg(
-            F.count(F.lit(1)).alias("rows"), F.count(v).alias("count"), F.min(v).alias("min"),
-            F.max(v).alias("max"), F.mean(v).alias("mean"), F.percentile_approx(v, 0.5, 10000).alias("median"),
-            F.stddev_samp(v).alias("std"), F.count(F.when(v == 0, F.lit(1))).alias("zeros"),
-            F.approx_count_distinct(v, 0.05).alias("distinct")).collect():
-        values = rows.setdefault(row["s"], {})
-        if row["c"] < 0:
-            values["__rows"] = int(row["rows"])
+    for split, column, aggregate in _numeric_aggregates(frame, split_column, numeric):
+        values = rows.setdefault(split, {})
+        if column is None:
+            values["__rows"] = int(aggregate["rows"])
             continue
-        column = numeric[row["c"]]
         for stat in ("count", "min", "max", "mean", "median", "std", "zeros", "distinct"):
-            value = row[stat]
+            value = aggregate[stat]
             if column in integral and stat in ("min", "max") and value is not None:
                 value = int(value)
             values[f"{column}__{stat}"] = value
-        values[f"{column}__missing"] = int(row["rows"]) - int(row["count"])
+        values[f"{column}__missing"] = int(aggregate["rows"]) - int(aggregate["count"])
     row_counts = {split: values.get("__rows", 0) for split, values in rows.items()}
 
     edges_of: dict[str, list[float]] = {}
@@ -151,13 +139,19 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     histograms: dict[tuple[str, str], list[int]] = {}
     value_counts: dict[tuple[str, str], dict[str, int]] = {}
     missing: dict[tuple[str, str], int] = {}
-    cells = []   # one (column, value) pair per cell: a histogram bucket's number, or a category
+    buckets = {}
     for column, edges in edges_of.items():
         width = (edges[-1] - edges[0]) / (len(edges) - 1)
-        bucket = F.least(F.floor((F.col(column) - F.lit(edges[0])) / F.lit(width)), F.lit(len(edges) - 2))
-        cells.append(F.struct(F.lit(column).alias("c"), bucket.cast("int").cast("string").alias("v")))
+        buckets[column] = F.least(F.floor((F.col(column) - F.lit(edges[0])) / F.lit(width)),
+                                  F.lit(len(edges) - 2)).cast("int")
+    cells = []   # one (column, value) pair per cell: a histogram bucket's number, or a category
+    if buckets and len(buckets) <= WIDE_COLUMNS:   # histograms as a count per bucket, by split
+        histograms.update(_histograms_wide(frame, split_column, buckets, edges_of))
+    else:
+        cells += [F.struct(F.lit(column).alias("c"), bucket.cast("string").alias("v"))
+                  for column, bucket in buckets.items()]
     cells += [F.struct(F.lit(column).alias("c"), F.col(column).cast("string").alias("v")) for column in categorical]
-    if cells:  # every histogram and category count in one job
+    if cells:  # every (other) histogram and category count in one job
         exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell"))
         kept = F.col("cell.v").isNotNull()
         if categorical:   # a category's missing values are counted too
@@ -208,6 +202,61 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     stats = {"kind": "table", "splits": list(splits), "rows": {s: int(row_counts.get(s, 0)) for s in splits},
              "columns": columns}
     return stats, rows, value_counts
+
+
+WIDE_COLUMNS = 64   # up to this many numeric columns the aggregates are one row per split
+
+
+def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[str]
+                        ) -> Iterator[tuple[Any, str | None, Mapping[str, Any]]]:
+    """(split, column, its aggregates) for every split and numeric column, and (split, None, the
+    split's row count) once per split. Up to ``WIDE_COLUMNS`` columns one aggregate of a few
+    functions per column, grouped by split: no row per cell to make and group (at 1M rows of 10
+    numeric columns that long form took most of the statistics' time). Wider tables get one
+    (split, column, value) row per cell: a few functions whatever the number of columns (one
+    aggregate per column and statistic needs code and buffers that grow with the columns; a
+    65-column table exhausted a 1 GiB driver heap)."""
+    from pyspark.sql import functions as F
+
+    def functions(v: Column, suffix: str) -> list[Column]:
+        return [F.count(v).alias(f"count{suffix}"), F.min(v).alias(f"min{suffix}"), F.max(v).alias(f"max{suffix}"),
+                F.mean(v).alias(f"mean{suffix}"), F.percentile_approx(v, 0.5, 10000).alias(f"median{suffix}"),
+                F.stddev_samp(v).alias(f"std{suffix}"), F.count(F.when(v == 0, F.lit(1))).alias(f"zeros{suffix}"),
+                F.approx_count_distinct(v, 0.05).alias(f"distinct{suffix}")]
+
+    if len(numeric) <= WIDE_COLUMNS:
+        aggregates = [F.count(F.lit(1)).alias("rows")]
+        for i, column in enumerate(numeric):
+            aggregates += functions(F.col(column).cast("double"), f"_{i}")
+        for row in frame.groupBy(F.col(split_column).alias("s")).agg(*aggregates).collect():
+            yield row["s"], None, row.asDict()
+            for i, column in enumerate(numeric):
+                yield row["s"], column, {"rows": row["rows"], **{
+                    stat: row[f"{stat}_{i}"] for stat in ("count", "min", "max", "mean", "median", "std",
+                                                          "zeros", "distinct")}}
+        return
+    # cell -1 of every row counts the rows of its split
+    cells = [F.struct(F.lit(-1).alias("c"), F.lit(None).cast("double").alias("v"))]
+    cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v")) for i, column in enumerate(numeric)]
+    long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell")).select(
+        "s", "cell.c", "cell.v")
+    for row in long_form.groupBy("s", "c").agg(F.count(F.lit(1)).alias("rows"), *functions(F.col("v"), "")).collect():
+        yield row["s"], None if row["c"] < 0 else numeric[row["c"]], row.asDict()
+
+
+def _histograms_wide(frame: DataFrame, split_column: str, buckets: Mapping[str, Column],
+                     edges_of: Mapping[str, list[float]]) -> dict[tuple[str, str], list[int]]:
+    """Every numeric column's histogram per split, one count per bucket, in one aggregate grouped by
+    split (no row per cell): for tables up to ``WIDE_COLUMNS`` numeric columns."""
+    from pyspark.sql import functions as F
+
+    names = {column: f"b{i}" for i, column in enumerate(buckets)}
+    numbered = frame.select(F.col(split_column).alias("s"),
+                            *[bucket.alias(names[column]) for column, bucket in buckets.items()])
+    counts = [F.count(F.when(F.col(names[column]) == F.lit(k), F.lit(1))).alias(f"{names[column]}_{k}")
+              for column in buckets for k in range(len(edges_of[column]) - 1)]
+    return {(row["s"], column): [int(row[f"{names[column]}_{k}"]) for k in range(len(edges_of[column]) - 1)]
+            for row in numbered.groupBy("s").agg(*counts).collect() for column in buckets}
 
 
 def _plain(value: Any) -> Any:

@@ -31,7 +31,7 @@ from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.manifest import Manifest
-from hopsml.formats.example import encode_example
+from hopsml.formats.example import encode_example, encode_examples
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -57,8 +57,10 @@ DEFAULT_NA_VALUES = ("?", "nan", "NaN", "-nan", "-NaN", "NA", "N/A", "n/a", "NUL
 _INTEGER_TEXT = r"^[+-]?[0-9]+$"   # a whole number as written: no decimal point, no exponent
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 _CORRUPT = "_corrupt_record"
+_WIDE_COLUMNS = 64   # up to this many columns the inference counts are one wide aggregate
 _SPLIT = "_split"
 _SHARD = "_shard"
+_ROW_HASH = "_row_hash"
 _UNKNOWN = -1  # index of a category the train split never saw
 
 
@@ -197,30 +199,19 @@ class _Inference:
     present: dict[str, int]
 
 
-def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _Inference:
-    """Types given, else inferred from the text of the well-formed rows, in one Spark job:
-    ``boolean`` when every value is true/false, numeric when most values parse as numbers (the
-    others are then rejected), ``long`` when every such number is written as a whole number
-    without a decimal point or exponent, else ``double``; ``string`` otherwise."""
+def _counts_long(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[int, Any]:
+    """Per column (by index; -1 the well-formed rows, -2 the malformed ones) the counts that type
+    inference needs, from one (column, text) row per cell: an aggregate of a few functions whatever
+    the number of columns (one function per column and check took minutes to generate code for at
+    1,000 columns)."""
     from pyspark.sql import functions as F
 
-    given = {sanitize(k): v.lower() for k, v in (options.schema or {}).items()}
-    forced = {sanitize(c) for c in options.categorical or ()}
-    types: dict[str, str] = {}
-    for name in names:
-        if name in given:
-            types[name] = NUMERIC_TYPES.get(given[name], "string")
-        elif name in forced:
-            types[name] = "string"
-    todo = [n for n in names if n not in types]
-    kinds = ["infer" if n in todo else types[n] for n in names]
-    # one (column, text) row per cell of a well-formed row, one marker row per row: an aggregate of
-    # a few functions whatever the number of columns (one function per column and statistic took
-    # minutes to generate code for at 1,000 columns)
     well_formed = F.col(_CORRUPT).isNull()
     marker = [F.struct(F.lit(-1).alias("c"), F.lit("").alias("k"), F.lit(None).cast("string").alias("t"))]
+    # every column, a category too: the CSV reader flags a row with too few fields only when it
+    # parses every field (with columns pruned it pads the row)
     cells = [F.struct(F.lit(i).alias("c"), F.lit(kind).alias("k"), F.col(n).alias("t"))
-             for i, (n, kind) in enumerate(zip(names, kinds)) if kind != "string"]   # a category needs none
+             for i, (n, kind) in enumerate(zip(names, kinds))]
     malformed = F.struct(F.lit(-2).alias("c"), F.lit("").alias("k"), F.col(_CORRUPT).alias("t"))
     long_form = frame.select(F.explode(F.when(well_formed, F.array(*marker, *cells))
                                        .otherwise(F.array(malformed))).alias("cell")).select("cell.c", "cell.k", "cell.t")
@@ -231,13 +222,67 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
         .when(kind == "long", _parse("t", "long").isNull())
         .when(kind == "boolean", _parse("t", "boolean").isNull())
         .otherwise(F.lit(False)))
-    per_column = {row["c"]: row for row in long_form.groupBy("c").agg(
+    return {row["c"]: row.asDict() for row in long_form.groupBy("c").agg(
         F.count(F.lit(1)).alias("rows"), F.count(text).alias("n"), F.count(number).alias("num"),
         F.count(F.when(text.rlike(_INTEGER_TEXT) & _parse("t", "long").isNotNull(), F.lit(1))).alias("int"),
         F.count(F.when(F.lower(text).isin("true", "false"), F.lit(1))).alias("bool"),
         F.count(F.when(bad, F.lit(1))).alias("bad"),
         F.first(F.when(bad, text), ignorenulls=True).alias("sample"),
         F.count(F.when(text.contains('"'), F.lit(1))).alias("quoted")).collect()}
+
+
+def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[int, Any]:
+    """The counts of :func:`_counts_long` as one global aggregate with a few functions per column:
+    no row per cell to make and group (at 1M rows of 12 columns the long form took most of the
+    read step). For tables up to ``_WIDE_COLUMNS`` columns, where the generated code stays small.
+    Every column is referenced, so the CSV reader parses whole rows and flags malformed ones."""
+    from pyspark.sql import functions as F
+
+    well_formed = F.col(_CORRUPT).isNull()
+    parts: list[Column] = [F.count(F.when(well_formed, F.lit(1))).alias("rows_-1"),
+                           F.count(F.when(~well_formed, F.lit(1))).alias("rows_-2"),
+                           F.count(F.when(~well_formed & F.col(_CORRUPT).contains('"'), F.lit(1))).alias("quoted_-2")]
+    for i, (name, kind) in enumerate(zip(names, kinds)):
+        text = F.when(well_formed, F.col(name))
+        parts.append(F.count(text).alias(f"n_{i}"))
+        if kind == "string":
+            continue
+        number = F.expr(f"try_cast(`{name}` AS double)")
+        whole = F.col(name).rlike(_INTEGER_TEXT) & _parse(name, "long").isNotNull()
+        failed = {"infer": number.isNull(), "double": number.isNull(), "long": _parse(name, "long").isNull(),
+                  "boolean": _parse(name, "boolean").isNull()}[kind]
+        bad = well_formed & F.col(name).isNotNull() & failed
+        parts += [F.count(F.when(well_formed, number)).alias(f"num_{i}"),
+                  F.count(F.when(well_formed & whole, F.lit(1))).alias(f"int_{i}"),
+                  F.count(F.when(well_formed & F.lower(F.col(name)).isin("true", "false"), F.lit(1))).alias(f"bool_{i}"),
+                  F.count(F.when(bad, F.lit(1))).alias(f"bad_{i}"),
+                  F.first(F.when(bad, F.col(name)), ignorenulls=True).alias(f"sample_{i}")]
+    row = _one_row(frame.agg(*parts)).asDict()
+    out: dict[int, Any] = {-1: {"rows": row["rows_-1"]}, -2: {"rows": row["rows_-2"], "quoted": row["quoted_-2"]}}
+    for i in range(len(kinds)):
+        out[i] = {key: row.get(f"{key}_{i}", 0) for key in ("n", "num", "int", "bool", "bad", "sample")}
+        out[i]["rows"] = row["rows_-1"]
+        out[i]["sample"] = row.get(f"sample_{i}")
+    return out
+
+
+def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _Inference:
+    """Types given, else inferred from the text of the well-formed rows, in one Spark job:
+    ``boolean`` when every value is true/false, numeric when most values parse as numbers (the
+    others are then rejected), ``long`` when every such number is written as a whole number
+    without a decimal point or exponent, else ``double``; ``string`` otherwise."""
+    given = {sanitize(k): v.lower() for k, v in (options.schema or {}).items()}
+    forced = {sanitize(c) for c in options.categorical or ()}
+    types: dict[str, str] = {}
+    for name in names:
+        if name in given:
+            types[name] = NUMERIC_TYPES.get(given[name], "string")
+        elif name in forced:
+            types[name] = "string"
+    todo = [n for n in names if n not in types]
+    kinds = ["infer" if n in todo else types[n] for n in names]
+    counter = _counts_wide if len(names) <= _WIDE_COLUMNS else _counts_long
+    per_column = counter(frame, names, kinds)
     empty: dict[str, Any] = {"rows": 0, "n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None, "quoted": 0}
     stats = {n: per_column.get(i, empty) for i, n in enumerate(names)}
     present = {n: int(stats[n]["n"] or 0) for n in names}
@@ -343,26 +388,21 @@ class _TableJob:
         self._step("read")
         source = _source(self.spark, self.src, opts)
         cleaned, names, label, inference = self._read(source, multiline=False)
-        try:
-            if inference.malformed_quoted and isinstance(source, str):
-                # a quoted field holds a line break (or a row its quote): read each file whole instead
-                multi = self._read(source, multiline=True)
-                if multi[3].malformed < inference.malformed:
-                    cleaned.unpersist()
-                    cleaned, names, label, inference = multi
-                    log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
-                else:
-                    multi[0].unpersist()
-            if inference.read == 0:
-                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
-            self._check_given_types(names, inference)
-            return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
-        finally:
-            cleaned.unpersist()
+        if inference.malformed_quoted and isinstance(source, str):
+            # a quoted field holds a line break (or a row its quote): read each file whole instead
+            multi = self._read(source, multiline=True)
+            if multi[3].malformed < inference.malformed:
+                cleaned, names, label, inference = multi
+                log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
+        if inference.read == 0:
+            raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
+        self._check_given_types(names, inference)
+        return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
 
     def _read(self, source: Any, multiline: bool) -> tuple[DataFrame, list[str], str, _Inference]:
-        """The table as trimmed text with missing values as NULL (cached: every later step reads it,
-        the file is read once), its column names, the label's, and what the first pass tells."""
+        """The table as trimmed text with missing values as NULL, its column names, the label's, and
+        what the first pass (type inference) tells. The text is read twice: for the inference, then
+        typed, into the cache every later step reads."""
         from pyspark.sql import functions as F
 
         opts = self.options
@@ -378,13 +418,11 @@ class _TableJob:
                                   "pass label= one of them (or columns=[...] for a file without header)")
         self._raw = _read_text(self.spark, source, names, opts, multiline)
         na = sorted({v.strip() for v in opts.na_values} | {""})
+        # not cached: Spark's columnar cache of a million rows of text took longer to build than
+        # parsing the CSV again for the typed rows (which are cached, as numbers, in _run_typed)
         cleaned = self._raw.select(*[F.when(F.trim(F.col(n)).isin(na), F.lit(None)).otherwise(F.trim(F.col(n)))
-                                     .alias(n) for n in names], F.col(_CORRUPT)).cache()
-        try:
-            inference = _infer_types(cleaned, names, opts)   # one job, also counting the rows
-        except BaseException:
-            cleaned.unpersist()
-            raise
+                                     .alias(n) for n in names], F.col(_CORRUPT))
+        inference = _infer_types(cleaned, names, opts)   # one job, also counting the rows
         return cleaned, names, label, inference
 
     def _described(self, name: str, kind: str | None = None) -> str:
@@ -468,9 +506,13 @@ class _TableJob:
 
         typed = checked.where(F.col("_reason").isNull()).select(
             *[_parse(n, types[n]).alias(n) if n in numeric else F.col(n) for n in names])
-        hashed = F.xxhash64(F.lit(opts.seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in names])
+        hashed = _row_hash(names, opts.seed)
         bucket = F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)
         split = typed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train"))
+        if opts.missing == "drop":
+            # the shard's hash of the row (see _write_shards) beside the split's: the row's values
+            # are turned into text once for both (under 'fill' the shard's hash is of filled values)
+            split = split.withColumn(_ROW_HASH, _row_hash(names, opts.seed + 1))
         features = [n for n in names if n != label]
         usable = split.where(F.col(label).isNotNull())
         if opts.missing == "drop" and features:
@@ -608,7 +650,8 @@ class _TableJob:
         else:
             out_cols.append(_index_expr(label, categories[label]).alias("label"))
             fields["label"] = {"dtype": "int32", "shape": []}
-        transformed = usable.select(*out_cols, F.col(_SPLIT), *[F.col(n).alias(f"__key_{n}") for n in names])
+        keys = [F.col(_ROW_HASH)] if _ROW_HASH in usable.columns else [F.col(n).alias(f"__key_{n}") for n in names]
+        transformed = usable.select(*out_cols, F.col(_SPLIT), *keys)
         transformed = transformed.select("*", F.array(*feature_exprs).alias("features") if feature_exprs
                                          else F.array().cast("array<float>").alias("features"))
         fields["features"] = {"dtype": "float32", "shape": [len(feature_names)]}
@@ -656,20 +699,22 @@ class _TableJob:
         wanted_default = self.options.shards or max(self.settings.num_workers,
                                                     self.spark.sparkContext.defaultParallelism)
         wanted = {s: max(1, min(wanted_default, rows)) for s, rows in counts.items() if rows}
-        keys = [F.col(f"__key_{n}") for n in names]
-        row_hash = F.xxhash64(F.lit(self.options.seed + 1),
-                              *[F.coalesce(k.cast("string"), F.lit("\x00")) for k in keys])
+        if _ROW_HASH in transformed.columns:
+            row_hash, kept_keys = F.col(_ROW_HASH), [_ROW_HASH]
+        else:
+            row_hash, kept_keys = _row_hash([f"__key_{n}" for n in names], self.options.seed + 1), \
+                [f"__key_{n}" for n in names]
         shard = F.lit(0)
         for split_name, count in wanted.items():
             shard = F.when(F.col(_SPLIT) == split_name, F.pmod(row_hash, F.lit(count))).otherwise(shard)
-        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(*[f"__key_{n}" for n in names])
+        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(*kept_keys)
         schema = to_arrow_schema(keyed.drop(_SPLIT, _SHARD).schema)
         writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, schema)
         for split_name in wanted:
             self.storage.makedirs(stage.parquet(split_name))
         shipped: dict[str, int] = {}
         for row in (keyed.repartition(sum(wanted.values()), _SPLIT, _SHARD)
-                    .mapInPandas(writer, "split string, rows long").collect()):
+                    .mapInArrow(writer, "split string, rows long").collect()):
             shipped[row["split"]] = shipped.get(row["split"], 0) + row["rows"]
         splits_meta = {}
         for split_name, count in wanted.items():
@@ -680,6 +725,13 @@ class _TableJob:
             splits_meta[split_name] = {"rows": counts[split_name], "parquet": f"{ds.PARQUET}/{split_name}",
                                        "tfrecord": f"{ds.TFRECORD}/{split_name}", "shards": count}
         return splits_meta, max(wanted.values(), default=0)
+
+
+def _row_hash(columns: Sequence[str], seed: int) -> Column:
+    """A hash of a row's values as text (NULL as a NUL character): the same whatever the partitioning."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(F.lit(seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in columns])
 
 
 def _index_expr(column: str, categories: list[str]):
@@ -695,24 +747,34 @@ def _index_expr(column: str, categories: list[str]):
 class _TableShardWriter:
     """Write the shards whose rows a task holds, each as its Parquet file and its TFRecord shard, both
     through the fs layer, so a table lands on every root hopsml supports (S3 too, without Spark's
-    Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them."""
+    Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them.
+    Works on Arrow batches: the Parquet side writes them as they come, the TFRecord side encodes a
+    whole group of rows with numpy (:func:`encode_examples`), row by row only where a value is null."""
 
     def __init__(self, storage: Storage, stage: ds.DatasetDir, counts: Mapping[str, int],
                  compression: str | None, schema: pa.Schema) -> None:
         self.storage, self.stage, self.counts = storage, stage, dict(counts)
         self.compression, self.schema = compression, schema
 
-    def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        import pandas as pd
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         rows: dict[str, int] = {}
         with ExitStack() as stack:
             open_shards: dict[tuple[str, int], tuple[Any, Any]] = {}
-            for frame in batches:
-                for (split, shard), group in frame.groupby([_SPLIT, _SHARD], sort=False):
-                    key = (str(split), int(shard))
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                splits = batch.column(_SPLIT).to_numpy(zero_copy_only=False)
+                shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False)
+                part_all = pa.Table.from_batches([batch.drop_columns([_SPLIT, _SHARD])])
+                if part_all.schema != self.schema:
+                    part_all = part_all.cast(self.schema)
+                keys = np.char.add(splits.astype(str), np.char.add("\x00", shard_numbers.astype(str)))
+                found, first, group_of_row = np.unique(keys, return_index=True, return_inverse=True)
+                for group in np.argsort(first, kind="stable"):   # the groups in the order they come
+                    key = (str(splits[first[group]]), int(shard_numbers[first[group]]))
                     if key not in open_shards:   # a shard with no rows writes no Parquet file
                         records = stack.enter_context(shard_io.shard_writer(
                             self.storage, self.stage.tfrecord(key[0]), key[1], self.counts[key[0]],
@@ -722,16 +784,46 @@ class _TableShardWriter:
                         parquet = stack.enter_context(pq.ParquetWriter(target, self.schema, compression="snappy"))
                         open_shards[key] = (records, parquet)
                     records, parquet = open_shards[key]
-                    part = group.drop(columns=[_SPLIT, _SHARD]).reset_index(drop=True)
-                    parquet.write_table(pa.Table.from_pandas(part, schema=self.schema, preserve_index=False))
-                    columns = {name: part[name].tolist() for name in part.columns}
-                    for i in range(len(part)):
-                        records.write(encode_example({
-                            name: (np.asarray(values[i], dtype=np.float32) if name == "features" else
-                                   values[i]) for name, values in columns.items() if values[i] is not None}))
-                    rows[key[0]] = rows.get(key[0], 0) + len(part)
-        yield pd.DataFrame({"split": pd.Series(list(rows), dtype=object),
-                            "rows": pd.Series(list(rows.values()), dtype="int64")})
+                    part = part_all if len(found) == 1 else part_all.take(np.flatnonzero(group_of_row == group))
+                    parquet.write_table(part)
+                    _write_examples(records, part)
+                    rows[key[0]] = rows.get(key[0], 0) + part.num_rows
+        yield pa.RecordBatch.from_pydict({"split": pa.array(list(rows), pa.string()),
+                                          "rows": pa.array(list(rows.values()), pa.int64())})
+
+
+def _write_examples(records: Any, part: pa.Table) -> None:
+    """The rows of ``part`` as tf.train.Example records: scalars and the ``features`` vector by
+    numpy in one go; a row holding a null is written alone, without its null features."""
+    import pyarrow as pa
+
+    columns: dict[str, np.ndarray] = {}
+    nulls = np.zeros(part.num_rows, dtype=bool)
+    for name, column in zip(part.column_names, part.columns):
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if column.null_count:
+            nulls |= column.is_null().to_numpy(zero_copy_only=False)
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            lengths = column.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+            values = column.flatten()
+            width = int(lengths[0]) if len(lengths) else 0
+            if values.null_count or (lengths != width).any() or column.null_count:
+                return _write_examples_one_by_one(records, part)
+            columns[name] = values.to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, width)
+        else:
+            kind = column.type
+            dtype = np.float64 if pa.types.is_floating(kind) else np.int64
+            columns[name] = column.fill_null(0).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    if nulls.any():
+        return _write_examples_one_by_one(records, part)
+    records.write_batch(*encode_examples(columns))
+
+
+def _write_examples_one_by_one(records: Any, part: pa.Table) -> None:
+    for row in part.to_pylist():
+        records.write(encode_example({
+            name: (np.asarray(value, dtype=np.float32) if name == "features" else value)
+            for name, value in row.items() if value is not None}))
 
 
 class _JsonLinesWriter:

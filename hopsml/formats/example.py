@@ -17,9 +17,9 @@ from google.protobuf.message import DecodeError
 from hopsml.errors import HopsmlError
 from hopsml.formats.example_proto import Example
 from hopsml.formats.tfrecord import CorruptRecordError
-from hopsml.formats.wire import varint, varints
+from hopsml.formats.wire import varint, varint_matrix, varints
 
-__all__ = ["FeatureTypeError", "decode_example", "encode_example"]
+__all__ = ["FeatureTypeError", "decode_example", "encode_example", "encode_examples"]
 
 
 class FeatureTypeError(HopsmlError, TypeError):
@@ -131,6 +131,79 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
         entries += pieces
         features_length += len(entry_header) + entry_length
     return b"".join([b"\x0a", varint(features_length), *entries])
+
+
+def encode_examples(columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Serialize a batch of rows as ``tf.train.Example`` records at once, with numpy instead of a
+    Python loop per row: the same bytes as :func:`encode_example` gives each row's dict.
+
+    ``columns`` maps each feature name to its values, one per row: a 1-D array of ints or bools
+    (an int64_list) or floats (a float_list), or a 2-D float array (a float_list of one row's
+    values). Returns the records concatenated (uint8) and their ``n + 1`` offsets into it.
+    """
+    blocks: list[tuple[np.ndarray, np.ndarray | None]] = []   # (bytes [n, width], used bytes or all)
+    rows = -1
+    total = None
+    for name, values in columns.items():
+        if not isinstance(name, str):
+            raise FeatureTypeError(repr(name), name)
+        array = np.asarray(values)
+        rows = array.shape[0] if rows < 0 else rows
+        if array.shape[0] != rows or array.ndim not in (1, 2):
+            raise FeatureTypeError(name, values, f"a batch column must have one value (or one 1-D row) "
+                                   f"per row; this one has shape {array.shape} for {rows} rows")
+        kind = _NUMPY_KINDS.get(array.dtype.kind)
+        if kind not in (_FLOAT_LIST, _INT64_LIST):
+            raise FeatureTypeError(name, values, "a batch column must hold ints, bools or floats; "
+                                   "encode other values row by row with encode_example")
+        payload: tuple[np.ndarray, np.ndarray | None]
+        if kind == _FLOAT_LIST:
+            packed = np.ascontiguousarray(array.reshape(rows, array[0].size if rows else 1),
+                                          dtype="<f4").view(np.uint8)
+            payload = (packed, None)
+            payload_length = np.full(rows, packed.shape[1], dtype=np.int64)
+        else:
+            if array.ndim != 1:
+                raise FeatureTypeError(name, values, "a batch int64 column holds one value per row")
+            if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+                raise FeatureTypeError(name, array, "an unsigned value above 2**63 - 1 does not fit "
+                                       "in int64; store it as bytes")
+            payload = varint_matrix(array.astype(np.int64, copy=False))
+            payload_length = payload[1]
+        empty = kind == _FLOAT_LIST and payload[0].shape[1] == 0
+        list_length = payload_length + (0 if empty else 1 + _varint_size(payload_length))
+        list_length_bytes = varint_matrix(list_length)
+        feature_length = 1 + list_length_bytes[1] + list_length
+        key = name.encode("utf-8")
+        key_field = np.frombuffer(b"\x0a" + varint(len(key)) + key, dtype=np.uint8)
+        value_length = varint_matrix(feature_length)
+        entry_length = key_field.size + 1 + value_length[1] + feature_length
+        entry_bytes = varint_matrix(entry_length)
+        blocks += [(_constant(b"\x0a", rows), None), entry_bytes, (np.broadcast_to(key_field, (rows, key_field.size)), None),
+                   (_constant(b"\x12", rows), None), value_length, (_constant(bytes((kind << 3 | 2,)), rows), None),
+                   list_length_bytes]
+        if not empty:
+            blocks += [(_constant(b"\x0a", rows), None), varint_matrix(payload_length), payload]
+        length = 1 + entry_bytes[1] + entry_length
+        total = length if total is None else total + length
+    rows = max(rows, 0)
+    features_length = total if total is not None else np.zeros(rows, dtype=np.int64)
+    blocks = [(_constant(b"\x0a", rows), None), varint_matrix(features_length)] + blocks
+    matrix = np.concatenate([block for block, _ in blocks], axis=1)
+    used = np.concatenate([np.ones(block.shape, dtype=bool) if sizes is None else
+                           np.arange(block.shape[1]) < sizes[:, None] for block, sizes in blocks], axis=1)
+    lengths = used.sum(axis=1)
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return matrix[used], offsets
+
+
+def _constant(data: bytes, rows: int) -> np.ndarray:
+    return np.broadcast_to(np.frombuffer(data, dtype=np.uint8), (rows, len(data)))
+
+
+def _varint_size(values: np.ndarray) -> np.ndarray:
+    return varint_matrix(values)[1]
 
 
 def decode_example(data: bytes) -> dict[str, Any]:

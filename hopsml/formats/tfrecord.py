@@ -162,6 +162,47 @@ class TFRecordWriter:
         if self._pending_bytes >= _WRITE_BUFFER or len(self._pending) >= _MAX_IOV:
             self._flush_pending()
 
+    def write_batch(self, data: Any, offsets: Any) -> None:
+        """Append the records ``data[offsets[i]:offsets[i + 1]]`` (a uint8 numpy array and its
+        ``n + 1`` offsets, as :func:`hopsml.formats.example.encode_examples` gives them): the same
+        bytes as ``write`` of each, framed with numpy instead of a Python call per record."""
+        import numpy as np
+
+        if self._closed:
+            raise ValueError(f"TFRecordWriter for {self.name} is closed")
+        offsets = np.asarray(offsets, dtype=np.int64)
+        count = offsets.size - 1
+        if count <= 0:
+            return
+        data = np.ascontiguousarray(np.asarray(data, dtype=np.uint8)[offsets[0]:offsets[-1]])
+        offsets = offsets - offsets[0]
+        lengths = np.diff(offsets)
+        view = memoryview(data)
+        crc_of_length: dict[int, int] = {}
+        length_crcs = np.empty(count, dtype="<u4")
+        data_crcs = np.empty(count, dtype="<u4")
+        for i, (start, length) in enumerate(zip(offsets[:-1].tolist(), lengths.tolist())):
+            crc = crc_of_length.get(length)
+            if crc is None:
+                crc = crc_of_length[length] = masked_crc32c(_LENGTH.pack(length))
+            length_crcs[i] = crc
+            data_crcs[i] = masked_crc32c(view[start:start + length])
+        header = np.empty(count, dtype=[("length", "<u8"), ("crc", "<u4")])
+        header["length"], header["crc"] = lengths, length_crcs
+        framed = np.empty(int(offsets[-1]) + 16 * count, dtype=np.uint8)
+        starts = offsets[:-1] + 16 * np.arange(count, dtype=np.int64)   # where each framed record begins
+        framed[(starts[:, None] + np.arange(12)).ravel()] = header.view(np.uint8)
+        framed[(starts + 12 + lengths)[:, None] + np.arange(4)] = data_crcs.view(np.uint8).reshape(count, 4)
+        record_of_byte = np.repeat(np.arange(count, dtype=np.int64), lengths)
+        framed[np.arange(data.size, dtype=np.int64) + 16 * record_of_byte + 12] = data
+        self._stage_out()
+        self._pending.append(framed)
+        self._pending_bytes += framed.size
+        self.records_written += count
+        self.bytes_written += framed.size
+        if self._pending_bytes >= _WRITE_BUFFER or len(self._pending) >= _MAX_IOV:
+            self._flush_pending()
+
     def _stage_out(self) -> None:
         if self._staging:
             self._pending.append(self._staging)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["field", "varint", "varints"]
+__all__ = ["field", "varint", "varint_matrix", "varints"]
 
 
 def varint(value: int) -> bytes:
@@ -49,6 +49,22 @@ def varints(values: np.ndarray) -> bytes:
         out[starts[present] + k] = low[present]
         shifted >>= np.uint64(7)
     return out.tobytes()
+
+
+def varint_matrix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each int64 value's varint as one row of a byte matrix (as wide as the longest), with the
+    number of bytes each one uses: a batch of records is put together from such blocks."""
+    unsigned = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
+    sizes = 1 + np.searchsorted(_VARINT_LIMITS, unsigned, side="right").astype(np.int64)
+    width = int(sizes.max()) if sizes.size else 1
+    out = np.empty((unsigned.size, width), dtype=np.uint8)
+    shifted = unsigned.copy()
+    for k in range(width):
+        low = (shifted & np.uint64(0x7F)).astype(np.uint8)
+        low[sizes > k + 1] |= 0x80
+        out[:, k] = low
+        shifted >>= np.uint64(7)
+    return out, sizes
 
 
 def field(number: int, payload: bytes) -> bytes:

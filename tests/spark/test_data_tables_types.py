@@ -92,3 +92,34 @@ def test_true_and_false_are_a_boolean_column(spark, settings, tmp_path):
     assert _columns(settings, "bools") == {"flag": "boolean", "x": "double", "y": "boolean"}
     assert _values(settings, "bools", "flag") == [0.0, 1.0, 1.0]
     assert _values(settings, "bools", "label") == [0, 0, 1]
+
+
+def test_the_wide_and_the_long_inference_count_the_same(spark, settings, tmp_path, monkeypatch):
+    """A table of up to _WIDE_COLUMNS columns is counted by one wide aggregate, a wider one cell by
+    cell: both give the same types, failures, samples and row counts."""
+    from hopsml.data import tables
+
+    csv = tmp_path / "mixed.csv"
+    csv.write_text('n,d,b,s,forced,given,y\n'
+                   '1,1.5,true,a,3,4,0\n'
+                   '2,x,False,b,4,4.5,1\n'
+                   '3,2.0,TRUE,c,five,7,0\n'
+                   '"4",NaN,false,"d, e",6,,1\n'
+                   '5,3,true,f,7\n'                     # one field short: malformed
+                   '6,4e2,,g,8,9,"q""uoted"\n')
+    options = tables.TableOptions(label="y", categorical=("forced",), schema={"given": "long"})
+    names = tables.field_names(tables._column_names(spark, str(csv), options))
+    na = sorted({v.strip() for v in options.na_values} | {""})
+    from pyspark.sql import functions as F
+
+    raw = tables._read_text(spark, str(csv), names, options)
+    cleaned = raw.select(*[F.when(F.trim(F.col(n)).isin(na), F.lit(None)).otherwise(F.trim(F.col(n))).alias(n)
+                           for n in names], F.col(tables._CORRUPT))
+    wide = tables._infer_types(cleaned, names, options)
+    monkeypatch.setattr(tables, "_WIDE_COLUMNS", 0)
+    long = tables._infer_types(cleaned, names, options)
+    assert wide == long
+    assert (wide.read, wide.malformed) == (6, 1)
+    assert wide.types == {"n": "long", "d": "double", "b": "boolean", "s": "string", "forced": "string",
+                          "given": "long", "y": "long"}
+    assert (wide.failures["d"], wide.samples["d"], wide.failures["given"], wide.samples["y"]) == (1, "x", 1, "q\"uoted")
