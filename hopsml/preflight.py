@@ -25,10 +25,11 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from hopsml.errors import ExecutorStackError
 
+TaskFunction = TypeVar("TaskFunction", bound=Callable[..., Any])  # of mapPartitions(WithIndex), mapInArrow, ...
 _MARKER = "hopsml-executor-stack:"
 ALWAYS = ("hopsml", "numpy", "pyarrow")  # what every run's code needs on the executor
 
@@ -116,7 +117,7 @@ def _differences(stack: Stack) -> list[dict[str, str | None]]:
     return found
 
 
-def guard(partition_fn: Callable[..., Iterable[Any]], preflight: Preflight) -> Callable[..., Iterable[Any]]:
+def guard(partition_fn: TaskFunction, preflight: Preflight) -> TaskFunction:
     """`partition_fn` (of mapPartitions or mapPartitionsWithIndex) behind the preflight: the task checks its
     stack and installs the modules, then loads and runs it."""
     from pyspark import cloudpickle
@@ -136,13 +137,30 @@ def guard(partition_fn: Callable[..., Iterable[Any]], preflight: Preflight) -> C
             install(modules)
         return pickle.loads(payload)(*args)
 
-    return checked
+    return cast(TaskFunction, checked)
 
 
 def raise_mismatch(error: BaseException | None, preflight: Preflight) -> None:
     """Raise the ExecutorStackError that a failed Spark job's error carries, if it carries one."""
     if preflight.stack is not None and (message := mismatch_in(error, preflight.stack)) is not None:
         raise ExecutorStackError(message) from None
+
+
+def _nothing(iterator: Iterable[Any]) -> list[Any]:
+    return []
+
+
+def explain_failure(sc: Any, error: BaseException, preflight: Preflight, tasks: int) -> None:
+    """After a failed job whose tasks could not run the check first (an Arrow or pandas UDF: PySpark's worker
+    imports pyarrow before any of hopsml's code), raise the ExecutorStackError its error carries, or the one
+    a check of `tasks` tasks finds when the error is a missing module. Returns when neither explains it."""
+    raise_mismatch(error, preflight)
+    if preflight.stack is None or "No module named" not in str(error):
+        return
+    try:
+        sc.parallelize(range(tasks), tasks).mapPartitions(guard(_nothing, preflight)).collect()
+    except Exception as probe:  # noqa: BLE001 - only a stack report is of use here
+        raise_mismatch(probe, preflight)
 
 
 def mismatch_in(error: BaseException | None, stack: Stack) -> str | None:

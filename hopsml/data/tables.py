@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from hopsml import config
+from hopsml import config, preflight
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.manifest import Manifest
@@ -376,12 +376,22 @@ class _TableJob:
         self.spark, self.storage, self.settings = spark, storage, settings
         self.src, self.name, self.options = src, name, options
         self.progress: Any = None
+        # the Python tasks (the writers) check their executor's stack before they run
+        self.checks = preflight.Preflight(preflight.driver_stack() if settings.check_versions else None, {})
 
     def _step(self, name: str) -> None:
         if self.progress is not None:
             self.progress.step(name)
 
     def run(self, stage: ds.DatasetDir) -> ds.DatasetSummary:
+        try:
+            return self._run(stage)
+        except Exception as exc:  # an executor with another stack is named; anything else goes on up
+            sc = self.spark.sparkContext
+            preflight.explain_failure(sc, exc, self.checks, sc.defaultParallelism)
+            raise
+
+    def _run(self, stage: ds.DatasetDir) -> ds.DatasetSummary:
         from hopsml.data import stats as stats_mod
 
         opts = self.options
@@ -489,8 +499,9 @@ class _TableJob:
             rejected = checked.where(F.col("_reason").isNotNull())
             for row in (rejected.select(F.col("_reason").alias("reason"), F.col(_CORRUPT).alias("line"),
                                         F.to_json(F.struct(*names)).alias("fields"))
-                        .repartition(1).mapInPandas(_JsonLinesWriter(self.storage, stage.rejected),
-                                                    "reason string, rows long").collect()):
+                        .repartition(1).mapInPandas(preflight.guard(_JsonLinesWriter(self.storage, stage.rejected),
+                                                                    self.checks), "reason string, rows long")
+                        .collect()):
                 rejected_reasons[row["reason"]] = rejected_reasons.get(row["reason"], 0) + row["rows"]
         total_rejected = sum(rejected_reasons.values())
         if total_rejected == read:
@@ -714,7 +725,7 @@ class _TableJob:
             self.storage.makedirs(stage.parquet(split_name))
         shipped: dict[str, int] = {}
         for row in (keyed.repartition(sum(wanted.values()), _SPLIT, _SHARD)
-                    .mapInArrow(writer, "split string, rows long").collect()):
+                    .mapInArrow(preflight.guard(writer, self.checks), "split string, rows long").collect()):
             shipped[row["split"]] = shipped.get(row["split"], 0) + row["rows"]
         splits_meta = {}
         for split_name, count in wanted.items():

@@ -36,6 +36,11 @@ DRIVER = textwrap.dedent("""
                 os.makedirs(f"pictures/{label}")
                 Image.new("RGB", (8, 8)).save(f"pictures/{label}/1.png")
             prepare_images("pictures", "pictures")
+        elif sys.argv[2] == "table":
+            from hopsml.data import prepare_table
+            with open("table.csv", "w") as f:
+                f.write("x,y\\n" + "".join(f"{i}.5,{i % 2}\\n" for i in range(20)))
+            prepare_table("table.csv", "table", label="y")
         elif sys.argv[2] == "launch":
             experiment.launch(train, name="stack")
         else:
@@ -105,6 +110,13 @@ def test_the_image_job_names_an_executor_without_its_packages(tmp_path):
     error, _ = _drive(tmp_path, python, "images")
     assert error is not None, "the image job ran on executors without hopsml"
     assert "pillow is not installed there" in error and "hopsml is not installed there" in error
+
+
+def test_the_table_job_names_an_executor_without_its_packages(tmp_path):
+    python = _executor_python(str(tmp_path / "bare"))
+    error, _ = _drive(tmp_path, python, "table")
+    assert error is not None, "the table job ran on executors without hopsml"
+    assert "hopsml is not installed there" in error and "pyarrow is not installed there" in error
 
 
 def test_the_driver_stack_holds_the_frameworks_the_function_imports():
