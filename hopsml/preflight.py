@@ -150,17 +150,26 @@ def _nothing(iterator: Iterable[Any]) -> list[Any]:
     return []
 
 
-def explain_failure(sc: Any, error: BaseException, preflight: Preflight, tasks: int) -> None:
-    """After a failed job whose tasks could not run the check first (an Arrow or pandas UDF: PySpark's worker
-    imports pyarrow before any of hopsml's code), raise the ExecutorStackError its error carries, or the one
-    a check of `tasks` tasks finds when the error is a missing module. Returns when neither explains it."""
+def explain_failure(sc: Any, error: BaseException | None, preflight: Preflight, tasks: int) -> None:
+    """After a failed job whose tasks could not run the check first, raise the ExecutorStackError that
+    explains it: the one its error carries, or, when the error is a missing module, the one a check of
+    `tasks` tasks finds. Tasks cannot check first when PySpark's worker fails before any of hopsml's code:
+    an Arrow UDF imports pyarrow first, and a worker daemon module (hopsml's Spark conf sets
+    hopsml.worker_daemon) is imported before every task. Returns when nothing explains it."""
     raise_mismatch(error, preflight)
-    if preflight.stack is None or "No module named" not in str(error):
+    text = str(error or "")
+    if preflight.stack is None or "No module named" not in text:
         return
     try:
         sc.parallelize(range(tasks), tasks).mapPartitions(guard(_nothing, preflight)).collect()
     except Exception as probe:  # noqa: BLE001 - only a stack report is of use here
         raise_mismatch(probe, preflight)
+    if "No module named 'hopsml'" in text:  # not even the check could start there
+        raise ExecutorStackError(
+            "the executors' Python cannot import hopsml, so the job did not start (PySpark's worker said: No "
+            f"module named 'hopsml'); the driver's Python is {preflight.stack.executable}. Give the executors the "
+            "driver's environment: set PYSPARK_PYTHON to the driver's Python before the session starts (one "
+            "machine), or ship it (README, 'On a real cluster')") from None
 
 
 def mismatch_in(error: BaseException | None, stack: Stack) -> str | None:

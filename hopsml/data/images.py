@@ -618,7 +618,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
             reports = [json.loads(report) for report in spark.sparkContext.parallelize(chunks, count)
                        .mapPartitionsWithIndex(preflight.guard(transformer, checks)).collect()]
         except Exception as exc:  # an executor with another stack is named; anything else goes on up
-            preflight.raise_mismatch(exc, checks)
+            preflight.explain_failure(spark.sparkContext, exc, checks, count)
             raise
         tasks_done = time.perf_counter()
         summary = _summarise(reports, dataset, count, options.splits)

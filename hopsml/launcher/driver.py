@@ -243,7 +243,7 @@ def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], n
         return []
     error = outcome.get("error")
     if checks is not None:
-        preflight.raise_mismatch(error, checks)
+        preflight.explain_failure(sc, error, checks, num_tasks)
     raise ClusterError(f"the Spark job {description!r} failed: {_short(error)}") from error
 
 

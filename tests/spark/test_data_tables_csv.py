@@ -1,35 +1,29 @@
 """CSV files as tools write them: pandas, Excel's "CSV UTF-8", R's write.csv, Spark's own writer."""
 
 import json
-import os
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from hopsml import config
 from hopsml.data.tables import prepare_table
+from table_helpers import dataset_folder, project_settings
 
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory):
-    base = tmp_path_factory.mktemp("csv_forms")
-    return config.load(environ={}, root=str(base / "root"), project="test", master="local[4]")
-
-
-def _folder(settings, name, *parts):
-    return os.path.join(settings.root, "Projects", "test", "Datasets", name, *parts)
+    return project_settings(tmp_path_factory, "csv_forms")
 
 
 def _written(settings, name):
     """Both splits' Parquet rows as one frame, in a stable order."""
-    frames = [pq.read_table(_folder(settings, name, "parquet", s)).to_pandas() for s in ("train", "test")]
+    frames = [pq.read_table(dataset_folder(settings, name, "parquet", s)).to_pandas() for s in ("train", "test")]
     return pd.concat(frames, ignore_index=True)
 
 
 def _json(settings, name, file):
-    with open(_folder(settings, name, file), encoding="utf-8") as handle:
+    with open(dataset_folder(settings, name, file), encoding="utf-8") as handle:
         return json.load(handle)
 
 

@@ -6,28 +6,23 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data.tables import prepare_table
+from table_helpers import dataset_folder, project_settings
 
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory):
-    base = tmp_path_factory.mktemp("types")
-    return config.load(environ={}, root=str(base / "root"), project="test", master="local[4]")
-
-
-def _folder(settings, name, *parts):
-    return os.path.join(settings.root, "Projects", "test", "Datasets", name, *parts)
+    return project_settings(tmp_path_factory, "types")
 
 
 def _columns(settings, name):
-    with open(_folder(settings, name, "transform.json")) as handle:
+    with open(dataset_folder(settings, name, "transform.json")) as handle:
         return {c["name"]: c["type"] for c in json.load(handle)["columns"]}
 
 
 def _values(settings, name, column):
-    folders = [_folder(settings, name, "parquet", split) for split in ("train", "test")]
+    folders = [dataset_folder(settings, name, "parquet", split) for split in ("train", "test")]
     return sorted(v for folder in folders if os.path.isdir(folder)    # a tiny table may have no test rows
                   for v in pq.read_table(folder).column(column).to_pylist())
 

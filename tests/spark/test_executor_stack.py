@@ -66,9 +66,12 @@ def _executor_python(folder, numpy_version=None):
     return os.path.join(folder, "bin", "python")
 
 
-def _drive(tmp_path, python, verb):
+def _drive(tmp_path, python, verb, spark_conf_dir=None):
     env = {**os.environ, "HOPSML_ROOT": str(tmp_path / "root"), "HOPSML_PROJECT": "stack"}
-    env.pop("PYSPARK_PYTHON", None)
+    for name in ("PYSPARK_PYTHON", "SPARK_CONF_DIR"):  # as a notebook has them, unless the test says
+        env.pop(name, None)
+    if spark_conf_dir:
+        env["SPARK_CONF_DIR"] = spark_conf_dir
     # in its own folder: local workers start in the driver's, and a checkout there would give them hopsml
     done = subprocess.run([sys.executable, "-c", DRIVER, python, verb], env=env, capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
@@ -92,6 +95,15 @@ def test_an_executor_without_hopsml_is_named_with_its_python(tmp_path):
     assert "No module named 'hopsml'" not in stderr
     (record,) = _records(tmp_path)
     assert record["state"] == "FAILED"
+
+
+def test_executors_that_cannot_start_hopsml_s_worker_daemon_are_named_too(tmp_path):
+    from hopsml import session
+
+    python = _executor_python(str(tmp_path / "bare"))   # hopsml's Spark conf: every worker is hopsml's daemon
+    error, _ = _drive(tmp_path, python, "launch", spark_conf_dir=session.conf_dir())
+    assert error is not None and "the executors' Python cannot import hopsml" in error
+    assert sys.executable in error and "PYSPARK_PYTHON" in error
 
 
 def test_another_numpy_on_the_executors_stops_a_distributed_run_before_any_rank_starts(tmp_path):
