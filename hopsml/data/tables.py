@@ -779,7 +779,7 @@ class _TableShardWriter:
                     continue
                 splits = batch.column(_SPLIT).to_numpy(zero_copy_only=False)
                 shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False)
-                part_all = pa.Table.from_batches([batch.drop_columns([_SPLIT, _SHARD])])
+                part_all = pa.Table.from_batches([batch]).drop_columns([_SPLIT, _SHARD])  # pyarrow 14 batches lack it
                 if part_all.schema != self.schema:
                     part_all = part_all.cast(self.schema)
                 keys = np.char.add(splits.astype(str), np.char.add("\x00", shard_numbers.astype(str)))
