@@ -20,12 +20,16 @@ from hopsml.fs import Storage
 from hopsml.model import commands as model_commands
 from hopsml.serving import commands as serving_commands
 from hopsml.cli_tables import format_fields, format_table, number, pairs
+from hopsml.tracking import environment
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
 from hopsml.ui import commands as ui_commands
 
 LIST_COLUMNS = ("id", "user", "name", "start", "finished", "status", "module", "function",
                 "hyperparameters", "metric")
+MAX_PACKAGE_LINES = 30   # of the packages that changed since the run before, in `experiments show`
+
+
 def _short_time(stamp: str | None) -> str | None:
     return stamp[:19].replace("T", " ") if stamp else None
 
@@ -146,6 +150,12 @@ def _summary(rec: records.ExperimentRecord, state: str, storage: Storage, exp_di
     if isinstance(rec.git, dict) and rec.git.get("revision"):
         git = str(rec.git["revision"])[:12] + (" (uncommitted changes)" if rec.git.get("dirty") else "")
     gpus = f", {rec.gpus_per_executor} GPU each" if rec.gpus_per_executor else ""
+    python_environment = None
+    if isinstance(rec.python_environment, dict) and rec.python_environment.get("fingerprint"):
+        archive = rec.python_environment.get("archive")
+        python_environment = (str(rec.python_environment["fingerprint"])
+                              + (f", shipped to the executors as {archive}" if archive else
+                                 " (not shipped: the executors ran their own Python)"))
     title = f"experiment {rec.id}: {rec.name} ({state})"
     return "\n".join([title, format_fields([
         ("type", rec.type),
@@ -160,6 +170,7 @@ def _summary(rec: records.ExperimentRecord, state: str, storage: Storage, exp_di
         ("error", rec.error),
         ("program", rec.program),
         ("environment", rec.environment),
+        ("python environment", python_environment),
         ("resources", ", ".join(rec.resources) if rec.resources else None),
         ("git", git),
         ("versions", versions),
@@ -179,6 +190,13 @@ def experiments_show(settings: config.Settings, exp_id: str, raw: bool = False) 
     texts = {key: data.pop(key) for key in ("traceback", "output_tail") if data.get(key)}
     state, lost = records.shown_state(storage, settings.project, rec, settings.lost_after_s)
     lines = [_summary(rec, state, storage, exp_dir)]
+    change = environment.since_previous(storage, settings.project, rec)
+    if change is not None:
+        changed = change.lines()
+        lines += ["", f"packages that differ from {change.previous}'s: {len(changed) or 'none'}"]
+        lines += [f"  {line}" for line in changed[:MAX_PACKAGE_LINES]]
+        if len(changed) > MAX_PACKAGE_LINES:
+            lines.append(f"  and {len(changed) - MAX_PACKAGE_LINES} more (compare the two runs' {layout.ENVIRONMENT})")
     for key, title in (("traceback", "traceback"), ("output_tail", "last output lines")):
         if key in texts:   # as lines, not one JSON string full of \n
             lines += ["", f"{title}:", str(texts[key]).rstrip()]

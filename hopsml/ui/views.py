@@ -21,6 +21,7 @@ from hopsml.data import dataset as ds
 from hopsml.data.manifest import Manifest
 from hopsml.errors import HopsmlError, InvalidNameError, StorageError
 from hopsml.fs import Storage
+from hopsml.tracking import environment
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
 from hopsml.ui.charts import _num
@@ -216,6 +217,7 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
     names = {f.rel for f in files}
     view["environment"] = (storage.read_text(check_inside(storage, exp.environment))
                            if layout.ENVIRONMENT in names else None)
+    view["python_environment"] = environment.described(storage, project, rec)
     view["program"] = None
     for suffix in (".ipynb", ".py"):
         rel = layout.PROGRAM_STEM + suffix
