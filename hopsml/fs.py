@@ -250,7 +250,7 @@ class Storage:
     # --- reads ---------------------------------------------------------------------------------
     def read_bytes(self, rel: str) -> bytes:
         try:
-            with self.fs.open_input_stream(self.path(rel)) as stream:
+            with self.fs.open_input_stream(self.path(rel), compression=None) as stream:
                 return stream.read()
         except FileNotFoundError as exc:
             raise StorageError(f"{self.uri(rel)} does not exist") from exc
@@ -259,10 +259,12 @@ class Storage:
 
     def open_input(self, rel: str, *, seekable: bool = False) -> pafs.NativeFile:
         """A file to read `rel` from (use it in a with block): a stream, or a seekable file for
-        Parquet and for reading a part of a file."""
+        Parquet and for reading a part of a file. The bytes as stored: pyarrow would otherwise inflate a
+        `.gz` file on the way (a TFRecord shard that inflates itself, an archive to checksum)."""
         path = self.path(rel)
         try:
-            return self.fs.open_input_file(path) if seekable else self.fs.open_input_stream(path)
+            return (self.fs.open_input_file(path) if seekable
+                    else self.fs.open_input_stream(path, compression=None))
         except FileNotFoundError as exc:
             raise StorageError(f"{self.uri(rel)} does not exist") from exc
         except OSError as exc:

@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from hopsml import layout
 from hopsml.errors import HopsmlError
@@ -151,6 +151,25 @@ def _pack_conda(prefix: str, output: str) -> None:
                     filters=[("exclude", f"{os.path.relpath(_site_packages(prefix), prefix)}/pyspark/*")])
 
 
+def _sha256(stream: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    with stream:
+        while chunk := stream.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fault(storage: Storage, archive: str, recorded: dict[str, Any]) -> str | None:
+    """What is wrong with a stored archive against its manifest (cut off, or other bytes), None when it is
+    whole: the executors would unpack a damaged one half-way. Manifests written before the checksum was
+    recorded vouch by size alone."""
+    if recorded.get("size") != storage.info(archive).size:
+        return "is not the size its manifest says"
+    if "sha256" in recorded and _sha256(storage.open_input(archive)) != recorded["sha256"]:
+        return "does not hold the bytes its manifest's sha256 says"
+    return None
+
+
 def pack(storage: Storage, project: str, prefix: str | None = None, force: bool = False) -> PackedEnvironment:
     """The project's archive of the environment at `prefix` (this one's by default): found when one of the
     same fingerprint is whole, else packed and stored (a missing or cut-off archive is packed again)."""
@@ -161,11 +180,11 @@ def pack(storage: Storage, project: str, prefix: str | None = None, force: bool 
     archive, manifest = layout.environment_archive(project, print_), layout.environment_manifest(project, print_)
     if not force and storage.exists(manifest) and storage.exists(archive):
         recorded = storage.read_json(manifest)
-        if recorded.get("size") == storage.info(archive).size:
+        fault = _fault(storage, archive, recorded)
+        if fault is None:
             return PackedEnvironment(print_, storage.uri(archive), recorded["size"], True,
                                      time.monotonic() - started)
-        log.warning("the environment archive %s is not the size its manifest says: packing it again",
-                    storage.uri(archive))
+        log.warning("the environment archive %s %s: packing it again", storage.uri(archive), fault)
     editable = _editable(prefix)
     if editable:
         raise PackError(f"the environment at {prefix} has packages installed in editable mode, whose code is not in "
@@ -175,10 +194,10 @@ def pack(storage: Storage, project: str, prefix: str | None = None, force: bool 
     with tempfile.TemporaryDirectory(prefix="hopsml-pack-") as folder:
         local = os.path.join(folder, f"{print_}.tar.gz")
         (_pack_conda if kind == "conda" else _pack_venv)(prefix, local)
-        size = os.path.getsize(local)
+        size, digest = os.path.getsize(local), _sha256(open(local, "rb"))
         storage.delete(manifest)  # an old manifest must not vouch for the archive while it is replaced
         storage.upload(local, archive)
-    storage.write_json(manifest, {"fingerprint": print_, "size": size, "kind": kind, "python": sys.version.split()[0],
+    storage.write_json(manifest, {"fingerprint": print_, "size": size, "sha256": digest, "kind": kind, "python": sys.version.split()[0],
                                   "prefix": prefix, "packages": len(_distributions(prefix)),
                                   "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return PackedEnvironment(print_, storage.uri(archive), size, False, time.monotonic() - started)

@@ -1,5 +1,5 @@
 """`hopsml env pack`: a venv packed into the project once per set of packages, usable where it is unpacked,
-found again at no cost, packed again when its archive is cut off, and refused with the reason when it holds
+found again at no cost, packed again when its archive is cut off or damaged, and refused with the reason when it holds
 editable installs or is no environment at all."""
 
 import json
@@ -70,7 +70,7 @@ def test_a_venv_is_packed_once_and_runs_where_it_is_unpacked(env, tmp_path):
                                   "spark.pyspark.python": "./environment/bin/python"}
 
 
-def test_another_set_of_packages_is_another_archive_and_a_cut_archive_is_packed_again(env, tmp_path):
+def test_another_set_of_packages_is_another_archive_and_a_cut_or_damaged_archive_is_packed_again(env, tmp_path):
     storage = Storage(str(tmp_path / "root"))
     first = shipping.pack(storage, "demo", prefix=env)
     _install(env, "mymodel", "1.0")
@@ -82,6 +82,12 @@ def test_another_set_of_packages_is_another_archive_and_a_cut_archive_is_packed_
     storage.overwrite_bytes(rel, storage.read_bytes(rel)[:100])   # a copy that stopped half-way
     repacked = shipping.pack(storage, "demo", prefix=env)
     assert not repacked.reused and storage.info(rel).size == repacked.size == second.size
+
+    data = bytearray(storage.read_bytes(rel))
+    data[len(data) // 2] ^= 0xFF                                   # the same size, other bytes
+    storage.overwrite_bytes(rel, bytes(data))
+    assert not shipping.pack(storage, "demo", prefix=env).reused
+    assert shipping.pack(storage, "demo", prefix=env).reused        # whole again
 
 
 def test_editable_installs_and_a_system_python_are_refused_with_what_to_do(env, tmp_path):

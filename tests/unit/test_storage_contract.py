@@ -2,6 +2,7 @@
 URI, and S3 (a local S3 server speaking the real protocol). HDFS needs a Hadoop cluster and libhdfs,
 which this machine cannot have; it goes through the same pyarrow.fs calls."""
 
+import gzip
 import pickle
 
 import pytest
@@ -42,6 +43,14 @@ def test_failed_write_keeps_the_old_file(storage):
             stream.write(b"half")
             raise RuntimeError("crash")
     assert storage.read_text("f.txt") == "old" and storage.ls("") == ["f.txt"]
+
+
+def test_compressed_files_read_back_as_stored(storage):
+    packed = gzip.compress(b"x" * 1000)   # a gzipped TFRecord shard, an environment archive
+    storage.write_bytes("d/part-0.tfrecord.gz", packed)
+    assert storage.read_bytes("d/part-0.tfrecord.gz") == packed
+    with storage.open_input("d/part-0.tfrecord.gz") as stream:
+        assert stream.read() == packed
 
 
 def test_append(storage):
