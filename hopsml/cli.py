@@ -285,8 +285,11 @@ def env_pack(settings: config.Settings, submit_args: bool = False, force: bool =
     if submit_args:  # unquoted: $(...) splits words but removes no quotes
         return " ".join(packed.submit_args())
     how = "found (packed before)" if packed.reused else f"packed in {packed.seconds:.1f} s"
+    home = shipping.base_python(sys.prefix)
+    needs = (f"\nthe archive does not carry Python: every executor needs this venv's base Python at {home}"
+             if home else "")
     return (f"environment {packed.fingerprint}: {packed.size / 2**20:.1f} MiB, {how}\n{packed.uri}\n"
-            f"spark-submit {' '.join(shlex.quote(word) for word in packed.submit_args())} <your job>")
+            f"spark-submit {' '.join(shlex.quote(word) for word in packed.submit_args())} <your job>{needs}")
 
 
 def _parser() -> argparse.ArgumentParser:

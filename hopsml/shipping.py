@@ -77,6 +77,19 @@ def _kind(prefix: str) -> str:
                     "from it")
 
 
+def base_python(prefix: str) -> str | None:
+    """The folder of the Python a venv runs on (its pyvenv.cfg's `home`): a venv's archive does not carry
+    Python, so each executor needs it at that path; None for a conda environment, which carries its own."""
+    if _kind(prefix) != "venv":
+        return None
+    with open(os.path.join(prefix, "pyvenv.cfg"), encoding="utf-8") as cfg:
+        for line in cfg:
+            key, _, value = line.partition("=")
+            if key.strip() == "home":
+                return value.strip()
+    return None
+
+
 def _site_packages(prefix: str) -> str:
     return sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})["purelib"]
 
@@ -147,8 +160,13 @@ def _pack_conda(prefix: str, output: str) -> None:
     except ImportError as exc:
         raise PackError("packing a conda environment needs conda-pack: pip install conda-pack (or conda install "
                         "-c conda-forge conda-pack), then pack again") from exc
-    conda_pack.pack(prefix=prefix, output=output, force=True, compress_level=1,
-                    filters=[("exclude", f"{os.path.relpath(_site_packages(prefix), prefix)}/pyspark/*")])
+    try:
+        conda_pack.pack(prefix=prefix, output=output, force=True, compress_level=1,
+                        filters=[("exclude", f"{os.path.relpath(_site_packages(prefix), prefix)}/pyspark/*")])
+    except conda_pack.CondaPackError as exc:   # e.g. files of conda's packages that pip overwrote: it names them
+        raise PackError(f"conda-pack cannot pack the conda environment at {prefix}: {exc}. Reinstall the packages "
+                        "it names with one tool (conda install, or pip install --force-reinstall), then pack "
+                        "again") from exc
 
 
 def _sha256(stream: BinaryIO) -> str:

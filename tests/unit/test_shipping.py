@@ -99,13 +99,19 @@ def test_editable_installs_and_a_system_python_are_refused_with_what_to_do(env, 
         shipping.pack(storage, "demo", prefix=str(tmp_path))
 
 
-def test_the_cli_prints_the_spark_submit_words(env, tmp_path, monkeypatch, capsys):
+def test_the_cli_prints_the_spark_submit_words_and_the_python_the_executors_need(env, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "prefix", env)
     assert cli_main(["--root", str(tmp_path / "root"), "env", "pack", "--print-submit-args"]) == 0
     words = capsys.readouterr().out.split()
     assert words[0] == "--archives" and words[1].endswith(".tar.gz#environment")
     assert "spark.pyspark.python=./environment/bin/python" in words
     assert f"spark.pyspark.driver.python={sys.executable}" in words
+    assert cli_main(["--root", str(tmp_path / "root"), "env", "pack"]) == 0
+    said = capsys.readouterr().out
+    home = os.path.dirname(os.path.realpath(sys.executable))
+    assert "found (packed before)" in said and "spark-submit --archives " in said
+    assert said.rstrip().endswith(f"every executor needs this venv's base Python at {shipping.base_python(env)}")
+    assert os.path.realpath(shipping.base_python(env)) == home   # the Python the venv was made from
 
 
 def test_a_session_on_a_cluster_master_ships_the_environment_unless_told_otherwise(env, tmp_path, monkeypatch):
