@@ -7,7 +7,7 @@ import os
 import sys
 import venv
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,11 +16,9 @@ from spark_daemons import Daemon, java_missing, stop_all
 
 
 @contextmanager
-def standalone_cluster(tmp_path: Path, bare_python: bool = False, worker_bins: Sequence[str] = ()
-                       ) -> Iterator[tuple[str, dict[str, str]]]:
+def standalone_cluster(tmp_path: Path, bare_python: bool = False) -> Iterator[tuple[str, dict[str, str]]]:
     """spark://127.0.0.1:<port> with two 1-core workers; every process is gone after the test. With
-    `bare_python`, the workers' own `python3` is a venv with nothing installed; `worker_bins` puts a folder
-    first on each worker's PATH (worker i gets the i-th), so each can have a `python3` of its own."""
+    `bare_python`, the workers' own `python3` is a venv with nothing installed."""
     if java_missing():
         pytest.skip("a Spark standalone cluster needs Java (java on PATH or JAVA_HOME)")
     logs = tmp_path / "daemons"
@@ -41,10 +39,9 @@ def standalone_cluster(tmp_path: Path, bare_python: bool = False, worker_bins: S
         url = master.wait_for(r"Starting Spark master at (spark://127\.0\.0\.1:\d+)").group(1)
         for i in range(2):
             work_dir = tmp_path / f"worker-{i}"
-            worker_env = {**env, "PATH": f"{worker_bins[i]}{os.pathsep}{env['PATH']}"} if worker_bins else env
             daemons.append(Daemon(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", url, "--host",
                                                   "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", "1",
-                                                  "--memory", "1g", "--work-dir", str(work_dir)], worker_env, logs))
+                                                  "--memory", "1g", "--work-dir", str(work_dir)], env, logs))
         for worker in daemons[1:]:
             worker.wait_for(r"Successfully registered with master")
         yield url, env

@@ -14,11 +14,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from own_processes import processes_mapping_segments
 from spark_daemons import Daemon, java_missing, run_driver, stop_all
+from venvs import worker_bin
 
 pytestmark = pytest.mark.slow
 
@@ -79,9 +82,10 @@ class Hosts:
             subprocess.run(command, capture_output=True, timeout=30)
 
 
-@pytest.fixture
-def two_hosts(tmp_path):
-    """spark://<bridge address>:<port> with one 2-core worker on each of two namespace hosts."""
+@contextmanager
+def two_host_cluster(tmp_path: Path, worker_bins: Sequence[str] = ()) -> Iterator[tuple[str, dict[str, str], Hosts]]:
+    """spark://<bridge address>:<port> with one 2-core worker on each of two namespace hosts; `worker_bins`
+    puts a folder first on each worker's PATH (host i gets the i-th), so each can have a `python3` of its own."""
     if java_missing():
         pytest.skip("a Spark standalone cluster needs Java (java on PATH or JAVA_HOME)")
     if not sys.platform.startswith("linux") or os.geteuid() != 0 or not (shutil.which("ip") and
@@ -102,16 +106,39 @@ def two_hosts(tmp_path):
         daemons.append(master)
         url = master.wait_for(r"Starting Spark master at (spark://[\d.]+:\d+)").group(1)
         for i in range(2):
+            worker_env = {**env, "SPARK_LOCAL_IP": hosts.address(i)}
+            if worker_bins:
+                worker_env["PATH"] = f"{worker_bins[i]}{os.pathsep}{env['PATH']}"
             daemons.append(Daemon(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", url, "--host",
                                                   hosts.address(i), "--port", "0", "--webui-port", "0", "--cores",
                                                   "2", "--memory", "1g", "--work-dir", str(tmp_path / f"work-{i}")],
-                                  {**env, "SPARK_LOCAL_IP": hosts.address(i)}, logs, prefix=hosts.prefix(i)))
+                                  worker_env, logs, prefix=hosts.prefix(i)))
         for worker in daemons[1:]:
             worker.wait_for(r"Successfully registered with master")
         yield url, env, hosts
     finally:
         stop_all(daemons)
         hosts.remove()
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    with two_host_cluster(tmp_path) as cluster:
+        yield cluster
+
+
+def _driver_env(url: str, env: dict[str, str], hosts: Hosts, tmp_path: Path, project: str,
+                **spark_conf: str) -> dict[str, str]:
+    conf = {"spark.executor.memory": "512m", "spark.executor.cores": "2", "spark.cores.max": "4",
+            "spark.driver.host": hosts.gateway, "spark.driver.bindAddress": hosts.gateway,
+            "spark.ui.enabled": "false", **spark_conf}
+    driver_env = {**env, "HOPSML_MASTER": url, "HOPSML_ROOT": f"file://{tmp_path / 'root'}",
+                  "HOPSML_SHARED_ROOT": "true", "HOPSML_PROJECT": project,
+                  "HOPSML_LOG_DIR": str(tmp_path / "spark-logs"), "HOPSML_SPARK_CONF": json.dumps(conf)}
+    for name in ("PYSPARK_GATEWAY_PORT", "HOPSML_CONF", "SPARK_LOCAL_IP", "HOPSML_COLLECTIVE_SHM",
+                 "HOPSML_NETWORK_INTERFACE"):
+        driver_env.pop(name, None)
+    return driver_env
 
 
 def _mapping_segments(wait_s: float = 20.0) -> list[int]:
@@ -127,15 +154,7 @@ def _mapping_segments(wait_s: float = 20.0) -> list[int]:
 
 def test_ranks_on_two_hosts_share_memory_within_a_host_and_meet_over_tcp_between_hosts(two_hosts, tmp_path):
     url, env, hosts = two_hosts
-    spark_conf = {"spark.pyspark.python": sys.executable, "spark.executor.memory": "512m",
-                  "spark.executor.cores": "2", "spark.cores.max": "4", "spark.driver.host": hosts.gateway,
-                  "spark.driver.bindAddress": hosts.gateway, "spark.ui.enabled": "false"}
-    driver_env = {**env, "HOPSML_MASTER": url, "HOPSML_ROOT": f"file://{tmp_path / 'root'}",
-                  "HOPSML_SHARED_ROOT": "true", "HOPSML_PROJECT": "hosts",
-                  "HOPSML_LOG_DIR": str(tmp_path / "spark-logs"), "HOPSML_SPARK_CONF": json.dumps(spark_conf)}
-    for name in ("PYSPARK_GATEWAY_PORT", "HOPSML_CONF", "SPARK_LOCAL_IP", "HOPSML_COLLECTIVE_SHM",
-                 "HOPSML_NETWORK_INTERFACE"):
-        driver_env.pop(name, None)
+    driver_env = _driver_env(url, env, hosts, tmp_path, "hosts", **{"spark.pyspark.python": sys.executable})
     returncode, steps, log = run_driver(HERE / "hosts_driver.py", driver_env, tmp_path)
     assert returncode == 0, f"driver failed ({returncode}):\n{log}"
 
@@ -163,3 +182,47 @@ def test_ranks_on_two_hosts_share_memory_within_a_host_and_meet_over_tcp_between
     assert failed["error"] and "rank 3 died" in failed["error"], failed
     assert "rank 3 about to vanish" in failed["error"]  # its own last lines
     assert _mapping_segments() == []
+
+
+OTHER_NUMPY_DRIVER = """
+import json
+
+from hopsml import experiment
+from hopsml.errors import ExecutorStackError
+
+
+def train():
+    return {"ran": True}
+
+
+try:
+    experiment.allreduce(train, name="other-numpy", num_workers=4, timeout_s=120)
+    print(json.dumps({"step": "allreduce", "error": None}), flush=True)
+except ExecutorStackError as exc:
+    print(json.dumps({"step": "allreduce", "error": str(exc)}), flush=True)
+"""
+
+
+def test_a_host_whose_python_has_another_numpy_is_refused_before_any_rank_starts(tmp_path):
+    import numpy
+
+    bins = [worker_bin(tmp_path / "python-0"), worker_bin(tmp_path / "python-1", numpy_version="1.0.0")]
+    with two_host_cluster(tmp_path, worker_bins=bins) as (url, env, hosts):
+        # nothing shipped, no PYSPARK_PYTHON: each executor runs its own host's python3
+        driver_env = _driver_env(url, env, hosts, tmp_path, "other-numpy")
+        driver_env.update(HOPSML_SHIP_ENVIRONMENT="false")
+        driver_env.pop("PYSPARK_PYTHON")
+        script = tmp_path / "other_numpy_driver.py"
+        script.write_text(OTHER_NUMPY_DRIVER)
+        returncode, steps, log = run_driver(script, driver_env, tmp_path)
+    assert returncode == 0, f"driver failed ({returncode}):\n{log}"
+    error = steps["allreduce"]["error"]
+    assert error is not None, "the ranks ran with another numpy on one host than the driver's"
+    assert error.startswith("executor hopsml-host-1 runs another Python stack"), error   # the host, by its name
+    differences = error.split("did not start: ")[1].split(". Its Python")[0]
+    assert differences == f"numpy 1.0.0 (the driver has {numpy.__version__})"           # and nothing else
+    assert f"{bins[1]}/python3" in error                                                 # which Python there
+    root = tmp_path / "root"
+    (record,) = [json.loads(p.read_text()) for p in root.rglob("experiment.json")]
+    assert record["state"] == "FAILED"
+    assert not list(root.rglob("worker_*.log")), "a rank ran"

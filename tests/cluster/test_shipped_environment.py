@@ -6,29 +6,17 @@ the archive instead of packing again."""
 from __future__ import annotations
 
 import json
-import site
-import socket
 import subprocess
-import sys
-import venv
 from pathlib import Path
 
 import pytest
 from spark_daemons import run_driver
 from standalone_cluster import standalone_cluster
+from venvs import driver_venv
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-REPO = HERE.parent.parent
-
-
-def _driver_venv(folder: Path) -> str:
-    """A venv of its own that sees this one's packages and hopsml through a .pth file (so it packs in a second)."""
-    venv.EnvBuilder(with_pip=False).create(folder)
-    packages = folder / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    (packages / "driver.pth").write_text("\n".join([str(REPO), *site.getsitepackages()]) + "\n")
-    return str(folder / "bin" / "python")
 
 
 @pytest.fixture
@@ -45,7 +33,7 @@ def test_the_executors_run_the_shipped_environment_of_the_driver(standalone, tmp
     notebook = tmp_path / "notebook"
     notebook.mkdir()
     (notebook / "model_def.py").write_text("def scale(x):\n    return 10.0 * x + 1.0\n")
-    python = _driver_venv(tmp_path / "venv")
+    python = driver_venv(tmp_path / "venv")
     root = tmp_path / "root"
     spark_conf = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
                   "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
@@ -76,62 +64,3 @@ def test_the_executors_run_the_shipped_environment_of_the_driver(standalone, tmp
     assert record["python_environment"]["fingerprint"] == fingerprint
     assert record["python_environment"]["archive"].endswith(str(environments / archives[1]))
 
-
-OTHER_NUMPY_DRIVER = """
-import json
-
-from hopsml import experiment
-from hopsml.errors import ExecutorStackError
-
-
-def train():
-    return {"ran": True}
-
-
-try:
-    experiment.allreduce(train, name="other-numpy", num_workers=2, timeout_s=120)
-    print(json.dumps({"step": "allreduce", "error": None}), flush=True)
-except ExecutorStackError as exc:
-    print(json.dumps({"step": "allreduce", "error": str(exc)}), flush=True)
-"""
-
-
-def _worker_python(folder: Path, numpy_version: str | None = None) -> str:
-    """A venv whose `python3` sees the driver's packages and hopsml; with `numpy_version` its own
-    site-packages (read first) hold a numpy distribution of that version, as another install would."""
-    _driver_venv(folder)
-    if numpy_version is not None:
-        packages = folder / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-        other = packages / f"numpy-{numpy_version}.dist-info"
-        other.mkdir()
-        (other / "METADATA").write_text(f"Metadata-Version: 2.1\nName: numpy\nVersion: {numpy_version}\n")
-    return str(folder / "bin")
-
-
-def test_a_worker_with_another_numpy_is_refused_before_any_rank_starts(tmp_path):
-    import numpy
-
-    bins = [_worker_python(tmp_path / "worker-python-0"), _worker_python(tmp_path / "worker-python-1", "1.0.0")]
-    with standalone_cluster(tmp_path, worker_bins=bins) as (url, env):
-        root = tmp_path / "root"
-        spark_conf = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
-                      "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                      "spark.ui.enabled": "false"}
-        # nothing shipped and no PYSPARK_PYTHON: each executor runs its own worker's python3
-        driver_env = {**env, "HOPSML_MASTER": url, "HOPSML_ROOT": f"file://{root}", "HOPSML_SHARED_ROOT": "true",
-                      "HOPSML_PROJECT": "other-numpy", "HOPSML_SHIP_ENVIRONMENT": "false",
-                      "HOPSML_LOG_DIR": str(tmp_path / "spark-logs"), "HOPSML_SPARK_CONF": json.dumps(spark_conf)}
-        for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYSPARK_GATEWAY_PORT", "HOPSML_CONF", "PYTHONPATH"):
-            driver_env.pop(name, None)
-        script = tmp_path / "other_numpy_driver.py"
-        script.write_text(OTHER_NUMPY_DRIVER)
-        returncode, steps, log = run_driver(script, driver_env, tmp_path)
-    assert returncode == 0, f"driver failed ({returncode}):\n{log}"
-    error = steps["allreduce"]["error"]
-    assert error is not None, "the ranks ran with another numpy on one worker than the driver's"
-    assert f"numpy 1.0.0 (the driver has {numpy.__version__})" in error
-    assert f"executor {socket.gethostname()} runs" in error and f"{bins[1]}/python3" in error, error  # which Python
-    assert "hopsml" not in error.split("did not start: ")[1].split(". Its Python")[0]   # only numpy differs
-    (record,) = [json.loads(p.read_text()) for p in root.rglob("experiment.json")]
-    assert record["state"] == "FAILED"
-    assert not list(root.rglob("worker_*.log")), "a rank ran"
