@@ -57,6 +57,7 @@ DEFAULT_NA_VALUES = ("?", "nan", "NaN", "-nan", "-NaN", "NA", "N/A", "n/a", "NUL
 _INTEGER_TEXT = r"^[+-]?[0-9]+$"   # a whole number as written: no decimal point, no exponent
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 _CORRUPT = "_corrupt_record"
+_ESCAPED_QUOTE = '\\"'   # a quote escaped by a backslash, as Spark's CSV writer writes one
 _WIDE_COLUMNS = 64   # up to this many columns the inference counts are one wide aggregate
 _SPLIT = "_split"
 _SHARD = "_shard"
@@ -128,10 +129,11 @@ def _source(spark: SparkSession, src: str, options: TableOptions) -> Any:
     return kept.sortWithinPartitions("file", "at").select("value").rdd.map(lambda row: row[0])
 
 
-def _column_names(spark: SparkSession, src: Any, options: TableOptions, multiline: bool = False) -> list[str]:
+def _column_names(spark: SparkSession, src: Any, options: TableOptions, multiline: bool = False,
+                  escape: str = '"') -> list[str]:
     if options.columns:
         return list(options.columns)
-    probe = spark.read.csv(src, header=options.header, sep=options.delimiter, quote='"', escape='"',
+    probe = spark.read.csv(src, header=options.header, sep=options.delimiter, quote='"', escape=escape,
                            multiLine=multiline)
     return [name.strip().lstrip("\ufeff").strip() for name in probe.columns]
 
@@ -147,14 +149,15 @@ def field_names(raw_names: Sequence[str]) -> list[str]:
 
 
 def _read_text(spark: SparkSession, src: Any, names: list[str], options: TableOptions,
-               multiline: bool = False) -> DataFrame:
-    """Every field as text. Quotes are doubled inside quoted fields (RFC 4180: pandas, Excel, R);
-    ``multiline`` reads quoted fields that hold line breaks (each file then in one task)."""
+               multiline: bool = False, escape: str = '"') -> DataFrame:
+    """Every field as text. Quotes are doubled inside quoted fields (RFC 4180: pandas, Excel, R), or
+    with ``escape='\\'`` escaped by a backslash (Spark's own CSV writer); ``multiline`` reads quoted
+    fields that hold line breaks (each file then in one task)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField(n, StringType()) for n in names] + [StructField(_CORRUPT, StringType())])
     return spark.read.csv(src, schema=schema, header=options.header, sep=options.delimiter, quote='"',
-                          escape='"', multiLine=multiline, mode="PERMISSIVE", columnNameOfCorruptRecord=_CORRUPT,
+                          escape=escape, multiLine=multiline, mode="PERMISSIVE", columnNameOfCorruptRecord=_CORRUPT,
                           ignoreLeadingWhiteSpace=True, ignoreTrailingWhiteSpace=True, nullValue=None,
                           enforceSchema=True)
 
@@ -194,6 +197,7 @@ class _Inference:
     read: int
     malformed: int
     malformed_quoted: int
+    escaped: int            # values (or malformed rows) holding \" : quotes escaped by a backslash
     failures: dict[str, int]
     samples: dict[str, str]
     present: dict[str, int]
@@ -228,7 +232,8 @@ def _counts_long(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[i
         F.count(F.when(F.lower(text).isin("true", "false"), F.lit(1))).alias("bool"),
         F.count(F.when(bad, F.lit(1))).alias("bad"),
         F.first(F.when(bad, text), ignorenulls=True).alias("sample"),
-        F.count(F.when(text.contains('"'), F.lit(1))).alias("quoted")).collect()}
+        F.count(F.when(text.contains('"'), F.lit(1))).alias("quoted"),
+        F.count(F.when(text.contains(_ESCAPED_QUOTE), F.lit(1))).alias("escaped")).collect()}
 
 
 def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[int, Any]:
@@ -241,7 +246,10 @@ def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[i
     well_formed = F.col(_CORRUPT).isNull()
     parts: list[Column] = [F.count(F.when(well_formed, F.lit(1))).alias("rows_-1"),
                            F.count(F.when(~well_formed, F.lit(1))).alias("rows_-2"),
-                           F.count(F.when(~well_formed & F.col(_CORRUPT).contains('"'), F.lit(1))).alias("quoted_-2")]
+                           F.count(F.when(~well_formed & F.col(_CORRUPT).contains('"'), F.lit(1))).alias("quoted_-2"),
+                           F.count(F.when(F.when(well_formed, F.concat_ws("\n", *[F.col(n) for n in names]))
+                                          .otherwise(F.col(_CORRUPT)).contains(_ESCAPED_QUOTE), F.lit(1)))
+                           .alias("escaped")]
     for i, (name, kind) in enumerate(zip(names, kinds)):
         text = F.when(well_formed, F.col(name))
         parts.append(F.count(text).alias(f"n_{i}"))
@@ -258,7 +266,8 @@ def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[i
                   F.count(F.when(bad, F.lit(1))).alias(f"bad_{i}"),
                   F.first(F.when(bad, F.col(name)), ignorenulls=True).alias(f"sample_{i}")]
     row = _one_row(frame.agg(*parts)).asDict()
-    out: dict[int, Any] = {-1: {"rows": row["rows_-1"]}, -2: {"rows": row["rows_-2"], "quoted": row["quoted_-2"]}}
+    out: dict[int, Any] = {-1: {"rows": row["rows_-1"], "escaped": row["escaped"]},
+                           -2: {"rows": row["rows_-2"], "quoted": row["quoted_-2"]}}
     for i in range(len(kinds)):
         out[i] = {key: row.get(f"{key}_{i}", 0) for key in ("n", "num", "int", "bool", "bad", "sample")}
         out[i]["rows"] = row["rows_-1"]
@@ -283,7 +292,8 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
     kinds = ["infer" if n in todo else types[n] for n in names]
     counter = _counts_wide if len(names) <= _WIDE_COLUMNS else _counts_long
     per_column = counter(frame, names, kinds)
-    empty: dict[str, Any] = {"rows": 0, "n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None, "quoted": 0}
+    empty: dict[str, Any] = {"rows": 0, "n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None, "quoted": 0,
+                             "escaped": 0}
     stats = {n: per_column.get(i, empty) for i, n in enumerate(names)}
     present = {n: int(stats[n]["n"] or 0) for n in names}
     for name in todo:
@@ -298,8 +308,9 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
                 if types[n] != "string" and (n not in todo or types[n] != "boolean")}
     samples = {n: stats[n]["sample"] for n in failures if stats[n]["sample"] is not None}
     rows, bad_rows = per_column.get(-1, empty), per_column.get(-2, empty)
+    escaped = sum(int(counts.get("escaped") or 0) for counts in per_column.values())
     return _Inference(types, int(rows["rows"]) + int(bad_rows["rows"]), int(bad_rows["rows"]),
-                      int(bad_rows["quoted"]), failures, samples, present)
+                      int(bad_rows["quoted"]), escaped, failures, samples, present)
 
 
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
@@ -397,26 +408,34 @@ class _TableJob:
         opts = self.options
         self._step("read")
         source = _source(self.spark, self.src, opts)
-        cleaned, names, label, inference = self._read(source, multiline=False)
+        multiline = False
+        cleaned, names, label, inference = self._read(source, multiline)
         if inference.malformed_quoted and isinstance(source, str):
             # a quoted field holds a line break (or a row its quote): read each file whole instead
             multi = self._read(source, multiline=True)
             if multi[3].malformed < inference.malformed:
                 cleaned, names, label, inference = multi
+                multiline = True
                 log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
+        if inference.escaped and isinstance(source, str):
+            # Spark's CSV writer escapes a quote inside a field with a backslash, not by doubling it
+            again = self._read(source, multiline, escape="\\")
+            if again[3].escaped < inference.escaped and again[3].malformed <= inference.malformed:
+                cleaned, names, label, inference = again
+                log.info("%s: quotes inside fields are escaped with a backslash; read so", redact_uri(self.src))
         if inference.read == 0:
             raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
         self._check_given_types(names, inference)
         return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
 
-    def _read(self, source: Any, multiline: bool) -> tuple[DataFrame, list[str], str, _Inference]:
+    def _read(self, source: Any, multiline: bool, escape: str = '"') -> tuple[DataFrame, list[str], str, _Inference]:
         """The table as trimmed text with missing values as NULL, its column names, the label's, and
         what the first pass (type inference) tells. The text is read twice: for the inference, then
         typed, into the cache every later step reads."""
         from pyspark.sql import functions as F
 
         opts = self.options
-        raw_names = _column_names(self.spark, source, opts, multiline)
+        raw_names = _column_names(self.spark, source, opts, multiline, escape)
         names = field_names(raw_names)
         if len(set(names)) != len(names):
             raise ds.DatasetError(f"columns {raw_names} are not distinct once made identifiers "
@@ -426,7 +445,7 @@ class _TableJob:
         if label not in names:
             raise ds.DatasetError(f"label column {opts.label!r} is not among the columns {raw_names}; "
                                   "pass label= one of them (or columns=[...] for a file without header)")
-        self._raw = _read_text(self.spark, source, names, opts, multiline)
+        self._raw = _read_text(self.spark, source, names, opts, multiline, escape)
         na = sorted({v.strip() for v in opts.na_values} | {""})
         # not cached: Spark's columnar cache of a million rows of text took longer to build than
         # parsing the CSV again for the typed rows (which are cached, as numbers, in _run_typed)

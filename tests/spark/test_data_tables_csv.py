@@ -110,7 +110,9 @@ def test_r_write_csv_with_quoted_header_row_names_and_na(spark, settings, tmp_pa
 
 
 def test_a_folder_written_by_spark(spark, settings, tmp_path):
-    frame = pd.DataFrame({"x": np.arange(60) / 4.0, "n": np.arange(60) % 7, "name": [f"r{i % 5}" for i in range(60)],
+    # Spark's writer escapes a quote inside a field with a backslash ("say \"hi\""), not by doubling it
+    names = ["r0", 'say "hi"', "with, comma", 'both, "x"', "back\\slash"]
+    frame = pd.DataFrame({"x": np.arange(60) / 4.0, "n": np.arange(60) % 7, "name": [names[i % 5] for i in range(60)],
                           "y": np.arange(60) % 2})
     frame["name"] = frame["name"].where(frame.index != 10, None)
     out = str(tmp_path / "spark_out")
@@ -120,6 +122,7 @@ def test_a_folder_written_by_spark(spark, settings, tmp_path):
     written = _written(settings, "spark_csv")
     assert sorted(zip(written["x"], written["n"], written["label"])) == sorted(
         (x, n, y) for i, (x, n, y) in enumerate(zip(frame.x, frame.n, frame.y)) if i != 10)
+    assert set(_json(settings, "spark_csv", "transform.json")["categorical"]["name"]["categories"]) == set(names)
 
 
 @pytest.mark.parametrize("text", ["", "nan", "NaN", "NA", "N/A", "null"])
