@@ -91,6 +91,9 @@ def _table_args(table: argparse.ArgumentParser) -> None:
                             "nan, NaN, NA, N/A, null, None, ...; an empty cell is always missing)")
     table.add_argument("--missing", choices=("drop", "fill"), default="drop", help="rows with missing values")
     table.add_argument("--categorical", type=_csv_list, help="columns to treat as categories")
+    table.add_argument("--exclude", type=_csv_list,
+                       help="columns that are not features (ids, free text), comma separated; a column without a "
+                            "name in the header (R's row names, a pandas index) is left out anyway")
     table.add_argument("--schema", type=json.loads, help='column types as JSON, e.g. {"age": "int"}')
     table.add_argument("--one-hot", action="store_true", help="one-hot encode categorical columns")
     table.add_argument("--standardize", action="store_true", help="standardise numeric columns (train statistics)")
@@ -146,7 +149,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
             summary = prepare_table(args.src, args.dataset, label=args.label, header=args.header,
                                     columns=args.columns, schema=args.schema,
                                     na_values=DEFAULT_NA_VALUES if args.na_values is None else args.na_values,
-                                    missing=args.missing, categorical=args.categorical,
+                                    missing=args.missing, categorical=args.categorical, exclude=args.exclude,
                                     one_hot=args.one_hot, standardize=args.standardize,
                                     test_fraction=args.test_fraction, seed=args.seed, shards=args.shards,
                                     delimiter=args.delimiter, skip_rows=args.skip_rows, strict=args.strict,

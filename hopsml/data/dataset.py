@@ -142,6 +142,7 @@ class DatasetSummary:
     rejected_reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)   # a table's columns not made features, and why
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,6 +158,8 @@ class DatasetSummary:
         if self.skipped:
             text += (f", skipped {sum(self.skipped.values())} not read ["
                      + ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped.items())) + "]")
+        if self.left_out:
+            text += ", left out " + ", ".join(f"column {k!r} ({v})" for k, v in self.left_out.items())
         return text + f", {self.shards} shards per split, {self.seconds:.1f}s"
 
 

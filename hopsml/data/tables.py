@@ -86,6 +86,7 @@ class TableOptions:
     na_values: tuple[str, ...] = DEFAULT_NA_VALUES
     missing: str = "drop"
     categorical: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] | None = None
     one_hot: bool = False
     standardize: bool = False
     test_fraction: float = 0.2
@@ -316,8 +317,8 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
                   columns: Sequence[str] | None = None, schema: Mapping[str, str] | None = None,
                   na_values: Sequence[str] = DEFAULT_NA_VALUES, missing: str = "drop",
-                  categorical: Sequence[str] | None = None, one_hot: bool = False,
-                  standardize: bool = False, test_fraction: float = 0.2, seed: int = 0,
+                  categorical: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+                  one_hot: bool = False, standardize: bool = False, test_fraction: float = 0.2, seed: int = 0,
                   shards: int | None = None, delimiter: str = ",", skip_rows: int = 0,
                   strict: bool = False, overwrite: bool = False,
                   compression: str | None = None, spark: SparkSession | None = None,
@@ -330,13 +331,15 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     classes), _rejected/ (malformed rows with their reason), stats.json and stats.html (of the
     rows as written, before the transform). ``skip_rows`` drops lines before the header of each
     file; ``strict`` fails instead of rejecting rows. A table whose every row is rejected fails.
+    ``exclude`` names columns that are not features (ids, free text); a column without a name in the
+    header (R's row names, a pandas index written with the frame) is left out too, unless it is the label.
     """
     from hopsml import session
 
     options = TableOptions(label=label, header=header, columns=tuple(columns) if columns else None,
                            schema=dict(schema) if schema else None, na_values=tuple(na_values),
                            missing=missing, categorical=tuple(categorical) if categorical else None,
-                           one_hot=one_hot, standardize=standardize, test_fraction=float(test_fraction),
+                           exclude=tuple(exclude) if exclude else None, one_hot=one_hot, standardize=standardize, test_fraction=float(test_fraction),
                            seed=int(seed), shards=shards, delimiter=delimiter, skip_rows=skip_rows,
                            strict=strict, overwrite=overwrite, compression=compression)
     settings = settings or config.load()
@@ -387,6 +390,8 @@ class _TableJob:
         self.spark, self.storage, self.settings = spark, storage, settings
         self.src, self.name, self.options = src, name, options
         self.progress: Any = None
+        self.source_names: dict[str, str] = {}
+        self.left_out: dict[str, str] = {}    # field name -> why it is not a feature
         # the Python tasks (the writers) check their executor's stack before they run
         self.checks = preflight.Preflight(preflight.driver_stack() if settings.check_versions else None, {})
 
@@ -446,13 +451,37 @@ class _TableJob:
             raise ds.DatasetError(f"label column {opts.label!r} is not among the columns {raw_names}; "
                                   "pass label= one of them (or columns=[...] for a file without header)")
         self._raw = _read_text(self.spark, source, names, opts, multiline, escape)
+        self.left_out = self._left_out(names, raw_names, label)
         na = sorted({v.strip() for v in opts.na_values} | {""})
         # not cached: Spark's columnar cache of a million rows of text took longer to build than
         # parsing the CSV again for the typed rows (which are cached, as numbers, in _run_typed)
         cleaned = self._raw.select(*[F.when(F.trim(F.col(n)).isin(na), F.lit(None)).otherwise(F.trim(F.col(n)))
                                      .alias(n) for n in names], F.col(_CORRUPT))
+        # every column, those left out too: the CSV reader flags a malformed row only when it parses them all
         inference = _infer_types(cleaned, names, opts)   # one job, also counting the rows
-        return cleaned, names, label, inference
+        for name in self.left_out:
+            inference.failures.pop(name, None)
+        return cleaned, [n for n in names if n not in self.left_out], label, inference
+
+    def _left_out(self, names: list[str], raw_names: list[str], label: str) -> dict[str, str]:
+        """The columns that are not features, and why: those named in exclude=, and those the header
+        gives no name (Spark calls the i-th `_c<i>`): R's row names, a pandas index, row numbers that
+        a model must not learn from."""
+        opts = self.options
+        wanted = {sanitize(e): e for e in opts.exclude or ()}
+        unknown = [e for n, e in wanted.items() if n not in names]
+        if unknown:
+            raise ds.DatasetError(f"exclude= names {unknown}, which are not among the columns {raw_names}")
+        if label in wanted:
+            raise ds.DatasetError(f"exclude= names the label column {opts.label!r}; leave it out of exclude=")
+        left = {n: "excluded" for n in wanted}
+        if opts.header and not opts.columns:
+            left.update({n: f"the header gives column {i + 1} no name: row names or an index" for i, (n, raw) in
+                         enumerate(zip(names, raw_names)) if raw == f"_c{i}" and n != label and n not in left})
+        if len(left) >= len(names) - 1:
+            raise ds.DatasetError(f"no feature column is left once {sorted(left)} are left out; "
+                                  "name fewer columns in exclude=")
+        return left
 
     def _described(self, name: str, kind: str | None = None) -> str:
         source = self.source_names.get(name, name)
@@ -501,7 +530,10 @@ class _TableJob:
         numeric = [n for n in names if types[n] != "string"]
         # one flat CASE (a nested one per column overflows the planner's stack at 1,000 columns); the
         # first failing column names the reason; columns without failures need no test
-        reasons = F.when(F.col(_CORRUPT).isNotNull(), F.lit("malformed row (wrong number of fields)"))
+        malformed = F.col(_CORRUPT).isNotNull()
+        if self.left_out:   # never true, but it makes the CSV reader parse the columns left out (see _read)
+            malformed = malformed | (F.length(F.concat_ws("", *self.left_out)) < 0)
+        reasons = F.when(malformed, F.lit("malformed row (wrong number of fields)"))
         for n in numeric:
             if not inference.failures.get(n):
                 continue
@@ -703,7 +735,7 @@ class _TableJob:
                      "categorical": {n: {"categories": categories[n], "unknown_index": _UNKNOWN,
                                          "one_hot": opts.one_hot} for n in categorical},
                      "missing": {"policy": opts.missing, "fill": fills, "na_values": list(opts.na_values)},
-                     "features": feature_names}
+                     "features": feature_names, "left_out": self._left_out_sources()}
         self.storage.write_json(stage.transform, transform)
         if not label_numeric:
             self.storage.write_json(stage.labels, {"labels": categories[label]})
@@ -718,7 +750,12 @@ class _TableJob:
             rejected_reasons=rejected_reasons).write(self.storage, stage.manifest)
         return ds.DatasetSummary(name=self.name, kind="table", uri="", read=read, written=written,
                                  rejected=rejected, dropped=dropped, splits=counts, shards=shard_count,
-                                 rejected_reasons=rejected_reasons)
+                                 rejected_reasons=rejected_reasons, left_out=self._left_out_sources())
+
+    def _left_out_sources(self) -> dict[str, str]:
+        """The columns left out by their header text (none for a nameless one, which Spark calls _c<i>)."""
+        return {"" if why.startswith("the header gives") else self.source_names.get(n, n): why
+                for n, why in self.left_out.items()}
 
     def _write_shards(self, stage: ds.DatasetDir, transformed: DataFrame, counts: dict[str, int],
                       names: list[str], to_arrow_schema: Any) -> tuple[dict[str, Any], int]:

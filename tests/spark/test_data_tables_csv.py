@@ -85,9 +85,8 @@ def test_excel_csv_utf8_with_a_byte_order_mark_and_crlf(spark, settings, tmp_pat
 
 
 def test_r_write_csv_with_quoted_header_row_names_and_na(spark, settings, tmp_path):
-    # write.csv(frame, "r.csv"): a quoted header whose first name is empty (the row names: Spark names
-    # the column _c0, the field c0), quoted
-    # text, NA for missing, numbers unquoted
+    # write.csv(frame, "r.csv"): a quoted header whose first name is empty (the row names, left out:
+    # a model must not learn from row numbers), quoted text, NA for missing, numbers unquoted
     lines = ['"","height","weight","smoker","group"']
     rng = np.random.default_rng(1)
     rows = []
@@ -101,8 +100,11 @@ def test_r_write_csv_with_quoted_header_row_names_and_na(spark, settings, tmp_pa
     csv.write_text("\n".join(lines) + "\n", encoding="utf-8")
     summary = prepare_table(str(csv), "r_csv", label="group", settings=settings, spark=spark)
     assert (summary.read, summary.written, summary.dropped, summary.rejected) == (30, 29, 1, 0)
+    assert summary.left_out == {"": "the header gives column 1 no name: row names or an index"}
+    assert "left out column '' (the header gives column 1 no name: row names or an index)" in str(summary)
     transform = _json(settings, "r_csv", "transform.json")
-    assert [c["name"] for c in transform["columns"]] == ["c0", "height", "weight", "smoker", "group"]
+    assert [c["name"] for c in transform["columns"]] == ["height", "weight", "smoker", "group"]
+    assert transform["left_out"] == summary.left_out and "c0" not in _written(settings, "r_csv").columns
     assert {c["name"]: c["type"] for c in transform["columns"]}["smoker"] == "boolean"
     written = _written(settings, "r_csv")
     assert sorted(zip(written["height"], written["weight"])) == sorted((h, w) for h, w, _, i in rows if i != 5)
@@ -153,3 +155,19 @@ def test_a_thousand_columns(spark, settings, tmp_path):
     got = sorted(map(tuple, np.stack(written["features"]).astype(np.float64).round(3)))
     want = sorted(map(tuple, frame.iloc[:, :1000].to_numpy().astype(np.float32).astype(np.float64).round(3)))
     assert np.allclose(got, want)
+
+
+def test_excluded_columns_are_no_features_and_malformed_rows_are_still_rejected(spark, settings, tmp_path):
+    lines = ["id,x,note,y"] + [f"{1000 + i},{i / 2},note {i % 4},{i % 2}" for i in range(30)]
+    lines[5] = "1004,2.0,note 0"                 # a field short
+    lines[9] = "1008,4.0,note 0,0,surplus"       # a field too many
+    csv = tmp_path / "ids.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    summary = prepare_table(str(csv), "ids", label="y", exclude=["id", "note"], settings=settings, spark=spark)
+    assert (summary.read, summary.written, summary.rejected) == (30, 28, 2)
+    assert summary.rejected_reasons == {"malformed row (wrong number of fields)": 2}
+    assert summary.left_out == {"id": "excluded", "note": "excluded"}
+    transform = _json(settings, "ids", "transform.json")
+    assert [c["name"] for c in transform["columns"]] == ["x", "y"] and transform["features"] == ["x"]
+    with pytest.raises(Exception, match=r"exclude= names \['nope'\], which are not among the columns"):
+        prepare_table(str(csv), "ids2", label="y", exclude=["nope"], settings=settings, spark=spark)
