@@ -24,6 +24,7 @@ COMPUTE = "compute"      # the user's own spans (and framework steps)
 CHECKPOINT = "checkpoint"
 COLLECTIVE = "collective"
 GPU = "gpu"
+GRADIENTS = "gradients"  # hopsml.torch: a gradient bucket reduced, the training thread waiting for them
 
 MAX_RECORDS = 2_000_000  # per list: a run that records more keeps its first ones and counts the rest
 

@@ -57,3 +57,33 @@ def test_nothing_is_recorded_without_a_recorder(ranks):
     assert all(o.ok for o in outcomes.values()), outcomes
     assert [o.value["ops"] for o in outcomes.values()] == [0, 0]
     assert [o.value["value"] for o in outcomes.values()] == [8.0, 8.0]  # the collectives still work: 3 sums of 2
+
+
+def scenario_torch_steps(rank: int, size: int) -> dict:
+    import torch
+
+    import hopsml.torch as ht
+    from hopsml import collective, timeline
+
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    recorder = timeline.Recorder(rank, size)
+    collective.current().attach_timeline(recorder)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with timeline.recording(recorder), ht.distribute(model, optimizer, bucket_mb=0.0001):
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+    return {"spans": [(s[0], s[1]) for s in recorder.spans], "ops": [o[0] for o in recorder.ops]}
+
+
+def test_torch_gradient_buckets_are_on_the_timeline(ranks):
+    outcomes = ranks(scenario_torch_steps, 2)
+    assert all(o.ok for o in outcomes.values()), outcomes
+    for outcome in outcomes.values():
+        spans = outcome.value["spans"]
+        buckets = spans.count(("gradients", "gradient bucket"))
+        assert buckets >= 3 * 2 and buckets == len(outcome.value["ops"]) - 1  # one op: the first broadcast
+        assert spans.count(("gradients", "waiting for gradients")) == 3

@@ -190,3 +190,34 @@ def test_recording_reaches_threads_started_inside():
         thread.start()
         thread.join()
     assert seen == [recorder]
+
+
+def test_reader_waits_and_checkpoint_saves_are_spans(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hopsml import checkpoint, config
+    from hopsml.data import dataset as ds
+    from hopsml.data.readers import reader
+    from hopsml.tracking.run_context import active_run
+
+    storage = Storage(str(tmp_path))
+    with ds.staged(storage, "p", "tiny", overwrite=False) as stage:
+        storage.makedirs(stage.parquet("train"))
+        values = np.arange(10)
+        pq.write_table(pa.table({"x": values.astype(np.float32), "label": values}),
+                       f"{storage.path(stage.parquet('train'))}/part-00000.parquet")
+        storage.write_json(stage.manifest, {
+            "kind": "table", "name": "tiny", "fields": {"x": {"dtype": "float32", "shape": []},
+                                                       "label": {"dtype": "int64", "shape": []}},
+            "default_fields": ["x", "label"], "splits": {"train": {"rows": 10, "parquet": "parquet/train"}}})
+    settings = config.load(environ={}, root=str(tmp_path), project="p")
+    recorder = Recorder()
+    with recording(recorder), active_run(storage, RunDir("Projects/p/Experiments/app_1")):
+        batches = list(reader("tiny", 0, 1, batch_size=4, settings=settings))
+        checkpoint.save({"w": 1}, 7)
+    assert [len(b["x"]) for b in batches] == [4, 4, 2]
+    assert [s[1] for s in recorder.spans if s[0] == "input"] == ["waiting for input"] * 3
+    (saved,) = [s for s in recorder.spans if s[0] == "checkpoint"]
+    assert saved[1] == "checkpoint save" and saved[5] == {"step": 7}
