@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hopsml import experiment
+from hopsml import cli, experiment
 from hopsml.timeline import chrome
 
 STEPS = 30
@@ -81,15 +81,26 @@ def test_a_balanced_run_names_no_straggler(spark, root, capsys):
     assert "straggler" not in capsys.readouterr().out
 
 
-def test_four_ranks_name_the_slow_one(spark, root):
+def test_four_ranks_name_the_slow_one(spark, root, tmp_path, capsys):
     logdir, _ = experiment.allreduce(_train(2, "input"), name="slow-of-4", num_workers=4)
     named = _record(logdir)["stragglers"]["named"]
     assert [(n["rank"], n["cause"]) for n in named] == [(2, "input")]
     assert sorted({e["pid"] for e in _trace(logdir)["traceEvents"]}) == [0, 1, 2, 3]
+    capsys.readouterr()
+    exp_id = logdir.rsplit("/", 1)[-1]
+    copy = tmp_path / "out" / "trace.json"
+    assert cli.main(["experiments", "timeline", exp_id, "-o", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"timeline of {exp_id} (4 ranks): ") and "ui.perfetto.dev" in out
+    assert "straggler: rank 2 is a straggler" in out
+    trace = json.loads(copy.read_text())
+    assert chrome.problems(trace) == [] and trace["metadata"]["stragglers"][0]["rank"] == 2
 
 
-def test_timeline_off_records_nothing(spark, root):
+def test_timeline_off_records_nothing(spark, root, capsys):
     logdir, _ = experiment.allreduce(_train(1, "input", steps=5), name="no-timeline", num_workers=2, timeline=False)
     record = _record(logdir)
     assert record["timeline"] == {"enabled": False} and "stragglers" not in record
     assert not os.path.exists(os.path.join(logdir, "timeline"))
+    assert cli.main(["experiments", "timeline", logdir.rsplit("/", 1)[-1]]) == 1
+    assert "has no timeline" in capsys.readouterr().err
