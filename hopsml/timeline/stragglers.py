@@ -112,9 +112,11 @@ class StragglerWatch:
                     fresh.append(straggler)
                 self._named[key] = straggler
         for straggler in fresh:
-            logger.warning("%s", straggler.message)
             if self.announce is not None:
+                logger.info("%s", straggler.message)  # the output shows it already
                 self.announce(straggler.message)
+            else:
+                logger.warning("%s", straggler.message)
         return fresh
 
     def _resolve(self, seq: int, arrivals: dict[int, OpTiming]) -> None:

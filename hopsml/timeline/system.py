@@ -1,5 +1,6 @@
-"""System metrics of a rank's process, sampled every few seconds: CPU %, resident memory, bytes the host's
-network interfaces sent and received (as /proc shows them to the process: its network namespace), and GPU
+"""System metrics of a rank's process, sampled every few seconds: CPU %, resident memory, MiB the host's network
+interfaces received and sent since the rank started (as /proc shows them to the process: its network namespace,
+so ranks sharing a host count each other's traffic), and GPU
 utilisation and memory where pynvml or cupy and a GPU are there. Linux /proc; elsewhere only what `resource`
 gives."""
 
@@ -66,6 +67,7 @@ class Sampler:
 
     def __init__(self) -> None:
         self._last = (time.monotonic(), time.process_time())
+        self._net_start = _net_bytes()
         self.peaks: dict[str, float] = {}
 
     def sample(self) -> dict[str, float]:
@@ -74,9 +76,10 @@ class Sampler:
         values: dict[str, float] = {"cpu_pct": round(100.0 * (cpu - self._last[1]) / wall, 1) if wall > 0 else 0.0,
                                     "rss_mib": round(_rss_bytes() / 2**20, 1)}
         self._last = (now, cpu)
-        net = _net_bytes()
-        if net is not None:
-            values["net_recv_bytes"], values["net_sent_bytes"] = float(net[0]), float(net[1])
+        net, start = _net_bytes(), self._net_start
+        if net is not None and start is not None:
+            values["net_recv_mib"] = round((net[0] - start[0]) / 2**20, 1)
+            values["net_sent_mib"] = round((net[1] - start[1]) / 2**20, 1)
         values.update(_gpu())
         for key, value in values.items():
             self.peaks[key] = max(self.peaks.get(key, value), value)

@@ -2,6 +2,7 @@
 to its script, and shows the stragglers and system peaks from the record."""
 
 import json
+import os
 
 import pytest
 
@@ -20,8 +21,8 @@ def _train():
     return 1
 
 
-@pytest.fixture
-def site(root):
+def _runs(root):
+    """A 2-rank run whose rank 1 is 40 ms late for input into each of 20 all-reduces, and a run without a timeline."""
     storage = Storage(str(root))
     run = records.ExperimentRun.start(storage, PROJECT, "local-1700000000000", name="ddp", fn=_train)
     watch = RunWatch()
@@ -40,8 +41,14 @@ def site(root):
     run.finish(**watch.finish(storage, run.dir))
     plain = records.ExperimentRun.start(storage, PROJECT, "local-1700000000000", name="plain", fn=_train)
     plain.finish(timeline={"enabled": False})
+    return run.id, plain.id
+
+
+@pytest.fixture
+def site(root):
+    run, plain = _runs(root)
     app = create_app(config.load(root=str(root), project=PROJECT))
-    return {"client": app.test_client(), "run": run.id, "plain": plain.id}
+    return {"client": app.test_client(), "run": run, "plain": plain}
 
 
 def test_the_run_page_links_its_timeline_page(site):
@@ -69,3 +76,34 @@ def test_a_run_without_a_timeline_says_so(site):
     page = site["client"].get(f"/p/{PROJECT}/runs/{site['plain']}/timeline").get_data(as_text=True)
     assert 'id="no-timeline"' in page and "timeline=False" in page
     assert site["client"].get(f"/p/{PROJECT}/runs/nothere_9/timeline").status_code == 404
+
+
+@pytest.mark.slow
+def test_the_page_draws_every_rank_in_a_browser(root, tmp_path):
+    from browser import artifacts_dir, chrome, chromium_paths, ui_server
+
+    pytest.importorskip("selenium")
+    paths = chromium_paths()
+    if paths is None:
+        pytest.skip("Chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    run, _ = _runs(root)
+    env = {**os.environ, "HOPSML_ROOT": str(root), "HOPSML_PROJECT": PROJECT}
+    env.pop("HOPSML_CONF", None)
+    with ui_server(env) as base:
+        driver = chrome(paths)
+        try:
+            driver.get(f"{base}p/{PROJECT}/runs/{run}/timeline")
+            WebDriverWait(driver, 30).until(
+                lambda d: d.execute_script("return document.getElementById('timeline').dataset.events"))
+            box = driver.find_element("id", "timeline")
+            assert box.get_attribute("data-ranks") == "0,1" and int(box.get_attribute("data-events")) >= 80
+            canvas = driver.find_element("id", "timeline-canvas")
+            driver.execute_script("arguments[0].dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: 400,"
+                                  " clientY: 30, bubbles: true, cancelable: true}))", canvas)
+            errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+            assert errors == []
+            driver.save_screenshot(os.path.join(artifacts_dir(str(tmp_path)), "timeline.png"))
+        finally:
+            driver.quit()
