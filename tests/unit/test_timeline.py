@@ -222,3 +222,30 @@ def test_reader_waits_and_checkpoint_saves_are_spans(tmp_path):
     assert [s[1] for s in recorder.spans if s[0] == "input"] == ["waiting for input"] * 3
     (saved,) = [s for s in recorder.spans if s[0] == "checkpoint"]
     assert saved[1] == "checkpoint save" and saved[5] == {"step": 7}
+
+
+def test_perfetto_trace_processor_reads_the_merged_trace(tmp_path):
+    """Perfetto's own trace processor loads the trace and finds every rank's ops (needs its binary: the perfetto
+    package downloads trace_processor_shell from Google's storage on first use, so point HOPSML_TRACE_PROCESSOR
+    at one fetched beforehand)."""
+    import os
+
+    shell = os.environ.get("HOPSML_TRACE_PROCESSOR")
+    if not shell:
+        pytest.skip("HOPSML_TRACE_PROCESSOR is not set: Perfetto's trace_processor_shell is not available offline")
+    processor = pytest.importorskip("perfetto.trace_processor", reason="pip install perfetto")
+    traces = {}
+    for rank in (0, 1):
+        recorder = Recorder(rank, 2)
+        for seq in range(1, 4):
+            start = recorder.anchor_perf + seq * 10_000
+            recorder.op("allreduce", seq, start, start + 1000, start + 3000, 4096)
+        traces[rank] = chrome.rank_trace(recorder)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(merge.merge_traces(traces)))
+    tp = processor.TraceProcessor(trace=str(path), config=processor.TraceProcessorConfig(bin_path=shell))
+    try:
+        rows = list(tp.query("select count(*) as n from slice where name = 'allreduce'"))
+        assert rows[0].n == 6
+    finally:
+        tp.close()
