@@ -32,12 +32,14 @@ def estimate(samples: Sequence[tuple[int, int, int]]) -> Offset | None:
 
 
 def measure(ask: Callable[[int], int | None], pings: int = PINGS) -> Offset | None:
-    """Ping `pings` times: `ask(t0)` sends t0 to the reference and returns its time t1 (None: no answer)."""
+    """Ping `pings` times: `ask(t0)` sends t0 to the reference and returns its time t1 (None: no answer, and
+    no more pings)."""
     samples = []
     for _ in range(pings):
         t0 = time.time_ns()
         t1 = ask(t0)
         t2 = time.time_ns()
-        if t1 is not None:
-            samples.append((t0, t1, t2))
+        if t1 is None:
+            break  # a reference that does not answer will not start to: do not wait for it again
+        samples.append((t0, t1, t2))
     return estimate(samples)
