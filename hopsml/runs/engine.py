@@ -249,8 +249,10 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
                         "from the last checkpoint if the function saved one", run.id, failures[0].rank,
                         (failures[0].error.splitlines() or [""])[0], attempt + 1, retries + 1)
         fields["attempts"] = attempt
-        fields.update(monitor.timeline.finish(start.storage, run.dir) if ranks.timeline else
-                      {"timeline": {"enabled": False}})
+        if ranks.timeline:
+            fields.update(monitor.timeline.finish(start.storage, run.dir))
+        elif ranks.kind == "allreduce":
+            fields["timeline"] = {"enabled": False}
         by_rank = {r.rank: r for r in reports if r.rank is not None}
         result = by_rank[0].result
         run.finish(metric=metric_of(result, metric_key), results=[by_rank[r].result for r in sorted(by_rank)],
