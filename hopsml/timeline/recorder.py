@@ -11,8 +11,8 @@ for ranks started by hand), or None when nothing records: every hook checks that
 
 from __future__ import annotations
 
-import threading
 import time
+from _thread import get_ident
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -70,15 +70,16 @@ class Recorder:
 
     def op(self, kind: str, seq: int, start: int, peers: int, end: int, nbytes: int) -> None:
         """A collective op ended (the communicator's hook)."""
-        if len(self.ops) < self.capacity:
-            self.ops.append((kind, seq, start, peers, end, nbytes, threading.get_ident()))
+        ops = self.ops
+        if len(ops) < self.capacity:
+            ops.append((kind, seq, start, peers, end, nbytes, get_ident()))
         else:
             self.dropped += 1
 
     def span(self, category: str, name: str, start: int, end: int, args: dict[str, Any] | None = None) -> None:
         """A span ended; input waits are also kept aside for the straggler's cause."""
         if len(self.spans) < self.capacity:
-            self.spans.append((category, name, start, end, threading.get_ident(), args))
+            self.spans.append((category, name, start, end, get_ident(), args))
             if category == INPUT:
                 self.inputs.append((start, end))
         else:
