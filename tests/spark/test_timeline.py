@@ -104,3 +104,33 @@ def test_timeline_off_records_nothing(spark, root, capsys):
     assert not os.path.exists(os.path.join(logdir, "timeline"))
     assert cli.main(["experiments", "timeline", logdir.rsplit("/", 1)[-1]]) == 1
     assert "has no timeline" in capsys.readouterr().err
+
+
+def test_a_rank_slow_in_its_backward_is_named_for_compute(spark, root):
+    pytest.importorskip("torch")
+
+    def train():
+        import torch
+
+        import hopsml.torch as ht
+        from hopsml import collective
+
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+        if collective.rank() == 1:  # a slow backward: a gradient hook that takes 40 ms
+            model[0].weight.register_hook(lambda grad: time.sleep(0.04))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        with ht.distribute(model, optimizer):
+            for _ in range(STEPS):
+                optimizer.zero_grad()
+                model(torch.randn(8, 16)).sum().backward()
+                optimizer.step()
+        return {"checksum": ht.parameters_checksum(model)}
+
+    logdir, _ = experiment.allreduce(train, name="slow-backward", num_workers=2)
+    record = _record(logdir)
+    assert len({r["checksum"] for r in record["results"]}) == 1
+    assert [(n["rank"], n["cause"]) for n in record["stragglers"]["named"]] == [(1, "compute")]
+    names = {e["name"] for e in _trace(logdir)["traceEvents"]}
+    assert {"gradient bucket", "waiting for gradients"} <= names
