@@ -3,6 +3,7 @@
 
     python bench/timeline.py                          # 4 KiB, 2 ranks, 15 rounds of 2000 ops per mode
     python bench/timeline.py --rounds 5 --iters 500   # quicker
+    python bench/timeline.py --cnn --reps 4           # also the CNN step of bench/torch_ddp.py, on and off
     HOPSML_COLLECTIVE_SHM=0 python bench/timeline.py  # over the TCP ring's transport
 
 "On" is what a run gets: the communicator records every op, the rank's reporter thread batches them every
@@ -115,11 +116,43 @@ def hot_path_ns(ops: int = 200_000, repeats: int = 7) -> float:
     return best
 
 
+def cnn_steps(reps: int, steps: int) -> dict[str, list[float]]:
+    """ms per step of bench/torch_ddp.py's hopsml.torch CNN on 2 ranks under experiment.allreduce, with the
+    timeline on and off, alternating which goes first."""
+    from pyspark import cloudpickle
+
+    from hopsml import config, experiment, session
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch_ddp
+
+    cloudpickle.register_pickle_by_value(torch_ddp)
+    session.get_or_create(config.load(master="local[4]"), app_name="bench-timeline")
+
+    def run(on: bool, count: int) -> float:
+        def train() -> dict:
+            return torch_ddp.run_steps("hopsml", count, 5, 32)
+
+        _, result = experiment.allreduce(train, name=f"bench-timeline-{'on' if on else 'off'}", num_workers=2,
+                                         timeline=on)
+        return float(result["step_ms"])
+
+    run(True, 2)  # starts the Python workers and imports torch in them
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(reps):
+        for on in ((True, False) if i % 2 == 0 else (False, True)):
+            times["on" if on else "off"].append(run(on, steps))
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--bytes", type=int, default=4096)
+    parser.add_argument("--cnn", action="store_true", help="also the CNN step on 2 ranks (needs torch and Spark)")
+    parser.add_argument("--reps", type=int, default=4, help="CNN runs per mode")
+    parser.add_argument("--steps", type=int, default=200, help="CNN steps per run")
     args = parser.parse_args()
     from hopsml import auth
 
@@ -164,6 +197,11 @@ def main() -> None:
     for label in ("op only", "step"):
         total = sum(s[label] for s in sizes)
         print(f"  trace per 1,000 steps ({label}, {size} ranks): {total / 1024:.0f} KiB")
+    if args.cnn:
+        cnn = cnn_steps(args.reps, args.steps)
+        on, off = statistics.median(cnn["on"]), statistics.median(cnn["off"])
+        print(f"CNN step on 2 ranks (hopsml.torch), median of {args.reps} runs of {args.steps} steps per mode")
+        print(f"  timeline off: {off:.2f} ms/step   on: {on:.2f} ms/step  ({(on / off - 1) * 100:+.1f}%)")
 
 
 if __name__ == "__main__":
