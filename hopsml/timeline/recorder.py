@@ -26,7 +26,7 @@ COLLECTIVE = "collective"
 GPU = "gpu"
 GRADIENTS = "gradients"  # hopsml.torch: a gradient bucket reduced, the training thread waiting for them
 
-MAX_RECORDS = 2_000_000  # per list: a run that records more keeps its first ones and counts the rest
+MAX_RECORDS = 1_000_000  # per list (~120 MB at most): a run that records more keeps its first ones, counts the rest
 
 
 class Op(NamedTuple):

@@ -1,6 +1,6 @@
 """The rank's side of the live timeline: aligns its clock to the driver's once at start, then every
-`interval_s` sends the ops recorded since the last batch (never one message per op) with how the time before
-each op went, and every `system_every_s` a system sample. Runs in a thread of its own; the hot path never
+`interval_s` sends the ops recorded since the last batch (never one message per op; thinned to about a thousand
+when ops are fast) with how the time before each op went, and every `system_every_s` a system sample. Runs in a thread of its own; the hot path never
 waits for it."""
 
 from __future__ import annotations
@@ -19,6 +19,19 @@ logger = logging.getLogger(__name__)
 
 INTERVAL_S = 0.5
 SYSTEM_EVERY_S = 2.0
+MAX_BATCH_OPS = 1000  # more ops in a batch: every 2**k-th seq only (the same seqs on every rank, see `thin`)
+
+
+def thin(ops: list[list[int]], limit: int = MAX_BATCH_OPS) -> list[list[int]]:
+    """At most about `limit` ops: those whose seq is a multiple of the smallest power of two that gets there.
+
+    Ranks thin independently, but power-of-two strides nest (a multiple of 8 is one of 4), so the driver still
+    gets every rank's arrival for the ops of the coarsest stride in use.
+    """
+    stride = 1
+    while len(ops) // stride > limit:
+        stride *= 2
+    return ops if stride == 1 else [op for op in ops if op[0] % stride == 0]
 
 
 class Reporter:
@@ -86,7 +99,7 @@ class Reporter:
 
     def flush(self) -> None:
         """Send what is new (ops, and a system sample when one is due)."""
-        payload: dict[str, Any] = {"ops": self.pending_ops()}
+        payload: dict[str, Any] = {"ops": thin(self.pending_ops())}
         now = time.monotonic()
         if now >= self._next_sample:
             self._next_sample = now + self.system_every_s

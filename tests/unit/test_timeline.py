@@ -249,3 +249,15 @@ def test_perfetto_trace_processor_reads_the_merged_trace(tmp_path):
         assert rows[0].n == 6
     finally:
         tp.close()
+
+
+def test_fast_ops_are_thinned_to_the_same_seqs_on_every_rank():
+    from hopsml.timeline.reporter import thin
+
+    few = [[seq, 0, 0, 0, 0, 0] for seq in range(1, 501)]
+    assert thin(few) == few
+    many = [[seq, 0, 0, 0, 0, 0] for seq in range(1, 5001)]    # stride 8
+    more = [[seq, 0, 0, 0, 0, 0] for seq in range(1, 2501)]    # stride 4 on another rank
+    kept, other = {op[0] for op in thin(many)}, {op[0] for op in thin(more)}
+    assert len(kept) <= 1000 and all(seq % 8 == 0 for seq in kept)
+    assert {seq for seq in kept if seq <= 2500} <= other  # the coarser stride's seqs are in the finer one's
