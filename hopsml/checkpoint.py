@@ -25,6 +25,8 @@ from typing import Any
 
 from hopsml.errors import HopsmlError
 from hopsml.layout import CHECKPOINT, join
+from hopsml.timeline.recorder import CHECKPOINT as CHECKPOINT_SPAN
+from hopsml.timeline.span import span
 from hopsml.tracking.run_context import current
 
 _NAME = re.compile(r"step-(\d+)\.pkl$")
@@ -50,6 +52,11 @@ def save(state: Any, step: int, keep: int = 3) -> str | None:
     ctx = current()
     if ctx.rank != 0:
         return None
+    with span("checkpoint save", CHECKPOINT_SPAN, step=step):
+        return _save(ctx, state, step, keep)
+
+
+def _save(ctx: Any, state: Any, step: int, keep: int) -> str:
     folder = os.path.join(ctx.local_dir, CHECKPOINT)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, _step_name(step))

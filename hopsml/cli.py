@@ -312,6 +312,10 @@ def _parser() -> argparse.ArgumentParser:
     shower = exp_commands.add_parser("show", help="one experiment: record, files, last metrics")
     shower.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
     shower.add_argument("--json", dest="raw", action="store_true", help="print the record (experiment.json) as it is")
+    timeliner = exp_commands.add_parser("timeline", help="write the run's timeline (a Chrome trace of every rank) "
+                                        "and say how to open it")
+    timeliner.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
+    timeliner.add_argument("-o", "--output", help="also copy the trace to this local file")
     marker = exp_commands.add_parser("mark-lost", help="record RUNNING experiments whose driver is gone as LOST")
     marker.add_argument("ids", nargs="*", help="experiment ids")
     marker.add_argument("--all", dest="every", action="store_true", help="every experiment shown as LOST")
@@ -360,6 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = ui_commands.run(args, settings)
         elif args.action == "list":
             output = experiments_list(settings, args.name, args.state, args.limit, args.sort, args.kind)
+        elif args.action == "timeline":
+            from hopsml.timeline.commands import experiments_timeline
+
+            output = experiments_timeline(settings, args.id, args.output)
         elif args.action == "mark-lost":
             output = experiments_mark_lost(settings, args.ids, args.every, args.force)
         elif args.action == "clean":

@@ -43,7 +43,8 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: 
               description: str | None = None, metric_key: str | None = None, num_workers: int | None = None,
               gpus_per_worker: int | None = None, versioned_resources: list[str] | None = None,
               timeout_s: float | None = None, all_ranks_write_metrics: bool = False, retries: int = 0,
-              resume: str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+              resume: str | None = None, seed: int | None = None, timeline: bool = True
+              ) -> tuple[str, dict[str, Any]]:
     """Data-parallel training: `train_fn()` runs once per rank, in one barrier-mode Spark task each,
     with `hopsml.collective` connected between the ranks; returns (logdir, rank 0's return_dict).
 
@@ -54,10 +55,13 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: 
     Each rank's output goes to logs/worker_<rank>.log and streams here prefixed with its rank. If a
     rank fails, the others are stopped and ExperimentFailed names the rank and shows its last lines.
     RANK, WORLD_SIZE, MASTER_ADDR/PORT and TF_CONFIG name fresh ports for frameworks' own servers.
+    `timeline` records where each rank's time goes (timeline/trace.json) and names stragglers as the run goes;
+    timeline=False turns it off.
     """
     settings = config.load(num_workers=num_workers)
     ranks = engine.collective_ranks(train_fn, workers=settings.num_workers, gpus=int(gpus_per_worker or 0),
-                                    timeout_s=timeout_s, all_ranks_write_metrics=all_ranks_write_metrics)
+                                    timeout_s=timeout_s, all_ranks_write_metrics=all_ranks_write_metrics,
+                                    timeline=timeline)
     return engine.run_ranks(train_fn, settings, ranks, name=name, description=description, metric_key=metric_key,
                             versioned_resources=versioned_resources, local_logdir=local_logdir, retries=retries,
                             resume=resume, seed=seed)

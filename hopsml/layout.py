@@ -52,6 +52,8 @@ METRIC = ".metric"
 MODEL_RECORD = "model.json"
 MODEL_DONE = "_SUCCESS"
 DATASETS_USED = "datasets.json"
+TIMELINE = "timeline"  # the run's timeline: one part per rank and the merged trace
+TIMELINE_TRACE = "trace.json"
 
 _RUN_NAME = re.compile(r"^(?P<app_id>.+)_(?P<run_id>\d+)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-=+,]")
@@ -216,6 +218,23 @@ class RunDir:
     def datasets_used(self) -> str:
         """The datasets the run read (name, splits, when they were prepared): model lineage."""
         return join(self.path, DATASETS_USED)
+
+    @property
+    def timeline(self) -> str:
+        """The timeline folder: `rank-<r>.json` per rank and the merged `trace.json`.
+
+        >>> RunDir("Projects/demo/Experiments/app_1").timeline_trace
+        'Projects/demo/Experiments/app_1/timeline/trace.json'
+        """
+        return join(self.path, TIMELINE)
+
+    @property
+    def timeline_trace(self) -> str:
+        return join(self.path, TIMELINE, TIMELINE_TRACE)
+
+    def timeline_part(self, rank: int) -> str:
+        """One rank's part of the timeline (a Chrome trace of its own)."""
+        return join(self.path, TIMELINE, f"rank-{int(rank)}.json")
 
     @property
     def hparams(self) -> str:

@@ -25,10 +25,11 @@ import json
 import logging
 import pickle
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from socket import socket
+from time import perf_counter_ns
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -111,6 +112,19 @@ class Communicator:
         self._path: AllreducePath = choose(rank, size, peers, group, hosts or [""] * size, grouped, self._worker,
                                            self._on_failure)
         self._device = DevicePath(self, options.gpu_mode)
+        self.timeline: Any = None  # a hopsml.timeline Recorder while the rank records its timeline
+        self._op_bytes = 0
+        self._peers_in = 0  # when the current op's last peer header came in (only while recording)
+
+    def attach_timeline(self, recorder: Any) -> None:
+        """Record every collective op into `recorder` (a hopsml.timeline Recorder); None stops recording."""
+        if recorder is not None:
+            tcp = len(self.shared_memory_peers) < len(self._peers)
+            recorder.paths.update({"small_bytes": SMALL_BYTES, "small": "tcp" if tcp else "shm",
+                                   "large": {"host": "shm", "ring": "tcp ring" if tcp else "shm ring"}.get(
+                                       self._path.name, self._path.name),
+                                   "broadcast": "tcp chain" if tcp else "shm chain"})
+        self.timeline = recorder
 
     @classmethod
     def connect(cls, rank: int, size: int, addresses: Sequence[str], listener: socket | None, secret: bytes,
@@ -267,6 +281,8 @@ class Communicator:
             raise CollectiveError("the communicator is closed; collectives only work while the run is active")
         self._seq += 1
         self._label = f"{kind} #{self._seq}"
+        recorder = self.timeline
+        started = perf_counter_ns() if recorder is not None else 0
         try:
             yield self._seq
         except PeerLost as lost:
@@ -278,12 +294,17 @@ class Communicator:
                 if self._failure is None:
                     self._abort(f"rank {self._rank} was interrupted during {self._label}")
             raise
+        if recorder is not None:
+            recorder.op(kind, self._seq, started, self._peers_in, perf_counter_ns(), self._op_bytes)
 
     # the header exchange
 
     def _exchange(self, header: Header, payload: memoryview | None = None, sink: Sink | None = None) -> list[Header]:
         """Send our header (and inline payload) to every peer and read theirs (see `exchange.exchange`)."""
-        return exchange(self._peers, self._rank, self._size, header, self._worker, self._on_failure, payload, sink)
+        headers = exchange(self._peers, self._rank, self._size, header, self._worker, self._on_failure, payload, sink)
+        if self.timeline is not None:
+            self._peers_in, self._op_bytes = perf_counter_ns(), header.nbytes
+        return headers
 
     def _check(self, header: Header) -> None:
         """Exchange headers and raise the same CollectiveError on every rank if they differ."""
@@ -326,6 +347,8 @@ class Communicator:
         cupy arrays, which are returned. Anything else is converted to a new numpy array, which is returned.
         'mean' of integers is rounded down (floor division)."""
         if gpu.is_device_array(array):
+            if self.timeline is not None:
+                return self._timed_device("allreduce", lambda: self._device.allreduce(array, op))
             return self._device.allreduce(array, op)
         arr: np.ndarray = array if isinstance(array, np.ndarray) else np.array(array)
         problem = local_problem(arr, op)
@@ -350,6 +373,8 @@ class Communicator:
         """
         given = list(arrays)
         if any(gpu.is_device_array(a) for a in given):
+            if self.timeline is not None:
+                return self._timed_device("allreduce_many", lambda: self._device.allreduce_many(given, op))
             return self._device.allreduce_many(given, op)
         nd: list[np.ndarray] = [a if isinstance(a, np.ndarray) else np.array(a) for a in given]
         problem = next((f"array {i}: {p}" for i, a in enumerate(nd) if (p := local_problem(a, op))), "")
@@ -389,6 +414,16 @@ class Communicator:
         for i, a in enumerate(nd):
             a[...] = region(i).reshape(a.shape)
         return cast(list[ArrayT], nd)
+
+    def _timed_device(self, name: str, call: Callable[[], ArrayT]) -> ArrayT:
+        """A device collective with its GPU time taken by CUDA events (read when the trace is written)."""
+        from hopsml.timeline import gpu as timeline_gpu
+
+        recorder, events, start = self.timeline, timeline_gpu.start_events(), perf_counter_ns()
+        result = call()
+        timeline_gpu.end_events(recorder, events, f"{name} on the GPU ({self._device.name or 'device'})", start,
+                                perf_counter_ns())
+        return result
 
     def _allreduce_flat(self, kind: str, raw: np.ndarray, layout: Layout, op: str, desc: str,
                         problem: str) -> None:

@@ -51,6 +51,7 @@ from hopsml.data import dataset as ds
 from hopsml.data.codec import decode_column
 from hopsml.data.manifest import Manifest, open_manifest
 from hopsml.fs import Storage
+from hopsml.timeline.span import input_waits
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,9 @@ class ShardReader:
 
     # --- iteration ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        return input_waits(self._batches())  # the time the loop waits for a batch is on the rank's timeline
+
+    def _batches(self) -> Iterator[dict[str, Any]]:
         epoch = 0
         steps = self.steps_per_epoch() if self.equal_steps is not None else None
         while self.epochs is None or epoch < self.epochs:

@@ -17,8 +17,10 @@ from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError, SerializationError
 from hopsml import preflight
 from hopsml.launcher.channel import Connection, DriverChannel
-from hopsml.launcher.messages import Failing, Finished, Message, Metric, Output, RankReport, decode
+from hopsml.launcher.messages import (Clock, Failing, Finished, Message, Metric, Output, RankReport, Timing, decode,
+                                      to_wire)
 from hopsml.net import Network
+from hopsml.timeline.watch import RunWatch
 from hopsml.tracking.versioning import installed_file
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,12 @@ class StageMonitor:
     late: list[int] = field(default_factory=list)  # ranks still running when the watchdog gave up on them
     failing: list[RankReport] = field(default_factory=list)  # failures told before the final upload
     upload_grace_s: float = UPLOAD_GRACE_S
+    timeline: RunWatch = field(default_factory=RunWatch)  # the ranks' timeline batches: stragglers, system peaks
+
+    def __post_init__(self) -> None:
+        if self.timeline.announce is None and self.echo:
+            self.timeline.stragglers.announce = _announce
+
 
     def __call__(self, data: dict[str, Any], connection: Connection | None) -> None:
         """The channel's callback: decode the message once, then act on its type."""
@@ -69,6 +77,10 @@ class StageMonitor:
                 self._abort_after_uploads()
         elif isinstance(message, Metric) and self.on_metric is not None and connection is not None:
             self.on_metric(message, connection)
+        elif isinstance(message, Clock) and connection is not None:
+            connection.send(to_wire(Clock(message.rank, message.t0, time.time_ns())))
+        elif isinstance(message, Timing):
+            self.timeline.add(message.rank, message.size, message.ops, message.system)
 
     def settle(self, collected: Iterable[dict[str, Any]]) -> list[RankReport]:
         """Every task's report once: those the channel brought, then those only Spark's collect() has
@@ -127,6 +139,11 @@ class StageMonitor:
 
         threading.Thread(target=watch, name="hopsml-late-ranks", daemon=True).start()
         return stop
+
+
+def _announce(text: str) -> None:
+    """A finding about the running stage, in the notebook's (or console's) output."""
+    sys.stdout.write(f"hopsml: {text}\n")
 
 
 def ship_by_value(fn: Callable[..., Any]) -> None:

@@ -112,7 +112,29 @@ class Stop:
     KIND: ClassVar[str] = "stop"
 
 
-Message = Output | Failing | Finished | Metric | Stop
+@dataclass(frozen=True)
+class Clock:
+    """A rank's clock ping (t0, its wall clock in ns) and the driver's answer (t1, the driver's wall clock)."""
+
+    KIND: ClassVar[str] = "clock"
+    rank: int | None
+    t0: int
+    t1: int | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A batch of a rank's timeline: its collective ops since the last batch as [seq, arrival (driver's clock),
+    wait, move, input, compute] in ns, and a system sample."""
+
+    KIND: ClassVar[str] = "timing"
+    rank: int
+    size: int
+    ops: list[list[int]] = field(default_factory=list)
+    system: dict[str, float] | None = None
+
+
+Message = Output | Failing | Finished | Metric | Stop | Clock | Timing
 
 
 def to_wire(message: Message) -> dict[str, Any]:
@@ -135,4 +157,10 @@ def decode(data: dict[str, Any]) -> Message | None:
         return Metric(data.get("trial"), int(data.get("step") or 0), dict(data.get("values") or {}))
     if kind == Stop.KIND:
         return Stop()
+    if kind == Clock.KIND:
+        t1 = data.get("t1")
+        return Clock(data.get("rank"), int(data.get("t0") or 0), None if t1 is None else int(t1))
+    if kind == Timing.KIND:
+        return Timing(int(data.get("rank") or 0), int(data.get("size") or 1), list(data.get("ops") or []),
+                      data.get("system"))
     return None

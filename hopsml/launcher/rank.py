@@ -15,6 +15,8 @@ import dataclasses
 import json
 import logging
 import os
+import queue
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterator, Sequence
@@ -22,10 +24,14 @@ from collections.abc import Callable, Iterator, Sequence
 from hopsml import collective, config, devices
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
+from hopsml.launcher.channel import TaskChannel
+from hopsml.launcher.messages import Clock, Timing, decode, to_wire
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.task import TaskSpec, run_function
 from hopsml.net import Network
-from hopsml.layout import LOGS
+from hopsml.layout import LOGS, TIMELINE
+from hopsml.timeline.session import rank_timeline
+from hopsml.tracking.run_context import current_or_none
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +202,10 @@ class CollectiveRank(RankFramework):
     """hopsml's own: the rank's collective listener, a communicator connected with the run's collective
     options, and the function run in the task's process with it."""
 
-    def __init__(self, fn: Callable[[], Any], options: CollectiveOptions, all_ranks_write_metrics: bool) -> None:
+    def __init__(self, fn: Callable[[], Any], options: CollectiveOptions, all_ranks_write_metrics: bool,
+                 timeline: bool = True) -> None:
         self.fn, self.options, self.all_ranks_write_metrics = fn, options, all_ranks_write_metrics
+        self.timeline = timeline
         self._listener: Any = None
 
     def on_start(self, host: str, network: Network) -> str | None:
@@ -205,13 +213,16 @@ class CollectiveRank(RankFramework):
         return str(address)
 
     def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
-        listener, fn, options = self._listener, self.fn, self.options
+        listener, fn, options, timeline = self._listener, self.fn, self.options, self.timeline
 
         def connected_fn() -> Any:
             pin_gpu(info)
             with connect(info, listener, spec.secret, options) as comm, collective.use(comm):
                 ports.release()  # hopsml's connections are made: the framework may bind now
-                return fn()
+                if not timeline:
+                    return fn()
+                with recorded(info, spec, comm):
+                    return fn()
 
         return run_function(connected_fn, {}, spec, rank=info.rank, world_size=info.world_size,
                             write_metrics=self.all_ranks_write_metrics or info.rank == 0)
@@ -219,6 +230,47 @@ class CollectiveRank(RankFramework):
     def on_shutdown(self) -> None:
         if self._listener is not None:
             self._listener.close()
+
+
+_CLOCK_WAIT_S = 2.0
+
+
+@contextmanager
+def recorded(info: RankInfo, spec: TaskSpec, comm: collective.Communicator) -> Iterator[None]:
+    """Record the rank's timeline around its function: clock pings and batches to the driver on a connection of
+    the timeline's own, the rank's trace part into the run folder at the end."""
+    channel = TaskChannel.connect(spec.channel_address, spec.secret) if spec.channel_address else None
+    ctx = current_or_none()
+
+    def send(payload: dict[str, Any]) -> None:
+        if channel is not None:
+            channel.send(to_wire(Timing(info.rank, info.world_size, payload["ops"], payload.get("system"))))
+
+    def ask_clock(t0: int) -> int | None:
+        if channel is None:
+            return None
+        channel.send(to_wire(Clock(info.rank, t0)))
+        try:
+            answer = decode(channel.inbox.get(timeout=_CLOCK_WAIT_S))
+        except queue.Empty:
+            return None
+        return answer.t1 if isinstance(answer, Clock) and answer.t0 == t0 else None
+
+    def write_part(data: bytes) -> None:
+        if ctx is None:
+            return
+        folder = os.path.join(ctx.local_dir, TIMELINE)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"rank-{info.rank}.json"), "wb") as out:
+            out.write(data)
+
+    try:
+        with rank_timeline(info.rank, info.world_size, send=send, ask_clock=ask_clock if channel else None,
+                           write_part=write_part, comm=comm):
+            yield
+    finally:
+        if channel is not None:
+            channel.close()
 
 
 def connect(info: RankInfo, listener: Any, secret: bytes, options: CollectiveOptions) -> collective.Communicator:

@@ -193,18 +193,19 @@ class Ranks:
     kind: str  # the verb, for the Spark UI
     framework: Callable[[config.RunSettings], Callable[[], RankFramework]]
     on_shutdown: Sequence[Callable[[], None]] = ()
+    timeline: bool = False  # the ranks record a timeline (hopsml.timeline): merge it, record stragglers
 
 
 def collective_ranks(train_fn: Callable[[], Any], *, workers: int, gpus: int, timeout_s: float | None,
-                     all_ranks_write_metrics: bool) -> Ranks:
+                     all_ranks_write_metrics: bool, timeline: bool = True) -> Ranks:
     """experiment.allreduce's ranks: hopsml's collective, and a torch process group ended with each rank."""
     from hopsml.torch.process_group import end_rank_group
 
     def framework(snapshot: config.RunSettings) -> Callable[[], RankFramework]:
         return functools.partial(CollectiveRank, train_fn, CollectiveOptions.from_settings(snapshot, timeout_s),
-                                 all_ranks_write_metrics)
+                                 all_ranks_write_metrics, bool(timeline))
 
-    return Ranks(workers, gpus, "allreduce", framework, (end_rank_group,))
+    return Ranks(workers, gpus, "allreduce", framework, (end_rank_group,), bool(timeline))
 
 
 def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ranks, *, name: str,
@@ -248,6 +249,10 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
                         "from the last checkpoint if the function saved one", run.id, failures[0].rank,
                         (failures[0].error.splitlines() or [""])[0], attempt + 1, retries + 1)
         fields["attempts"] = attempt
+        if ranks.timeline:
+            fields.update(monitor.timeline.finish(start.storage, run.dir))
+        elif ranks.kind == "allreduce":
+            fields["timeline"] = {"enabled": False}
         by_rank = {r.rank: r for r in reports if r.rank is not None}
         result = by_rank[0].result
         run.finish(metric=metric_of(result, metric_key), results=[by_rank[r].result for r in sorted(by_rank)],

@@ -32,6 +32,8 @@ from typing import Any
 from hopsml import collective
 from hopsml.collective.timeout import Timeout
 from hopsml.errors import CollectiveError, HopsmlError, SettingsError
+from hopsml.timeline import span
+from hopsml.timeline.recorder import GRADIENTS
 from hopsml.torch._torch import require
 
 log = logging.getLogger(__name__)
@@ -234,6 +236,10 @@ class GradientAllReduce:
                 self._drain()
 
     def _reduce(self, bucket: _Bucket) -> None:
+        with span("gradient bucket", GRADIENTS, params=len(bucket.params), numel=bucket.numel):
+            self._reduce_bucket(bucket)
+
+    def _reduce_bucket(self, bucket: _Bucket) -> None:
         torch = self._torch
         for event in bucket.events:
             event.synchronize()
@@ -266,8 +272,9 @@ class GradientAllReduce:
                         param.grad = self._torch.zeros_like(param)
                     self._gradient_ready(index, param)
         deadline = Timeout(2 * self._comm.timeout_s + 10, "the gradient all-reduce of this step")
-        if not self._reducing.acquire(timeout=deadline.remaining()):
-            raise deadline.error("the reducing thread did not finish its bucket")
+        with span("waiting for gradients", GRADIENTS):
+            if not self._reducing.acquire(timeout=deadline.remaining()):
+                raise deadline.error("the reducing thread did not finish its bucket")
         try:
             self._drain()  # every bucket is ready now: whatever the thread has not done, this thread does
             error, self._error = self._error, None

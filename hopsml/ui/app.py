@@ -104,6 +104,21 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
             program["html"] = render_notebook(program["text"])
         return render_template("run.html", project=project, v=view)
 
+    @app.route("/p/<project>/runs/<exp_id>/timeline")
+    def timeline(project: str, exp_id: str) -> str:
+        """The run's timeline: one lane per rank (drawn by static/timeline.js), stragglers, system peaks."""
+        views.check_project(storage, project)
+        exp = views.experiment_dir(project, exp_id)
+        rec = views.load_record(storage, project, exp_id)
+        extra = {} if isinstance(rec, views.records.BrokenRecord) else rec.extra
+        trace = exp.timeline_trace
+        trace_url = (url_for("download", project=project, exp_id=exp_id, rel=posixpath.relpath(trace, exp.path))
+                     if storage.exists(trace) else None)
+        system = (extra.get("system") or {}).get("peaks") or {}
+        keys = sorted({k for values in system.values() for k in values})
+        return render_template("timeline.html", project=project, exp_id=exp_id, trace_url=trace_url,
+                               stragglers=extra.get("stragglers") or {}, system=system, system_keys=keys)
+
     @app.route("/p/<project>/runs/<exp_id>/tail/<path:rel>")
     def tail(project: str, exp_id: str, rel: str) -> Response:
         """A log from `offset` on, to follow a running experiment's output."""

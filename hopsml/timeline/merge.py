@@ -1,0 +1,78 @@
+"""One trace for the run: every rank's part (`timeline/rank-<r>.json`) merged into `timeline/trace.json`, with
+times shifted to start at 0 and the clock alignment (each rank's offset and its error bound) in the metadata."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from hopsml.errors import ResourceNotFoundError
+from hopsml.fs import Storage
+from hopsml.layout import TIMELINE_TRACE, RunDir
+
+logger = logging.getLogger(__name__)
+
+_PART = re.compile(r"rank-(\d+)\.json$")
+
+
+class TimelineError(ResourceNotFoundError):
+    """A run has no timeline to show."""
+
+
+def parts(storage: Storage, run_dir: RunDir) -> dict[int, str]:
+    """The rank parts a run has, by rank."""
+    found = {}
+    for path in storage.ls(run_dir.timeline):
+        match = _PART.search(path)
+        if match:
+            found[int(match.group(1))] = path
+    return found
+
+
+def merge_traces(traces: dict[int, dict[str, Any]], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The parts (by rank) as one trace, starting at ts 0; `extra` goes into the metadata."""
+    events: list[dict[str, Any]] = []
+    ranks: list[dict[str, Any]] = []
+    for rank in sorted(traces):
+        part = traces[rank]
+        events.extend(part.get("traceEvents", []))
+        ranks.extend(part.get("metadata", {}).get("ranks", []))
+    timed = [e["ts"] for e in events if e.get("ph") != "M"]
+    origin = int(min(timed)) if timed else 0
+    for event in events:
+        if event.get("ph") != "M":
+            event["ts"] = round(event["ts"] - origin, 3)
+    errors = [r["clock_error_ns"] for r in ranks if r.get("clock_error_ns") is not None]
+    metadata = {
+        "hopsml_timeline": 1,
+        "clock": "the driver's wall clock; each rank's offset measured at connect by min-round-trip pings",
+        "origin_unix_us": origin,
+        "clock_error_bound_us": round(max(errors) / 1000, 3) if errors else None,
+        "ranks": ranks,
+        **(extra or {}),
+    }
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
+
+
+def merge(storage: Storage, run_dir: RunDir, extra: dict[str, Any] | None = None) -> str:
+    """Merge the run's rank parts into its trace.json; returns the trace's root-relative path."""
+    found = parts(storage, run_dir)
+    if not found:
+        raise TimelineError(f"the run {storage.uri(run_dir.path)} has no timeline (no {run_dir.timeline}/rank-*.json): "
+                            "it ran with timeline=False, or before hopsml recorded timelines; run it again "
+                            "with timeline=True")
+    traces = {}
+    for rank, path in found.items():
+        try:
+            traces[rank] = json.loads(storage.read_bytes(path))
+        except ValueError as exc:
+            logger.warning("the timeline part of rank %d (%s) cannot be read (%s); the trace leaves it out",
+                           rank, storage.uri(path), exc)
+    target = run_dir.timeline_trace
+    storage.write_bytes(target, json.dumps(merge_traces(traces, extra), separators=(",", ":")).encode())
+    return target
+
+
+__all__ = ["TIMELINE_TRACE", "TimelineError", "merge", "merge_traces", "parts"]
