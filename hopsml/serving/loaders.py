@@ -60,6 +60,9 @@ class Servable:
     def predict(self, inputs: Any) -> Any:
         return self.call(self.prepare(inputs))
 
+    def on_thread(self) -> None:
+        """Called first on a thread that will call the model (batching's model thread): per-thread settings."""
+
     def signature(self) -> dict[str, Any]:
         """TF Serving's signature_def shape, as far as it is known."""
         dims = [-1] + [-1 if d is None else int(d) for d in (self.input_shape or ())]
@@ -158,7 +161,8 @@ class TorchModel(Servable):
     def __init__(self, path: str, threads: int) -> None:
         import torch
 
-        torch.set_num_threads(max(1, threads))
+        self.threads = max(1, threads)
+        torch.set_num_threads(self.threads)
         self.torch = torch
         try:
             self.model = torch.jit.load(path, map_location="cpu")
@@ -191,6 +195,11 @@ class TorchModel(Servable):
 
     def prepare(self, inputs: Any) -> np.ndarray:
         return self.array(inputs, self.input_dtype)
+
+    def on_thread(self) -> None:
+        # OpenMP's thread count is per calling thread: a new thread would use every core, and on a busy
+        # host its spinning workers cost the batched MLP 59 ms at one client instead of 1.7 ms
+        self.torch.set_num_threads(self.threads)
 
     def call(self, prepared: Any) -> Any:
         with self.torch.inference_mode():
