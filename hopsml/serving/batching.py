@@ -79,7 +79,8 @@ class Batcher:
     """Gathers prepared requests on the instance's event loop and calls the model once per batch.
 
     The model runs on one worker thread, one hand-off per batch, so the event loop goes on reading
-    requests (the next batch) while it computes; a batch whose first request waited the timeout while
+    requests (the next batch) while it computes (a lone request with none waiting is computed on the loop);
+    a batch whose first request waited the timeout while
     the model was busy leaves as soon as the model is free."""
 
     def __init__(self, servable: Servable, options: BatchingOptions) -> None:
@@ -153,7 +154,11 @@ class Batcher:
         self.batch_sizes.appendleft(sum(sizes))
         joined = _join([item[0] for item in live])
         try:
-            output = await asyncio.get_running_loop().run_in_executor(self.executor, self._compute, joined, sizes)
+            if len(live) == 1 and not self.queue:  # nothing to overlap with: a thread hop would only add latency
+                output = self._compute(joined, sizes)
+            else:
+                output = await asyncio.get_running_loop().run_in_executor(self.executor, self._compute, joined,
+                                                                          sizes)
         except Exception as exc:  # noqa: BLE001 - passed on: each request of the batch answers 500 with it
             for item in live:
                 if not item[2].done():
