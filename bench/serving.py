@@ -8,7 +8,9 @@ answer; throughput is answers per second, latency each request's time from send 
 
 The client's own ceiling is measured first against a server that answers a fixed response without reading
 the body, so a figure close to it would mean the client, not the server, was the limit. The model's own
-call (one row, in this process, one thread) is the floor of the one-client latency.
+call (one row, in this process, one thread) is the floor of the one-client latency. On a shared machine
+throughput moves with what else runs; the server's CPU time per answer (all its processes, from /proc)
+moves much less, and is printed beside it.
 
     python bench/serving.py                             # MLflow too when it imports in this python
     python bench/serving.py --mlflow-python /work/venv-mlflow/bin/python --repeat 3
@@ -43,12 +45,36 @@ CLASSES = 10
 
 @dataclass
 class Load:
-    """One load run's figures."""
+    """One load run's figures; `cpu_ms` is the server's CPU time (all its processes) per answer."""
 
     rps: float
     p50_ms: float
     p99_ms: float
     errors: int
+    cpu_ms: float = float("nan")
+
+
+def tree_cpu_s(root: int) -> float:
+    """User+system CPU seconds of `root` and every process below it (from /proc)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo += [child for child, parent in parents.items() if parent == pid]
+    return total
 
 
 # --- the client --------------------------------------------------------------------------------------------
@@ -72,27 +98,31 @@ async def _client(host: str, port: int, request: bytes, stop_at: float, latencie
         writer.close()
 
 
-async def _load(host: str, port: int, request: bytes, clients: int, seconds: float) -> Load:
+async def _load(host: str, port: int, request: bytes, clients: int, seconds: float, server_pid: int | None) -> Load:
     warm: list[float] = []
     await asyncio.gather(*(_client(host, port, request, time.perf_counter() + 0.3, warm, [0])
                            for _ in range(clients)))
     latencies: list[float] = []
     errors = [0]
+    cpu = tree_cpu_s(server_pid) if server_pid else 0.0
     start = time.perf_counter()
     await asyncio.gather(*(_client(host, port, request, start + seconds, latencies, errors)
                            for _ in range(clients)))
     elapsed = time.perf_counter() - start
+    cpu_ms = (tree_cpu_s(server_pid) - cpu) * 1e3 / max(1, len(latencies)) if server_pid else float("nan")
     ms = np.array(latencies) * 1e3
-    return Load(len(latencies) / elapsed, float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), errors[0])
+    return Load(len(latencies) / elapsed, float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), errors[0],
+                cpu_ms)
 
 
-def run_load(host: str, port: int, request: bytes, clients: int, seconds: float) -> Load:
+def run_load(host: str, port: int, request: bytes, clients: int, seconds: float, server_pid: int | None = None) -> Load:
     try:
         import uvloop
 
-        return uvloop.run(_load(host, port, request, clients, seconds))
+        runner = uvloop.run
     except ImportError:
-        return asyncio.run(_load(host, port, request, clients, seconds))
+        runner = asyncio.run
+    return runner(_load(host, port, request, clients, seconds, server_pid))
 
 
 def post(path: str, body: bytes, host: str = "127.0.0.1") -> bytes:
@@ -256,9 +286,18 @@ class MlflowServer:
         self.log.close()
 
 
+def server_pid(settings: object, name: str) -> int | None:
+    """The supervisor process of a running hopsml serving (its instances are its children)."""
+    from hopsml.fs import Storage
+    from hopsml.serving import state
+
+    st = state.read(Storage(settings.root), settings.project, name)  # type: ignore[attr-defined]
+    return st.supervisor_proc.pid if st.supervisor_proc else None
+
+
 # --- the run -----------------------------------------------------------------------------------------------
 def measure(name: str, host: str, port: int, request: bytes, clients: list[int], seconds: float, repeat: int,
-            check: bytes | None = None) -> dict[int, Load]:
+            check: bytes | None = None, server_pid: int | None = None) -> dict[int, Load]:
     """Median over `repeat` runs of each client count, after checking one answer."""
     if check is not None:
         answer = urllib.request.urlopen(urllib.request.Request(
@@ -267,12 +306,13 @@ def measure(name: str, host: str, port: int, request: bytes, clients: list[int],
         json.loads(answer)
     out = {}
     for n in clients:
-        runs = [run_load(host, port, request, n, seconds) for _ in range(repeat)]
+        runs = [run_load(host, port, request, n, seconds, server_pid) for _ in range(repeat)]
         out[n] = Load(statistics.median(r.rps for r in runs), statistics.median(r.p50_ms for r in runs),
-                      statistics.median(r.p99_ms for r in runs), sum(r.errors for r in runs))
+                      statistics.median(r.p99_ms for r in runs), sum(r.errors for r in runs),
+                      statistics.median(r.cpu_ms for r in runs))
         r = out[n]
         print(f"  {name:<24} {n:>3} clients: {r.rps:8.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
-              f"{f'  ERRORS {r.errors}' if r.errors else ''}", flush=True)
+              f"  server CPU {r.cpu_ms:6.3f} ms/req{f'  ERRORS {r.errors}' if r.errors else ''}", flush=True)
     return out
 
 
@@ -317,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"hopsml {serving}:", flush=True)
                 path = f"/v1/models/{serving}:predict"
                 results[(model, serving)] = measure(f"hopsml {serving}", s.internal_ips[0], s.internal_port,
-                                                    post(path, body), clients, args.seconds, args.repeat, body)
+                                                    post(path, body), clients, args.seconds, args.repeat, body,
+                                                    server_pid(settings, serving))
                 lifecycle.stop(serving, settings=settings)
                 started.remove(serving)
         python = None if args.no_mlflow else mlflow_python(args.mlflow_python)
@@ -334,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"mlflow {model}:", flush=True)
                     results[(model, "mlflow")] = measure(f"mlflow {model}", "127.0.0.1", server.port,
                                                          post("/invocations", mbody), clients, args.seconds,
-                                                         args.repeat, mbody)
+                                                         args.repeat, mbody, server.proc.pid)
                 finally:
                     server.close()
     finally:
@@ -358,9 +399,13 @@ def report(results: dict[tuple[str, str], dict[int, Load]], own: dict[str, float
             print(f"  {model}: batched/plain at {top} clients {batched[top].rps / plain[top].rps:.2f}x")
             best = batched if batched[top].rps >= plain[top].rps else plain
             which = "batched" if best is batched else "plain"
+            print(f"  {model}: server CPU per answer at {top} clients: batched {batched[top].cpu_ms:.3f} ms, plain "
+                  f"{plain[top].cpu_ms:.3f} ms ({plain[top].cpu_ms / batched[top].cpu_ms:.2f}x)")
             if mlflow:
                 print(f"  {model}: hopsml ({which}) / MLflow at {top} clients {best[top].rps / mlflow[top].rps:.2f}x "
-                      f"throughput, p99 {best[top].p99_ms:.2f} vs {mlflow[top].p99_ms:.2f} ms")
+                      f"throughput, p99 {best[top].p99_ms:.2f} vs {mlflow[top].p99_ms:.2f} ms, server CPU per answer "
+                      f"{best[top].cpu_ms:.3f} vs {mlflow[top].cpu_ms:.3f} ms "
+                      f"({mlflow[top].cpu_ms / best[top].cpu_ms:.2f}x less)")
             if 1 in clients:
                 print(f"  {model}: 1-client p50 plain {plain[1].p50_ms:.2f} ms, batched {batched[1].p50_ms:.2f} ms, "
                       f"model's own call {own[model]:.3f} ms (gap {plain[1].p50_ms - own[model]:.2f} ms)")
