@@ -230,10 +230,13 @@ MLFLOW_SAVE = textwrap.dedent("""
     net = torch.load(mlp, weights_only=False)
     with torch.no_grad():
         answer = net(torch.from_numpy(example)).numpy()
-    mlflow.pytorch.save_model(net, out + "/mlp", signature=infer_signature(example, answer), input_example=example)
+    # pip_requirements given: MLflow would otherwise load each model again in a subprocess to infer them
+    mlflow.pytorch.save_model(net, out + "/mlp", signature=infer_signature(example, answer), input_example=example,
+                              pip_requirements=["torch"])
     model = joblib.load(sk)
     mlflow.sklearn.save_model(model, out + "/sklearn",
-                              signature=infer_signature(example.astype("float64"), model.predict(example)))
+                              signature=infer_signature(example.astype("float64"), model.predict(example)),
+                              pip_requirements=["scikit-learn"])
 """)
 
 
@@ -257,7 +260,9 @@ class MlflowServer:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.log = open(log_path, "wb")
-        env = {**os.environ, "MLFLOW_TRACKING_URI": "file://" + os.path.dirname(log_path) + "/mlruns"}
+        # its scoring server runs `uvicorn` by name: the environment's bin folder goes first on PATH
+        env = {**os.environ, "MLFLOW_TRACKING_URI": "file://" + os.path.dirname(log_path) + "/mlruns",
+               "PATH": os.path.dirname(python) + os.pathsep + os.environ.get("PATH", "")}
         self.proc = subprocess.Popen([python, "-m", "mlflow", "models", "serve", "-m", model_dir, "-p",
                                       str(self.port), "-h", "127.0.0.1", "-w", "1", "--env-manager", "local"],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
