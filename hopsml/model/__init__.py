@@ -3,6 +3,7 @@
     from hopsml import model
     model.export("/tmp/model.npz", "digits", metrics={"accuracy": 0.93})
     best = model.get_best_model("digits", "accuracy", "max")
+    small = model.quantize("digits", best.version, eval_data=(x_test, y_test))   # int8 weights, a new version
     summary = model.predict(best, "digits", predict_fn, split="test")
 
 Versions live in `Projects/<project>/Models/<name>/<version>/`; predictions become a dataset.
@@ -12,6 +13,7 @@ Importing this package starts nothing; `predict` imports pyspark only when calle
 from __future__ import annotations
 
 from hopsml.model.inference import PredictionError, PredictionSummary, predict
+from hopsml.model.quantize import quantize
 from hopsml.model.registry import (Metric, ModelError, ModelExistsError, ModelNotFoundError, ModelVersion,
                                    download_model, export, get_best_model, get_model, list_models, resolve,
                                    versions)
@@ -20,4 +22,4 @@ list = list_models  # noqa: A001 - hops-style `model.list()` for notebooks
 
 __all__ = ["Metric", "ModelError", "ModelExistsError", "ModelNotFoundError", "ModelVersion", "PredictionError",
            "PredictionSummary", "download_model", "export", "get_best_model", "get_model", "list", "list_models",
-           "predict", "resolve", "versions"]
+           "predict", "quantize", "resolve", "versions"]

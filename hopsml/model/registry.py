@@ -74,6 +74,7 @@ class ModelVersion:
     datasets: list[dict[str, Any]] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     hopsml_version: str | None = None
+    quantization: dict[str, Any] | None = None  # an int8 version: sizes, accuracy change (hopsml.model.quantize)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -402,7 +403,8 @@ def _commit(storage: Storage, stage: str, mv: ModelVersion, project: str, overwr
 def export(model_path: str, model_name: str, model_version: int | None = None, overwrite: bool = False,
            metrics: Mapping[str, Any] | None = None, description: str | None = None,
            synchronous: bool = True, synchronous_timeout: float = 120, project: str | None = None, *,
-           experiment_id: str | None = None, settings: config.Settings | None = None) -> ModelVersion:
+           experiment_id: str | None = None, settings: config.Settings | None = None, quantize: str | None = None,
+           eval_data: Any = None, quantized_from: ModelVersion | None = None) -> ModelVersion:
     """Register a model file or folder as `Models/<model_name>/<version>/`; returns its record.
 
     `model_path` is a local file or folder, or a path under the root (absolute URI, 'Projects/...',
@@ -410,6 +412,8 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
     the experiment whose folder holds `model_path`, else this Spark application's newest experiment
     if it wrote the same file. `synchronous` and `synchronous_timeout` are accepted for hops
     notebooks and have nothing to wait for: the version is listed as soon as export returns.
+    `quantize="int8"` registers an int8 copy instead (hopsml.model.quantize), its sizes and, given
+    `eval_data=(inputs, labels)`, the accuracy change recorded under `quantization`.
     """
     del synchronous, synchronous_timeout
     ctx = current_or_none()
@@ -419,14 +423,25 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
     version = layout.validate_version(model_version) if pinned else _next_version(storage, project, name)
     checked_metrics = _check_metrics(metrics)
     local, rel = _source(storage, project, model_path)
-    experiment = _find_experiment(storage, project, ctx, local, rel, experiment_id)
+    experiment = _find_experiment(storage, project, ctx, local, rel, experiment_id) if quantized_from is None else None
+    quantized = None
+    if quantize is not None:
+        from hopsml.model.quantize import quantize_files
+
+        if local is None:
+            raise ModelError(f"quantize={quantize!r} needs the model on local disk; download {model_path!r} first")
+        quantized = quantize_files(local, quantize, eval_data, source_ref=quantized_from.ref if quantized_from else None)
+        local, rel = quantized.folder, None
     from hopsml import __version__
 
     mv = ModelVersion(name=name, version=version, project=project, path="", metrics=checked_metrics,
                       description=description or f"A collection of models for {name}", created=_now(),
                       user=os.environ.get("HOPSML_USER") or getpass.getuser(),
                       experiment={k: v for k, v in experiment.items() if k != "dir"} if experiment else None,
-                      datasets=_datasets(storage, ctx, experiment), hopsml_version=__version__)
+                      datasets=_datasets(storage, ctx, experiment), hopsml_version=__version__,
+                      quantization=quantized.record if quantized else None)
+    if quantized_from is not None:  # a quantized copy keeps the lineage of its source version
+        mv.experiment, mv.datasets = quantized_from.experiment, list(quantized_from.datasets)
     stage = layout.join(layout.model_versions_dir(project, name), f".staging-{uuid.uuid4().hex[:12]}")
     storage.makedirs(stage)
     try:
@@ -441,6 +456,9 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
         except OSError as exc:  # keep the original error; the staging folder is hidden anyway
             log.warning("could not remove staging folder %s: %s", storage.uri(stage), exc)
         raise
+    finally:
+        if quantized is not None:
+            shutil.rmtree(quantized.folder, ignore_errors=True)
     log.info("exported model %s version %d to %s", name, mv.version, mv.path)
     return mv
 

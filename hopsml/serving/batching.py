@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hopsml.serving.definition import ServingError
-from hopsml.serving.loaders import RequestError, Servable
+from hopsml.serving.loaders import RequestError, Servable, to_json_ready
 
 log = logging.getLogger(__name__)
 
@@ -75,52 +76,65 @@ def _split(output: Any, sizes: list[int]) -> list[Any]:
 
 
 class Batcher:
-    """Gathers prepared requests on the instance's event loop and calls the model once per batch."""
+    """Gathers prepared requests on the instance's event loop and calls the model once per batch.
+
+    The model runs on one worker thread, one hand-off per batch, so the event loop goes on reading
+    requests (the next batch) while it computes (a lone request with none waiting is computed on the loop);
+    a batch whose first request waited the timeout while
+    the model was busy leaves as soon as the model is free."""
 
     def __init__(self, servable: Servable, options: BatchingOptions) -> None:
         self.servable = servable
         self.options = options
-        self.queue: deque[tuple[Any, int, asyncio.Future[Any]]] = deque()
+        self.queue: deque[tuple[Any, int, asyncio.Future[Any], float]] = deque()
         self.queued_rows = 0
         self.task: asyncio.Task[None] | None = None
         self.arrived = asyncio.Event()
         self.full = asyncio.Event()
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # rows per model call, the latest first
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="model", initializer=servable.on_thread)
 
     async def predict(self, inputs: Any) -> Any:
+        """This request's predictions, JSON-ready (lists and numbers), once its batch has been computed."""
         prepared = self.servable.prepare(inputs)
         rows = _rows(prepared)
         if rows is None or rows == 0:
-            return self.servable.call(prepared)
+            return to_json_ready(self.servable.call(prepared))
         limit = self.options.max_batch_size * self.options.max_enqueued_batches
         if self.queued_rows + rows > limit and self.queue:
             raise RequestError(f"the serving's batch queue is full ({self.queued_rows} rows wait, "
                                f"max_enqueued_batches={self.options.max_enqueued_batches}); retry, or run more "
                                "instances", 503)
+        loop = asyncio.get_running_loop()
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run())
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.queue.append((prepared, rows, future))
+            self.task = loop.create_task(self._run())
+        future: asyncio.Future[Any] = loop.create_future()
+        self.queue.append((prepared, rows, future, loop.time()))
         self.queued_rows += rows
-        self.arrived.set()
+        if len(self.queue) == 1:
+            self.arrived.set()
         if self.queued_rows >= self.options.max_batch_size:
             self.full.set()
         return await future
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = self.options.batch_timeout_micros / 1e6
         while True:
             while not self.queue:
                 self.arrived.clear()
                 await self.arrived.wait()
-            if self.queued_rows < self.options.max_batch_size and self.options.batch_timeout_micros > 0:
+            # the timeout counts from the first request's arrival, not from when the model got free
+            delay = self.queue[0][3] + timeout - loop.time()
+            if self.queued_rows < self.options.max_batch_size and delay > 0:
                 self.full.clear()
                 try:
-                    await asyncio.wait_for(self.full.wait(), self.options.batch_timeout_micros / 1e6)
+                    await asyncio.wait_for(self.full.wait(), delay)
                 except asyncio.TimeoutError:
                     pass
-            self._call(self._take())
+            await self._call(self._take())
 
-    def _take(self) -> list[tuple[Any, int, asyncio.Future[Any]]]:
+    def _take(self) -> list[tuple[Any, int, asyncio.Future[Any], float]]:
         batch = [self.queue.popleft()]
         rows = batch[0][1]
         while self.queue and rows + self.queue[0][1] <= self.options.max_batch_size:
@@ -132,17 +146,28 @@ class Batcher:
             self.full.clear()
         return batch
 
-    def _call(self, batch: list[tuple[Any, int, asyncio.Future[Any]]]) -> None:
+    async def _call(self, batch: list[tuple[Any, int, asyncio.Future[Any], float]]) -> None:
         live = [item for item in batch if not item[2].done()]  # a client that went away is not computed for
         if not live:
             return
-        sizes = [rows for _, rows, _ in live]
+        sizes = [item[1] for item in live]
         self.batch_sizes.appendleft(sum(sizes))
+        joined = _join([item[0] for item in live])
         try:
-            parts = _split(self.servable.call(_join([prepared for prepared, _, _ in live])), sizes)
+            if len(live) == 1 and not self.queue:  # nothing to overlap with: a thread hop would only add latency
+                output = self._compute(joined, sizes)
+            else:
+                output = await asyncio.get_running_loop().run_in_executor(self.executor, self._compute, joined,
+                                                                          sizes)
         except Exception as exc:  # noqa: BLE001 - passed on: each request of the batch answers 500 with it
-            for _, _, future in live:
-                future.set_exception(exc)
+            for item in live:
+                if not item[2].done():
+                    item[2].set_exception(exc)
             return
-        for (_, _, future), part in zip(live, parts):
-            future.set_result(part)
+        for item, part in zip(live, output):
+            if not item[2].done():
+                item[2].set_result(part)
+
+    def _compute(self, joined: Any, sizes: list[int]) -> list[Any]:
+        """On the model thread: the call, its answer split per request and made JSON-ready there too."""
+        return [to_json_ready(part) for part in _split(self.servable.call(joined), sizes)]

@@ -1,10 +1,16 @@
-"""The REST protocol of TensorFlow Serving (which KServe v1 shares), as a raw ASGI app: no web framework,
-so a request costs little more than its JSON and the model's call.
+"""The REST protocol of TensorFlow Serving (which KServe v1 shares) and KServe's v2 (the Open Inference
+Protocol), as a raw ASGI app: no web framework, so a request costs little more than its JSON and the
+model's call.
 
     GET  /v1/models/<name>[/versions/<v>]            model status
     GET  /v1/models/<name>[/versions/<v>]/metadata   model spec and signature
     POST /v1/models/<name>[/versions/<v>]:predict     {"instances": rows} -> {"predictions": ...}
                                                       {"inputs": columns} -> {"outputs": ...}
+    GET  /v2/health/live, /v2/health/ready           {"live": true}, {"ready": true}
+    GET  /v2, /v2/models/<name>[/versions/<v>]       server and model metadata (inputs, outputs, versions)
+    GET  /v2/models/<name>[/versions/<v>]/ready       {"name": ..., "ready": true}
+    POST /v2/models/<name>[/versions/<v>]/infer       {"inputs": [{"name", "shape", "datatype", "data"}]}
+                                                      -> {"model_name", "model_version", "outputs": [...]}
 
 Failures answer {"error": "..."}: 4xx for what the client sent (malformed JSON, wrong shape or dtype,
 a body over the limit, an unknown model or version, a wrong method), 500 when the model raises (logged
@@ -18,6 +24,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
 
 if TYPE_CHECKING:
@@ -30,6 +38,13 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 PREFIX = "/v1/models/"
+V2 = "/v2"
+V2_MODELS = "/v2/models/"
+# KServe v2 tensor types <-> numpy
+V2_TYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+            "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
+            "FP32": "float32", "FP64": "float64", "BYTES": "object"}
+NUMPY_V2 = {numpy_type: v2 for v2, numpy_type in V2_TYPES.items()}
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -77,6 +92,8 @@ class ModelApp:
     async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
         path: str = scope["path"]
         method: str = scope["method"]
+        if path == V2 or path.startswith(V2 + "/"):
+            return 200, await self._v2(scope, receive, path, method)
         if not path.startswith(PREFIX):
             raise RequestError(f"no such path {path!r}: this server answers {PREFIX}{self.name}[:predict|/metadata]",
                                404)
@@ -125,15 +142,18 @@ class ModelApp:
         return {"model_spec": {"name": self.name, "signature_name": "", "version": str(self.version)},
                 "metadata": {"signature_def": {"signature_def": self.servable.signature()}}}
 
-    async def _predict(self, scope: Scope, receive: Receive) -> Any:
+    async def _json_body(self, scope: Scope, receive: Receive, example: str) -> dict[str, Any]:
         raw = await self._body(scope, receive)
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestError(f"the body is not valid JSON ({exc}); send e.g. {{\"instances\": [[1.0, 2.0]]}}") from None
+            raise RequestError(f"the body is not valid JSON ({exc}); send e.g. {example}") from None
         if not isinstance(body, dict):
-            raise RequestError(f"the body is a JSON {type(body).__name__}; send an object with \"instances\" "
-                               "(rows) or \"inputs\" (columns)")
+            raise RequestError(f"the body is a JSON {type(body).__name__}; send an object, e.g. {example}")
+        return body
+
+    async def _predict(self, scope: Scope, receive: Receive) -> Any:
+        body = await self._json_body(scope, receive, '{"instances": [[1.0, 2.0]]} (rows) or {"inputs": ...} (columns)')
         if self.transformer is not None:
             body = self.transformer.preprocess(body)
         has_rows, has_columns = "instances" in body, "inputs" in body
@@ -144,13 +164,89 @@ class ModelApp:
         if has_rows and not isinstance(inputs, list):
             raise RequestError(f"\"instances\" must be a list of rows, not a JSON {type(inputs).__name__}")
         if self.batcher is not None:
-            result = to_json_ready(await self.batcher.predict(inputs))
+            result = await self.batcher.predict(inputs)  # JSON-ready already, made so on the model thread
         else:
             result = to_json_ready(self.servable.predict(inputs))
         answer = {"predictions" if has_rows else "outputs": result}
         if self.transformer is not None:
             answer = self.transformer.postprocess(answer)
         return answer
+
+    # --- KServe v2 ---------------------------------------------------------------------------------------
+    async def _v2(self, scope: Scope, receive: Receive, path: str, method: str) -> Any:
+        parts = [p for p in path[len(V2):].split("/") if p]
+        if parts in ([], ["health", "live"], ["health", "ready"]):
+            if method != "GET":
+                raise RequestError(f"{method} {path}: health and server metadata take GET", 405)
+            if not parts:
+                from hopsml import __version__
+
+                return {"name": "hopsml", "version": __version__, "extensions": []}
+            return {parts[1]: True}
+        if parts[0] != "models" or len(parts) < 2:
+            raise RequestError(f"no such path {path!r}: this server answers {V2_MODELS}{self.name}[/infer|/ready], "
+                               f"{V2}/health/live and {V2}/health/ready", 404)
+        self._check_model(parts[1])
+        tail = parts[2:]
+        if len(tail) >= 2 and tail[0] == "versions":
+            self._check_version(tail[1])
+            tail = tail[2:]
+        if tail == ["infer"]:
+            if method != "POST":
+                raise RequestError(f"{method} {path}: infer takes POST with a JSON body", 405)
+            return await self._v2_infer(scope, receive)
+        if tail not in ([], ["ready"]):
+            raise RequestError(f"no such path {path!r}: try {V2_MODELS}{self.name}/infer", 404)
+        if method != "GET":
+            raise RequestError(f"{method} {path}: model metadata and readiness take GET; inference takes "
+                               f"POST {V2_MODELS}{self.name}/infer", 405)
+        if tail == ["ready"]:
+            return {"name": self.name, "ready": True}
+        shape = [-1] + [-1 if d is None else int(d) for d in (self.servable.input_shape or ())]
+        return {"name": self.name, "versions": [str(self.version)], "platform": self.servable.kind,
+                "inputs": [{"name": "input-0", "datatype": NUMPY_V2.get(self.servable.input_dtype, "FP32"),
+                            "shape": shape}],
+                "outputs": [{"name": "output-0", "datatype": NUMPY_V2.get(self.servable.input_dtype, "FP32"),
+                             "shape": [-1]}]}
+
+    async def _v2_infer(self, scope: Scope, receive: Receive) -> Any:
+        example = '{"inputs": [{"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+        body = await self._json_body(scope, receive, example)
+        if self.transformer is not None:
+            body = self.transformer.preprocess(body)
+        tensors = body.get("inputs")
+        if not isinstance(tensors, list) or not tensors or not all(isinstance(t, dict) for t in tensors):
+            raise RequestError(f"\"inputs\" must be a list of tensors, each {{\"name\", \"shape\", \"datatype\", "
+                               f"\"data\"}}; send e.g. {example}")
+        arrays = {str(t.get("name", f"input-{i}")): _v2_tensor(t) for i, t in enumerate(tensors)}
+        inputs: Any
+        if len(arrays) == 1:
+            inputs = next(iter(arrays.values()))
+        else:
+            inputs = self._columns({k: v.reshape(len(v), -1)[:, 0].tolist() if v.ndim else v.tolist()
+                                    for k, v in arrays.items()})
+        rows = inputs.tolist() if isinstance(inputs, np.ndarray) else inputs  # as v1 passes them (scripts get lists)
+        result = await self.batcher.predict(rows) if self.batcher is not None else self.servable.predict(rows)
+        outputs = result.items() if isinstance(result, dict) else [("output-0", result)]
+        answer: dict[str, Any] = {"model_name": self.name, "model_version": str(self.version),
+                                  "outputs": [self._v2_output(str(k), v) for k, v in outputs]}
+        if "id" in body:
+            answer["id"] = body["id"]
+        if self.transformer is not None:
+            answer = self.transformer.postprocess(answer)
+        return answer
+
+    def _v2_output(self, name: str, value: Any) -> dict[str, Any]:
+        """One v2 output tensor: its shape, type and row-major data."""
+        if hasattr(value, "detach") or (not isinstance(value, (list, np.ndarray)) and hasattr(value, "numpy")):
+            value = to_json_ready(value)
+        array = np.asarray(value)
+        if array.dtype.kind == "f" and not isinstance(value, np.ndarray):  # JSON-ready floats: the model's type
+            datatype = "FP64" if self.servable.input_dtype == "float64" else "FP32"
+        else:
+            datatype = NUMPY_V2.get(array.dtype.name, "BYTES")
+        data = array.ravel().tolist() if array.dtype.kind != "U" else [str(v) for v in array.ravel()]
+        return {"name": name, "shape": list(array.shape), "datatype": datatype, "data": data}
 
     def _columns(self, inputs: Any) -> Any:
         """TF Serving's columnar form: one tensor, or named tensors in the model's feature order."""
@@ -189,6 +285,27 @@ class ModelApp:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _v2_tensor(tensor: dict[str, Any]) -> np.ndarray:
+    """A v2 input tensor as a numpy array of its shape: data flat (row-major) or nested, as the protocol allows."""
+    name = tensor.get("name", "an input")
+    datatype, shape, data = tensor.get("datatype"), tensor.get("shape"), tensor.get("data")
+    if datatype not in V2_TYPES:
+        raise RequestError(f"input {name!r} has datatype {datatype!r}; use one of {', '.join(V2_TYPES)}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                              for d in shape):
+        raise RequestError(f"input {name!r} needs \"shape\": a list of whole numbers, e.g. [1, 4]")
+    if not isinstance(data, list):
+        raise RequestError(f"input {name!r} needs \"data\": a list of values (flat, row-major, or nested)")
+    try:
+        array = np.asarray(data, dtype=V2_TYPES[datatype])
+        size = int(np.prod(shape)) if shape else 1
+        if array.size != size:
+            raise RequestError(f"input {name!r} has {array.size} values, but shape {shape} holds {size}")
+        return array.reshape(shape)
+    except (ValueError, TypeError) as exc:
+        raise RequestError(f"input {name!r} cannot be read as {datatype} of shape {shape} ({exc})") from None
 
 
 async def _send_json(send: Send, status: int, body: Any) -> None:

@@ -1,0 +1,420 @@
+"""Model serving: hopsml serving against MLflow's scoring server, and batching on against off.
+
+One run, one machine, the same models: a PyTorch MLP and a scikit-learn logistic regression (both on 64
+features), each served by hopsml with batching on and off (one instance each) and by `mlflow models serve`
+(one uvicorn worker, `--env-manager local`), loaded by 1, 16 and 64 concurrent clients. Each client sends
+one row per request over its own HTTP/1.1 keep-alive connection (asyncio on raw sockets) and waits for the
+answer; throughput is answers per second, latency each request's time from send to last byte.
+
+The client's own ceiling is measured first against a server that answers a fixed response without reading
+the body, so a figure close to it would mean the client, not the server, was the limit. The model's own
+call (one row, in this process, one thread) is the floor of the one-client latency. On a shared machine
+throughput moves with what else runs; the server's CPU time per answer (all its processes, from /proc)
+moves much less, and is printed beside it.
+
+    python bench/serving.py                             # MLflow too when it imports in this python
+    python bench/serving.py --mlflow-python /work/venv-mlflow/bin/python --repeat 3
+
+MLflow is not a hopsml dependency: give the python of an environment that has it (mlflow, torch and
+scikit-learn of the same versions as here), else its rows are skipped with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from dataclasses import dataclass
+
+import numpy as np
+
+FEATURES = 64
+HIDDEN = (1024, 1024)
+CLASSES = 10
+
+
+@dataclass
+class Load:
+    """One load run's figures; `cpu_ms` is the server's CPU time (all its processes) per answer."""
+
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    cpu_ms: float = float("nan")
+
+
+def tree_cpu_s(root: int) -> float:
+    """User+system CPU seconds of `root` and every process below it (from /proc)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo += [child for child, parent in parents.items() if parent == pid]
+    return total
+
+
+# --- the client --------------------------------------------------------------------------------------------
+async def _client(host: str, port: int, request: bytes, stop_at: float, latencies: list[float],
+                  errors: list[int]) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while time.perf_counter() < stop_at:
+            start = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - start)
+            if head[9:12] != b"200":
+                errors[0] += 1
+    finally:
+        writer.close()
+
+
+async def _load(host: str, port: int, request: bytes, clients: int, seconds: float, server_pid: int | None) -> Load:
+    warm: list[float] = []
+    await asyncio.gather(*(_client(host, port, request, time.perf_counter() + 0.3, warm, [0])
+                           for _ in range(clients)))
+    latencies: list[float] = []
+    errors = [0]
+    cpu = tree_cpu_s(server_pid) if server_pid else 0.0
+    start = time.perf_counter()
+    await asyncio.gather(*(_client(host, port, request, start + seconds, latencies, errors)
+                           for _ in range(clients)))
+    elapsed = time.perf_counter() - start
+    cpu_ms = (tree_cpu_s(server_pid) - cpu) * 1e3 / max(1, len(latencies)) if server_pid else float("nan")
+    ms = np.array(latencies) * 1e3
+    return Load(len(latencies) / elapsed, float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), errors[0],
+                cpu_ms)
+
+
+def run_load(host: str, port: int, request: bytes, clients: int, seconds: float, server_pid: int | None = None) -> Load:
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    return runner(_load(host, port, request, clients, seconds, server_pid))
+
+
+def post(path: str, body: bytes, host: str = "127.0.0.1") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+FIXED_SERVER = textwrap.dedent("""
+    import asyncio, socket, sys
+    ANSWER = b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\ncontent-length: 20\\r\\n\\r\\n" + b" " * 20
+
+    class Fixed(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+        def data_received(self, data):  # one request per write from the bench's client
+            self.transport.write(ANSWER)
+
+    async def main():
+        sock = socket.socket(fileno=int(sys.argv[1]))
+        server = await asyncio.get_running_loop().create_server(Fixed, sock=sock)
+        await server.serve_forever()
+    try:
+        import uvloop
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+""")
+
+
+def _listening_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    return sock
+
+
+def client_ceiling(request: bytes, clients: int, seconds: float) -> Load:
+    """The client against a server that does no work: an upper bound on what it can measure."""
+    sock = _listening_socket()
+    proc = subprocess.Popen([sys.executable, "-c", FIXED_SERVER, str(sock.fileno())], pass_fds=[sock.fileno()])
+    try:
+        return run_load("127.0.0.1", sock.getsockname()[1], request, clients, seconds)
+    finally:
+        proc.terminate()
+        proc.wait()
+        sock.close()
+
+
+# --- the models --------------------------------------------------------------------------------------------
+def build_models(folder: str) -> dict[str, str]:
+    """The MLP (torch.save) and the logistic regression (joblib), fitted on random data; their paths."""
+    import joblib
+    import torch
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, FEATURES)).astype("float32")
+    y = (x[:, :CLASSES] ** 2).argmax(axis=1)
+    torch.manual_seed(0)
+    sizes = (FEATURES, *HIDDEN, CLASSES)
+    layers: list[torch.nn.Module] = []
+    for a, b in zip(sizes, sizes[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    net = torch.nn.Sequential(*layers[:-1]).eval()
+    os.makedirs(folder, exist_ok=True)
+    paths = {"mlp": os.path.join(folder, "mlp.pth"), "sklearn": os.path.join(folder, "sklearn.joblib")}
+    torch.save(net, paths["mlp"])
+    joblib.dump(LogisticRegression(max_iter=300).fit(x, y), paths["sklearn"])
+    return paths
+
+
+def own_call_ms(paths: dict[str, str], row: list[float]) -> dict[str, float]:
+    """Median time of the model's own call on one row, one thread, as a serving instance makes it."""
+    import joblib
+    import torch
+
+    torch.set_num_threads(1)
+    net = torch.load(paths["mlp"], weights_only=False)
+    model = joblib.load(paths["sklearn"])
+    one32 = np.array([row], dtype="float32")
+    one64 = np.array([row], dtype="float64")
+
+    def mlp() -> None:
+        with torch.inference_mode():
+            net(torch.from_numpy(one32))
+
+    calls = {"mlp": mlp, "sklearn": lambda: model.predict(one64)}
+    out = {}
+    for name, call in calls.items():
+        times = []
+        for _ in range(500):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times[100:]) * 1e3
+    return out
+
+
+# --- MLflow ------------------------------------------------------------------------------------------------
+MLFLOW_SAVE = textwrap.dedent("""
+    import sys, joblib, numpy as np, torch, mlflow.pytorch, mlflow.sklearn
+    from mlflow.models import infer_signature
+    mlp, sk, out = sys.argv[1:4]
+    example = np.zeros((1, int(sys.argv[4])), dtype="float32")
+    net = torch.load(mlp, weights_only=False)
+    with torch.no_grad():
+        answer = net(torch.from_numpy(example)).numpy()
+    # pip_requirements given: MLflow would otherwise load each model again in a subprocess to infer them
+    mlflow.pytorch.save_model(net, out + "/mlp", signature=infer_signature(example, answer), input_example=example,
+                              pip_requirements=["torch"])
+    model = joblib.load(sk)
+    mlflow.sklearn.save_model(model, out + "/sklearn",
+                              signature=infer_signature(example.astype("float64"), model.predict(example)),
+                              pip_requirements=["scikit-learn"])
+""")
+
+
+def mlflow_python(given: str | None) -> str | None:
+    """The python to run MLflow with, or None (with the reason printed) when there is none."""
+    candidate = given or sys.executable
+    probe = subprocess.run([candidate, "-c", "import mlflow, torch, sklearn"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"MLflow skipped: {candidate} cannot import mlflow, torch and sklearn "
+              f"({probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else 'no output'}); pass "
+              "--mlflow-python with the python of an environment that has them")
+        return None
+    return candidate
+
+
+class MlflowServer:
+    """`mlflow models serve` of one saved model, on a free port, until closed."""
+
+    def __init__(self, python: str, model_dir: str, log_path: str) -> None:
+        with socket.socket() as probe:  # mlflow binds by port number; a free one, taken right away below
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.log = open(log_path, "wb")
+        # its scoring server runs `uvicorn` by name: the environment's bin folder goes first on PATH
+        env = {**os.environ, "MLFLOW_TRACKING_URI": "file://" + os.path.dirname(log_path) + "/mlruns",
+               "PATH": os.path.dirname(python) + os.pathsep + os.environ.get("PATH", "")}
+        self.proc = subprocess.Popen([python, "-m", "mlflow", "models", "serve", "-m", model_dir, "-p",
+                                      str(self.port), "-h", "127.0.0.1", "-w", "1", "--env-manager", "local"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow models serve exited ({self.proc.returncode}); see {log_path}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        self.close()
+        raise RuntimeError(f"mlflow models serve did not answer /ping within 180 s; see {log_path}")
+
+    def close(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+def server_pid(settings: object, name: str) -> int | None:
+    """The supervisor process of a running hopsml serving (its instances are its children)."""
+    from hopsml.fs import Storage
+    from hopsml.serving import state
+
+    st = state.read(Storage(settings.root), settings.project, name)  # type: ignore[attr-defined]
+    return st.supervisor_proc.pid if st.supervisor_proc else None
+
+
+# --- the run -----------------------------------------------------------------------------------------------
+def measure(name: str, host: str, port: int, request: bytes, clients: list[int], seconds: float, repeat: int,
+            check: bytes | None = None, server_pid: int | None = None) -> dict[int, Load]:
+    """Median over `repeat` runs of each client count, after checking one answer."""
+    if check is not None:
+        answer = urllib.request.urlopen(urllib.request.Request(
+            f"http://{host}:{port}{request.split(b' ')[1].decode()}", data=check, method="POST",
+            headers={"Content-Type": "application/json"}), timeout=60).read()
+        json.loads(answer)
+    out = {}
+    for n in clients:
+        runs = [run_load(host, port, request, n, seconds, server_pid) for _ in range(repeat)]
+        out[n] = Load(statistics.median(r.rps for r in runs), statistics.median(r.p50_ms for r in runs),
+                      statistics.median(r.p99_ms for r in runs), sum(r.errors for r in runs),
+                      statistics.median(r.cpu_ms for r in runs))
+        r = out[n]
+        print(f"  {name:<24} {n:>3} clients: {r.rps:8.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
+              f"  server CPU {r.cpu_ms:6.3f} ms/req{f'  ERRORS {r.errors}' if r.errors else ''}", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", default="1,16,64", help="concurrent client counts (default 1,16,64)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of one load run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the median is reported")
+    parser.add_argument("--mlflow-python", default=None,
+                        help="python of an environment with mlflow (default: this one, if mlflow imports)")
+    parser.add_argument("--no-mlflow", action="store_true", help="skip MLflow")
+    parser.add_argument("--models", default="mlp,sklearn")
+    args = parser.parse_args(argv)
+    clients = [int(c) for c in args.clients.split(",")]
+    models = args.models.split(",")
+
+    from hopsml import config
+    from hopsml.model import registry
+    from hopsml.serving import lifecycle
+
+    work = tempfile.mkdtemp(prefix="hopsml-bench-serving-")
+    settings = config.load(environ={}, root=os.path.join(work, "root"), project="bench")
+    row = [round(float(v), 4) for v in np.random.default_rng(1).normal(size=FEATURES)]
+    results: dict[tuple[str, str], dict[int, Load]] = {}
+    started: list[str] = []
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}, {os.cpu_count()} cores")
+    try:
+        paths = build_models(os.path.join(work, "models"))
+        own = own_call_ms(paths, row)
+        print("model's own call, one row: " + ", ".join(f"{k} {v:.3f} ms" for k, v in own.items()))
+        body = json.dumps({"instances": [row]}).encode()
+        ceiling = client_ceiling(post("/v1/models/x:predict", body), max(clients), args.seconds)
+        print(f"client ceiling ({max(clients)} clients, a server that does no work): {ceiling.rps:.0f} req/s")
+        for model in models:
+            registry.export(paths[model], model, settings=settings)
+            for batching in (True, False):
+                serving = f"{model}{'Batched' if batching else 'Plain'}"
+                lifecycle.create_or_update(serving, f"Models/{model}", "PYTHON", model_version=1,
+                                           batching_enabled=batching, settings=settings)
+                started.append(serving)
+                s = lifecycle.start(serving, settings=settings)
+                print(f"hopsml {serving}:", flush=True)
+                path = f"/v1/models/{serving}:predict"
+                results[(model, serving)] = measure(f"hopsml {serving}", s.internal_ips[0], s.internal_port,
+                                                    post(path, body), clients, args.seconds, args.repeat, body,
+                                                    server_pid(settings, serving))
+                lifecycle.stop(serving, settings=settings)
+                started.remove(serving)
+        python = None if args.no_mlflow else mlflow_python(args.mlflow_python)
+        if python is not None:
+            saved = os.path.join(work, "mlflow")
+            done = subprocess.run([python, "-c", MLFLOW_SAVE, paths["mlp"], paths["sklearn"], saved, str(FEATURES)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"saving the models with mlflow failed:\n{done.stderr[-3000:]}")
+            mbody = json.dumps({"inputs": [row]}).encode()
+            for model in models:
+                server = MlflowServer(python, os.path.join(saved, model), os.path.join(work, f"mlflow-{model}.log"))
+                try:
+                    print(f"mlflow {model}:", flush=True)
+                    results[(model, "mlflow")] = measure(f"mlflow {model}", "127.0.0.1", server.port,
+                                                         post("/invocations", mbody), clients, args.seconds,
+                                                         args.repeat, mbody, server.proc.pid)
+                finally:
+                    server.close()
+    finally:
+        for serving in started:
+            lifecycle.stop(serving, settings=settings)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    report(results, own, clients, models)
+    return 0
+
+
+def report(results: dict[tuple[str, str], dict[int, Load]], own: dict[str, float], clients: list[int],
+           models: list[str]) -> None:
+    top = max(clients)
+    print("\nratios (targets: >= 2x MLflow at 64 clients with p99 no worse; batching >= 3x plain for the MLP; "
+          "1-client p50 within 2 ms of the model's own call)")
+    for model in models:
+        batched, plain = results.get((model, f"{model}Batched")), results.get((model, f"{model}Plain"))
+        mlflow = results.get((model, "mlflow"))
+        if batched and plain:
+            print(f"  {model}: batched/plain at {top} clients {batched[top].rps / plain[top].rps:.2f}x")
+            best = batched if batched[top].rps >= plain[top].rps else plain
+            which = "batched" if best is batched else "plain"
+            print(f"  {model}: server CPU per answer at {top} clients: batched {batched[top].cpu_ms:.3f} ms, plain "
+                  f"{plain[top].cpu_ms:.3f} ms ({plain[top].cpu_ms / batched[top].cpu_ms:.2f}x)")
+            if mlflow:
+                print(f"  {model}: hopsml ({which}) / MLflow at {top} clients {best[top].rps / mlflow[top].rps:.2f}x "
+                      f"throughput, p99 {best[top].p99_ms:.2f} vs {mlflow[top].p99_ms:.2f} ms, server CPU per answer "
+                      f"{best[top].cpu_ms:.3f} vs {mlflow[top].cpu_ms:.3f} ms "
+                      f"({mlflow[top].cpu_ms / best[top].cpu_ms:.2f}x less)")
+            if 1 in clients:
+                print(f"  {model}: 1-client p50 plain {plain[1].p50_ms:.2f} ms, batched {batched[1].p50_ms:.2f} ms, "
+                      f"model's own call {own[model]:.3f} ms (gap {plain[1].p50_ms - own[model]:.2f} ms)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
