@@ -23,6 +23,7 @@ from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.model import registry
 from hopsml.serving import definition as defs
+from hopsml.serving import inference_log
 from hopsml.serving import state as states
 from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
 from hopsml.serving.processes import Proc, wait_gone, wait_port_closed
@@ -110,6 +111,14 @@ def log_path(settings: config.Settings, project: str, name: str) -> str:
     return local
 
 
+def inference_log_path(settings: config.Settings, project: str, name: str) -> str:
+    """The inference log's folder: `Logs/Serving/<name>/inference` under a local root, else under log_dir."""
+    local = Storage(settings.root).local_path(layout.ServingDir.of(project, name).inference_log)
+    if local is None:
+        local = os.path.join(os.path.expanduser(settings.log_dir), "serving", project, name, "inference")
+    return local
+
+
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     """The last `lines` lines of a log file ('' when there is none)."""
     try:
@@ -187,12 +196,16 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      transformer_instances: int | None = None, predictor_resource_config: dict[str, Any] | None = None,
                      *, host: str | None = None, port: int | None = None, max_body_bytes: int | None = None,
                      max_batch_size: int | None = None, batch_timeout_micros: int | None = None,
-                     max_enqueued_batches: int | None = None, settings: config.Settings | None = None) -> Serving:
+                     max_enqueued_batches: int | None = None, inference_log_roll_seconds: int | None = None,
+                     inference_log_roll_bytes: int | None = None, inference_log_queue: int | None = None,
+                     settings: config.Settings | None = None) -> Serving:
     """Define (or redefine) a serving; a running one is restarted with the new definition.
 
     hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
-    port by default), `max_body_bytes` (larger requests get 413), and TF Serving's batching knobs, used with
-    `batching_enabled=True`. A keyword left None keeps the serving's previous value (or the default)."""
+    port by default), `max_body_bytes` (larger requests get 413), TF Serving's batching knobs, used with
+    `batching_enabled=True`, and how the inference log rolls its Parquet files (every
+    `inference_log_roll_seconds`, default 10, or at `inference_log_roll_bytes`) and how many records may wait
+    for its writer (`inference_log_queue`: more are dropped and counted, never slowing a request). A keyword left None keeps the serving's previous value (or the default)."""
     storage, project, settings = _where(settings)
     defs.check_name(serving_name)
     if transformer is not None and kserve is None:
@@ -227,7 +240,9 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
         host=host if host is not None else previous.get("host", defs.DEFAULT_HOST),
         port=port if port is not None else previous.get("port", 0),
         **_kept(previous, max_body_bytes=max_body_bytes, max_batch_size=max_batch_size,
-                batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches),
+                batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches,
+                inference_log_roll_seconds=inference_log_roll_seconds,
+                inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue),
         **made)
     for script in (predictor, transformer):
         if script is not None and not storage.exists(script_rel(project, d, script)):
@@ -273,6 +288,14 @@ def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Setti
     ready_r, ready_w = os.pipe()
     env = {**os.environ, "HOPSML_ROOT": settings.root, "HOPSML_PROJECT": project, READY_FD_ENV: str(ready_w),
            "HOPSML_SERVING_LOG": path}
+    env.pop(inference_log.LOG_ENV, None)
+    if d.logs_inferences:
+        folder = inference_log_path(settings, project, serving_name)
+        os.makedirs(folder, exist_ok=True)
+        env[inference_log.LOG_ENV] = inference_log.LogOptions(
+            folder=folder, mode=d.inference_logging or "ALL", serving=d.name, model_name=d.model_name,
+            model_version=d.model_version, roll_bytes=d.inference_log_roll_bytes,
+            roll_seconds=float(d.inference_log_roll_seconds), queue_size=d.inference_log_queue).to_env()
     with open(path, "ab") as log_file:
         log_file.write(f"--- {states.now()} starting serving {serving_name}\n".encode())
         log_file.flush()
@@ -387,6 +410,13 @@ def delete(serving_name: str, *, settings: config.Settings | None = None) -> Non
     log.info("serving %s deleted", serving_name)
 
 
+def get_inference_log(serving_name: str, settings: config.Settings | None = None) -> str | None:
+    """The folder of the serving's inference log (Parquet files; hops' Kafka topic), None when it logs nothing."""
+    storage, project, settings = _where(settings)
+    d = defs.read(storage, project, serving_name)
+    return inference_log_path(settings, project, serving_name) if d.logs_inferences else None
+
+
 def get_status(serving_name: str, settings: config.Settings | None = None) -> Status:
     storage, project, settings = _where(settings)
     defs.read(storage, project, serving_name)
@@ -434,4 +464,4 @@ class InferenceError(ServingError):
 
 
 __all__ = ["HopsmlError", "InferenceError", "KafkaTopic", "Serving", "ServingError", "ServingNotFound", "Status",
-           "create_or_update", "delete", "get", "get_all", "get_status", "make_inference_request", "start", "stop"]
+           "create_or_update", "delete", "get", "get_all", "get_inference_log", "get_status", "make_inference_request", "start", "stop"]
