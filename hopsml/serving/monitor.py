@@ -42,6 +42,8 @@ PSI_THRESHOLD = 0.2
 KS_THRESHOLD = 0.15
 MIN_ROWS = 30          # fewer logged rows are reported, with a warning that they say little
 _EPS = 1e-4            # a bin's smallest share in PSI, so an empty bin does not make it infinite
+_DENSITY_FLOOR = 1e-6  # the density of a value outside the training range, so one such value is not -inf
+UNTRANSFORMED_SHARE = 0.05  # this share of served rows likelier raw than standardized is a preprocessing problem
 
 
 # --- the scores --------------------------------------------------------------------------------------
@@ -249,6 +251,34 @@ def _feature_report(ref: Mapping[str, Any], values: np.ndarray, psi_threshold: f
     return out
 
 
+def _density(values: np.ndarray, edges: Sequence[float], counts: Sequence[float]) -> np.ndarray:
+    """The training histogram's density at each value (0 outside its range)."""
+    low, high = float(edges[0]), float(edges[-1])
+    bins = len(edges) - 1
+    width = (high - low) / bins or 1.0
+    shares = _shares(counts) / width
+    inside = (values >= low) & (values <= high)
+    index = np.clip(np.floor((values - low) / width), 0, bins - 1).astype(np.int64)
+    return np.where(inside, shares[index], 0.0)
+
+
+def _untransformed_rows(references: Sequence[Mapping[str, Any]], rows: list[list[Any]]) -> int:
+    """How many served rows are likelier under the raw training values than under the standardized ones,
+    summed over the standardized features: clients that skip the transform, even when others do not (a
+    mixture a per-feature comparison misses)."""
+    standardized = [(i, ref) for i, ref in enumerate(references) if ref.get("standardized") and ref.get("edges")]
+    usable = [r for r in rows if all(i < len(r) and isinstance(r[i], (int, float)) for i, _ in standardized)]
+    if not standardized or not usable:
+        return 0
+    matrix = np.asarray([[float(r[i]) for i, _ in standardized] for r in usable], dtype=np.float64)
+    as_raw = np.zeros(len(usable))
+    as_standardized = np.zeros(len(usable))
+    for column, (_, ref) in enumerate(standardized):
+        as_raw += np.log(_density(matrix[:, column], ref["raw_edges"], ref["counts"]) + _DENSITY_FLOOR)
+        as_standardized += np.log(_density(matrix[:, column], ref["edges"], ref["counts"]) + _DENSITY_FLOOR)
+    return int((as_raw > as_standardized).sum())
+
+
 # --- the report --------------------------------------------------------------------------------------
 def monitor(serving_name: str, dataset: str | None = None, *, split: str = "train",
             psi_threshold: float = PSI_THRESHOLD, ks_threshold: float = KS_THRESHOLD, write: bool = True,
@@ -291,6 +321,11 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
                 for i, ref in enumerate(references)]
     for feature in features:
         problems += [f"{feature['name']}: {p}" for p in feature["preprocessing"]["problems"]]
+    untransformed = _untransformed_rows(references, rows)
+    if untransformed and untransformed >= UNTRANSFORMED_SHARE * len(rows):
+        problems.append(f"untransformed rows: {untransformed} of {len(rows)} served rows fit the raw training "
+                        "values better than the standardized ones (over all standardized features): some clients "
+                        "send inputs without the fitted transform")
     warnings = []
     if len(rows) < MIN_ROWS:
         warnings.append(f"only {len(rows)} served rows are logged (of {MIN_ROWS} or more for scores that mean "

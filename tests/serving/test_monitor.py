@@ -98,9 +98,11 @@ def test_raw_inputs_where_training_standardized_are_a_preprocessing_mismatch(tra
     report = monitor("raw", settings=settings)
     assert not report["preprocessing"]["ok"]
     flagged = {p.split(":")[0] for p in report["preprocessing"]["problems"]}
-    assert flagged == {"sepal_length", "sepal_width", "petal_length", "petal_width"}
+    numeric = {"sepal_length", "sepal_width", "petal_length", "petal_width"}
+    assert flagged == numeric | {"untransformed rows"}
     assert "untransformed" in report["preprocessing"]["problems"][0]
-    assert set(report["drifted"]) == flagged
+    assert f"{len(raw)} of {len(raw)} served rows" in report["preprocessing"]["problems"][-1]
+    assert set(report["drifted"]) == numeric
     text = _cli(settings, "serving", "monitor", "raw")
     assert "preprocessing: MISMATCH" in text and "sepal_length" in text and "DRIFT" in text
 
@@ -115,6 +117,15 @@ def _cli(settings, *argv: str) -> str:
     with contextlib.redirect_stdout(out):
         assert cli.main(["--root", settings.root, "--project", settings.project, *argv]) == 0
     return out.getvalue()
+
+
+def test_some_clients_sending_raw_rows_among_transformed_ones_are_caught(trained):
+    root, features, raw = trained
+    settings = settings_for(root)
+    _serve(settings, "mixed", np.concatenate([features, raw[:20]]))
+    report = monitor("mixed", settings=settings)
+    assert not report["preprocessing"]["ok"]
+    assert any(f"20 of {len(features) + 20} served rows" in p for p in report["preprocessing"]["problems"])
 
 
 def test_psi_ks_and_js_of_histograms():
