@@ -59,7 +59,7 @@ def psi(expected: Sequence[float], actual: Sequence[float]) -> float:
     >>> psi([50, 50], [50, 50])
     0.0
     >>> round(psi([90, 10], [10, 90]), 3)
-    3.515
+    3.516
     """
     p = np.maximum(_shares(expected), _EPS)
     q = np.maximum(_shares(actual), _EPS)
