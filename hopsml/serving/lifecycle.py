@@ -6,6 +6,7 @@ new kernel or the CLI sees and controls what an earlier one started.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -15,6 +16,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,7 @@ from hopsml.serving.supervisor import READY_FD_ENV, STOP_GRACE_S, script_rel
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
+START_LOCK = ".start.lock"
 # -c, not -m: the package is imported first either way, and runpy warns about a module run twice
 SUPERVISOR_MAIN = "import sys; from hopsml.serving.supervisor import main; sys.exit(main())"
 # Runs the command in its argv in a session of its own, prints its pid and exits; output goes to the log (fd 2).
@@ -269,8 +273,32 @@ def _kept(previous: dict[str, Any], **given: Any) -> dict[str, Any]:
 # --- running -------------------------------------------------------------------------------------------
 def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Settings | None = None) -> Serving:
     """Start the serving's server (detached: it outlives this process) and wait until every instance
-    answers, or fail with the reason and the log's last lines. Starting a running serving does nothing."""
+    answers, or fail with the reason and the log's last lines. Starting a running serving does nothing; two
+    processes starting it at once get one server (the second waits for the first and finds it running)."""
     storage, project, settings = _where(settings)
+    defs.read(storage, project, serving_name)
+    with _start_lock(storage, project, serving_name):
+        return _start(serving_name, timeout_s, storage, project, settings)
+
+
+@contextmanager
+def _start_lock(storage: Storage, project: str, serving_name: str) -> Iterator[None]:
+    """An exclusive lock on `Serving/<name>/.start.lock` while a process checks and starts the serving (under a
+    local root; HDFS and S3 have no such lock, and two starts at once there may start two servers)."""
+    folder = storage.local_path(layout.ServingDir.of(project, serving_name).path)
+    if folder is None:
+        yield
+        return
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, START_LOCK), "a") as handle:  # not inherited: Popen closes other fds
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, settings: config.Settings) -> Serving:
     d = defs.read(storage, project, serving_name)
     current = get_status(serving_name, settings)
     if current in (states.RUNNING, states.STARTING):
