@@ -288,7 +288,7 @@ class LoggedApp:
         if scope["type"] == "lifespan":
             await self.app(scope, self._closing(receive), send)
             return
-        if scope["type"] != "http" or ":" not in scope.get("path", "").rsplit("/", 1)[-1]:
+        if scope["type"] != "http" or scope.get("method") != "POST":  # inference requests: status GETs are not
             await self.app(scope, receive, send)
             return
         started = time.time()
