@@ -102,4 +102,13 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
     serving = lifecycle.get(args.name, settings)
     if action == "logs":
         return lifecycle.log_tail(serving.log, args.lines) or f"no log yet at {serving.log}"
-    return _status_text(serving)
+    folder = lifecycle.get_inference_log(args.name, settings)
+    if folder is None:
+        return _status_text(serving) + "\ninference log: off"
+    from hopsml.serving import inference_log
+
+    traffic = inference_log.summary(folder)
+    line = f"\ninference log: {folder} ({traffic['requests']} requests"
+    if traffic.get("latency_ms"):
+        line += f", latency p50 {traffic['latency_ms']['p50']:.2f} ms, p99 {traffic['latency_ms']['p99']:.2f} ms"
+    return _status_text(serving) + line + ")"

@@ -3,6 +3,8 @@ instance's writer thread (rolled by size and time, flushed at stop); a full queu
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import textwrap
@@ -45,6 +47,12 @@ def test_every_request_and_answer_is_logged_with_model_latency_and_status(settin
     bad = next(r for r in table if r["status"] == 400)
     assert bad["request"] == "{not json" and "not valid JSON" in json.loads(bad["response"])["error"]
     assert lifecycle.get_inference_log("iris", settings) == _folder(settings, "iris")
+    from hopsml import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["--root", settings.root, "--project", "test", "serving", "status", "iris"]) == 0
+    assert f"inference log: {_folder(settings, 'iris')} (5 requests, latency p50" in out.getvalue()
 
 
 TRANSFORMER = '''
