@@ -349,6 +349,8 @@ class ServingDir:
     'Projects/demo/Serving/mnist/server.json'
     >>> s.log
     'Projects/demo/Logs/Serving/mnist/mnist.log'
+    >>> s.inference_log
+    'Projects/demo/Logs/Serving/mnist/inference'
     """
 
     path: str
@@ -375,6 +377,16 @@ class ServingDir:
     @property
     def log(self) -> str:
         return join(self.log_dir, f"{self.name}.log")
+
+    @property
+    def inference_log(self) -> str:
+        """The inference log's Parquet files (beside the server's log, so it outlives the serving)."""
+        return join(self.log_dir, "inference")
+
+    @property
+    def monitor_report(self) -> str:
+        """The last skew and drift report of `hopsml.serving.monitor`."""
+        return join(self.path, "monitor.json")
 
 
 def servings_dir(project: str) -> str:

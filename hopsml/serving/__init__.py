@@ -11,10 +11,12 @@ Where Hopsworks' server did the work, a local server does it: `start` runs `inst
 one port (127.0.0.1 unless `host=` says otherwise) under a supervisor that outlives the notebook and
 restarts a crashed instance; the definition and the server's state live in the project
 (`Serving/<name>/`), its log in `Logs/Serving/<name>/`. Parameters for Hopsworks services hopsml does not
-run (the Kafka topic and its partitions and replicas, `inference_logging`, `kserve`,
+run (the Kafka topic and its partitions and replicas, `kserve`,
 `transformer_instances`, `artifact_version`, `predictor_resource_config`) are checked as hops checks them
-and recorded, and change nothing here; the transformer runs inside each instance. Importing this package
-starts nothing.
+and recorded, and change nothing here; the transformer runs inside each instance. What hops sent to the Kafka
+topic (`inference_logging`: 'MODEL_INPUTS', 'PREDICTIONS' or 'ALL', the default) goes to the serving's
+inference log, Parquet files in `Logs/Serving/<name>/inference/`; `monitor(name)` compares its inputs with the
+training dataset. Importing this package starts nothing.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from typing import Any
 
 from hopsml.serving.definition import MODEL_SERVERS, PYTHON, TENSORFLOW_SERVING, ServingError, ServingNotFound
 from hopsml.serving.lifecycle import (InferenceError, KafkaTopic, Serving, Status, create_or_update, delete, get_all,
-                                      get_status, make_inference_request, start, stop)
+                                      get_inference_log, get_status, make_inference_request, start, stop)
 from hopsml.serving.lifecycle import get as _get
+from hopsml.serving.monitor import monitor
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +99,13 @@ def get_available_instances(serving_name: str) -> int | tuple[int, int]:
 
 def get_kafka_topic(serving_name: str) -> str | None:
     """The topic name given to create_or_update ('CREATE' by default; None for 'NONE'). hopsml runs no Kafka:
-    nothing is written to a topic."""
-    return _get(serving_name).kafka_topic_dto.name
+    the requests and answers hops sent to the topic are in the serving's inference log instead, Parquet files
+    in `Logs/Serving/<name>/inference/` (`get_inference_log(name)` gives the folder; it is logged here too)."""
+    found = _get(serving_name)
+    where = get_inference_log(serving_name)
+    log.info("serving %s: no Kafka topic here; its inference log is %s", serving_name,
+             where if where is not None else "off (inference_logging or topic_name is None/'NONE')")
+    return found.kafka_topic_dto.name
 
 
 def get_predictor_resource_config(serving_name: str) -> dict[str, Any] | None:
@@ -123,7 +131,7 @@ def describe(serving_name: str) -> None:
 
 __all__ = ["MODEL_SERVERS", "PYTHON", "TENSORFLOW_SERVING", "InferenceError", "KafkaTopic", "Serving", "ServingError",
            "ServingNotFound", "Status", "create_or_update", "delete", "describe", "exists", "get", "get_all",
-           "get_artifact_version", "get_available_instances", "get_id", "get_internal_endpoints", "get_kafka_topic",
+           "get_artifact_version", "get_available_instances", "get_id", "get_inference_log", "get_internal_endpoints", "get_kafka_topic",
            "get_model_name", "get_model_path", "get_model_server", "get_model_version", "get_predictor",
            "get_predictor_resource_config", "get_serving_tool", "get_status", "get_transformer",
-           "make_inference_request", "start", "stop"]
+           "make_inference_request", "monitor", "start", "stop"]

@@ -1,4 +1,4 @@
-"""The serving commands of the ``hopsml`` CLI: ``serving create|start|stop|list|status|logs|delete``.
+"""The serving commands of the ``hopsml`` CLI: ``serving create|start|stop|list|status|logs|monitor|delete``.
 
 ``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one that
 was parsed and returns the text to print.
@@ -39,6 +39,14 @@ def add_commands(subparsers: Any) -> None:
                          ("delete", "stop it and remove its definition (its log stays)")):
         actions.add_parser(action, help=text).add_argument("name")
     actions.add_parser("list", help="every serving of the project with its status")
+    watch = actions.add_parser("monitor", help="drift and training-serving skew: the logged inputs against the "
+                                               "training dataset's statistics (JSON report in the serving's folder)")
+    watch.add_argument("name")
+    watch.add_argument("--dataset", help="the training dataset (default: the one the model's lineage names)")
+    watch.add_argument("--split", default="train", help="the dataset split to compare with (default train)")
+    watch.add_argument("--psi", type=float, default=None, help="PSI over this flags drift (default 0.2)")
+    watch.add_argument("--ks", type=float, default=None, help="KS over this flags drift (default 0.15)")
+    watch.add_argument("--json", action="store_true", help="print the whole report as JSON")
     logs = actions.add_parser("logs", help="the last lines of the serving's log")
     logs.add_argument("name")
     logs.add_argument("-n", "--lines", type=int, default=50, help="how many lines (default 50)")
@@ -75,6 +83,13 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
         if not rows:
             return f"no servings in project {settings.project!r}; create one with 'hopsml serving create NAME Models/MODEL'"
         return format_table(rows, ("name", "id", "status", "model", "instances", "endpoint", "restarts"))
+    if action == "monitor":
+        from hopsml.serving.monitor import KS_THRESHOLD, PSI_THRESHOLD, monitor, report_text
+
+        report = monitor(args.name, args.dataset, split=args.split,
+                         psi_threshold=args.psi if args.psi is not None else PSI_THRESHOLD,
+                         ks_threshold=args.ks if args.ks is not None else KS_THRESHOLD, settings=settings)
+        return json.dumps(report, indent=2) if args.json else report_text(report)
     if action == "start":
         serving = lifecycle.start(args.name, settings=settings)
         return f"serving {serving.name}: {serving.status} at http://{serving.internal_ips[0]}:{serving.internal_port}"
@@ -87,4 +102,13 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
     serving = lifecycle.get(args.name, settings)
     if action == "logs":
         return lifecycle.log_tail(serving.log, args.lines) or f"no log yet at {serving.log}"
-    return _status_text(serving)
+    folder = lifecycle.get_inference_log(args.name, settings)
+    if folder is None:
+        return _status_text(serving) + "\ninference log: off"
+    from hopsml.serving import inference_log
+
+    traffic = inference_log.summary(folder)
+    line = f"\ninference log: {folder} ({traffic['requests']} requests"
+    if traffic.get("latency_ms"):
+        line += f", latency p50 {traffic['latency_ms']['p50']:.2f} ms, p99 {traffic['latency_ms']['p99']:.2f} ms"
+    return _status_text(serving) + line + ")"

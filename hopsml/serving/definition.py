@@ -79,6 +79,9 @@ class ServingDefinition:
     max_batch_size: int = 32
     batch_timeout_micros: int = 1000
     max_enqueued_batches: int = 100
+    inference_log_roll_seconds: int = 10
+    inference_log_roll_bytes: int = 8 << 20
+    inference_log_queue: int = 10000
     creator: str = field(default_factory=lambda: os.environ.get("HOPSML_USER") or getpass.getuser())
     created: str = field(default_factory=_now)
 
@@ -92,7 +95,10 @@ class ServingDefinition:
                                   ("port", self.port, 0), ("max_body_bytes", self.max_body_bytes, 1),
                                   ("max_batch_size", self.max_batch_size, 1),
                                   ("batch_timeout_micros", self.batch_timeout_micros, 0),
-                                  ("max_enqueued_batches", self.max_enqueued_batches, 1)):
+                                  ("max_enqueued_batches", self.max_enqueued_batches, 1),
+                                  ("inference_log_roll_seconds", self.inference_log_roll_seconds, 1),
+                                  ("inference_log_roll_bytes", self.inference_log_roll_bytes, 1),
+                                  ("inference_log_queue", self.inference_log_queue, 1)):
             if isinstance(number, bool) or not isinstance(number, int) or number < low:
                 raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
         if not 0 <= self.port <= 65535:
@@ -120,6 +126,12 @@ class ServingDefinition:
             return None
         return {"max_batch_size": self.max_batch_size, "batch_timeout_micros": self.batch_timeout_micros,
                 "max_enqueued_batches": self.max_enqueued_batches}
+
+    @property
+    def logs_inferences(self) -> bool:
+        """Whether requests are logged: an `inference_logging` mode and a topic (hops logged nothing with
+        topic_name 'NONE' or None; the topic itself is not used here)."""
+        return self.inference_logging is not None and self.topic_name not in (None, "NONE")
 
     @property
     def kserve(self) -> bool:

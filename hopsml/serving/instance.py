@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 SPEC_ENV = "HOPSML_SERVING_INSTANCE"
 
@@ -57,6 +58,8 @@ def main() -> int:
     import uvicorn
 
     from hopsml.serving import loaders
+    from hopsml.serving.inference_log import (LOG_ENV, CountingServable, InferenceLogger, LoggedApp, LogOptions,
+                                              RecordingTransformer)
     from hopsml.serving.protocol import ModelApp
 
     try:
@@ -73,19 +76,31 @@ def main() -> int:
         os.close(spec.ready_fd)
         log.info("serving %s version %d: ready", spec.name, spec.version)
 
+    logger = None
+    if os.environ.get(LOG_ENV):  # inference logging: the model calls are counted, requests queued for the writer
+        logger = InferenceLogger(LogOptions.from_env(os.environ[LOG_ENV]), spec.index)
+        servable = cast(loaders.Servable, CountingServable(servable, logger.batch_sizes))
+        if transformer is not None:
+            transformer = cast(loaders.Transformer, RecordingTransformer(transformer))
     batcher = None
     if spec.batching is not None:
         from hopsml.serving.batching import Batcher, BatchingOptions
 
         batcher = Batcher(servable, BatchingOptions(**spec.batching))
-    app = ModelApp(spec.name, spec.version, servable, transformer, spec.max_body_bytes, on_startup=ready,
-                   batcher=batcher)
+    app: Any = ModelApp(spec.name, spec.version, servable, transformer, spec.max_body_bytes, on_startup=ready,
+                        batcher=batcher)
+    if logger is not None:
+        app = LoggedApp(app, logger)
     sock = socket.socket(fileno=spec.socket_fd)
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     config = uvicorn.Config(app, loop=loop, http=http, lifespan="on", access_log=False, log_level="warning",
                             timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        if logger is not None:  # what is queued is written before the instance ends
+            logger.close()
     return 0
 
 

@@ -6,6 +6,7 @@ new kernel or the CLI sees and controls what an earlier one started.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -15,6 +16,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +26,7 @@ from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.model import registry
 from hopsml.serving import definition as defs
+from hopsml.serving import inference_log
 from hopsml.serving import state as states
 from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
 from hopsml.serving.processes import Proc, wait_gone, wait_port_closed
@@ -31,6 +35,7 @@ from hopsml.serving.supervisor import READY_FD_ENV, STOP_GRACE_S, script_rel
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
+START_LOCK = ".start.lock"
 # -c, not -m: the package is imported first either way, and runpy warns about a module run twice
 SUPERVISOR_MAIN = "import sys; from hopsml.serving.supervisor import main; sys.exit(main())"
 # Runs the command in its argv in a session of its own, prints its pid and exits; output goes to the log (fd 2).
@@ -107,6 +112,14 @@ def log_path(settings: config.Settings, project: str, name: str) -> str:
     local = storage.local_path(layout.ServingDir.of(project, name).log)
     if local is None:
         local = os.path.join(os.path.expanduser(settings.log_dir), "serving", project, f"{name}.log")
+    return local
+
+
+def inference_log_path(settings: config.Settings, project: str, name: str) -> str:
+    """The inference log's folder: `Logs/Serving/<name>/inference` under a local root, else under log_dir."""
+    local = Storage(settings.root).local_path(layout.ServingDir.of(project, name).inference_log)
+    if local is None:
+        local = os.path.join(os.path.expanduser(settings.log_dir), "serving", project, name, "inference")
     return local
 
 
@@ -187,12 +200,16 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      transformer_instances: int | None = None, predictor_resource_config: dict[str, Any] | None = None,
                      *, host: str | None = None, port: int | None = None, max_body_bytes: int | None = None,
                      max_batch_size: int | None = None, batch_timeout_micros: int | None = None,
-                     max_enqueued_batches: int | None = None, settings: config.Settings | None = None) -> Serving:
+                     max_enqueued_batches: int | None = None, inference_log_roll_seconds: int | None = None,
+                     inference_log_roll_bytes: int | None = None, inference_log_queue: int | None = None,
+                     settings: config.Settings | None = None) -> Serving:
     """Define (or redefine) a serving; a running one is restarted with the new definition.
 
     hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
-    port by default), `max_body_bytes` (larger requests get 413), and TF Serving's batching knobs, used with
-    `batching_enabled=True`. A keyword left None keeps the serving's previous value (or the default)."""
+    port by default), `max_body_bytes` (larger requests get 413), TF Serving's batching knobs, used with
+    `batching_enabled=True`, and how the inference log rolls its Parquet files (every
+    `inference_log_roll_seconds`, default 10, or at `inference_log_roll_bytes`) and how many records may wait
+    for its writer (`inference_log_queue`: more are dropped and counted, never slowing a request). A keyword left None keeps the serving's previous value (or the default)."""
     storage, project, settings = _where(settings)
     defs.check_name(serving_name)
     if transformer is not None and kserve is None:
@@ -227,7 +244,9 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
         host=host if host is not None else previous.get("host", defs.DEFAULT_HOST),
         port=port if port is not None else previous.get("port", 0),
         **_kept(previous, max_body_bytes=max_body_bytes, max_batch_size=max_batch_size,
-                batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches),
+                batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches,
+                inference_log_roll_seconds=inference_log_roll_seconds,
+                inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue),
         **made)
     for script in (predictor, transformer):
         if script is not None and not storage.exists(script_rel(project, d, script)):
@@ -254,8 +273,32 @@ def _kept(previous: dict[str, Any], **given: Any) -> dict[str, Any]:
 # --- running -------------------------------------------------------------------------------------------
 def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Settings | None = None) -> Serving:
     """Start the serving's server (detached: it outlives this process) and wait until every instance
-    answers, or fail with the reason and the log's last lines. Starting a running serving does nothing."""
+    answers, or fail with the reason and the log's last lines. Starting a running serving does nothing; two
+    processes starting it at once get one server (the second waits for the first and finds it running)."""
     storage, project, settings = _where(settings)
+    defs.read(storage, project, serving_name)
+    with _start_lock(storage, project, serving_name):
+        return _start(serving_name, timeout_s, storage, project, settings)
+
+
+@contextmanager
+def _start_lock(storage: Storage, project: str, serving_name: str) -> Iterator[None]:
+    """An exclusive lock on `Serving/<name>/.start.lock` while a process checks and starts the serving (under a
+    local root; HDFS and S3 have no such lock, and two starts at once there may start two servers)."""
+    folder = storage.local_path(layout.ServingDir.of(project, serving_name).path)
+    if folder is None:
+        yield
+        return
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, START_LOCK), "a") as handle:  # not inherited: Popen closes other fds
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, settings: config.Settings) -> Serving:
     d = defs.read(storage, project, serving_name)
     current = get_status(serving_name, settings)
     if current in (states.RUNNING, states.STARTING):
@@ -273,6 +316,14 @@ def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Setti
     ready_r, ready_w = os.pipe()
     env = {**os.environ, "HOPSML_ROOT": settings.root, "HOPSML_PROJECT": project, READY_FD_ENV: str(ready_w),
            "HOPSML_SERVING_LOG": path}
+    env.pop(inference_log.LOG_ENV, None)
+    if d.logs_inferences:
+        folder = inference_log_path(settings, project, serving_name)
+        os.makedirs(folder, exist_ok=True)
+        env[inference_log.LOG_ENV] = inference_log.LogOptions(
+            folder=folder, mode=d.inference_logging or "ALL", serving=d.name, model_name=d.model_name,
+            model_version=d.model_version, roll_bytes=d.inference_log_roll_bytes,
+            roll_seconds=float(d.inference_log_roll_seconds), queue_size=d.inference_log_queue).to_env()
     with open(path, "ab") as log_file:
         log_file.write(f"--- {states.now()} starting serving {serving_name}\n".encode())
         log_file.flush()
@@ -387,6 +438,13 @@ def delete(serving_name: str, *, settings: config.Settings | None = None) -> Non
     log.info("serving %s deleted", serving_name)
 
 
+def get_inference_log(serving_name: str, settings: config.Settings | None = None) -> str | None:
+    """The folder of the serving's inference log (Parquet files; hops' Kafka topic), None when it logs nothing."""
+    storage, project, settings = _where(settings)
+    d = defs.read(storage, project, serving_name)
+    return inference_log_path(settings, project, serving_name) if d.logs_inferences else None
+
+
 def get_status(serving_name: str, settings: config.Settings | None = None) -> Status:
     storage, project, settings = _where(settings)
     defs.read(storage, project, serving_name)
@@ -434,4 +492,4 @@ class InferenceError(ServingError):
 
 
 __all__ = ["HopsmlError", "InferenceError", "KafkaTopic", "Serving", "ServingError", "ServingNotFound", "Status",
-           "create_or_update", "delete", "get", "get_all", "get_status", "make_inference_request", "start", "stop"]
+           "create_or_update", "delete", "get", "get_all", "get_inference_log", "get_status", "make_inference_request", "start", "stop"]

@@ -39,6 +39,9 @@ START_TIMEOUT_S = 300.0
 STOP_GRACE_S = 5.0
 RESTART_WINDOW_S = 60.0
 MAX_RESTARTS_IN_WINDOW = 10
+# An instance that crashes this many times in a row without becoming ready again is not restarted: with the
+# back-off (5 s at most) crashes at once would otherwise come slower than MAX_RESTARTS_IN_WINDOW a minute.
+MAX_CRASHES_IN_A_ROW = 5
 # How often a running server checks that its definition still exists: one whose project was deleted stops.
 ORPHAN_CHECK_S = 5.0
 ORPHAN_CHECK_REMOTE_S = 60.0
@@ -245,9 +248,11 @@ class Supervisor:
 
     def serve(self) -> None:
         """Restart crashed instances until SIGTERM (or the serving's definition is deleted); too many crashes in
-        a minute fail the serving."""
+        a minute, or an instance that crashes MAX_CRASHES_IN_A_ROW times without becoming ready, fail the
+        serving."""
         pending: dict[int, float] = {}  # index -> when to restart it
         history: list[float] = []
+        in_a_row: dict[int, int] = {}   # index -> crashes since it was last ready
         every = ORPHAN_CHECK_S if self.storage.local_path() is not None else ORPHAN_CHECK_REMOTE_S
         next_check = time.monotonic() + every
         while True:
@@ -263,9 +268,15 @@ class Supervisor:
             for kind, index in self.events(timeout):
                 if kind == "ready":
                     self.on_ready(index)
+                    if self.instances[index].ready:
+                        in_a_row[index] = 0
                     self.save()
                     continue
                 reason = self.on_exit(index)
+                in_a_row[index] = in_a_row.get(index, 0) + 1
+                if in_a_row[index] > MAX_CRASHES_IN_A_ROW:
+                    raise RuntimeError(f"{reason}; instance {index} crashed {in_a_row[index]} times in a row without "
+                                       "becoming ready, so it is not restarted again: see the log")
                 now = time.monotonic()
                 history = [t for t in history if now - t < RESTART_WINDOW_S] + [now]
                 if len(history) > MAX_RESTARTS_IN_WINDOW:

@@ -21,7 +21,7 @@ from flask import Flask, Response, jsonify, render_template, request, url_for
 from hopsml import config, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
-from hopsml.ui import charts, views
+from hopsml.ui import charts, servings, views
 from hopsml.ui.hosts import HostPolicy
 from hopsml.ui.notebook import render_notebook
 
@@ -172,7 +172,18 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
     @app.route("/p/<project>/models/")
     def models(project: str) -> str:
         views.check_project(storage, project)
-        return render_template("models.html", project=project, rows=views.model_rows(storage, project))
+        return render_template("models.html", project=project, rows=views.model_rows(storage, project),
+                               servings=servings.servings_by_model(settings, project))
+
+    @app.route("/p/<project>/servings/")
+    def servings_list(project: str) -> str:
+        views.check_project(storage, project)
+        return render_template("servings.html", project=project, rows=servings.serving_rows(settings, project))
+
+    @app.route("/p/<project>/servings/<name>")
+    def serving(project: str, name: str) -> str:
+        views.check_project(storage, project)
+        return render_template("serving.html", project=project, v=servings.serving_view(settings, project, name))
 
     @app.route("/p/<project>/models/<name>/<int:version>/files/<path:rel>")
     def model_file(project: str, name: str, version: int, rel: str) -> Response:

@@ -1,0 +1,404 @@
+"""Inference logging: every predict request and its answer, appended as Parquet files under the project
+(`Logs/Serving/<name>/inference/`), where hops sent them to a Kafka topic.
+
+Off the request path: the instance's ASGI wrapper (`LoggedApp`) only keeps the request's bytes, the answer's
+bytes, the status and the latency, and puts them on a bounded queue; a writer thread of the instance turns
+them into rows and writes a Parquet file when `roll_bytes` of records have gathered, every `roll_seconds`,
+and when the instance stops. A full queue drops the record and counts it (in the next file's `dropped`
+column and the instance's log) rather than slowing requests. Each file is written under a hidden name and
+renamed, so a reader sees whole files only. An instance killed with SIGKILL loses what it had not written.
+
+Columns: time (UTC), serving, model_name, model_version, instance, status, latency_ms, rows, request (the
+body as sent, JSON text), inputs (what the model got after the transformer, JSON; as `request` without
+one), response (JSON text), dropped (records dropped before this one). `inference_logging` picks what is
+kept: 'MODEL_INPUTS' (request and inputs), 'PREDICTIONS' (response), 'ALL' (both).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from hopsml.errors import HopsmlError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+LOG_ENV = "HOPSML_INFERENCE_LOG"
+BATCHES_PREFIX = "batches-"
+MODES = ("MODEL_INPUTS", "PREDICTIONS", "ALL")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class InferenceLogError(HopsmlError, ValueError):
+    """The inference log cannot be read as asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """Where and how an instance logs; passed from `serving.start` to the instances in `LOG_ENV`."""
+
+    folder: str
+    mode: str = "ALL"
+    serving: str = ""
+    model_name: str = ""
+    model_version: int = 0
+    roll_bytes: int = 8 << 20
+    roll_seconds: float = 30.0
+    queue_size: int = 10000
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls, text: str) -> LogOptions:
+        return cls(**json.loads(text))
+
+
+@dataclass
+class _Record:
+    """What the request path keeps: raw bytes and numbers, nothing decoded."""
+
+    time: float
+    status: int
+    latency_ms: float
+    request: bytes
+    inputs: Any
+    response: bytes
+
+
+_TICK = object()  # the writer's wake-up when nothing arrived: time to roll
+_inputs: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("hopsml_inference_inputs", default=None)
+
+
+def record_inputs(value: Any) -> None:
+    """Note what the model got after the transformer, for the record of the request being answered."""
+    holder = _inputs.get()
+    if holder is not None:
+        holder.append(value)
+
+
+class RecordingTransformer:
+    """A transformer whose `preprocess` output is noted for the inference log; the rest is the transformer's."""
+
+    def __init__(self, transformer: Any) -> None:
+        self._transformer = transformer
+
+    def preprocess(self, body: Any) -> Any:
+        out = self._transformer.preprocess(body)
+        record_inputs(out)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transformer, name)
+
+
+def _rows(inputs: Any) -> int:
+    shape = getattr(inputs, "shape", None)
+    if shape is not None and len(shape):
+        return int(shape[0])
+    return len(inputs) if isinstance(inputs, list) else 1
+
+
+class CountingServable:
+    """The servable, with the rows of each model call counted (the serving page's batch sizes)."""
+
+    def __init__(self, servable: Any, counts: Counter[int]) -> None:
+        self._servable = servable
+        self._counts = counts
+
+    def predict(self, inputs: Any) -> Any:
+        self._counts[_rows(inputs)] += 1
+        return self._servable.predict(inputs)
+
+    def call(self, prepared: Any) -> Any:
+        self._counts[_rows(prepared)] += 1
+        return self._servable.call(prepared)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._servable, name)
+
+
+class InferenceLogger:
+    """The instance's queue and writer thread."""
+
+    def __init__(self, options: LogOptions, instance: int, start: bool = True) -> None:
+        self.options = options
+        self.instance = instance
+        self.queue: queue.Queue[_Record | None] = queue.Queue(maxsize=options.queue_size)
+        self.dropped = 0
+        self.batch_sizes: Counter[int] = Counter()
+        self.files = 0
+        self._tag = f"i{instance}-p{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        os.makedirs(options.folder, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="inference-log", daemon=True)
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the writer (at once unless `start=False` was given)."""
+        self._thread.start()
+
+    def put(self, record: _Record) -> None:
+        """Queue a record; never blocks (a full queue drops it and counts it)."""
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped in (1, 10, 100, 1000) or self.dropped % 10000 == 0:
+                log.warning("inference log queue full (%d records): %d records dropped so far; the writer cannot "
+                            "keep up with this request rate", self.options.queue_size, self.dropped)
+
+    def close(self, timeout_s: float = 4.0) -> None:
+        """Write what is queued and stop the writer (the instance is stopping); once is enough."""
+        if not self._thread.is_alive():
+            return
+        try:
+            self.queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            log.warning("inference log: the writer did not drain its queue; %d records lost", self.queue.qsize())
+            return
+        self._thread.join(timeout_s)
+
+    # --- the writer thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        pending: list[_Record] = []
+        size = 0
+        since = time.monotonic()
+        written_dropped = 0
+        while True:
+            left = self.options.roll_seconds - (time.monotonic() - since)
+            try:
+                item: _Record | None | object = self.queue.get(timeout=max(left, 0.01))
+            except queue.Empty:
+                item = _TICK
+            stop = item is None
+            if isinstance(item, _Record):
+                pending.append(item)
+                size += len(item.request) + len(item.response) + 64
+            if stop or size >= self.options.roll_bytes or time.monotonic() - since >= self.options.roll_seconds:
+                if pending:
+                    try:
+                        self._write(pending, self.dropped - written_dropped)
+                        written_dropped = self.dropped
+                    except Exception:  # logged; the serving goes on answering
+                        log.exception("inference log: cannot write %d records to %s", len(pending),
+                                      self.options.folder)
+                pending, size, since = [], 0, time.monotonic()
+                self._write_batches()
+            if stop:
+                return
+
+    def _write(self, records: list[_Record], dropped: int) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        opts = self.options
+        keep_inputs = opts.mode in ("MODEL_INPUTS", "ALL")
+        keep_outputs = opts.mode in ("PREDICTIONS", "ALL")
+        requests = [r.request.decode("utf-8", errors="replace") if keep_inputs else None for r in records]
+        inputs = [(_json(r.inputs) if r.inputs is not None else requests[i]) if keep_inputs else None
+                  for i, r in enumerate(records)]
+        table = pa.table({
+            "time": pa.array([datetime.fromtimestamp(r.time, timezone.utc) for r in records],
+                             pa.timestamp("us", tz="UTC")),
+            "serving": pa.array([opts.serving] * len(records), pa.string()),
+            "model_name": pa.array([opts.model_name] * len(records), pa.string()),
+            "model_version": pa.array([opts.model_version] * len(records), pa.int32()),
+            "instance": pa.array([self.instance] * len(records), pa.int16()),
+            "status": pa.array([r.status for r in records], pa.int16()),
+            "latency_ms": pa.array([r.latency_ms for r in records], pa.float64()),
+            "rows": pa.array([_request_rows(inputs[i]) for i in range(len(records))], pa.int32()),
+            "request": pa.array(requests, pa.string()),
+            "inputs": pa.array(inputs, pa.string()),
+            "response": pa.array([r.response.decode("utf-8", errors="replace") if keep_outputs else None
+                                  for r in records], pa.string()),
+            "dropped": pa.array([dropped] + [0] * (len(records) - 1), pa.int64()),
+        })
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        name = f"part-{stamp}-{self._tag}-{self.files:05d}.parquet"
+        tmp = os.path.join(opts.folder, f".{name}.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, os.path.join(opts.folder, name))
+        self.files += 1
+
+    def _write_batches(self) -> None:
+        """The instance's model-call sizes so far, one small JSON file per instance process."""
+        if not self.batch_sizes:
+            return
+        path = os.path.join(self.options.folder, f"{BATCHES_PREFIX}{self._tag}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump({str(k): v for k, v in sorted(self.batch_sizes.items())}, out)
+        os.replace(tmp, path)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    tolist = getattr(value, "tolist", None)
+    if tolist is not None:
+        return tolist()
+    return str(value)
+
+
+def _request_rows(text: str | None) -> int | None:
+    """Rows of a request: len(instances), or of the first column of inputs; None when it is not JSON."""
+    if not text:
+        return None
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    value = body.get("instances", body.get("inputs"))
+    if isinstance(value, dict):
+        value = next(iter(value.values()), None)
+    return len(value) if isinstance(value, list) else None
+
+
+class LoggedApp:
+    """The instance's ASGI app with each predict request logged: bytes are kept, the answer is not delayed."""
+
+    def __init__(self, app: App, logger: InferenceLogger) -> None:
+        self.app = app
+        self.logger = logger
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._closing(receive), send)
+            return
+        if scope["type"] != "http" or scope.get("method") != "POST":  # inference requests: status GETs are not
+            await self.app(scope, receive, send)
+            return
+        started = time.time()
+        clock = time.perf_counter()
+        request: list[bytes] = []
+        response: list[bytes] = []
+        status = [0]
+        holder: list[Any] = []
+        token = _inputs.set(holder)
+
+        async def receiving() -> dict[str, Any]:
+            message = await receive()
+            if message["type"] == "http.request":
+                request.append(message.get("body", b""))
+            return message
+
+        async def sending(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            elif message["type"] == "http.response.body":
+                response.append(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receiving, sending)
+        finally:
+            _inputs.reset(token)
+            self.logger.put(_Record(started, status[0], (time.perf_counter() - clock) * 1000.0, b"".join(request),
+                                    holder[0] if holder else None, b"".join(response)))
+
+
+    def _closing(self, receive: Receive) -> Receive:
+        """`receive` that writes the log when the server shuts down (uvicorn re-raises SIGTERM after its
+        shutdown, so nothing after `Server.run` would get the chance)."""
+
+        async def receiving() -> dict[str, Any]:
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":
+                self.logger.close()
+            return message
+
+        return receiving
+
+
+# --- reading -------------------------------------------------------------------------------------------
+def files(folder: str) -> list[str]:
+    """The log's finished Parquet files, oldest first."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("part-") and n.endswith(".parquet"))
+    except FileNotFoundError:
+        return []
+    return [os.path.join(folder, n) for n in names]
+
+
+def read(folder: str, columns: list[str] | None = None) -> pa.Table:
+    """Every record of the log as one Arrow table (empty, with the log's columns, when nothing is logged)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    found = files(folder)
+    if not found:
+        return pa.table({name: pa.array([], kind) for name, kind in _schema().items()
+                         if columns is None or name in columns})
+    return pa.concat_tables([pq.read_table(f, columns=columns) for f in found], promote_options="default")
+
+
+def batch_sizes(folder: str) -> dict[int, int]:
+    """Model calls per number of rows, over every instance process that wrote to the log."""
+    total: Counter[int] = Counter()
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(BATCHES_PREFIX) and n.endswith(".json")]
+    except FileNotFoundError:
+        return {}
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as stream:
+                total.update({int(k): int(v) for k, v in json.load(stream).items()})
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read %s: %s", name, exc)
+    return dict(sorted(total.items()))
+
+
+def summary(folder: str) -> dict[str, Any]:
+    """Requests, errors, request rate, latency p50/p99 and batch sizes of the log (for status and the page)."""
+    import numpy as np
+
+    table = read(folder, ["time", "status", "latency_ms", "rows", "dropped"])
+    out: dict[str, Any] = {"requests": table.num_rows, "files": len(files(folder)), "batch_sizes": batch_sizes(folder)}
+    if table.num_rows == 0:
+        return out
+    latency = np.asarray(table.column("latency_ms").to_numpy(zero_copy_only=False), dtype=np.float64)
+    status = np.asarray(table.column("status").to_numpy(zero_copy_only=False))
+    times = np.asarray(table.column("time").cast("int64").to_numpy(zero_copy_only=False), dtype=np.float64) / 1e6
+    span = float(times.max() - times.min())
+    out.update(errors=int((status >= 400).sum()), first=_iso(times.min()), last=_iso(times.max()),
+               requests_per_s=float(table.num_rows / span) if span > 0 else None,
+               latency_ms={"p50": float(np.percentile(latency, 50)), "p99": float(np.percentile(latency, 99)),
+                           "mean": float(latency.mean())},
+               dropped=int(sum(v or 0 for v in table.column("dropped").to_pylist())))
+    return out
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds")
+
+
+def _schema() -> Mapping[str, Any]:
+    import pyarrow as pa
+
+    return {"time": pa.timestamp("us", tz="UTC"), "serving": pa.string(), "model_name": pa.string(),
+            "model_version": pa.int32(), "instance": pa.int16(), "status": pa.int16(), "latency_ms": pa.float64(),
+            "rows": pa.int32(), "request": pa.string(), "inputs": pa.string(), "response": pa.string(),
+            "dropped": pa.int64()}
