@@ -1,0 +1,211 @@
+"""Asynchronous searches: ASHA and Hyperband promotions, model-based (TPE) proposals, trials of several ranks."""
+
+import json
+import os
+
+import pytest
+
+from hopsml import checkpoint, experiment, tensorboard
+from hopsml.search.asha import SuccessiveHalving, budgets
+from hopsml.search.space import Direction, SearchSpaceError, Space
+
+
+def _json(*parts):
+    with open(os.path.join(*parts)) as f:
+        return json.load(f)
+
+
+# --- the scheduler alone ------------------------------------------------------------------------------
+def test_budgets_are_the_rungs_from_max_down_by_eta():
+    assert budgets(1, 27, 3) == [1, 3, 9, 27]
+    assert budgets(1, 20, 3) == [2, 7, 20]
+    assert budgets(0.1, 1.0, 2) == pytest.approx([0.125, 0.25, 0.5, 1.0])
+    with pytest.raises(SearchSpaceError, match="eta"):
+        budgets(1, 9, 1)
+    with pytest.raises(SearchSpaceError, match="min_budget <= max_budget"):
+        budgets(9, 1, 3)
+
+
+def run_sequentially(scheduler, metric_of):
+    """Every job ends before the next starts: what one slot does."""
+    while (job := scheduler.next_job()) is not None:
+        scheduler.job_done(job, metric_of(job))
+    return [(e["event"], e["trial"], e["rung"]) for e in scheduler.events]
+
+
+def test_asha_promotes_the_top_third_of_each_rung_and_otherwise_starts_a_new_trial():
+    q = [0.2, 0.9, 0.5, 0.1, 0.95, 0.3, 0.4, 0.6, 0.7]
+    scheduler = SuccessiveHalving(lambda i: {"q": q[i]}, [1, 3, 9], eta=3, direction=Direction.MAX, num_trials=9)
+    trace = run_sequentially(scheduler, lambda job: job.params["q"])
+    # worked out by hand: rung 0 keeps floor(n/3) of its n results, rung 1 likewise
+    assert trace == [("start", 0, 0), ("start", 1, 0), ("start", 2, 0), ("promote", 1, 1),
+                     ("start", 3, 0), ("start", 4, 0), ("promote", 4, 1), ("start", 5, 0), ("start", 6, 0),
+                     ("start", 7, 0), ("start", 8, 0), ("promote", 8, 1), ("promote", 4, 2)]
+    low = SuccessiveHalving(lambda i: {"q": q[i]}, [1, 3, 9], eta=3, direction=Direction.MIN, num_trials=3)
+    assert run_sequentially(low, lambda job: job.params["q"])[-1] == ("promote", 0, 1)  # 0.2 is the least
+
+
+def test_a_free_slot_never_waits_for_a_rung_to_fill():
+    scheduler = SuccessiveHalving(lambda i: {"i": i}, [1, 3, 9], eta=3, direction=Direction.MAX, num_trials=5)
+    jobs = [scheduler.next_job() for _ in range(5)]   # none has ended: every slot still gets a new trial
+    assert [(j.key, j.rung) for j in jobs] == [(k, 0) for k in range(5)]
+    assert scheduler.next_job() is None   # all started, nothing promotable: wait for a result
+    for job in jobs[:3]:
+        scheduler.job_done(job, float(job.key))
+    promoted = scheduler.next_job()
+    assert (promoted.key, promoted.rung, promoted.budget, promoted.promoted) == (2, 1, 3, True)
+    scheduler.job_done(jobs[3], None)   # a failed job is never promoted
+    assert scheduler.next_job() is None
+
+
+def test_hyperband_gives_new_trials_to_its_brackets_in_turn():
+    scheduler = SuccessiveHalving(lambda i: {"i": i}, [1, 3, 9], eta=3, direction=Direction.MAX, num_trials=6,
+                                  brackets=3)
+    assert [(j.key, j.rung, j.budget) for j in (scheduler.next_job() for _ in range(6))] == [
+        (0, 0, 1), (1, 1, 3), (2, 2, 9), (3, 0, 1), (4, 1, 3), (5, 2, 9)]
+
+
+def test_tpe_with_a_seed_proposes_the_same_trials_twice():
+    from hopsml.search.tpe import ModelBased
+
+    def proposals(seed):
+        space = Space.from_bounds({"x": [-3.0, 3.0], "n": [1, 8], "act": ["relu", "tanh"]}, ["n"])
+        tpe = ModelBased(space, direction=Direction.MIN, samples=12, seed=seed, startup_trials=3)
+        return run_sequentially_tpe(tpe)
+
+    first = proposals(5)
+    assert first == proposals(5) and first != proposals(6)
+    # the model learns: after the random start, proposals sit nearer the minimum at x=1
+    assert sum(abs(p["x"] - 1) for p in first[-4:]) < sum(abs(p["x"] - 1) for p in first[:3]) * 4 / 3
+
+
+def run_sequentially_tpe(tpe):
+    params = []
+    while (job := tpe.next_job()) is not None:
+        params.append(job.params)
+        tpe.job_done(job, (job.params["x"] - 1) ** 2 + job.params["n"] / 100)
+    return params
+
+
+# --- on Spark -----------------------------------------------------------------------------------------
+def climb(q, epochs):
+    """Accuracy rises with the epochs towards q; a promoted run continues from its checkpoint."""
+    restored = checkpoint.load()
+    first = restored[1] + 1 if restored else 0
+    for epoch in range(first, epochs):
+        tensorboard.log({"acc": q * (1 - 0.5 ** (epoch + 1))}, step=epoch)
+    checkpoint.save({"q": q}, epochs - 1)
+    return {"acc": q * (1 - 0.5 ** epochs), "epochs_trained": epochs - first}
+
+
+def expected_schedule(qualities, rungs, eta):
+    """ASHA on one slot, written out plainly: promote from the highest rung with a due promotion,
+    else start the next configuration."""
+    done = [dict() for _ in rungs]
+    promoted = [set() for _ in rungs]
+    events, started = [], 0
+    while True:
+        job = None
+        for r in range(len(rungs) - 2, -1, -1):
+            ranked = sorted(done[r], key=lambda k: -done[r][k])[:len(done[r]) // eta]
+            todo = [k for k in ranked if k not in promoted[r]]
+            if todo:
+                promoted[r].add(todo[0])
+                job = (todo[0], r + 1)
+                break
+        if job is None and started < len(qualities):
+            job, started = (started, 0), started + 1
+        if job is None:
+            return events
+        events.append(job)
+        key, r = job
+        done[r][key] = qualities[key] * (1 - 0.5 ** rungs[r])
+
+
+def test_asha_on_spark_promotes_exactly_and_keeps_every_trial(spark, root):
+    space = {"q": [0.0, 1.0]}
+    logdir, best, outputs = experiment.asha(climb, space, budget="epochs", min_budget=1, max_budget=9, eta=3,
+                                            num_trials=9, optimization_key="acc", seed=11, max_parallel=1,
+                                            name="asha")
+    qualities = [p["q"] for p in Space.from_bounds(space).sample(9, 11)]
+    record = _json(logdir, "experiment.json")
+    jobs = [(e["trial"], e["rung"]) for e in record["jobs"] if e["event"] == "start"]
+    assert jobs == expected_schedule(qualities, [1, 3, 9], 3)
+    assert record["strategy"] == "asha" and record["budgets"] == [1, 3, 9] and record["promotions"] == sum(r > 0 for _, r in jobs)
+    trials = _json(logdir, ".summary.json")["trials"]
+    assert len(trials) == 9 and all(t["params"]["q"] == q for t, q in zip(trials, qualities))
+    top = [t for t in trials if t["rung"] == 2]
+    assert len(top) == 1 and top[0]["state"] == "FINISHED" and best == top[0]["params"]
+    assert best["q"] == max(qualities[k] for k, r in jobs if r == 1)
+    assert [r["budget"] for r in top[0]["rungs"]] == [1, 3, 9]
+    # the promoted runs continued from the checkpoint in the same folder: one curve, epochs 0..8
+    assert outputs["epochs_trained"] == 6
+    curve = [json.loads(line) for line in open(os.path.join(logdir, os.path.basename(top[0]["dir"]), "metrics.jsonl"))]
+    assert [row["step"] for row in curve if row["name"] == "acc"] == list(range(9))
+    stopped = [t for t in trials if t["rung"] == 0]
+    assert stopped and all(t["state"] == "EARLY_STOPPED" and t["note"] == "stopped at rung 0 (epochs=1)"
+                           and t["metric"] is not None for t in stopped)
+    for t in stopped:   # its record and curve stay
+        assert os.path.exists(os.path.join(logdir, os.path.basename(t["dir"]), ".outputs.json"))
+        assert any(n.endswith(".hparams") for n in os.listdir(os.path.join(logdir, os.path.basename(t["dir"]), "tensorboard")))
+    assert record["trials"]["EARLY_STOPPED"] == 8 and record["trials"]["FINISHED"] == 1
+
+
+def test_asha_never_leaves_a_slot_idle_while_a_trial_could_start(spark, root):
+    logdir, _, _ = experiment.hyperband(climb, {"q": [0.0, 1.0]}, min_budget=1, max_budget=4, eta=2,
+                                        num_trials=10, optimization_key="acc", seed=3, name="hyperband")
+    record = _json(logdir, "experiment.json")
+    log = record["jobs"]
+    assert record["parallel_trials"] == 4 and record["brackets"] == 3
+    starts = 0
+    for i, event in enumerate(log):
+        if event["event"] == "start":
+            starts += 1
+        elif starts < 10:   # a new configuration was there to start: this slot took it at once
+            following = log[i + 1]
+            assert following["event"] == "start" and following["slot"] == event["slot"], log[i:i + 2]
+    assert starts == 10 + record["promotions"] and 0 < record["slot_utilisation"] <= 1
+
+
+def test_tpe_search_with_a_seed_runs_the_same_trials_twice(spark, root):
+    def bowl(x, width):
+        return {"loss": (x - 1) ** 2 + width / 1000}
+
+    space = {"x": [-3.0, 3.0], "width": [8, 64]}
+    one, best, _ = experiment.tpe_search(bowl, space, direction="min", samples=6, startup_trials=2, seed=7,
+                                         optimization_key="loss", max_parallel=1, name="tpe")
+    two, best_again, _ = experiment.tpe_search(bowl, space, direction="min", samples=6, startup_trials=2, seed=7,
+                                               optimization_key="loss", max_parallel=1, name="tpe")
+    params = [t["params"] for t in _json(one, ".summary.json")["trials"]]
+    assert params == [t["params"] for t in _json(two, ".summary.json")["trials"]] and best == best_again
+    assert len(params) == 6 and all(isinstance(p["width"], int) and -3 <= p["x"] <= 3 for p in params)
+    assert _json(one, "experiment.json")["strategy"] == "tpe"
+
+
+def ranked(x):
+    """A trial of two ranks: the sum over ranks proves they are connected; rank 1 fails for x == 2."""
+    import time
+
+    from hopsml import collective
+
+    if x == 2 and collective.rank() == 1:
+        raise ValueError("rank 1 cannot go on with x=2")
+    time.sleep(1.0)   # long enough that two trials overlap
+    return {"metric": -abs(x - 3), "ranks": collective.allreduce(1.0), "rank": collective.rank()}
+
+
+def test_distributed_trials_pack_two_ranks_each_and_a_failing_rank_fails_its_trial_alone(spark, root):
+    logdir, best, outputs = experiment.grid_search(ranked, {"x": [1, 2, 3, 4]}, num_workers=2, name="ranked")
+    record = _json(logdir, "experiment.json")
+    assert record["parallel_trials"] == 2 and record["num_workers"] == 2
+    first_end = next(i for i, e in enumerate(record["jobs"]) if e["event"] == "end")
+    assert first_end >= 2   # two trials of two ranks ran at once on the 4 slots
+    trials = _json(logdir, ".summary.json")["trials"]
+    assert all(t["ranks"] == 2 for t in trials)
+    for t in trials:
+        if t["params"]["x"] == 2:
+            assert t["state"] == "FAILED" and t["error"].startswith("rank 1 of 2: ValueError: rank 1 cannot go on")
+        else:
+            assert t["state"] == "FINISHED" and t["outputs"]["ranks"] == 2.0 and t["outputs"]["rank"] == 0
+            assert os.path.exists(os.path.join(logdir, os.path.basename(t["dir"]), "logs", "worker_1.log"))
+    assert len(trials) == 4 and best == {"x": 3} and outputs["metric"] == 0
