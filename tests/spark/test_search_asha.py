@@ -149,6 +149,14 @@ def test_asha_on_spark_promotes_exactly_and_keeps_every_trial(spark, root):
         assert os.path.exists(os.path.join(logdir, os.path.basename(t["dir"]), ".outputs.json"))
         assert any(n.endswith(".hparams") for n in os.listdir(os.path.join(logdir, os.path.basename(t["dir"]), "tensorboard")))
     assert record["trials"]["EARLY_STOPPED"] == 8 and record["trials"]["FINISHED"] == 1
+    # the web view's search page: the rungs with the promoted trials, and why each trial stopped
+    from hopsml import config
+    from hopsml.ui import create_app
+
+    page = create_app(config.load()).test_client().get(f"/p/test/runs/{record['id']}").get_data(as_text=True)
+    rungs = page[page.index('id="rungs"'):page.index("</table>", page.index('id="rungs"'))]
+    assert rungs.count("<tr>") == 1 + 3 and "stopped at rung 0 (epochs=1)" in page
+    assert rungs.count("q=") == sum(r > 0 for _, r in jobs)   # each promotion names its trial
 
 
 def test_asha_never_leaves_a_slot_idle_while_a_trial_could_start(spark, root):
