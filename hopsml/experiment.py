@@ -16,7 +16,7 @@ from hopsml import config, util
 from hopsml.errors import HopsmlError
 from hopsml.launcher import seeds, tf_cluster
 from hopsml.runs import engine
-from hopsml.runs.search import evolve, run_search
+from hopsml.runs.search import Search, evolve, previous_search, run_search
 from hopsml.search import space
 from hopsml.search.asha import PointList, SuccessiveHalving, budgets
 from hopsml.search.evolution import DifferentialEvolution
@@ -173,7 +173,7 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
                         min_budget: float, max_budget: float, eta: float, num_trials: int, name: str,
                         local_logdir: bool, description: str | None, optimization_key: str, seed: int | None,
                         versioned_resources: list[str] | None, log_scale: list[str] | None, num_workers: int,
-                        max_parallel: int | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+                        max_parallel: int | None, resume: str | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What asha and hyperband share: the checks, random configurations, the scheduler."""
     if not isinstance(budget, str) or not budget.isidentifier():
         raise SearchSpaceError(f"budget must name the function's parameter that takes the budget, got {budget!r}")
@@ -181,17 +181,19 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
         raise SearchSpaceError(f"{budget!r} is the budget and cannot be in the search space too; "
                                "leave it out of boundary_dict")
     _check_workers(num_workers, max_parallel)
-    seed = seeds.resolve(seed)
+    source, seed = previous_search(resume, strategy, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
     rungs = budgets(min_budget, max_budget, eta)
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(num_trials, seed) \
         if isinstance(num_trials, int) and num_trials >= 1 else []
     scheduler = SuccessiveHalving(points.__getitem__, rungs, eta=eta, direction=Direction.of(direction),
                                   num_trials=num_trials, brackets=len(rungs) if brackets is None else brackets)
+    def run(search: Search) -> None:
+        scheduler.restore(search.adopted)
+        search.run_async(scheduler, total=num_trials, num_workers=num_workers, budget=budget,
+                         max_parallel=max_parallel)
+
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, None, 3, local_logdir,
-                      lambda s: s.run_async(scheduler, total=num_trials, num_workers=num_workers, budget=budget,
-                                            max_parallel=max_parallel),
-                      seed=seed, strategy=strategy, budget=budget, min_budget=min_budget, max_budget=max_budget,
+                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=strategy, budget=budget, min_budget=min_budget, max_budget=max_budget,
                       num_trials=num_trials, log_scale=list(log_scale or []))
 
 
@@ -205,18 +207,20 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
          budget: str = "epochs", min_budget: float = 1, max_budget: float = 27, eta: float = 3,
          num_trials: int = 27, name: str = "no-name", local_logdir: bool = False, description: str | None = None,
          optimization_key: str = "metric", seed: int | None = None, versioned_resources: list[str] | None = None,
-         log_scale: list[str] | None = None, num_workers: int = 1, max_parallel: int | None = None
-         ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+         log_scale: list[str] | None = None, num_workers: int = 1, max_parallel: int | None = None,
+         resume: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Asynchronous successive halving: `num_trials` random configurations, each first run with
     `budget=min_budget` (the function's parameter named by `budget`: epochs, steps, a data fraction); a
     configuration in the top 1/eta of those completed at its rung runs again with eta times the budget,
     up to `max_budget`, in the same folder (so `hopsml.checkpoint.load()` continues where it stopped).
     A free slot never waits: it promotes a configuration if one is due, else starts a new one.
-    `num_workers` > 1 makes every trial an allreduce job of that many ranks. Returns (logdir,
-    best_params, best_return) of the best trial at the top rung."""
+    `num_workers` > 1 makes every trial an allreduce job of that many ranks. `resume=<experiment id>` takes
+    up a search whose driver was killed (call it with the same space): its ended trials are kept, the
+    ones that were running run their rung again from their last checkpoint, and the search goes on with
+    its seed. Returns (logdir, best_params, best_return) of the best trial at the top rung."""
     return _successive_halving("asha", 1, train_fn, boundary_dict, direction, budget, min_budget, max_budget, eta,
                                num_trials, name, local_logdir, description, optimization_key, seed,
-                               versioned_resources, log_scale, num_workers, max_parallel)
+                               versioned_resources, log_scale, num_workers, max_parallel, resume)
 
 
 def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -224,14 +228,15 @@ def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direc
               num_trials: int = 27, brackets: int | None = None, name: str = "no-name", local_logdir: bool = False,
               description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
               versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
-              num_workers: int = 1, max_parallel: int | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+              num_workers: int = 1, max_parallel: int | None = None, resume: str | None = None
+              ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Asynchronous Hyperband: brackets of asha, bracket s starting its configurations at rung s (so the
     later brackets give fewer configurations more budget from the start); new configurations go to the
     brackets in turn. `brackets` defaults to one per rung. Otherwise as asha."""
     return _successive_halving("hyperband", brackets if brackets is not None else None, train_fn, boundary_dict,
                                direction, budget, min_budget, max_budget, eta, num_trials, name, local_logdir,
                                description, optimization_key, seed, versioned_resources, log_scale, num_workers,
-                               max_parallel)
+                               max_parallel, resume)
 
 
 def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -239,19 +244,22 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
                optimization_key: str = "metric", seed: int | None = None,
                versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
                sampler: str = "tpe", startup_trials: int | None = None, num_workers: int = 1,
-               max_parallel: int | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+               max_parallel: int | None = None, resume: str | None = None
+               ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Model-based search over the same `boundary_dict` as random_search: Optuna's TPE sampler (or
     `sampler="gp"`) proposes each next trial from the finished ones, the first `startup_trials` at random;
     trials run asynchronously, one per free slot. The same seed proposes the same trials when they end
-    in the same order (max_parallel=1 makes that so)."""
+    in the same order (max_parallel=1 makes that so). `resume=<experiment id>` takes up a search whose
+    driver was killed: its ended trials are told to the sampler, the running ones run again."""
     from hopsml.search.tpe import ModelBased
 
     _check_workers(num_workers, max_parallel)
-    seed = seeds.resolve(seed)
+    source, seed = previous_search(resume, sampler, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
     scheduler = ModelBased(space.Space.from_bounds(boundary_dict, log_scale or ()), direction=Direction.of(direction),
                            samples=samples, seed=seed, sampler=sampler, startup_trials=startup_trials)
+    def run(search: Search) -> None:
+        scheduler.restore(search.adopted)
+        search.run_async(scheduler, total=samples, num_workers=num_workers, max_parallel=max_parallel)
+
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, None, 3, local_logdir,
-                      lambda s: s.run_async(scheduler, total=samples, num_workers=num_workers,
-                                            max_parallel=max_parallel),
-                      seed=seed, strategy=sampler, samples=samples, log_scale=list(log_scale or []))
+                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=sampler, samples=samples, log_scale=list(log_scale or []))

@@ -8,6 +8,7 @@ search goes on; the other trials and the shared Python workers are not affected.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import numbers
@@ -19,16 +20,16 @@ from typing import Any
 from collections.abc import Callable, Iterator
 
 from hopsml.config import RunSettings
-from hopsml.errors import ClusterError, ExecutorStackError, ExperimentFailed, StorageError
+from hopsml.errors import ClusterError, ExecutorStackError, ExperimentFailed, HopsmlError, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
 from hopsml import preflight
-from hopsml.launcher.driver import StageMonitor, concurrent_slots, open_channel, run_stage
+from hopsml.launcher.driver import StageMonitor, check_barrier_stage, concurrent_slots, open_channel, run_stage
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.task import TaskSpec
 from hopsml.net import Network
 from hopsml.progress import progress_bar
-from hopsml.layout import RunDir
+from hopsml.layout import ExperimentDir, RunDir, join
 from hopsml.search import hparams as hparams_events
 from hopsml.search.asha import Job
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
@@ -91,6 +92,7 @@ class Search:
         self._window_s = 0.0    # seconds trials were running, times the slots the cluster had
         self._budgets: list[Any] = []   # the rungs' budgets of a successive-halving search
         self._budget_name: str | None = None
+        self.adopted: list[dict[str, Any]] = []   # the trials a resumed search took over, as recorded
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def _new_trial(self, params: dict[str, Any]) -> Trial:
@@ -215,6 +217,32 @@ class Search:
         self._window_s += slots * (time.monotonic() - began)
         return batch
 
+    def adopt(self, source: ExperimentDir) -> None:
+        """Take over the trials of an earlier run of this search (resume=): each folder is copied into this
+        run with its record, curve and checkpoints; its trials keep their numbers. `adopted` lists them as
+        the summary had them, for the scheduler to take up."""
+        old = self.run.storage.read_json(source.summary)["trials"]
+        for entry in sorted(old, key=lambda t: t["index"]):
+            name = posixpath.basename(entry["dir"])
+            path = join(self.run.dir.path, name)
+            if self.run.storage.isdir(entry["dir"]):
+                self.run.storage.copy_tree(entry["dir"], path)
+            self._names.add(path)
+            unfinished = entry.get("state") in ("RUNNING", "PENDING")
+            trial = Trial(len(self.trials), dict(entry["params"]), path,
+                          state="PENDING" if unfinished else entry["state"], metric=entry.get("metric"),
+                          outputs=entry.get("outputs") or {}, error=entry.get("error"),
+                          traceback=entry.get("traceback"), duration=entry.get("duration"), rung=entry.get("rung"),
+                          budget=entry.get("budget"), rungs=list(entry.get("rungs") or []), note=entry.get("note"),
+                          ranks=int(entry.get("ranks") or 1))
+            self.trials.append(trial)
+            self.adopted.append(entry)
+        self._write_summary()
+        self.record_fields["resumed_from"] = {
+            "experiment": source.id, "trials": len(self.adopted),
+            "restarted": sum(t.get("state") in ("RUNNING", "PENDING") for t in self.adopted)}
+        log.info("search %s takes up %d trials of %s", self.run.id, len(self.adopted), source.id)
+
     # --- asynchronous searches ---------------------------------------------------------------------
     def run_async(self, scheduler: Any, *, total: int, num_workers: int = 1, budget: str | None = None,
                   max_parallel: int | None = None) -> None:
@@ -225,11 +253,9 @@ class Search:
 
         `scheduler` has next_job() -> Job | None (None: nothing to start now) and job_done(job, metric).
         """
+        if num_workers > 1:   # no dynamic allocation, enough slots for one trial's ranks
+            check_barrier_stage(self.sc, num_workers, 0)
         slots = concurrent_slots(self.sc)
-        if num_workers > slots:
-            raise ClusterError(f"each trial needs {num_workers} task slots at once (num_workers), but the cluster "
-                               f"has {slots}; ask for fewer workers per trial, or more slots (local[{num_workers}] "
-                               "in local mode, more executors or cores on a cluster)")
         places = max(1, slots // num_workers)
         if max_parallel is not None:
             places = max(1, min(places, max_parallel))
@@ -241,7 +267,7 @@ class Search:
         running: dict[int, str] = {}   # slot -> job group of its running job
         stop = threading.Event()
         errors: list[BaseException] = []
-        by_key: dict[int, Trial] = {}
+        by_key: dict[int, Trial] = {t.index: t for t in self.trials}   # a resumed search's trials
         began = time.monotonic()
 
         log_order: list[dict[str, Any]] = []   # every job's start and end, in the order the driver saw them
@@ -268,6 +294,8 @@ class Search:
                         running[place] = f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
                         log_order.append({"slot": place, "event": "start", "trial": trial.index, "rung": job.rung,
                                           "t": round(time.monotonic() - began, 3)})
+                        with self._lock:   # a driver killed now leaves the trial RUNNING: resume= runs it again
+                            self._write_summary()
                         return job, trial
                     if not running:
                         break   # nothing runs that could make new work
@@ -451,7 +479,7 @@ class Search:
 def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
                optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
                early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
-               batches: Callable[[Search], Any], seed: int | None = None,
+               batches: Callable[[Search], Any], seed: int | None = None, resume: ExperimentDir | None = None,
                **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
     from hopsml import config
@@ -475,6 +503,8 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
     with run:
         search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=optimization_key, direction=goal,
                         early_stopping=rule, local_logdir=bool(local_logdir))
+        if resume is not None:
+            search.adopt(resume)
         batches(search)
         best = search.conclude(**record_fields)
     return run.logdir, best.params, best.outputs
@@ -501,3 +531,27 @@ def evolve(evolution: DifferentialEvolution, generations: int, best_per_generati
             best_per_generation.append(best(current))
 
     return run
+
+
+def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any]) -> tuple[ExperimentDir, int]:
+    """The search `resume=` names and its seed, checked before anything starts: the same strategy over the
+    same space, with a summary of its trials."""
+    from hopsml import config
+    from hopsml.fs import Storage
+
+    settings = config.load()
+    storage = Storage(settings.root)
+    try:
+        source = ExperimentDir.from_id(settings.project, exp_id)
+        record = storage.read_json(source.record)
+    except (HopsmlError, ValueError) as exc:
+        raise HopsmlError(f"resume={exp_id!r}: {exc}; see 'hopsml experiments list'") from None
+    if record.get("strategy") not in (None, strategy):
+        raise SearchSpaceError(f"resume={exp_id!r} is a {record.get('strategy')} search; resume it with that verb")
+    if record.get("hyperparameters") != json.loads(json.dumps(space_description)):
+        raise SearchSpaceError(f"resume={exp_id!r} searched {record.get('hyperparameters')}, not "
+                               f"{space_description}; give the same space to take it up")
+    if not storage.exists(source.summary):
+        raise HopsmlError(f"resume={exp_id!r}: it has no trials to take up ({storage.uri(source.summary)} is "
+                          "missing); start the search anew")
+    return source, int(record["seed"])

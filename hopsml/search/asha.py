@@ -76,6 +76,31 @@ class SuccessiveHalving:
         self.params: list[dict[str, Any]] = []
         self.bracket_of: list[int] = []
         self.events: list[dict[str, Any]] = []   # every start and promotion, in order (the record keeps them)
+        self._pending: list[Job] = []   # jobs a resumed search runs again first
+
+    def restore(self, trials: list[dict[str, Any]]) -> None:
+        """Take up a search from its summary (trials in key order, each with the rungs it completed): their
+        results and promotions count as if run here; a trial whose rung did not end (its driver was killed)
+        runs that rung again before anything else."""
+        for key, trial in enumerate(trials):
+            bracket = self.brackets[key % len(self.brackets)]
+            self.params.append(dict(trial["params"]))
+            self.bracket_of.append(bracket.first_rung)
+            entries = [e for e in trial.get("rungs") or [] if isinstance(e, dict)]
+            for entry in entries:
+                rung = int(entry["rung"])
+                self.events.append({"event": "promote" if rung > bracket.first_rung else "start", "trial": key,
+                                    "rung": rung, "resumed": True})
+                if rung > bracket.first_rung:
+                    bracket.promoted.setdefault(rung - 1, set()).add(key)
+                if entry.get("metric") is not None:
+                    bracket.results.setdefault(rung, {})[key] = float(entry["metric"])
+            if trial.get("state") in ("RUNNING", "PENDING"):
+                rung = int(entries[-1]["rung"]) + 1 if entries else bracket.first_rung
+                if rung > bracket.first_rung:
+                    bracket.promoted.setdefault(rung - 1, set()).add(key)
+                self._pending.append(Job(key, self.params[key], self.budgets[rung], rung,
+                                         promoted=rung > bracket.first_rung))
 
     @property
     def top(self) -> int:
@@ -99,6 +124,10 @@ class SuccessiveHalving:
     def next_job(self) -> Job | None:
         """The job for a free slot: a promotion if one is due, else a new configuration; None when
         neither exists now (a job still running may make a promotion due)."""
+        if self._pending:
+            job = self._pending.pop(0)
+            self.events.append({"event": "restart", "trial": job.key, "rung": job.rung})
+            return job
         for bracket in self.brackets:
             found = self._promotable(bracket)
             if found is not None:

@@ -65,8 +65,33 @@ class ModelBased:
                                          sampler=chosen)
         self.samples, self.sampler = samples, sampler
         self._asked: dict[int, Any] = {}
+        self._pending: list[tuple[int, dict[str, Any]]] = []   # trials a resumed search runs again first
+
+    def restore(self, trials: list[dict[str, Any]]) -> None:
+        """Take up a search from its summary: finished and failed trials are told to the sampler; a trial
+        that was running when its driver was killed runs again, with the same parameters, first."""
+        optuna = _optuna()
+        for key, trial in enumerate(trials):
+            params = {name: trial["params"][name] for name in self.distributions}
+            state = trial.get("state")
+            if state in ("RUNNING", "PENDING"):
+                self._pending.append((key, params))
+                self._asked[key] = None
+                continue
+            value = trial.get("metric")
+            done = optuna.trial.create_trial(
+                params=params, distributions=self.distributions,
+                value=float(value) if value is not None else None,
+                state=optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL)
+            self.study.add_trial(done)
+            self._asked[key] = done
 
     def next_job(self) -> Job | None:
+        if self._pending:
+            key, params = self._pending.pop(0)
+            self.study.enqueue_trial(params)
+            self._asked[key] = self.study.ask(self.distributions)
+            return Job(key, params)
         if len(self._asked) >= self.samples:
             return None
         trial = self.study.ask(self.distributions)

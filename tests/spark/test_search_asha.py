@@ -2,6 +2,11 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 
@@ -217,3 +222,82 @@ def test_distributed_trials_pack_two_ranks_each_and_a_failing_rank_fails_its_tri
             assert t["state"] == "FINISHED" and t["outputs"]["ranks"] == 2.0 and t["outputs"]["rank"] == 0
             assert os.path.exists(os.path.join(logdir, os.path.basename(t["dir"]), "logs", "worker_1.log"))
     assert len(trials) == 4 and best == {"x": 3} and outputs["metric"] == 0
+
+
+RESUMABLE = textwrap.dedent("""
+    import os, sys, time
+    from hopsml import checkpoint, experiment, tensorboard
+
+    def climb(q, epochs):
+        restored = checkpoint.load()
+        first = restored[1] + 1 if restored else 0
+        hold = os.environ.get("HOLD_TRIALS", "/nonexistent")
+        if os.path.exists(hold):   # held until the test has killed the driver
+            open(hold + ".held", "w").close()
+        while os.path.exists(hold):
+            time.sleep(0.2)
+        for epoch in range(first, epochs):
+            tensorboard.log({"acc": q * (1 - 0.5 ** (epoch + 1))}, step=epoch)
+        checkpoint.save({"q": q}, epochs - 1)
+        return {"acc": q * (1 - 0.5 ** epochs), "epochs_trained": epochs - first}
+
+    experiment.asha(climb, {"q": [0.0, 1.0]}, min_budget=1, max_budget=9, eta=3, num_trials=9,
+                    optimization_key="acc", seed=11, max_parallel=1, name="resumable")
+""")
+
+
+def _summary_of(root):
+    found = list(root.glob("Projects/test/Experiments/*/.summary.json"))
+    try:
+        return json.loads(found[0].read_text())["trials"] if found else []
+    except (ValueError, KeyError):   # being replaced
+        return []
+
+
+def _wait_for(condition, what, limit_s=300.0):
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_search_whose_driver_was_killed_resumes_from_its_record(spark, root, tmp_path):
+    hold = tmp_path / "hold"
+    env = {**os.environ, "HOLD_TRIALS": str(hold), "HOPSML_MASTER": "local[2]",
+           "HOPSML_LOG_DIR": str(tmp_path / "logs")}
+    (tmp_path / "driver.py").write_text(RESUMABLE)
+    driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py")], env=env, cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for(lambda: sum(bool(t.get("rungs")) for t in _summary_of(root)) >= 4, "four ended trials")
+        hold.touch()   # the next job waits in its function; the driver is killed while it runs
+        _wait_for(lambda: (tmp_path / "hold.held").exists(), "a job held in its function")
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+        before = _summary_of(root)
+        (old_id,) = [p.parent.name for p in root.glob("Projects/test/Experiments/*/.summary.json")]
+        logdir, best, outputs = experiment.asha(climb, {"q": [0.0, 1.0]}, min_budget=1, max_budget=9, eta=3,
+                                                num_trials=9, optimization_key="acc", max_parallel=1,
+                                                resume=old_id, name="resumed")
+    finally:
+        hold.unlink(missing_ok=True)   # a trial process the killed driver left behind ends too
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    record = _json(logdir, "experiment.json")
+    running = [t["index"] for t in before if t["state"] == "RUNNING"]
+    assert len(running) == 1
+    ended = [(t["index"], e["rung"]) for t in before for e in t.get("rungs") or []]
+    assert record["resumed_from"] == {"experiment": old_id, "trials": len(before), "restarted": len(running)}
+    # the ended jobs are not run again; the running one runs first; then the search goes on as it would have
+    new_jobs = [(e["trial"], e["rung"]) for e in record["jobs"] if e["event"] == "start"]
+    qualities = [p["q"] for p in Space.from_bounds({"q": [0.0, 1.0]}).sample(9, 11)]
+    expected = expected_schedule(qualities, [1, 3, 9], 3)
+    assert new_jobs[0][0] == running[0] and sorted(ended + new_jobs) == sorted(expected)
+    assert not set(ended) & set(new_jobs)
+    trials = _json(logdir, ".summary.json")["trials"]
+    assert len(trials) == 9 and all(t["state"] != "RUNNING" for t in trials)
+    for t in trials:   # every trial's folder is in the new search, with one continuous curve
+        folder = os.path.join(logdir, os.path.basename(t["dir"]))
+        steps = [json.loads(line)["step"] for line in open(os.path.join(folder, "metrics.jsonl"))]
+        assert steps == list(range(t["budget"])), (t["dir"], steps)
+    assert best["q"] == max(qualities[k] for k, r in expected if r == 1)
