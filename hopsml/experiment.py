@@ -263,3 +263,32 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
 
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=sampler, samples=samples, log_scale=list(log_scale or []))
+
+
+def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, layers: list[str] | None = None,
+             direction: Direction | str = "max", name: str = "no-name", local_logdir: bool = False,
+             description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
+             versioned_resources: list[str] | None = None, num_workers: int = 1
+             ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """An ablation study, as maggy has them: the base model, then one trial per feature (a column of the
+    prepared table) and per layer left out. `train_fn(ablated_feature=None, ablated_layer=None)` gets the
+    name to leave out (None for the base); the record's `ablation` table compares each with the base."""
+    from hopsml.search.asha import PointList
+
+    points: list[dict[str, str | None]] = [{"ablated_feature": None, "ablated_layer": None}]
+    for label, names in (("features", features), ("layers", layers)):
+        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) and n for n in names)):
+            raise SearchSpaceError(f"{label} must be a list of names, got {names!r}")
+    points += [{"ablated_feature": f, "ablated_layer": None} for f in features or []]
+    points += [{"ablated_feature": None, "ablated_layer": layer} for layer in layers or []]
+    if len(points) == 1:
+        raise SearchSpaceError("an ablation study needs features or layers to leave out, e.g. features=['age']")
+    _check_workers(num_workers, None)
+
+    def run(search: Search) -> None:
+        search.run_async(PointList([dict(p) for p in points]), total=len(points), num_workers=num_workers)
+        search.record_fields["ablation"] = search.ablation_table()
+
+    return run_search(train_fn, {"features": list(features or []), "layers": list(layers or [])}, direction,
+                      optimization_key, name, description, versioned_resources, None, 3, local_logdir, run,
+                      seed=seed, strategy="ablation")

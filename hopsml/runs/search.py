@@ -343,6 +343,19 @@ class Search:
         if top is not None:
             self.record_fields["top_rung"] = top
 
+    def ablation_table(self) -> list[dict[str, Any]]:
+        """An ablation study's trials beside its base (the first trial): what each left out, its metric and
+        the difference to the base's."""
+        base = self.trials[0].metric if self.trials else None
+        rows = []
+        for trial in self.trials:
+            feature, layer = trial.params.get("ablated_feature"), trial.params.get("ablated_layer")
+            left_out = f"feature {feature}" if feature else f"layer {layer}" if layer else "nothing (base)"
+            delta = trial.metric - base if trial.metric is not None and base is not None else None
+            rows.append({"trial": trial.index, "left_out": left_out, "state": trial.state, "metric": trial.metric,
+                         "change": round(delta, 6) if delta is not None else None})
+        return rows
+
     def _run_job(self, job: Job, trial: Trial, num_workers: int, budget: str | None, group: str) -> float | None:
         """One job of an asynchronous search in the trial's folder (a promoted trial continues there, so
         its checkpoints and its curve carry on); returns its metric, None when it failed."""

@@ -316,7 +316,8 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
     log_scale = rec.extra.get("log_scale")
     return {"trials": rows, "params": params, "key": key, "direction": direction, "error": None,
             "curves": curves, "log_scale": [str(p) for p in log_scale] if isinstance(log_scale, list) else [],
-            "rungs": rung_table(rows, rec.extra.get("budgets")), "budget_name": rec.extra.get("budget")}
+            "rungs": rung_table(rows, rec.extra.get("budgets")), "budget_name": rec.extra.get("budget"),
+            "ablation": [r for r in rec.extra.get("ablation") or [] if isinstance(r, dict)]}
 
 
 def rung_table(rows: list[dict[str, Any]], budgets: Any) -> list[dict[str, Any]]:

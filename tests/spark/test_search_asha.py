@@ -301,3 +301,28 @@ def test_a_search_whose_driver_was_killed_resumes_from_its_record(spark, root, t
         steps = [json.loads(line)["step"] for line in open(os.path.join(folder, "metrics.jsonl"))]
         assert steps == list(range(t["budget"])), (t["dir"], steps)
     assert best["q"] == max(qualities[k] for k, r in expected if r == 1)
+
+
+def leave_out(ablated_feature, ablated_layer):
+    lost = {"age": 0.1, "income": 0.0}.get(ablated_feature, 0.0) + {"dense_1": 0.3}.get(ablated_layer, 0.0)
+    if ablated_layer == "broken":
+        raise ValueError("the model cannot be built without layer 'broken'")
+    return {"accuracy": 0.9 - lost}
+
+
+def test_ablation_study_compares_each_left_out_part_with_the_base(spark, root):
+    logdir, best, _ = experiment.ablation(leave_out, features=["age", "income"], layers=["dense_1", "broken"],
+                                          optimization_key="accuracy", name="ablation")
+    table = _json(logdir, "experiment.json")["ablation"]
+    assert [(r["left_out"], r["state"], r["change"]) for r in table] == [
+        ("nothing (base)", "FINISHED", 0.0), ("feature age", "FINISHED", -0.1), ("feature income", "FINISHED", 0.0),
+        ("layer dense_1", "FINISHED", -0.3), ("layer broken", "FAILED", None)]
+    assert best == {"ablated_feature": None, "ablated_layer": None}
+    from hopsml import config
+    from hopsml.ui import create_app
+
+    record = _json(logdir, "experiment.json")
+    page = create_app(config.load()).test_client().get(f"/p/test/runs/{record['id']}").get_data(as_text=True)
+    assert 'id="ablation"' in page and "layer dense_1" in page
+    with pytest.raises(SearchSpaceError, match="features or layers"):
+        experiment.ablation(leave_out)
