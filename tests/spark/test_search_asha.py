@@ -84,6 +84,22 @@ def test_tpe_with_a_seed_proposes_the_same_trials_twice():
     assert sum(abs(p["x"] - 1) for p in first[-4:]) < sum(abs(p["x"] - 1) for p in first[:3]) * 4 / 3
 
 
+def test_a_resumed_tpe_search_tells_the_sampler_its_trials_and_runs_the_unfinished_one_first():
+    from hopsml.search.tpe import ModelBased
+
+    space = Space.from_bounds({"x": [-3.0, 3.0]})
+    tpe = ModelBased(space, direction=Direction.MIN, samples=4, seed=1, startup_trials=1)
+    tpe.restore([{"params": {"x": 0.5}, "state": "FINISHED", "metric": 0.25},
+                 {"params": {"x": 2.0}, "state": "FAILED", "metric": None},
+                 {"params": {"x": -1.0}, "state": "RUNNING", "metric": None}])
+    again = tpe.next_job()
+    assert (again.key, again.params) == (2, {"x": -1.0})
+    tpe.job_done(again, 4.0)
+    fresh = tpe.next_job()
+    assert fresh.key == 3 and tpe.next_job() is None
+    assert [t.state.name for t in tpe.study.trials] == ["COMPLETE", "FAIL", "COMPLETE", "RUNNING"]
+
+
 def run_sequentially_tpe(tpe):
     params = []
     while (job := tpe.next_job()) is not None:
