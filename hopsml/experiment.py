@@ -233,7 +233,7 @@ def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direc
     """Asynchronous Hyperband: brackets of asha, bracket s starting its configurations at rung s (so the
     later brackets give fewer configurations more budget from the start); new configurations go to the
     brackets in turn. `brackets` defaults to one per rung. Otherwise as asha."""
-    return _successive_halving("hyperband", brackets if brackets is not None else None, train_fn, boundary_dict,
+    return _successive_halving("hyperband", brackets, train_fn, boundary_dict,
                                direction, budget, min_budget, max_budget, eta, num_trials, name, local_logdir,
                                description, optimization_key, seed, versioned_resources, log_scale, num_workers,
                                max_parallel, resume)
