@@ -187,14 +187,16 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
         if isinstance(num_trials, int) and num_trials >= 1 else []
     scheduler = SuccessiveHalving(points.__getitem__, rungs, eta=eta, direction=Direction.of(direction),
                                   num_trials=num_trials, brackets=len(rungs) if brackets is None else brackets)
+
     def run(search: Search) -> None:
         scheduler.restore(search.adopted)
         search.run_async(scheduler, total=num_trials, num_workers=num_workers, budget=budget,
                          max_parallel=max_parallel)
 
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=strategy, budget=budget, min_budget=min_budget, max_budget=max_budget,
-                      num_trials=num_trials, log_scale=list(log_scale or []))
+                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=strategy,
+                      budget=budget, min_budget=min_budget, max_budget=max_budget, num_trials=num_trials,
+                      log_scale=list(log_scale or []))
 
 
 def _check_workers(num_workers: int, max_parallel: int | None) -> None:
