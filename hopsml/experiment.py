@@ -264,7 +264,8 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
         search.run_async(scheduler, total=samples, num_workers=num_workers, max_parallel=max_parallel)
 
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=sampler, samples=samples, log_scale=list(log_scale or []))
+                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=sampler,
+                      samples=samples, log_scale=list(log_scale or []))
 
 
 def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, layers: list[str] | None = None,
