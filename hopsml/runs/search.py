@@ -29,7 +29,8 @@ from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.task import TaskSpec
 from hopsml.net import Network
 from hopsml.progress import progress_bar
-from hopsml.layout import ExperimentDir, RunDir, join
+from hopsml.runs import blame
+from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.search import hparams as hparams_events
 from hopsml.search.asha import Job
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
@@ -38,6 +39,25 @@ from hopsml.search.space import Direction, SearchSpaceError
 from hopsml.tracking.record import ExperimentRun, ExperimentType, State
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _TrialDir:
+    path: str
+
+    def worker_log(self, rank: int) -> str:
+        """Where a rank of a trial of several ranks writes its log, as the ranks of an experiment do."""
+        return join(self.path, LOGS, f"worker_{int(rank)}.log")
+
+
+@dataclass(frozen=True)
+class _TrialRun:
+    """A trial as the failure messages read a run (hopsml.runs.blame): its folder and storage."""
+
+    id: str
+    dir: Any   # a _TrialDir: the trial folder has logs/worker_<rank>.log as an experiment has
+    storage: Any
+    logdir: str
 
 
 @dataclass
@@ -313,6 +333,10 @@ class Search:
                 except BaseException as exc:  # noqa: BLE001 - ends the search, raised in the caller's thread
                     errors.append(exc)
                     stop.set()
+                    with changed:   # the other slots' trials stop too
+                        groups = [g for p, g in running.items() if p != place]
+                    for group in groups:
+                        self.sc.cancelJobGroup(group)
                 ended = (job, metric)
 
         threads = [threading.Thread(target=slot, args=(p,), name=f"hopsml-search-slot-{p}", daemon=True)
@@ -370,19 +394,21 @@ class Search:
         partition = self._partition(spec, kwargs, num_workers)
         what = f"rung {job.rung}, {budget}={job.budget}" if job.rung is not None else f"trial {trial.index}"
         collected: list[Any] = []
-        crash = None
+        crashed: list[RankReport] = []
         try:
             collected = run_stage(self.sc, partition, num_workers, barrier=num_workers > 1, abort=monitor.failed,
                                   job_group=group, checks=self.checks,
                                   description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {what})")
         except ExecutorStackError:
             raise   # every trial would fail alike: the search stops with the explanation
-        except ClusterError as exc:   # a rank's process died: this trial fails alone
-            crash = str(exc)
+        except ClusterError as exc:   # a rank's process died: this trial fails alone, the rank named
+            crashed = [blame.crashed_rank(exc, _TrialRun(self.run.id, _TrialDir(trial.dir), self.run.storage,
+                                                         self.run.storage.uri(trial.dir)))]
         finally:
             channel.close()
         reports = monitor.settle(collected)
-        return self._record_job(job, trial, reports, monitor.failures(), crash, num_workers)
+        failures = sorted(monitor.failures() + crashed, key=blame.first_cause)   # the cause first, not its peers
+        return self._record_job(job, trial, reports, failures, num_workers)
 
     def _partition(self, spec: TaskSpec, kwargs: dict[str, Any], num_workers: int
                    ) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
@@ -402,7 +428,7 @@ class Search:
         return barrier_task(spec, gpus_per_worker=0, framework=framework, on_shutdown=(end_rank_group,))
 
     def _record_job(self, job: Job, trial: Trial, reports: list[RankReport], failures: list[RankReport],
-                    crash: str | None, num_workers: int) -> float | None:
+                    num_workers: int) -> float | None:
         """Keep what a job did in its trial: the metric of its rung, or which rank failed and why."""
         by_rank = {r.rank or 0: r for r in reports if r.ok}
         duration = max((r.duration or 0.0 for r in reports), default=0.0)
@@ -411,14 +437,14 @@ class Search:
             self._busy_s += duration * num_workers
             trial.duration = round((trial.duration or 0.0) + duration, 3)
             trial.outputs, trial.error, trial.traceback = {}, None, None
-            if failures or crash or 0 not in by_rank or len(reports) < num_workers:
-                first = sorted(failures, key=lambda r: r.rank or 0)[0] if failures else None
+            if failures or 0 not in by_rank or len(reports) < num_workers:
+                first = failures[0] if failures else None
                 if first is not None:
-                    where = f"rank {first.rank} of {num_workers}: " if num_workers > 1 else ""
-                    trial.error = where + first.error
+                    where = f"rank {first.rank} of {num_workers}: " if num_workers > 1 and first.rank is not None else ""
+                    trial.error = where + (first.error or "it failed without a message")
                     trial.traceback = first.traceback or first.tail
                 else:
-                    trial.error = crash or f"only {len(reports)} of {num_workers} ranks reported"
+                    trial.error = f"only {len(reports)} of {num_workers} ranks reported"
                 trial.state, trial.metric = State.FAILED.value, None
             else:
                 trial.outputs = by_rank[0].result

@@ -212,13 +212,17 @@ def test_tpe_search_with_a_seed_runs_the_same_trials_twice(spark, root):
 
 
 def ranked(x):
-    """A trial of two ranks: the sum over ranks proves they are connected; rank 1 fails for x == 2."""
+    """A trial of two ranks: the sum over ranks proves they are connected; rank 1 fails for x == 2 and its
+    process dies for x == 4."""
+    import os
     import time
 
     from hopsml import collective
 
     if x == 2 and collective.rank() == 1:
         raise ValueError("rank 1 cannot go on with x=2")
+    if x == 4 and collective.rank() == 1:
+        os._exit(3)   # the rank's process dies
     time.sleep(1.0)   # long enough that two trials overlap
     return {"metric": -abs(x - 3), "ranks": collective.allreduce(1.0), "rank": collective.rank()}
 
@@ -234,6 +238,8 @@ def test_distributed_trials_pack_two_ranks_each_and_a_failing_rank_fails_its_tri
     for t in trials:
         if t["params"]["x"] == 2:
             assert t["state"] == "FAILED" and t["error"].startswith("rank 1 of 2: ValueError: rank 1 cannot go on")
+        elif t["params"]["x"] == 4:
+            assert t["state"] == "FAILED" and t["error"].startswith("rank 1 of 2: "), t["error"]
         else:
             assert t["state"] == "FINISHED" and t["outputs"]["ranks"] == 2.0 and t["outputs"]["rank"] == 0
             assert os.path.exists(os.path.join(logdir, os.path.basename(t["dir"]), "logs", "worker_1.log"))
