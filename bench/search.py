@@ -5,8 +5,9 @@ For every search: the trial-epochs it ran in all, and the trial-epochs spent (in
 ended) until a trial came within --tolerance (0.5%) of the best accuracy grid search found. ASHA's
 target: at most a third of grid's trial-epochs. Then slot utilisation (busy slot-seconds of the trials'
 functions over the slots' seconds while trials ran) of ASHA against differential evolution's synchronous
-generations. Epochs of a promoted ASHA trial continue from its checkpoint, so a trial at budget b has
-cost b epochs in all.
+generations, and for the asynchronous searches the share of slot time their Spark jobs held ("held":
+the function's time plus each job's start-up, Spark's scheduling and the trial's child process). Epochs
+of a promoted ASHA trial continue from its checkpoint, so a trial at budget b has cost b epochs in all.
 
     python bench/search.py [--master local[4]] [--samples 12] [--asha-trials 27] [--tolerance 0.005]
                            [--searches grid,asha]
@@ -106,6 +107,23 @@ def async_costs(logdir: str, budget: str | None) -> list[tuple[float, float | No
     return costs
 
 
+def held(logdir: str) -> float | None:
+    """Slot-seconds the search's Spark jobs held (from each job's start to its end, as the driver saw
+    them) over the slots' seconds from the first start to the last end; None for batch searches."""
+    record = _read(logdir, "experiment.json")
+    if "jobs" not in record:
+        return None
+    started: dict[int, float] = {}
+    busy = 0.0
+    for event in record["jobs"]:
+        if event["event"] == "start":
+            started[event["slot"]] = event["t"]
+        else:
+            busy += event["t"] - started.pop(event["slot"])
+    span = record["jobs"][-1]["t"] - record["jobs"][0]["t"]
+    return busy / (record["parallel_trials"] * span) if span > 0 else None
+
+
 def to_reach(costs: list[tuple[float, float | None]], target: float) -> float | None:
     spent = 0.0
     for epochs, metric in costs:
@@ -159,8 +177,11 @@ def main() -> None:
     grid_total = sum(e for e, _ in grid_costs)
     target = grid_best - args.tolerance
     print(f"grid's best accuracy {grid_best:.4f}; target {target:.4f}; grid ran {grid_total:g} trial-epochs")
-    print(f"{'search':<24}{'trial-epochs':>14}{'to target':>11}{'/ grid':>8}{'best':>8}{'util.':>7}{'wall s':>8}")
+    print(f"{'search':<24}{'trial-epochs':>14}{'to target':>11}{'/ grid':>8}{'best':>8}{'util.':>7}{'held':>6}"
+          f"{'wall s':>8}")
     for label, (logdir, wall) in runs.items():
+        if not logdir:
+            continue
         record = _read(logdir, "experiment.json")
         budget = record.get("budget")
         costs = async_costs(logdir, budget) if "jobs" in record else batch_costs(logdir)
@@ -168,7 +189,8 @@ def main() -> None:
         reach = to_reach(costs, target)
         share = f"{reach / grid_total:.2f}" if reach is not None else "-"
         print(f"{label:<24}{total:>14g}{(f'{reach:g}' if reach is not None else 'never'):>11}{share:>8}"
-              f"{record['metric']:>8.4f}{record.get('slot_utilisation', 0):>7.2f}{wall:>8.1f}")
+              f"{record['metric']:>8.4f}{record.get('slot_utilisation', 0):>7.2f}"
+              f"{(f'{h:.2f}' if (h := held(logdir)) is not None else '-'):>6}{wall:>8.1f}")
 
 
 if __name__ == "__main__":
