@@ -147,6 +147,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[4]")
     parser.add_argument("--samples", type=int, default=12, help="trials of random and TPE search")
     parser.add_argument("--asha-trials", type=int, default=27)
+    parser.add_argument("--min-budget", type=int, default=1, help="epochs of ASHA's and Hyperband's first rung")
     parser.add_argument("--tolerance", type=float, default=0.005)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--searches", default="grid,random,asha,hyperband,tpe,differential_evolution",
@@ -170,10 +171,11 @@ def main() -> None:
     timed("random", lambda: experiment.random_search(mlp, SPACE, samples=args.samples, seed=args.seed,
                                                      log_scale=["lr"], name="bench-random", **common))
     space = {k: v for k, v in SPACE.items() if k != "epochs"}
-    timed("asha", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=1, max_budget=27, eta=3,
-                                          num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],
+    timed("asha", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=args.min_budget,
+                                          max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],
                                           name="bench-asha", **common))
-    timed("hyperband", lambda: experiment.hyperband(mlp, space, budget="epochs", min_budget=1, max_budget=27, eta=3,
+    timed("hyperband", lambda: experiment.hyperband(mlp, space, budget="epochs",
+                                                    min_budget=args.min_budget, max_budget=27, eta=3,
                                                     num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],
                                                     name="bench-hyperband", **common))
     timed("tpe", lambda: experiment.tpe_search(mlp, SPACE, samples=args.samples, seed=args.seed, log_scale=["lr"],
