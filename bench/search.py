@@ -172,8 +172,8 @@ def main() -> None:
                                                      log_scale=["lr"], name="bench-random", **common))
     space = {k: v for k, v in SPACE.items() if k != "epochs"}
     timed("asha", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=args.min_budget,
-                                          max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],
-                                          name="bench-asha", **common))
+                                          max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed,
+                                          log_scale=["lr"], name="bench-asha", **common))
     timed("hyperband", lambda: experiment.hyperband(mlp, space, budget="epochs",
                                                     min_budget=args.min_budget, max_budget=27, eta=3,
                                                     num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],
