@@ -14,8 +14,8 @@ of a promoted ASHA trial continue from its checkpoint, so a trial at budget b ha
 
 Measured on local[4] on a 2-core machine shared with other work (load average about 20), seed 1: grid's
 best 0.9956 over 432 trial-epochs (target 0.9906). Trial-epochs to the target: random (12 samples) never
-(best 0.9867); ASHA with 27 trials never (best 0.9867, 129 trial-epochs in all), with 81 trials 251
-(0.58 of grid's; 371 in all); Hyperband with 27 trials 187 (0.43), with 81 trials 187 (0.43); TPE (12
+(best 0.9867); ASHA with 27 trials never (best 0.9867, 129 trial-epochs in all; with --min-budget 3
+best 0.9889, 237 in all), with 81 trials 251 (0.58 of grid's; 371 in all); Hyperband with 27 trials 187 (0.43), with 81 trials 187 (0.43); TPE (12
 samples) 84 (0.19). Function-time utilisation: ASHA 0.46 (27 trials) and 0.52 (81), differential
 evolution 0.43, grid 0.44; the slots held by ASHA's jobs: 0.90 (27 trials, the last rungs leave slots
 idle) and 0.99 (81). Each job's start-up (Spark, the trial's child process) took about as long as its
