@@ -16,8 +16,9 @@ from hopsml import config, util
 from hopsml.errors import HopsmlError
 from hopsml.launcher import seeds, tf_cluster
 from hopsml.runs import engine
-from hopsml.runs.search import evolve, run_search
+from hopsml.runs.search import Search, evolve, previous_search, run_search
 from hopsml.search import space
+from hopsml.search.asha import PointList, SuccessiveHalving, budgets
 from hopsml.search.evolution import DifferentialEvolution
 from hopsml.search.space import Direction, SearchSpaceError
 
@@ -120,13 +121,18 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
                 name: str = "no-name", local_logdir: bool = False, description: str | None = None,
                 optimization_key: str = "metric",
                 versioned_resources: list[str] | None = None, early_stopping: str | None = None,
-                early_stopping_min_steps: int = 3, seed: int | None = None
+                early_stopping_min_steps: int = 3, seed: int | None = None, num_workers: int = 1
                 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Every combination of `grid_dict` as its own trial, in parallel; returns (logdir, best_params, best_return)."""
+    """Every combination of `grid_dict` as its own trial, in parallel; returns (logdir, best_params, best_return).
+    `num_workers` > 1 makes every trial an allreduce job of that many ranks, as many at once as the slots hold."""
     combos = space.grid(grid_dict)
+    _check_workers(num_workers, None)
+    if num_workers > 1 and early_stopping:
+        raise SearchSpaceError("early_stopping works with trials of one rank; leave it out with num_workers > 1")
+    batches = (lambda s: s.run_batch(combos, len(combos))) if num_workers == 1 else \
+        (lambda s: s.run_async(PointList(combos), total=len(combos), num_workers=num_workers))
     return run_search(train_fn, dict(grid_dict), direction, optimization_key, name, description, versioned_resources,
-                      early_stopping, early_stopping_min_steps, local_logdir,
-                      lambda s: s.run_batch(combos, len(combos)), seed=seed, strategy="grid")
+                      early_stopping, early_stopping_min_steps, local_logdir, batches, seed=seed, strategy="grid")
 
 
 def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -164,3 +170,132 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
                       versioned_resources, None, 3, local_logdir, evolve(evolution, generations, best_per_generation),
                       seed=seed, strategy="differential_evolution", generations=generations, population=population,
                       best_per_generation=best_per_generation, log_scale=list(log_scale or []))
+
+
+def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[..., Any],
+                        boundary_dict: dict[str, Any], direction: Direction | str, budget: str,
+                        min_budget: float, max_budget: float, eta: float, num_trials: int, name: str,
+                        local_logdir: bool, description: str | None, optimization_key: str, seed: int | None,
+                        versioned_resources: list[str] | None, log_scale: list[str] | None, num_workers: int,
+                        max_parallel: int | None, resume: str | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What asha and hyperband share: the checks, random configurations, the scheduler."""
+    if not isinstance(budget, str) or not budget.isidentifier():
+        raise SearchSpaceError(f"budget must name the function's parameter that takes the budget, got {budget!r}")
+    if budget in (boundary_dict or {}):
+        raise SearchSpaceError(f"{budget!r} is the budget and cannot be in the search space too; "
+                               "leave it out of boundary_dict")
+    _check_workers(num_workers, max_parallel)
+    source, seed = previous_search(resume, strategy, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
+    rungs = budgets(min_budget, max_budget, eta)
+    points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(num_trials, seed) \
+        if isinstance(num_trials, int) and num_trials >= 1 else []
+    scheduler = SuccessiveHalving(points.__getitem__, rungs, eta=eta, direction=Direction.of(direction),
+                                  num_trials=num_trials, brackets=len(rungs) if brackets is None else brackets)
+
+    def run(search: Search) -> None:
+        scheduler.restore(search.adopted)
+        search.run_async(scheduler, total=num_trials, num_workers=num_workers, budget=budget,
+                         max_parallel=max_parallel)
+
+    return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
+                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=strategy,
+                      budget=budget, min_budget=min_budget, max_budget=max_budget, num_trials=num_trials,
+                      log_scale=list(log_scale or []))
+
+
+def _check_workers(num_workers: int, max_parallel: int | None) -> None:
+    for label, value in (("num_workers", num_workers), ("max_parallel", max_parallel)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SearchSpaceError(f"{label} must be a positive integer, got {value!r}")
+
+
+def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
+         budget: str = "epochs", min_budget: float = 1, max_budget: float = 27, eta: float = 3,
+         num_trials: int = 27, name: str = "no-name", local_logdir: bool = False, description: str | None = None,
+         optimization_key: str = "metric", seed: int | None = None, versioned_resources: list[str] | None = None,
+         log_scale: list[str] | None = None, num_workers: int = 1, max_parallel: int | None = None,
+         resume: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Asynchronous successive halving: `num_trials` random configurations, each first run with
+    `budget=min_budget` (the function's parameter named by `budget`: epochs, steps, a data fraction); a
+    configuration in the top 1/eta of those completed at its rung runs again with eta times the budget,
+    up to `max_budget`, in the same folder (so `hopsml.checkpoint.load()` continues where it stopped).
+    A free slot never waits: it promotes a configuration if one is due, else starts a new one.
+    `num_workers` > 1 makes every trial an allreduce job of that many ranks. `resume=<experiment id>` takes
+    up a search whose driver was killed (call it with the same space): its ended trials are kept, the
+    ones that were running run their rung again from their last checkpoint, and the search goes on with
+    its seed. Returns (logdir, best_params, best_return) of the best trial at the top rung."""
+    return _successive_halving("asha", 1, train_fn, boundary_dict, direction, budget, min_budget, max_budget, eta,
+                               num_trials, name, local_logdir, description, optimization_key, seed,
+                               versioned_resources, log_scale, num_workers, max_parallel, resume)
+
+
+def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
+              budget: str = "epochs", min_budget: float = 1, max_budget: float = 27, eta: float = 3,
+              num_trials: int = 27, brackets: int | None = None, name: str = "no-name", local_logdir: bool = False,
+              description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
+              versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
+              num_workers: int = 1, max_parallel: int | None = None, resume: str | None = None
+              ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Asynchronous Hyperband: brackets of asha, bracket s starting its configurations at rung s (so the
+    later brackets give fewer configurations more budget from the start); new configurations go to the
+    brackets in turn. `brackets` defaults to one per rung. Otherwise as asha."""
+    return _successive_halving("hyperband", brackets, train_fn, boundary_dict,
+                               direction, budget, min_budget, max_budget, eta, num_trials, name, local_logdir,
+                               description, optimization_key, seed, versioned_resources, log_scale, num_workers,
+                               max_parallel, resume)
+
+
+def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
+               samples: int = 20, name: str = "no-name", local_logdir: bool = False, description: str | None = None,
+               optimization_key: str = "metric", seed: int | None = None,
+               versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
+               sampler: str = "tpe", startup_trials: int | None = None, num_workers: int = 1,
+               max_parallel: int | None = None, resume: str | None = None
+               ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Model-based search over the same `boundary_dict` as random_search: Optuna's TPE sampler (or
+    `sampler="gp"`) proposes each next trial from the finished ones, the first `startup_trials` at random;
+    trials run asynchronously, one per free slot. The same seed proposes the same trials when they end
+    in the same order (max_parallel=1 makes that so). `resume=<experiment id>` takes up a search whose
+    driver was killed: its ended trials are told to the sampler, the running ones run again."""
+    from hopsml.search.tpe import ModelBased
+
+    _check_workers(num_workers, max_parallel)
+    source, seed = previous_search(resume, sampler, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
+    scheduler = ModelBased(space.Space.from_bounds(boundary_dict, log_scale or ()), direction=Direction.of(direction),
+                           samples=samples, seed=seed, sampler=sampler, startup_trials=startup_trials)
+    def run(search: Search) -> None:
+        scheduler.restore(search.adopted)
+        search.run_async(scheduler, total=samples, num_workers=num_workers, max_parallel=max_parallel)
+
+    return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
+                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, strategy=sampler,
+                      samples=samples, log_scale=list(log_scale or []))
+
+
+def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, layers: list[str] | None = None,
+             direction: Direction | str = "max", name: str = "no-name", local_logdir: bool = False,
+             description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
+             versioned_resources: list[str] | None = None, num_workers: int = 1
+             ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """An ablation study, as maggy has them: the base model, then one trial per feature (a column of the
+    prepared table) and per layer left out. `train_fn(ablated_feature=None, ablated_layer=None)` gets the
+    name to leave out (None for the base); the record's `ablation` table compares each with the base."""
+    from hopsml.search.asha import PointList
+
+    points: list[dict[str, str | None]] = [{"ablated_feature": None, "ablated_layer": None}]
+    for label, names in (("features", features), ("layers", layers)):
+        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) and n for n in names)):
+            raise SearchSpaceError(f"{label} must be a list of names, got {names!r}")
+    points += [{"ablated_feature": f, "ablated_layer": None} for f in features or []]
+    points += [{"ablated_feature": None, "ablated_layer": layer} for layer in layers or []]
+    if len(points) == 1:
+        raise SearchSpaceError("an ablation study needs features or layers to leave out, e.g. features=['age']")
+    _check_workers(num_workers, None)
+
+    def run(search: Search) -> None:
+        search.run_async(PointList([dict(p) for p in points]), total=len(points), num_workers=num_workers)
+        search.record_fields["ablation"] = search.ablation_table()
+
+    return run_search(train_fn, {"features": list(features or []), "layers": list(layers or [])}, direction,
+                      optimization_key, name, description, versioned_resources, None, 3, local_logdir, run,
+                      seed=seed, strategy="ablation")

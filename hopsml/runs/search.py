@@ -7,33 +7,57 @@ search goes on; the other trials and the shared Python workers are not affected.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 import numbers
 import posixpath
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator
 
 from hopsml.config import RunSettings
-from hopsml.errors import ExperimentFailed, StorageError
+from hopsml.errors import ClusterError, ExecutorStackError, ExperimentFailed, HopsmlError, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
 from hopsml import preflight
-from hopsml.launcher.driver import StageMonitor, open_channel, run_stage
+from hopsml.launcher.driver import StageMonitor, check_barrier_stage, concurrent_slots, open_channel, run_stage
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.task import TaskSpec
 from hopsml.net import Network
 from hopsml.progress import progress_bar
-from hopsml.layout import RunDir
+from hopsml.runs import blame
+from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.search import hparams as hparams_events
+from hopsml.search.asha import Job
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
 from hopsml.search.evolution import DifferentialEvolution, Member
 from hopsml.search.space import Direction, SearchSpaceError
 from hopsml.tracking.record import ExperimentRun, ExperimentType, State
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _TrialDir:
+    path: str
+
+    def worker_log(self, rank: int) -> str:
+        """Where a rank of a trial of several ranks writes its log, as the ranks of an experiment do."""
+        return join(self.path, LOGS, f"worker_{int(rank)}.log")
+
+
+@dataclass(frozen=True)
+class _TrialRun:
+    """A trial as the failure messages read a run (hopsml.runs.blame): its folder and storage."""
+
+    id: str
+    dir: Any   # a _TrialDir: the trial folder has logs/worker_<rank>.log as an experiment has
+    storage: Any
+    logdir: str
 
 
 @dataclass
@@ -49,9 +73,21 @@ class Trial:
     error: str | None = None
     traceback: str | None = None
     duration: float | None = None
+    # successive halving: the rung reached, its budget, one entry per rung run, and why it stopped
+    rung: int | None = None
+    budget: float | None = None
+    rungs: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+    ranks: int = 1  # ranks per trial (num_workers of a distributed search)
 
     def summary(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for name in ("rung", "budget", "rungs", "note"):   # only searches with rungs have them
+            if data[name] is None or data[name] == []:
+                data.pop(name)
+        if self.ranks == 1:
+            data.pop("ranks")
+        return data
 
 
 class Search:
@@ -71,6 +107,12 @@ class Search:
         self._lock = threading.Lock()
         self._names: set[str] = set()
         self._bar: Any = None
+        self.record_fields: dict[str, Any] = {}   # what a strategy adds to the record (rungs, sampler, ...)
+        self._busy_s = 0.0      # slot-seconds the trials' functions ran (times their ranks)
+        self._window_s = 0.0    # seconds trials were running, times the slots the cluster had
+        self._budgets: list[Any] = []   # the rungs' budgets of a successive-halving search
+        self._budget_name: str | None = None
+        self.adopted: list[dict[str, Any]] = []   # the trials a resumed search took over, as recorded
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def _new_trial(self, params: dict[str, Any]) -> Trial:
@@ -104,6 +146,7 @@ class Search:
             if trial.state != "RUNNING":
                 return
             trial.duration = report.duration
+            self._busy_s += report.duration or 0.0
             outputs = report.result
             trial.outputs = outputs
             if report.ok and not self.metric_required:
@@ -184,13 +227,259 @@ class Search:
             self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
         for trial in batch:
             trial.state = "RUNNING"
+        slots, began = concurrent_slots(self.sc), time.monotonic()
         try:
             collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id, checks=self.checks,
                                   description=f"hopsml search '{self.run.record.name}' ({self.run.id})")
         finally:
             channel.close()
         monitor.settle(collected)  # the trials whose live message did not reach us
+        self._window_s += slots * (time.monotonic() - began)
         return batch
+
+    def adopt(self, source: ExperimentDir) -> None:
+        """Take over the trials of an earlier run of this search (resume=): each folder is copied into this
+        run with its record, curve and checkpoints; its trials keep their numbers. `adopted` lists them as
+        the summary had them, for the scheduler to take up."""
+        old = self.run.storage.read_json(source.summary)["trials"]
+        for entry in sorted(old, key=lambda t: t["index"]):
+            name = posixpath.basename(entry["dir"])
+            path = join(self.run.dir.path, name)
+            if self.run.storage.isdir(entry["dir"]):
+                self.run.storage.copy_tree(entry["dir"], path)
+            self._names.add(path)
+            unfinished = entry.get("state") in ("RUNNING", "PENDING")
+            trial = Trial(len(self.trials), dict(entry["params"]), path,
+                          state="PENDING" if unfinished else entry["state"], metric=entry.get("metric"),
+                          outputs=entry.get("outputs") or {}, error=entry.get("error"),
+                          traceback=entry.get("traceback"), duration=entry.get("duration"), rung=entry.get("rung"),
+                          budget=entry.get("budget"), rungs=list(entry.get("rungs") or []), note=entry.get("note"),
+                          ranks=int(entry.get("ranks") or 1))
+            self.trials.append(trial)
+            self.adopted.append(entry)
+        self._write_summary()
+        self.record_fields["resumed_from"] = {
+            "experiment": source.id, "trials": len(self.adopted),
+            "restarted": sum(t.get("state") in ("RUNNING", "PENDING") for t in self.adopted)}
+        log.info("search %s takes up %d trials of %s", self.run.id, len(self.adopted), source.id)
+
+    # --- asynchronous searches ---------------------------------------------------------------------
+    def run_async(self, scheduler: Any, *, total: int, num_workers: int = 1, budget: str | None = None,
+                  max_parallel: int | None = None) -> None:
+        """Run the scheduler's jobs, one Spark job each, from one thread per free place on the cluster:
+        a thread whose job ends asks the scheduler for the next at once, so a slot never waits for other
+        trials (Spark runs the jobs of several threads at once). With `num_workers` > 1 each job is a
+        barrier stage of that many ranks, and the threads are the cluster's slots divided by it.
+
+        `scheduler` has next_job() -> Job | None (None: nothing to start now) and job_done(job, metric).
+        """
+        if num_workers > 1:   # no dynamic allocation, enough slots for one trial's ranks
+            check_barrier_stage(self.sc, num_workers, 0)
+        slots = concurrent_slots(self.sc)
+        places = max(1, slots // num_workers)
+        if max_parallel is not None:
+            places = max(1, min(places, max_parallel))
+        if self._bar is None:
+            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit,
+                                     leave=True)
+        self._budgets, self._budget_name = list(getattr(scheduler, "budgets", [])), budget
+        changed = threading.Condition()
+        running: dict[int, str] = {}   # slot -> job group of its running job
+        stop = threading.Event()
+        errors: list[BaseException] = []
+        by_key: dict[int, Trial] = {t.index: t for t in self.trials}   # a resumed search's trials
+        began = time.monotonic()
+
+        log_order: list[dict[str, Any]] = []   # every job's start and end, in the order the driver saw them
+
+        def next_job(place: int, ended: tuple[Job, float | None] | None) -> tuple[Job, Trial] | None:
+            """Under one lock: tell the scheduler how the slot's job ended, then pick its next job at once
+            (no other slot's news comes in between), or wait while nothing can be started."""
+            with changed:
+                if ended is not None:
+                    job, metric = ended
+                    running.pop(place, None)
+                    scheduler.job_done(job, metric)
+                    log_order.append({"slot": place, "event": "end", "trial": by_key[job.key].index,
+                                      "rung": job.rung, "t": round(time.monotonic() - began, 3)})
+                    changed.notify_all()
+                while not stop.is_set():
+                    job = scheduler.next_job()
+                    if job is not None:
+                        trial = by_key.get(job.key)
+                        if trial is None:
+                            trial = by_key[job.key] = self._new_trial(job.params)
+                            trial.ranks = num_workers
+                        trial.state, trial.note = "RUNNING", None
+                        running[place] = f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
+                        log_order.append({"slot": place, "event": "start", "trial": trial.index, "rung": job.rung,
+                                          "t": round(time.monotonic() - began, 3)})
+                        with self._lock:   # a driver killed now leaves the trial RUNNING: resume= runs it again
+                            self._write_summary()
+                        return job, trial
+                    if not running:
+                        break   # nothing runs that could make new work
+                    changed.wait()
+                changed.notify_all()
+                return None
+
+        def slot(place: int) -> None:
+            ended: tuple[Job, float | None] | None = None
+            while (found := next_job(place, ended)) is not None:
+                job, trial = found
+                metric = None
+                try:
+                    metric = self._run_job(job, trial, num_workers, budget, running[place])
+                except BaseException as exc:  # noqa: BLE001 - ends the search, raised in the caller's thread
+                    errors.append(exc)
+                    stop.set()
+                    with changed:   # the other slots' trials stop too
+                        groups = [g for p, g in running.items() if p != place]
+                    for group in groups:
+                        self.sc.cancelJobGroup(group)
+                ended = (job, metric)
+
+        threads = [threading.Thread(target=slot, args=(p,), name=f"hopsml-search-slot-{p}", daemon=True)
+                   for p in range(places)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.1)
+        except KeyboardInterrupt:
+            stop.set()
+            with changed:
+                groups = list(running.values())
+                changed.notify_all()
+            for group in groups:
+                self.sc.cancelJobGroup(group)
+            raise
+        finally:
+            self._window_s += slots * (time.monotonic() - began)
+        if errors:
+            raise errors[0]
+        self.record_fields.update(scheduler.describe(), parallel_trials=places, num_workers=num_workers,
+                                  jobs=log_order)
+        top = max((t.rung for t in self.trials if t.rung is not None), default=None)
+        for trial in self.trials:
+            self._conclude_trial(trial, budget)
+        if top is not None:
+            self.record_fields["top_rung"] = top
+
+    def ablation_table(self) -> list[dict[str, Any]]:
+        """An ablation study's trials beside its base (the first trial): what each left out, its metric and
+        the difference to the base's."""
+        base = self.trials[0].metric if self.trials else None
+        rows = []
+        for trial in self.trials:
+            feature, layer = trial.params.get("ablated_feature"), trial.params.get("ablated_layer")
+            left_out = f"feature {feature}" if feature else f"layer {layer}" if layer else "nothing (base)"
+            delta = trial.metric - base if trial.metric is not None and base is not None else None
+            rows.append({"trial": trial.index, "left_out": left_out, "state": trial.state, "metric": trial.metric,
+                         "change": round(delta, 6) if delta is not None else None})
+        return rows
+
+    def _run_job(self, job: Job, trial: Trial, num_workers: int, budget: str | None, group: str) -> float | None:
+        """One job of an asynchronous search in the trial's folder (a promoted trial continues there, so
+        its checkpoints and its curve carry on); returns its metric, None when it failed."""
+        kwargs = dict(job.params)
+        if budget is not None:
+            kwargs[budget] = job.budget
+        monitor = StageMonitor(echo=False, prefix_ranks=num_workers > 1, abort_on_failure=num_workers > 1)
+        channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
+        spec = TaskSpec(self.run.storage, trial.dir, channel.address, channel.secret, trial=trial.index,
+                        trial_name=posixpath.basename(trial.dir), local_logdir=self.local_logdir,
+                        settings=self.settings, seed=self.seed)
+        partition = self._partition(spec, kwargs, num_workers)
+        what = f"rung {job.rung}, {budget}={job.budget}" if job.rung is not None else f"trial {trial.index}"
+        collected: list[Any] = []
+        crashed: list[RankReport] = []
+        try:
+            collected = run_stage(self.sc, partition, num_workers, barrier=num_workers > 1, abort=monitor.failed,
+                                  job_group=group, checks=self.checks,
+                                  description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {what})")
+        except ExecutorStackError:
+            raise   # every trial would fail alike: the search stops with the explanation
+        except ClusterError as exc:   # a rank's process died: this trial fails alone, the rank named
+            crashed = [blame.crashed_rank(exc, _TrialRun(self.run.id, _TrialDir(trial.dir), self.run.storage,
+                                                         self.run.storage.uri(trial.dir)))]
+        finally:
+            channel.close()
+        reports = monitor.settle(collected)
+        failures = sorted(monitor.failures() + crashed, key=blame.first_cause)   # the cause first, not its peers
+        return self._record_job(job, trial, reports, failures, num_workers)
+
+    def _partition(self, spec: TaskSpec, kwargs: dict[str, Any], num_workers: int
+                   ) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
+        fn = self.fn
+        if num_workers == 1:
+            def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
+                for _ in partition:
+                    yield ChildRank(fn, spec, kwargs=kwargs, rank=0, world_size=1, write_metrics=True,
+                                    native_output=True).wait()
+            return one_trial
+        from hopsml.collective.options import CollectiveOptions
+        from hopsml.launcher.rank import CollectiveRank, barrier_task
+        from hopsml.torch.process_group import end_rank_group
+
+        framework = functools.partial(CollectiveRank, functools.partial(fn, **kwargs),
+                                      CollectiveOptions.from_settings(self.settings, None), False)
+        return barrier_task(spec, gpus_per_worker=0, framework=framework, on_shutdown=(end_rank_group,))
+
+    def _record_job(self, job: Job, trial: Trial, reports: list[RankReport], failures: list[RankReport],
+                    num_workers: int) -> float | None:
+        """Keep what a job did in its trial: the metric of its rung, or which rank failed and why."""
+        by_rank = {r.rank or 0: r for r in reports if r.ok}
+        duration = max((r.duration or 0.0 for r in reports), default=0.0)
+        with self._lock:
+            self.seeded = self.seeded or next((dict(r.seeded) for r in reports if r.seeded), {})
+            self._busy_s += duration * num_workers
+            trial.duration = round((trial.duration or 0.0) + duration, 3)
+            trial.outputs, trial.error, trial.traceback = {}, None, None
+            if failures or 0 not in by_rank or len(reports) < num_workers:
+                first = failures[0] if failures else None
+                if first is not None:
+                    where = f"rank {first.rank} of {num_workers}: " if num_workers > 1 and first.rank is not None else ""
+                    trial.error = where + (first.error or "it failed without a message")
+                    trial.traceback = first.traceback or first.tail
+                else:
+                    trial.error = f"only {len(reports)} of {num_workers} ranks reported"
+                trial.state, trial.metric = State.FAILED.value, None
+            else:
+                trial.outputs = by_rank[0].result
+                try:
+                    trial.metric = self._metric_of(trial.outputs)
+                    trial.state = State.FINISHED.value
+                except ValueError as exc:
+                    trial.state, trial.error, trial.metric = State.FAILED.value, str(exc), None
+            if job.rung is not None:
+                trial.rung, trial.budget = job.rung, job.budget
+                trial.rungs.append({"rung": job.rung, "budget": job.budget, "metric": trial.metric,
+                                    "duration": round(duration, 3), "promoted": job.promoted})
+                if trial.state == State.FINISHED.value and job.rung < len(self._budgets) - 1:
+                    # below the top rung: stopped there, unless a promotion takes it further later
+                    trial.state = State.EARLY_STOPPED.value
+                    trial.note = f"stopped at rung {job.rung} ({self._budget_name}={job.budget})"
+            storage, trial_dir = self.run.storage, RunDir(trial.dir)
+            storage.write_json(trial_dir.outputs, trial.outputs)
+            if trial.metric is not None:
+                storage.write_text(trial_dir.metric, repr(trial.metric))
+            self._write_summary()
+            self._update_bar()
+            return trial.metric
+
+    def _conclude_trial(self, trial: Trial, budget: str | None) -> None:
+        """Write a trial's HParams session once the search is over (its rungs ran in several jobs)."""
+        params = dict(trial.params)
+        if budget is not None and trial.budget is not None:
+            params[budget] = trial.budget
+        try:   # TensorBoard's HParams tab: once per trial, with the budget it reached
+            hparams_events.write_trial(self.run.storage, RunDir(trial.dir).tensorboard, params, self.key,
+                                       trial.metric, trial.state, trial.duration)
+        except (OSError, StorageError) as exc:
+            log.warning("could not write the HParams data of trial %s: %s", trial.dir, exc)
+        self._write_summary()
 
     def close_progress(self) -> None:
         """Close the progress bar (the trials are done)."""
@@ -217,6 +506,9 @@ class Search:
             log.warning("could not write the HParams data of %s: %s", self.run.id, exc)
         counts = {state: sum(t.state == state for t in self.trials)
                   for state in (State.FINISHED.value, State.FAILED.value, State.EARLY_STOPPED.value)}
+        record_fields = {**self.record_fields, **record_fields}
+        if self._window_s > 0:   # busy slot-seconds over available ones, while trials ran
+            record_fields.setdefault("slot_utilisation", round(self._busy_s / self._window_s, 4))
         self.run.finish(metric=best.metric, results=best.outputs, best_hyperparameters=best.params,
                         best_logdir=self.run.storage.uri(best.dir), trials=counts, seeds=self.seeded,
                         **record_fields)
@@ -226,7 +518,7 @@ class Search:
 def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
                optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
                early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
-               batches: Callable[[Search], Any], seed: int | None = None,
+               batches: Callable[[Search], Any], seed: int | None = None, resume: ExperimentDir | None = None,
                **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
     from hopsml import config
@@ -250,6 +542,8 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
     with run:
         search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=optimization_key, direction=goal,
                         early_stopping=rule, local_logdir=bool(local_logdir))
+        if resume is not None:
+            search.adopt(resume)
         batches(search)
         best = search.conclude(**record_fields)
     return run.logdir, best.params, best.outputs
@@ -276,3 +570,27 @@ def evolve(evolution: DifferentialEvolution, generations: int, best_per_generati
             best_per_generation.append(best(current))
 
     return run
+
+
+def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any]) -> tuple[ExperimentDir, int]:
+    """The search `resume=` names and its seed, checked before anything starts: the same strategy over the
+    same space, with a summary of its trials."""
+    from hopsml import config
+    from hopsml.fs import Storage
+
+    settings = config.load()
+    storage = Storage(settings.root)
+    try:
+        source = ExperimentDir.from_id(settings.project, exp_id)
+        record = storage.read_json(source.record)
+    except (HopsmlError, ValueError) as exc:
+        raise HopsmlError(f"resume={exp_id!r}: {exc}; see 'hopsml experiments list'") from None
+    if record.get("strategy") not in (None, strategy):
+        raise SearchSpaceError(f"resume={exp_id!r} is a {record.get('strategy')} search; resume it with that verb")
+    if record.get("hyperparameters") != json.loads(json.dumps(space_description)):
+        raise SearchSpaceError(f"resume={exp_id!r} searched {record.get('hyperparameters')}, not "
+                               f"{space_description}; give the same space to take it up")
+    if not storage.exists(source.summary):
+        raise HopsmlError(f"resume={exp_id!r}: it has no trials to take up ({storage.uri(source.summary)} is "
+                          "missing); start the search anew")
+    return source, int(record["seed"])

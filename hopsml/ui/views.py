@@ -298,6 +298,9 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
                      "index": trial.get("index"),  # the trial's number as its log names it
                      "metric": _num(trial.get("metric")), "duration": trial.get("duration"),
                      "error": trial.get("error"), "label": name,
+                     # successive halving: the rung reached, its budget, why it stopped, each rung's run
+                     "rung": trial.get("rung"), "budget": trial.get("budget"), "note": trial.get("note"),
+                     "rungs": trial.get("rungs") if isinstance(trial.get("rungs"), list) else [],
                      "series": metric_series(storage, layout.join(exp.path, name, layout.METRICS)) if inside else {}})
     rows.sort(key=lambda t: (t["metric"] is None, sign * (t["metric"] or 0)))
     trial_labels(rows)
@@ -314,7 +317,22 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
     key = rec.optimization_key or rec.metric_key or "metric"
     log_scale = rec.extra.get("log_scale")
     return {"trials": rows, "params": params, "key": key, "direction": direction, "error": None,
-            "curves": curves, "log_scale": [str(p) for p in log_scale] if isinstance(log_scale, list) else []}
+            "curves": curves, "log_scale": [str(p) for p in log_scale] if isinstance(log_scale, list) else [],
+            "rungs": rung_table(rows, rec.extra.get("budgets")), "budget_name": rec.extra.get("budget"),
+            "ablation": [r for r in rec.extra.get("ablation") or [] if isinstance(r, dict)]}
+
+
+def rung_table(rows: list[dict[str, Any]], budgets: Any) -> list[dict[str, Any]]:
+    """Per rung of a successive-halving search: its budget, the trials that ran it, those promoted from it;
+    empty for other searches."""
+    if not isinstance(budgets, list):
+        return []
+    table = []
+    for rung, budget in enumerate(budgets):
+        ran = [r for r in rows for entry in r["rungs"] if isinstance(entry, dict) and entry.get("rung") == rung]
+        promoted = [r["label"] for r in ran if isinstance(r["rung"], int) and r["rung"] > rung]
+        table.append({"rung": rung, "budget": budget, "trials": len(ran), "promoted": promoted})
+    return table
 
 
 # --- datasets --------------------------------------------------------------------------------------
