@@ -122,3 +122,21 @@ def test_a_notebook_recorded_run_reruns_from_its_program_ipynb(project, tmp_path
     cells = [json.loads(storage.read_text(ExperimentDir.from_id(settings.project, i).program(".ipynb")))["cells"]
              for i in (original.id, new.id)]
     assert [c["source"] for c in cells[1]] == [c["source"] for c in cells[0]]
+
+
+def test_the_run_pages_link_a_rerun_and_its_original_and_show_the_fingerprints(project):
+    from hopsml.data import fingerprint
+    from hopsml.ui.app import create_app
+
+    settings, storage, runs = project
+    dp = runs["quickstart-allreduce"]
+    new = reruns.reruns_of(storage, settings.project, dp.id)[-1]   # made by the tests above
+    client = create_app(settings).test_client()
+    original_page = client.get(f"/p/{settings.project}/runs/{dp.id}").get_data(as_text=True)
+    assert f'href="/p/{settings.project}/runs/{new.id}">{new.id}</a>' in original_page
+    rerun_page = client.get(f"/p/{settings.project}/runs/{new.id}").get_data(as_text=True)
+    assert 'id="rerun-of"' in rerun_page and f'href="/p/{settings.project}/runs/{dp.id}">{dp.id}</a>' in rerun_page
+    manifest = storage.read_json(ds.DatasetDir.of(settings.project, "digits").manifest)
+    prints = manifest[fingerprint.KEY]
+    assert f'<code class="fingerprint" title="{prints["dataset"]}">{prints["dataset"][:12]}</code>' in original_page
+    assert f'train <code>{prints["splits"]["train"]["fingerprint"][:12]}</code>' in original_page
