@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import json
 import logging
 import os
 import posixpath
@@ -424,17 +423,3 @@ def rerun(exp_id: str, force: bool = False, settings: config.Settings | None = N
                        how=how, metric_key=rec.optimization_key or rec.metric_key, recorded=rec.metric,
                        metric=new.metric, reproduced=reproduced, differences=changed)
 
-
-def summary_lines(storage: Storage, project: str, rec: ExperimentRecord) -> list[str]:
-    """For `experiments show`: what this run reran and which runs reran it."""
-    lines = []
-    if rec.rerun_of:
-        verdict = (rec.reproduced or {}).get("exactly")
-        shown = " (reproduced exactly)" if verdict is True else " (NOT reproduced)" if verdict is False else ""
-        lines.append(f"rerun of {rec.rerun_of}{shown}")
-    lines += [f"rerun as {other.id}" for other in reruns_of(storage, project, rec.id)]
-    return lines
-
-
-def to_json(result: RerunResult) -> str:
-    return json.dumps(result.__dict__, indent=2, default=str)

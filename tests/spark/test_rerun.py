@@ -140,3 +140,36 @@ def test_the_run_pages_link_a_rerun_and_its_original_and_show_the_fingerprints(p
     prints = manifest[fingerprint.KEY]
     assert f'<code class="fingerprint" title="{prints["dataset"]}">{prints["dataset"][:12]}</code>' in original_page
     assert f'train <code>{prints["splits"]["train"]["fingerprint"][:12]}</code>' in original_page
+
+
+SCRIPT = """
+import random
+import numpy as np
+from hopsml import experiment
+
+def train(lr):
+    return {"metric": lr + float(np.random.rand())}
+
+if __name__ == "__main__":
+    # arguments the program draws anew on every run: a rerun must use the recorded ones
+    experiment.launch(train, {"lr": random.random()}, name="from-script")
+"""
+
+
+def test_a_script_reruns_with_its_recorded_arguments_and_seed(project, tmp_path):
+    import subprocess
+    import sys
+
+    settings, storage, _ = project
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "HOPSML_ROOT": settings.root, "HOPSML_PROJECT": settings.project,
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, check=True)
+    (original,) = [rec for rec in list_records(storage, settings.project) if rec.name == "from-script"]
+    assert original.module == "__main__" and original.program == str(script)
+
+    result = experiments.rerun(original.id)
+    assert result.how == "script" and result.reproduced is True, result
+    new = read_record(storage, settings.project, result.rerun)
+    assert new.hyperparameters == original.hyperparameters and new.metric == original.metric
