@@ -57,8 +57,10 @@ def record_dataset(name: str, uri: str, split: str, manifest: Mapping[str, Any],
     if ctx is None or ctx.rank != 0:
         return
     entry: dict[str, Any] = {"name": name, "uri": uri, "splits": [split], "kind": manifest.get("kind"),
-                             "created": manifest.get("created"),
-                             "fingerprint": (manifest.get("fingerprints") or {}).get("dataset")}
+                             "created": manifest.get("created")}
+    dataset_print = (manifest.get("fingerprints") or {}).get("dataset")
+    if dataset_print:   # the whole dataset's, as its manifest recorded it (none before fingerprints)
+        entry["fingerprint"] = dataset_print
     if fingerprint is not None:
         entry[SPLIT_FINGERPRINTS] = {split: dict(fingerprint)}
     entries = merge(read(ctx.local_dir), entry)
