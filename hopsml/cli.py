@@ -325,6 +325,12 @@ def _parser() -> argparse.ArgumentParser:
     cleaner.add_argument("--lost", action="store_true", help="every LOST experiment of the project")
     cleaner.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
+    rerunner = exp_commands.add_parser("rerun", help="run an experiment again from its record, as a new experiment "
+                                                      "linked to it, and say whether its metric reproduced")
+    rerunner.add_argument("id", help="experiment id, as in 'hopsml experiments list'")
+    rerunner.add_argument("--force", action="store_true",
+                          help="rerun even when its datasets' fingerprints or the package versions differ")
+
     starter = commands.add_parser("quickstart", help="prepare the bundled data, then train, train data-parallel "
                                                      "and search")
     starter.add_argument("--overwrite", action="store_true",
@@ -370,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = experiments_timeline(settings, args.id, args.output)
         elif args.action == "mark-lost":
             output = experiments_mark_lost(settings, args.ids, args.every, args.force)
+        elif args.action == "rerun":
+            from hopsml.runs.rerun import rerun
+            output = str(rerun(args.id, force=args.force, settings=settings))
         elif args.action == "clean":
             output = experiments_clean(settings, args.ids, args.lost, args.dry_run)
         else:

@@ -197,6 +197,8 @@ def staged(storage: Storage, project: str, name: str, overwrite: bool, *, heartb
     try:
         storage.makedirs(stage.path)
         yield stage
+        from hopsml.data import fingerprint  # imports this module: here, not at the top
+        fingerprint.seal(storage, stage.path, stage.manifest)   # what bytes it holds, before it is final
         _commit(storage, stage, final, overwrite)
     except BaseException:
         try:

@@ -49,6 +49,7 @@ import numpy as np
 from hopsml import config, layout
 from hopsml.data import dataset as ds
 from hopsml.data.codec import decode_column
+from hopsml.data.fingerprint import check_split
 from hopsml.data.manifest import Manifest, open_manifest
 from hopsml.fs import Storage
 from hopsml.timeline.span import input_waits
@@ -472,8 +473,10 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
     if unknown:
         raise SettingsError(f"dataset {dataset!r} has no field(s) {', '.join(unknown)}; "
                             f"it has {', '.join(manifest.fields)}")
-    from hopsml.tracking.lineage import record_dataset  # the run notes what it trained on
-    record_dataset(dataset, storage.uri(ddir.path), split, manifest.to_json())
+    from hopsml.tracking.lineage import record_dataset  # the run notes what it trained on, and which bytes
+    if run_rank == 0:   # rank 0 (or outside a run) checks and records: the others would repeat its warning
+        record_dataset(dataset, storage.uri(ddir.path), split, manifest.to_json(),
+                       fingerprint=check_split(storage, ddir.path, dataset, manifest.to_json(), split))
     return ShardReader(storage, ddir, manifest, split, rank, world_size, int(batch_size), shuffle,
                        _seed(seed), epochs, fields, engine, drop_last, "cpu" if device == "cpu" else "cuda",
                        pool, mode)

@@ -10,6 +10,7 @@ data-parallel ranks must start from the same weights; each reader shuffles its o
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import sys
@@ -23,9 +24,11 @@ _FRAMEWORKS = ("torch", "tensorflow", "keras")
 
 
 def resolve(seed: Any) -> int:
-    """The run's seed: `seed` checked, or a fresh one when it is None."""
+    """The run's seed: `seed` checked, or when it is None the seed of the run being rerun
+    (HOPSML_RERUN_SEED, set by `hopsml experiments rerun`), else a fresh one."""
     if seed is None:
-        return secrets.randbelow(2**31)
+        recorded = os.environ.get("HOPSML_RERUN_SEED", "")
+        return int(recorded) if recorded.isdigit() else secrets.randbelow(2**31)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise HopsmlError(f"seed must be a whole number from 0 to 2**32 - 1, got {seed!r}")
     return seed

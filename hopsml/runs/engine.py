@@ -27,7 +27,7 @@ from hopsml.launcher.rank import CollectiveRank, RankFramework, barrier_task
 from hopsml.launcher.task import TaskSpec
 from hopsml.layout import ExperimentDir
 from hopsml.net import Network
-from hopsml.runs import blame
+from hopsml.runs import blame, rerun
 from hopsml.search.space import Direction
 from hopsml.tracking.record import ExperimentRun, ExperimentType
 
@@ -62,6 +62,7 @@ class Start:
     def start_run(self, sc: Any, train_fn: Callable[..., Any], *, name: str,
                   versioned_resources: Iterable[str] | None, **fields: Any) -> ExperimentRun:
         """Claim the run directory and write the RUNNING record."""
+        fields.update(rerun.link(self.storage, self.settings.project, name, train_fn))  # rerun_of, in a rerun
         return ExperimentRun.start(self.storage, self.settings.project, sc.applicationId, name=name, fn=train_fn,
                                    versioned_resources=versioned_resources, heartbeat_s=self.snapshot.heartbeat_s,
                                    user=self.snapshot.user, spark_conf=dict(sc.getConf().getAll()),
@@ -125,7 +126,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
            description: str | None, metric_key: str | None,
            versioned_resources: list[str] | None, seed: int | None = None) -> tuple[str, Any]:
     """experiment.launch: one task (or one per execution of list arguments), each in a child process."""
-    args = check_function(train_fn, args_dict, name, versioned_resources)
+    args = rerun.arguments(name, train_fn, check_function(train_fn, args_dict, name, versioned_resources))
     runs = executions(args)
     ship(train_fn, args)
     start = Start.of(config.load(), train_fn, seed)

@@ -30,7 +30,8 @@ def read(local_dir: str) -> list[dict[str, Any]]:
 
 
 def merge(entries: list[dict[str, Any]], entry: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """`entries` with `entry` added, or its splits joined to the entry of the same dataset.
+    """`entries` with `entry` added, or its splits (and their fingerprints) joined to the entry of the
+    same dataset.
 
     >>> merge([{"name": "d", "uri": "u", "splits": ["train"]}], {"name": "d", "uri": "u", "splits": ["test"]})
     [{'name': 'd', 'uri': 'u', 'splits': ['test', 'train']}]
@@ -39,18 +40,29 @@ def merge(entries: list[dict[str, Any]], entry: Mapping[str, Any]) -> list[dict[
     for existing in out:
         if existing.get("name") == entry.get("name") and existing.get("uri") == entry.get("uri"):
             existing["splits"] = sorted(set(existing.get("splits", [])) | set(entry.get("splits", [])))
+            if entry.get(SPLIT_FINGERPRINTS):
+                existing[SPLIT_FINGERPRINTS] = {**existing.get(SPLIT_FINGERPRINTS, {}), **entry[SPLIT_FINGERPRINTS]}
             return out
     return out + [dict(entry)]
 
 
+SPLIT_FINGERPRINTS = "split_fingerprints"   # split -> {"fingerprint", "rows", "files", "recorded"} as read
+
+
 def record_dataset(name: str, uri: str, split: str, manifest: Mapping[str, Any],
-                   ctx: RunContext | None = None) -> None:
-    """Note in the active run (rank 0 only, so ranks do not race) that it read `split` of `name`."""
+                   ctx: RunContext | None = None, fingerprint: Mapping[str, Any] | None = None) -> None:
+    """Note in the active run (rank 0 only, so ranks do not race) that it read `split` of `name`, and
+    the fingerprint of the bytes it read (hopsml.data.fingerprint)."""
     ctx = ctx or current_or_none()
     if ctx is None or ctx.rank != 0:
         return
-    entry = {"name": name, "uri": uri, "splits": [split], "kind": manifest.get("kind"),
-             "created": manifest.get("created")}
+    entry: dict[str, Any] = {"name": name, "uri": uri, "splits": [split], "kind": manifest.get("kind"),
+                             "created": manifest.get("created")}
+    dataset_print = (manifest.get("fingerprints") or {}).get("dataset")
+    if dataset_print:   # the whole dataset's, as its manifest recorded it (none before fingerprints)
+        entry["fingerprint"] = dataset_print
+    if fingerprint is not None:
+        entry[SPLIT_FINGERPRINTS] = {split: dict(fingerprint)}
     entries = merge(read(ctx.local_dir), entry)
     path = os.path.join(ctx.local_dir, DATASETS_USED)
     tmp = f"{path}.tmp-{os.getpid()}"

@@ -112,11 +112,17 @@ class ExperimentRecord:
     traceback: str | None = None
     output_tail: str | None = None
     heartbeat_s: float | None = None
+    rerun_of: str | None = None  # the experiment this one reran (hopsml experiments rerun)
+    rerun_differences: list[str] | None = None  # what differed from that one's datasets and versions (--force)
+    reproduced: dict[str, Any] | None = None  # a rerun's verdict: the recorded and the new metric, and if equal
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        for key in _ONLY_WHEN_SET:   # a rerun's fields: absent from the records of other runs
+            if data[key] is None:
+                del data[key]
         data.update(data.pop("extra"))
         return {"format_version": data.pop("format_version"), **data}
 
@@ -144,6 +150,7 @@ class ExperimentRecord:
                    extra={k: v for k, v in data.items() if k not in names})
 
 
+_ONLY_WHEN_SET = ("rerun_of", "rerun_differences", "reproduced")
 _JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
 _REQUIRED = ("id", "name", "app_id", "run_id")
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
@@ -151,7 +158,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "user": (str,), "start": (str,), "finished": (str,), "duration": (int, float), "module": (str,),
     "function": (str,), "description": (str,), "hyperparameters": (dict,), "executors": (int,),
     "gpus_per_executor": (int,), "error": (str,), "traceback": (str,), "direction": (str,),
-    "heartbeat_s": (int, float)}
+    "heartbeat_s": (int, float), "rerun_of": (str,), "rerun_differences": (list,), "reproduced": (dict,)}
 
 
 @dataclass

@@ -18,10 +18,12 @@ import pyarrow.fs as pafs
 
 from hopsml import layout
 from hopsml.data import dataset as ds
+from hopsml.data import fingerprint
 from hopsml.data.manifest import Manifest
 from hopsml.errors import HopsmlError, InvalidNameError, StorageError
 from hopsml.fs import Storage
-from hopsml.tracking import environment
+from hopsml.runs import rerun
+from hopsml.tracking import environment, lineage
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
 from hopsml.ui.charts import _num
@@ -236,6 +238,12 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
             view["datasets"] = [d for d in used if isinstance(d, dict)] if isinstance(used, list) else []
         except (StorageError, ValueError):
             view["datasets"] = []
+    for entry in view["datasets"]:   # fingerprints as a person compares them: the first characters
+        entry["short"] = fingerprint.short(entry.get("fingerprint")) if entry.get("fingerprint") else None
+        split_prints = entry.get(lineage.SPLIT_FINGERPRINTS)
+        entry["split_short"] = {split: fingerprint.short(fp.get("fingerprint")) for split, fp in split_prints.items()
+                                if isinstance(fp, dict)} if isinstance(split_prints, dict) else {}
+    view["reruns"] = rerun.reruns_of(storage, project, exp_id)
     return view
 
 
