@@ -1,6 +1,11 @@
-"""Shared fixtures: every test gets its own project root, so tests never see each other's runs."""
+"""Shared fixtures: every test gets its own project root, so tests never see each other's runs; one local
+SparkSession serves every folder's tests (starting Spark costs seconds, and a second session in the same
+process would run in the first one's JVM, with the environment that JVM started with)."""
 
 import pytest
+from s3 import use_test_credentials
+
+from hopsml import config, session
 
 
 @pytest.fixture
@@ -11,3 +16,13 @@ def root(tmp_path, monkeypatch):
     monkeypatch.setenv("HOPSML_PROJECT", "test")
     monkeypatch.delenv("HOPSML_CONF", raising=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    use_test_credentials()  # before the JVM and its Python workers start, so tasks can reach S3 too
+    settings = config.load(environ={}, master="local[4]",
+                           log_dir=str(tmp_path_factory.mktemp("spark-logs")))
+    spark = session.get_or_create(settings, app_name="hopsml-tests")
+    yield spark
+    spark.stop()

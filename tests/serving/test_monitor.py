@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import base_url, http, running, settings_for
 
-from hopsml import config, layout, session
+from hopsml import layout
 from hopsml.data import prepare_table, samples
 from hopsml.data.readers import reader
 from hopsml.fs import Storage
@@ -21,7 +21,7 @@ from hopsml.tracking.run_context import active_run
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, spark):
     """(root, train features, raw train rows): iris prepared (standardized, petal_size indexed) and a logistic
     regression exported from a run that read the train split, so its lineage names the dataset."""
     import joblib
@@ -32,12 +32,7 @@ def trained(tmp_path_factory):
     settings = settings_for(root)
     csv = str(base / "iris.csv")
     samples.write_table(csv, bad_rows=False)
-    spark = session.get_or_create(config.load(environ={}, master="local[1]", log_dir=str(base / "logs")),
-                                  app_name="hopsml-monitor-test")
-    try:
-        prepare_table(csv, "iris", label="species", standardize=True, settings=settings, spark=spark)
-    finally:
-        spark.stop()
+    prepare_table(csv, "iris", label="species", standardize=True, settings=settings, spark=spark)
     storage = Storage(settings.root)
     with active_run(storage, layout.ExperimentDir.of("test", "local-1", 1)):
         batches = list(reader("iris", split="train", shuffle=False, settings=settings))
