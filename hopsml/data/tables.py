@@ -478,7 +478,7 @@ class _TableJob:
         if opts.header and not opts.columns:
             left.update({n: f"the header gives column {i + 1} no name: row names or an index" for i, (n, raw) in
                          enumerate(zip(names, raw_names)) if raw == f"_c{i}" and n != label and n not in left})
-        if len(left) >= len(names) - 1:
+        if left and len(left) >= len(names) - 1:
             raise ds.DatasetError(f"no feature column is left once {sorted(left)} are left out; "
                                   "name fewer columns in exclude=")
         return left
