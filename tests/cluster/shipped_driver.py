@@ -4,6 +4,7 @@ run the environment hopsml packs and ships. Prints one JSON line per step on std
 
 import json
 import os
+import socket
 import sys
 
 import pyspark
@@ -17,8 +18,9 @@ def train():
     import hopsml
     import model_def
 
+    ranks = collective.allgather({"host": socket.gethostname(), "executable": sys.executable})
     return {"executable": sys.executable, "hopsml": hopsml.__file__, "scaled": model_def.scale(collective.rank()),
-            "python_env": os.environ.get("PYSPARK_PYTHON")}
+            "python_env": os.environ.get("PYSPARK_PYTHON"), "ranks": ranks}
 
 
 def trial(lr):
