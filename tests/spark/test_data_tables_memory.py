@@ -67,8 +67,10 @@ def test_repeated_prepares_keep_the_driver_heap_flat(tmp_path):
     used = report["used"]
     warm = min(10, runs // 3)
     mib = 1 << 20
-    after_warm_up = sorted(used[warm:warm + 5])[2]
-    at_end = sorted(used[-5:])[2]
+    # the floor of five runs: what a prepare retains raises it, while garbage a full GC leaves for later only
+    # adds peaks (one soak read 90-170 MiB run to run with no trend: its medians of five moved by 19 MiB)
+    after_warm_up = min(used[warm:warm + 5])
+    at_end = min(used[-5:])
     print(f"heap after full GC, MiB: run {warm + 1}: {after_warm_up / mib:.1f}, last: {at_end / mib:.1f} "
           f"(max {report['max'] / mib:.0f}); seconds per prepare: {report['seconds'][-1]:.2f}; every run: "
           f"{[round(u / mib, 1) for u in used]}")
