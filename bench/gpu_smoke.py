@@ -11,7 +11,11 @@ Items, each printed as PASS or FAIL (exit status 1 if any fails):
      crashing in NCCL;
   3. with two or more GPUs: two ranks on GPUs 0 and 1 all-reduce over real NCCL;
   4. a cupy training step: hopsml.examples.digits' SoftmaxRegression on cupy, gradients all-reduced
-     over NCCL, matching the same step in numpy.
+     over NCCL, matching the same step in numpy;
+  5. the timeline's CUDA events: two ranks on the GPU record their device all-reduces and a
+     `timeline.span(..., gpu=True)` around a matmul; every GPU span gets the device's own duration and
+     the rank's Chrome trace part is valid; device all-reduce time with the timeline on and off
+     (median of interleaved repeats, 4 KiB and 64 MiB) is printed.
 Without cupy or a GPU it prints "skipped: no cupy/GPU (...)" and exits 0. Nothing here imports pyspark or
 pyarrow, so the GPU machine needs neither.
 """
@@ -141,7 +145,57 @@ def size_one_nccl(report: Report) -> None:
         comm.close()
 
 
-def _rank_main(rank: int, size: int, device: int, mode: str, address_q: Any, conn: Any, result_q: Any) -> None:
+def timeline_checks(comm: Any, rank: int) -> tuple[list[tuple[str, str | None]], dict[str, Any]]:
+    """Device all-reduces and a user's GPU span recorded by the timeline; on/off timings of the all-reduce."""
+    import time
+
+    import cupy
+
+    from hopsml import timeline
+    from hopsml.timeline import chrome
+    from hopsml.timeline import gpu as timeline_gpu
+
+    figures: dict[str, Any] = {}
+    for label, count in (("4 KiB", 1024), ("64 MiB", 16 << 20)):
+        x = cupy.ones(count, dtype=cupy.float32)
+        samples: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(40 if count < 1 << 20 else 10):
+            on = i % 2 == 1
+            comm.attach_timeline(timeline.Recorder(rank, 2) if on else None)
+            comm.allgather(None)   # both ranks start the timed op together
+            cupy.cuda.Stream.null.synchronize()
+            start = time.perf_counter()
+            comm.allreduce(x, "sum")
+            cupy.cuda.Stream.null.synchronize()
+            samples[on].append(time.perf_counter() - start)
+        figures[label] = {("on" if on else "off"): round(float(np.median(v)) * 1e3, 3) for on, v in samples.items()}
+    recorder = timeline.Recorder(rank, 2)
+    comm.attach_timeline(recorder)
+    out: list[tuple[str, str | None]] = []
+    a = cupy.random.default_rng(rank).standard_normal((2048, 2048), dtype=cupy.float32)
+    with timeline.recording(recorder):
+        for _ in range(3):
+            with timeline.span("matmul", gpu=True):
+                b = a @ a
+            comm.allreduce(b, "mean")
+    comm.attach_timeline(None)
+    timeline_gpu.resolve(recorder)
+    gpu_spans = [s for s in recorder.spans if s[0] == "gpu"]
+    durations = [s[5]["gpu_ms"] for s in gpu_spans if s[5]]
+    figures["gpu spans"] = {s[1]: s[5]["gpu_ms"] for s in gpu_spans if s[5]}
+    out.append(("timeline: 3 matmul spans and 3 device all-reduces timed on the GPU",
+                None if len(gpu_spans) == 6 and all(isinstance(d, float) and d > 0 for d in durations)
+                else f"GPU spans {[(s[1], s[5]) for s in gpu_spans]}"))
+    part = chrome.rank_trace(recorder)
+    problems = chrome.problems(part)
+    named = [e for e in part["traceEvents"] if "on the GPU" in str(e.get("name"))]
+    out.append(("timeline: the rank's Chrome trace part is valid and holds the GPU spans",
+                "; ".join(problems[:3]) or (None if len(named) == 6 else f"{len(named)} GPU events")))
+    return out, figures
+
+
+def _rank_main(rank: int, size: int, device: int, mode: str, address_q: Any, conn: Any, result_q: Any,
+               record: bool = False) -> None:
     """One rank process: connect with hopsml.collective, run the checks through its collectives, report."""
     lines: list[str] = []
     outcome: dict[str, Any] = {"rank": rank, "checks": [], "error": None, "logs": lines}
@@ -170,12 +224,15 @@ def _rank_main(rank: int, size: int, device: int, mode: str, address_q: Any, con
                     comm.allreduce(array, op)
 
             outcome["checks"] = collective_checks(run, rank, size)
+            if record:
+                checks, outcome["figures"] = timeline_checks(comm, rank)
+                outcome["checks"] += checks
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which decides
         outcome["error"] = f"{type(exc).__name__}: {exc}"
     result_q.put(outcome)
 
 
-def run_ranks(devices: list[int], mode: str = "") -> list[dict[str, Any]]:
+def run_ranks(devices: list[int], mode: str = "", record: bool = False) -> list[dict[str, Any]]:
     """Start one spawned process per rank (on the given GPU indices); every wait is bounded."""
     from hopsml import auth
 
@@ -183,7 +240,8 @@ def run_ranks(devices: list[int], mode: str = "") -> list[dict[str, Any]]:
     address_q, result_q = ctx.Queue(), ctx.Queue()
     pipes = [ctx.Pipe() for _ in devices]
     size = len(devices)
-    procs = [ctx.Process(target=_rank_main, args=(r, size, devices[r], mode, address_q, pipes[r][1], result_q),
+    procs = [ctx.Process(target=_rank_main, args=(r, size, devices[r], mode, address_q, pipes[r][1], result_q,
+                                                        record),
                          daemon=True) for r in range(size)]
     for p in procs:
         p.start()
@@ -227,6 +285,19 @@ def shared_gpu(report: Report) -> None:
     report.record("2 ranks on 1 GPU with HOPSML_GPU_COLLECTIVE=nccl: clear CollectiveError on both ranks",
                   None if len(errors) == 2 and all("CollectiveError" in e and "share one GPU" in e for e in errors)
                   else f"got {errors}")
+
+
+def timeline_on_gpu(report: Report) -> None:
+    import cupy
+
+    devices = [0, 1] if cupy.cuda.runtime.getDeviceCount() >= 2 else [0, 0]
+    results = run_ranks(devices, record=True)
+    report_ranks(report, f"timeline, 2 ranks on GPU(s) {devices}", results, 2)
+    for r in results:
+        if r.get("figures"):
+            print(f"  rank {r['rank']} device all-reduce ms (median, timeline off/on): "
+                  f"4 KiB {r['figures']['4 KiB']}, 64 MiB {r['figures']['64 MiB']}; "
+                  f"GPU spans ms {r['figures']['gpu spans']}", flush=True)
 
 
 def two_gpus(report: Report) -> None:
@@ -292,6 +363,7 @@ def main() -> int:
     report.guard("2 ranks on 1 GPU", lambda: shared_gpu(report))
     report.guard("2 ranks on 2 GPUs", lambda: two_gpus(report))
     report.guard("cupy training step", lambda: training_step(report))
+    report.guard("timeline on the GPU", lambda: timeline_on_gpu(report))
     print(f"{'FAILED: ' + ', '.join(report.failed) if report.failed else 'all passed'}")
     return 1 if report.failed else 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,9 +78,12 @@ def install(device: str = "fake-gpu-0", behaviour: str = "complete") -> State:
 
     class Event:
         def __init__(self, block: bool = False, disable_timing: bool = False) -> None:
-            pass
+            self.at: float | None = None
 
         def record(self, stream: Any = None) -> None:
+            self.at = time.perf_counter()   # the "GPU" runs on the host: its work is done when recorded
+
+        def synchronize(self) -> None:
             pass
 
         @property
@@ -106,6 +110,8 @@ def install(device: str = "fake-gpu-0", behaviour: str = "complete") -> State:
     cuda = types.ModuleType("cupy.cuda")
     cuda.nccl, cuda.Event, cuda.Device = nccl, Event, Device
     cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=0)
+    cuda.Stream = types.SimpleNamespace(null=types.SimpleNamespace(synchronize=lambda: None))
+    cuda.get_elapsed_time = lambda start, end: (end.at - start.at) * 1e3
     cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1,
                                          getDeviceProperties=lambda i: {"uuid": state.device.encode()})
 
@@ -116,5 +122,9 @@ def install(device: str = "fake-gpu-0", behaviour: str = "complete") -> State:
     cupy.ascontiguousarray = lambda a: np.ascontiguousarray(a).view(ndarray)
     cupy.concatenate = lambda arrays: np.concatenate(arrays).view(ndarray)
     cupy.floor_divide = np.floor_divide
+    cupy.ones = lambda shape, dtype=float: np.ones(shape, dtype=dtype).view(ndarray)
+    cupy.random = types.SimpleNamespace(default_rng=lambda seed: types.SimpleNamespace(
+        standard_normal=lambda shape, dtype=float: np.random.default_rng(seed).standard_normal(shape, dtype=dtype)
+        .view(ndarray)))
     sys.modules.update({"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.nccl": nccl})
     return state

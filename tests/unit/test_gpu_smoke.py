@@ -70,4 +70,6 @@ def test_with_a_cupy_every_item_runs_and_passes(tmp_path):
     assert sum("2 ranks on 1 GPU (host-staged)" in line for line in passed) == 24
     assert any("HOPSML_GPU_COLLECTIVE=nccl: clear CollectiveError" in line for line in passed)
     assert any(line.startswith("PASS cupy training step") for line in passed)
+    assert sum(line.startswith("PASS timeline, 2 ranks") and "timeline:" in line for line in passed) == 2
+    assert "device all-reduce ms (median, timeline off/on)" in done.stdout
     assert "all passed" in lines and "HEAVY []" in done.stdout

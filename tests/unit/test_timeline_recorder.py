@@ -261,3 +261,36 @@ def test_fast_ops_are_thinned_to_the_same_seqs_on_every_rank():
     kept, other = {op[0] for op in thin(many)}, {op[0] for op in thin(more)}
     assert len(kept) <= 1000 and all(seq % 8 == 0 for seq in kept)
     assert {seq for seq in kept if seq <= 2500} <= other  # the coarser stride's seqs are in the finer one's
+
+
+def test_a_gpu_span_gets_the_device_time_of_its_cuda_events(monkeypatch):
+    """span(gpu=True) records the block and, where cupy is imported, a second span timed by a CUDA event pair,
+    whose duration is read only when the trace is resolved (a stand-in cupy here; the real one in
+    bench/gpu_smoke.py on a GPU)."""
+    import sys
+    import types
+
+    from hopsml.timeline import gpu as timeline_gpu
+
+    class Event:
+        def record(self, stream=None):
+            self.at = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+    recorder = Recorder()
+    with recording(recorder), timeline.span("no cupy", gpu=True):
+        pass
+    assert [s[1] for s in recorder.spans] == ["no cupy"]
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        Event=Event, get_elapsed_time=lambda start, end: (end.at - start.at) * 1e3))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    with recording(recorder), timeline.span("matmul", gpu=True):
+        time.sleep(0.01)
+    assert [s[1] for s in recorder.spans] == ["no cupy", "matmul", "matmul on the GPU"]
+    assert recorder.spans[-1][5] == {"gpu_ms": None}
+    timeline_gpu.resolve(recorder)
+    category, _, start, end, _, args = recorder.spans[-1]
+    assert category == "gpu" and args["gpu_ms"] >= 10 and end - start == pytest.approx(args["gpu_ms"] * 1e6, rel=1e-3)
+    assert recorder.gpu_events == []
