@@ -3,12 +3,15 @@
 
     python bench/timeline.py                          # 4 KiB, 2 ranks, 15 rounds of 2000 ops per mode
     python bench/timeline.py --rounds 5 --iters 500   # quicker
-    python bench/timeline.py --cnn --reps 4           # also the CNN step of bench/torch_ddp.py, on and off
+    python bench/timeline.py --cnn                    # also the CNN step of bench/torch_ddp.py, on and off
+    python bench/timeline.py --cnn-spark --reps 4     # ... and as whole experiment.allreduce runs on Spark
     HOPSML_COLLECTIVE_SHM=0 python bench/timeline.py  # over the TCP ring's transport
 
 "On" is what a run gets: the communicator records every op, the rank's reporter thread batches them every
 0.5 s (sent nowhere here); "ops recorded only" leaves the reporter thread out, and a step also records a reader wait and a user span (the trace-size figure counts
 both: "op only" and "step" = op + input wait + span). Latency is the slower rank's per op, median over rounds.
+The CNN step (target +1%) runs in the same two rank processes, which keep their model between rounds, on and
+off interleaved: run to run differences of whole Spark jobs (one sample each) spread wider than the target.
 Target: +5% or +1 us at 4 KiB. On a loaded machine the latency difference drowns in scheduling noise; the
 last line, recording's own cost per op timed in one process (minimum of repeats), does not.
 """
@@ -16,6 +19,7 @@ last line, recording's own cost per op timed in one process (minimum of repeats)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import statistics
@@ -62,6 +66,9 @@ def _rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, nbyte
                     sizes[label] = len(json.dumps(chrome.rank_trace(recorder), separators=(",", ":")))
                 conn.send(sizes)
                 continue
+            if mode.startswith("cnn"):
+                conn.send(_cnn_steps(comm, rank, size, mode == "cnn on", iters))
+                continue
             comm.allreduce(data)
             comm.barrier()
             if mode == "attach":
@@ -83,6 +90,47 @@ def _rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, nbyte
                     comm.allreduce(data)
                 elapsed = time.perf_counter() - start
             conn.send(elapsed / iters)
+
+
+_CNN: dict[str, object] = {}
+
+
+def _cnn_steps(comm: object, rank: int, size: int, on: bool, steps: int) -> float:
+    """ms per step of bench/torch_ddp.py's CNN (hopsml.torch) in this rank's process, which keeps its model
+    between calls; with `on`, the timeline records as in a run (the reporter's batches go nowhere)."""
+    import torch
+    import torch.nn.functional as F
+
+    import hopsml.torch as ht
+    from hopsml import collective
+    from hopsml.examples.digits_cnn import build_model
+    from hopsml.timeline.session import rank_timeline
+
+    with collective.use(comm):
+        if not _CNN:
+            torch.set_num_threads(1)
+            model = build_model(seed=0)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            generator = torch.Generator().manual_seed(rank + 1)
+            _CNN.update(model=model, optimizer=optimizer, sync=ht.distribute(model, optimizer),
+                        x=torch.rand(32, 3, 28, 28, generator=generator),
+                        y=torch.randint(0, 10, (32,), generator=generator))
+        model, optimizer, x, y = _CNN["model"], _CNN["optimizer"], _CNN["x"], _CNN["y"]
+
+        def step() -> None:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+        step()
+        comm.barrier()
+        timed = rank_timeline(rank, size, send=lambda payload: None, comm=comm) if on else contextlib.nullcontext()
+        with timed:
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            elapsed = time.perf_counter() - start
+    return 1000.0 * elapsed / steps
 
 
 def hot_path_ns(ops: int = 200_000, repeats: int = 7) -> float:
@@ -118,7 +166,7 @@ def hot_path_ns(ops: int = 200_000, repeats: int = 7) -> float:
 
 def cnn_steps(reps: int, steps: int) -> dict[str, list[float]]:
     """ms per step of bench/torch_ddp.py's hopsml.torch CNN on 2 ranks under experiment.allreduce, with the
-    timeline on and off, alternating which goes first."""
+    timeline on and off, alternating which goes first; "records" holds what rank 0 recorded per step when on."""
     from pyspark import cloudpickle
 
     from hopsml import config, experiment, session
@@ -129,19 +177,27 @@ def cnn_steps(reps: int, steps: int) -> dict[str, list[float]]:
     cloudpickle.register_pickle_by_value(torch_ddp)
     session.get_or_create(config.load(master="local[4]"), app_name="bench-timeline")
 
-    def run(on: bool, count: int) -> float:
+    def run(on: bool, count: int) -> tuple[float, float]:
         def train() -> dict:
-            return torch_ddp.run_steps("hopsml", count, 5, 32)
+            from hopsml import timeline
+
+            result = torch_ddp.run_steps("hopsml", count, 5, 32)
+            recorder = timeline.current()
+            result["records"] = len(recorder.ops) + len(recorder.spans) if recorder is not None else 0
+            return result
 
         _, result = experiment.allreduce(train, name=f"bench-timeline-{'on' if on else 'off'}", num_workers=2,
                                          timeline=on)
-        return float(result["step_ms"])
+        return float(result["step_ms"]), result["records"] / (count + 5)
 
     run(True, 2)  # starts the Python workers and imports torch in them
-    times: dict[str, list[float]] = {"on": [], "off": []}
+    times: dict[str, list[float]] = {"on": [], "off": [], "records": []}
     for i in range(reps):
         for on in ((True, False) if i % 2 == 0 else (False, True)):
-            times["on" if on else "off"].append(run(on, steps))
+            ms, records = run(on, steps)
+            times["on" if on else "off"].append(ms)
+            if on:
+                times["records"].append(records)
     return times
 
 
@@ -150,9 +206,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--bytes", type=int, default=4096)
-    parser.add_argument("--cnn", action="store_true", help="also the CNN step on 2 ranks (needs torch and Spark)")
-    parser.add_argument("--reps", type=int, default=4, help="CNN runs per mode")
-    parser.add_argument("--steps", type=int, default=200, help="CNN steps per run")
+    parser.add_argument("--cnn", action="store_true", help="also the CNN step on the 2 ranks (needs torch)")
+    parser.add_argument("--cnn-rounds", type=int, default=20, help="interleaved on/off rounds of the CNN")
+    parser.add_argument("--cnn-steps", type=int, default=100, help="CNN steps per round and mode")
+    parser.add_argument("--cnn-spark", action="store_true",
+                        help="also the CNN as whole experiment.allreduce runs on Spark (noisier: one run per sample)")
+    parser.add_argument("--reps", type=int, default=4, help="--cnn-spark: runs per mode")
+    parser.add_argument("--steps", type=int, default=200, help="--cnn-spark: steps per run")
     args = parser.parse_args()
     from hopsml import auth
 
@@ -183,10 +243,6 @@ def main() -> None:
     for r in range(size):
         pipes[r][0].send(("run", "size", 0))
     sizes = [pipes[r][0].recv() for r in range(size)]
-    for r in range(size):
-        pipes[r][0].send(("stop",))
-    for p in procs:
-        p.join(30)
     off = statistics.median(times["off"])
     print(f"{args.bytes} B all-reduce, {size} ranks, median of {args.rounds} interleaved rounds of {args.iters} ops")
     print(f"  timeline off:            {off * 1e6:.2f} us/op")
@@ -198,10 +254,37 @@ def main() -> None:
         total = sum(s[label] for s in sizes)
         print(f"  trace per 1,000 steps ({label}, {size} ranks): {total / 1024:.0f} KiB")
     if args.cnn:
+        pairs = []
+        for i in range(args.cnn_rounds):
+            modes = ("cnn on", "cnn off") if i % 2 == 0 else ("cnn off", "cnn on")
+            got = {}
+            for mode in modes:
+                for r in range(size):
+                    pipes[r][0].send(("run", mode, args.cnn_steps))
+                got[mode] = max(pipes[r][0].recv() for r in range(size))
+            pairs.append((got["cnn on"], got["cnn off"]))
+        on_ms = statistics.median(p[0] for p in pairs)
+        off_ms = statistics.median(p[1] for p in pairs)
+        ratios = sorted(a / b for a, b in pairs)
+        quartiles = statistics.quantiles(ratios, n=4)
+        print(f"CNN step on 2 ranks in two processes (hopsml.torch), {args.cnn_rounds} interleaved rounds of "
+              f"{args.cnn_steps} steps per mode")
+        print(f"  timeline off: {off_ms:.3f} ms/step   on: {on_ms:.3f} ms/step; on/off of each round: median "
+              f"{statistics.median(ratios):.4f} (quartiles {quartiles[0]:.4f}-{quartiles[2]:.4f})")
+    if args.cnn_spark:
         cnn = cnn_steps(args.reps, args.steps)
         on, off = statistics.median(cnn["on"]), statistics.median(cnn["off"])
+        ratios = sorted(a / b for a, b in zip(cnn["on"], cnn["off"]))
         print(f"CNN step on 2 ranks (hopsml.torch), median of {args.reps} runs of {args.steps} steps per mode")
-        print(f"  timeline off: {off:.2f} ms/step   on: {on:.2f} ms/step  ({(on / off - 1) * 100:+.1f}%)")
+        print(f"  timeline off: {off:.2f} ms/step   on: {on:.2f} ms/step  ({(on / off - 1) * 100:+.1f}%); "
+              f"on/off of each pair: median {statistics.median(ratios):.3f}, {ratios[0]:.3f} to {ratios[-1]:.3f}")
+        records, cost_ns = statistics.median(cnn["records"]), hot_path_ns()
+        print(f"  recorded per step (rank 0): {records:.1f} ops and spans x {cost_ns:.0f} ns = "
+              f"{records * cost_ns / 1e3:.1f} us, {records * cost_ns / 1e4 / off:.3f}% of the step")
+    for r in range(size):
+        pipes[r][0].send(("stop",))
+    for p in procs:
+        p.join(30)
 
 
 if __name__ == "__main__":
