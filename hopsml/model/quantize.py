@@ -8,8 +8,10 @@
 PyTorch modules (`torch.save(model)`) get dynamic int8 quantization of their Linear and LSTM layers
 (`torch.ao.quantization.quantize_dynamic`) and are saved the same way; Keras models become a TFLite file
 with post-training dynamic-range quantization. The version records, under `quantization`, the size before
-and after and, when evaluation data is given, the accuracy (or mean squared error) of both models on it.
-A quantized version is served like any other (`.pth` by the PyTorch loader, `.tflite` by the TFLite one).
+and after and the accuracy (or mean squared error) of both models: on `eval_data` when given, else on the
+`test` split of the table dataset the model's lineage names (its `features` and `label`), else nothing,
+with the reason. A quantized version is served like any other (`.pth` by the PyTorch loader, `.tflite` by
+the TFLite one).
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hopsml import config, layout
+from hopsml.fs import Storage
 from hopsml.model.registry import ModelError, ModelVersion, download_model, export, get_model
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,9 @@ METHODS = ("int8",)
 TORCH_SUFFIXES = (".pt", ".pth")
 KERAS_SUFFIXES = (".keras", ".h5")
 TFLITE_FILE = "model.tflite"
+TEST_SPLIT = "test"
+CALLER_DATA = "eval_data passed by the caller"
+EVAL_CHUNK = 4096  # rows per model call when evaluating, so a large test split does not need all its outputs at once
 _REGISTRY_FILES = {layout.MODEL_RECORD, layout.MODEL_DONE}
 
 
@@ -70,9 +76,16 @@ def _model_file(folder: str) -> str:
                      "quantize on its own")
 
 
-def _eval_arrays(eval_data: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    if eval_data is None:
-        return None
+@dataclass(frozen=True)
+class EvalData:
+    """What both models are evaluated on and where it came from; no arrays, and the reason, when nothing."""
+
+    arrays: tuple[np.ndarray, np.ndarray] | None
+    source: str | None = None
+    reason: str | None = None
+
+
+def _eval_arrays(eval_data: Any) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(eval_data, Sequence) or len(eval_data) != 2:
         raise ModelError("eval_data must be (inputs, labels): two arrays with one row per example, e.g. "
                          "(x_test, y_test)")
@@ -81,6 +94,48 @@ def _eval_arrays(eval_data: Any) -> tuple[np.ndarray, np.ndarray] | None:
         raise ModelError(f"eval_data has {len(x) if x.ndim else 0} input rows and {len(y)} labels; give the "
                          "same number, at least one")
     return x, y
+
+
+def recorded_test_split(storage: Storage, project: str, datasets: Sequence[Mapping[str, Any]]) -> EvalData:
+    """The `test` split of the table dataset the model's lineage names (the first, as `serving.monitor` takes
+    it), as (features, labels); else no arrays and why."""
+    from hopsml.data import dataset as ds
+    from hopsml.data.manifest import open_manifest
+    from hopsml.data.readers import ShardReader
+
+    advice = "pass eval_data=(x_test, y_test) to record the accuracy change"
+    if not datasets:
+        return EvalData(None, reason="no eval_data was given and the model's lineage names no dataset it was trained "
+                                     "on (export it from a run that read its dataset with hopsml's readers, or "
+                                     f"{advice})")
+    tables = [d for d in datasets if d.get("kind") in (None, "table")]
+    if not tables:
+        named = ", ".join(f"{d.get('name')} ({d.get('kind')})" for d in datasets)
+        return EvalData(None, reason=f"the model was trained on {named}, not a table dataset prepared with "
+                                     f"features and label, so there is no test split of model inputs to use; {advice}")
+    name = str(tables[0].get("name"))
+    try:
+        ddir, manifest = open_manifest(storage, project, name)
+    except ds.DatasetError as exc:
+        return EvalData(None, reason=f"the model's training dataset {name!r} cannot be read ({exc}); {advice}")
+    if TEST_SPLIT not in manifest.splits:
+        return EvalData(None, reason=f"the model's training dataset {name!r} has no {TEST_SPLIT!r} split (it has "
+                                     f"{', '.join(manifest.splits) or 'none'}): prepare it with test_fraction > 0, "
+                                     f"or {advice}")
+    fields = ["features", manifest.label_field or "label"]
+    missing = [f for f in fields if f not in manifest.fields]
+    if missing:
+        return EvalData(None, reason=f"the model's training dataset {name!r} has no {' or '.join(missing)} field "
+                                     f"(it has {', '.join(manifest.fields)}); {advice}")
+    batches = list(ShardReader(storage, ddir, manifest, TEST_SPLIT, rank=0, world_size=1, batch_size=4096,
+                               shuffle=False, seed=0, epochs=1, fields=fields, engine="arrow", drop_last=False,
+                               device="cpu", pool="dummy"))
+    if not batches or not sum(len(b[fields[1]]) for b in batches):
+        return EvalData(None, reason=f"the {TEST_SPLIT!r} split of the model's training dataset {name!r} has no "
+                                     f"rows; {advice}")
+    x = np.concatenate([b[fields[0]] for b in batches]).astype("float32", copy=False)
+    y = np.concatenate([b[fields[1]] for b in batches])
+    return EvalData((x, y), source=f"split {TEST_SPLIT!r} of dataset {name!r} (the model's lineage)")
 
 
 def _score(outputs: np.ndarray, labels: np.ndarray) -> tuple[str, float]:
@@ -104,7 +159,10 @@ def _evaluation(before: np.ndarray, after: np.ndarray, labels: np.ndarray, sourc
                                                      np.asarray(before, dtype="float64"))))}
 
 
-def _torch_int8(src: str, dst: str, data: tuple[np.ndarray, np.ndarray] | None) -> tuple[dict[str, Any], Any]:
+Outputs = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # inputs -> (the original's, the int8 model's)
+
+
+def _torch_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
     import torch
 
     try:
@@ -125,16 +183,17 @@ def _torch_int8(src: str, dst: str, data: tuple[np.ndarray, np.ndarray] | None) 
 
         quantized = quantize_dynamic(model, {torch.nn.Linear, torch.nn.LSTM}, dtype=torch.qint8)
     torch.save(quantized, dst)
-    outputs = None
-    if data is not None:
+
+    def outputs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with torch.inference_mode():
-            x = torch.from_numpy(data[0])
-            outputs = (model(x).numpy(), quantized(x).numpy())
+            rows = torch.from_numpy(x)
+            return model(rows).numpy(), quantized(rows).numpy()
+
     return {"framework": "pytorch", "scheme": "dynamic int8 weights of Linear and LSTM layers "
                                               "(torch.ao.quantization.quantize_dynamic)"}, outputs
 
 
-def _keras_int8(src: str, dst: str, data: tuple[np.ndarray, np.ndarray] | None) -> tuple[dict[str, Any], Any]:
+def _keras_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
     import keras
     import tensorflow as tf
 
@@ -143,9 +202,10 @@ def _keras_int8(src: str, dst: str, data: tuple[np.ndarray, np.ndarray] | None) 
     converter.optimizations = [tf.lite.Optimize.DEFAULT]  # no representative data: dynamic-range int8 weights
     with open(dst, "wb") as out:
         out.write(converter.convert())
-    outputs = None
-    if data is not None:
-        outputs = (np.asarray(model(data[0], training=False)), run_tflite(dst, data[0]))
+
+    def outputs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(model(x, training=False)), run_tflite(dst, x)
+
     return {"framework": "keras", "scheme": "TFLite post-training dynamic-range quantization (int8 weights)"}, outputs
 
 
@@ -173,13 +233,15 @@ def run_tflite(path: str, x: np.ndarray) -> np.ndarray:
     return np.array(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
 
 
-def quantize_files(source: str, method: str = "int8", eval_data: Any = None, *,
-                   source_ref: str | None = None) -> Quantized:
+def quantize_files(source: str, method: str = "int8", eval_data: Any = None, *, source_ref: str | None = None,
+                   test_split: Callable[[], EvalData] | None = None) -> Quantized:
     """A quantized copy of the model file (or the folder holding one) at `source`, in a new temporary folder.
 
-    Other files of a folder are copied beside it unchanged. The caller removes the folder."""
+    Both models are evaluated on `eval_data`, else on what `test_split()` gives (the model's recorded test
+    split). Other files of a folder are copied beside it unchanged. The caller removes the folder."""
     check_method(method)
-    data = _eval_arrays(eval_data)
+    given = eval_data is not None
+    data = EvalData(_eval_arrays(eval_data), CALLER_DATA) if given else None
     source = os.path.abspath(os.path.expanduser(source))
     if not os.path.exists(source):
         raise ModelError(f"{source} does not exist; save the model first and pass the file or folder it went to")
@@ -194,18 +256,35 @@ def quantize_files(source: str, method: str = "int8", eval_data: Any = None, *,
             os.remove(os.path.join(out, *rel.split("/")))
         if rel.lower().endswith(TORCH_SUFFIXES):
             target_rel = rel
-            how, outputs = _torch_int8(src, os.path.join(out, *rel.split("/")), data)
+            how, outputs = _torch_int8(src, os.path.join(out, *rel.split("/")))
         else:
             target_rel = (rel.rpartition("/")[0] + "/" if "/" in rel else "") + TFLITE_FILE
-            how, outputs = _keras_int8(src, os.path.join(out, *target_rel.split("/")), data)
+            how, outputs = _keras_int8(src, os.path.join(out, *target_rel.split("/")))
         before = os.path.getsize(src)
         after = os.path.getsize(os.path.join(out, *target_rel.split("/")))
         record: dict[str, Any] = {
             "method": method, **how, "source": {"file": rel, "size_bytes": before, "model": source_ref},
             "file": target_rel, "size_bytes": after, "size_ratio": round(after / before, 4) if before else None,
             "evaluation": None}
-        if data is not None and outputs is not None:
-            record["evaluation"] = _evaluation(outputs[0], outputs[1], data[1], "eval_data passed by the caller")
+        if data is None:
+            data = test_split() if test_split is not None else EvalData(
+                None, reason="no eval_data was given; pass eval_data=(x_test, y_test) to record the accuracy change")
+        if data.arrays is not None:
+            x, labels = data.arrays
+            try:
+                parts = [outputs(x[start:start + EVAL_CHUNK]) for start in range(0, len(x), EVAL_CHUNK)]
+                before_out = np.concatenate([np.asarray(p[0]) for p in parts])
+                after_out = np.concatenate([np.asarray(p[1]) for p in parts])
+            except Exception as exc:  # only for the recorded split: the caller's own data fails loudly
+                if given:
+                    raise
+                data = EvalData(None, reason=f"the model cannot be called on the {data.source} ({type(exc).__name__}: "
+                                             f"{exc}); pass eval_data=(x_test, y_test) in the model's input form")
+            else:
+                record["evaluation"] = _evaluation(before_out, after_out, labels, str(data.source))
+        if record["evaluation"] is None:
+            record["evaluation_skipped"] = data.reason
+            log.info("the int8 model's accuracy change is not recorded: %s", data.reason)
         log.info("quantized %s to %s: %d -> %d bytes", rel, method, before, after)
         return Quantized(out, record)
     except BaseException:
@@ -218,8 +297,8 @@ def quantize(model_name: str, model_version: int | None = None, method: str = "i
              settings: config.Settings | None = None) -> ModelVersion:
     """A new version of `model_name`: version `model_version` (the latest when None) with int8 weights.
 
-    The new version names its source under `quantization.source.model`; `eval_data` = (inputs, labels)
-    records the accuracy (or MSE) of both on that data."""
+    The new version names its source under `quantization.source.model` and keeps its lineage; the accuracy
+    (or MSE) of both is recorded on `eval_data` = (inputs, labels), else on the source's recorded test split."""
     check_method(method)
     source = get_model(model_name, model_version, settings=settings)
     local = tempfile.mkdtemp(prefix="hopsml-int8-source-")

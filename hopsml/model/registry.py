@@ -412,8 +412,9 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
     the experiment whose folder holds `model_path`, else this Spark application's newest experiment
     if it wrote the same file. `synchronous` and `synchronous_timeout` are accepted for hops
     notebooks and have nothing to wait for: the version is listed as soon as export returns.
-    `quantize="int8"` registers an int8 copy instead (hopsml.model.quantize), its sizes and, given
-    `eval_data=(inputs, labels)`, the accuracy change recorded under `quantization`.
+    `quantize="int8"` registers an int8 copy instead (hopsml.model.quantize), its sizes and the accuracy
+    change recorded under `quantization`: on `eval_data=(inputs, labels)`, else on the test split of the
+    dataset the model's lineage names.
     """
     del synchronous, synchronous_timeout
     ctx = current_or_none()
@@ -424,13 +425,16 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
     checked_metrics = _check_metrics(metrics)
     local, rel = _source(storage, project, model_path)
     experiment = _find_experiment(storage, project, ctx, local, rel, experiment_id) if quantized_from is None else None
+    # a quantized copy keeps the lineage of its source version
+    datasets = list(quantized_from.datasets) if quantized_from is not None else _datasets(storage, ctx, experiment)
     quantized = None
     if quantize is not None:
-        from hopsml.model.quantize import quantize_files
+        from hopsml.model.quantize import quantize_files, recorded_test_split
 
         if local is None:
             raise ModelError(f"quantize={quantize!r} needs the model on local disk; download {model_path!r} first")
-        quantized = quantize_files(local, quantize, eval_data, source_ref=quantized_from.ref if quantized_from else None)
+        quantized = quantize_files(local, quantize, eval_data, source_ref=quantized_from.ref if quantized_from else None,
+                                   test_split=lambda: recorded_test_split(storage, project, datasets))
         local, rel = quantized.folder, None
     from hopsml import __version__
 
@@ -438,10 +442,10 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
                       description=description or f"A collection of models for {name}", created=_now(),
                       user=os.environ.get("HOPSML_USER") or getpass.getuser(),
                       experiment={k: v for k, v in experiment.items() if k != "dir"} if experiment else None,
-                      datasets=_datasets(storage, ctx, experiment), hopsml_version=__version__,
+                      datasets=datasets, hopsml_version=__version__,
                       quantization=quantized.record if quantized else None)
-    if quantized_from is not None:  # a quantized copy keeps the lineage of its source version
-        mv.experiment, mv.datasets = quantized_from.experiment, list(quantized_from.datasets)
+    if quantized_from is not None:
+        mv.experiment = quantized_from.experiment
     stage = layout.join(layout.model_versions_dir(project, name), f".staging-{uuid.uuid4().hex[:12]}")
     storage.makedirs(stage)
     try:

@@ -2,7 +2,9 @@
 and each gets its own rows of the answer back, in order.
 
 A batch is called when it holds `max_batch_size` rows, or `batch_timeout_micros` after its first request
-arrived; a request larger than `max_batch_size` rows is called alone. When `max_enqueued_batches` full
+arrived; a request larger than `max_batch_size` rows is called alone. A request that finds the model idle
+and no other request queued is called at once, as without batching: one client pays no timeout, and under
+load the requests that queue while the model computes (or arrive together) make the next batch. When `max_enqueued_batches` full
 batches already wait, a request is refused with 503 rather than queued without end. Each request's
 inputs are checked before they join a batch, so a malformed one fails alone (4xx); a model that raises
 fails the whole batch (500 for each request in it), as in TF Serving.
@@ -124,9 +126,10 @@ class Batcher:
             while not self.queue:
                 self.arrived.clear()
                 await self.arrived.wait()
-            # the timeout counts from the first request's arrival, not from when the model got free
+            # a lone request on an idle model goes at once; else the timeout counts from the first request's
+            # arrival, not from when the model got free
             delay = self.queue[0][3] + timeout - loop.time()
-            if self.queued_rows < self.options.max_batch_size and delay > 0:
+            if len(self.queue) > 1 and self.queued_rows < self.options.max_batch_size and delay > 0:
                 self.full.clear()
                 try:
                     await asyncio.wait_for(self.full.wait(), delay)

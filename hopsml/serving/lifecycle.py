@@ -7,6 +7,7 @@ new kernel or the CLI sees and controls what an earlier one started.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -277,20 +278,31 @@ def start(serving_name: str, *, timeout_s: float = 300.0, settings: config.Setti
     processes starting it at once get one server (the second waits for the first and finds it running)."""
     storage, project, settings = _where(settings)
     defs.read(storage, project, serving_name)
-    with _start_lock(storage, project, serving_name):
+    with _start_lock(settings, project, serving_name):
         return _start(serving_name, timeout_s, storage, project, settings)
 
 
+def start_lock_path(settings: config.Settings, project: str, serving_name: str) -> str:
+    """The file `start` locks: `Serving/<name>/.start.lock` under a local root. HDFS and S3 have no lock a
+    process can hold, and a serving's server runs on the host that starts it, so under those roots it is a file
+    on this host, under the log_dir setting beside the serving's log, named after the serving folder's URI
+    (without options or credentials)."""
+    storage = Storage(settings.root)
+    rel = layout.ServingDir.of(project, serving_name).path
+    folder = storage.local_path(rel)
+    if folder is not None:
+        return os.path.join(folder, START_LOCK)
+    key = hashlib.sha256(storage.uri(rel).encode()).hexdigest()[:32]
+    return os.path.join(os.path.expanduser(settings.log_dir), "serving", "locks", f"{key}.lock")
+
+
 @contextmanager
-def _start_lock(storage: Storage, project: str, serving_name: str) -> Iterator[None]:
-    """An exclusive lock on `Serving/<name>/.start.lock` while a process checks and starts the serving (under a
-    local root; HDFS and S3 have no such lock, and two starts at once there may start two servers)."""
-    folder = storage.local_path(layout.ServingDir.of(project, serving_name).path)
-    if folder is None:
-        yield
-        return
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, START_LOCK), "a") as handle:  # not inherited: Popen closes other fds
+def _start_lock(settings: config.Settings, project: str, serving_name: str) -> Iterator[None]:
+    """An exclusive lock (flock) on `start_lock_path` while a process checks and starts the serving, so two
+    starts at once give one server."""
+    path = start_lock_path(settings, project, serving_name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as handle:  # not inherited: Popen closes other fds
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

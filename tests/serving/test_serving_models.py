@@ -1,6 +1,7 @@
 """Each kind of model a serving loads, over a real server: PyTorch as TorchScript and as a pickled module,
 Keras and a TensorFlow SavedModel, hops-style predictor and transformer scripts; a model that raises gets a
-500 and the server goes on; with batching, concurrent requests become one model call."""
+500 and the server goes on; with batching, requests that queue together become one model call, and a lone
+request is called at once."""
 
 from __future__ import annotations
 
@@ -98,32 +99,69 @@ def test_a_script_that_does_not_exist_is_refused_when_the_serving_is_defined(set
     assert registry.get_model("iris", 1, settings=settings).version == 1
 
 
-BATCH_PREDICTOR = '''
+GATED_PREDICTOR = '''
+import os
+import time
+
+GATE = {gate!r}
+
+
 class Predict:
     def predict(self, inputs):
+        if inputs[0][0] == -1:  # holds the model until the test opens the gate
+            open(GATE + ".entered", "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(GATE) and time.monotonic() < deadline:
+                time.sleep(0.01)
         return [[row[0], len(inputs)] for row in inputs]  # each row learns the size of its model call
 '''
 
 
-def test_concurrent_requests_become_one_model_call_and_each_gets_its_own_rows_back(settings, tmp_path):
+def test_a_lone_request_goes_at_once_and_requests_that_queue_together_become_one_model_call(settings, tmp_path):
+    from http.client import HTTPConnection
+    import json
+    import os
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     export_sklearn(settings, tmp_path / "model")
     resources = tmp_path / "root" / "Projects" / "test" / "Resources"
     resources.mkdir(parents=True, exist_ok=True)
-    (resources / "batch.py").write_text(BATCH_PREDICTOR)
-    # a batch leaves only when full: the timeout is far longer than any test waits
+    gate = str(tmp_path / "gate")
+    (resources / "batch.py").write_text(GATED_PREDICTOR.format(gate=gate))
+    # a batch that does not fill waits far longer than any test does
     lifecycle.create_or_update("batched", "Models/iris", "PYTHON", predictor="Resources/batch.py",
                                batching_enabled=True, max_batch_size=8, batch_timeout_micros=600_000_000,
                                settings=settings)
-    payloads = [[[1]], [[2]], [[3]], [[4]], [[5], [6]], [[7], [8]]]  # 8 rows from 6 clients at once
+    payloads = [[[1]], [[2]], [[3]], [[4]], [[5], [6]], [[7], [8]]]  # 8 rows from 6 clients
     with running(settings, "batched") as serving:
         url = base_url(serving) + ":predict"
-        with ThreadPoolExecutor(len(payloads)) as pool:
-            answers = list(pool.map(lambda rows: http("POST", url, {"instances": rows}), payloads))
-        for rows, (status, body) in zip(payloads, answers):
-            assert status == 200
-            assert body == {"predictions": [[row[0], 8] for row in rows]}
+        # one client: each request finds the model idle and nobody queued with it, so it is called at once
+        for i in range(3):
+            assert http("POST", url, {"instances": [[i]]}) == (200, {"predictions": [[i, 1]]})
+
+        # six clients connect (keep-alive, as a client with a session does); a request holds the model; the six
+        # send theirs meanwhile, wait for the model together and become one call
+        clients = [HTTPConnection(serving.internal_ips[0], serving.internal_port, timeout=120) for _ in payloads]
+        for client in clients:
+            client.connect()
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(http, "POST", url, {"instances": [[-1]]})
+            deadline = time.monotonic() + 120
+            while not os.path.exists(gate + ".entered") and time.monotonic() < deadline and not held.done():
+                time.sleep(0.01)
+            assert os.path.exists(gate + ".entered"), held.result() if held.done() else "the model was not called"
+            for rows, client in zip(payloads, clients):
+                client.request("POST", "/v1/models/batched:predict", json.dumps({"instances": rows}),
+                               {"Content-Type": "application/json"})
+            open(gate, "w").close()
+            assert held.result() == (200, {"predictions": [[-1, 1]]})
+        for rows, client in zip(payloads, clients):
+            answer = client.getresponse()
+            assert answer.status == 200
+            assert json.loads(answer.read()) == {"predictions": [[row[0], 8] for row in rows]}
+            client.close()
+
         big = [[i] for i in range(10)]  # more than a batch holds: called alone, at once
         assert http("POST", url, {"instances": big}) == (200, {"predictions": [[i, 10] for i in range(10)]})
         status, body = http("POST", url, {"instances": 5})
