@@ -4,7 +4,9 @@ One run, one machine, the same models: a PyTorch MLP and a scikit-learn logistic
 features), each served by hopsml with batching on and off (one instance each) and by `mlflow models serve`
 (one uvicorn worker, `--env-manager local`), loaded by 1, 16 and 64 concurrent clients. Each client sends
 one row per request over its own HTTP/1.1 keep-alive connection (asyncio on raw sockets) and waits for the
-answer; throughput is answers per second, latency each request's time from send to last byte.
+answer; throughput is answers per second, latency each request's time from send to last byte. hopsml's
+batched and plain servings of a model run side by side and take turns, run by run, so that a change in
+what else the machine runs falls on both.
 
 The client's own ceiling is measured first against a server that answers a fixed response without reading
 the body, so a figure close to it would mean the client, not the server, was the limit. The model's own
@@ -301,23 +303,40 @@ def server_pid(settings: object, name: str) -> int | None:
 
 
 # --- the run -----------------------------------------------------------------------------------------------
-def measure(name: str, host: str, port: int, request: bytes, clients: list[int], seconds: float, repeat: int,
-            check: bytes | None = None, server_pid: int | None = None) -> dict[int, Load]:
-    """Median over `repeat` runs of each client count, after checking one answer."""
-    if check is not None:
-        answer = urllib.request.urlopen(urllib.request.Request(
-            f"http://{host}:{port}{request.split(b' ')[1].decode()}", data=check, method="POST",
-            headers={"Content-Type": "application/json"}), timeout=60).read()
-        json.loads(answer)
-    out = {}
+@dataclass
+class Target:
+    """One server under load: where to send, what, and whose CPU time to count."""
+
+    name: str
+    host: str
+    port: int
+    request: bytes
+    check: bytes | None = None
+    pid: int | None = None
+
+
+def measure(targets: list[Target], clients: list[int], seconds: float, repeat: int) -> dict[str, dict[int, Load]]:
+    """Median over `repeat` runs of each client count and target, after checking one answer of each. The
+    targets take turns run by run, so that a change in what else the machine runs falls on all of them."""
+    for t in targets:
+        if t.check is not None:
+            answer = urllib.request.urlopen(urllib.request.Request(
+                f"http://{t.host}:{t.port}{t.request.split(b' ')[1].decode()}", data=t.check, method="POST",
+                headers={"Content-Type": "application/json"}), timeout=60).read()
+            json.loads(answer)
+    out: dict[str, dict[int, Load]] = {t.name: {} for t in targets}
     for n in clients:
-        runs = [run_load(host, port, request, n, seconds, server_pid) for _ in range(repeat)]
-        out[n] = Load(statistics.median(r.rps for r in runs), statistics.median(r.p50_ms for r in runs),
-                      statistics.median(r.p99_ms for r in runs), sum(r.errors for r in runs),
-                      statistics.median(r.cpu_ms for r in runs))
-        r = out[n]
-        print(f"  {name:<24} {n:>3} clients: {r.rps:8.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
-              f"  server CPU {r.cpu_ms:6.3f} ms/req{f'  ERRORS {r.errors}' if r.errors else ''}", flush=True)
+        runs: dict[str, list[Load]] = {t.name: [] for t in targets}
+        for _ in range(repeat):
+            for t in targets:
+                runs[t.name].append(run_load(t.host, t.port, t.request, n, seconds, t.pid))
+        for t in targets:
+            done = runs[t.name]
+            r = out[t.name][n] = Load(statistics.median(r.rps for r in done), statistics.median(r.p50_ms for r in done),
+                                      statistics.median(r.p99_ms for r in done), sum(r.errors for r in done),
+                                      statistics.median(r.cpu_ms for r in done))
+            print(f"  {t.name:<24} {n:>3} clients: {r.rps:8.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} "
+                  f"ms  server CPU {r.cpu_ms:6.3f} ms/req{f'  ERRORS {r.errors}' if r.errors else ''}", flush=True)
     return out
 
 
@@ -353,17 +372,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"client ceiling ({max(clients)} clients, a server that does no work): {ceiling.rps:.0f} req/s")
         for model in models:
             registry.export(paths[model], model, settings=settings)
-            for batching in (True, False):
+            targets = []
+            for batching in (True, False):  # both run at once, loaded in turns
                 serving = f"{model}{'Batched' if batching else 'Plain'}"
                 lifecycle.create_or_update(serving, f"Models/{model}", "PYTHON", model_version=1,
                                            batching_enabled=batching, settings=settings)
                 started.append(serving)
                 s = lifecycle.start(serving, settings=settings)
-                print(f"hopsml {serving}:", flush=True)
-                path = f"/v1/models/{serving}:predict"
-                results[(model, serving)] = measure(f"hopsml {serving}", s.internal_ips[0], s.internal_port,
-                                                    post(path, body), clients, args.seconds, args.repeat, body,
-                                                    server_pid(settings, serving))
+                targets.append(Target(f"hopsml {serving}", s.internal_ips[0], s.internal_port,
+                                      post(f"/v1/models/{serving}:predict", body), body, server_pid(settings, serving)))
+            print(f"hopsml {model}, batching on and off in turns:", flush=True)
+            for t, loads in zip(targets, measure(targets, clients, args.seconds, args.repeat).values()):
+                serving = t.name.split()[1]
+                results[(model, serving)] = loads
                 lifecycle.stop(serving, settings=settings)
                 started.remove(serving)
         python = None if args.no_mlflow else mlflow_python(args.mlflow_python)
@@ -378,9 +399,9 @@ def main(argv: list[str] | None = None) -> int:
                 server = MlflowServer(python, os.path.join(saved, model), os.path.join(work, f"mlflow-{model}.log"))
                 try:
                     print(f"mlflow {model}:", flush=True)
-                    results[(model, "mlflow")] = measure(f"mlflow {model}", "127.0.0.1", server.port,
-                                                         post("/invocations", mbody), clients, args.seconds,
-                                                         args.repeat, mbody, server.proc.pid)
+                    results[(model, "mlflow")] = measure(
+                        [Target(f"mlflow {model}", "127.0.0.1", server.port, post("/invocations", mbody), mbody,
+                                server.proc.pid)], clients, args.seconds, args.repeat)[f"mlflow {model}"]
                 finally:
                     server.close()
     finally:
@@ -413,7 +434,8 @@ def report(results: dict[tuple[str, str], dict[int, Load]], own: dict[str, float
                       f"({mlflow[top].cpu_ms / best[top].cpu_ms:.2f}x less)")
             if 1 in clients:
                 print(f"  {model}: 1-client p50 plain {plain[1].p50_ms:.2f} ms, batched {batched[1].p50_ms:.2f} ms, "
-                      f"model's own call {own[model]:.3f} ms (gap {plain[1].p50_ms - own[model]:.2f} ms)")
+                      f"model's own call {own[model]:.3f} ms (gap {plain[1].p50_ms - own[model]:.2f} ms plain, "
+                      f"{batched[1].p50_ms - own[model]:.2f} ms batched)")
 
 
 if __name__ == "__main__":

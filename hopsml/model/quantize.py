@@ -2,8 +2,8 @@
 
     from hopsml import model
     mv = model.export("net.pth", "mlp", quantize="int8", eval_data=(x_test, y_test))
-    q = model.quantize("mlp", 1, eval_data=(x_test, y_test))   # a new version from a registered one
-    q.quantization["size_ratio"], q.quantization["evaluation"]
+    q = model.quantize("mlp", 1)   # a new version from a registered one, measured on its lineage's test split
+    q.quantization["size_ratio"], q.quantization["evaluation"], q.quantization.get("evaluation_skipped")
 
 PyTorch modules (`torch.save(model)`) get dynamic int8 quantization of their Linear and LSTM layers
 (`torch.ao.quantization.quantize_dynamic`) and are saved the same way; Keras models become a TFLite file
