@@ -197,7 +197,9 @@ def build_models(folder: str) -> dict[str, str]:
 
 
 def own_call_ms(paths: dict[str, str], row: list[float]) -> dict[str, float]:
-    """Median time of the model's own call on one row, one thread, as a serving instance makes it."""
+    """Median time of the model's own call on one row, one thread, as a serving instance makes it; and, as
+    'mlp per row of 32', the MLP's time per row in a call on a full default batch (what batching can save in
+    the model itself)."""
     import joblib
     import torch
 
@@ -211,7 +213,13 @@ def own_call_ms(paths: dict[str, str], row: list[float]) -> dict[str, float]:
         with torch.inference_mode():
             net(torch.from_numpy(one32))
 
-    calls = {"mlp": mlp, "sklearn": lambda: model.predict(one64)}
+    batch32 = np.repeat(one32, 32, axis=0)
+
+    def mlp32() -> None:
+        with torch.inference_mode():
+            net(torch.from_numpy(batch32))
+
+    calls = {"mlp": mlp, "sklearn": lambda: model.predict(one64), "mlp per row of 32": mlp32}
     out = {}
     for name, call in calls.items():
         times = []
@@ -220,6 +228,7 @@ def own_call_ms(paths: dict[str, str], row: list[float]) -> dict[str, float]:
             call()
             times.append(time.perf_counter() - start)
         out[name] = statistics.median(times[100:]) * 1e3
+    out["mlp per row of 32"] /= 32
     return out
 
 
@@ -366,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         paths = build_models(os.path.join(work, "models"))
         own = own_call_ms(paths, row)
-        print("model's own call, one row: " + ", ".join(f"{k} {v:.3f} ms" for k, v in own.items()))
+        print(f"model's own call, one row: mlp {own['mlp']:.3f} ms, sklearn {own['sklearn']:.3f} ms; the MLP on "
+              f"32 rows: {own['mlp per row of 32']:.3f} ms per row")
         body = json.dumps({"instances": [row]}).encode()
         ceiling = client_ceiling(post("/v1/models/x:predict", body), max(clients), args.seconds)
         print(f"client ceiling ({max(clients)} clients, a server that does no work): {ceiling.rps:.0f} req/s")
@@ -423,6 +433,9 @@ def report(results: dict[tuple[str, str], dict[int, Load]], own: dict[str, float
         mlflow = results.get((model, "mlflow"))
         if batched and plain:
             print(f"  {model}: batched/plain at {top} clients {batched[top].rps / plain[top].rps:.2f}x")
+            if model == "mlp":
+                print(f"  mlp: the model alone, one-row call / per row of a 32-row call: "
+                      f"{own['mlp'] / own['mlp per row of 32']:.2f}x")
             best = batched if batched[top].rps >= plain[top].rps else plain
             which = "batched" if best is batched else "plain"
             print(f"  {model}: server CPU per answer at {top} clients: batched {batched[top].cpu_ms:.3f} ms, plain "
