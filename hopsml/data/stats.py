@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 TOP_VALUES = 10
 BINS = 10
+# The median of a column is taken from about this many of its values (a seeded sample, all of them in a
+# smaller table): percentile_approx's summary cost more than every other statistic together at 1M rows.
+MEDIAN_SAMPLE = 200_000
 
 
 # --- plain-python summaries --------------------------------------------------------------------
@@ -102,7 +105,7 @@ def table_stats(frame: DataFrame, split_column: str, splits: Sequence[str], nume
 
 
 def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence[str], numeric: Sequence[str],
-                           categorical: Sequence[str]
+                           categorical: Sequence[str], rows_hint: int | None = None
                            ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
     """Statistics as ``table_stats``, with what they are made of: the per-split aggregates
     (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and every categorical value's count
@@ -110,14 +113,16 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     jobs: the aggregates (see :func:`_numeric_aggregates`), then the histogram buckets and category
     counts together, from one (split, column, value) row per cell, so that aggregation has a few
     functions whatever the number of columns. Distinct counts of numeric columns are approximate
-    (HyperLogLog, within about 5%)."""
+    (HyperLogLog, within about 5%); with ``rows_hint`` (the rows about to be read) over ``MEDIAN_SAMPLE``,
+    medians are of a seeded sample of about that many rows."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, IntegralType
 
     kinds = {f.name: f.dataType for f in frame.schema.fields}
     integral = {c for c in numeric if isinstance(kinds.get(c), (IntegralType, BooleanType))}
     rows: dict[str, dict[str, Any]] = {}
-    for split, column, aggregate in _numeric_aggregates(frame, split_column, numeric):
+    median_fraction = min(1.0, MEDIAN_SAMPLE / rows_hint) if rows_hint else 1.0
+    for split, column, aggregate in _numeric_aggregates(frame, split_column, numeric, median_fraction):
         values = rows.setdefault(split, {})
         if column is None:
             values["__rows"] = int(aggregate["rows"])
@@ -207,7 +212,7 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
 WIDE_COLUMNS = 64   # up to this many numeric columns the aggregates are one row per split
 
 
-def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[str]
+def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[str], median_fraction: float = 1.0
                         ) -> Iterator[tuple[Any, str | None, Mapping[str, Any]]]:
     """(split, column, its aggregates) for every split and numeric column, and (split, None, the
     split's row count) once per split. Up to ``WIDE_COLUMNS`` columns one aggregate of a few
@@ -215,12 +220,16 @@ def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[s
     numeric columns that long form took most of the statistics' time). Wider tables get one
     (split, column, value) row per cell: a few functions whatever the number of columns (one
     aggregate per column and statistic needs code and buffers that grow with the columns; a
-    65-column table exhausted a 1 GiB driver heap)."""
+    65-column table exhausted a 1 GiB driver heap). Medians of a ``median_fraction`` sample of the rows
+    (the same rows for every column)."""
     from pyspark.sql import functions as F
 
+    sampled = F.rand(seed=17) < F.lit(median_fraction) if median_fraction < 1.0 else None
+
     def functions(v: Column, suffix: str) -> list[Column]:
+        of_median = v if sampled is None else F.when(sampled, v)
         return [F.count(v).alias(f"count{suffix}"), F.min(v).alias(f"min{suffix}"), F.max(v).alias(f"max{suffix}"),
-                F.mean(v).alias(f"mean{suffix}"), F.percentile_approx(v, 0.5, 10000).alias(f"median{suffix}"),
+                F.mean(v).alias(f"mean{suffix}"), F.percentile_approx(of_median, 0.5, 10000).alias(f"median{suffix}"),
                 F.stddev_samp(v).alias(f"std{suffix}"), F.count(F.when(v == 0, F.lit(1))).alias(f"zeros{suffix}"),
                 F.approx_count_distinct(v, 0.05).alias(f"distinct{suffix}")]
 

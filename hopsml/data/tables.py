@@ -55,6 +55,7 @@ INTEGRAL_TYPES = ("long", "boolean")   # written as int64 (a boolean as 0/1)
 DEFAULT_NA_VALUES = ("?", "nan", "NaN", "-nan", "-NaN", "NA", "N/A", "n/a", "NULL", "null", "None", "<NA>",
                      "#N/A", "#NA", "#N/A N/A", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN")
 _INTEGER_TEXT = r"^[+-]?[0-9]+$"   # a whole number as written: no decimal point, no exponent
+_NUMBER_START = r"^([-+.0-9]|(?i)[+-]?(inf|nan))"   # what a number's text can begin with
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 _CORRUPT = "_corrupt_record"
 _ESCAPED_QUOTE = '\\"'   # a quote escaped by a backslash, as Spark's CSV writer writes one
@@ -134,9 +135,52 @@ def _column_names(spark: SparkSession, src: Any, options: TableOptions, multilin
                   escape: str = '"') -> list[str]:
     if options.columns:
         return list(options.columns)
+    local = _local_file(src)
+    if local is not None and options.header:
+        return _header_of(local, options.delimiter, escape)
     probe = spark.read.csv(src, header=options.header, sep=options.delimiter, quote='"', escape=escape,
                            multiLine=multiline)
     return [name.strip().lstrip("\ufeff").strip() for name in probe.columns]
+
+
+def _local_file(src: Any) -> str | None:
+    """The path of ``src`` when it is one plain local file (not a folder, glob or URI), else None."""
+    import os
+    from urllib.parse import urlparse
+
+    if not isinstance(src, str) or any(ch in src for ch in "*?[{"):
+        return None
+    scheme = urlparse(src).scheme
+    path = urlparse(src).path if scheme == "file" else src if scheme == "" or len(scheme) == 1 else None
+    return path if path is not None and os.path.isfile(os.path.expanduser(path)) else None
+
+
+def _header_of(path: str, delimiter: str, escape: str) -> list[str]:
+    """The column names of a local CSV file's header line, named as Spark's CSV reader names them (an empty
+    name is ``_c<i>``, names that repeat, ignoring case, get their position appended), without a Spark job:
+    at 500 rows that job was a tenth of the prepare.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.csv")
+    >>> _ = open(path, "w", encoding="utf-8-sig").write('"",a,"b, c",A\\n1,2,3,4\\n')
+    >>> _header_of(path, ",", '"')
+    ['_c0', 'a1', 'b, c', 'A3']
+    """
+    import csv
+    import os
+
+    with open(os.path.expanduser(path), encoding="utf-8-sig", newline="") as lines:
+        if escape == '"':
+            reader = csv.reader(lines, delimiter=delimiter, quotechar='"', doublequote=True)
+        else:
+            reader = csv.reader(lines, delimiter=delimiter, quotechar='"', doublequote=False, escapechar=escape)
+        header = next(reader, [])
+    names = [field.strip() or f"_c{i}" for i, field in enumerate(header)]
+    seen: dict[str, int] = {}
+    for name in names:
+        seen[name.lower()] = seen.get(name.lower(), 0) + 1
+    return [f"{name}{i}" if seen[name.lower()] > 1 and not name.startswith("_c") else name
+            for i, name in enumerate(names)]
 
 
 def field_names(raw_names: Sequence[str]) -> list[str]:
@@ -167,18 +211,29 @@ def _parse(name: str, kind: str) -> Column:
     """Column ``name`` (trimmed text) as ``kind`` ('double', 'long' or 'boolean'), NULL where the text
     does not parse: a plain cast fails the whole job on Spark 4, whose ANSI mode is on by default.
     A ``long`` is read as its text says: ``127.0`` and ``1e3`` are the whole numbers 127 and 1000,
-    ``127.5`` does not parse; a ``boolean`` is 1 for true/1 and 0 for false/0 (any case)."""
+    ``127.5`` does not parse; a ``boolean`` is 1 for true/1 and 0 for false/0 (any case).
+
+    Only text that can be a number reaches Spark's ``try_cast``: a cast that fails throws and catches an
+    exception inside the JVM (about 5 us a cell here), so a category column cast as double, or pandas'
+    ``127.0`` cast as long, cost more than the rest of the pass."""
     from pyspark.sql import functions as F
 
     text = F.col(name)
     if kind == "boolean":
         lower = F.lower(text)
         return F.when(lower.isin(*_TRUE), F.lit(1)).when(lower.isin(*_FALSE), F.lit(0)).cast("long")
-    number = F.expr(f"try_cast(`{name}` AS double)")
+    number = F.when(_maybe_number(text), F.expr(f"try_cast(`{name}` AS double)"))
     if kind == "long":
         whole = F.when((number == F.floor(number)) & (F.abs(number) < F.lit(2.0 ** 63)), number.cast("long"))
-        return F.coalesce(F.expr(f"try_cast(`{name}` AS long)"), whole)
+        return F.when(text.rlike(_INTEGER_TEXT), F.expr(f"try_cast(`{name}` AS long)")).otherwise(whole)
     return number
+
+
+def _maybe_number(text: Column) -> Column:
+    """False for text that cannot parse as a number: not starting with a digit, sign or point, and not one
+    of the words Spark reads as a number (Infinity, NaN). One anchored pattern: it fails at the first
+    character, and stays one node of the plan (1,000 columns of a larger test slowed the planner down)."""
+    return text.rlike(_NUMBER_START)
 
 
 def _one_row(frame: DataFrame) -> Any:
@@ -256,7 +311,7 @@ def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[i
         parts.append(F.count(text).alias(f"n_{i}"))
         if kind == "string":
             continue
-        number = F.expr(f"try_cast(`{name}` AS double)")
+        number = _parse(name, "double")
         whole = F.col(name).rlike(_INTEGER_TEXT) & _parse(name, "long").isNotNull()
         failed = {"infer": number.isNull(), "double": number.isNull(), "long": _parse(name, "long").isNull(),
                   "boolean": _parse(name, "boolean").isNull()}[kind]
@@ -568,13 +623,11 @@ class _TableJob:
 
         typed = checked.where(F.col("_reason").isNull()).select(
             *[_parse(n, types[n]).alias(n) if n in numeric else F.col(n) for n in names])
-        hashed = _row_hash(names, opts.seed)
-        bucket = F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)
-        split = typed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train"))
-        if opts.missing == "drop":
-            # the shard's hash of the row (see _write_shards) beside the split's: the row's values
-            # are turned into text once for both (under 'fill' the shard's hash is of filled values)
-            split = split.withColumn(_ROW_HASH, _row_hash(names, opts.seed + 1))
+        # one hash of the row's values as read decides its split (its low digits) and its shard (its high
+        # 32 bits, see _write_shards): the values are turned into text once
+        hashed = typed.withColumn(_ROW_HASH, _row_hash(names, opts.seed))
+        bucket = F.pmod(F.col(_ROW_HASH), F.lit(1_000_000)) / F.lit(1_000_000.0)
+        split = hashed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train"))
         features = [n for n in names if n != label]
         usable = split.where(F.col(label).isNotNull())
         if opts.missing == "drop" and features:
@@ -657,7 +710,7 @@ class _TableJob:
         self._step("statistics")
         stats, aggregates, value_counts = stats_mod.table_stats_and_counts(
             usable, _SPLIT, SPLITS, numeric + ([label] if label_numeric else []),
-            categorical + ([] if label_numeric else [label]))
+            categorical + ([] if label_numeric else [label]), rows_hint=read)
         stats["rejected"] = rejected_reasons
         stats["types"] = types
         for column in stats["columns"]:   # the header's own words, beside the field name
@@ -712,8 +765,7 @@ class _TableJob:
         else:
             out_cols.append(_index_expr(label, categories[label]).alias("label"))
             fields["label"] = {"dtype": "int32", "shape": []}
-        keys = [F.col(_ROW_HASH)] if _ROW_HASH in usable.columns else [F.col(n).alias(f"__key_{n}") for n in names]
-        transformed = usable.select(*out_cols, F.col(_SPLIT), *keys)
+        transformed = usable.select(*out_cols, F.col(_SPLIT), F.col(_ROW_HASH))
         transformed = transformed.select("*", F.array(*feature_exprs).alias("features") if feature_exprs
                                          else F.array().cast("array<float>").alias("features"))
         fields["features"] = {"dtype": "float32", "shape": [len(feature_names)]}
@@ -721,7 +773,7 @@ class _TableJob:
             spec["tfrecord"] = name
 
         self._step("write shards")
-        splits_meta, shard_count = self._write_shards(stage, transformed, counts, names, to_arrow_schema)
+        splits_meta, shard_count = self._write_shards(stage, transformed, counts, to_arrow_schema)
         shard_count = max(shard_count, 0)
         rejected = sum(rejected_reasons.values())
         dropped = read - written - rejected
@@ -758,7 +810,7 @@ class _TableJob:
                 for n, why in self.left_out.items()}
 
     def _write_shards(self, stage: ds.DatasetDir, transformed: DataFrame, counts: dict[str, int],
-                      names: list[str], to_arrow_schema: Any) -> tuple[dict[str, Any], int]:
+                      to_arrow_schema: Any) -> tuple[dict[str, Any], int]:
         """Both splits' Parquet files and TFRecord shards in one Spark job: each row gets its split's
         shard number (a hash of the row), and each task writes the shards whose rows it holds."""
         from pyspark.sql import functions as F
@@ -766,15 +818,11 @@ class _TableJob:
         wanted_default = self.options.shards or max(self.settings.num_workers,
                                                     self.spark.sparkContext.defaultParallelism)
         wanted = {s: max(1, min(wanted_default, rows)) for s, rows in counts.items() if rows}
-        if _ROW_HASH in transformed.columns:
-            row_hash, kept_keys = F.col(_ROW_HASH), [_ROW_HASH]
-        else:
-            row_hash, kept_keys = _row_hash([f"__key_{n}" for n in names], self.options.seed + 1), \
-                [f"__key_{n}" for n in names]
+        row_hash = F.shiftright(F.col(_ROW_HASH), 32)   # bits the split (the hash's low digits) does not decide
         shard = F.lit(0)
         for split_name, count in wanted.items():
             shard = F.when(F.col(_SPLIT) == split_name, F.pmod(row_hash, F.lit(count))).otherwise(shard)
-        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(*kept_keys)
+        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(_ROW_HASH)
         schema = to_arrow_schema(keyed.drop(_SPLIT, _SHARD).schema)
         writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, schema)
         for split_name in wanted:
@@ -825,23 +873,26 @@ class _TableShardWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
+        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         rows: dict[str, int] = {}
+        split_names = pa.array(list(self.counts), pa.string())
         with ExitStack() as stack:
             open_shards: dict[tuple[str, int], tuple[Any, Any]] = {}
             for batch in batches:
                 if not batch.num_rows:
                     continue
-                splits = batch.column(_SPLIT).to_numpy(zero_copy_only=False)
-                shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False)
+                # (split, shard) as one integer per row: numpy's string ops on the keys took 29 ms a batch
+                split_codes = pc.index_in(batch.column(_SPLIT), value_set=split_names).to_numpy(zero_copy_only=False)
+                shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False).astype(np.int64)
                 part_all = pa.Table.from_batches([batch]).drop_columns([_SPLIT, _SHARD])  # pyarrow 14 batches lack it
                 if part_all.schema != self.schema:
                     part_all = part_all.cast(self.schema)
-                keys = np.char.add(splits.astype(str), np.char.add("\x00", shard_numbers.astype(str)))
+                keys = split_codes.astype(np.int64) * (1 << 32) + shard_numbers
                 found, first, group_of_row = np.unique(keys, return_index=True, return_inverse=True)
                 for group in np.argsort(first, kind="stable"):   # the groups in the order they come
-                    key = (str(splits[first[group]]), int(shard_numbers[first[group]]))
+                    key = (str(split_names[int(split_codes[first[group]])]), int(shard_numbers[first[group]]))
                     if key not in open_shards:   # a shard with no rows writes no Parquet file
                         records = stack.enter_context(shard_io.shard_writer(
                             self.storage, self.stage.tfrecord(key[0]), key[1], self.counts[key[0]],

@@ -43,6 +43,20 @@ def test_numbers_parse_as_their_text_says(spark, settings, tmp_path):
     assert _values(settings, "numbers", "spaced") == [-1.0, 7.0, 42.0]
 
 
+def test_numbers_written_with_a_leading_point_sign_or_as_infinity_parse(spark, settings, tmp_path):
+    """Only text that can begin a number is cast (a cast that fails is slow in Spark): what begins with a point,
+    a sign or Infinity still parses, and a column of words stays a category."""
+    csv = tmp_path / "starts.csv"
+    csv.write_text("point,signed,wide,word,y\n.5,+3,Infinity,e5,0\n-.25,-2,-inf,x1,1\n1.5,+0,2,n,0\n")
+    summary = prepare_table(str(csv), "starts", label="y", settings=settings, spark=spark)
+    assert (summary.written, summary.rejected, summary.dropped) == (3, 0, 0)
+    assert _columns(settings, "starts") == {"point": "double", "signed": "long", "wide": "double",
+                                            "word": "string", "y": "long"}
+    assert _values(settings, "starts", "point") == [-0.25, 0.5, 1.5]
+    assert _values(settings, "starts", "signed") == [-2.0, 0.0, 3.0]
+    assert _values(settings, "starts", "wide") == [float("-inf"), 2.0, float("inf")]
+
+
 def test_a_long_given_by_schema_reads_whole_numbers_written_with_a_point(spark, settings, tmp_path):
     csv = tmp_path / "given.csv"
     csv.write_text("magnesium,y\n127.0,1\n101,0\n1e2,1\n")
