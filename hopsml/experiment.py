@@ -25,7 +25,8 @@ from hopsml.search.space import Direction, SearchSpaceError
 
 def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None, name: str = "no-name",
            local_logdir: bool = False, description: str | None = None, metric_key: str | None = None,
-           versioned_resources: list[str] | None = None, seed: int | None = None) -> tuple[str, Any]:
+           versioned_resources: list[str] | None = None, seed: int | None = None,
+           timeline: bool = True) -> tuple[str, Any]:
     """Run `train_fn(**args_dict)` in a Spark task; returns (logdir, return_dict).
 
     As in hops, list values run the function once per list index, in parallel Spark tasks:
@@ -35,9 +36,14 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     script, conda.yml, the function's output.log, its metrics and TensorBoard events (with
     `local_logdir=True` written to the executor's disk first and copied in at the end), and any file
     whose path it returns.
+
+    `timeline` records where the function's time goes (timeline/trace.json: its `hopsml.timeline.span`s, reader
+    waits, checkpoint saves) and its system metrics every 2 s (CPU, memory, network, GPU; peaks in the record);
+    timeline=False turns it off.
     """
     return engine.launch(train_fn, args_dict, name=name, local_logdir=local_logdir, description=description,
-                         metric_key=metric_key, versioned_resources=versioned_resources, seed=seed)
+                         metric_key=metric_key, versioned_resources=versioned_resources, seed=seed,
+                         timeline=timeline)
 
 
 def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,

@@ -124,8 +124,10 @@ def executions(args: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, name: str, local_logdir: bool,
            description: str | None, metric_key: str | None,
-           versioned_resources: list[str] | None, seed: int | None = None) -> tuple[str, Any]:
-    """experiment.launch: one task (or one per execution of list arguments), each in a child process."""
+           versioned_resources: list[str] | None, seed: int | None = None, timeline: bool = True) -> tuple[str, Any]:
+    """experiment.launch: one task (or one per execution of list arguments), each in a child process; with
+    `timeline`, the single task records its timeline and system metrics (the executions of the list form run as
+    a search's trials)."""
     args = rerun.arguments(name, train_fn, check_function(train_fn, args_dict, name, versioned_resources))
     runs = executions(args)
     ship(train_fn, args)
@@ -145,7 +147,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
         def one_task(_: Iterator[int]) -> Iterator[dict[str, Any]]:
             # in a child process, as trials are: a function that ends its process is a FAILED run with the cause
             yield ChildRank(train_fn, spec, kwargs=args, rank=0, world_size=1, write_metrics=True,
-                            native_output=True).wait()
+                            native_output=True, timeline=bool(timeline)).wait()
 
         try:
             collected = run_stage(sc, one_task, 1, job_group=run.id, checks=start.checks,
@@ -156,7 +158,8 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
         if not report.ok:
             raise ExperimentFailed(f"experiment {run.id} failed: {report.error}", traceback=report.traceback,
                                    output_tail=report.tail, logdir=run.logdir)
-        run.finish(metric=metric_of(report.result, metric_key), results=report.result, seeds=report.seeded)
+        fields = monitor.timeline.finish(start.storage, run.dir) if timeline else {"timeline": {"enabled": False}}
+        run.finish(metric=metric_of(report.result, metric_key), results=report.result, seeds=report.seeded, **fields)
     return run.logdir, report.result
 
 
