@@ -6,42 +6,15 @@ import os
 import time
 
 import pytest
+from timeline_steps import STEPS, slowed_train
 
 from hopsml import cli, experiment
 from hopsml.timeline import chrome
-
-STEPS = 30
 
 
 def _record(logdir):
     with open(os.path.join(logdir, "experiment.json")) as f:
         return json.load(f)
-
-
-def _train(slow_rank, where, delay_s=0.04, steps=STEPS):
-    """A training loop of `steps` all-reduces; `slow_rank` is slower by `delay_s` for its input or compute."""
-
-    def train():
-        import numpy as np
-
-        from hopsml import collective, timeline
-
-        rank = collective.rank()
-
-        def batches():
-            for step in range(steps):
-                if rank == slow_rank and where == "input":
-                    time.sleep(delay_s)
-                yield np.full(1024, step, np.float32)
-
-        total = 0.0
-        for batch in timeline.input_waits(batches()):
-            with timeline.span("compute"):
-                time.sleep(0.005 + (delay_s if rank == slow_rank and where == "compute" else 0.0))
-            total += float(collective.allreduce(batch)[0])
-        return {"total": total}
-
-    return train
 
 
 def _trace(logdir):
@@ -51,7 +24,7 @@ def _trace(logdir):
 
 @pytest.mark.parametrize("where", ["input", "compute"])
 def test_a_slow_rank_is_named_with_its_cause(spark, root, capsys, where):
-    logdir, result = experiment.allreduce(_train(1, where), name=f"slow-{where}", num_workers=2)
+    logdir, result = experiment.allreduce(slowed_train(1, where), name=f"slow-{where}", num_workers=2)
     assert result["total"] == 2 * sum(range(STEPS))
     record = _record(logdir)
     (named,) = record["stragglers"]["named"]
@@ -75,14 +48,14 @@ def test_a_slow_rank_is_named_with_its_cause(spark, root, capsys, where):
 
 
 def test_a_balanced_run_names_no_straggler(spark, root, capsys):
-    logdir, _ = experiment.allreduce(_train(None, "compute"), name="balanced", num_workers=2)
+    logdir, _ = experiment.allreduce(slowed_train(None, "compute"), name="balanced", num_workers=2)
     record = _record(logdir)
     assert record["stragglers"]["named"] == [] and record["stragglers"]["ops_compared"] >= 10
     assert "straggler" not in capsys.readouterr().out
 
 
 def test_four_ranks_name_the_slow_one(spark, root, tmp_path, capsys):
-    logdir, _ = experiment.allreduce(_train(2, "input"), name="slow-of-4", num_workers=4)
+    logdir, _ = experiment.allreduce(slowed_train(2, "input"), name="slow-of-4", num_workers=4)
     named = _record(logdir)["stragglers"]["named"]
     assert [(n["rank"], n["cause"]) for n in named] == [(2, "input")]
     assert sorted({e["pid"] for e in _trace(logdir)["traceEvents"]}) == [0, 1, 2, 3]
@@ -98,7 +71,7 @@ def test_four_ranks_name_the_slow_one(spark, root, tmp_path, capsys):
 
 
 def test_timeline_off_records_nothing(spark, root, capsys):
-    logdir, _ = experiment.allreduce(_train(1, "input", steps=5), name="no-timeline", num_workers=2, timeline=False)
+    logdir, _ = experiment.allreduce(slowed_train(1, "input", steps=5), name="no-timeline", num_workers=2, timeline=False)
     record = _record(logdir)
     assert record["timeline"] == {"enabled": False} and "stragglers" not in record
     assert not os.path.exists(os.path.join(logdir, "timeline"))
