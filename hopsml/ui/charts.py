@@ -65,9 +65,10 @@ def _frame(width: int, height: int, kind: str, points: int, title: str | None, b
 
 
 def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | None = None, width: int = 420,
-               height: int = 220, dashed: Sequence[str] = (), x_label: str = "step") -> Markup:
+               height: int = 220, dashed: Sequence[str] = (), x_label: str = "step",
+               x_range: tuple[float, float] | None = None) -> Markup:
     """Lines of (x, value) per series name on shared axes, with a legend; `dashed` series drawn dashed; the x
-    axis is named `x_label` (a step, by default)."""
+    axis is named `x_label` (a step, by default) and spans at least `x_range` (charts that share a time axis)."""
     clean = {name: [(x, y) for x, y in ((_num(a), _num(b)) for a, b in pts) if x is not None and y is not None]
              for name, pts in series.items()}
     colours = {name: colour(index) for index, name in enumerate(series)}  # same run, same colour in every chart
@@ -83,6 +84,8 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
     xs = [x for pts in clean.values() for x, _ in pts]
     ys = [y for pts in clean.values() for _, y in pts]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    if x_range is not None:
+        x0, x1 = min(x0, x_range[0]), max(x1, x_range[1])
     if y0 == y1:
         y0, y1 = y0 - 0.5, y1 + 0.5
     plot_bottom = height - bottom

