@@ -253,10 +253,8 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
                         "from the last checkpoint if the function saved one", run.id, failures[0].rank,
                         (failures[0].error.splitlines() or [""])[0], attempt + 1, retries + 1)
         fields["attempts"] = attempt
-        if ranks.timeline:
-            fields.update(monitor.timeline.finish(start.storage, run.dir))
-        elif ranks.kind == "allreduce":
-            fields["timeline"] = {"enabled": False}
+        fields.update(monitor.timeline.finish(start.storage, run.dir) if ranks.timeline
+                      else {"timeline": {"enabled": False}})
         by_rank = {r.rank: r for r in reports if r.rank is not None}
         result = by_rank[0].result
         run.finish(metric=metric_of(result, metric_key), results=[by_rank[r].result for r in sorted(by_rank)],
@@ -303,11 +301,13 @@ def resume_source(storage: Storage, project: str, exp_id: str) -> ExperimentDir:
 
 
 def tensorflow_ranks(train_fn: Callable[[], Any], *, strategy: str, workers: int, gpus: int, num_ps: int = 0,
-                     evaluator: bool = False) -> Ranks:
-    """The ranks of a TensorFlow strategy (mirrored, parameter_server), each function in a child process."""
+                     evaluator: bool = False, timeline: bool = True) -> Ranks:
+    """The ranks of a TensorFlow strategy (mirrored, parameter_server), each function in a child process (with
+    its timeline: spans and system metrics; TensorFlow's collectives are its own, so no stragglers are named)."""
     from hopsml.launcher.tf_cluster import TensorFlowRank
 
     def framework(_: config.RunSettings) -> Callable[[], RankFramework]:
-        return functools.partial(TensorFlowRank, train_fn, strategy=strategy, num_ps=num_ps, evaluator=evaluator)
+        return functools.partial(TensorFlowRank, train_fn, strategy=strategy, num_ps=num_ps, evaluator=evaluator,
+                                 timeline=bool(timeline))
 
-    return Ranks(workers, gpus, strategy, framework)
+    return Ranks(workers, gpus, strategy, framework, timeline=bool(timeline))

@@ -26,7 +26,7 @@ class RunWatch:
     stragglers: StragglerWatch = field(init=False)
     peaks: dict[int, dict[str, float]] = field(default_factory=dict)
     batches: int = 0
-    size: int = 0  # the ranks of the run, as their batches say
+    collectives: bool = False  # whether the ranks sent ops of hopsml's collectives (what stragglers are named by)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -36,7 +36,7 @@ class RunWatch:
         """One rank's batch."""
         with self._lock:
             self.batches += 1
-            self.size = max(self.size, size)
+            self.collectives = self.collectives or (bool(ops) and size > 1)
             if system:
                 mine = self.peaks.setdefault(rank, {})
                 for key, value in system.items():
@@ -45,9 +45,9 @@ class RunWatch:
             self.stragglers.add(rank, size, ops)
 
     def finish(self, storage: Storage, run_dir: RunDir) -> dict[str, Any]:
-        """Merge the ranks' parts into the run's trace; the record's fields: timeline, stragglers (a run of
-        several ranks), system (each rank's peaks, and where its samples over time are)."""
-        stragglers = self.stragglers.summary() if self.size > 1 else None
+        """Merge the ranks' parts into the run's trace; the record's fields: timeline, stragglers (when several
+        ranks met in hopsml's collectives), system (each rank's peaks, and where its samples over time are)."""
+        stragglers = self.stragglers.summary() if self.collectives else None
         with self._lock:
             peaks = {str(rank): {k: round(v, 1) for k, v in values.items()}
                      for rank, values in sorted(self.peaks.items())}

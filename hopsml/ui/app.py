@@ -117,9 +117,8 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
                      if storage.exists(trace) else None)
         system = (extra.get("system") or {}).get("peaks") or {}
         keys = sorted({k for values in system.values() for k in values})
-        ranks = 1 if isinstance(rec, views.records.BrokenRecord) else rec.executors
         return render_template("timeline.html", project=project, exp_id=exp_id, trace_url=trace_url,
-                               stragglers=extra.get("stragglers") or {}, ranks=ranks, system=system, system_keys=keys,
+                               stragglers=extra.get("stragglers") or {}, system=system, system_keys=keys,
                                system_charts=views.system_charts(storage, exp))
 
     @app.route("/p/<project>/runs/<exp_id>/tail/<path:rel>")
