@@ -236,7 +236,7 @@ def system_charts(storage: Storage, run_dir: layout.RunDir) -> list[dict[str, An
             top = max(peaks, key=lambda r: peaks[r])
             title = f"{SYSTEM_METRICS.get(key, key)}: peak {fmt(peaks[top])}" + (f" on rank {top}" if len(peaks) > 1
                                                                                   else "")
-            charts.append({"key": key, "title": title, "series": series, "peaks": peaks, "x_range": span})
+            charts.append({"key": key, "title": title, "series": series, "x_range": span})
     return charts
 
 
