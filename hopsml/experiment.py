@@ -25,7 +25,8 @@ from hopsml.search.space import Direction, SearchSpaceError
 
 def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None, name: str = "no-name",
            local_logdir: bool = False, description: str | None = None, metric_key: str | None = None,
-           versioned_resources: list[str] | None = None, seed: int | None = None) -> tuple[str, Any]:
+           versioned_resources: list[str] | None = None, seed: int | None = None,
+           timeline: bool = True) -> tuple[str, Any]:
     """Run `train_fn(**args_dict)` in a Spark task; returns (logdir, return_dict).
 
     As in hops, list values run the function once per list index, in parallel Spark tasks:
@@ -35,9 +36,14 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     script, conda.yml, the function's output.log, its metrics and TensorBoard events (with
     `local_logdir=True` written to the executor's disk first and copied in at the end), and any file
     whose path it returns.
+
+    `timeline` records where the function's time goes (timeline/trace.json: its `hopsml.timeline.span`s, reader
+    waits, checkpoint saves) and its system metrics every 2 s (CPU, memory, network, GPU; peaks in the record);
+    timeline=False turns it off.
     """
     return engine.launch(train_fn, args_dict, name=name, local_logdir=local_logdir, description=description,
-                         metric_key=metric_key, versioned_resources=versioned_resources, seed=seed)
+                         metric_key=metric_key, versioned_resources=versioned_resources, seed=seed,
+                         timeline=timeline)
 
 
 def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
@@ -74,7 +80,8 @@ collective_all_reduce = allreduce
 def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
              description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
              num_workers: int | None = None, gpus_per_worker: int | None = None,
-             versioned_resources: list[str] | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+             versioned_resources: list[str] | None = None, seed: int | None = None,
+             timeline: bool = True) -> tuple[str, dict[str, Any]]:
     """TensorFlow MultiWorkerMirroredStrategy across `num_workers` Spark ranks; returns (logdir, the
     chief's return_dict).
 
@@ -82,13 +89,15 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
     (`util.executors_of_application()`: 1 in local mode). Each rank runs `train_fn()` in a fresh Python
     process, with TF_CONFIG set when there is more than one rank (every rank a worker, worker 0 the
     chief; with `evaluator=True` the last rank is the evaluator), so
-    `tf.distribute.MultiWorkerMirroredStrategy()` inside it finds its peers.
+    `tf.distribute.MultiWorkerMirroredStrategy()` inside it finds its peers. `timeline` records each rank's
+    spans (`hopsml.timeline.keras.callback()` for model.fit's batches) and system metrics, as allreduce does;
+    timeline=False turns it off.
     """
     settings = config.load()
     workers = num_workers if num_workers is not None else util.executors_of_application()
     tf_cluster.roles(tf_cluster.MIRRORED, workers, evaluator=evaluator)  # refuse a bad layout before Spark
     ranks = engine.tensorflow_ranks(train_fn, strategy=tf_cluster.MIRRORED, workers=workers,
-                                    gpus=int(gpus_per_worker or 0), evaluator=bool(evaluator))
+                                    gpus=int(gpus_per_worker or 0), evaluator=bool(evaluator), timeline=timeline)
     return engine.run_ranks(train_fn, settings, ranks, name=name, description=description, metric_key=metric_key,
                             versioned_resources=versioned_resources, local_logdir=local_logdir, seed=seed,
                             strategy=tf_cluster.MIRRORED, evaluator=bool(evaluator))
@@ -97,21 +106,23 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
 def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
                      description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
                      num_workers: int = 1, num_ps: int = 1, gpus_per_worker: int | None = None,
-                     versioned_resources: list[str] | None = None, seed: int | None = None
+                     versioned_resources: list[str] | None = None, seed: int | None = None, timeline: bool = True
                      ) -> tuple[str, dict[str, Any]]:
     """TensorFlow 2 ParameterServerStrategy on 1 + num_ps + num_workers (+ 1 evaluator) Spark ranks;
     returns (logdir, the chief's return_dict).
 
     Rank 0 is the chief: it runs `train_fn()`, which builds the strategy from TF_CONFIG and drives the
     training with a ClusterCoordinator. The ps and worker ranks host a `tf.distribute.Server` until the
-    chief's function has ended, then stop; if the chief fails, they are stopped with it.
+    chief's function has ended, then stop; if the chief fails, they are stopped with it. `timeline` records every
+    rank's system metrics (the servers' too) and the chief's spans; timeline=False turns it off.
     """
     for label, value in (("num_workers", num_workers), ("num_ps", num_ps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise HopsmlError(f"parameter_server needs {label} >= 1, got {value!r}")
     ranks = engine.tensorflow_ranks(train_fn, strategy=tf_cluster.PARAMETER_SERVER,
                                     workers=1 + num_ps + num_workers + (1 if evaluator else 0),
-                                    gpus=int(gpus_per_worker or 0), num_ps=num_ps, evaluator=bool(evaluator))
+                                    gpus=int(gpus_per_worker or 0), num_ps=num_ps, evaluator=bool(evaluator),
+                                    timeline=timeline)
     return engine.run_ranks(train_fn, config.load(), ranks, name=name, description=description,
                             metric_key=metric_key, versioned_resources=versioned_resources, local_logdir=local_logdir,
                             seed=seed, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps, evaluator=bool(evaluator))

@@ -54,6 +54,7 @@ MODEL_DONE = "_SUCCESS"
 DATASETS_USED = "datasets.json"
 TIMELINE = "timeline"  # the run's timeline: one part per rank and the merged trace
 TIMELINE_TRACE = "trace.json"
+TIMELINE_SYSTEM = "system.json"  # each rank's system samples over time, taken out of the trace for the web view
 
 _RUN_NAME = re.compile(r"^(?P<app_id>.+)_(?P<run_id>\d+)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-=+,]")
@@ -231,6 +232,11 @@ class RunDir:
     @property
     def timeline_trace(self) -> str:
         return join(self.path, TIMELINE, TIMELINE_TRACE)
+
+    @property
+    def timeline_system(self) -> str:
+        """Each rank's system samples (CPU, memory, network, GPU) over the run, written with the merged trace."""
+        return join(self.path, TIMELINE, TIMELINE_SYSTEM)
 
     def timeline_part(self, rank: int) -> str:
         """One rank's part of the timeline (a Chrome trace of its own)."""

@@ -70,7 +70,7 @@ class ChildRank:
 
     def __init__(self, fn: Callable[..., Any], spec: TaskSpec, *, rank: int, world_size: int,
                  write_metrics: bool, keep_stdin_open: bool = False, kwargs: dict[str, Any] | None = None,
-                 native_output: bool = False) -> None:
+                 native_output: bool = False, timeline: bool = False) -> None:
         self._started = time.monotonic()
         sweep_dead()
         # 0700 (mkdtemp), named by this process so that a later run can tell when its owner is gone
@@ -84,7 +84,7 @@ class ChildRank:
         os.mkdir(self._workdir)
         self.rank, self._spec = rank, spec
         options = {"rank": rank, "world_size": world_size, "write_metrics": write_metrics,
-                   "native_output": native_output}
+                   "native_output": native_output, "timeline": timeline}
         # the channel secret goes through a pipe, never into a file: the payload's spec has none
         payload = _dumps((fn, dataclasses.replace(spec, secret=b""), kwargs or {}, options))
         with open(os.open(self._payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:

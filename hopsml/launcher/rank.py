@@ -15,8 +15,6 @@ import dataclasses
 import json
 import logging
 import os
-import queue
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterator, Sequence
@@ -24,14 +22,11 @@ from collections.abc import Callable, Iterator, Sequence
 from hopsml import collective, config, devices
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
-from hopsml.launcher.channel import TaskChannel
-from hopsml.launcher.messages import Clock, Timing, decode, to_wire
 from hopsml.launcher.ports import FrameworkPorts
+from hopsml.launcher.recorded import recorded
 from hopsml.launcher.task import TaskSpec, run_function
 from hopsml.net import Network
-from hopsml.layout import LOGS, TIMELINE
-from hopsml.timeline.session import rank_timeline
-from hopsml.tracking.run_context import current_or_none
+from hopsml.layout import LOGS
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +216,7 @@ class CollectiveRank(RankFramework):
                 ports.release()  # hopsml's connections are made: the framework may bind now
                 if not timeline:
                     return fn()
-                with recorded(info, spec, comm):
+                with recorded(info.rank, info.world_size, spec, comm):
                     return fn()
 
         return run_function(connected_fn, {}, spec, rank=info.rank, world_size=info.world_size,
@@ -230,47 +225,6 @@ class CollectiveRank(RankFramework):
     def on_shutdown(self) -> None:
         if self._listener is not None:
             self._listener.close()
-
-
-_CLOCK_WAIT_S = 2.0
-
-
-@contextmanager
-def recorded(info: RankInfo, spec: TaskSpec, comm: collective.Communicator) -> Iterator[None]:
-    """Record the rank's timeline around its function: clock pings and batches to the driver on a connection of
-    the timeline's own, the rank's trace part into the run folder at the end."""
-    channel = TaskChannel.connect(spec.channel_address, spec.secret) if spec.channel_address else None
-    ctx = current_or_none()
-
-    def send(payload: dict[str, Any]) -> None:
-        if channel is not None:
-            channel.send(to_wire(Timing(info.rank, info.world_size, payload["ops"], payload.get("system"))))
-
-    def ask_clock(t0: int) -> int | None:
-        if channel is None:
-            return None
-        channel.send(to_wire(Clock(info.rank, t0)))
-        try:
-            answer = decode(channel.inbox.get(timeout=_CLOCK_WAIT_S))
-        except queue.Empty:
-            return None
-        return answer.t1 if isinstance(answer, Clock) and answer.t0 == t0 else None
-
-    def write_part(data: bytes) -> None:
-        if ctx is None:
-            return
-        folder = os.path.join(ctx.local_dir, TIMELINE)
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"rank-{info.rank}.json"), "wb") as out:
-            out.write(data)
-
-    try:
-        with rank_timeline(info.rank, info.world_size, send=send, ask_clock=ask_clock if channel else None,
-                           write_part=write_part, comm=comm):
-            yield
-    finally:
-        if channel is not None:
-            channel.close()
 
 
 def connect(info: RankInfo, listener: Any, secret: bytes, options: CollectiveOptions) -> collective.Communicator:

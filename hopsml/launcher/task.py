@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +38,7 @@ from hopsml.fs import Storage
 from hopsml.launcher import seeds
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import Failing, Finished, Metric, Output, RankReport, to_wire
+from hopsml.launcher.recorded import recorded
 from hopsml.layout import RunDir
 from hopsml.tracking.run_context import TrialReporter, active_run
 
@@ -249,10 +250,13 @@ def _trial_reporter(channel: TaskChannel | None, trial: int | None) -> TrialRepo
 
 
 def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec, *, rank: int = 0,
-                 world_size: int = 1, write_metrics: bool = True, native_output: bool = False) -> dict[str, Any]:
+                 world_size: int = 1, write_metrics: bool = True, native_output: bool = False,
+                 timeline: bool = False) -> dict[str, Any]:
     """Run `fn(**kwargs)` as one rank of a run; returns its RankReport in wire form (a Spark task's value).
 
-    `native_output` also captures descriptors 1 and 2 (see captured_output): for a child process only."""
+    `native_output` also captures descriptors 1 and 2 (see captured_output): for a child process only.
+    `timeline` records the function's timeline (its spans, reader waits, checkpoint saves, system metrics) into
+    `timeline/rank-<rank>.json` and sends its system samples to the driver (hopsml.timeline)."""
     started = time.monotonic()
     channel = TaskChannel.connect(spec.channel_address, spec.secret) if spec.channel_address else None
     run_dir = RunDir(spec.run_dir)
@@ -268,7 +272,8 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
                 try:
                     started_at = time.time()
                     seeded = seeds.seed_generators(spec.seed, fn) if spec.seed is not None else {}
-                    value = fn(**kwargs)
+                    with recorded(rank, world_size, spec) if timeline else nullcontext():
+                        value = fn(**kwargs)
                     report = RankReport(True, result=normalise_result(
                         value, spec.storage, run_dir, started=started_at, run_local_dir=ctx.local_dir),
                         seeded=seeded)

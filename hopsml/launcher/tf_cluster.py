@@ -82,10 +82,13 @@ def serve_tensorflow() -> None:
 
 class TensorFlowRank(RankFramework):
     """TensorFlow's part in the barrier-task skeleton: the rank's role in TF_CONFIG, and its function (or,
-    for a ps or worker of a parameter-server run, a `tf.distribute.Server`) in a child process."""
+    for a ps or worker of a parameter-server run, a `tf.distribute.Server`) in a child process, with its timeline
+    (spans, system metrics) recorded when `timeline`."""
 
-    def __init__(self, fn: Callable[[], Any], *, strategy: str, num_ps: int, evaluator: bool) -> None:
+    def __init__(self, fn: Callable[[], Any], *, strategy: str, num_ps: int, evaluator: bool,
+                 timeline: bool = False) -> None:
         self.fn, self.strategy, self.num_ps, self.evaluator = fn, strategy, num_ps, evaluator
+        self.timeline = timeline
         self._config: dict[str, Any] = {}
         self._child: ChildRank | None = None
 
@@ -99,7 +102,7 @@ class TensorFlowRank(RankFramework):
         ports.release()  # right before TensorFlow binds them, in the child
         child = self._child = ChildRank(serve_tensorflow if serves else self.fn, spec, rank=info.rank,
                                         world_size=info.world_size, write_metrics=info.rank == 0,
-                                        keep_stdin_open=serves)
+                                        keep_stdin_open=serves, timeline=self.timeline)
         if serves:
             ctx.barrier()  # until the chief (and evaluator) are done
             child.stop_input()

@@ -124,8 +124,10 @@ def executions(args: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, name: str, local_logdir: bool,
            description: str | None, metric_key: str | None,
-           versioned_resources: list[str] | None, seed: int | None = None) -> tuple[str, Any]:
-    """experiment.launch: one task (or one per execution of list arguments), each in a child process."""
+           versioned_resources: list[str] | None, seed: int | None = None, timeline: bool = True) -> tuple[str, Any]:
+    """experiment.launch: one task (or one per execution of list arguments), each in a child process; with
+    `timeline`, the single task records its timeline and system metrics (the executions of the list form run as
+    a search's trials)."""
     args = rerun.arguments(name, train_fn, check_function(train_fn, args_dict, name, versioned_resources))
     runs = executions(args)
     ship(train_fn, args)
@@ -145,7 +147,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
         def one_task(_: Iterator[int]) -> Iterator[dict[str, Any]]:
             # in a child process, as trials are: a function that ends its process is a FAILED run with the cause
             yield ChildRank(train_fn, spec, kwargs=args, rank=0, world_size=1, write_metrics=True,
-                            native_output=True).wait()
+                            native_output=True, timeline=bool(timeline)).wait()
 
         try:
             collected = run_stage(sc, one_task, 1, job_group=run.id, checks=start.checks,
@@ -156,7 +158,8 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
         if not report.ok:
             raise ExperimentFailed(f"experiment {run.id} failed: {report.error}", traceback=report.traceback,
                                    output_tail=report.tail, logdir=run.logdir)
-        run.finish(metric=metric_of(report.result, metric_key), results=report.result, seeds=report.seeded)
+        fields = monitor.timeline.finish(start.storage, run.dir) if timeline else {"timeline": {"enabled": False}}
+        run.finish(metric=metric_of(report.result, metric_key), results=report.result, seeds=report.seeded, **fields)
     return run.logdir, report.result
 
 
@@ -250,10 +253,8 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
                         "from the last checkpoint if the function saved one", run.id, failures[0].rank,
                         (failures[0].error.splitlines() or [""])[0], attempt + 1, retries + 1)
         fields["attempts"] = attempt
-        if ranks.timeline:
-            fields.update(monitor.timeline.finish(start.storage, run.dir))
-        elif ranks.kind == "allreduce":
-            fields["timeline"] = {"enabled": False}
+        fields.update(monitor.timeline.finish(start.storage, run.dir) if ranks.timeline
+                      else {"timeline": {"enabled": False}})
         by_rank = {r.rank: r for r in reports if r.rank is not None}
         result = by_rank[0].result
         run.finish(metric=metric_of(result, metric_key), results=[by_rank[r].result for r in sorted(by_rank)],
@@ -300,11 +301,13 @@ def resume_source(storage: Storage, project: str, exp_id: str) -> ExperimentDir:
 
 
 def tensorflow_ranks(train_fn: Callable[[], Any], *, strategy: str, workers: int, gpus: int, num_ps: int = 0,
-                     evaluator: bool = False) -> Ranks:
-    """The ranks of a TensorFlow strategy (mirrored, parameter_server), each function in a child process."""
+                     evaluator: bool = False, timeline: bool = True) -> Ranks:
+    """The ranks of a TensorFlow strategy (mirrored, parameter_server), each function in a child process (with
+    its timeline: spans and system metrics; TensorFlow's collectives are its own, so no stragglers are named)."""
     from hopsml.launcher.tf_cluster import TensorFlowRank
 
     def framework(_: config.RunSettings) -> Callable[[], RankFramework]:
-        return functools.partial(TensorFlowRank, train_fn, strategy=strategy, num_ps=num_ps, evaluator=evaluator)
+        return functools.partial(TensorFlowRank, train_fn, strategy=strategy, num_ps=num_ps, evaluator=evaluator,
+                                 timeline=bool(timeline))
 
-    return Ranks(workers, gpus, strategy, framework)
+    return Ranks(workers, gpus, strategy, framework, timeline=bool(timeline))

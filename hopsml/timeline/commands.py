@@ -25,7 +25,8 @@ def experiments_timeline(settings: Any, exp_id: str, output: str | None = None) 
     extra = rec.to_dict()
     stragglers = (extra.get("stragglers") or {}).get("named", [])
     path = merge.merge(storage, exp_dir, {"stragglers": stragglers})
-    lines = [f"timeline of {exp_id} ({len(merge.parts(storage, exp_dir))} ranks): {storage.uri(path)}"]
+    ranks = len(merge.parts(storage, exp_dir))
+    lines = [f"timeline of {exp_id} ({ranks} rank{'' if ranks == 1 else 's'}): {storage.uri(path)}"]
     if output:
         target = os.path.abspath(os.path.expanduser(output))
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)

@@ -1,5 +1,7 @@
 """One trace for the run: every rank's part (`timeline/rank-<r>.json`) merged into `timeline/trace.json`, with
-times shifted to start at 0 and the clock alignment (each rank's offset and its error bound) in the metadata."""
+times shifted to start at 0 and the clock alignment (each rank's offset and its error bound) in the metadata; and
+the system samples of every rank taken out of it into `timeline/system.json` (`system_series`), small enough for
+the web view to chart without reading the trace."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 from hopsml.errors import ResourceNotFoundError
 from hopsml.fs import Storage
-from hopsml.layout import TIMELINE_TRACE, RunDir
+from hopsml.layout import TIMELINE_SYSTEM, TIMELINE_TRACE, RunDir
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +58,31 @@ def merge_traces(traces: dict[int, dict[str, Any]], extra: dict[str, Any] | None
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
 
 
+def system_series(trace: dict[str, Any]) -> dict[str, Any]:
+    """Each rank's system samples in a merged trace (its "system" counter events) as columns: seconds since the
+    trace's origin ("t_s") and one list per metric (None where a sample lacks it), by rank.
+
+    >>> system_series({"traceEvents": [{"ph": "C", "name": "system", "pid": 0, "ts": 2e6, "args": {"cpu_pct": 50}},
+    ...                                {"ph": "C", "name": "system", "pid": 0, "ts": 0, "args": {"rss_mib": 9}}],
+    ...                "metadata": {"origin_unix_us": 5}})["ranks"]
+    {'0': {'t_s': [0.0, 2.0], 'cpu_pct': [None, 50], 'rss_mib': [9, None]}}
+    """
+    samples: dict[int, list[tuple[float, dict[str, Any]]]] = {}
+    for event in trace.get("traceEvents", []):
+        if event.get("ph") == "C" and event.get("name") == "system" and isinstance(event.get("args"), dict):
+            samples.setdefault(int(event["pid"]), []).append((float(event["ts"]), event["args"]))
+    ranks: dict[str, dict[str, list[Any]]] = {}
+    for rank in sorted(samples):
+        rows = sorted(samples[rank], key=lambda sample: sample[0])
+        keys = sorted({key for _, values in rows for key in values})
+        ranks[str(rank)] = {"t_s": [round(ts / 1e6, 3) for ts, _ in rows],
+                            **{key: [values.get(key) for _, values in rows] for key in keys}}
+    return {"hopsml_system": 1, "origin_unix_us": trace.get("metadata", {}).get("origin_unix_us"), "ranks": ranks}
+
+
 def merge(storage: Storage, run_dir: RunDir, extra: dict[str, Any] | None = None) -> str:
-    """Merge the run's rank parts into its trace.json; returns the trace's root-relative path."""
+    """Merge the run's rank parts into its trace.json (and their system samples into system.json); returns the
+    trace's root-relative path."""
     found = parts(storage, run_dir)
     if not found:
         raise TimelineError(f"the run {storage.uri(run_dir.path)} has no timeline (no {run_dir.timeline}/rank-*.json): "
@@ -71,8 +96,10 @@ def merge(storage: Storage, run_dir: RunDir, extra: dict[str, Any] | None = None
             logger.warning("the timeline part of rank %d (%s) cannot be read (%s); the trace leaves it out",
                            rank, storage.uri(path), exc)
     target = run_dir.timeline_trace
-    storage.write_bytes(target, json.dumps(merge_traces(traces, extra), separators=(",", ":")).encode())
+    trace = merge_traces(traces, extra)
+    storage.write_bytes(target, json.dumps(trace, separators=(",", ":")).encode())
+    storage.write_bytes(run_dir.timeline_system, json.dumps(system_series(trace), separators=(",", ":")).encode())
     return target
 
 
-__all__ = ["TIMELINE_TRACE", "TimelineError", "merge", "merge_traces", "parts"]
+__all__ = ["TIMELINE_SYSTEM", "TIMELINE_TRACE", "TimelineError", "merge", "merge_traces", "parts", "system_series"]

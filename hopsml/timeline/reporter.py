@@ -1,7 +1,7 @@
 """The rank's side of the live timeline: aligns its clock to the driver's once at start, then every
 `interval_s` sends the ops recorded since the last batch (never one message per op; thinned to about a thousand
-when ops are fast) with how the time before each op went, and every `system_every_s` a system sample. Runs in a thread of its own; the hot path never
-waits for it."""
+when ops are fast) with how the time before each op went, and a system sample at the start, every `system_every_s`
+and at the end. Runs in a thread of its own; the hot path never waits for it."""
 
 from __future__ import annotations
 
@@ -62,7 +62,13 @@ class Reporter:
         self.recorder.offset_ns, self.recorder.offset_error_ns = offset.ns, offset.error_ns
 
     def start(self) -> Reporter:
+        """Align the clock, take the first system sample (so every run's samples span it from its start), then
+        report from a thread of its own."""
         self.align_clock()
+        try:
+            self.flush()
+        except Exception:
+            logger.debug("first timeline batch failed", exc_info=True)
         self._thread = threading.Thread(target=self._loop, name=f"hopsml-timeline-{self.recorder.rank}",
                                         daemon=True)
         self._thread.start()

@@ -63,18 +63,21 @@ def _gpu() -> dict[str, float]:
 
 
 class Sampler:
-    """Takes samples; CPU % is the process's CPU time over the wall time since the previous sample."""
+    """Takes samples; CPU % is the process's CPU time over the wall time since the previous sample, so the first
+    sample (taken as the function starts) has none: a window of a few milliseconds would make a peak of nothing."""
 
     def __init__(self) -> None:
-        self._last = (time.monotonic(), time.process_time())
+        self._last: tuple[float, float] | None = None  # (monotonic, process_time) at the previous sample
         self._net_start = _net_bytes()
         self.peaks: dict[str, float] = {}
 
     def sample(self) -> dict[str, float]:
         now, cpu = time.monotonic(), time.process_time()
-        wall = now - self._last[0]
-        values: dict[str, float] = {"cpu_pct": round(100.0 * (cpu - self._last[1]) / wall, 1) if wall > 0 else 0.0,
-                                    "rss_mib": round(_rss_bytes() / 2**20, 1)}
+        values: dict[str, float] = {}
+        if self._last is not None:
+            wall = now - self._last[0]
+            values["cpu_pct"] = round(100.0 * (cpu - self._last[1]) / wall, 1) if wall > 0 else 0.0
+        values["rss_mib"] = round(_rss_bytes() / 2**20, 1)
         self._last = (now, cpu)
         net, start = _net_bytes(), self._net_start
         if net is not None and start is not None:

@@ -26,6 +26,7 @@ class RunWatch:
     stragglers: StragglerWatch = field(init=False)
     peaks: dict[int, dict[str, float]] = field(default_factory=dict)
     batches: int = 0
+    collectives: bool = False  # whether the ranks sent ops of hopsml's collectives (what stragglers are named by)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -35,6 +36,7 @@ class RunWatch:
         """One rank's batch."""
         with self._lock:
             self.batches += 1
+            self.collectives = self.collectives or (bool(ops) and size > 1)
             if system:
                 mine = self.peaks.setdefault(rank, {})
                 for key, value in system.items():
@@ -43,17 +45,21 @@ class RunWatch:
             self.stragglers.add(rank, size, ops)
 
     def finish(self, storage: Storage, run_dir: RunDir) -> dict[str, Any]:
-        """Merge the ranks' parts into the run's trace; the record's fields: timeline, stragglers, system."""
-        stragglers = self.stragglers.summary()
+        """Merge the ranks' parts into the run's trace; the record's fields: timeline, stragglers (when several
+        ranks met in hopsml's collectives), system (each rank's peaks, and where its samples over time are)."""
+        stragglers = self.stragglers.summary() if self.collectives else None
         with self._lock:
-            system = {str(rank): {k: round(v, 1) for k, v in values.items()}
-                      for rank, values in sorted(self.peaks.items())}
+            peaks = {str(rank): {k: round(v, 1) for k, v in values.items()}
+                     for rank, values in sorted(self.peaks.items())}
         timeline: dict[str, Any] = {"enabled": True}
+        system: dict[str, Any] = {"peaks": peaks}
         try:
-            timeline["trace"] = merge.merge(storage, run_dir, {"stragglers": stragglers["named"]})
+            timeline["trace"] = merge.merge(storage, run_dir, {"stragglers": stragglers["named"] if stragglers else []})
+            system["samples"] = run_dir.timeline_system
         except merge.TimelineError as exc:
             timeline["problem"] = str(exc)
         except Exception as exc:  # noqa: BLE001 - the run finished; a trace that cannot be written is noted
             logger.warning("the run's timeline could not be merged: %s", exc)
             timeline["problem"] = f"{type(exc).__name__}: {exc}"
-        return {"timeline": timeline, "stragglers": stragglers, "system": {"peaks": system}}
+        fields = {"timeline": timeline, "system": system}
+        return fields if stragglers is None else {**fields, "stragglers": stragglers}

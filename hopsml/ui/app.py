@@ -106,7 +106,8 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
 
     @app.route("/p/<project>/runs/<exp_id>/timeline")
     def timeline(project: str, exp_id: str) -> str:
-        """The run's timeline: one lane per rank (drawn by static/timeline.js), stragglers, system peaks."""
+        """The run's timeline: one lane per rank (drawn by static/timeline.js), stragglers, each rank's system
+        metrics over time (charts) and their peaks."""
         views.check_project(storage, project)
         exp = views.experiment_dir(project, exp_id)
         rec = views.load_record(storage, project, exp_id)
@@ -117,7 +118,8 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
         system = (extra.get("system") or {}).get("peaks") or {}
         keys = sorted({k for values in system.values() for k in values})
         return render_template("timeline.html", project=project, exp_id=exp_id, trace_url=trace_url,
-                               stragglers=extra.get("stragglers") or {}, system=system, system_keys=keys)
+                               stragglers=extra.get("stragglers") or {}, system=system, system_keys=keys,
+                               system_charts=views.system_charts(storage, exp))
 
     @app.route("/p/<project>/runs/<exp_id>/tail/<path:rel>")
     def tail(project: str, exp_id: str, rel: str) -> Response:

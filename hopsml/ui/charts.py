@@ -65,8 +65,10 @@ def _frame(width: int, height: int, kind: str, points: int, title: str | None, b
 
 
 def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | None = None, width: int = 420,
-               height: int = 220, dashed: Sequence[str] = ()) -> Markup:
-    """Lines of (step, value) per series name on shared axes, with a legend; `dashed` series drawn dashed."""
+               height: int = 220, dashed: Sequence[str] = (), x_label: str = "step",
+               x_range: tuple[float, float] | None = None) -> Markup:
+    """Lines of (x, value) per series name on shared axes, with a legend; `dashed` series drawn dashed; the x
+    axis is named `x_label` (a step, by default) and spans at least `x_range` (charts that share a time axis)."""
     clean = {name: [(x, y) for x, y in ((_num(a), _num(b)) for a, b in pts) if x is not None and y is not None]
              for name, pts in series.items()}
     colours = {name: colour(index) for index, name in enumerate(series)}  # same run, same colour in every chart
@@ -82,6 +84,8 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
     xs = [x for pts in clean.values() for x, _ in pts]
     ys = [y for pts in clean.values() for _, y in pts]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    if x_range is not None:
+        x0, x1 = min(x0, x_range[0]), max(x1, x_range[1])
     if y0 == y1:
         y0, y1 = y0 - 0.5, y1 + 0.5
     plot_bottom = height - bottom
@@ -94,7 +98,7 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
         body.append(_text(left - 4, sy(value) + 4, fmt(value), "end", 10))
     body.append(_text(left, plot_bottom + 13, fmt(x0), "start", 10))
     body.append(_text(width - right, plot_bottom + 13, fmt(x1), "end", 10))
-    body.append(_text((left + width - right) / 2, plot_bottom + 13, "step", "middle", 10, "#888"))
+    body.append(_text((left + width - right) / 2, plot_bottom + 13, x_label, "middle", 10, "#888"))
     for index, (name, pts) in enumerate(clean.items()):
         stroke = colours[name]
         dash = ' stroke-dasharray="5 3"' if name in dashed else ""
@@ -103,7 +107,7 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
                     f'stroke="{stroke}" stroke-width="1.8"{dash}><title>{escape(name)}</title></polyline>')
         for x, y in pts if len(pts) <= 40 else pts[-1:]:
             body.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.2" fill="{stroke}">'
-                        f"<title>{escape(name)} step {fmt(x)}: {fmt(y)}</title></circle>")
+                        f"<title>{escape(name)} {escape(x_label)} {fmt(x)}: {fmt(y)}</title></circle>")
         if index < 8:
             y = plot_bottom + 28 + 14 * index
             body.append(f'<line x1="{left}" y1="{y - 4}" x2="{left + 16}" y2="{y - 4}" stroke="{stroke}" '

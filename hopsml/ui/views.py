@@ -26,7 +26,7 @@ from hopsml.runs import rerun
 from hopsml.tracking import environment, lineage
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics
-from hopsml.ui.charts import _num
+from hopsml.ui.charts import _num, fmt
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,11 @@ THUMBS_PER_CLASS = 8
 SKEW_THRESHOLD = 0.2         # L-infinity distance between two splits' distributions that is flagged
 PROGRAM_BYTES = 4 << 20      # largest versioned notebook or script rendered
 MAX_LOGS = 50                # logs a run page follows (a search has one per trial)
+MAX_CHART_POINTS = 300       # per line of a system chart: a long run's samples are thinned to this, peaks kept
+# The system metrics a run samples (hopsml.timeline.system), in the order the timeline page charts them.
+SYSTEM_METRICS = {"cpu_pct": "CPU % (of one core)", "rss_mib": "memory, resident (MiB)",
+                  "net_sent_mib": "network sent (MiB)", "net_recv_mib": "network received (MiB)",
+                  "gpu_util_pct": "GPU utilisation %", "gpu_mem_mib": "GPU memory in use (MiB)"}
 
 
 class NotFound(HopsmlError, LookupError):
@@ -186,6 +191,53 @@ def experiment_dir(project: str, exp_id: str) -> layout.ExperimentDir:
         return layout.ExperimentDir.from_id(project, exp_id)
     except InvalidNameError as exc:
         raise NotFound(str(exc)) from None
+
+
+def thin_points(points: list[tuple[float, float]], limit: int = MAX_CHART_POINTS) -> list[tuple[float, float]]:
+    """At most about `limit` points: the largest of each run of consecutive points, so that no peak is lost.
+
+    >>> thin_points([(0, 1.0), (1, 5.0), (2, 2.0), (3, 3.0)], limit=2)
+    [(1, 5.0), (3, 3.0)]
+    """
+    if len(points) <= limit:
+        return points
+    size = math.ceil(len(points) / limit)
+    return [max(points[i:i + size], key=lambda point: point[1]) for i in range(0, len(points), size)]
+
+
+def system_charts(storage: Storage, run_dir: layout.RunDir) -> list[dict[str, Any]]:
+    """The system metrics the run sampled (timeline/system.json), one chart each: a line per rank over the seconds
+    since the run's trace began (every chart over the same seconds), named with the rank's peak, and the peak of all
+    ranks; [] without samples."""
+    try:
+        ranks = json.loads(storage.read_bytes(run_dir.timeline_system)).get("ranks") or {}
+    except (HopsmlError, OSError, ValueError, AttributeError):
+        return []  # no samples (timeline off, an older run) or a file cut short: the page shows the rest
+    found: list[str] = []
+    for columns in ranks.values():
+        found += [key for key in columns if key != "t_s" and key not in found]
+    times = [t for columns in ranks.values() for t in map(_num, columns.get("t_s") or []) if t is not None]
+    if not times:
+        return []
+    span = (min(times), max(times))
+    charts = []
+    for key in sorted(found, key=lambda k: (list(SYSTEM_METRICS).index(k) if k in SYSTEM_METRICS else 99, k)):
+        series: dict[str, list[tuple[float, float]]] = {}
+        peaks: dict[str, float] = {}
+        for rank in sorted(ranks, key=lambda r: int(r) if str(r).isdigit() else 0):
+            columns = ranks[rank]
+            points = [(t, v) for t, v in ((_num(t), _num(v)) for t, v in zip(columns.get("t_s") or [],
+                                                                              columns.get(key) or []))
+                      if t is not None and v is not None]
+            if points:
+                peaks[rank] = max(v for _, v in points)
+                series[f"rank {rank} (peak {fmt(peaks[rank])})"] = thin_points(points)
+        if series:
+            top = max(peaks, key=lambda r: peaks[r])
+            title = f"{SYSTEM_METRICS.get(key, key)}: peak {fmt(peaks[top])}" + (f" on rank {top}" if len(peaks) > 1
+                                                                                  else "")
+            charts.append({"key": key, "title": title, "series": series, "x_range": span})
+    return charts
 
 
 def load_record(storage: Storage, project: str, exp_id: str) -> records.ExperimentRecord | records.BrokenRecord:

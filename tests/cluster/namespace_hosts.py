@@ -5,6 +5,7 @@ iproute2 and unshare; `available()` says whether this machine has them."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -113,3 +114,20 @@ def two_host_cluster(tmp_path: Path, worker_bins: Sequence[str] = ()) -> Iterato
     finally:
         stop_all(daemons)
         hosts.remove()
+
+
+def driver_env(url: str, env: dict[str, str], driver_host: str, tmp_path: Path, project: str,
+               **spark_conf: str) -> dict[str, str]:
+    """The environment of a driver program for the cluster at `url`: the driver on `driver_host` (the bridge's
+    address, or 127.0.0.1 for workers on this host), one project root shared by every host, this process's
+    Python for the executors, executors of 2 cores unless `spark_conf` says otherwise."""
+    conf = {"spark.executor.memory": "512m", "spark.executor.cores": "2", "spark.cores.max": "4",
+            "spark.driver.host": driver_host, "spark.driver.bindAddress": driver_host,
+            "spark.ui.enabled": "false", **spark_conf}
+    environment = {**env, "HOPSML_MASTER": url, "HOPSML_ROOT": f"file://{tmp_path / 'root'}",
+                   "HOPSML_SHARED_ROOT": "true", "HOPSML_PROJECT": project,
+                   "HOPSML_LOG_DIR": str(tmp_path / "spark-logs"), "HOPSML_SPARK_CONF": json.dumps(conf)}
+    for name in ("PYSPARK_GATEWAY_PORT", "HOPSML_CONF", "SPARK_LOCAL_IP", "HOPSML_COLLECTIVE_SHM",
+                 "HOPSML_NETWORK_INTERFACE"):
+        environment.pop(name, None)
+    return environment

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from own_processes import processes_mapping_segments
-from namespace_hosts import Hosts, two_host_cluster
+from namespace_hosts import Hosts, driver_env, two_host_cluster
 from spark_daemons import run_driver
 from venvs import worker_bin
 
@@ -28,16 +28,7 @@ def two_hosts(tmp_path):
 
 def _driver_env(url: str, env: dict[str, str], hosts: Hosts, tmp_path: Path, project: str,
                 **spark_conf: str) -> dict[str, str]:
-    conf = {"spark.executor.memory": "512m", "spark.executor.cores": "2", "spark.cores.max": "4",
-            "spark.driver.host": hosts.gateway, "spark.driver.bindAddress": hosts.gateway,
-            "spark.ui.enabled": "false", **spark_conf}
-    driver_env = {**env, "HOPSML_MASTER": url, "HOPSML_ROOT": f"file://{tmp_path / 'root'}",
-                  "HOPSML_SHARED_ROOT": "true", "HOPSML_PROJECT": project,
-                  "HOPSML_LOG_DIR": str(tmp_path / "spark-logs"), "HOPSML_SPARK_CONF": json.dumps(conf)}
-    for name in ("PYSPARK_GATEWAY_PORT", "HOPSML_CONF", "SPARK_LOCAL_IP", "HOPSML_COLLECTIVE_SHM",
-                 "HOPSML_NETWORK_INTERFACE"):
-        driver_env.pop(name, None)
-    return driver_env
+    return driver_env(url, env, hosts.gateway, tmp_path, project, **spark_conf)
 
 
 def _mapping_segments(wait_s: float = 20.0) -> list[int]:

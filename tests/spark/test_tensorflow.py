@@ -82,6 +82,8 @@ def test_mirrored_trains_a_keras_model_on_two_ranks(spark, root):
 def train_mirrored_loop():
     import tensorflow as tf
 
+    from hopsml import timeline
+
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     x, y = _data()
     with strategy.scope():  # updates in a replica are averaged over the replicas
@@ -103,7 +105,10 @@ def train_mirrored_loop():
 
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(replica_step, args=next(it)), axis=None)
 
-    losses = [float(step(batches)) for _ in range(30)]
+    losses = []
+    for _ in range(30):
+        with timeline.span("step"):
+            losses.append(float(step(batches)))
     return {"first": losses[0], "last": losses[-1], "w": w.numpy().ravel().tolist() + b.numpy().tolist(),
             "replicas": int(strategy.num_replicas_in_sync)}
 
@@ -111,10 +116,16 @@ def train_mirrored_loop():
 def test_mirrored_custom_training_loop_again_in_the_same_session(spark, root):
     """A second TensorFlow run on the reused Spark workers (TensorFlow's servers ended with the first)."""
     logdir, result = experiment.mirrored(train_mirrored_loop, name="loop", num_workers=2)
-    chief, other = _record(logdir)["results"]
+    record = _record(logdir)
+    chief, other = record["results"]
     assert result["replicas"] == 2 and result["last"] < result["first"] / 10
     np.testing.assert_allclose(chief["w"], other["w"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(chief["w"], [1.0, -2.0, 0.5, 3.0, 0.0], atol=0.3)
+    # each rank's timeline: its spans in one trace, its system metrics; TensorFlow's collectives name no stragglers
+    with open(os.path.join(logdir, "timeline", "trace.json")) as f:
+        steps = [e["pid"] for e in json.load(f)["traceEvents"] if e.get("name") == "step"]
+    assert sorted(steps) == [0] * 30 + [1] * 30
+    assert set(record["system"]["peaks"]) == {"0", "1"} and "stragglers" not in record
 
 
 def test_mirrored_failure_names_the_rank(spark, root):
@@ -179,6 +190,8 @@ def test_parameter_server_chief_ps_and_worker(spark, root):
     for rank in (1, 2):  # the ps and the worker served until the chief was done, then stopped
         log = open(os.path.join(logdir, "logs", f"worker_{rank}.log")).read()
         assert "serving at" in log and "stopping" in log
+    assert set(rec["system"]["peaks"]) == {"0", "1", "2"}  # the servers' memory and CPU too
+    assert rec["timeline"]["trace"].endswith("trace.json") and "stragglers" not in rec
 
 
 def test_parameter_server_chief_failure_stops_the_servers(spark, root):

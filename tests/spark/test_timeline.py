@@ -6,42 +6,15 @@ import os
 import time
 
 import pytest
+from timeline_steps import STEPS, slowed_train
 
 from hopsml import cli, experiment
 from hopsml.timeline import chrome
-
-STEPS = 30
 
 
 def _record(logdir):
     with open(os.path.join(logdir, "experiment.json")) as f:
         return json.load(f)
-
-
-def _train(slow_rank, where, delay_s=0.04, steps=STEPS):
-    """A training loop of `steps` all-reduces; `slow_rank` is slower by `delay_s` for its input or compute."""
-
-    def train():
-        import numpy as np
-
-        from hopsml import collective, timeline
-
-        rank = collective.rank()
-
-        def batches():
-            for step in range(steps):
-                if rank == slow_rank and where == "input":
-                    time.sleep(delay_s)
-                yield np.full(1024, step, np.float32)
-
-        total = 0.0
-        for batch in timeline.input_waits(batches()):
-            with timeline.span("compute"):
-                time.sleep(0.005 + (delay_s if rank == slow_rank and where == "compute" else 0.0))
-            total += float(collective.allreduce(batch)[0])
-        return {"total": total}
-
-    return train
 
 
 def _trace(logdir):
@@ -51,7 +24,7 @@ def _trace(logdir):
 
 @pytest.mark.parametrize("where", ["input", "compute"])
 def test_a_slow_rank_is_named_with_its_cause(spark, root, capsys, where):
-    logdir, result = experiment.allreduce(_train(1, where), name=f"slow-{where}", num_workers=2)
+    logdir, result = experiment.allreduce(slowed_train(1, where), name=f"slow-{where}", num_workers=2)
     assert result["total"] == 2 * sum(range(STEPS))
     record = _record(logdir)
     (named,) = record["stragglers"]["named"]
@@ -75,14 +48,14 @@ def test_a_slow_rank_is_named_with_its_cause(spark, root, capsys, where):
 
 
 def test_a_balanced_run_names_no_straggler(spark, root, capsys):
-    logdir, _ = experiment.allreduce(_train(None, "compute"), name="balanced", num_workers=2)
+    logdir, _ = experiment.allreduce(slowed_train(None, "compute"), name="balanced", num_workers=2)
     record = _record(logdir)
     assert record["stragglers"]["named"] == [] and record["stragglers"]["ops_compared"] >= 10
     assert "straggler" not in capsys.readouterr().out
 
 
 def test_four_ranks_name_the_slow_one(spark, root, tmp_path, capsys):
-    logdir, _ = experiment.allreduce(_train(2, "input"), name="slow-of-4", num_workers=4)
+    logdir, _ = experiment.allreduce(slowed_train(2, "input"), name="slow-of-4", num_workers=4)
     named = _record(logdir)["stragglers"]["named"]
     assert [(n["rank"], n["cause"]) for n in named] == [(2, "input")]
     assert sorted({e["pid"] for e in _trace(logdir)["traceEvents"]}) == [0, 1, 2, 3]
@@ -98,7 +71,7 @@ def test_four_ranks_name_the_slow_one(spark, root, tmp_path, capsys):
 
 
 def test_timeline_off_records_nothing(spark, root, capsys):
-    logdir, _ = experiment.allreduce(_train(1, "input", steps=5), name="no-timeline", num_workers=2, timeline=False)
+    logdir, _ = experiment.allreduce(slowed_train(1, "input", steps=5), name="no-timeline", num_workers=2, timeline=False)
     record = _record(logdir)
     assert record["timeline"] == {"enabled": False} and "stragglers" not in record
     assert not os.path.exists(os.path.join(logdir, "timeline"))
@@ -134,3 +107,58 @@ def test_a_rank_slow_in_its_backward_is_named_for_compute(spark, root):
     assert [(n["rank"], n["cause"]) for n in record["stragglers"]["named"]] == [(1, "compute")]
     names = {e["name"] for e in _trace(logdir)["traceEvents"]}
     assert {"gradient bucket", "waiting for gradients"} <= names
+
+
+def _launched(steps):
+    """A launched function with spans of its own, input waits and a checkpoint save, long enough for the system
+    sampler to take samples in its loop (every 2 s) besides the last one."""
+
+    def train(lr):
+        import numpy as np
+
+        from hopsml import checkpoint, timeline
+
+        def batches():
+            for step in range(steps):
+                time.sleep(0.01)
+                yield np.full(1 << 16, step, np.float32)
+
+        kept = []
+        for batch in timeline.input_waits(batches()):
+            with timeline.span("forward", lr=lr):
+                kept.append(batch * lr)  # memory that grows: the RSS samples show it
+                time.sleep(0.02)
+        checkpoint.save({"w": np.ones(4)}, step=steps)
+        return {"metric": float(sum(float(b[0]) for b in kept))}
+
+    return train
+
+
+def test_launch_records_its_timeline_and_system_metrics(spark, root, capsys):
+    logdir, result = experiment.launch(_launched(80), {"lr": 0.5}, name="launched")
+    assert result["metric"] == 0.5 * sum(range(80))
+    record = _record(logdir)
+    assert record["timeline"]["enabled"] and record["timeline"]["trace"].endswith("timeline/trace.json")
+    assert "stragglers" not in record  # one task: nobody to straggle behind
+    peaks = record["system"]["peaks"]["0"]
+    assert peaks["rss_mib"] > 0 and peaks["cpu_pct"] >= 0 and "net_sent_mib" in peaks
+    trace = _trace(logdir)
+    assert chrome.problems(trace) == [] and {e["pid"] for e in trace["traceEvents"]} == {0}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert sum(e["name"] == "forward" for e in spans) == 80 and sum(e["cat"] == "input" for e in spans) == 80
+    assert [e["args"]["step"] for e in spans if e["cat"] == "checkpoint"] == [80]
+    assert next(e for e in spans if e["name"] == "forward")["args"] == {"lr": 0.5}
+    with open(os.path.join(logdir, "timeline", "system.json")) as f:
+        samples = json.load(f)["ranks"]["0"]
+    assert len(samples["t_s"]) >= 2 and samples["t_s"] == sorted(samples["t_s"])  # in the loop, and at the end
+    assert max(samples["rss_mib"]) == peaks["rss_mib"] and record["system"]["samples"].endswith("system.json")
+    assert "straggler" not in capsys.readouterr().out
+    assert cli.main(["experiments", "timeline", os.path.basename(logdir)]) == 0
+    assert capsys.readouterr().out.startswith(f"timeline of {os.path.basename(logdir)} (1 rank): ")
+
+
+def test_launch_with_timeline_off_records_nothing(spark, root):
+    logdir, _ = experiment.launch(_launched(3), {"lr": 1.0}, name="launched-off", timeline=False)
+    record = _record(logdir)
+    assert record["timeline"] == {"enabled": False} and "system" not in record
+    assert not os.path.exists(os.path.join(logdir, "timeline"))

@@ -241,3 +241,47 @@ def test_datasets_and_models(site):
     row = _rows(driver, "models")[0]
     assert row.get_attribute("data-id") == "digits:1"
     assert row.find_element("link text", site["ids"]["allreduce"])
+
+
+def test_timeline_pages_chart_the_system_metrics_of_real_runs(site):
+    """The 2-rank all-reduce and the launch sampled their system metrics: a chart per metric on the timeline page,
+    a line per rank, its peak the record's."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ids, project = site["ids"], site["project"]
+    for key, ranks in (("allreduce", 2), ("launch", 1)):
+        driver = _open(site, f"/p/{project}/runs/{ids[key]}", f"14-run-{key}-link")
+        driver.find_element("id", "timeline-link").click()
+        driver = _open(site, driver.current_url.replace(site["base"], "/"), f"15-timeline-{key}")
+        WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element("id", "timeline").get_attribute("data-ranks"))
+        assert driver.find_element("id", "timeline").get_attribute("data-ranks") == ",".join(map(str, range(ranks)))
+        if key == "launch":  # its function has no spans: the lane is there, and the page says how to add some
+            assert "timeline.span" in driver.find_element("id", "timeline-detail").text
+        charts = {c.get_attribute("data-metric"): c.find_element("css selector", "svg.chart.line")
+                  for c in driver.find_elements("css selector", "#system-charts .system-chart")}
+        assert {"cpu_pct", "rss_mib", "net_sent_mib", "net_recv_mib"} <= set(charts), list(charts)
+        for metric, svg in charts.items():
+            lines = svg.find_elements("css selector", "polyline.series")
+            assert len(lines) == ranks, metric
+            if metric == "cpu_pct":  # CPU % needs an interval: these runs, shorter than 2 s, have it at their end
+                continue
+            # samples at the start and the end of each rank's function at least: a line across the chart, not a dot
+            assert int(svg.get_attribute("data-points")) >= 2 * ranks, metric
+            assert all(driver.execute_script("return arguments[0].getBoundingClientRect().width", line) > 100
+                       for line in lines), metric
+        peaks = _rows_of(driver, "system-peaks")
+        rss = max(float(row["rss_mib"]) for row in peaks)
+        assert rss > 20  # a Python process with numpy: tens of MiB at least
+        title = charts["rss_mib"].find_element("css selector", "title").get_attribute("textContent")
+        assert title.startswith(f"memory, resident (MiB): peak {rss:g}"), (title, peaks)
+        assert [row["rank"] for row in peaks] == [str(r) for r in range(ranks)]
+        gpu = any("gpu_util_pct" in row for row in peaks)
+        assert ("gpu_util_pct" in charts) == gpu
+
+
+def _rows_of(driver, table_id: str) -> list[dict[str, str]]:
+    """A table whose first row names its columns, as one dict per further row (empty cells left out)."""
+    rows = driver.find_elements("css selector", f"#{table_id} tr")
+    names = [th.text for th in rows[0].find_elements("css selector", "th")]
+    return [{n: td.text for n, td in zip(names, r.find_elements("css selector", "td")) if td.text}
+            for r in rows[1:]]

@@ -34,6 +34,11 @@ def _runs(root):
             start = base + seq * 50_000_000 + late
             recorder.span("input", "waiting for input", start - late - 1_000_000, start, None)
             recorder.op("allreduce", seq, start, start + (40_000_000 - late) + 1000, start + 45_000_000 - late, 4096)
+        for i in range(5):  # system samples every 0.25 s; rank 1 has a GPU
+            gpu = {"gpu_util_pct": 20.0 * i, "gpu_mem_mib": 512.0} if rank == 1 else {}
+            recorder.counters.append(("system", base + i * 250_000_000,
+                                      {"cpu_pct": 50.0 + rank + i, "rss_mib": 100.0 + 10 * i,
+                                       "net_sent_mib": 0.5 * i, "net_recv_mib": 0.25 * i, **gpu}))
         storage.write_bytes(run.dir.timeline_part(rank), json.dumps(chrome.rank_trace(recorder)).encode())
         watch.add(rank, 2, [[seq, seq * 50_000_000 + (40_000_000 if rank else 0), 0, 0,
                              40_000_000 if rank else 0, 5_000_000] for seq in range(1, 21)],
@@ -72,9 +77,25 @@ def test_the_timeline_page_shows_stragglers_system_peaks_and_serves_the_trace(si
     assert site["client"].get("/static/timeline.js").status_code == 200
 
 
+def test_the_timeline_page_charts_each_ranks_system_metrics_over_time(site):
+    page = site["client"].get(f"/p/{PROJECT}/runs/{site['run']}/timeline").get_data(as_text=True)
+    charts = page.split('id="system-charts"', 1)[1].split("</div>\n</div>", 1)[0]
+    shown = [part.split('"', 1)[0] for part in charts.split('data-metric="')[1:]]
+    assert shown == ["cpu_pct", "rss_mib", "net_sent_mib", "net_recv_mib", "gpu_util_pct", "gpu_mem_mib"]
+    by_metric = dict(zip(shown, charts.split('data-metric="')[1:]))
+    cpu = by_metric["cpu_pct"]
+    assert cpu.count('<polyline class="series"') == 2 and 'data-points="10"' in cpu  # 5 samples of 2 ranks
+    assert "CPU % (of one core): peak 55 on rank 1" in cpu and "rank 0 (peak 54)" in cpu and ">seconds<" in cpu
+    assert "memory, resident (MiB): peak 140" in by_metric["rss_mib"]
+    gpu = by_metric["gpu_util_pct"]  # only rank 1 had a GPU
+    assert gpu.count('<polyline class="series"') == 1 and "rank 1 (peak 80)" in gpu
+    assert "<script>" not in page
+
+
 def test_a_run_without_a_timeline_says_so(site):
     page = site["client"].get(f"/p/{PROJECT}/runs/{site['plain']}/timeline").get_data(as_text=True)
     assert 'id="no-timeline"' in page and "timeline=False" in page
+    assert 'id="system-charts"' not in page and 'id="stragglers"' not in page  # one rank, nothing sampled
     assert site["client"].get(f"/p/{PROJECT}/runs/nothere_9/timeline").status_code == 404
 
 

@@ -88,10 +88,14 @@ def test_reporter_splits_the_time_before_each_op_into_input_and_compute():
     ops = sent[0]["ops"]
     assert ops[0] == [1, 1_000_600, 10, 90, 0, 0]
     assert ops[1] == [2, 1_001_700, 100, 100, 400, 600]
-    assert "cpu_pct" in sent[0]["system"] and sent[0]["system"]["rss_mib"] > 0
+    assert sent[0]["system"]["rss_mib"] > 0
+    assert "cpu_pct" not in sent[0]["system"]  # the first sample: no interval to measure CPU % over yet
     assert sent[0]["system"]["net_sent_mib"] >= 0  # since the rank started, not the host's total
     reporter.flush()
     assert len(sent) == 1  # nothing new, no sample due: nothing sent
+    reporter._next_sample = 0.0  # a sample due: CPU % since the first one
+    reporter.flush()
+    assert sent[1]["system"]["cpu_pct"] >= 0 and "ops" in sent[1]
 
 
 def _ops(rank, count, *, late_ms=0.0, input_ms=0.0, compute_ms=5.0, jitter=None):

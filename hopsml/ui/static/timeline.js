@@ -91,15 +91,22 @@
 
   fetch(box.getAttribute("data-trace")).then(function (r) { return r.json(); }).then(function (trace) {
     events = (trace.traceEvents || []).filter(function (e) { return e.ph === "X"; });
+    // a rank's lane and the run's extent come from every timed event: system samples too (a launched function
+    // with no spans still has its lane, from its first sample to its last)
+    var timed = (trace.traceEvents || []).filter(function (e) { return e.ph !== "M"; });
     var seen = {};
-    events.forEach(function (e) { seen[e.pid] = true; });
+    timed.forEach(function (e) { seen[e.pid] = true; });
     ranks = Object.keys(seen).map(Number).sort(function (a, b) { return a - b; });
-    t0 = Math.min.apply(null, events.map(function (e) { return e.ts; }).concat([0]));
-    t1 = Math.max.apply(null, events.map(function (e) { return e.ts + e.dur; }).concat([t0 + 1]));
+    t0 = Math.min.apply(null, timed.map(function (e) { return e.ts; }).concat([0]));
+    t1 = Math.max.apply(null, timed.map(function (e) { return e.ts + (e.dur || 0); }).concat([t0 + 1]));
     view = [t0, t1];
     box.setAttribute("data-events", String(events.length));
     box.setAttribute("data-ranks", ranks.join(","));
     draw();
+    if (!events.length) {
+      show("No spans were recorded: mark the function's steps with hopsml.timeline.span(\"name\"); hopsml's " +
+           "readers, checkpoint saves and collectives record theirs.");
+    }
   }).catch(function (err) { show("the trace cannot be read: " + err); });
   window.addEventListener("resize", draw);
 }());
