@@ -477,25 +477,39 @@ class _TableJob:
                 cleaned, names, label, inference = multi
                 multiline = True
                 log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
+        escape = '"'
         if inference.escaped and isinstance(source, str):
             # Spark's CSV writer escapes a quote inside a field with a backslash, not by doubling it
             again = self._read(source, multiline, escape="\\")
             if again[3].escaped < inference.escaped and again[3].malformed <= inference.malformed:
                 cleaned, names, label, inference = again
+                escape = "\\"
                 log.info("%s: quotes inside fields are escaped with a backslash; read so", redact_uri(self.src))
+        if inference.read and inference.malformed == inference.read and opts.header and not opts.columns:
+            # R's write.table (and read.csv's row.names=): the header is one name short of every row,
+            # whose first field is its row name; pandas reads the first column as the index then
+            named = self._read(source, multiline, escape, row_names=True)
+            if named[3].malformed < inference.malformed:
+                cleaned, names, label, inference = named
+                log.info("%s: the header is one name short of the rows: their first field is a row name, "
+                         "left out", redact_uri(self.src))
         if inference.read == 0:
             raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
         self._check_given_types(names, inference)
         return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
 
-    def _read(self, source: Any, multiline: bool, escape: str = '"') -> tuple[DataFrame, list[str], str, _Inference]:
+    def _read(self, source: Any, multiline: bool, escape: str = '"', row_names: bool = False
+              ) -> tuple[DataFrame, list[str], str, _Inference]:
         """The table as trimmed text with missing values as NULL, its column names, the label's, and
         what the first pass (type inference) tells. The text is read twice: for the inference, then
-        typed, into the cache every later step reads."""
+        typed, into the cache every later step reads. With ``row_names`` every row starts with a field
+        the header does not name (left out as a nameless column)."""
         from pyspark.sql import functions as F
 
         opts = self.options
         raw_names = _column_names(self.spark, source, opts, multiline, escape)
+        if row_names:
+            raw_names = ["_c0", *[name if name != f"_c{i}" else f"_c{i + 1}" for i, name in enumerate(raw_names)]]
         names = field_names(raw_names)
         if len(set(names)) != len(names):
             raise ds.DatasetError(f"columns {raw_names} are not distinct once made identifiers "

@@ -111,6 +111,26 @@ def test_r_write_csv_with_quoted_header_row_names_and_na(spark, settings, tmp_pa
     assert set(transform["label"]["classes"]) == {"g 0", "g 1"}
 
 
+def test_r_write_table_whose_header_is_one_name_short_of_its_rows(spark, settings, tmp_path):
+    # write.table(frame, sep=","): the header names only the columns, every row starts with its row name
+    # (statsmodels ships dietox.csv so); pandas reads that first field as the index
+    lines = ['"Weight","Feed","Pig","Litter"']
+    for i in range(1, 26):
+        feed = "NA" if i == 1 else f"{i * 1.5:.5f}"
+        lines.append(f'"{i}",{20 + i * 0.7:.5f},{feed},{4600 + i % 4},{i % 2}')
+    csv = tmp_path / "r_table.csv"
+    csv.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = pd.read_csv(csv).dropna()
+    summary = prepare_table(str(csv), "r_table", label="Litter", settings=settings, spark=spark)
+    assert (summary.read, summary.written, summary.dropped, summary.rejected) == (25, len(expected), 1, 0)
+    assert summary.left_out == {"": "the header gives column 1 no name: row names or an index"}
+    transform = _json(settings, "r_table", "transform.json")
+    assert [c["name"] for c in transform["columns"]] == ["Weight", "Feed", "Pig", "Litter"]
+    written = _written(settings, "r_table")
+    assert sorted(written["Weight"]) == pytest.approx(sorted(expected["Weight"]))
+    assert sorted(written["Pig"]) == sorted(expected["Pig"])
+
+
 def test_a_folder_written_by_spark(spark, settings, tmp_path):
     # Spark's writer escapes a quote inside a field with a backslash ("say \"hi\""), not by doubling it
     names = ["r0", 'say "hi"', "with, comma", 'both, "x"', "back\\slash"]
