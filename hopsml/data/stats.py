@@ -27,6 +27,7 @@ BINS = 10
 # The median of a column is taken from about this many of its values (a seeded sample, all of them in a
 # smaller table): percentile_approx's summary cost more than every other statistic together at 1M rows.
 MEDIAN_SAMPLE = 200_000
+_MEDIAN_SAMPLE = "_median_sample"
 
 
 # --- plain-python summaries --------------------------------------------------------------------
@@ -224,7 +225,10 @@ def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[s
     (the same rows for every column)."""
     from pyspark.sql import functions as F
 
-    sampled = F.rand(seed=17) < F.lit(median_fraction) if median_fraction < 1.0 else None
+    sampled = None
+    if median_fraction < 1.0:   # a column of its own: Spark refuses rand() inside an aggregate's arguments
+        frame = frame.withColumn(_MEDIAN_SAMPLE, F.rand(seed=17) < F.lit(median_fraction))
+        sampled = F.col(_MEDIAN_SAMPLE)
 
     def functions(v: Column, suffix: str) -> list[Column]:
         of_median = v if sampled is None else F.when(sampled, v)
@@ -247,8 +251,9 @@ def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[s
     # cell -1 of every row counts the rows of its split
     cells = [F.struct(F.lit(-1).alias("c"), F.lit(None).cast("double").alias("v"))]
     cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v")) for i, column in enumerate(numeric)]
-    long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell")).select(
-        "s", "cell.c", "cell.v")
+    kept = [] if sampled is None else [sampled]
+    long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell"), *kept).select(
+        "s", "cell.c", "cell.v", *kept)
     for row in long_form.groupBy("s", "c").agg(F.count(F.lit(1)).alias("rows"), *functions(F.col("v"), "")).collect():
         yield row["s"], None if row["c"] < 0 else numeric[row["c"]], row.asDict()
 

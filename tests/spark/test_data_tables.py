@@ -229,3 +229,25 @@ def test_an_existing_dataset_is_refused_before_spark_is_used(env, filled):
         prepare_table(csv, "iris", label="species", settings=settings, spark=NoSpark())
     with pytest.raises(ds.DatasetError, match="does not exist"):
         prepare_table(csv + ".missing", "other", label="species", settings=settings, spark=NoSpark())
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_a_large_table_takes_its_medians_from_a_sample_and_the_rest_from_every_row(spark, monkeypatch, wide):
+    """Over MEDIAN_SAMPLE rows a median comes from a seeded sample (percentile_approx of every value cost more
+    than all other statistics); counts, means and extremes stay exact, on the wide and the long aggregate."""
+    from pyspark.sql import functions as F
+
+    from hopsml.data import stats
+
+    if not wide:
+        monkeypatch.setattr(stats, "WIDE_COLUMNS", 0)
+    frame = spark.range(4000).select((F.col("id") % 2000).cast("double").alias("x"), F.lit("train").alias("s"))
+    exact, _, _ = stats.table_stats_and_counts(frame, "s", ["train"], ["x"], [])
+    sampled, aggregates, _ = stats.table_stats_and_counts(frame, "s", ["train"], ["x"], [],
+                                                          rows_hint=4 * stats.MEDIAN_SAMPLE)
+    column = next(c for c in sampled["columns"] if c["name"] == "x")["splits"]["train"]
+    assert column["count"] == 4000 and column["min"] == 0 and column["max"] == 1999
+    assert column["mean"] == pytest.approx(999.5)
+    assert 850 <= column["median"] <= 1150   # a quarter of the rows, about 1000 values
+    assert next(c for c in exact["columns"] if c["name"] == "x")["splits"]["train"]["median"] in (999.0, 1000.0)
+    assert aggregates["train"]["x__count"] == 4000
