@@ -30,6 +30,7 @@ from hopsml.launcher.task import TaskSpec
 from hopsml.net import Network
 from hopsml.progress import progress_bar
 from hopsml.runs import blame
+from hopsml.runs.slots import SlotTasks, carries_exactly
 from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.search import hparams as hparams_events
 from hopsml.search.asha import Job
@@ -79,10 +80,12 @@ class Trial:
     rungs: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None
     ranks: int = 1  # ranks per trial (num_workers of a distributed search)
+    # where and when each of its jobs ran: {"slot", "host", "start", "end"} (wall clock, seconds)
+    placements: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
-        for name in ("rung", "budget", "rungs", "note"):   # only searches with rungs have them
+        for name in ("rung", "budget", "rungs", "note", "placements"):   # only some searches have them
             if data[name] is None or data[name] == []:
                 data.pop(name)
         if self.ranks == 1:
@@ -254,7 +257,7 @@ class Search:
                           outputs=entry.get("outputs") or {}, error=entry.get("error"),
                           traceback=entry.get("traceback"), duration=entry.get("duration"), rung=entry.get("rung"),
                           budget=entry.get("budget"), rungs=list(entry.get("rungs") or []), note=entry.get("note"),
-                          ranks=int(entry.get("ranks") or 1))
+                          ranks=int(entry.get("ranks") or 1), placements=list(entry.get("placements") or []))
             self.trials.append(trial)
             self.adopted.append(entry)
         self._write_summary()
@@ -291,6 +294,8 @@ class Search:
         began = time.monotonic()
 
         log_order: list[dict[str, Any]] = []   # every job's start and end, in the order the driver saw them
+        # single-rank trials run in long-lived slot tasks: no Spark job or process start per trial
+        pool = self._slot_tasks(places) if num_workers == 1 else None
 
         def next_job(place: int, ended: tuple[Job, float | None] | None) -> tuple[Job, Trial] | None:
             """Under one lock: tell the scheduler how the slot's job ended, then pick its next job at once
@@ -311,7 +316,8 @@ class Search:
                             trial = by_key[job.key] = self._new_trial(job.params)
                             trial.ranks = num_workers
                         trial.state, trial.note = "RUNNING", None
-                        running[place] = f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
+                        running[place] = pool.group if pool is not None else \
+                            f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
                         log_order.append({"slot": place, "event": "start", "trial": trial.index, "rung": job.rung,
                                           "t": round(time.monotonic() - began, 3)})
                         with self._lock:   # a driver killed now leaves the trial RUNNING: resume= runs it again
@@ -329,7 +335,7 @@ class Search:
                 job, trial = found
                 metric = None
                 try:
-                    metric = self._run_job(job, trial, num_workers, budget, running[place])
+                    metric = self._run_job(job, trial, num_workers, budget, running[place], pool, place)
                 except BaseException as exc:  # noqa: BLE001 - ends the search, raised in the caller's thread
                     errors.append(exc)
                     stop.set()
@@ -338,6 +344,8 @@ class Search:
                     for group in groups:
                         self.sc.cancelJobGroup(group)
                 ended = (job, metric)
+            if pool is not None:   # nothing more for this slot: its task ends and frees the slot
+                pool.release(place)
 
         threads = [threading.Thread(target=slot, args=(p,), name=f"hopsml-search-slot-{p}", daemon=True)
                    for p in range(places)]
@@ -357,6 +365,8 @@ class Search:
             raise
         finally:
             self._window_s += slots * (time.monotonic() - began)
+            if pool is not None:
+                pool.close()
         if errors:
             raise errors[0]
         self.record_fields.update(scheduler.describe(), parallel_trials=places, num_workers=num_workers,
@@ -380,12 +390,32 @@ class Search:
                          "change": round(delta, 6) if delta is not None else None})
         return rows
 
-    def _run_job(self, job: Job, trial: Trial, num_workers: int, budget: str | None, group: str) -> float | None:
+    def _slot_tasks(self, places: int) -> SlotTasks:
+        """The long-lived slot tasks of an asynchronous search of single-rank trials."""
+        spec = TaskSpec(self.run.storage, self.run.dir.path, None, b"", local_logdir=self.local_logdir,
+                        settings=self.settings, seed=self.seed)
+        return SlotTasks(self.sc, self.fn, spec, places, group=f"{self.run.id}-slots", checks=self.checks,
+                         network=Network(self.settings.network_interface, self.settings.port_range),
+                         description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {places} slot tasks)",
+                         on_metric=self._on_metric)
+
+    def _run_job(self, job: Job, trial: Trial, num_workers: int, budget: str | None, group: str,
+                 pool: SlotTasks | None = None, place: int = 0) -> float | None:
         """One job of an asynchronous search in the trial's folder (a promoted trial continues there, so
-        its checkpoints and its curve carry on); returns its metric, None when it failed."""
+        its checkpoints and its curve carry on); returns its metric, None when it failed. A job of one
+        rank runs in a slot task of `pool` while the channel's JSON carries the arguments unchanged (else
+        the place's task ends, and its jobs from then on are Spark jobs of their own)."""
         kwargs = dict(job.params)
         if budget is not None:
             kwargs[budget] = job.budget
+        start = time.time()
+        if pool is not None and not pool.released(place) and not carries_exactly(kwargs):
+            pool.release(place)   # its task gives its slot to this job and the place's later ones
+        if pool is not None and not pool.released(place):
+            report = pool.run(place, trial.index, posixpath.basename(trial.dir), trial.dir, kwargs)
+            trial.placements.append({"slot": place, "host": pool.host(place), "start": round(start, 3),
+                                     "end": round(time.time(), 3)})
+            return self._record_job(job, trial, [report], [] if report.ok else [report], 1)
         monitor = StageMonitor(echo=False, prefix_ranks=num_workers > 1, abort_on_failure=num_workers > 1)
         channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
         spec = TaskSpec(self.run.storage, trial.dir, channel.address, channel.secret, trial=trial.index,
@@ -408,6 +438,8 @@ class Search:
             channel.close()
         reports = monitor.settle(collected)
         failures = sorted(monitor.failures() + crashed, key=blame.first_cause)   # the cause first, not its peers
+        trial.placements.append({"slot": place, "host": None, "slots": num_workers, "start": round(start, 3),
+                                 "end": round(time.time(), 3)})
         return self._record_job(job, trial, reports, failures, num_workers)
 
     def _partition(self, spec: TaskSpec, kwargs: dict[str, Any], num_workers: int
