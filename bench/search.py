@@ -143,6 +143,7 @@ def to_reach(costs: list[tuple[float, float | None]], target: float) -> float | 
 
 
 def main() -> None:
+    global REPEAT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--master", default="local[4]")
     parser.add_argument("--samples", type=int, default=12, help="trials of random and TPE search")
@@ -150,9 +151,12 @@ def main() -> None:
     parser.add_argument("--min-budget", type=int, default=1, help="epochs of ASHA's and Hyperband's first rung")
     parser.add_argument("--tolerance", type=float, default=0.005)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--searches", default="grid,random,asha,hyperband,tpe,differential_evolution",
+    parser.add_argument("--repeat", type=int, default=REPEAT,
+                        help="passes over the training set per epoch (the seconds an epoch takes)")
+    parser.add_argument("--searches", default="grid,random,asha,asha_tpe,hyperband,tpe,differential_evolution",
                         help="which to run (grid always runs: it sets the target)")
     args = parser.parse_args()
+    REPEAT = args.repeat   # mlp travels by value, with this module's globals as they are when it is sent
     chosen = set(args.searches.split(",")) | {"grid"}
     os.environ.setdefault("HOPSML_ROOT", tempfile.mkdtemp(prefix="hopsml-bench-"))
     session.get_or_create(config.load(master=args.master))
@@ -174,6 +178,9 @@ def main() -> None:
     timed("asha", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=args.min_budget,
                                           max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed,
                                           log_scale=["lr"], name="bench-asha", **common))
+    timed("asha_tpe", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=args.min_budget,
+                                              max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed,
+                                              log_scale=["lr"], sampler="tpe", name="bench-asha-tpe", **common))
     timed("hyperband", lambda: experiment.hyperband(mlp, space, budget="epochs",
                                                     min_budget=args.min_budget, max_budget=27, eta=3,
                                                     num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],

@@ -121,33 +121,46 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
                 name: str = "no-name", local_logdir: bool = False, description: str | None = None,
                 optimization_key: str = "metric",
                 versioned_resources: list[str] | None = None, early_stopping: str | None = None,
-                early_stopping_min_steps: int = 3, seed: int | None = None, num_workers: int = 1
-                ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+                early_stopping_min_steps: int = 3, seed: int | None = None, num_workers: int = 1,
+                resume: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Every combination of `grid_dict` as its own trial, in parallel; returns (logdir, best_params, best_return).
-    `num_workers` > 1 makes every trial an allreduce job of that many ranks, as many at once as the slots hold."""
+    `num_workers` > 1 makes every trial an allreduce job of that many ranks, as many at once as the slots hold.
+    `resume=<experiment id>` takes up a search whose driver was killed (call it with the same grid): its
+    ended trials are kept, the ones that were running run again in their folders (from their last
+    checkpoint), then the rest."""
     combos = space.grid(grid_dict)
     _check_workers(num_workers, None)
     if num_workers > 1 and early_stopping:
         raise SearchSpaceError("early_stopping works with trials of one rank; leave it out with num_workers > 1")
-    batches = (lambda s: s.run_batch(combos, len(combos))) if num_workers == 1 else \
-        (lambda s: s.run_async(PointList(combos), total=len(combos), num_workers=num_workers))
+    source, seed = previous_search(resume, "grid", dict(grid_dict)) if resume else (None, seed)
+
+    def batches(search: Search) -> None:
+        if num_workers == 1:
+            search.run_batch(combos, len(combos))
+            return
+        points = PointList(combos)
+        points.restore(search.adopted)
+        search.run_async(points, total=len(combos), num_workers=num_workers)
+
     return run_search(train_fn, dict(grid_dict), direction, optimization_key, name, description, versioned_resources,
-                      early_stopping, early_stopping_min_steps, local_logdir, batches, seed=seed, strategy="grid")
+                      early_stopping, early_stopping_min_steps, local_logdir, batches, seed=seed, resume=source,
+                      strategy="grid")
 
 
 def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
                   samples: int = 10, name: str = "no-name", local_logdir: bool = False,
                   description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
                   versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
-                  early_stopping: str | None = None, early_stopping_min_steps: int = 3
-                  ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+                  early_stopping: str | None = None, early_stopping_min_steps: int = 3,
+                  resume: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """`samples` random points within `boundary_dict` ([low, high] numbers, or lists as categories;
-    names in `log_scale` are sampled on a log scale); the same seed gives the same trials."""
-    seed = seeds.resolve(seed)
+    names in `log_scale` are sampled on a log scale); the same seed gives the same trials.
+    `resume=<experiment id>` takes up a search whose driver was killed, as grid_search does (with its seed)."""
+    source, seed = previous_search(resume, "random", dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, early_stopping, early_stopping_min_steps, local_logdir,
-                      lambda s: s.run_batch(points, len(points)), seed=seed, strategy="random",
+                      lambda s: s.run_batch(points, len(points)), seed=seed, resume=source, strategy="random",
                       log_scale=list(log_scale or []))  # recorded: the web view draws those axes on a log scale
 
 
@@ -156,10 +169,14 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
                            mutation: float = 0.5, crossover: float = 0.7, name: str = "no-name",
                            local_logdir: bool = False, description: str | None = None,
                            optimization_key: str = "metric", seed: int | None = None,
-                           versioned_resources: list[str] | None = None,
-                           log_scale: list[str] | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Evolve a population over `generations`, each generation one parallel batch of trials."""
-    seed = seeds.resolve(seed)
+                           versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
+                           resume: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Evolve a population over `generations`, each generation one parallel batch of trials.
+    `resume=<experiment id>` takes up a search whose driver was killed (same space and settings): with its
+    seed the generations are proposed again alike, the trials that ended are kept and not run again, the
+    ones that were running run again in their folders (from their last checkpoint)."""
+    source, seed = previous_search(resume, "differential_evolution", dict(boundary_dict)) if resume \
+        else (None, seeds.resolve(seed))
     evolution = DifferentialEvolution(space.Space.from_bounds(boundary_dict, log_scale or ()),
                                       population=population, mutation=mutation, crossover=crossover,
                                       direction=Direction.of(direction), seed=seed)
@@ -168,7 +185,7 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
     best_per_generation: list[float | None] = []
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, None, 3, local_logdir, evolve(evolution, generations, best_per_generation),
-                      seed=seed, strategy="differential_evolution", generations=generations, population=population,
+                      seed=seed, resume=source, strategy="differential_evolution", generations=generations, population=population,
                       best_per_generation=best_per_generation, log_scale=list(log_scale or []))
 
 
@@ -177,8 +194,9 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
                         min_budget: float, max_budget: float, eta: float, num_trials: int, name: str,
                         local_logdir: bool, description: str | None, optimization_key: str, seed: int | None,
                         versioned_resources: list[str] | None, log_scale: list[str] | None, num_workers: int,
-                        max_parallel: int | None, resume: str | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """What asha and hyperband share: the checks, random configurations, the scheduler."""
+                        max_parallel: int | None, resume: str | None, sampler: str = "random"
+                        ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What asha and hyperband share: the checks, the configurations (random, or drawn by TPE), the scheduler."""
     if not isinstance(budget, str) or not budget.isidentifier():
         raise SearchSpaceError(f"budget must name the function's parameter that takes the budget, got {budget!r}")
     if budget in (boundary_dict or {}):
@@ -186,11 +204,20 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
                                "leave it out of boundary_dict")
     _check_workers(num_workers, max_parallel)
     source, seed = previous_search(resume, strategy, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
+    if sampler not in ("random", "tpe"):
+        raise SearchSpaceError(f"sampler must be 'random' or 'tpe' (new configurations drawn as BOHB does), "
+                               f"not {sampler!r}")
     rungs = budgets(min_budget, max_budget, eta)
-    points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(num_trials, seed) \
-        if isinstance(num_trials, int) and num_trials >= 1 else []
+    searched = space.Space.from_bounds(boundary_dict, log_scale or ())
+    points = searched.sample(num_trials, seed) if isinstance(num_trials, int) and num_trials >= 1 else []
+    model = None
+    if sampler == "tpe":
+        from hopsml.search.tpe import ConfigModel
+
+        model = ConfigModel(searched, direction=Direction.of(direction), seed=seed, random_configs=points.__getitem__)
     scheduler = SuccessiveHalving(points.__getitem__, rungs, eta=eta, direction=Direction.of(direction),
-                                  num_trials=num_trials, brackets=len(rungs) if brackets is None else brackets)
+                                  num_trials=num_trials, brackets=len(rungs) if brackets is None else brackets,
+                                  model=model)
 
     def run(search: Search) -> None:
         scheduler.restore(search.adopted)
@@ -214,7 +241,7 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
          num_trials: int = 27, name: str = "no-name", local_logdir: bool = False, description: str | None = None,
          optimization_key: str = "metric", seed: int | None = None, versioned_resources: list[str] | None = None,
          log_scale: list[str] | None = None, num_workers: int = 1, max_parallel: int | None = None,
-         resume: str | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+         resume: str | None = None, sampler: str = "random") -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Asynchronous successive halving: `num_trials` random configurations, each first run with
     `budget=min_budget` (the function's parameter named by `budget`: epochs, steps, a data fraction); a
     configuration in the top 1/eta of those completed at its rung runs again with eta times the budget,
@@ -223,10 +250,12 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
     `num_workers` > 1 makes every trial an allreduce job of that many ranks. `resume=<experiment id>` takes
     up a search whose driver was killed (call it with the same space): its ended trials are kept, the
     ones that were running run their rung again from their last checkpoint, and the search goes on with
-    its seed. Returns (logdir, best_params, best_return) of the best trial at the top rung."""
+    its seed. `sampler="tpe"` draws each new configuration as BOHB does: Optuna's TPE fitted on the results
+    of the highest rung with enough of them (random ones until then). Returns (logdir, best_params,
+    best_return) of the best trial at the top rung."""
     return _successive_halving("asha", 1, train_fn, boundary_dict, direction, budget, min_budget, max_budget, eta,
                                num_trials, name, local_logdir, description, optimization_key, seed,
-                               versioned_resources, log_scale, num_workers, max_parallel, resume)
+                               versioned_resources, log_scale, num_workers, max_parallel, resume, sampler)
 
 
 def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -234,15 +263,15 @@ def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direc
               num_trials: int = 27, brackets: int | None = None, name: str = "no-name", local_logdir: bool = False,
               description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
               versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
-              num_workers: int = 1, max_parallel: int | None = None, resume: str | None = None
-              ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+              num_workers: int = 1, max_parallel: int | None = None, resume: str | None = None,
+              sampler: str = "random") -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Asynchronous Hyperband: brackets of asha, bracket s starting its configurations at rung s (so the
     later brackets give fewer configurations more budget from the start); new configurations go to the
     brackets in turn. `brackets` defaults to one per rung. Otherwise as asha."""
     return _successive_halving("hyperband", brackets, train_fn, boundary_dict,
                                direction, budget, min_budget, max_budget, eta, num_trials, name, local_logdir,
                                description, optimization_key, seed, versioned_resources, log_scale, num_workers,
-                               max_parallel, resume)
+                               max_parallel, resume, sampler)
 
 
 def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",

@@ -134,6 +134,7 @@ def _serve(fn: Callable[..., Any], spec: TaskSpec, slot: int) -> Iterator[dict[s
                            f"{spec.channel_address[1]}; check the network_interface setting")
     worker: WorkerProcess | None = None
     try:
+        worker = WorkerProcess(fn, spec)   # started before the first job: it loads while the others start
         channel.send(to_wire(Ready(slot, socket.gethostname(), os.getpid())))
         while (job := _next_job(channel)) is not None:
             job_spec = dataclasses.replace(spec, run_dir=job.run_dir, trial=job.trial, trial_name=job.trial_name)

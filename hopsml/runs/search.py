@@ -116,6 +116,8 @@ class Search:
         self._budgets: list[Any] = []   # the rungs' budgets of a successive-halving search
         self._budget_name: str | None = None
         self.adopted: list[dict[str, Any]] = []   # the trials a resumed search took over, as recorded
+        self._unclaimed: list[Trial] = []   # adopted trials a batch has not taken up yet
+        self._writer: _RecordWriter | None = None   # writes an asynchronous search's records off its slots' path
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def _new_trial(self, params: dict[str, Any]) -> Trial:
@@ -209,9 +211,26 @@ class Search:
                               best=f"{best.metric:.4g}" if best else "-", refresh=True)
 
     # --- running -------------------------------------------------------------------------------
+    def _take_up(self, params: dict[str, Any]) -> Trial | None:
+        """The adopted trial of these parameters (resume=), once: it ended (kept) or runs again in its folder."""
+        wanted = _as_recorded(params)
+        for trial in self._unclaimed:
+            if _as_recorded(trial.params) == wanted:
+                self._unclaimed.remove(trial)
+                trial.params = params
+                return trial
+        return None
+
     def run_batch(self, params_list: list[dict[str, Any]], total: int) -> list[Trial]:
-        """Run trials in parallel (as many at once as the cluster has slots); returns them when all end."""
-        batch = [self._new_trial(p) for p in params_list]
+        """Run trials in parallel (as many at once as the cluster has slots); returns them when all end.
+        A resumed search keeps the trials of these parameters that ended and runs the others again."""
+        batch = [self._take_up(p) or self._new_trial(p) for p in params_list]
+        kept = [t for t in batch if t.state not in ("PENDING", "RUNNING")]
+        whole, batch = batch, [t for t in batch if t not in kept]
+        if self._bar is None:
+            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
+        if not batch:
+            return whole
         monitor = StageMonitor(echo=False, on_metric=self._on_metric, on_finished=self._finish)
         channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
         storage, fn = self.run.storage, self.fn
@@ -220,16 +239,23 @@ class Search:
                                      settings=self.settings, seed=self.seed)) for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
+            import socket
+
             for i in partition:
                 params, spec = specs[i]
+                began = time.time()
                 child = ChildRank(fn, spec, kwargs=params, rank=0, world_size=1, write_metrics=True,
                                   native_output=True)
-                yield child.wait()
+                report = child.wait()
+                # where and when it ran (the task's slot is not named: the web view packs them into lanes)
+                report["placement"] = {"host": socket.gethostname(), "start": round(began, 3),
+                                       "end": round(time.time(), 3)}
+                yield report
 
-        if self._bar is None:
-            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
         for trial in batch:
             trial.state = "RUNNING"
+        with self._lock:   # a driver killed now leaves them RUNNING: resume= runs them again
+            self._write_summary()
         slots, began = concurrent_slots(self.sc), time.monotonic()
         try:
             collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id, checks=self.checks,
@@ -238,7 +264,12 @@ class Search:
             channel.close()
         monitor.settle(collected)  # the trials whose live message did not reach us
         self._window_s += slots * (time.monotonic() - began)
-        return batch
+        with self._lock:
+            for data in collected:
+                if isinstance(data.get("trial"), int) and isinstance(data.get("placement"), dict):
+                    self.trials[data["trial"]].placements.append(data["placement"])
+            self._write_summary()
+        return whole
 
     def adopt(self, source: ExperimentDir) -> None:
         """Take over the trials of an earlier run of this search (resume=): each folder is copied into this
@@ -260,6 +291,7 @@ class Search:
                           ranks=int(entry.get("ranks") or 1), placements=list(entry.get("placements") or []))
             self.trials.append(trial)
             self.adopted.append(entry)
+            self._unclaimed.append(trial)
         self._write_summary()
         self.record_fields["resumed_from"] = {
             "experiment": source.id, "trials": len(self.adopted),
@@ -296,6 +328,7 @@ class Search:
         log_order: list[dict[str, Any]] = []   # every job's start and end, in the order the driver saw them
         # single-rank trials run in long-lived slot tasks: no Spark job or process start per trial
         pool = self._slot_tasks(places) if num_workers == 1 else None
+        self._writer = _RecordWriter(self)
 
         def next_job(place: int, ended: tuple[Job, float | None] | None) -> tuple[Job, Trial] | None:
             """Under one lock: tell the scheduler how the slot's job ended, then pick its next job at once
@@ -320,8 +353,7 @@ class Search:
                             f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
                         log_order.append({"slot": place, "event": "start", "trial": trial.index, "rung": job.rung,
                                           "t": round(time.monotonic() - began, 3)})
-                        with self._lock:   # a driver killed now leaves the trial RUNNING: resume= runs it again
-                            self._write_summary()
+                        self._summary_changed()   # a driver killed now leaves it RUNNING: resume= runs it again
                         return job, trial
                     if not running:
                         break   # nothing runs that could make new work
@@ -367,6 +399,8 @@ class Search:
             self._window_s += slots * (time.monotonic() - began)
             if pool is not None:
                 pool.close()
+            self._writer.close()
+            self._writer = None
         if errors:
             raise errors[0]
         self.record_fields.update(scheduler.describe(), parallel_trials=places, num_workers=num_workers,
@@ -493,13 +527,27 @@ class Search:
                     # below the top rung: stopped there, unless a promotion takes it further later
                     trial.state = State.EARLY_STOPPED.value
                     trial.note = f"stopped at rung {job.rung} ({self._budget_name}={job.budget})"
-            storage, trial_dir = self.run.storage, RunDir(trial.dir)
-            storage.write_json(trial_dir.outputs, trial.outputs)
-            if trial.metric is not None:
-                storage.write_text(trial_dir.metric, repr(trial.metric))
+            if self._writer is not None:   # off the slot's path: it starts its next job at once
+                self._writer.ended(trial, dict(trial.outputs), trial.metric)
+                return trial.metric
+            self._write_trial(trial.dir, trial.outputs, trial.metric)
             self._write_summary()
             self._update_bar()
             return trial.metric
+
+    def _write_trial(self, path: str, outputs: dict[str, Any], metric: float | None) -> None:
+        storage, trial_dir = self.run.storage, RunDir(path)
+        storage.write_json(trial_dir.outputs, outputs)
+        if metric is not None:
+            storage.write_text(trial_dir.metric, repr(metric))
+
+    def _summary_changed(self) -> None:
+        """The summary is to be written again: now, or by the writer of an asynchronous search."""
+        if self._writer is not None:
+            self._writer.summary()
+        else:
+            with self._lock:
+                self._write_summary()
 
     def _conclude_trial(self, trial: Trial, budget: str | None) -> None:
         """Write a trial's HParams session once the search is over (its rungs ran in several jobs)."""
@@ -545,6 +593,63 @@ class Search:
                         best_logdir=self.run.storage.uri(best.dir), trials=counts, seeds=self.seeded,
                         **record_fields)
         return best
+
+
+class _RecordWriter:
+    """Writes the records of an asynchronous search's jobs in a thread of its own: a slot whose job ended
+    starts its next one at once, and a burst of endings costs one write of the summary."""
+
+    def __init__(self, search: Search) -> None:
+        self.search = search
+        self._ended: list[tuple[str, dict[str, Any], float | None]] = []
+        self._summary_due = False
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="hopsml-search-records", daemon=True)
+        self._thread.start()
+
+    def ended(self, trial: Trial, outputs: dict[str, Any], metric: float | None) -> None:
+        with self._changed:
+            self._ended.append((trial.dir, outputs, metric))
+            self._summary_due = True
+            self._changed.notify()
+
+    def summary(self) -> None:
+        with self._changed:
+            self._summary_due = True
+            self._changed.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while not (self._ended or self._summary_due or self._closed):
+                    self._changed.wait()
+                ended, due, closed = self._ended, self._summary_due, self._closed
+                self._ended, self._summary_due = [], False
+            try:
+                for path, outputs, metric in ended:
+                    self.search._write_trial(path, outputs, metric)
+                if due:
+                    with self.search._lock:
+                        data = {"trials": [t.summary() for t in self.search.trials]}
+                    self.search.run.storage.write_json(self.search.run.dir.summary, data)
+                    self.search._update_bar()
+            except (OSError, StorageError) as exc:
+                log.warning("could not write the records of search %s: %s", self.search.run.id, exc)
+            if closed and not ended and not due:
+                return
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Write what is left and end the thread."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join(timeout_s)
+
+
+def _as_recorded(params: dict[str, Any]) -> Any:
+    """Parameters as the summary records them (JSON), to find a trial of an earlier run by them."""
+    return json.loads(json.dumps(params, default=str))
 
 
 def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
