@@ -150,7 +150,9 @@ def main() -> None:
     parser.add_argument("--asha-trials", type=int, default=27)
     parser.add_argument("--min-budget", type=int, default=1, help="epochs of ASHA's and Hyperband's first rung")
     parser.add_argument("--tolerance", type=float, default=0.005)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", default="1",
+                        help="comma-separated seeds: every search but grid runs once per seed (the asynchronous "
+                             "ones also order their jobs by when each ended, so one run is one sample)")
     parser.add_argument("--repeat", type=int, default=REPEAT,
                         help="passes over the training set per epoch (the seconds an epoch takes)")
     parser.add_argument("--searches", default="grid,random,asha,asha_tpe,hyperband,tpe,differential_evolution",
@@ -161,43 +163,42 @@ def main() -> None:
     os.environ.setdefault("HOPSML_ROOT", tempfile.mkdtemp(prefix="hopsml-bench-"))
     session.get_or_create(config.load(master=args.master))
     common = dict(optimization_key="accuracy", direction="max")
-    runs: dict[str, tuple[str, float]] = {}
+    runs: dict[tuple[str, int], tuple[str, float]] = {}
 
-    def timed(label: str, call: Any) -> str:
+    def timed(label: str, seed: int, call: Any) -> str:
         if label not in chosen:
             return ""
         began = time.monotonic()
-        logdir = call()[0]
-        runs[label] = (logdir, time.monotonic() - began)
+        logdir = call(seed)[0]
+        runs[(label, seed)] = (logdir, time.monotonic() - began)
         return logdir
 
-    grid_dir = timed("grid", lambda: experiment.grid_search(mlp, GRID, name="bench-grid", **common))
-    timed("random", lambda: experiment.random_search(mlp, SPACE, samples=args.samples, seed=args.seed,
-                                                     log_scale=["lr"], name="bench-random", **common))
+    grid_dir = timed("grid", 0, lambda _: experiment.grid_search(mlp, GRID, name="bench-grid", **common))
     space = {k: v for k, v in SPACE.items() if k != "epochs"}
-    timed("asha", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=args.min_budget,
-                                          max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed,
-                                          log_scale=["lr"], name="bench-asha", **common))
-    timed("asha_tpe", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=args.min_budget,
-                                              max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed,
-                                              log_scale=["lr"], sampler="tpe", name="bench-asha-tpe", **common))
-    timed("hyperband", lambda: experiment.hyperband(mlp, space, budget="epochs",
-                                                    min_budget=args.min_budget, max_budget=27, eta=3,
-                                                    num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],
-                                                    name="bench-hyperband", **common))
-    timed("tpe", lambda: experiment.tpe_search(mlp, SPACE, samples=args.samples, seed=args.seed, log_scale=["lr"],
-                                               name="bench-tpe", **common))
-    timed("differential_evolution", lambda: experiment.differential_evolution(
-        mlp, SPACE, generations=3, population=6, seed=args.seed, log_scale=["lr"], name="bench-de", **common))
+    halving = dict(budget="epochs", min_budget=args.min_budget, max_budget=27, eta=3, num_trials=args.asha_trials,
+                   log_scale=["lr"], **common)
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        timed("random", seed, lambda seed: experiment.random_search(
+            mlp, SPACE, samples=args.samples, seed=seed, log_scale=["lr"], name="bench-random", **common))
+        timed("asha", seed, lambda seed: experiment.asha(mlp, space, seed=seed, name="bench-asha", **halving))
+        timed("asha_tpe", seed, lambda seed: experiment.asha(mlp, space, seed=seed, sampler="tpe",
+                                                             name="bench-asha-tpe", **halving))
+        timed("hyperband", seed, lambda seed: experiment.hyperband(mlp, space, seed=seed, name="bench-hyperband",
+                                                                   **halving))
+        timed("tpe", seed, lambda seed: experiment.tpe_search(mlp, SPACE, samples=args.samples, seed=seed,
+                                                              log_scale=["lr"], name="bench-tpe", **common))
+        timed("differential_evolution", seed, lambda seed: experiment.differential_evolution(
+            mlp, SPACE, generations=3, population=6, seed=seed, log_scale=["lr"], name="bench-de", **common))
 
     grid_costs = batch_costs(grid_dir)
     grid_best = max(m for _, m in grid_costs if m is not None)
     grid_total = sum(e for e, _ in grid_costs)
     target = grid_best - args.tolerance
     print(f"grid's best accuracy {grid_best:.4f}; target {target:.4f}; grid ran {grid_total:g} trial-epochs")
-    print(f"{'search':<24}{'trial-epochs':>14}{'to target':>11}{'/ grid':>8}{'best':>8}{'util.':>7}{'held':>6}"
-          f"{'wall s':>8}")
-    for label, (logdir, wall) in runs.items():
+    print(f"{'search':<24}{'seed':>5}{'trial-epochs':>14}{'to target':>11}{'/ grid':>8}{'best':>8}{'util.':>7}"
+          f"{'held':>6}{'wall s':>8}")
+    shares: dict[str, list[float | None]] = {}
+    for (label, seed), (logdir, wall) in runs.items():
         if not logdir:
             continue
         record = _read(logdir, "experiment.json")
@@ -206,9 +207,20 @@ def main() -> None:
         total = sum(e for e, _ in costs)
         reach = to_reach(costs, target)
         share = f"{reach / grid_total:.2f}" if reach is not None else "-"
-        print(f"{label:<24}{total:>14g}{(f'{reach:g}' if reach is not None else 'never'):>11}{share:>8}"
+        shares.setdefault(label, []).append(reach / grid_total if reach is not None else None)
+        print(f"{label:<24}{seed if label != 'grid' else '-':>5}{total:>14g}{(f'{reach:g}' if reach is not None else 'never'):>11}{share:>8}"
               f"{record['metric']:>8.4f}{record.get('slot_utilisation', 0):>7.2f}"
               f"{(f'{h:.2f}' if (h := held(logdir)) is not None else '-'):>6}{wall:>8.1f}")
+
+    for label, found in shares.items():
+        if label == "grid" or len(found) < 2:
+            continue
+        # a run that never got there counts as more than any that did
+        ordered = sorted(found, key=lambda v: (v is None, v or 0.0))
+        middle = ordered[len(ordered) // 2]
+        print(f"{label}: within {args.tolerance:g} of grid's best in {sum(v is not None for v in found)} of "
+              f"{len(found)} runs; median share of grid's trial-epochs "
+              f"{f'{middle:.2f}' if middle is not None else 'never'}")
 
 
 if __name__ == "__main__":

@@ -82,10 +82,11 @@ class Trial:
     ranks: int = 1  # ranks per trial (num_workers of a distributed search)
     # where and when each of its jobs ran: {"slot", "host", "start", "end"} (wall clock, seconds)
     placements: list[dict[str, Any]] = field(default_factory=list)
+    timeline: str | None = None   # its merged timeline (trace.json), root-relative, when the search records them
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
-        for name in ("rung", "budget", "rungs", "note", "placements"):   # only some searches have them
+        for name in ("rung", "budget", "rungs", "note", "placements", "timeline"):   # only some searches have them
             if data[name] is None or data[name] == []:
                 data.pop(name)
         if self.ranks == 1:
@@ -99,11 +100,13 @@ class Search:
     def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
                  optimization_key: str, checks: preflight.Preflight | None = None, seed: int | None = None,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
-                 local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
+                 local_logdir: bool = False, metric_required: bool = True, unit: str = "trial",
+                 timeline: bool = False) -> None:
         self.sc, self.run, self.fn, self.settings, self.checks, self.seed = sc, run, fn, settings, checks, seed
         self.seeded: dict[str, int] = {}
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir
+        self.timeline = timeline   # each trial's function records its timeline (spans, system samples)
         self.metric_required = metric_required  # launch's executions may return no metric at all
         self.unit = unit
         self.trials: list[Trial] = []
@@ -177,6 +180,7 @@ class Search:
             storage.write_json(trial_dir.outputs, outputs)
             if trial.metric is not None:
                 storage.write_text(trial_dir.metric, repr(trial.metric))
+            self._merge_timeline(trial)
             try:   # TensorBoard's HParams tab: this trial's hyperparameters and metric
                 hparams_events.write_trial(storage, trial_dir.tensorboard, trial.params, self.key, trial.metric,
                                            trial.state, trial.duration)
@@ -236,7 +240,8 @@ class Search:
         storage, fn = self.run.storage, self.fn
         specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
                                      trial_name=posixpath.basename(t.dir), local_logdir=self.local_logdir,
-                                     settings=self.settings, seed=self.seed)) for t in batch]
+                                     settings=self.settings, seed=self.seed, timeline=self.timeline))
+                 for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
             import socket
@@ -288,7 +293,8 @@ class Search:
                           outputs=entry.get("outputs") or {}, error=entry.get("error"),
                           traceback=entry.get("traceback"), duration=entry.get("duration"), rung=entry.get("rung"),
                           budget=entry.get("budget"), rungs=list(entry.get("rungs") or []), note=entry.get("note"),
-                          ranks=int(entry.get("ranks") or 1), placements=list(entry.get("placements") or []))
+                          ranks=int(entry.get("ranks") or 1), placements=list(entry.get("placements") or []),
+                          timeline=entry.get("timeline"))
             self.trials.append(trial)
             self.adopted.append(entry)
             self._unclaimed.append(trial)
@@ -427,7 +433,7 @@ class Search:
     def _slot_tasks(self, places: int) -> SlotTasks:
         """The long-lived slot tasks of an asynchronous search of single-rank trials."""
         spec = TaskSpec(self.run.storage, self.run.dir.path, None, b"", local_logdir=self.local_logdir,
-                        settings=self.settings, seed=self.seed)
+                        settings=self.settings, seed=self.seed, timeline=self.timeline)
         return SlotTasks(self.sc, self.fn, spec, places, group=f"{self.run.id}-slots", checks=self.checks,
                          network=Network(self.settings.network_interface, self.settings.port_range),
                          description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {places} slot tasks)",
@@ -454,7 +460,7 @@ class Search:
         channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
         spec = TaskSpec(self.run.storage, trial.dir, channel.address, channel.secret, trial=trial.index,
                         trial_name=posixpath.basename(trial.dir), local_logdir=self.local_logdir,
-                        settings=self.settings, seed=self.seed)
+                        settings=self.settings, seed=self.seed, timeline=self.timeline and num_workers == 1)
         partition = self._partition(spec, kwargs, num_workers)
         what = f"rung {job.rung}, {budget}={job.budget}" if job.rung is not None else f"trial {trial.index}"
         collected: list[Any] = []
@@ -490,7 +496,7 @@ class Search:
         from hopsml.torch.process_group import end_rank_group
 
         framework = functools.partial(CollectiveRank, functools.partial(fn, **kwargs),
-                                      CollectiveOptions.from_settings(self.settings, None), False)
+                                      CollectiveOptions.from_settings(self.settings, None), False, self.timeline)
         return barrier_task(spec, gpus_per_worker=0, framework=framework, on_shutdown=(end_rank_group,))
 
     def _record_job(self, job: Job, trial: Trial, reports: list[RankReport], failures: list[RankReport],
@@ -541,6 +547,19 @@ class Search:
         if metric is not None:
             storage.write_text(trial_dir.metric, repr(metric))
 
+    def _merge_timeline(self, trial: Trial) -> None:
+        """Merge the parts of a trial's timeline (one per job it ran) into its trace.json."""
+        if not self.timeline:
+            return
+        from hopsml.timeline import merge
+
+        try:
+            trial.timeline = merge.merge(self.run.storage, RunDir(trial.dir), {"trial": trial.index})
+        except merge.TimelineError:
+            pass   # its function never ran (its process died first): no part to merge
+        except Exception as exc:  # noqa: BLE001 - the trial's result matters more than its timeline
+            log.warning("the timeline of trial %s could not be merged: %s", trial.dir, exc)
+
     def _summary_changed(self) -> None:
         """The summary is to be written again: now, or by the writer of an asynchronous search."""
         if self._writer is not None:
@@ -587,6 +606,7 @@ class Search:
         counts = {state: sum(t.state == state for t in self.trials)
                   for state in (State.FINISHED.value, State.FAILED.value, State.EARLY_STOPPED.value)}
         record_fields = {**self.record_fields, **record_fields}
+        record_fields.setdefault("timeline", {"enabled": self.timeline, "per": "trial"})
         if self._window_s > 0:   # busy slot-seconds over available ones, while trials ran
             record_fields.setdefault("slot_utilisation", round(self._busy_s / self._window_s, 4))
         self.run.finish(metric=best.metric, results=best.outputs, best_hyperparameters=best.params,
@@ -601,7 +621,7 @@ class _RecordWriter:
 
     def __init__(self, search: Search) -> None:
         self.search = search
-        self._ended: list[tuple[str, dict[str, Any], float | None]] = []
+        self._ended: list[tuple[Trial, dict[str, Any], float | None]] = []
         self._summary_due = False
         self._closed = False
         self._changed = threading.Condition()
@@ -610,7 +630,7 @@ class _RecordWriter:
 
     def ended(self, trial: Trial, outputs: dict[str, Any], metric: float | None) -> None:
         with self._changed:
-            self._ended.append((trial.dir, outputs, metric))
+            self._ended.append((trial, outputs, metric))
             self._summary_due = True
             self._changed.notify()
 
@@ -627,8 +647,9 @@ class _RecordWriter:
                 ended, due, closed = self._ended, self._summary_due, self._closed
                 self._ended, self._summary_due = [], False
             try:
-                for path, outputs, metric in ended:
-                    self.search._write_trial(path, outputs, metric)
+                for trial, outputs, metric in ended:
+                    self.search._write_trial(trial.dir, outputs, metric)
+                    self.search._merge_timeline(trial)
                 if due:
                     with self.search._lock:
                         data = {"trials": [t.summary() for t in self.search.trials]}
@@ -656,7 +677,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
                optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
                early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
                batches: Callable[[Search], Any], seed: int | None = None, resume: ExperimentDir | None = None,
-               **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+               timeline: bool = True, **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
     from hopsml import config
     from hopsml.runs.engine import Start, check_function, ship
@@ -678,7 +699,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
         search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=optimization_key, direction=goal,
-                        early_stopping=rule, local_logdir=bool(local_logdir))
+                        early_stopping=rule, local_logdir=bool(local_logdir), timeline=bool(timeline))
         if resume is not None:
             search.adopt(resume)
         batches(search)

@@ -10,6 +10,7 @@ again, and the place takes jobs again once it is `Ready`. When the Spark job its
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -83,8 +84,7 @@ class SlotTasks:
         self._on_metric, self._on_other = on_metric, on_message
         self.channel = DriverChannel(driver_host(sc, network), auth.new_secret(), self._receive,
                                      network.port_range, on_close=self._closed)
-        self.spec = TaskSpec(spec.storage, spec.run_dir, self.channel.address, self.channel.secret,
-                             local_logdir=spec.local_logdir, settings=spec.settings, seed=spec.seed)
+        self.spec = dataclasses.replace(spec, channel_address=self.channel.address, secret=self.channel.secret)
         task = slot_task(fn, self.spec)
 
         def job() -> None:

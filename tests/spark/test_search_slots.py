@@ -74,3 +74,60 @@ def test_arguments_json_cannot_carry_run_as_a_job_of_their_own(spark, root):
     trials = _json(logdir, ".summary.json")["trials"]
     assert all(t["state"] == "FINISHED" and t["outputs"]["kind"] == "tuple" for t in trials)
     assert all(t["placements"][0]["host"] is None for t in trials)   # not in a slot task
+
+
+def sleepy(x, epochs):
+    import time
+
+    time.sleep(60)
+    return {"metric": x}
+
+
+def test_ctrl_c_stops_an_asynchronous_search_and_its_slot_tasks(spark, root):
+    import _thread
+    import threading
+
+    threading.Timer(5.0, _thread.interrupt_main).start()  # what Ctrl-C in a notebook does
+    try:
+        experiment.asha(sleepy, {"x": [0.0, 1.0]}, min_budget=1, max_budget=3, num_trials=4, name="interrupted")
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the search was not interrupted")
+    (run,) = [p for p in (root / "Projects" / "test" / "Experiments").iterdir() if p.is_dir()]
+    record = _json(str(run), "experiment.json")
+    assert record["state"] == "KILLED"
+    assert all(t["state"] != "FINISHED" for t in _json(str(run), ".summary.json")["trials"])
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(f"{record['id']}-slots")]
+    assert jobs and all(j is None or j.status != "RUNNING" for j in jobs)   # its slot tasks were stopped
+    # the session is usable: the next search gets the slots
+    logdir, _, _ = experiment.asha(shaped, {"shape": [[1, 2], [3, 4]]}, min_budget=1, max_budget=1, num_trials=2,
+                                   seed=2, name="after")
+    assert [t["state"] for t in _json(logdir, ".summary.json")["trials"]] == ["FINISHED", "FINISHED"]
+
+
+def spanned(x, epochs):
+    from hopsml import timeline
+
+    with timeline.span("train step"):
+        sum(range(1000))
+    return {"metric": x}
+
+
+def test_every_trial_records_its_timeline_a_part_per_job_unless_told_not_to(spark, root):
+    logdir, _, _ = experiment.asha(spanned, {"x": [0.0, 1.0]}, min_budget=1, max_budget=3, num_trials=3, seed=1,
+                                   name="timed")
+    assert _json(logdir, "experiment.json")["timeline"] == {"enabled": True, "per": "trial"}
+    trials = _json(logdir, ".summary.json")["trials"]
+    assert sorted(len(t["rungs"]) for t in trials) == [1, 1, 2]   # the best was promoted once
+    for t in trials:
+        trace = _json(str(root), t["timeline"])
+        steps = [e for e in trace["traceEvents"] if e.get("name") == "train step"]
+        assert len(steps) == len(t["rungs"]) and all(e["ph"] == "X" for e in steps)   # one per job it ran
+        assert t["timeline"].startswith(t["dir"] + "/timeline/")
+    logdir, _, _ = experiment.grid_search(spanned, {"x": [1.0], "epochs": [1]}, timeline=False, name="untimed")
+    (trial,) = _json(logdir, ".summary.json")["trials"]
+    assert "timeline" not in trial and not os.path.exists(os.path.join(logdir, os.path.basename(trial["dir"]),
+                                                                       "timeline"))
+    assert _json(logdir, "experiment.json")["timeline"] == {"enabled": False, "per": "trial"}
