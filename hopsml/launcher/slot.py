@@ -2,9 +2,9 @@
 a trial costs neither a Spark job nor a process start.
 
 The task tells the driver it is `Ready` over the run's channel, then takes `Assign`ed jobs until the
-driver says `Stop`. Each job runs in one worker process the task keeps (`WorkerProcess`), with the
-trial's own folder, log, seed and working directory, exactly as a child of its own would run it
-(launcher/child.py): a trial that ends the process (os._exit, a segfault, the out-of-memory killer) is
+driver says `Stop`. Each job runs in one worker process the task keeps (`WorkerProcess`, forked from the
+task so that it starts with the function loaded), with the trial's own folder, log, seed and working
+directory, exactly as a child of its own would run it (launcher/child.py): a trial that ends the process (os._exit, a segfault, the out-of-memory killer) is
 reported FAILED with its exit cause, and the next job gets a fresh process.
 
     python -m hopsml.launcher.slot <payload.pkl> <secret fd> <jobs fd> <reports fd>
@@ -20,6 +20,7 @@ import pickle
 import queue
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -37,33 +38,104 @@ from hopsml.launcher.task import TaskSpec
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone
 
 
+class _Forked:
+    """The few things of subprocess.Popen that WorkerProcess uses, for a child made by os.fork."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.01)
+        return int(self.returncode or 0)
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 class WorkerProcess:
-    """A Python process that runs the trials of one slot in turn; `run` returns a job's report (wire form)."""
+    """A process that runs the trials of one slot in turn; `run` returns a job's report (wire form).
+
+    It is forked from the slot task, which has the function and hopsml loaded already, so it costs no
+    interpreter start and no imports; where forking is not possible it is a fresh Python."""
 
     def __init__(self, fn: Callable[..., Any], spec: TaskSpec) -> None:
         sweep_dead()
         self._dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")   # 0700, named by this process
         self._raw = os.path.join(self._dir, "stderr.log")   # what it writes outside a trial's log
+        jobs_in, self._jobs = os.pipe()
+        self._reports, reports_out = os.pipe()
+        try:
+            self._proc: Any = self._fork(fn, spec, jobs_in, reports_out)
+        except OSError:
+            self._proc = self._spawn(fn, spec, jobs_in, reports_out)
+        finally:
+            os.close(jobs_in)
+            os.close(reports_out)
+
+    def _fork(self, fn: Callable[..., Any], spec: TaskSpec, jobs_in: int, reports_out: int) -> _Forked:
+        raw = os.open(self._raw, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:   # the worker: its own session, its output to the raw file, the job loop
+            try:
+                os.setsid()
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+                    signal.signal(sig, signal.SIG_DFL)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(raw, 1)
+                os.dup2(raw, 2)
+                keep = {jobs_in, reports_out}
+                for fd in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
+                    if int(fd) > 2 and int(fd) not in keep:   # the Spark worker's sockets, the parent's pipes
+                        try:
+                            os.close(int(fd))
+                        except OSError:
+                            pass
+                sys.stdin = open(0, closefd=False)
+                sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)
+                os.chdir(self._dir)
+                _watch_parent(parent, self._dir)
+                faulthandler.enable(all_threads=False)
+                _run_jobs(fn, spec, jobs_in, reports_out, self._dir)
+            finally:
+                os._exit(0)
+        os.close(raw)
+        return _Forked(pid)
+
+    def _spawn(self, fn: Callable[..., Any], spec: TaskSpec, jobs_in: int, reports_out: int) -> Any:
         payload = os.path.join(self._dir, "payload.pkl")
         with open(os.open(payload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             f.write(_dumps((fn, dataclasses.replace(spec, secret=b""))))   # the secret goes through a pipe
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *(p for p in sys.path if p)])
         secret_in, secret_out = os.pipe()
-        jobs_in, self._jobs = os.pipe()
-        self._reports, reports_out = os.pipe()
         os.write(secret_out, spec.secret)
         os.close(secret_out)
-        with open(self._raw, "wb") as raw:
+        with open(self._raw, "ab") as raw:
             try:
-                self._proc = subprocess.Popen(
+                return subprocess.Popen(
                     [sys.executable, "-m", "hopsml.launcher.slot", payload, str(secret_in), str(jobs_in),
                      str(reports_out)], stdin=subprocess.DEVNULL, stdout=raw, stderr=subprocess.STDOUT, env=env,
                     close_fds=True, pass_fds=(secret_in, jobs_in, reports_out), cwd=self._dir,
                     start_new_session=True)   # outlives a kill of the worker's group long enough to clean up
             finally:
-                for fd in (secret_in, jobs_in, reports_out):
-                    os.close(fd)
+                os.close(secret_in)
 
     def alive(self) -> bool:
         return self._proc.poll() is None
@@ -166,21 +238,10 @@ def _next_job(channel: TaskChannel) -> Assign | None:
             return None
 
 
-def main(argv: list[str]) -> None:
-    """The worker process: run each job read from the job pipe, write its report to the report pipe."""
-    payload_path, secret_fd, jobs_fd, reports_fd = argv[1], int(argv[2]), int(argv[3]), int(argv[4])
-    home = os.path.dirname(payload_path)
-    _watch_parent(os.getppid(), home)
-    faulthandler.enable(all_threads=False)
+def _run_jobs(fn: Callable[..., Any], spec: TaskSpec, jobs_fd: int, reports_fd: int, home: str) -> None:
+    """The worker's loop: run each job read from the job pipe, write its report to the report pipe."""
     from hopsml.launcher.task import run_function
 
-    secret = b""
-    while chunk := os.read(secret_fd, 4096):
-        secret += chunk
-    os.close(secret_fd)
-    with open(payload_path, "rb") as f:
-        fn, spec = pickle.load(f)
-    os.remove(payload_path)
     with os.fdopen(jobs_fd, "r", encoding="utf-8") as jobs, os.fdopen(reports_fd, "w", encoding="utf-8") as reports:
         for n, line in enumerate(jobs):
             job = json.loads(line)
@@ -188,7 +249,7 @@ def main(argv: list[str]) -> None:
             work = os.path.join(home, f"work-{n}")
             os.mkdir(work)
             os.chdir(work)
-            job_spec = dataclasses.replace(spec, secret=secret, run_dir=job["run_dir"], trial=job["trial"],
+            job_spec = dataclasses.replace(spec, run_dir=job["run_dir"], trial=job["trial"],
                                            trial_name=job["trial_name"])
             report = run_function(fn, job["kwargs"], job_spec, rank=0, world_size=1, write_metrics=True,
                                   native_output=True)
@@ -198,6 +259,22 @@ def main(argv: list[str]) -> None:
             reports.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def main(argv: list[str]) -> None:
+    """The worker as a fresh Python (where it cannot be forked): read the function, then the job loop."""
+    payload_path, secret_fd, jobs_fd, reports_fd = argv[1], int(argv[2]), int(argv[3]), int(argv[4])
+    home = os.path.dirname(payload_path)
+    _watch_parent(os.getppid(), home)
+    faulthandler.enable(all_threads=False)
+    secret = b""
+    while chunk := os.read(secret_fd, 4096):
+        secret += chunk
+    os.close(secret_fd)
+    with open(payload_path, "rb") as f:
+        fn, spec = pickle.load(f)
+    os.remove(payload_path)
+    _run_jobs(fn, dataclasses.replace(spec, secret=secret), jobs_fd, reports_fd, home)
     os._exit(0)  # frameworks' server threads must not keep the process alive
 
 
