@@ -41,18 +41,19 @@ default: its schedule is reproducible from the seed alone and any category works
 None, bool, numbers and strings.
 
 Slot utilisation (busy function seconds / the slots' seconds from the search's start to its end), ASHA
-against differential evolution's synchronous generations, same run:
+against differential evolution's synchronous generations, same runs (81 ASHA trials, load average 13-14):
 
     python bench/search.py --searches asha,differential_evolution --asha-trials 81
-        asha 0.71 (slots held by jobs 0.97), differential_evolution 0.43, grid 0.44
-    python bench/search.py --searches asha,differential_evolution --asha-trials 81 --repeat 8
-        asha 0.72 (held 0.95), differential_evolution 0.48
+        asha 0.87 (slots held by jobs 0.99), differential_evolution 0.45, grid 0.44
+    python bench/search.py --searches asha,differential_evolution --asha-trials 81 --seeds 2,3
+        asha 0.91 and 0.93 (held 0.97, 0.98), differential_evolution 0.45 and 0.46, grid 0.46
 
-Before the slot tasks each job was a Spark job and a process of its own: ASHA 0.46-0.54. Now the gaps
-between a slot's jobs are 0.1-0.3% of its time; what keeps ASHA near 0.7 here is the one-time start of
-the slot tasks (Spark's task, the preflight, the worker process and its imports: 7-9 s per slot at load
-9-17) against searches of 20-40 s, and the last top-rung trial running alone. The target of 0.9 is not
-met on this machine.
+Before the slot tasks each job was a Spark job and a process of its own: ASHA 0.46-0.54. With slot tasks
+whose worker was a fresh Python, 0.70-0.72 (each slot's first job waited 3-9 s for that Python and its
+imports). Now the worker is forked from the slot task: a slot takes its first job about 0.2 s after the
+search starts, the gaps between a slot's jobs are about 1% of its time, and what is left is the hand-over
+of each job (driver, slot task, worker and back: tens of milliseconds on a loaded machine, against jobs of
+0.1-1 s here) and the last top-rung trial running alone.
 """
 
 from __future__ import annotations
