@@ -1,9 +1,10 @@
 """The engine of a search, on the driver: trials as parallel Spark tasks, each in its own folder of the experiment,
 with live progress, early stopping over the authenticated channel, and a summary kept up to date.
 
-Each trial's function runs in a child process of its task (launcher/child.py): a trial that ends its
-process (os._exit, a segfault, an out-of-memory kill) is recorded FAILED with its exit cause and the
-search goes on; the other trials and the shared Python workers are not affected."""
+Each trial's function runs in a process of its own (launcher/child.py; for the asynchronous searches a
+slot task's worker process, launcher/slot.py): a trial that ends its process (os._exit, a segfault, an
+out-of-memory kill) is recorded FAILED with its exit cause and the search goes on; the other trials and
+the shared Python workers are not affected."""
 
 from __future__ import annotations
 
@@ -307,10 +308,11 @@ class Search:
     # --- asynchronous searches ---------------------------------------------------------------------
     def run_async(self, scheduler: Any, *, total: int, num_workers: int = 1, budget: str | None = None,
                   max_parallel: int | None = None) -> None:
-        """Run the scheduler's jobs, one Spark job each, from one thread per free place on the cluster:
-        a thread whose job ends asks the scheduler for the next at once, so a slot never waits for other
-        trials (Spark runs the jobs of several threads at once). With `num_workers` > 1 each job is a
-        barrier stage of that many ranks, and the threads are the cluster's slots divided by it.
+        """Run the scheduler's jobs from one thread per free place on the cluster: a thread whose job ends
+        asks the scheduler for the next at once, so a slot never waits for other trials. Jobs of one rank
+        go to the place's long-lived slot task (runs/slots.py: one Spark job for the whole search); with
+        `num_workers` > 1 each job is a barrier stage of that many ranks (Spark runs the jobs of several
+        threads at once), and the places are the cluster's slots divided by it.
 
         `scheduler` has next_job() -> Job | None (None: nothing to start now) and job_done(job, metric).
         """

@@ -108,6 +108,8 @@ class SlotTasks:
         if isinstance(message, Ready):
             with self._changed:
                 place = self._places[message.slot]
+                if place.connection is not None and place.connection is not connection:
+                    self._lose(place, f"its slot task on {place.host} was started again")   # Spark retried it
                 place.connection, place.host = connection, message.host
                 if place.released:
                     connection.send(to_wire(Stop()))
