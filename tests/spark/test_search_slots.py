@@ -125,6 +125,8 @@ def test_every_trial_records_its_timeline_a_part_per_job_unless_told_not_to(spar
         trace = _json(str(root), t["timeline"])
         steps = [e for e in trace["traceEvents"] if e.get("name") == "train step"]
         assert len(steps) == len(t["rungs"]) and all(e["ph"] == "X" for e in steps)   # one per job it ran
+        assert any(e["ph"] == "C" and e["name"] == "system" and "cpu_pct" in e["args"]   # its system samples
+                   for e in trace["traceEvents"])
         assert t["timeline"].startswith(t["dir"] + "/timeline/")
     logdir, _, _ = experiment.grid_search(spanned, {"x": [1.0], "epochs": [1]}, timeline=False, name="untimed")
     (trial,) = _json(logdir, ".summary.json")["trials"]
