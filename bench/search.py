@@ -5,21 +5,55 @@ For every search: the trial-epochs it ran in all, and the trial-epochs spent (in
 ended) until a trial came within --tolerance (0.5%) of the best accuracy grid search found. ASHA's
 target: at most a third of grid's trial-epochs. Then slot utilisation (busy slot-seconds of the trials'
 functions over the slots' seconds while trials ran) of ASHA against differential evolution's synchronous
-generations, and for the asynchronous searches the share of slot time their Spark jobs held ("held":
-the function's time plus each job's start-up, Spark's scheduling and the trial's child process). Epochs
+generations, and for the asynchronous searches the share of slot time their jobs held ("held": from the
+driver handing a job to a slot to its report, so the function's time plus the hand-over, and for a slot's
+first job the start of its slot task). Epochs
 of a promoted ASHA trial continue from its checkpoint, so a trial at budget b has cost b epochs in all.
 
     python bench/search.py [--master local[4]] [--samples 12] [--asha-trials 27] [--tolerance 0.005]
-                           [--searches grid,asha]
+                           [--searches grid,asha,asha_tpe] [--seeds 1,2,3,4,5] [--repeat 2]
 
-Measured on local[4] on a 2-core machine shared with other work (load average about 20), seed 1: grid's
-best 0.9956 over 432 trial-epochs (target 0.9906). Trial-epochs to the target: random (12 samples) never
-(best 0.9867); ASHA with 27 trials never (best 0.9867, 129 trial-epochs in all; with --min-budget 3
-best 0.9889, 237 in all), with 81 trials 251 (0.58 of grid's; 371 in all); Hyperband with 27 trials 187 (0.43), with 81 trials 187 (0.43); TPE (12
-samples) 84 (0.19). Function-time utilisation: ASHA 0.46 (27 trials) and 0.52 (81), differential
-evolution 0.43, grid 0.44; the slots held by ASHA's jobs: 0.90 (27 trials, the last rungs leave slots
-idle) and 0.99 (81). Each job's start-up (Spark, the trial's child process) took about as long as its
-function on that machine, which is what keeps the function-time figure near half.
+`asha_tpe` is asha with sampler="tpe" (new configurations drawn by TPE, as BOHB does). The asynchronous
+searches order their jobs by when each ended, so one run is one sample: --seeds runs each search once per
+seed and prints the median share.
+
+Measured on local[4] on a 2-core machine shared with other work (load average 9-17), after the trials of
+the asynchronous searches moved into long-lived slot tasks. Grid's best 0.9956 over 432 trial-epochs
+(target 0.9906, i.e. at most 4 errors on the 450 test digits).
+
+    python bench/search.py --searches asha,asha_tpe --asha-trials 81 --seeds 1,2,3,4,5
+        share of grid's trial-epochs to the target, seeds 1-5 (-: never within the 81 trials):
+        asha      0.40 0.55 0.45 -    0.22   reached in 4 of 5, median 0.45
+        asha_tpe  0.57 0.25 0.07 0.29 0.19   reached in 5 of 5, median 0.25
+    python bench/search.py --searches asha,asha_tpe --asha-trials 27 --seeds 1,2,3,4,5
+        asha      0.34 -    -    -    0.19   reached in 2 of 5
+        asha_tpe  0.27 0.22 0.21 0.23 0.19   reached in 5 of 5, median 0.22
+
+Why ASHA spends: in every run the target was first reached at the top rung (27 epochs), so the cost is
+what the rungs below spend before a good configuration gets there. Asynchronous promotion from rungs that
+still hold few results over-promotes: 81 trials ran 38, 19 and 8 jobs at rungs 1-3 (synchronous halving
+would run 27, 9, 3), about 170 of its ~410 trial-epochs. And random configurations are mostly poor (the
+learning rate is log-uniform over [0.01, 0.5]); the first rung (1 epoch) ranks them only roughly (the
+eventual winner was third at rung 0). Drawing the later configurations with TPE, fitted on every
+configuration ranked by the highest rung it reached, is what brings ASHA under a third: with 27 trials
+in all 5 runs (at most 0.27), with 81 in 4 of 5. Random configurations (the ASHA paper's) stay asha's
+default: its schedule is reproducible from the seed alone and any category works, where TPE takes only
+None, bool, numbers and strings.
+
+Slot utilisation (busy function seconds / the slots' seconds from the search's start to its end), ASHA
+against differential evolution's synchronous generations, same runs (81 ASHA trials, load average 13-14):
+
+    python bench/search.py --searches asha,differential_evolution --asha-trials 81
+        asha 0.87 (slots held by jobs 0.99), differential_evolution 0.45, grid 0.44
+    python bench/search.py --searches asha,differential_evolution --asha-trials 81 --seeds 2,3
+        asha 0.91 and 0.93 (held 0.97, 0.98), differential_evolution 0.45 and 0.46, grid 0.46
+
+Before the slot tasks each job was a Spark job and a process of its own: ASHA 0.46-0.54. With slot tasks
+whose worker was a fresh Python, 0.70-0.72 (each slot's first job waited 3-9 s for that Python and its
+imports). Now the worker is forked from the slot task: a slot takes its first job about 0.2 s after the
+search starts, the gaps between a slot's jobs are about 1% of its time, and what is left is the hand-over
+of each job (driver, slot task, worker and back: tens of milliseconds on a loaded machine, against jobs of
+0.1-1 s here) and the last top-rung trial running alone.
 """
 
 from __future__ import annotations
@@ -143,54 +177,62 @@ def to_reach(costs: list[tuple[float, float | None]], target: float) -> float | 
 
 
 def main() -> None:
+    global REPEAT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--master", default="local[4]")
     parser.add_argument("--samples", type=int, default=12, help="trials of random and TPE search")
     parser.add_argument("--asha-trials", type=int, default=27)
     parser.add_argument("--min-budget", type=int, default=1, help="epochs of ASHA's and Hyperband's first rung")
     parser.add_argument("--tolerance", type=float, default=0.005)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--searches", default="grid,random,asha,hyperband,tpe,differential_evolution",
+    parser.add_argument("--seeds", default="1",
+                        help="comma-separated seeds: every search but grid runs once per seed (the asynchronous "
+                             "ones also order their jobs by when each ended, so one run is one sample)")
+    parser.add_argument("--repeat", type=int, default=REPEAT,
+                        help="passes over the training set per epoch (the seconds an epoch takes)")
+    parser.add_argument("--searches", default="grid,random,asha,asha_tpe,hyperband,tpe,differential_evolution",
                         help="which to run (grid always runs: it sets the target)")
     args = parser.parse_args()
+    REPEAT = args.repeat   # mlp travels by value, with this module's globals as they are when it is sent
     chosen = set(args.searches.split(",")) | {"grid"}
     os.environ.setdefault("HOPSML_ROOT", tempfile.mkdtemp(prefix="hopsml-bench-"))
     session.get_or_create(config.load(master=args.master))
     common = dict(optimization_key="accuracy", direction="max")
-    runs: dict[str, tuple[str, float]] = {}
+    runs: dict[tuple[str, int], tuple[str, float]] = {}
 
-    def timed(label: str, call: Any) -> str:
+    def timed(label: str, seed: int, call: Any) -> str:
         if label not in chosen:
             return ""
         began = time.monotonic()
-        logdir = call()[0]
-        runs[label] = (logdir, time.monotonic() - began)
+        logdir = call(seed)[0]
+        runs[(label, seed)] = (logdir, time.monotonic() - began)
         return logdir
 
-    grid_dir = timed("grid", lambda: experiment.grid_search(mlp, GRID, name="bench-grid", **common))
-    timed("random", lambda: experiment.random_search(mlp, SPACE, samples=args.samples, seed=args.seed,
-                                                     log_scale=["lr"], name="bench-random", **common))
+    grid_dir = timed("grid", 0, lambda _: experiment.grid_search(mlp, GRID, name="bench-grid", **common))
     space = {k: v for k, v in SPACE.items() if k != "epochs"}
-    timed("asha", lambda: experiment.asha(mlp, space, budget="epochs", min_budget=args.min_budget,
-                                          max_budget=27, eta=3, num_trials=args.asha_trials, seed=args.seed,
-                                          log_scale=["lr"], name="bench-asha", **common))
-    timed("hyperband", lambda: experiment.hyperband(mlp, space, budget="epochs",
-                                                    min_budget=args.min_budget, max_budget=27, eta=3,
-                                                    num_trials=args.asha_trials, seed=args.seed, log_scale=["lr"],
-                                                    name="bench-hyperband", **common))
-    timed("tpe", lambda: experiment.tpe_search(mlp, SPACE, samples=args.samples, seed=args.seed, log_scale=["lr"],
-                                               name="bench-tpe", **common))
-    timed("differential_evolution", lambda: experiment.differential_evolution(
-        mlp, SPACE, generations=3, population=6, seed=args.seed, log_scale=["lr"], name="bench-de", **common))
+    halving = dict(budget="epochs", min_budget=args.min_budget, max_budget=27, eta=3, num_trials=args.asha_trials,
+                   log_scale=["lr"], **common)
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        timed("random", seed, lambda seed: experiment.random_search(
+            mlp, SPACE, samples=args.samples, seed=seed, log_scale=["lr"], name="bench-random", **common))
+        timed("asha", seed, lambda seed: experiment.asha(mlp, space, seed=seed, name="bench-asha", **halving))
+        timed("asha_tpe", seed, lambda seed: experiment.asha(mlp, space, seed=seed, sampler="tpe",
+                                                             name="bench-asha-tpe", **halving))
+        timed("hyperband", seed, lambda seed: experiment.hyperband(mlp, space, seed=seed, name="bench-hyperband",
+                                                                   **halving))
+        timed("tpe", seed, lambda seed: experiment.tpe_search(mlp, SPACE, samples=args.samples, seed=seed,
+                                                              log_scale=["lr"], name="bench-tpe", **common))
+        timed("differential_evolution", seed, lambda seed: experiment.differential_evolution(
+            mlp, SPACE, generations=3, population=6, seed=seed, log_scale=["lr"], name="bench-de", **common))
 
     grid_costs = batch_costs(grid_dir)
     grid_best = max(m for _, m in grid_costs if m is not None)
     grid_total = sum(e for e, _ in grid_costs)
     target = grid_best - args.tolerance
     print(f"grid's best accuracy {grid_best:.4f}; target {target:.4f}; grid ran {grid_total:g} trial-epochs")
-    print(f"{'search':<24}{'trial-epochs':>14}{'to target':>11}{'/ grid':>8}{'best':>8}{'util.':>7}{'held':>6}"
-          f"{'wall s':>8}")
-    for label, (logdir, wall) in runs.items():
+    print(f"{'search':<24}{'seed':>5}{'trial-epochs':>14}{'to target':>11}{'/ grid':>8}{'best':>8}{'util.':>7}"
+          f"{'held':>6}{'wall s':>8}")
+    shares: dict[str, list[float | None]] = {}
+    for (label, seed), (logdir, wall) in runs.items():
         if not logdir:
             continue
         record = _read(logdir, "experiment.json")
@@ -199,9 +241,20 @@ def main() -> None:
         total = sum(e for e, _ in costs)
         reach = to_reach(costs, target)
         share = f"{reach / grid_total:.2f}" if reach is not None else "-"
-        print(f"{label:<24}{total:>14g}{(f'{reach:g}' if reach is not None else 'never'):>11}{share:>8}"
+        shares.setdefault(label, []).append(reach / grid_total if reach is not None else None)
+        print(f"{label:<24}{seed if label != 'grid' else '-':>5}{total:>14g}{(f'{reach:g}' if reach is not None else 'never'):>11}{share:>8}"
               f"{record['metric']:>8.4f}{record.get('slot_utilisation', 0):>7.2f}"
               f"{(f'{h:.2f}' if (h := held(logdir)) is not None else '-'):>6}{wall:>8.1f}")
+
+    for label, found in shares.items():
+        if label == "grid" or len(found) < 2:
+            continue
+        # a run that never got there counts as more than any that did
+        ordered = sorted(found, key=lambda v: (v is None, v or 0.0))
+        middle = ordered[len(ordered) // 2]
+        print(f"{label}: within {args.tolerance:g} of grid's best in {sum(v is not None for v in found)} of "
+              f"{len(found)} runs; median share of grid's trial-epochs "
+              f"{f'{middle:.2f}' if middle is not None else 'never'}")
 
 
 if __name__ == "__main__":

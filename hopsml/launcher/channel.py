@@ -117,9 +117,10 @@ class DriverChannel:
     """Listens on the driver host; calls `on_message(message, connection)` for each message."""
 
     def __init__(self, host: str, secret: bytes, on_message: Callable[[dict[str, Any], Connection], None],
-                 port_range: tuple[int, int] | None = None) -> None:
+                 port_range: tuple[int, int] | None = None,
+                 on_close: Callable[[Connection], None] | None = None) -> None:
         self.secret = secret
-        self._on_message = on_message
+        self._on_message, self._on_close = on_message, on_close
         self._server = _listen(host, port_range)
         self._server.settimeout(_POLL_S)  # accept wakes up to see a close
         self.address = (host, self._server.getsockname()[1])
@@ -166,6 +167,8 @@ class DriverChannel:
             with self._sockets_lock:
                 self._sockets.discard(sock)
             sock.close()
+            if self._on_close is not None:  # a long-lived task's end: what it ran has ended with it
+                self._on_close(connection)
 
     def close(self) -> None:
         """Stop accepting and end every connection; returns at once (the loops end on their own)."""
@@ -188,6 +191,7 @@ class TaskChannel:
         _bound(sock)
         self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=_OUTBOX_SIZE)
         self._gone = threading.Event()     # the driver end is gone: nothing more can be sent
+        self.ended = threading.Event()     # nothing more comes from the driver (its end closed)
         self._closing = threading.Event()
         self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self._sender = threading.Thread(target=self._send_loop, name="hopsml-channel-send", daemon=True)
@@ -247,6 +251,8 @@ class TaskChannel:
                 self.inbox.put(message)
         except (OSError, ValueError):
             pass
+        finally:
+            self.ended.set()
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Flush what is queued for at most `timeout_s`, then close; returns also when the driver is gone."""

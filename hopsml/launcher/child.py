@@ -158,16 +158,7 @@ class ChildRank:
             channel.close()
 
     def _tail(self) -> str:
-        """The last lines the child wrote: its own log where it is on this disk, else its raw output."""
-        log_file = self._spec.storage.local_path(layout.join(self._spec.run_dir, self._spec.log_name))
-        lines: list[str] = []
-        for path in (log_file, self._stderr_path):
-            try:
-                with open(path or "", encoding="utf-8", errors="replace") as f:
-                    lines.extend(deque((line.rstrip("\n") for line in f), maxlen=_TAIL_LINES))
-            except OSError:
-                continue
-        return "\n".join(lines[-_TAIL_LINES:])
+        return output_tail(self._spec, self._stderr_path)
 
     def close(self) -> None:
         """Kill the child if it still runs and remove its files."""
@@ -177,6 +168,19 @@ class ChildRank:
         self.stop_input()
         self._stderr.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def output_tail(spec: TaskSpec, raw_output: str) -> str:
+    """The last lines a child wrote: its run's log where it is on this disk, else its raw output."""
+    log_file = spec.storage.local_path(layout.join(spec.run_dir, spec.log_name))
+    lines: list[str] = []
+    for path in (log_file, raw_output):
+        try:
+            with open(path or "", encoding="utf-8", errors="replace") as f:
+                lines.extend(deque((line.rstrip("\n") for line in f), maxlen=_TAIL_LINES))
+        except OSError:
+            continue
+    return "\n".join(lines[-_TAIL_LINES:])
 
 
 def exit_cause(returncode: int) -> str:

@@ -107,9 +107,30 @@ class Metric:
 
 @dataclass(frozen=True)
 class Stop:
-    """The driver tells a trial to stop early."""
+    """The driver tells a trial to stop early (or a slot task that no more jobs come)."""
 
     KIND: ClassVar[str] = "stop"
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A long-lived slot task of a search is up and takes jobs: its slot and its executor's host."""
+
+    KIND: ClassVar[str] = "ready"
+    slot: int
+    host: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Assign:
+    """The driver gives a slot task its next job: a trial's number, folder and keyword arguments."""
+
+    KIND: ClassVar[str] = "assign"
+    trial: int
+    trial_name: str
+    run_dir: str
+    kwargs: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -134,7 +155,7 @@ class Timing:
     system: dict[str, float] | None = None
 
 
-Message = Output | Failing | Finished | Metric | Stop | Clock | Timing
+Message = Output | Failing | Finished | Metric | Stop | Ready | Assign | Clock | Timing
 
 
 def to_wire(message: Message) -> dict[str, Any]:
@@ -157,6 +178,11 @@ def decode(data: dict[str, Any]) -> Message | None:
         return Metric(data.get("trial"), int(data.get("step") or 0), dict(data.get("values") or {}))
     if kind == Stop.KIND:
         return Stop()
+    if kind == Ready.KIND:
+        return Ready(int(data.get("slot") or 0), str(data.get("host") or ""), int(data.get("pid") or 0))
+    if kind == Assign.KIND:
+        return Assign(int(data.get("trial") or 0), str(data.get("trial_name") or ""), str(data.get("run_dir") or ""),
+                      dict(data.get("kwargs") or {}))
     if kind == Clock.KIND:
         t1 = data.get("t1")
         return Clock(data.get("rank"), int(data.get("t0") or 0), None if t1 is None else int(t1))

@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator, Mapping
@@ -63,6 +63,7 @@ class TaskSpec:
     # The run's settings snapshot, made on the driver (the engine passes its own): ranks never read theirs.
     settings: config.RunSettings = field(default_factory=config.RunSettings.resolve)
     seed: int | None = None  # the run's seed: every generator the function uses starts from it (`seeds`)
+    timeline: bool = False  # record the function's timeline (spans, system samples) into its folder's timeline/
 
 
 class _Tee(io.TextIOBase):
@@ -272,7 +273,10 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
                 try:
                     started_at = time.time()
                     seeded = seeds.seed_generators(spec.seed, fn) if spec.seed is not None else {}
-                    with recorded(rank, world_size, spec) if timeline else nullcontext():
+                    # a run's rank (launch, the TensorFlow verbs) reports to the driver as it goes; a search's
+                    # trial (spec.timeline) writes a part of its own per job
+                    with (recorded(rank, world_size, spec) if timeline
+                          else _timeline(spec.timeline, rank, world_size, ctx.local_dir)):
                         value = fn(**kwargs)
                     report = RankReport(True, result=normalise_result(
                         value, spec.storage, run_dir, started=started_at, run_local_dir=ctx.local_dir),
@@ -294,6 +298,27 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
         channel.send(to_wire(Finished(report)))  # at once: a failure stops the other ranks
         channel.close()
     return report.to_wire()
+
+
+@contextmanager
+def _timeline(enabled: bool, rank: int, world_size: int, folder: str) -> Iterator[None]:
+    """Record the function's timeline into `folder`/timeline/, as a part of its own: a trial run again (a
+    promoted rung) adds a part beside the earlier ones."""
+    if not enabled:
+        yield
+        return
+    from hopsml.timeline.session import rank_timeline
+
+    target = os.path.join(folder, layout.TIMELINE)
+
+    def write_part(data: bytes) -> None:
+        os.makedirs(target, exist_ok=True)
+        n = sum(name.startswith("rank-") and name.endswith(".json") for name in os.listdir(target))
+        with open(os.path.join(target, f"rank-{rank + n}.json"), "wb") as out:
+            out.write(data)
+
+    with rank_timeline(rank, world_size, write_part=write_part):
+        yield
 
 
 def _is_launcher_frame(frame: Any) -> bool:

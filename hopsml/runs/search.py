@@ -1,9 +1,10 @@
 """The engine of a search, on the driver: trials as parallel Spark tasks, each in its own folder of the experiment,
 with live progress, early stopping over the authenticated channel, and a summary kept up to date.
 
-Each trial's function runs in a child process of its task (launcher/child.py): a trial that ends its
-process (os._exit, a segfault, an out-of-memory kill) is recorded FAILED with its exit cause and the
-search goes on; the other trials and the shared Python workers are not affected."""
+Each trial's function runs in a process of its own (launcher/child.py; for the asynchronous searches a
+slot task's worker process, launcher/slot.py): a trial that ends its process (os._exit, a segfault, an
+out-of-memory kill) is recorded FAILED with its exit cause and the search goes on; the other trials and
+the shared Python workers are not affected."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from hopsml.launcher.task import TaskSpec
 from hopsml.net import Network
 from hopsml.progress import progress_bar
 from hopsml.runs import blame
+from hopsml.runs.slots import SlotTasks, carries_exactly
 from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.search import hparams as hparams_events
 from hopsml.search.asha import Job
@@ -79,10 +81,13 @@ class Trial:
     rungs: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None
     ranks: int = 1  # ranks per trial (num_workers of a distributed search)
+    # where and when each of its jobs ran: {"slot", "host", "start", "end"} (wall clock, seconds)
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    timeline: str | None = None   # its merged timeline (trace.json), root-relative, when the search records them
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
-        for name in ("rung", "budget", "rungs", "note"):   # only searches with rungs have them
+        for name in ("rung", "budget", "rungs", "note", "placements", "timeline"):   # only some searches have them
             if data[name] is None or data[name] == []:
                 data.pop(name)
         if self.ranks == 1:
@@ -96,11 +101,13 @@ class Search:
     def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
                  optimization_key: str, checks: preflight.Preflight | None = None, seed: int | None = None,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
-                 local_logdir: bool = False, metric_required: bool = True, unit: str = "trial") -> None:
+                 local_logdir: bool = False, metric_required: bool = True, unit: str = "trial",
+                 timeline: bool = False) -> None:
         self.sc, self.run, self.fn, self.settings, self.checks, self.seed = sc, run, fn, settings, checks, seed
         self.seeded: dict[str, int] = {}
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir
+        self.timeline = timeline   # each trial's function records its timeline (spans, system samples)
         self.metric_required = metric_required  # launch's executions may return no metric at all
         self.unit = unit
         self.trials: list[Trial] = []
@@ -113,6 +120,8 @@ class Search:
         self._budgets: list[Any] = []   # the rungs' budgets of a successive-halving search
         self._budget_name: str | None = None
         self.adopted: list[dict[str, Any]] = []   # the trials a resumed search took over, as recorded
+        self._unclaimed: list[Trial] = []   # adopted trials a batch has not taken up yet
+        self._writer: _RecordWriter | None = None   # writes an asynchronous search's records off its slots' path
 
     # --- bookkeeping ---------------------------------------------------------------------------
     def _new_trial(self, params: dict[str, Any]) -> Trial:
@@ -172,6 +181,7 @@ class Search:
             storage.write_json(trial_dir.outputs, outputs)
             if trial.metric is not None:
                 storage.write_text(trial_dir.metric, repr(trial.metric))
+            self._merge_timeline(trial)
             try:   # TensorBoard's HParams tab: this trial's hyperparameters and metric
                 hparams_events.write_trial(storage, trial_dir.tensorboard, trial.params, self.key, trial.metric,
                                            trial.state, trial.duration)
@@ -206,27 +216,52 @@ class Search:
                               best=f"{best.metric:.4g}" if best else "-", refresh=True)
 
     # --- running -------------------------------------------------------------------------------
+    def _take_up(self, params: dict[str, Any]) -> Trial | None:
+        """The adopted trial of these parameters (resume=), once: it ended (kept) or runs again in its folder."""
+        wanted = _as_recorded(params)
+        for trial in self._unclaimed:
+            if _as_recorded(trial.params) == wanted:
+                self._unclaimed.remove(trial)
+                trial.params = params
+                return trial
+        return None
+
     def run_batch(self, params_list: list[dict[str, Any]], total: int) -> list[Trial]:
-        """Run trials in parallel (as many at once as the cluster has slots); returns them when all end."""
-        batch = [self._new_trial(p) for p in params_list]
+        """Run trials in parallel (as many at once as the cluster has slots); returns them when all end.
+        A resumed search keeps the trials of these parameters that ended and runs the others again."""
+        batch = [self._take_up(p) or self._new_trial(p) for p in params_list]
+        kept = [t for t in batch if t.state not in ("PENDING", "RUNNING")]
+        whole, batch = batch, [t for t in batch if t not in kept]
+        if self._bar is None:
+            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
+        if not batch:
+            return whole
         monitor = StageMonitor(echo=False, on_metric=self._on_metric, on_finished=self._finish)
         channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
         storage, fn = self.run.storage, self.fn
         specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
                                      trial_name=posixpath.basename(t.dir), local_logdir=self.local_logdir,
-                                     settings=self.settings, seed=self.seed)) for t in batch]
+                                     settings=self.settings, seed=self.seed, timeline=self.timeline))
+                 for t in batch]
 
         def one_trial(partition: Iterator[int]) -> Iterator[dict[str, Any]]:
+            import socket
+
             for i in partition:
                 params, spec = specs[i]
+                began = time.time()
                 child = ChildRank(fn, spec, kwargs=params, rank=0, world_size=1, write_metrics=True,
                                   native_output=True)
-                yield child.wait()
+                report = child.wait()
+                # where and when it ran (the task's slot is not named: the web view packs them into lanes)
+                report["placement"] = {"host": socket.gethostname(), "start": round(began, 3),
+                                       "end": round(time.time(), 3)}
+                yield report
 
-        if self._bar is None:
-            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
         for trial in batch:
             trial.state = "RUNNING"
+        with self._lock:   # a driver killed now leaves them RUNNING: resume= runs them again
+            self._write_summary()
         slots, began = concurrent_slots(self.sc), time.monotonic()
         try:
             collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id, checks=self.checks,
@@ -235,7 +270,12 @@ class Search:
             channel.close()
         monitor.settle(collected)  # the trials whose live message did not reach us
         self._window_s += slots * (time.monotonic() - began)
-        return batch
+        with self._lock:
+            for data in collected:
+                if isinstance(data.get("trial"), int) and isinstance(data.get("placement"), dict):
+                    self.trials[data["trial"]].placements.append(data["placement"])
+            self._write_summary()
+        return whole
 
     def adopt(self, source: ExperimentDir) -> None:
         """Take over the trials of an earlier run of this search (resume=): each folder is copied into this
@@ -254,9 +294,11 @@ class Search:
                           outputs=entry.get("outputs") or {}, error=entry.get("error"),
                           traceback=entry.get("traceback"), duration=entry.get("duration"), rung=entry.get("rung"),
                           budget=entry.get("budget"), rungs=list(entry.get("rungs") or []), note=entry.get("note"),
-                          ranks=int(entry.get("ranks") or 1))
+                          ranks=int(entry.get("ranks") or 1), placements=list(entry.get("placements") or []),
+                          timeline=entry.get("timeline"))
             self.trials.append(trial)
             self.adopted.append(entry)
+            self._unclaimed.append(trial)
         self._write_summary()
         self.record_fields["resumed_from"] = {
             "experiment": source.id, "trials": len(self.adopted),
@@ -266,10 +308,11 @@ class Search:
     # --- asynchronous searches ---------------------------------------------------------------------
     def run_async(self, scheduler: Any, *, total: int, num_workers: int = 1, budget: str | None = None,
                   max_parallel: int | None = None) -> None:
-        """Run the scheduler's jobs, one Spark job each, from one thread per free place on the cluster:
-        a thread whose job ends asks the scheduler for the next at once, so a slot never waits for other
-        trials (Spark runs the jobs of several threads at once). With `num_workers` > 1 each job is a
-        barrier stage of that many ranks, and the threads are the cluster's slots divided by it.
+        """Run the scheduler's jobs from one thread per free place on the cluster: a thread whose job ends
+        asks the scheduler for the next at once, so a slot never waits for other trials. Jobs of one rank
+        go to the place's long-lived slot task (runs/slots.py: one Spark job for the whole search); with
+        `num_workers` > 1 each job is a barrier stage of that many ranks (Spark runs the jobs of several
+        threads at once), and the places are the cluster's slots divided by it.
 
         `scheduler` has next_job() -> Job | None (None: nothing to start now) and job_done(job, metric).
         """
@@ -291,6 +334,9 @@ class Search:
         began = time.monotonic()
 
         log_order: list[dict[str, Any]] = []   # every job's start and end, in the order the driver saw them
+        # single-rank trials run in long-lived slot tasks: no Spark job or process start per trial
+        pool = self._slot_tasks(places) if num_workers == 1 else None
+        self._writer = _RecordWriter(self)
 
         def next_job(place: int, ended: tuple[Job, float | None] | None) -> tuple[Job, Trial] | None:
             """Under one lock: tell the scheduler how the slot's job ended, then pick its next job at once
@@ -311,11 +357,11 @@ class Search:
                             trial = by_key[job.key] = self._new_trial(job.params)
                             trial.ranks = num_workers
                         trial.state, trial.note = "RUNNING", None
-                        running[place] = f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
+                        running[place] = pool.group if pool is not None else \
+                            f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
                         log_order.append({"slot": place, "event": "start", "trial": trial.index, "rung": job.rung,
                                           "t": round(time.monotonic() - began, 3)})
-                        with self._lock:   # a driver killed now leaves the trial RUNNING: resume= runs it again
-                            self._write_summary()
+                        self._summary_changed()   # a driver killed now leaves it RUNNING: resume= runs it again
                         return job, trial
                     if not running:
                         break   # nothing runs that could make new work
@@ -329,7 +375,7 @@ class Search:
                 job, trial = found
                 metric = None
                 try:
-                    metric = self._run_job(job, trial, num_workers, budget, running[place])
+                    metric = self._run_job(job, trial, num_workers, budget, running[place], pool, place)
                 except BaseException as exc:  # noqa: BLE001 - ends the search, raised in the caller's thread
                     errors.append(exc)
                     stop.set()
@@ -338,6 +384,8 @@ class Search:
                     for group in groups:
                         self.sc.cancelJobGroup(group)
                 ended = (job, metric)
+            if pool is not None:   # nothing more for this slot: its task ends and frees the slot
+                pool.release(place)
 
         threads = [threading.Thread(target=slot, args=(p,), name=f"hopsml-search-slot-{p}", daemon=True)
                    for p in range(places)]
@@ -357,6 +405,10 @@ class Search:
             raise
         finally:
             self._window_s += slots * (time.monotonic() - began)
+            if pool is not None:
+                pool.close()
+            self._writer.close()
+            self._writer = None
         if errors:
             raise errors[0]
         self.record_fields.update(scheduler.describe(), parallel_trials=places, num_workers=num_workers,
@@ -380,17 +432,37 @@ class Search:
                          "change": round(delta, 6) if delta is not None else None})
         return rows
 
-    def _run_job(self, job: Job, trial: Trial, num_workers: int, budget: str | None, group: str) -> float | None:
+    def _slot_tasks(self, places: int) -> SlotTasks:
+        """The long-lived slot tasks of an asynchronous search of single-rank trials."""
+        spec = TaskSpec(self.run.storage, self.run.dir.path, None, b"", local_logdir=self.local_logdir,
+                        settings=self.settings, seed=self.seed, timeline=self.timeline)
+        return SlotTasks(self.sc, self.fn, spec, places, group=f"{self.run.id}-slots", checks=self.checks,
+                         network=Network(self.settings.network_interface, self.settings.port_range),
+                         description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {places} slot tasks)",
+                         on_metric=self._on_metric)
+
+    def _run_job(self, job: Job, trial: Trial, num_workers: int, budget: str | None, group: str,
+                 pool: SlotTasks | None = None, place: int = 0) -> float | None:
         """One job of an asynchronous search in the trial's folder (a promoted trial continues there, so
-        its checkpoints and its curve carry on); returns its metric, None when it failed."""
+        its checkpoints and its curve carry on); returns its metric, None when it failed. A job of one
+        rank runs in a slot task of `pool` while the channel's JSON carries the arguments unchanged (else
+        the place's task ends, and its jobs from then on are Spark jobs of their own)."""
         kwargs = dict(job.params)
         if budget is not None:
             kwargs[budget] = job.budget
+        start = time.time()
+        if pool is not None and not pool.released(place) and not carries_exactly(kwargs):
+            pool.release(place)   # its task gives its slot to this job and the place's later ones
+        if pool is not None and not pool.released(place):
+            report = pool.run(place, trial.index, posixpath.basename(trial.dir), trial.dir, kwargs)
+            trial.placements.append({"slot": place, "host": pool.host(place), "start": round(start, 3),
+                                     "end": round(time.time(), 3)})
+            return self._record_job(job, trial, [report], [] if report.ok else [report], 1)
         monitor = StageMonitor(echo=False, prefix_ranks=num_workers > 1, abort_on_failure=num_workers > 1)
         channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
         spec = TaskSpec(self.run.storage, trial.dir, channel.address, channel.secret, trial=trial.index,
                         trial_name=posixpath.basename(trial.dir), local_logdir=self.local_logdir,
-                        settings=self.settings, seed=self.seed)
+                        settings=self.settings, seed=self.seed, timeline=self.timeline and num_workers == 1)
         partition = self._partition(spec, kwargs, num_workers)
         what = f"rung {job.rung}, {budget}={job.budget}" if job.rung is not None else f"trial {trial.index}"
         collected: list[Any] = []
@@ -408,6 +480,8 @@ class Search:
             channel.close()
         reports = monitor.settle(collected)
         failures = sorted(monitor.failures() + crashed, key=blame.first_cause)   # the cause first, not its peers
+        trial.placements.append({"slot": place, "host": None, "slots": num_workers, "start": round(start, 3),
+                                 "end": round(time.time(), 3)})
         return self._record_job(job, trial, reports, failures, num_workers)
 
     def _partition(self, spec: TaskSpec, kwargs: dict[str, Any], num_workers: int
@@ -424,7 +498,7 @@ class Search:
         from hopsml.torch.process_group import end_rank_group
 
         framework = functools.partial(CollectiveRank, functools.partial(fn, **kwargs),
-                                      CollectiveOptions.from_settings(self.settings, None), False)
+                                      CollectiveOptions.from_settings(self.settings, None), False, self.timeline)
         return barrier_task(spec, gpus_per_worker=0, framework=framework, on_shutdown=(end_rank_group,))
 
     def _record_job(self, job: Job, trial: Trial, reports: list[RankReport], failures: list[RankReport],
@@ -461,13 +535,40 @@ class Search:
                     # below the top rung: stopped there, unless a promotion takes it further later
                     trial.state = State.EARLY_STOPPED.value
                     trial.note = f"stopped at rung {job.rung} ({self._budget_name}={job.budget})"
-            storage, trial_dir = self.run.storage, RunDir(trial.dir)
-            storage.write_json(trial_dir.outputs, trial.outputs)
-            if trial.metric is not None:
-                storage.write_text(trial_dir.metric, repr(trial.metric))
+            if self._writer is not None:   # off the slot's path: it starts its next job at once
+                self._writer.ended(trial, dict(trial.outputs), trial.metric)
+                return trial.metric
+            self._write_trial(trial.dir, trial.outputs, trial.metric)
             self._write_summary()
             self._update_bar()
             return trial.metric
+
+    def _write_trial(self, path: str, outputs: dict[str, Any], metric: float | None) -> None:
+        storage, trial_dir = self.run.storage, RunDir(path)
+        storage.write_json(trial_dir.outputs, outputs)
+        if metric is not None:
+            storage.write_text(trial_dir.metric, repr(metric))
+
+    def _merge_timeline(self, trial: Trial) -> None:
+        """Merge the parts of a trial's timeline (one per job it ran) into its trace.json."""
+        if not self.timeline:
+            return
+        from hopsml.timeline import merge
+
+        try:
+            trial.timeline = merge.merge(self.run.storage, RunDir(trial.dir), {"trial": trial.index})
+        except merge.TimelineError:
+            pass   # its function never ran (its process died first): no part to merge
+        except Exception as exc:  # noqa: BLE001 - the trial's result matters more than its timeline
+            log.warning("the timeline of trial %s could not be merged: %s", trial.dir, exc)
+
+    def _summary_changed(self) -> None:
+        """The summary is to be written again: now, or by the writer of an asynchronous search."""
+        if self._writer is not None:
+            self._writer.summary()
+        else:
+            with self._lock:
+                self._write_summary()
 
     def _conclude_trial(self, trial: Trial, budget: str | None) -> None:
         """Write a trial's HParams session once the search is over (its rungs ran in several jobs)."""
@@ -507,6 +608,7 @@ class Search:
         counts = {state: sum(t.state == state for t in self.trials)
                   for state in (State.FINISHED.value, State.FAILED.value, State.EARLY_STOPPED.value)}
         record_fields = {**self.record_fields, **record_fields}
+        record_fields.setdefault("timeline", {"enabled": self.timeline, "per": "trial"})
         if self._window_s > 0:   # busy slot-seconds over available ones, while trials ran
             record_fields.setdefault("slot_utilisation", round(self._busy_s / self._window_s, 4))
         self.run.finish(metric=best.metric, results=best.outputs, best_hyperparameters=best.params,
@@ -515,11 +617,69 @@ class Search:
         return best
 
 
+class _RecordWriter:
+    """Writes the records of an asynchronous search's jobs in a thread of its own: a slot whose job ended
+    starts its next one at once, and a burst of endings costs one write of the summary."""
+
+    def __init__(self, search: Search) -> None:
+        self.search = search
+        self._ended: list[tuple[Trial, dict[str, Any], float | None]] = []
+        self._summary_due = False
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="hopsml-search-records", daemon=True)
+        self._thread.start()
+
+    def ended(self, trial: Trial, outputs: dict[str, Any], metric: float | None) -> None:
+        with self._changed:
+            self._ended.append((trial, outputs, metric))
+            self._summary_due = True
+            self._changed.notify()
+
+    def summary(self) -> None:
+        with self._changed:
+            self._summary_due = True
+            self._changed.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while not (self._ended or self._summary_due or self._closed):
+                    self._changed.wait()
+                ended, due, closed = self._ended, self._summary_due, self._closed
+                self._ended, self._summary_due = [], False
+            try:
+                for trial, outputs, metric in ended:
+                    self.search._write_trial(trial.dir, outputs, metric)
+                    self.search._merge_timeline(trial)
+                if due:
+                    with self.search._lock:
+                        data = {"trials": [t.summary() for t in self.search.trials]}
+                    self.search.run.storage.write_json(self.search.run.dir.summary, data)
+                    self.search._update_bar()
+            except (OSError, StorageError) as exc:
+                log.warning("could not write the records of search %s: %s", self.search.run.id, exc)
+            if closed and not ended and not due:
+                return
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Write what is left and end the thread."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join(timeout_s)
+
+
+def _as_recorded(params: dict[str, Any]) -> Any:
+    """Parameters as the summary records them (JSON), to find a trial of an earlier run by them."""
+    return json.loads(json.dumps(params, default=str))
+
+
 def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
                optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
                early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
                batches: Callable[[Search], Any], seed: int | None = None, resume: ExperimentDir | None = None,
-               **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+               timeline: bool = True, **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
     from hopsml import config
     from hopsml.runs.engine import Start, check_function, ship
@@ -541,7 +701,7 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
         search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=optimization_key, direction=goal,
-                        early_stopping=rule, local_logdir=bool(local_logdir))
+                        early_stopping=rule, local_logdir=bool(local_logdir), timeline=bool(timeline))
         if resume is not None:
             search.adopt(resume)
         batches(search)

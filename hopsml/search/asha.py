@@ -64,7 +64,7 @@ class SuccessiveHalving:
     """
 
     def __init__(self, configs: Callable[[int], dict[str, Any]], budgets: list[Any], *, eta: float,
-                 direction: Direction, num_trials: int, brackets: int = 1) -> None:
+                 direction: Direction, num_trials: int, brackets: int = 1, model: Any = None) -> None:
         if isinstance(num_trials, bool) or not isinstance(num_trials, int) or num_trials < 1:
             raise SearchSpaceError(f"num_trials must be a positive integer, got {num_trials!r}")
         if not 1 <= brackets <= len(budgets):
@@ -72,6 +72,7 @@ class SuccessiveHalving:
                                    f"got {brackets}")
         self.configs, self.budgets, self.eta, self.direction = configs, list(budgets), eta, direction
         self.num_trials = num_trials
+        self.model = model   # draws new configurations from the results so far (tpe.ConfigModel); else `configs`
         self.brackets = [_Bracket(s) for s in range(brackets)]
         self.params: list[dict[str, Any]] = []
         self.bracket_of: list[int] = []
@@ -139,10 +140,20 @@ class SuccessiveHalving:
             return None
         key = len(self.params)
         bracket = self.brackets[key % len(self.brackets)]
-        self.params.append(dict(self.configs(key)))
+        self.params.append(dict(self.model.draw(key, self._reached()) if self.model else self.configs(key)))
         self.bracket_of.append(bracket.first_rung)
         self.events.append({"event": "start", "trial": key, "rung": bracket.first_rung})
         return Job(key, self.params[key], self.budgets[bracket.first_rung], bracket.first_rung)
+
+    def _reached(self) -> list[tuple[dict[str, Any], int, float]]:
+        """Every configuration with a result: its params, the highest rung it completed, its metric there."""
+        best: dict[int, tuple[int, float]] = {}
+        for bracket in self.brackets:
+            for rung, done in bracket.results.items():
+                for key, metric in done.items():
+                    if key not in best or rung > best[key][0]:
+                        best[key] = (rung, metric)
+        return [(self.params[key], rung, metric) for key, (rung, metric) in sorted(best.items())]
 
     def job_done(self, job: Job, metric: float | None) -> None:
         """A job ended: its metric joins its rung (a failed job, None, is never promoted)."""
@@ -153,7 +164,8 @@ class SuccessiveHalving:
 
     def describe(self) -> dict[str, Any]:
         """What the experiment record keeps: the rungs, the brackets and how many promotions each rung made."""
-        return {"budgets": self.budgets, "eta": self.eta, "brackets": len(self.brackets),
+        drawn = {"sampler": "tpe", "modelled_configs": self.model.modelled} if self.model else {"sampler": "random"}
+        return {**drawn, "budgets": self.budgets, "eta": self.eta, "brackets": len(self.brackets),
                 "promotions": sum(e["event"] == "promote" for e in self.events), "schedule": self.events}
 
 
@@ -161,13 +173,20 @@ class PointList:
     """A fixed list of configurations as a scheduler (grid or random points run asynchronously)."""
 
     def __init__(self, points: list[dict[str, Any]]) -> None:
-        self.points, self.started = points, 0
+        self.points = points
+        self._order = list(range(len(points)))   # keys still to run, in order
+
+    def restore(self, trials: list[dict[str, Any]]) -> None:
+        """Take up a search from its summary (trials in key order): the ended ones are kept, the ones that
+        were running run again first, then the points never started."""
+        self._order = [key for key, trial in enumerate(trials) if trial.get("state") in ("RUNNING", "PENDING")]
+        self._order += list(range(len(trials), len(self.points)))
 
     def next_job(self) -> Job | None:
-        if self.started >= len(self.points):
+        if not self._order:
             return None
-        self.started += 1
-        return Job(self.started - 1, self.points[self.started - 1])
+        key = self._order.pop(0)
+        return Job(key, self.points[key])
 
     def job_done(self, job: Job, metric: float | None) -> None:
         """Nothing to learn: the points are fixed."""

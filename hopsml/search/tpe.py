@@ -109,3 +109,35 @@ class ModelBased:
 
     def describe(self) -> dict[str, Any]:
         return {"sampler": self.sampler, "startup_trials": self.startup_trials}
+
+
+class ConfigModel:
+    """How a successive-halving search draws its new configurations, as BOHB does (Falkner et al. 2018) but
+    with Optuna's TPE: fitted on every configuration that has a result, ranked by the highest rung it
+    reached, then by its metric there (a rung holds only the configurations promoted to it, so modelling
+    one rung alone would learn to avoid the best region); random configurations until `min_points` have one."""
+
+    def __init__(self, space: Space, *, direction: Direction, seed: int | None,
+                 random_configs: Any, min_points: int | None = None) -> None:
+        self.distributions = {d.name: distribution(d) for d in space.dimensions}
+        self.direction, self.seed, self.random_configs = direction, seed, random_configs
+        self.min_points = min_points if min_points is not None else len(space.dimensions) + 2
+        self.modelled = 0   # configurations the model proposed (the others were random)
+
+    def draw(self, key: int, reached: list[tuple[dict[str, Any], int, float]]) -> dict[str, Any]:
+        """The `key`-th new configuration, given each configuration's (params, highest rung, metric there)."""
+        if len(reached) < self.min_points:
+            return dict(self.random_configs(key))
+        optuna = _optuna()
+        sign = 1.0 if self.direction is Direction.MAX else -1.0
+        ranked = sorted(reached, key=lambda r: (r[1], sign * r[2]))   # worst first
+        sampler = optuna.samplers.TPESampler(seed=None if self.seed is None else self.seed + key,
+                                             n_startup_trials=0)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        for rank, (params, _, _) in enumerate(ranked):
+            study.add_trial(optuna.trial.create_trial(
+                params={name: params[name] for name in self.distributions}, distributions=self.distributions,
+                value=float(rank)))
+        trial = study.ask(self.distributions)
+        self.modelled += 1
+        return {name: trial.params[name] for name in self.distributions}

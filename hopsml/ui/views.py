@@ -361,6 +361,7 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
                      # successive halving: the rung reached, its budget, why it stopped, each rung's run
                      "rung": trial.get("rung"), "budget": trial.get("budget"), "note": trial.get("note"),
                      "rungs": trial.get("rungs") if isinstance(trial.get("rungs"), list) else [],
+                     "placements": trial.get("placements") if isinstance(trial.get("placements"), list) else [],
                      "series": metric_series(storage, layout.join(exp.path, name, layout.METRICS)) if inside else {}})
     rows.sort(key=lambda t: (t["metric"] is None, sign * (t["metric"] or 0)))
     trial_labels(rows)
@@ -379,7 +380,52 @@ def search_view(storage: Storage, exp: layout.ExperimentDir, rec: records.Experi
     return {"trials": rows, "params": params, "key": key, "direction": direction, "error": None,
             "curves": curves, "log_scale": [str(p) for p in log_scale] if isinstance(log_scale, list) else [],
             "rungs": rung_table(rows, rec.extra.get("budgets")), "budget_name": rec.extra.get("budget"),
-            "ablation": [r for r in rec.extra.get("ablation") or [] if isinstance(r, dict)]}
+            "ablation": [r for r in rec.extra.get("ablation") or [] if isinstance(r, dict)],
+            "gantt": slot_gantt(rows)}
+
+
+GANTT_WIDTH = 640   # pixels of the time axis of the slots chart
+
+
+def slot_gantt(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Which trial ran on which executor slot when: one lane per slot (per host: the slot its task had, else
+    the first lane free at its start, as the host's cores took the tasks), one bar per job, idle time left
+    blank; with the share of the lanes' time that jobs held. None when no trial recorded where it ran."""
+    jobs = []
+    for row in rows:
+        for placed in row["placements"]:
+            if not isinstance(placed, dict):
+                continue
+            start, end = _num(placed.get("start")), _num(placed.get("end"))
+            if start is None or end is None or end < start:
+                continue
+            slot = placed.get("slot")
+            jobs.append({"start": start, "end": end, "host": str(placed.get("host") or "executor"),
+                         "slot": slot if isinstance(slot, int) else None, "label": row["label"],
+                         "index": row["index"], "state": row["state"]})
+    if not jobs:
+        return None
+    jobs.sort(key=lambda j: (j["start"], j["end"]))
+    first, last = jobs[0]["start"], max(j["end"] for j in jobs)
+    span = max(last - first, 1e-3)
+    lanes: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for job in jobs:
+        slot = job["slot"]
+        if slot is None:   # the first lane of its host that was free when it started
+            taken = sorted(k[1] for k in lanes if k[0] == job["host"])
+            slot = next((k for k in taken if lanes[(job["host"], k)][-1]["end"] <= job["start"]),
+                        (taken[-1] + 1) if taken else 0)
+        lanes.setdefault((job["host"], slot), []).append(job)
+    scale = GANTT_WIDTH / span
+    drawn = []
+    for (host, slot), bars in sorted(lanes.items()):
+        drawn.append({"name": f"{host} slot {slot}", "bars": [
+            {"x": round((b["start"] - first) * scale, 1), "w": round(max((b["end"] - b["start"]) * scale, 1.0), 1),
+             "label": b["label"], "index": b["index"], "state": b["state"],
+             "start": round(b["start"] - first, 2), "end": round(b["end"] - first, 2)} for b in bars]})
+    busy = sum(j["end"] - j["start"] for j in jobs) / (len(lanes) * span)
+    ticks = [{"x": round(GANTT_WIDTH * k / 4, 1), "t": round(span * k / 4, 1)} for k in range(5)]
+    return {"lanes": drawn, "seconds": round(span, 2), "busy": round(busy, 3), "width": GANTT_WIDTH, "ticks": ticks}
 
 
 def rung_table(rows: list[dict[str, Any]], budgets: Any) -> list[dict[str, Any]]:

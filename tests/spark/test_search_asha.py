@@ -100,6 +100,38 @@ def test_a_resumed_tpe_search_tells_the_sampler_its_trials_and_runs_the_unfinish
     assert [t.state.name for t in tpe.study.trials] == ["COMPLETE", "FAIL", "COMPLETE", "RUNNING"]
 
 
+def test_asha_with_tpe_configurations_draws_them_from_the_results_of_its_highest_full_rung():
+    from hopsml.search.tpe import ConfigModel
+
+    space = Space.from_bounds({"x": [-3.0, 3.0]})
+    randoms = space.sample(40, 4)
+    model = ConfigModel(space, direction=Direction.MAX, seed=4, random_configs=randoms.__getitem__, min_points=5)
+    scheduler = SuccessiveHalving(randoms.__getitem__, [1, 3], eta=3, direction=Direction.MAX, num_trials=40,
+                                  model=model)
+    run_sequentially(scheduler, lambda job: -(job.params["x"] - 1) ** 2)
+    drawn = scheduler.params
+    assert drawn[:5] == randoms[:5] and drawn[5:] != randoms[5:40]   # random until rung 0 had 5 results
+    assert model.modelled == 35 and scheduler.describe()["sampler"] == "tpe"
+    # the model learns: its configurations sit nearer the best x=1 than random ones do
+    assert sum(abs(p["x"] - 1) for p in drawn[-15:]) < 0.8 * sum(abs(p["x"] - 1) for p in randoms[-15:])
+    plain = SuccessiveHalving(randoms.__getitem__, [1, 3], eta=3, direction=Direction.MAX, num_trials=3)
+    assert plain.describe()["sampler"] == "random"
+
+
+def test_gp_sampler_with_a_seed_proposes_the_same_trials_and_learns():
+    from hopsml.search.tpe import ModelBased
+
+    def proposals(seed):
+        gp = ModelBased(Space.from_bounds({"x": [-3.0, 3.0], "n": [1, 8]}), direction=Direction.MIN, samples=8,
+                        seed=seed, sampler="gp", startup_trials=3)
+        assert gp.describe() == {"sampler": "gp", "startup_trials": 3}
+        return run_sequentially_tpe(gp)
+
+    first = proposals(5)
+    assert first == proposals(5) and first != proposals(6)
+    assert sum(abs(p["x"] - 1) for p in first[-3:]) < sum(abs(p["x"] - 1) for p in first[:3])
+
+
 def run_sequentially_tpe(tpe):
     params = []
     while (job := tpe.next_job()) is not None:
@@ -254,9 +286,13 @@ RESUMABLE = textwrap.dedent("""
         restored = checkpoint.load()
         first = restored[1] + 1 if restored else 0
         hold = os.environ.get("HOLD_TRIALS", "/nonexistent")
-        if os.path.exists(hold):   # held until the test has killed the driver
+        with open(hold + ".jobs", "a") as f:   # the fifth job is held until the test has killed the driver
+            f.write("1")
+        with open(hold + ".jobs") as f:
+            fifth = len(f.read()) == 5
+        if fifth:
             open(hold + ".held", "w").close()
-        while os.path.exists(hold):
+        while fifth and os.path.exists(hold):
             time.sleep(0.2)
         for epoch in range(first, epochs):
             tensorboard.log({"acc": q * (1 - 0.5 ** (epoch + 1))}, step=epoch)
@@ -288,12 +324,13 @@ def test_a_search_whose_driver_was_killed_resumes_from_its_record(spark, root, t
     env = {**os.environ, "HOLD_TRIALS": str(hold), "HOPSML_MASTER": "local[2]",
            "HOPSML_LOG_DIR": str(tmp_path / "logs")}
     (tmp_path / "driver.py").write_text(RESUMABLE)
+    hold.touch()
     driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py")], env=env, cwd=tmp_path,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        _wait_for(lambda: sum(bool(t.get("rungs")) for t in _summary_of(root)) >= 4, "four ended trials")
-        hold.touch()   # the next job waits in its function; the driver is killed while it runs
-        _wait_for(lambda: (tmp_path / "hold.held").exists(), "a job held in its function")
+        _wait_for(lambda: (tmp_path / "hold.held").exists() and sum(t["state"] == "RUNNING" for t in _summary_of(root))
+                  == 1 and sum(len(t.get("rungs") or []) for t in _summary_of(root)) == 4,
+                  "four ended jobs and a fifth held in its function")
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
         before = _summary_of(root)

@@ -167,6 +167,19 @@ def test_search_page(site):
     assert _labels_after_lines(driver, parallel)
     assert len(parallel.find_elements("css selector", "g.legend rect.swatch")) == 5
     assert "accuracy" in parallel.find_element("css selector", "g.legend").text
+    # which trial ran on which slot when: a bar per trial on a lane of this host, none overlapping another
+    gantt = driver.find_element("id", "slots")
+    bars = gantt.find_elements("css selector", "rect.job")
+    assert sorted(b.get_attribute("data-trial") for b in bars) == sorted(r.find_elements("css selector", "td")[0].text
+                                                                         for r in rows)
+    assert [b.get_attribute("data-trial") for b in bars if "EARLY_STOPPED" in b.get_attribute("class")] == [number]
+    lanes = gantt.find_elements("css selector", "g.lane")
+    assert 1 <= len(lanes) <= 4 and all(" slot " in lane.get_attribute("data-lane") for lane in lanes)
+    for lane in lanes:
+        spans = sorted((float(b.get_attribute("x")), float(b.get_attribute("width")))
+                       for b in lane.find_elements("css selector", "rect.job"))
+        assert all(x + w <= next_x + 0.2 for (x, w), (next_x, _) in zip(spans, spans[1:])), spans
+    assert "of the slots' time" in driver.find_element("xpath", "//h3[contains(., 'Slots')]").text
 
 
 def _run_dir(site, key: str) -> str:
