@@ -236,6 +236,19 @@ def _maybe_number(text: Column) -> Column:
     return text.rlike(_NUMBER_START)
 
 
+def _is_number(text: str) -> bool:
+    """Whether a header name is a number (a preamble line's count, not a column's name).
+
+    >>> _is_number("150"), _is_number("4.0"), _is_number("Weight"), _is_number("")
+    (True, True, False, False)
+    """
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _one_row(frame: DataFrame) -> Any:
     """The row of a global aggregate (which always has one)."""
     row = frame.first()
@@ -485,11 +498,16 @@ class _TableJob:
                 cleaned, names, label, inference = again
                 escape = "\\"
                 log.info("%s: quotes inside fields are escaped with a backslash; read so", redact_uri(self.src))
-        if inference.read and inference.malformed == inference.read and opts.header and not opts.columns:
-            # R's write.table (and read.csv's row.names=): the header is one name short of every row,
-            # whose first field is its row name; pandas reads the first column as the index then
-            named = self._read(source, multiline, escape, row_names=True)
-            if named[3].malformed < inference.malformed:
+        if (inference.read and inference.malformed == inference.read and opts.header and not opts.columns
+                and not any(_is_number(raw) for raw in self.source_names.values())):
+            # R's write.table: the header is one name short of every row, whose first field is its row name
+            # (pandas reads that column as the index). A "header" of numbers is a preamble line instead, as
+            # scikit-learn's CSV files start with one: that stays an error whose hint names --skip-rows
+            try:
+                named = self._read(source, multiline, escape, row_names=True)
+            except ds.DatasetError:   # e.g. no feature column would be left: the rows stay rejected
+                named = None
+            if named is not None and named[3].malformed < inference.malformed:
                 cleaned, names, label, inference = named
                 log.info("%s: the header is one name short of the rows: their first field is a row name, "
                          "left out", redact_uri(self.src))
