@@ -27,7 +27,20 @@ def leave_out(ablated_feature, ablated_layer):
     return {"accuracy": 0.9 - 0.01 * len(ablated_feature or ""), "pid": os.getpid(), "scratch": scratch}
 
 
+def _last_job_id(spark) -> int:
+    """The id of a job run now: jobs of this test have larger ids (run ids, and so job groups, repeat across
+    the tests' roots in one Spark application)."""
+    sc = spark.sparkContext
+    sc.setJobGroup("test-search-slots-marker", "the last job before the test")
+    try:
+        sc.parallelize([0], 1).count()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return max(sc.statusTracker().getJobIdsForGroup("test-search-slots-marker"))
+
+
 def test_slot_tasks_run_trial_after_trial_in_one_job_and_a_failing_trial_fails_alone(spark, root):
+    before = _last_job_id(spark)
     features = [f"f{'x' * i}" for i in range(7)]
     logdir, best, _ = experiment.ablation(leave_out, features=features, layers=["raise", "die"],
                                           optimization_key="accuracy", name="slots")
@@ -48,8 +61,8 @@ def test_slot_tasks_run_trial_after_trial_in_one_job_and_a_failing_trial_fails_a
     assert all(t["outputs"]["scratch"] == 1 for t in finished)
     # one Spark job for the whole search, none per trial
     tracker = spark.sparkContext.statusTracker()
-    assert len(tracker.getJobIdsForGroup(f"{record['id']}-slots")) == 1
-    assert tracker.getJobIdsForGroup(record["id"]) == []
+    assert len([j for j in tracker.getJobIdsForGroup(f"{record['id']}-slots") if j > before]) == 1
+    assert [j for j in tracker.getJobIdsForGroup(record["id"]) if j > before] == []
     # each trial knows its slot, host and times; a slot runs one trial at a time
     by_slot = {}
     for t in trials.values():
@@ -87,6 +100,7 @@ def test_ctrl_c_stops_an_asynchronous_search_and_its_slot_tasks(spark, root):
     import _thread
     import threading
 
+    before = _last_job_id(spark)
     threading.Timer(5.0, _thread.interrupt_main).start()  # what Ctrl-C in a notebook does
     try:
         experiment.asha(sleepy, {"x": [0.0, 1.0]}, min_budget=1, max_budget=3, num_trials=4, name="interrupted")
@@ -99,7 +113,7 @@ def test_ctrl_c_stops_an_asynchronous_search_and_its_slot_tasks(spark, root):
     assert record["state"] == "KILLED"
     assert all(t["state"] != "FINISHED" for t in _json(str(run), ".summary.json")["trials"])
     tracker = spark.sparkContext.statusTracker()
-    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(f"{record['id']}-slots")]
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(f"{record['id']}-slots") if j > before]
     assert jobs and all(j is None or j.status != "RUNNING" for j in jobs)   # its slot tasks were stopped
     # the session is usable: the next search gets the slots
     logdir, _, _ = experiment.asha(shaped, {"shape": [[1, 2], [3, 4]]}, min_budget=1, max_budget=1, num_trials=2,
