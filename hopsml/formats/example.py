@@ -172,23 +172,26 @@ def encode_examples(columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.n
             payload_length = payload[1]
         empty = kind == _FLOAT_LIST and payload[0].shape[1] == 0
         list_length = payload_length + (0 if empty else 1 + _varint_size(payload_length))
-        list_length_bytes = varint_matrix(list_length)
+        list_length_bytes = _varint_block(list_length)
         feature_length = 1 + list_length_bytes[1] + list_length
         key = name.encode("utf-8")
         key_field = np.frombuffer(b"\x0a" + varint(len(key)) + key, dtype=np.uint8)
-        value_length = varint_matrix(feature_length)
+        value_length = _varint_block(feature_length)
         entry_length = key_field.size + 1 + value_length[1] + feature_length
-        entry_bytes = varint_matrix(entry_length)
+        entry_bytes = _varint_block(entry_length)
         blocks += [(_constant(b"\x0a", rows), None), entry_bytes, (np.broadcast_to(key_field, (rows, key_field.size)), None),
                    (_constant(b"\x12", rows), None), value_length, (_constant(bytes((kind << 3 | 2,)), rows), None),
                    list_length_bytes]
         if not empty:
-            blocks += [(_constant(b"\x0a", rows), None), varint_matrix(payload_length), payload]
+            blocks += [(_constant(b"\x0a", rows), None), _varint_block(payload_length), payload]
         length = 1 + entry_bytes[1] + entry_length
         total = length if total is None else total + length
     rows = max(rows, 0)
     features_length = total if total is not None else np.zeros(rows, dtype=np.int64)
-    blocks = [(_constant(b"\x0a", rows), None), varint_matrix(features_length)] + blocks
+    blocks = [(_constant(b"\x0a", rows), None), _varint_block(features_length)] + blocks
+    blocks = [_fixed_width(block, sizes) for block, sizes in blocks]
+    if all(sizes is None for _, sizes in blocks):   # every record as long as the others: no mask
+        return _fixed_records([block for block, _ in blocks], rows)
     matrix = np.concatenate([block for block, _ in blocks], axis=1)
     used = np.concatenate([np.ones(block.shape, dtype=bool) if sizes is None else
                            np.arange(block.shape[1]) < sizes[:, None] for block, sizes in blocks], axis=1)
@@ -196,6 +199,41 @@ def encode_examples(columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.n
     offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return matrix[used], offsets
+
+
+def _fixed_records(blocks: list[np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Records of one length, from blocks of fixed width: runs of blocks that are the same in every
+    row (tags, names, lengths) are joined into one before they are copied into each row."""
+    runs: list[np.ndarray] = []
+    for block in blocks:
+        if runs and block.strides[0] == 0 and runs[-1].strides[0] == 0:
+            runs[-1] = _constant(runs[-1][0].tobytes() + block[0].tobytes(), rows) if rows else runs[-1]
+        else:
+            runs.append(block)
+    width = sum(block.shape[1] for block in runs)
+    matrix = np.empty((rows, width), dtype=np.uint8)
+    at = 0
+    for block in runs:
+        matrix[:, at:at + block.shape[1]] = block
+        at += block.shape[1]
+    return matrix.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width
+
+
+def _varint_block(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`varint_matrix`, as one row broadcast to every row when all values are equal (the
+    lengths of fixed-size features)."""
+    if values.size and values.min() == values.max():
+        encoded = varint(int(np.asarray(values[:1], dtype=np.int64).view(np.uint64)[0]))
+        return _constant(encoded, values.size), np.broadcast_to(np.int64(len(encoded)), values.shape)
+    return varint_matrix(values)
+
+
+def _fixed_width(block: np.ndarray, sizes: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """A varint block whose values all take the same number of bytes (the usual case: lengths of
+    fixed-size lists, small labels) as a block of that width, needing no mask."""
+    if sizes is None or not sizes.size or sizes.min() != sizes.max():
+        return block, sizes
+    return block[:, :int(sizes[0])], None
 
 
 def _constant(data: bytes, rows: int) -> np.ndarray:

@@ -70,6 +70,14 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
 
 
+def _masked(crcs: Any) -> Any:
+    """:func:`masked_crc32c`'s mask of many CRCs at once (a uint32 numpy array)."""
+    import numpy as np
+
+    crcs = crcs.astype(np.uint32)
+    return (((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + np.uint32(_MASK_DELTA)).astype("<u4")
+
+
 def shard_name(index: int, count: int, compression: str | None = None) -> str:
     """Return the file name of shard ``index`` of ``count``, e.g. ``part-00003-of-00010.tfrecord``.
 
@@ -178,23 +186,33 @@ class TFRecordWriter:
         offsets = offsets - offsets[0]
         lengths = np.diff(offsets)
         view = memoryview(data)
-        crc_of_length: dict[int, int] = {}
-        length_crcs = np.empty(count, dtype="<u4")
-        data_crcs = np.empty(count, dtype="<u4")
-        for i, (start, length) in enumerate(zip(offsets[:-1].tolist(), lengths.tolist())):
-            crc = crc_of_length.get(length)
-            if crc is None:
-                crc = crc_of_length[length] = masked_crc32c(_LENGTH.pack(length))
-            length_crcs[i] = crc
-            data_crcs[i] = masked_crc32c(view[start:start + length])
+        checksum = _crc32c.crc32c
+        data_crcs = _masked(np.fromiter((checksum(view[start:end]) for start, end in
+                                         zip(offsets[:-1].tolist(), offsets[1:].tolist())), dtype=np.uint32, count=count))
+        distinct, which = np.unique(lengths, return_inverse=True)
+        length_crcs = np.array([masked_crc32c(_LENGTH.pack(int(n))) for n in distinct], dtype="<u4")[which]
         header = np.empty(count, dtype=[("length", "<u8"), ("crc", "<u4")])
         header["length"], header["crc"] = lengths, length_crcs
-        framed = np.empty(int(offsets[-1]) + 16 * count, dtype=np.uint8)
-        starts = offsets[:-1] + 16 * np.arange(count, dtype=np.int64)   # where each framed record begins
-        framed[(starts[:, None] + np.arange(12)).ravel()] = header.view(np.uint8)
-        framed[(starts + 12 + lengths)[:, None] + np.arange(4)] = data_crcs.view(np.uint8).reshape(count, 4)
-        record_of_byte = np.repeat(np.arange(count, dtype=np.int64), lengths)
-        framed[np.arange(data.size, dtype=np.int64) + 16 * record_of_byte + 12] = data
+        widest = int(lengths.max())
+        if (widest + 16) * count > 2 * (data.size + 16 * count):   # lengths far apart: place each byte
+            framed = np.empty(data.size + 16 * count, dtype=np.uint8)
+            starts = offsets[:-1] + 16 * np.arange(count, dtype=np.int64)   # where each framed record begins
+            framed[(starts[:, None] + np.arange(12)).ravel()] = header.view(np.uint8)
+            framed[(starts + 12 + lengths)[:, None] + np.arange(4)] = data_crcs.view(np.uint8).reshape(count, 4)
+            record_of_byte = np.repeat(np.arange(count, dtype=np.int64), lengths)
+            framed[np.arange(data.size, dtype=np.int64) + 16 * record_of_byte + 12] = data
+        else:   # one row per record: header, the data (padded to the longest), the data's crc
+            rows = np.empty((count, widest + 16), dtype=np.uint8)
+            rows[:, :12] = header.view(np.uint8).reshape(count, 12)
+            crcs = data_crcs.view(np.uint8).reshape(count, 4)
+            if int(lengths.min()) == widest:   # records of one length (a table's rows): plain 2-D copies
+                rows[:, 12:12 + widest] = data.reshape(count, widest)
+                rows[:, 12 + widest:] = crcs
+                framed = rows.reshape(-1)
+            else:
+                rows[:, 12:][np.arange(widest + 4) < lengths[:, None]] = data
+                rows[np.arange(count)[:, None], 12 + lengths[:, None] + np.arange(4)] = crcs
+                framed = rows[np.arange(widest + 16) < (lengths + 16)[:, None]]
         self._stage_out()
         self._pending.append(framed)
         self._pending_bytes += framed.size

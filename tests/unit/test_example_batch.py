@@ -65,9 +65,12 @@ def test_a_column_of_text_is_refused_with_what_to_do():
 
 
 @pytest.mark.parametrize("compression", [None, "gzip"])
-def test_write_batch_frames_as_write_does(compression):
+@pytest.mark.parametrize("sizes", [(0, 1, 5, 5, 300, 70000, 3),   # far apart: each byte placed
+                                   (90, 91, 90, 130, 2),           # close: rows padded to the longest
+                                   (40,) * 9])                     # one length: a table's rows
+def test_write_batch_frames_as_write_does(compression, sizes):
     rng = np.random.default_rng(1)
-    records = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for size in (0, 1, 5, 5, 300, 70000, 3)]
+    records = [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for size in sizes]
     data = np.frombuffer(b"".join(records), dtype=np.uint8)
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in records])])
     one, batch = io.BytesIO(), io.BytesIO()
