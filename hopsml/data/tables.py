@@ -20,7 +20,7 @@ import logging
 import math
 import re
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator, Mapping, Sequence
@@ -56,10 +56,15 @@ DEFAULT_NA_VALUES = ("?", "nan", "NaN", "-nan", "-NaN", "NA", "N/A", "n/a", "NUL
                      "#N/A", "#NA", "#N/A N/A", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN")
 _INTEGER_TEXT = r"^[+-]?[0-9]+$"   # a whole number as written: no decimal point, no exponent
 _NUMBER_START = r"^([-+.0-9]|(?i)[+-]?(inf|nan))"   # what a number's text can begin with
+_NUMBER_CODES = (43, 45, 46, *range(48, 58))   # + - . 0-9: the first character of most numbers
+_WORD_CODES = (73, 78, 105, 110)   # I N i n: Infinity, NaN
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
 _CORRUPT = "_corrupt_record"
 _ESCAPED_QUOTE = '\\"'   # a quote escaped by a backslash, as Spark's CSV writer writes one
 _WIDE_COLUMNS = 64   # up to this many columns the inference counts are one wide aggregate
+SAMPLE_ROWS = 10_000   # the first rows, whose text the types are guessed from (then checked on every row)
+_REASON = "_reason"   # why a row is rejected; NULL for a row that is not
+_FIELDS = "_fields"   # a rejected row's fields as read, as JSON
 _SPLIT = "_split"
 _SHARD = "_shard"
 _ROW_HASH = "_row_hash"
@@ -231,9 +236,12 @@ def _parse(name: str, kind: str) -> Column:
 
 def _maybe_number(text: Column) -> Column:
     """False for text that cannot parse as a number: not starting with a digit, sign or point, and not one
-    of the words Spark reads as a number (Infinity, NaN). One anchored pattern: it fails at the first
-    character, and stays one node of the plan (1,000 columns of a larger test slowed the planner down)."""
-    return text.rlike(_NUMBER_START)
+    of the words Spark reads as a number (Infinity, NaN). The first character's code decides, and a
+    pattern only for text starting with i or n: a pattern on every cell took a quarter of the typed pass."""
+    from pyspark.sql import functions as F
+
+    code = F.ascii(text)
+    return code.isin(*_NUMBER_CODES) | (code.isin(*_WORD_CODES) & text.rlike(_NUMBER_START))
 
 
 def _is_number(text: str) -> bool:
@@ -366,13 +374,8 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
     stats = {n: per_column.get(i, empty) for i, n in enumerate(names)}
     present = {n: int(stats[n]["n"] or 0) for n in names}
     for name in todo:
-        numeric, whole = int(stats[name]["num"] or 0), int(stats[name]["int"] or 0)
-        if present[name] and int(stats[name]["bool"] or 0) == present[name]:
-            types[name] = "boolean"
-        elif present[name] and numeric * 2 > present[name]:
-            types[name] = "long" if whole == numeric else "double"
-        else:
-            types[name] = "string"
+        types[name] = _decide(present[name], int(stats[name]["num"] or 0), int(stats[name]["int"] or 0),
+                              int(stats[name]["bool"] or 0))
     failures = {n: int(stats[n]["bad"] or 0) for n in names
                 if types[n] != "string" and (n not in todo or types[n] != "boolean")}
     samples = {n: stats[n]["sample"] for n in failures if stats[n]["sample"] is not None}
@@ -380,6 +383,155 @@ def _infer_types(frame: DataFrame, names: list[str], options: TableOptions) -> _
     escaped = sum(int(counts.get("escaped") or 0) for counts in per_column.values())
     return _Inference(types, int(rows["rows"]) + int(bad_rows["rows"]), int(bad_rows["rows"]),
                       int(bad_rows["quoted"]), escaped, failures, samples, present)
+
+
+def _decide(present: int, numeric: int, whole: int, boolean: int) -> str:
+    """A column's type from the counts of its values: ``boolean`` when every value is true/false,
+    numeric when most values parse as numbers (the others are then rejected), ``long`` when every such
+    number is written as a whole number without a decimal point or exponent, else ``double``."""
+    if present and boolean == present:
+        return "boolean"
+    if present and numeric * 2 > present:
+        return "long" if whole == numeric else "double"
+    return "string"
+
+
+def _parse_strict(name: str, kind: str) -> Column:
+    """Column ``name`` as ``kind``, NULL unless its text is written as that type: ``127.0`` is not a
+    ``long`` and ``1`` not a ``boolean``. A type guessed from the first rows is checked so, on every row."""
+    from pyspark.sql import functions as F
+
+    if kind == "long":
+        return F.expr(f"try_cast(`{name}` AS long)")   # whole numbers as written: no point, no exponent
+    if kind == "boolean":
+        lower = F.lower(F.col(name))
+        return F.when(lower.isin("true", "false"), (lower == F.lit("true")).cast("long"))
+    return _parse(name, kind)
+
+
+@dataclass
+class _Read:
+    """One reading of the CSV text: the rows typed and cached, and what the reading told."""
+
+    parsed: DataFrame    # kept columns typed, _CORRUPT, _REASON, _FIELDS, _ROW_HASH, _SPLIT (cached)
+    names: list[str]     # the kept columns: features and label
+    label: str
+    inference: _Inference
+    source_names: dict[str, str]
+    left_out: dict[str, str]
+    raw: DataFrame       # every field as text
+    multiline: bool
+    escape: str
+
+
+class _Typing:
+    """How the text of a table becomes typed rows, and what the typed rows tell of the types: one cached
+    frame with each row's values, why it is rejected (if it is), its fields as read (if it is), its hash
+    and its split."""
+
+    def __init__(self, names: list[str], kept: list[str], options: TableOptions) -> None:
+        self.names, self.kept, self.options = names, kept, options
+        given = {sanitize(k) for k in options.schema or {}} | {sanitize(c) for c in options.categorical or ()}
+        self.inferred = {n for n in names if n not in given}
+
+    def parse(self, cleaned: DataFrame, types: Mapping[str, str], strict: bool = True) -> DataFrame:
+        """The typed rows, cached (filled by the first job that reads them). ``strict`` parses the
+        inferred columns as their text is written (:func:`_parse_strict`), so :meth:`check` sees
+        every value that does not fit the guessed type."""
+        from pyspark.sql import functions as F
+
+        text = {n: f"_text_{i}" for i, n in enumerate(self.names)}   # each column's text, beside its value
+        values: list[Column] = []
+        for n in self.kept:
+            if types[n] == "string":
+                values.append(F.col(n))
+            else:
+                values.append((_parse_strict(n, types[n]) if strict and n in self.inferred else _parse(n, types[n])).alias(n))
+        both = cleaned.select(*[F.col(n).alias(text[n]) for n in self.names], *values, F.col(_CORRUPT))
+        # one flat CASE (a nested one per column overflows the planner's stack at 1,000 columns); the first
+        # failing column names the reason. It reads the values computed below it: testing the parse again
+        # inside the CASE made the whole pass take twice as long
+        reasons = F.when(F.col(_CORRUPT).isNotNull(), F.lit("malformed row (wrong number of fields)"))
+        for n in self.kept:
+            if types[n] == "string":
+                continue
+            fails = F.col(text[n]).isNotNull() & F.col(n).isNull()
+            reason = F.lit(f"unparsable {'boolean' if types[n] == 'boolean' else 'number'} in column {n}")
+            if types[n] == "long":   # a plain cast: only failed values get here (with _parse's guard, the guard
+                # was computed for every row's text, and the pass took twice as long)
+                reason = F.when(F.expr(f"try_cast(`{text[n]}` AS double)").isNotNull(),
+                                F.lit(f"not a whole number in column {n}")).otherwise(reason)
+            reasons = reasons.when(fails, reason)
+        reasoned = both.select("*", reasons.alias(_REASON))
+        # a rejected row's fields as read; naming every column (those left out too) also makes the CSV
+        # reader parse whole rows, and so flag those with a wrong number of fields
+        fields = F.to_json(F.struct(*[F.col(text[n]).alias(n) for n in self.names]))
+        typed = reasoned.select(*self.kept, F.col(_CORRUPT), F.col(_REASON),
+                                F.when(F.col(_REASON).isNotNull(), fields).alias(_FIELDS))
+        # one hash of the row's values as read decides its split (its low digits) and its shard (its high
+        # 32 bits, see _write_shards): the values are turned into text once
+        hashed = typed.withColumn(_ROW_HASH, _row_hash(self.kept, self.options.seed))
+        bucket = F.pmod(F.col(_ROW_HASH), F.lit(1_000_000)) / F.lit(1_000_000.0)
+        split = F.when(bucket < F.lit(self.options.test_fraction), "test").otherwise("train")
+        return hashed.withColumn(_SPLIT, split).cache()
+
+    def check(self, parsed: DataFrame, types: Mapping[str, str]) -> _Inference | None:
+        """What the typed rows of ``parse(..., types)`` tell, in the job that fills the cache (and one
+        over the rejected rows, if any): the rows read and malformed, per column the values present and
+        failing. None when every row's text gives an inferred column another type than ``types``."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        well = F.col(_CORRUPT).isNull()
+        ok = well & F.col(_REASON).isNull()
+        strings = [n for n in self.kept if types[n] == "string"]
+        escaped = ~well & F.col(_CORRUPT).contains(_ESCAPED_QUOTE)
+        for n in strings:
+            escaped = escaped | (ok & F.col(n).contains(_ESCAPED_QUOTE))
+        parts = [F.count(F.lit(1)).alias("rows"), F.count(F.when(~well, F.lit(1))).alias("malformed"),
+                 F.count(F.when(~well & F.col(_CORRUPT).contains('"'), F.lit(1))).alias("quoted"),
+                 F.count(F.when(well & F.col(_REASON).isNotNull(), F.lit(1))).alias("failing"),
+                 F.count(F.when(escaped, F.lit(1))).alias("escaped")]
+        for i, n in enumerate(self.kept):
+            parts.append(F.count(F.when(well if types[n] == "string" else ok, F.col(n))).alias(f"n_{i}"))
+            if types[n] == "string" and n in self.inferred:
+                parts += [F.count(F.when(well, _parse(n, "double"))).alias(f"num_{i}"),
+                          F.count(F.when(well & F.lower(F.col(n)).isin("true", "false"), F.lit(1))).alias(f"bool_{i}")]
+        row = _one_row(parsed.agg(*parts))
+        failing: dict[int, Any] = {}
+        if row["failing"]:   # the rejected rows' text, counted as the inference counts it
+            text = StructType([StructField(n, StringType()) for n in self.names])
+            fields = parsed.where(well & F.col(_REASON).isNotNull()).select(
+                F.from_json(F.col(_FIELDS), text).alias("f")).select("f.*", F.lit(None).cast("string").alias(_CORRUPT))
+            kinds = [types[n] if n in self.kept else "string" for n in self.names]
+            failing = (_counts_wide if len(self.names) <= _WIDE_COLUMNS else _counts_long)(fields, self.names, kinds)
+        nothing = {"n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None}
+        present: dict[str, int] = {}
+        failures: dict[str, int] = {}
+        samples: dict[str, str] = {}
+        for i, n in enumerate(self.kept):
+            found, counts = int(row[f"n_{i}"]), failing.get(self.names.index(n)) or nothing
+            kind = types[n]
+            if kind == "string":
+                present[n] = found
+                if n in self.inferred and _decide(found, row[f"num_{i}"], 0, row[f"bool_{i}"]) != "string":
+                    return None
+                continue
+            present[n] = found + int(counts["n"] or 0)
+            if n in self.inferred:   # the values that parsed are numbers (or booleans) as written
+                numeric = int(counts["num"] or 0) + (found if kind != "boolean" else 0)
+                whole = int(counts["int"] or 0) + (found if kind == "long" else 0)
+                boolean = int(counts["bool"] or 0) + (found if kind == "boolean" else 0)
+                if _decide(present[n], numeric, whole, boolean) != kind:
+                    return None
+                if kind == "boolean":
+                    continue
+            failures[n] = int(counts["bad"] or 0)
+            if counts["sample"] is not None:
+                samples[n] = counts["sample"]
+        escaped_failing = int((failing.get(-1) or {}).get("escaped") or 0)
+        return _Inference(dict(types), int(row["rows"]), int(row["malformed"]), int(row["quoted"]),
+                          int(row["escaped"]) + escaped_failing, failures, samples, present)
 
 
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
@@ -421,7 +573,8 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
             spark_progress(spark.sparkContext, f"prepare table '{dataset}'", steps=_TableJob.STEPS) as progress:
         job.progress = progress
-        summary = job.run(stage)
+        with _cache_uncompressed(spark):
+            summary = job.run(stage)
         summary.seconds = time.perf_counter() - started
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
         manifest = Manifest.read(storage, stage.manifest)
@@ -429,6 +582,22 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
         manifest.write(storage, stage.manifest)
     log.info("%s", summary)
     return summary
+
+
+@contextmanager
+def _cache_uncompressed(spark: SparkSession) -> Iterator[None]:
+    """Spark's cache of the typed rows without its compression, which made filling it take half again
+    as long (the numbers of a table hardly compress), restored after the prepare."""
+    key = "spark.sql.inMemoryColumnarStorage.compressed"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def _check_source(src: str) -> None:
@@ -478,50 +647,71 @@ class _TableJob:
     def _run(self, stage: ds.DatasetDir) -> ds.DatasetSummary:
         from hopsml.data import stats as stats_mod
 
-        opts = self.options
         self._step("read")
-        source = _source(self.spark, self.src, opts)
-        multiline = False
-        cleaned, names, label, inference = self._read(source, multiline)
-        if inference.malformed_quoted and isinstance(source, str):
+        source = _source(self.spark, self.src, self.options)
+        read = self._read(source, multiline=False)
+        try:
+            read = self._reread(source, read)
+            self._adopt(read)
+            if read.inference.read == 0:
+                raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
+            self._check_given_types(read.names, read.inference)
+            return self._run_typed(stage, read, stats_mod)
+        finally:
+            read.parsed.unpersist()
+
+    def _reread(self, source: Any, read: _Read) -> _Read:
+        """``read``, or a reading of the text with other options that leaves fewer rows malformed: each file
+        whole (quoted fields that hold line breaks), quotes escaped by a backslash (Spark's CSV writer), a
+        first field that the header does not name (R's write.table)."""
+        opts = self.options
+
+        def better(other: _Read | None, keep: bool, why: str) -> _Read:
+            if other is None:
+                return read
+            if not keep:
+                other.parsed.unpersist()
+                return read
+            read.parsed.unpersist()
+            log.info("%s: %s", redact_uri(self.src), why)
+            return other
+
+        if read.inference.malformed_quoted and isinstance(source, str):
             # a quoted field holds a line break (or a row its quote): read each file whole instead
             multi = self._read(source, multiline=True)
-            if multi[3].malformed < inference.malformed:
-                cleaned, names, label, inference = multi
-                multiline = True
-                log.info("%s: quoted fields span lines; read each file whole", redact_uri(self.src))
-        escape = '"'
-        if inference.escaped and isinstance(source, str):
+            read = better(multi, multi.inference.malformed < read.inference.malformed,
+                          "quoted fields span lines; read each file whole")
+        if read.inference.escaped and isinstance(source, str):
             # Spark's CSV writer escapes a quote inside a field with a backslash, not by doubling it
-            again = self._read(source, multiline, escape="\\")
-            if again[3].escaped < inference.escaped and again[3].malformed <= inference.malformed:
-                cleaned, names, label, inference = again
-                escape = "\\"
-                log.info("%s: quotes inside fields are escaped with a backslash; read so", redact_uri(self.src))
+            again = self._read(source, read.multiline, escape="\\")
+            read = better(again, again.inference.escaped < read.inference.escaped
+                          and again.inference.malformed <= read.inference.malformed,
+                          "quotes inside fields are escaped with a backslash; read so")
+        inference = read.inference
         if (inference.read and inference.malformed == inference.read and opts.header and not opts.columns
-                and not any(_is_number(raw) for raw in self.source_names.values())):
+                and not any(_is_number(raw) for raw in read.source_names.values())):
             # R's write.table: the header is one name short of every row, whose first field is its row name
             # (pandas reads that column as the index). A "header" of numbers is a preamble line instead, as
             # scikit-learn's CSV files start with one: that stays an error whose hint names --skip-rows
             try:
-                named = self._read(source, multiline, escape, row_names=True)
+                named: _Read | None = self._read(source, read.multiline, read.escape, row_names=True)
             except ds.DatasetError:   # e.g. no feature column would be left: the rows stay rejected
                 named = None
-            if named is not None and named[3].malformed < inference.malformed:
-                cleaned, names, label, inference = named
-                log.info("%s: the header is one name short of the rows: their first field is a row name, "
-                         "left out", redact_uri(self.src))
-        if inference.read == 0:
-            raise ds.DatasetError(f"{redact_uri(self.src)!r} has no data rows; check the path and header=")
-        self._check_given_types(names, inference)
-        return self._run_typed(stage, cleaned, names, label, inference, stats_mod)
+            read = better(named, named is not None and named.inference.malformed < inference.malformed,
+                          "the header is one name short of the rows: their first field is a row name, left out")
+        return read
 
-    def _read(self, source: Any, multiline: bool, escape: str = '"', row_names: bool = False
-              ) -> tuple[DataFrame, list[str], str, _Inference]:
-        """The table as trimmed text with missing values as NULL, its column names, the label's, and
-        what the first pass (type inference) tells. The text is read twice: for the inference, then
-        typed, into the cache every later step reads. With ``row_names`` every row starts with a field
-        the header does not name (left out as a nameless column)."""
+    def _adopt(self, read: _Read) -> None:
+        self.source_names, self.left_out, self._raw = read.source_names, read.left_out, read.raw
+
+    def _read(self, source: Any, multiline: bool, escape: str = '"', row_names: bool = False) -> _Read:
+        """The table typed, cached (every later step reads it), with its names and what the reading
+        told (:class:`_Inference`). With ``row_names`` every row starts with a field the header does
+        not name (left out as a nameless column).
+
+        The types are inferred from the first ``SAMPLE_ROWS`` rows, then checked on every row in the
+        pass that fills the cache: a column that the rest of the table types otherwise is typed again
+        from all of its text, so the types are those that every row gives, without a pass of their own."""
         from pyspark.sql import functions as F
 
         opts = self.options
@@ -532,23 +722,32 @@ class _TableJob:
         if len(set(names)) != len(names):
             raise ds.DatasetError(f"columns {raw_names} are not distinct once made identifiers "
                                   f"({names}); give distinct names with columns=[...]")
-        self.source_names = dict(zip(names, raw_names))
         label = sanitize(opts.label)
         if label not in names:
             raise ds.DatasetError(f"label column {opts.label!r} is not among the columns {raw_names}; "
                                   "pass label= one of them (or columns=[...] for a file without header)")
-        self._raw = _read_text(self.spark, source, names, opts, multiline, escape)
-        self.left_out = self._left_out(names, raw_names, label)
+        raw = _read_text(self.spark, source, names, opts, multiline, escape)
+        left_out = self._left_out(names, raw_names, label)
         na = sorted({v.strip() for v in opts.na_values} | {""})
-        # not cached: Spark's columnar cache of a million rows of text took longer to build than
-        # parsing the CSV again for the typed rows (which are cached, as numbers, in _run_typed)
-        cleaned = self._raw.select(*[F.when(F.trim(F.col(n)).isin(na), F.lit(None)).otherwise(F.trim(F.col(n)))
-                                     .alias(n) for n in names], F.col(_CORRUPT))
-        # every column, those left out too: the CSV reader flags a malformed row only when it parses them all
-        inference = _infer_types(cleaned, names, opts)   # one job, also counting the rows
-        for name in self.left_out:
+        trimmed = raw.select(*[F.trim(F.col(n)).alias(n) for n in names], F.col(_CORRUPT))   # trimmed once
+        cleaned = trimmed.select(*[F.when(F.col(n).isin(na), F.lit(None)).otherwise(F.col(n)).alias(n)
+                                   for n in names], F.col(_CORRUPT))
+        kept = [n for n in names if n not in left_out]
+        table = _Typing(names, kept, opts)
+        inference = None
+        if len(names) <= _WIDE_COLUMNS:
+            guess = _infer_types(cleaned.limit(SAMPLE_ROWS), names, opts).types
+            parsed = table.parse(cleaned, guess)
+            inference = table.check(parsed, guess)
+            if inference is None:   # the first rows misled
+                parsed.unpersist()
+        if inference is None:   # the types of every row's text, from a pass of its own (also when a typed
+            # pass checking 1,000 columns would cost more than it saves)
+            inference = _infer_types(cleaned, names, opts)
+            parsed = table.parse(cleaned, inference.types, strict=False)
+        for name in left_out:
             inference.failures.pop(name, None)
-        return cleaned, [n for n in names if n not in self.left_out], label, inference
+        return _Read(parsed, kept, label, inference, dict(zip(names, raw_names)), left_out, raw, multiline, escape)
 
     def _left_out(self, names: list[str], raw_names: list[str], label: str) -> dict[str, str]:
         """The columns that are not features, and why: those named in exclude=, and those the header
@@ -607,69 +806,41 @@ class _TableJob:
         return (f"{inference.failures[name]} values of {self._described(name, kind)} do not parse as "
                 f"{kind}, e.g. {inference.samples.get(name)!r}. ")
 
-    def _run_typed(self, stage: ds.DatasetDir, cleaned: DataFrame, names: list[str], label: str,
-                   inference: _Inference, stats_mod: Any) -> ds.DatasetSummary:
+    def _run_typed(self, stage: ds.DatasetDir, read: _Read, stats_mod: Any) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
 
         opts = self.options
-        types, read = inference.types, inference.read
+        names, label, inference, parsed = read.names, read.label, read.inference, read.parsed
         self._step("reject malformed rows")
-        numeric = [n for n in names if types[n] != "string"]
-        # one flat CASE (a nested one per column overflows the planner's stack at 1,000 columns); the
-        # first failing column names the reason; columns without failures need no test
-        malformed = F.col(_CORRUPT).isNotNull()
-        if self.left_out:   # never true, but it makes the CSV reader parse the columns left out (see _read)
-            malformed = malformed | (F.length(F.concat_ws("", *self.left_out)) < 0)
-        reasons = F.when(malformed, F.lit("malformed row (wrong number of fields)"))
-        for n in numeric:
-            if not inference.failures.get(n):
-                continue
-            failed = F.col(n).isNotNull() & _parse(n, types[n]).isNull()
-            if types[n] == "long":
-                reasons = reasons.when(failed & _parse(n, "double").isNotNull(),
-                                       F.lit(f"not a whole number in column {n}"))
-            reasons = reasons.when(failed, F.lit(f"unparsable {'boolean' if types[n] == 'boolean' else 'number'} "
-                                                 f"in column {n}"))
-        checked = cleaned.withColumn("_reason", reasons)
         self.storage.makedirs(stage.rejected)
         rejected_reasons: dict[str, int] = {}
         if inference.malformed or any(inference.failures.values()):   # else no row is rejected: no pass
-            rejected = checked.where(F.col("_reason").isNotNull())
-            for row in (rejected.select(F.col("_reason").alias("reason"), F.col(_CORRUPT).alias("line"),
-                                        F.to_json(F.struct(*names)).alias("fields"))
+            rejected = parsed.where(F.col(_REASON).isNotNull())
+            for row in (rejected.select(F.col(_REASON).alias("reason"), F.col(_CORRUPT).alias("line"),
+                                        F.col(_FIELDS).alias("fields"))
                         .repartition(1).mapInPandas(preflight.guard(_JsonLinesWriter(self.storage, stage.rejected),
                                                                     self.checks), "reason string, rows long")
                         .collect()):
                 rejected_reasons[row["reason"]] = rejected_reasons.get(row["reason"], 0) + row["rows"]
         total_rejected = sum(rejected_reasons.values())
-        if total_rejected == read:
+        if total_rejected == inference.read:
             raise ds.RejectedInputError(
-                f"all {read} rows of {redact_uri(self.src)!r} were rejected, so dataset {self.name!r} was not "
-                f"written. {self._worst_column(inference)}The columns were taken to be {names}; the first "
+                f"all {inference.read} rows of {redact_uri(self.src)!r} were rejected, so dataset {self.name!r} "
+                f"was not written. {self._worst_column(inference)}The columns were taken to be {names}; the first "
                 f"rejected rows:\n{self._first_rejected(stage)}\n{_HINT}")
         if opts.strict and total_rejected:
             raise ds.RejectedInputError(
-                f"{total_rejected} of {read} rows were rejected and strict=True, so dataset {self.name!r} was "
-                f"not written; {self._worst_column(inference)}The first:\n{self._first_rejected(stage)}\n"
+                f"{total_rejected} of {inference.read} rows were rejected and strict=True, so dataset {self.name!r} "
+                f"was not written; {self._worst_column(inference)}The first:\n{self._first_rejected(stage)}\n"
                 "Fix these rows, or run without --strict to keep them in _rejected")
 
-        typed = checked.where(F.col("_reason").isNull()).select(
-            *[_parse(n, types[n]).alias(n) if n in numeric else F.col(n) for n in names])
-        # one hash of the row's values as read decides its split (its low digits) and its shard (its high
-        # 32 bits, see _write_shards): the values are turned into text once
-        hashed = typed.withColumn(_ROW_HASH, _row_hash(names, opts.seed))
-        bucket = F.pmod(F.col(_ROW_HASH), F.lit(1_000_000)) / F.lit(1_000_000.0)
-        split = hashed.withColumn(_SPLIT, F.when(bucket < F.lit(opts.test_fraction), "test").otherwise("train"))
+        typed = parsed.where(F.col(_REASON).isNull())
         features = [n for n in names if n != label]
-        usable = split.where(F.col(label).isNotNull())
+        usable = typed.where(F.col(label).isNotNull())   # the rows as written (before missing values are filled)
         if opts.missing == "drop" and features:
             usable = usable.dropna(subset=features)
-        usable = usable.cache()   # the rows as written (before the missing values are filled)
-        try:
-            return self._write(stage, usable, names, label, inference, rejected_reasons, stats_mod,
-                               kept=typed)
-        finally:
-            usable.unpersist()
+        return self._write(stage, usable.select(*names, _SPLIT, _ROW_HASH), names, label, inference,
+                           rejected_reasons, stats_mod, kept=typed)
 
     def _emptied(self, kept: DataFrame, names: list[str], label: str, types: dict[str, str]) -> str:
         """Which column emptied the most rows (missing in them), and a text of it taken as missing:
@@ -875,7 +1046,8 @@ class _TableJob:
 
 
 def _row_hash(columns: Sequence[str], seed: int) -> Column:
-    """A hash of a row's values as text (NULL as a NUL character): the same whatever the partitioning."""
+    """A hash of a row's values as text (NULL as a NUL character): the same whatever the partitioning,
+    and the same split as hopsml gave the rows before."""
     from pyspark.sql import functions as F
 
     return F.xxhash64(F.lit(seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in columns])

@@ -132,3 +132,52 @@ def test_the_wide_and_the_long_inference_count_the_same(spark, settings, tmp_pat
     assert wide.types == {"n": "long", "d": "double", "b": "boolean", "s": "string", "forced": "string",
                           "given": "long", "y": "long"}
     assert (wide.failures["d"], wide.samples["d"], wide.failures["given"], wide.samples["y"]) == (1, "x", 1, "q\"uoted")
+
+
+def _prepared_from_first_rows(spark, settings, tmp_path, monkeypatch, lines, **options):
+    """What prepare_table makes of ``lines`` with the types guessed from 3 rows (and checked on all) and
+    with the types from every row at once: they must be the same."""
+    from hopsml.data import tables
+
+    csv = tmp_path / "table.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    outcomes = []
+    for first_rows in (3, 10_000):
+        monkeypatch.setattr(tables, "SAMPLE_ROWS", first_rows)
+        name = f"{tmp_path.name}_{first_rows}"
+        summary = prepare_table(str(csv), name, label="y", settings=settings, spark=spark, **options)
+        with open(dataset_folder(settings, name, "stats.json")) as handle:
+            stats = json.load(handle)
+        outcomes.append((_columns(settings, name), summary.read, summary.written, summary.rejected,
+                         summary.rejected_reasons, stats["columns"], _values(settings, name, "label")))
+    assert outcomes[0] == outcomes[1]
+    return outcomes[0]
+
+
+def test_types_guessed_from_the_first_rows_are_those_every_row_gives(spark, settings, tmp_path, monkeypatch):
+    # the first rows mislead: whole numbers before a 127.0, words before numbers, true/false before a 1
+    lines = ["grows,late,flag,junk,given,kind,y"]
+    for i in range(40):
+        lines.append(",".join([
+            "127.0" if i == 30 else str(i),            # long in the first rows, double in all
+            "word" if i < 3 else f"{i}.5",             # a category in the first rows, double in all
+            "true" if i < 20 else ("1" if i == 25 else "false"),   # boolean in the first rows, not in all
+            "oops" if i == 33 else str(i % 7),         # long throughout, one value rejected
+            f"{i}.0",                                  # schema= long: whole numbers written with a point
+            "a" if i % 2 else "b", str(i % 2)]))
+    types, *_, reasons, _, _ = _prepared_from_first_rows(spark, settings, tmp_path, monkeypatch, lines,
+                                                         schema={"given": "long"})
+    assert types == {"grows": "double", "late": "double", "flag": "string", "junk": "long", "given": "long",
+                     "kind": "string", "y": "long"}
+    assert reasons == {"unparsable number in column junk": 1, "unparsable number in column late": 3}
+
+
+def test_a_guess_that_holds_keeps_its_rejected_values(spark, settings, tmp_path, monkeypatch):
+    # the guess from the first rows holds on every row; the rows whose values do not parse are rejected
+    lines = ["n,x,b,y"] + [",".join([str(i) if i != 12 else "twelve", f"{i}.25" if i != 20 else "x?",
+                                     "TRUE" if i % 2 else "false", str(i % 3)]) for i in range(30)]
+    types, read, written, rejected, reasons, _, _ = _prepared_from_first_rows(spark, settings, tmp_path,
+                                                                              monkeypatch, lines)
+    assert types == {"n": "long", "x": "double", "b": "boolean", "y": "long"}
+    assert (read, written, rejected) == (30, 28, 2)
+    assert reasons == {"unparsable number in column n": 1, "unparsable number in column x": 1}
