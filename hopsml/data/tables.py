@@ -528,7 +528,7 @@ class _Typing:
                     continue
             failures[n] = int(counts["bad"] or 0)
             if counts["sample"] is not None:
-                samples[n] = counts["sample"]
+                samples[n] = str(counts["sample"])
         escaped_failing = int((failing.get(-1) or {}).get("escaped") or 0)
         return _Inference(dict(types), int(row["rows"]), int(row["malformed"]), int(row["quoted"]),
                           int(row["escaped"]) + escaped_failing, failures, samples, present)
