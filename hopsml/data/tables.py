@@ -64,7 +64,7 @@ _ESCAPED_QUOTE = '\\"'   # a quote escaped by a backslash, as Spark's CSV writer
 _WIDE_COLUMNS = 64   # up to this many columns the inference counts are one wide aggregate
 SAMPLE_ROWS = 10_000   # the first rows, whose text the types are guessed from (then checked on every row)
 _REASON = "_reason"   # why a row is rejected; NULL for a row that is not
-_FIELDS = "_fields"   # a rejected row's fields as read, as JSON
+_FIELDS = "_fields"   # a rejected row's fields as read
 _SPLIT = "_split"
 _SHARD = "_shard"
 _ROW_HASH = "_row_hash"
@@ -213,6 +213,13 @@ def _read_text(spark: SparkSession, src: Any, names: list[str], options: TableOp
 
 
 def _parse(name: str, kind: str) -> Column:
+    """Column ``name`` (trimmed text) as ``kind``: :func:`_parse_sql` as a Column."""
+    from pyspark.sql import functions as F
+
+    return F.expr(_parse_sql(name, kind))
+
+
+def _parse_sql(name: str, kind: str) -> str:
     """Column ``name`` (trimmed text) as ``kind`` ('double', 'long' or 'boolean'), NULL where the text
     does not parse: a plain cast fails the whole job on Spark 4, whose ANSI mode is on by default.
     A ``long`` is read as its text says: ``127.0`` and ``1e3`` are the whole numbers 127 and 1000,
@@ -220,28 +227,44 @@ def _parse(name: str, kind: str) -> Column:
 
     Only text that can be a number reaches Spark's ``try_cast``: a cast that fails throws and catches an
     exception inside the JVM (about 5 us a cell here), so a category column cast as double, or pandas'
-    ``127.0`` cast as long, cost more than the rest of the pass."""
-    from pyspark.sql import functions as F
-
-    text = F.col(name)
+    ``127.0`` cast as long, cost more than the rest of the pass. The expressions are SQL text: built
+    from Column objects, each part a call into the JVM, they took seconds of a prepare's driver time."""
+    text = _sql_name(name)
     if kind == "boolean":
-        lower = F.lower(text)
-        return F.when(lower.isin(*_TRUE), F.lit(1)).when(lower.isin(*_FALSE), F.lit(0)).cast("long")
-    number = F.when(_maybe_number(text), F.expr(f"try_cast(`{name}` AS double)"))
+        return (f"CASE WHEN lower({text}) IN {_sql_tuple(_TRUE)} THEN 1L "
+                f"WHEN lower({text}) IN {_sql_tuple(_FALSE)} THEN 0L END")
+    number = f"CASE WHEN {_maybe_number_sql(text)} THEN try_cast({text} AS double) END"
     if kind == "long":
-        whole = F.when((number == F.floor(number)) & (F.abs(number) < F.lit(2.0 ** 63)), number.cast("long"))
-        return F.when(text.rlike(_INTEGER_TEXT), F.expr(f"try_cast(`{name}` AS long)")).otherwise(whole)
+        return (f"CASE WHEN {text} RLIKE {_sql_text(_INTEGER_TEXT)} THEN try_cast({text} AS long) "
+                f"WHEN ({number}) = floor({number}) AND abs({number}) < {2.0 ** 63!r}D "
+                f"THEN cast(({number}) AS long) END")
     return number
 
 
-def _maybe_number(text: Column) -> Column:
+def _maybe_number_sql(text: str) -> str:
     """False for text that cannot parse as a number: not starting with a digit, sign or point, and not one
     of the words Spark reads as a number (Infinity, NaN). The first character's code decides, and a
     pattern only for text starting with i or n: a pattern on every cell took a quarter of the typed pass."""
-    from pyspark.sql import functions as F
+    return (f"(ascii({text}) IN {_sql_tuple(_NUMBER_CODES)} OR (ascii({text}) IN {_sql_tuple(_WORD_CODES)} "
+            f"AND {text} RLIKE {_sql_text(_NUMBER_START)}))")
 
-    code = F.ascii(text)
-    return code.isin(*_NUMBER_CODES) | (code.isin(*_WORD_CODES) & text.rlike(_NUMBER_START))
+
+def _sql_name(name: str) -> str:
+    """A column name quoted for SQL text."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_text(value: str) -> str:
+    """A string literal for SQL text.
+
+    >>> print(_sql_text("a'b\\\\c"))
+    'a\\'b\\\\c'
+    """
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _sql_tuple(values: Sequence[Any]) -> str:
+    return "(" + ", ".join(_sql_text(v) if isinstance(v, str) else str(v) for v in values) + ")"
 
 
 def _is_number(text: str) -> bool:
@@ -318,31 +341,29 @@ def _counts_wide(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[i
     no row per cell to make and group (at 1M rows of 12 columns the long form took most of the
     read step). For tables up to ``_WIDE_COLUMNS`` columns, where the generated code stays small.
     Every column is referenced, so the CSV reader parses whole rows and flags malformed ones."""
-    from pyspark.sql import functions as F
-
-    well_formed = F.col(_CORRUPT).isNull()
-    parts: list[Column] = [F.count(F.when(well_formed, F.lit(1))).alias("rows_-1"),
-                           F.count(F.when(~well_formed, F.lit(1))).alias("rows_-2"),
-                           F.count(F.when(~well_formed & F.col(_CORRUPT).contains('"'), F.lit(1))).alias("quoted_-2"),
-                           F.count(F.when(F.when(well_formed, F.concat_ws("\n", *[F.col(n) for n in names]))
-                                          .otherwise(F.col(_CORRUPT)).contains(_ESCAPED_QUOTE), F.lit(1)))
-                           .alias("escaped")]
+    corrupt = _sql_name(_CORRUPT)
+    well = f"{corrupt} IS NULL"
+    every = "concat_ws(" + ", ".join(["'\\n'", *[_sql_name(n) for n in names]]) + ")"
+    parts = [f"count(CASE WHEN {well} THEN 1 END) AS `rows_-1`",
+             f"count(CASE WHEN NOT {well} THEN 1 END) AS `rows_-2`",
+             f"count(CASE WHEN NOT {well} AND instr({corrupt}, '\"') > 0 THEN 1 END) AS `quoted_-2`",
+             f"count(CASE WHEN instr(CASE WHEN {well} THEN {every} ELSE {corrupt} END, "
+             f"{_sql_text(_ESCAPED_QUOTE)}) > 0 THEN 1 END) AS escaped"]
     for i, (name, kind) in enumerate(zip(names, kinds)):
-        text = F.when(well_formed, F.col(name))
-        parts.append(F.count(text).alias(f"n_{i}"))
+        text = _sql_name(name)
+        parts.append(f"count(CASE WHEN {well} THEN {text} END) AS n_{i}")
         if kind == "string":
             continue
-        number = _parse(name, "double")
-        whole = F.col(name).rlike(_INTEGER_TEXT) & _parse(name, "long").isNotNull()
-        failed = {"infer": number.isNull(), "double": number.isNull(), "long": _parse(name, "long").isNull(),
-                  "boolean": _parse(name, "boolean").isNull()}[kind]
-        bad = well_formed & F.col(name).isNotNull() & failed
-        parts += [F.count(F.when(well_formed, number)).alias(f"num_{i}"),
-                  F.count(F.when(well_formed & whole, F.lit(1))).alias(f"int_{i}"),
-                  F.count(F.when(well_formed & F.lower(F.col(name)).isin("true", "false"), F.lit(1))).alias(f"bool_{i}"),
-                  F.count(F.when(bad, F.lit(1))).alias(f"bad_{i}"),
-                  F.first(F.when(bad, F.col(name)), ignorenulls=True).alias(f"sample_{i}")]
-    row = _one_row(frame.agg(*parts)).asDict()
+        number = _parse_sql(name, "double")
+        whole = f"{text} RLIKE {_sql_text(_INTEGER_TEXT)} AND ({_parse_sql(name, 'long')}) IS NOT NULL"
+        parsed = number if kind == "infer" else _parse_sql(name, kind)
+        bad = f"{well} AND {text} IS NOT NULL AND ({parsed}) IS NULL"
+        parts += [f"count(CASE WHEN {well} THEN {number} END) AS num_{i}",
+                  f"count(CASE WHEN {well} AND {whole} THEN 1 END) AS int_{i}",
+                  f"count(CASE WHEN {well} AND lower({text}) IN ('true', 'false') THEN 1 END) AS bool_{i}",
+                  f"count(CASE WHEN {bad} THEN 1 END) AS bad_{i}",
+                  f"first(CASE WHEN {bad} THEN {text} END, true) AS sample_{i}"]
+    row = _one_row(frame.selectExpr(*parts)).asDict()
     out: dict[int, Any] = {-1: {"rows": row["rows_-1"], "escaped": row["escaped"]},
                            -2: {"rows": row["rows_-2"], "quoted": row["quoted_-2"]}}
     for i in range(len(kinds)):
@@ -396,25 +417,25 @@ def _decide(present: int, numeric: int, whole: int, boolean: int) -> str:
     return "string"
 
 
-def _parse_strict(name: str, kind: str) -> Column:
-    """Column ``name`` as ``kind``, NULL unless its text is written as that type: ``127.0`` is not a
-    ``long`` and ``1`` not a ``boolean``. A type guessed from the first rows is checked so, on every row."""
-    from pyspark.sql import functions as F
-
+def _parse_strict(name: str, kind: str) -> str:
+    """Column ``name`` as ``kind`` (SQL text), NULL unless its text is written as that type: ``127.0`` is
+    not a ``long`` and ``1`` not a ``boolean``. A type guessed from the first rows is checked so, on every row."""
+    text = _sql_name(name)
     if kind == "long":
-        return F.expr(f"try_cast(`{name}` AS long)")   # whole numbers as written: no point, no exponent
+        return f"try_cast({text} AS long)"   # whole numbers as written: no point, no exponent
     if kind == "boolean":
-        lower = F.lower(F.col(name))
-        return F.when(lower.isin("true", "false"), (lower == F.lit("true")).cast("long"))
-    return _parse(name, kind)
+        return f"CASE WHEN lower({text}) = 'true' THEN 1L WHEN lower({text}) = 'false' THEN 0L END"
+    return _parse_sql(name, kind)
 
 
 @dataclass
 class _Read:
     """One reading of the CSV text: the rows typed and cached, and what the reading told."""
 
-    parsed: DataFrame    # kept columns typed, _CORRUPT, _REASON, _FIELDS, _ROW_HASH, _SPLIT (cached)
+    parsed: DataFrame    # kept columns typed, _CORRUPT, _REASON, _ROW_HASH, _SPLIT (cached)
+    rejected: DataFrame  # the rejected rows: _REASON, _CORRUPT, _FIELDS (read again from the text)
     names: list[str]     # the kept columns: features and label
+    all_names: list[str]   # every column, those left out too (a rejected row's _FIELDS)
     label: str
     inference: _Inference
     source_names: dict[str, str]
@@ -434,75 +455,75 @@ class _Typing:
         given = {sanitize(k) for k in options.schema or {}} | {sanitize(c) for c in options.categorical or ()}
         self.inferred = {n for n in names if n not in given}
 
-    def parse(self, cleaned: DataFrame, types: Mapping[str, str], strict: bool = True) -> DataFrame:
-        """The typed rows, cached (filled by the first job that reads them). ``strict`` parses the
+    def parse(self, cleaned: DataFrame, types: Mapping[str, str], strict: bool = True
+              ) -> tuple[DataFrame, DataFrame]:
+        """The typed rows, cached (filled by the first job that reads them), and the rejected rows with
+        their reasons and their fields as read (not cached). ``strict`` parses the
         inferred columns as their text is written (:func:`_parse_strict`), so :meth:`check` sees
         every value that does not fit the guessed type."""
         from pyspark.sql import functions as F
 
         text = {n: f"_text_{i}" for i, n in enumerate(self.names)}   # each column's text, beside its value
-        values: list[Column] = []
-        for n in self.kept:
-            if types[n] == "string":
-                values.append(F.col(n))
-            else:
-                values.append((_parse_strict(n, types[n]) if strict and n in self.inferred else _parse(n, types[n])).alias(n))
-        both = cleaned.select(*[F.col(n).alias(text[n]) for n in self.names], *values, F.col(_CORRUPT))
+        corrupt = _sql_name(_CORRUPT)
+        values = [_sql_name(n) if types[n] == "string" else
+                  f"{_parse_strict(n, types[n]) if strict and n in self.inferred else _parse_sql(n, types[n])} "
+                  f"AS {_sql_name(n)}" for n in self.kept]
+        both = cleaned.selectExpr(*[f"{_sql_name(n)} AS {text[n]}" for n in self.names], *values, corrupt)
         # one flat CASE (a nested one per column overflows the planner's stack at 1,000 columns); the first
         # failing column names the reason. It reads the values computed below it: testing the parse again
         # inside the CASE made the whole pass take twice as long
-        reasons = F.when(F.col(_CORRUPT).isNotNull(), F.lit("malformed row (wrong number of fields)"))
+        whens = [f"WHEN {corrupt} IS NOT NULL THEN 'malformed row (wrong number of fields)'"]
         for n in self.kept:
             if types[n] == "string":
                 continue
-            fails = F.col(text[n]).isNotNull() & F.col(n).isNull()
-            reason = F.lit(f"unparsable {'boolean' if types[n] == 'boolean' else 'number'} in column {n}")
+            reason = _sql_text(f"unparsable {'boolean' if types[n] == 'boolean' else 'number'} in column {n}")
             if types[n] == "long":   # a plain cast: only failed values get here (with _parse's guard, the guard
                 # was computed for every row's text, and the pass took twice as long)
-                reason = F.when(F.expr(f"try_cast(`{text[n]}` AS double)").isNotNull(),
-                                F.lit(f"not a whole number in column {n}")).otherwise(reason)
-            reasons = reasons.when(fails, reason)
-        reasoned = both.select("*", reasons.alias(_REASON))
-        # a rejected row's fields as read; naming every column (those left out too) also makes the CSV
-        # reader parse whole rows, and so flag those with a wrong number of fields
-        fields = F.to_json(F.struct(*[F.col(text[n]).alias(n) for n in self.names]))
-        typed = reasoned.select(*self.kept, F.col(_CORRUPT), F.col(_REASON),
-                                F.when(F.col(_REASON).isNotNull(), fields).alias(_FIELDS))
+                reason = (f"CASE WHEN try_cast({text[n]} AS double) IS NOT NULL THEN "
+                          f"{_sql_text(f'not a whole number in column {n}')} ELSE {reason} END")
+            whens.append(f"WHEN {text[n]} IS NOT NULL AND {_sql_name(n)} IS NULL THEN {reason}")
+        left_out = [text[n] for n in self.names if n not in self.kept]
+        if left_out:   # never true, but it makes the CSV reader parse the columns left out: with columns
+            # pruned, it pads a row that has too few fields instead of flagging it
+            whens.append(f"WHEN length(concat_ws('', {', '.join(left_out)})) < 0 THEN 'never'")
+        reasoned = both.selectExpr("*", f"CASE {' '.join(whens)} END AS {_REASON}")
+        # a rejected row's fields as read: not cached with the rows (a column of them, even one no row
+        # filled, made filling the cache twice as slow), read again from the text when there are any
+        rejected = reasoned.where(f"{_REASON} IS NOT NULL").selectExpr(
+            _REASON, corrupt, "array(" + ", ".join(text[n] for n in self.names) + f") AS {_FIELDS}")
+        typed = reasoned.selectExpr(*[_sql_name(n) for n in self.kept], corrupt, _REASON)
         # one hash of the row's values as read decides its split (its low digits) and its shard (its high
         # 32 bits, see _write_shards): the values are turned into text once
         hashed = typed.withColumn(_ROW_HASH, _row_hash(self.kept, self.options.seed))
         bucket = F.pmod(F.col(_ROW_HASH), F.lit(1_000_000)) / F.lit(1_000_000.0)
         split = F.when(bucket < F.lit(self.options.test_fraction), "test").otherwise("train")
-        return hashed.withColumn(_SPLIT, split).cache()
+        return hashed.withColumn(_SPLIT, split).cache(), rejected
 
-    def check(self, parsed: DataFrame, types: Mapping[str, str]) -> _Inference | None:
+    def check(self, parsed: DataFrame, rejected: DataFrame, types: Mapping[str, str]) -> _Inference | None:
         """What the typed rows of ``parse(..., types)`` tell, in the job that fills the cache (and one
         over the rejected rows, if any): the rows read and malformed, per column the values present and
         failing. None when every row's text gives an inferred column another type than ``types``."""
-        from pyspark.sql import functions as F
-        from pyspark.sql.types import StringType, StructField, StructType
-
-        well = F.col(_CORRUPT).isNull()
-        ok = well & F.col(_REASON).isNull()
-        strings = [n for n in self.kept if types[n] == "string"]
-        escaped = ~well & F.col(_CORRUPT).contains(_ESCAPED_QUOTE)
-        for n in strings:
-            escaped = escaped | (ok & F.col(n).contains(_ESCAPED_QUOTE))
-        parts = [F.count(F.lit(1)).alias("rows"), F.count(F.when(~well, F.lit(1))).alias("malformed"),
-                 F.count(F.when(~well & F.col(_CORRUPT).contains('"'), F.lit(1))).alias("quoted"),
-                 F.count(F.when(well & F.col(_REASON).isNotNull(), F.lit(1))).alias("failing"),
-                 F.count(F.when(escaped, F.lit(1))).alias("escaped")]
+        corrupt = _sql_name(_CORRUPT)
+        well, escaped_quote = f"{corrupt} IS NULL", _sql_text(_ESCAPED_QUOTE)
+        ok = f"{well} AND {_REASON} IS NULL"
+        escaped = " OR ".join([f"(NOT {well} AND instr({corrupt}, {escaped_quote}) > 0)",
+                               *[f"({ok} AND instr({_sql_name(n)}, {escaped_quote}) > 0)"
+                                 for n in self.kept if types[n] == "string"]])
+        parts = ["count(1) AS rows", f"count(CASE WHEN NOT {well} THEN 1 END) AS malformed",
+                 f"count(CASE WHEN NOT {well} AND instr({corrupt}, '\"') > 0 THEN 1 END) AS quoted",
+                 f"count(CASE WHEN {well} AND {_REASON} IS NOT NULL THEN 1 END) AS failing",
+                 f"count(CASE WHEN {escaped} THEN 1 END) AS escaped"]
         for i, n in enumerate(self.kept):
-            parts.append(F.count(F.when(well if types[n] == "string" else ok, F.col(n))).alias(f"n_{i}"))
+            parts.append(f"count(CASE WHEN {well if types[n] == 'string' else ok} THEN {_sql_name(n)} END) AS n_{i}")
             if types[n] == "string" and n in self.inferred:
-                parts += [F.count(F.when(well, _parse(n, "double"))).alias(f"num_{i}"),
-                          F.count(F.when(well & F.lower(F.col(n)).isin("true", "false"), F.lit(1))).alias(f"bool_{i}")]
-        row = _one_row(parsed.agg(*parts))
+                parts += [f"count(CASE WHEN {well} THEN {_parse_sql(n, 'double')} END) AS num_{i}",
+                          f"count(CASE WHEN {well} AND lower({_sql_name(n)}) IN ('true', 'false') THEN 1 END) "
+                          f"AS bool_{i}"]
+        row = _one_row(parsed.selectExpr(*parts))
         failing: dict[int, Any] = {}
         if row["failing"]:   # the rejected rows' text, counted as the inference counts it
-            text = StructType([StructField(n, StringType()) for n in self.names])
-            fields = parsed.where(well & F.col(_REASON).isNotNull()).select(
-                F.from_json(F.col(_FIELDS), text).alias("f")).select("f.*", F.lit(None).cast("string").alias(_CORRUPT))
+            fields = rejected.where(well).selectExpr(
+                *[f"{_FIELDS}[{i}] AS {_sql_name(n)}" for i, n in enumerate(self.names)], f"CAST(NULL AS string) AS {corrupt}")
             kinds = [types[n] if n in self.kept else "string" for n in self.names]
             failing = (_counts_wide if len(self.names) <= _WIDE_COLUMNS else _counts_long)(fields, self.names, kinds)
         nothing = {"n": 0, "num": 0, "int": 0, "bool": 0, "bad": 0, "sample": None}
@@ -712,7 +733,6 @@ class _TableJob:
         The types are inferred from the first ``SAMPLE_ROWS`` rows, then checked on every row in the
         pass that fills the cache: a column that the rest of the table types otherwise is typed again
         from all of its text, so the types are those that every row gives, without a pass of their own."""
-        from pyspark.sql import functions as F
 
         opts = self.options
         raw_names = _column_names(self.spark, source, opts, multiline, escape)
@@ -729,25 +749,27 @@ class _TableJob:
         raw = _read_text(self.spark, source, names, opts, multiline, escape)
         left_out = self._left_out(names, raw_names, label)
         na = sorted({v.strip() for v in opts.na_values} | {""})
-        trimmed = raw.select(*[F.trim(F.col(n)).alias(n) for n in names], F.col(_CORRUPT))   # trimmed once
-        cleaned = trimmed.select(*[F.when(F.col(n).isin(na), F.lit(None)).otherwise(F.col(n)).alias(n)
-                                   for n in names], F.col(_CORRUPT))
+        quoted = [_sql_name(n) for n in names]
+        trimmed = raw.selectExpr(*[f"trim({n}) AS {n}" for n in quoted], _sql_name(_CORRUPT))   # trimmed once
+        cleaned = trimmed.selectExpr(*[f"CASE WHEN {n} IN {_sql_tuple(na)} THEN NULL ELSE {n} END AS {n}"
+                                       for n in quoted], _sql_name(_CORRUPT))
         kept = [n for n in names if n not in left_out]
         table = _Typing(names, kept, opts)
         inference = None
         if len(names) <= _WIDE_COLUMNS:
             guess = _infer_types(cleaned.limit(SAMPLE_ROWS), names, opts).types
-            parsed = table.parse(cleaned, guess)
-            inference = table.check(parsed, guess)
+            parsed, rejected = table.parse(cleaned, guess)
+            inference = table.check(parsed, rejected, guess)
             if inference is None:   # the first rows misled
                 parsed.unpersist()
         if inference is None:   # the types of every row's text, from a pass of its own (also when a typed
             # pass checking 1,000 columns would cost more than it saves)
             inference = _infer_types(cleaned, names, opts)
-            parsed = table.parse(cleaned, inference.types, strict=False)
+            parsed, rejected = table.parse(cleaned, inference.types, strict=False)
         for name in left_out:
             inference.failures.pop(name, None)
-        return _Read(parsed, kept, label, inference, dict(zip(names, raw_names)), left_out, raw, multiline, escape)
+        return _Read(parsed, rejected, kept, names, label, inference, dict(zip(names, raw_names)), left_out, raw, multiline,
+                     escape)
 
     def _left_out(self, names: list[str], raw_names: list[str], label: str) -> dict[str, str]:
         """The columns that are not features, and why: those named in exclude=, and those the header
@@ -815,9 +837,9 @@ class _TableJob:
         self.storage.makedirs(stage.rejected)
         rejected_reasons: dict[str, int] = {}
         if inference.malformed or any(inference.failures.values()):   # else no row is rejected: no pass
-            rejected = parsed.where(F.col(_REASON).isNotNull())
-            for row in (rejected.select(F.col(_REASON).alias("reason"), F.col(_CORRUPT).alias("line"),
-                                        F.col(_FIELDS).alias("fields"))
+            fields = "to_json(named_struct(" + ", ".join(f"{_sql_text(n)}, {_FIELDS}[{i}]" for i, n in
+                                                         enumerate(read.all_names)) + "))"
+            for row in (read.rejected.selectExpr(f"{_REASON} AS reason", f"{_sql_name(_CORRUPT)} AS line", f"{fields} AS fields")
                         .repartition(1).mapInPandas(preflight.guard(_JsonLinesWriter(self.storage, stage.rejected),
                                                                     self.checks), "reason string, rows long")
                         .collect()):
