@@ -447,8 +447,7 @@ class _Read:
 
 class _Typing:
     """How the text of a table becomes typed rows, and what the typed rows tell of the types: one cached
-    frame with each row's values, why it is rejected (if it is), its fields as read (if it is), its hash
-    and its split."""
+    frame with each row's values, why it is rejected (if it is), its hash and its split."""
 
     def __init__(self, names: list[str], kept: list[str], options: TableOptions) -> None:
         self.names, self.kept, self.options = names, kept, options
