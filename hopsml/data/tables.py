@@ -593,7 +593,7 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
             spark_progress(spark.sparkContext, f"prepare table '{dataset}'", steps=_TableJob.STEPS) as progress:
         job.progress = progress
-        with _cache_uncompressed(spark):
+        with _cache_uncompressed(spark), _collected():
             summary = job.run(stage)
         summary.seconds = time.perf_counter() - started
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
@@ -602,6 +602,20 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
         manifest.write(storage, stage.manifest)
     log.info("%s", summary)
     return summary
+
+
+@contextmanager
+def _collected() -> Iterator[None]:
+    """A full garbage collection of Python's objects after the prepare: py4j's handles of the JVM's
+    DataFrames sit in reference cycles, which only the cyclic collector frees, and until it does the JVM
+    keeps each DataFrame's plans (a 31-column prepare's were 20 MiB). A driver that prepared tables in a
+    row held them for a dozen prepares, until Python happened to collect."""
+    import gc
+
+    try:
+        yield
+    finally:
+        gc.collect()
 
 
 @contextmanager
