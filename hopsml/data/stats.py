@@ -106,7 +106,7 @@ def table_stats(frame: DataFrame, split_column: str, splits: Sequence[str], nume
 
 
 def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence[str], numeric: Sequence[str],
-                           categorical: Sequence[str], rows_hint: int | None = None
+                           categorical: Sequence[str], rows_hint: int | None = None, histograms: bool = True
                            ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
     """Statistics as ``table_stats``, with what they are made of: the per-split aggregates
     (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and every categorical value's count
@@ -115,7 +115,9 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     counts together, from one (split, column, value) row per cell, so that aggregation has a few
     functions whatever the number of columns. Distinct counts of numeric columns are approximate
     (HyperLogLog, within about 5%); with ``rows_hint`` (the rows about to be read) over ``MEDIAN_SAMPLE``,
-    medians are of a seeded sample of about that many rows."""
+    medians are of a seeded sample of about that many rows. With ``histograms=False`` the histograms
+    have their edges and no counts: a pass that reads every row anyway adds them (:func:`histogram_counts`,
+    :func:`add_histograms`), and the job that counted them is saved."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, IntegralType
 
@@ -142,17 +144,17 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
         high = max((rows[s][f"{column}__max"] for s in splits if s in rows and rows[s].get(f"{column}__max") is not None), default=None)
         if low is not None and high is not None:
             edges_of[column] = _edges(float(low), float(high))
-    histograms: dict[tuple[str, str], list[int]] = {}
+    counted: dict[tuple[str, str], list[int]] = {}
     value_counts: dict[tuple[str, str], dict[str, int]] = {}
     missing: dict[tuple[str, str], int] = {}
     buckets = {}
-    for column, edges in edges_of.items():
+    for column, edges in edges_of.items() if histograms else ():
         width = (edges[-1] - edges[0]) / (len(edges) - 1)
         buckets[column] = F.least(F.floor((F.col(column) - F.lit(edges[0])) / F.lit(width)),
                                   F.lit(len(edges) - 2)).cast("int")
     cells = []   # one (column, value) pair per cell: a histogram bucket's number, or a category
     if buckets and len(buckets) <= WIDE_COLUMNS:   # histograms as a count per bucket, by split
-        histograms.update(_histograms_wide(frame, split_column, buckets, edges_of))
+        counted.update(_histograms_wide(frame, split_column, buckets, edges_of))
     else:
         cells += [F.struct(F.lit(column).alias("c"), bucket.cast("string").alias("v"))
                   for column, bucket in buckets.items()]
@@ -166,7 +168,7 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
         for row in exploded.groupBy(split_column, "cell.c", "cell.v").count().collect():
             key = (row[split_column], row["c"])
             if row["c"] in edges_of:
-                histograms.setdefault(key, [0] * (len(edges_of[row["c"]]) - 1))[int(row["v"])] += row["count"]
+                counted.setdefault(key, [0] * (len(edges_of[row["c"]]) - 1))[int(row["v"])] += row["count"]
             elif row["v"] is None:
                 missing[key] = int(row["count"])
             else:
@@ -193,7 +195,7 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
             entry["missing"] = entry["missing"] or 0
             entry["zeros"] = entry["zeros"] or 0
             if edges:
-                entry["histogram"] = {"edges": edges, "counts": histograms.get((split, column), [0] * (len(edges) - 1))}
+                entry["histogram"] = {"edges": edges, "counts": counted.get((split, column), [0] * (len(edges) - 1))}
             per_split[split] = entry
         columns.append({"name": column, "type": "numeric", "splits": per_split})
     for column in categorical:
@@ -208,6 +210,26 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     stats = {"kind": "table", "splits": list(splits), "rows": {s: int(row_counts.get(s, 0)) for s in splits},
              "columns": columns}
     return stats, rows, value_counts
+
+
+def histogram_counts(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
+    """How many of ``values`` (non-missing floats) fall in each bucket of ``edges``, the last one closed,
+    as the statistics' Spark expression counts them (NaN in the first bucket, as Spark's floor of it)."""
+    width = (edges[-1] - edges[0]) / (len(edges) - 1)
+    with np.errstate(invalid="ignore"):
+        bucket = np.floor((values - edges[0]) / width)
+    bucket = np.clip(np.nan_to_num(bucket, nan=0.0, posinf=len(edges) - 2, neginf=0.0), 0, len(edges) - 2)
+    bucket = bucket.astype(np.int64)
+    return np.bincount(bucket, minlength=len(edges) - 1)
+
+
+def add_histograms(stats: Mapping[str, Any], counts: Mapping[tuple[str, str], Sequence[int]]) -> None:
+    """Put the histogram counts of (split, column) into statistics made with ``histograms=False``."""
+    for column in stats["columns"]:
+        for split, entry in column["splits"].items():
+            found = counts.get((split, column["name"]))
+            if found is not None and "histogram" in entry:
+                entry["histogram"]["counts"] = [int(n) for n in found]
 
 
 WIDE_COLUMNS = 64   # up to this many numeric columns the aggregates are one row per split

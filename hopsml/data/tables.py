@@ -590,11 +590,12 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     session.check_session(settings, spark)  # also for a session passed in
     started = time.perf_counter()
     job = _TableJob(spark, storage, settings, src, dataset, options)
-    with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
+    with _collected(), ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
             spark_progress(spark.sparkContext, f"prepare table '{dataset}'", steps=_TableJob.STEPS) as progress:
         job.progress = progress
-        with _cache_uncompressed(spark), _collected():
+        with _prepare_conf(spark):
             summary = job.run(stage)
+        del job   # its DataFrames go before the collection
         summary.seconds = time.perf_counter() - started
         summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
         manifest = Manifest.read(storage, stage.manifest)
@@ -602,6 +603,14 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
         manifest.write(storage, stage.manifest)
     log.info("%s", summary)
     return summary
+
+
+# Session settings for the duration of a prepare, restored after it: Spark's cache of the typed rows
+# without its compression, which made filling it take half again as long (the numbers of a table hardly
+# compress); Arrow batches of 100,000 rows to the shard writers, not 10,000 (a batch's fixed costs in the
+# writer, and one Parquet row group per batch)
+_PREPARE_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false",
+                 "spark.sql.execution.arrow.maxRecordsPerBatch": "100000"}
 
 
 @contextmanager
@@ -619,19 +628,18 @@ def _collected() -> Iterator[None]:
 
 
 @contextmanager
-def _cache_uncompressed(spark: SparkSession) -> Iterator[None]:
-    """Spark's cache of the typed rows without its compression, which made filling it take half again
-    as long (the numbers of a table hardly compress), restored after the prepare."""
-    key = "spark.sql.inMemoryColumnarStorage.compressed"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, "false")
+def _prepare_conf(spark: SparkSession) -> Iterator[None]:
+    before = {key: spark.conf.get(key, None) for key in _PREPARE_CONF}
+    for key, value in _PREPARE_CONF.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def _check_source(src: str) -> None:
@@ -935,9 +943,6 @@ class _TableJob:
     def _write(self, stage: ds.DatasetDir, usable: DataFrame, names: list[str], label: str,
                inference: _Inference, rejected_reasons: dict[str, int], stats_mod: Any,
                kept: DataFrame) -> ds.DatasetSummary:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         opts = self.options
         types, read = inference.types, inference.read
         features = [n for n in names if n != label]
@@ -946,9 +951,9 @@ class _TableJob:
         label_numeric = types[label] != "string"
 
         self._step("statistics")
-        stats, aggregates, value_counts = stats_mod.table_stats_and_counts(
+        stats, aggregates, value_counts = stats_mod.table_stats_and_counts(   # histograms: by the writers
             usable, _SPLIT, SPLITS, numeric + ([label] if label_numeric else []),
-            categorical + ([] if label_numeric else [label]), rows_hint=read)
+            categorical + ([] if label_numeric else [label]), rows_hint=read, histograms=False)
         stats["rejected"] = rejected_reasons
         stats["types"] = types
         for column in stats["columns"]:   # the header's own words, beside the field name
@@ -966,52 +971,37 @@ class _TableJob:
         means, stds, fills, categories = self._fit(aggregates, value_counts, numeric, indexed, types)
         if opts.missing == "fill":
             fills.update({n: categories[n][0] for n in categorical if categories[n]})
-            usable = usable.fillna({n: (int(round(v)) if types[n] in INTEGRAL_TYPES else v) for n, v in fills.items()})
 
-        # transform
-        out_cols: list[Column] = []
-        feature_exprs: list[Column] = []
+        # the transform's outputs; the shard writers apply it to the typed rows (see _Transform)
         feature_names: list[str] = []
         fields: dict[str, dict[str, Any]] = {}
         for n in features:
             if n in numeric:
-                expr = F.col(n).cast("double")
-                if opts.standardize:
-                    expr = (expr - F.lit(means[n])) / F.lit(stds[n])
-                out_cols.append(expr.alias(n))
-                feature_exprs.append(F.col(n).cast("float"))
                 feature_names.append(n)
                 fields[n] = {"dtype": "float64", "shape": []}
+            elif opts.one_hot:
+                for i, _ in enumerate(categories[n]):
+                    feature_names.append(f"{n}_{i}")
+                    fields[f"{n}_{i}"] = {"dtype": "float32", "shape": []}
             else:
-                index = _index_expr(n, categories[n])
-                if opts.one_hot:
-                    for i, _ in enumerate(categories[n]):
-                        col = f"{n}_{i}"
-                        out_cols.append((index == F.lit(i)).cast("float").alias(col))
-                        feature_exprs.append(F.col(col))
-                        feature_names.append(col)
-                        fields[col] = {"dtype": "float32", "shape": []}
-                else:
-                    out_cols.append(index.alias(n))
-                    feature_exprs.append(F.col(n).cast("float"))
-                    feature_names.append(n)
-                    fields[n] = {"dtype": "int32", "shape": []}
-        if label_numeric:
-            integral = types[label] in INTEGRAL_TYPES
-            out_cols.append(F.col(label).cast("long" if integral else "double").alias("label"))
-            fields["label"] = {"dtype": "int64" if integral else "float64", "shape": []}
-        else:
-            out_cols.append(_index_expr(label, categories[label]).alias("label"))
-            fields["label"] = {"dtype": "int32", "shape": []}
-        transformed = usable.select(*out_cols, F.col(_SPLIT), F.col(_ROW_HASH))
-        transformed = transformed.select("*", F.array(*feature_exprs).alias("features") if feature_exprs
-                                         else F.array().cast("array<float>").alias("features"))
+                feature_names.append(n)
+                fields[n] = {"dtype": "int32", "shape": []}
+        label_kind = ("long" if types[label] in INTEGRAL_TYPES else "double") if label_numeric else "index"
+        fields["label"] = {"dtype": {"long": "int64", "double": "float64", "index": "int32"}[label_kind], "shape": []}
         fields["features"] = {"dtype": "float32", "shape": [len(feature_names)]}
         for name, spec in fields.items():
             spec["tfrecord"] = name
+        transform_rows = _Transform(
+            features=features, label=label, label_kind=label_kind, one_hot=opts.one_hot,
+            scale={n: ((means[n], stds[n]) if opts.standardize else None) for n in numeric},
+            categories={n: categories[n] for n in indexed}, dtypes={n: spec["dtype"] for n, spec in fields.items()},
+            fills={n: (int(round(v)) if types[n] in INTEGRAL_TYPES else v) for n, v in fills.items()})
+        edges = {column["name"]: entry["histogram"]["edges"] for column in stats["columns"]
+                 for entry in column["splits"].values() if "histogram" in entry}
 
         self._step("write shards")
-        splits_meta, shard_count = self._write_shards(stage, transformed, counts, to_arrow_schema)
+        splits_meta, shard_count, histograms = self._write_shards(stage, usable, counts, transform_rows, edges)
+        stats_mod.add_histograms(stats, histograms)
         shard_count = max(shard_count, 0)
         rejected = sum(rejected_reasons.values())
         dropped = read - written - rejected
@@ -1047,10 +1037,13 @@ class _TableJob:
         return {"" if why.startswith("the header gives") else self.source_names.get(n, n): why
                 for n, why in self.left_out.items()}
 
-    def _write_shards(self, stage: ds.DatasetDir, transformed: DataFrame, counts: dict[str, int],
-                      to_arrow_schema: Any) -> tuple[dict[str, Any], int]:
+    def _write_shards(self, stage: ds.DatasetDir, usable: DataFrame, counts: dict[str, int],
+                      transform: _Transform, edges: Mapping[str, list[float]]
+                      ) -> tuple[dict[str, Any], int, dict[tuple[str, str], list[int]]]:
         """Both splits' Parquet files and TFRecord shards in one Spark job: each row gets its split's
-        shard number (a hash of the row), and each task writes the shards whose rows it holds."""
+        shard number (a hash of the row), and each task transforms and writes the shards whose rows it
+        holds, counting the histograms of the numeric columns (with ``edges``) on the way. The typed rows
+        cross the shuffle, not the transformed ones and their feature vector."""
         from pyspark.sql import functions as F
 
         wanted_default = self.options.shards or max(self.settings.num_workers,
@@ -1060,15 +1053,19 @@ class _TableJob:
         shard = F.lit(0)
         for split_name, count in wanted.items():
             shard = F.when(F.col(_SPLIT) == split_name, F.pmod(row_hash, F.lit(count))).otherwise(shard)
-        keyed = transformed.withColumn(_SHARD, shard.cast("int")).drop(_ROW_HASH)
-        schema = to_arrow_schema(keyed.drop(_SPLIT, _SHARD).schema)
-        writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, schema)
+        keyed = usable.select(*transform.inputs(), F.col(_SPLIT), shard.cast("int").alias(_SHARD))
+        writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, transform, edges)
         for split_name in wanted:
             self.storage.makedirs(stage.parquet(split_name))
         shipped: dict[str, int] = {}
+        histograms: dict[tuple[str, str], list[int]] = {}
         for row in (keyed.repartition(sum(wanted.values()), _SPLIT, _SHARD)
-                    .mapInArrow(preflight.guard(writer, self.checks), "split string, rows long").collect()):
+                    .mapInArrow(preflight.guard(writer, self.checks), "split string, rows long, histograms string")
+                    .collect()):
             shipped[row["split"]] = shipped.get(row["split"], 0) + row["rows"]
+            for column, found in json.loads(row["histograms"]).items():
+                total = histograms.setdefault((row["split"], column), [0] * len(found))
+                histograms[(row["split"], column)] = [a + b for a, b in zip(total, found)]
         splits_meta = {}
         for split_name, count in wanted.items():
             if shipped.get(split_name, 0) != counts[split_name]:
@@ -1077,7 +1074,7 @@ class _TableJob:
             _fill_missing_shards(self.storage, stage.tfrecord(split_name), count, self.options.compression)
             splits_meta[split_name] = {"rows": counts[split_name], "parquet": f"{ds.PARQUET}/{split_name}",
                                        "tfrecord": f"{ds.TFRECORD}/{split_name}", "shards": count}
-        return splits_meta, max(wanted.values(), default=0)
+        return splits_meta, max(wanted.values(), default=0), histograms
 
 
 def _row_hash(columns: Sequence[str], seed: int) -> Column:
@@ -1088,35 +1085,111 @@ def _row_hash(columns: Sequence[str], seed: int) -> Column:
     return F.xxhash64(F.lit(seed), *[F.coalesce(F.col(n).cast("string"), F.lit("\x00")) for n in columns])
 
 
-def _index_expr(column: str, categories: list[str]):
-    """The train index of each value; unseen values (and missing ones) get -1."""
-    from pyspark.sql import functions as F
+_ARROW_TYPES = {"float64": "float64", "float32": "float32", "int32": "int32", "int64": "int64"}
 
-    if not categories:
-        return F.lit(_UNKNOWN).cast("int")
-    mapping = F.create_map(*[item for i, c in enumerate(categories) for item in (F.lit(c), F.lit(i))])
-    return F.coalesce(mapping[F.col(column)], F.lit(_UNKNOWN)).cast("int")
+
+@dataclass(frozen=True)
+class _Transform:
+    """The fitted transform as the shard writers apply it to Arrow batches of typed rows, with Arrow's
+    compute functions: each number as a double (standardized: ``(x - mean) / std``), each category as its
+    train index (-1 for one the train split never saw, or missing) or one-hot floats, the label, and the
+    ``features`` vector of float32. The same numbers Spark's casts give, in the same order as
+    ``transform.json`` names them."""
+
+    features: list[str]                                # the feature columns, in order
+    label: str
+    label_kind: str                                    # 'long', 'double' or 'index'
+    one_hot: bool
+    scale: dict[str, tuple[float, float] | None]       # numeric column -> (mean, std) when standardized
+    categories: dict[str, list[str]]                   # categorical column (and label) -> train categories
+    dtypes: dict[str, str]                             # output field -> dtype
+    fills: dict[str, Any]                              # column -> the value its missing values take
+
+    def inputs(self) -> list[str]:
+        return [*self.features, self.label]
+
+    def schema(self) -> pa.Schema:
+        import pyarrow as pa
+
+        return pa.schema([pa.field(name, pa.list_(pa.float32()) if name == "features" else
+                                   pa.type_for_alias(_ARROW_TYPES[dtype])) for name, dtype in self.dtypes.items()])
+
+    def _index(self, column: Any, name: str) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        known = pa.array(self.categories.get(name, []), type=column.type)
+        return pc.fill_null(pc.index_in(column, value_set=known), -1).cast(pa.int32())
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        out: dict[str, Any] = {}
+        vectors = []
+        for name in self.features:
+            column = batch.column(name)
+            if name in self.fills:
+                column = pc.fill_null(column, pa.scalar(self.fills[name], type=column.type))
+            if name in self.scale:
+                value = pc.cast(column, pa.float64(), safe=False)
+                scale = self.scale[name]
+                if scale is not None:
+                    value = pc.divide(pc.subtract(value, scale[0]), scale[1])
+                out[name] = value
+                vectors.append(pc.cast(value, pa.float32(), safe=False))
+            elif self.one_hot:
+                index = self._index(column, name)
+                for i in range(len(self.categories[name])):
+                    out[f"{name}_{i}"] = pc.cast(pc.equal(index, i), pa.float32())
+                    vectors.append(out[f"{name}_{i}"])
+            else:
+                out[name] = self._index(column, name)
+                vectors.append(pc.cast(out[name], pa.float32()))
+        label = batch.column(self.label)
+        out["label"] = (self._index(label, self.label) if self.label_kind == "index" else
+                        pc.cast(label, pa.int64() if self.label_kind == "long" else pa.float64(), safe=False))
+        out["features"] = _vectors(vectors, batch.num_rows)
+        return pa.Table.from_pydict(out, schema=self.schema())
+
+
+def _vectors(columns: Sequence[Any], rows: int) -> Any:
+    """One list<float32> value per row holding the ``columns`` (float32 Arrow arrays) side by side."""
+    import pyarrow as pa
+
+    if any(column.null_count for column in columns):   # a missing value stays missing in its vector
+        values = [column.to_pylist() for column in columns]
+        return pa.array([list(row) for row in zip(*values)] if values else [[]] * rows, pa.list_(pa.float32()))
+    matrix = np.empty((rows, len(columns)), dtype=np.float32)
+    for j, column in enumerate(columns):
+        matrix[:, j] = column.to_numpy(zero_copy_only=False)
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * len(columns))
+    return pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)))
 
 
 class _TableShardWriter:
-    """Write the shards whose rows a task holds, each as its Parquet file and its TFRecord shard, both
+    """Transform and write the shards whose rows a task holds, each as its Parquet file and its TFRecord shard, both
     through the fs layer, so a table lands on every root hopsml supports (S3 too, without Spark's
     Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them.
     Works on Arrow batches: the Parquet side writes them as they come, the TFRecord side encodes a
     whole group of rows with numpy (:func:`encode_examples`), row by row only where a value is null."""
 
     def __init__(self, storage: Storage, stage: ds.DatasetDir, counts: Mapping[str, int],
-                 compression: str | None, schema: pa.Schema) -> None:
+                 compression: str | None, transform: _Transform, edges: Mapping[str, list[float]]) -> None:
         self.storage, self.stage, self.counts = storage, stage, dict(counts)
-        self.compression, self.schema = compression, schema
+        self.compression, self.transform, self.edges = compression, transform, dict(edges)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
+        from hopsml.data.stats import histogram_counts
+
         rows: dict[str, int] = {}
         split_names = pa.array(list(self.counts), pa.string())
+        schema = self.transform.schema()
+        histograms: dict[str, dict[str, Any]] = {}   # split -> column -> counts of the rows as read
         with ExitStack() as stack:
             open_shards: dict[tuple[str, int], tuple[Any, Any]] = {}
             for batch in batches:
@@ -1125,9 +1198,14 @@ class _TableShardWriter:
                 # (split, shard) as one integer per row: numpy's string ops on the keys took 29 ms a batch
                 split_codes = pc.index_in(batch.column(_SPLIT), value_set=split_names).to_numpy(zero_copy_only=False)
                 shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False).astype(np.int64)
-                part_all = pa.Table.from_batches([batch]).drop_columns([_SPLIT, _SHARD])  # pyarrow 14 batches lack it
-                if part_all.schema != self.schema:
-                    part_all = part_all.cast(self.schema)
+                for code in np.unique(split_codes):
+                    counts = histograms.setdefault(str(split_names[int(code)]), {})
+                    for column, edges in self.edges.items():
+                        values = batch.column(column)
+                        kept = (split_codes == code) & ~values.is_null().to_numpy(zero_copy_only=False)
+                        found = histogram_counts(values.to_numpy(zero_copy_only=False)[kept].astype(np.float64), edges)
+                        counts[column] = counts.get(column, 0) + found
+                part_all = self.transform(batch)
                 keys = split_codes.astype(np.int64) * (1 << 32) + shard_numbers
                 found, first, group_of_row = np.unique(keys, return_index=True, return_inverse=True)
                 for group in np.argsort(first, kind="stable"):   # the groups in the order they come
@@ -1138,15 +1216,17 @@ class _TableShardWriter:
                             self.compression))
                         target = stack.enter_context(shard_io.atomic_output(
                             self.storage, ds.layout.join(self.stage.parquet(key[0]), shard_io.part_name(key[1]))))
-                        parquet = stack.enter_context(pq.ParquetWriter(target, self.schema, compression="snappy"))
+                        parquet = stack.enter_context(pq.ParquetWriter(target, schema, compression="snappy"))
                         open_shards[key] = (records, parquet)
                     records, parquet = open_shards[key]
                     part = part_all if len(found) == 1 else part_all.take(np.flatnonzero(group_of_row == group))
                     parquet.write_table(part)
                     _write_examples(records, part)
                     rows[key[0]] = rows.get(key[0], 0) + part.num_rows
-        yield pa.RecordBatch.from_pydict({"split": pa.array(list(rows), pa.string()),
-                                          "rows": pa.array(list(rows.values()), pa.int64())})
+        yield pa.RecordBatch.from_pydict({
+            "split": pa.array(list(rows), pa.string()), "rows": pa.array(list(rows.values()), pa.int64()),
+            "histograms": pa.array([json.dumps({column: [int(n) for n in found] for column, found in
+                                                histograms.get(split, {}).items()}) for split in rows], pa.string())})
 
 
 def _write_examples(records: Any, part: pa.Table) -> None:

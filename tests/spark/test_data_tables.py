@@ -251,3 +251,32 @@ def test_a_large_table_takes_its_medians_from_a_sample_and_the_rest_from_every_r
     assert 850 <= column["median"] <= 1150   # a quarter of the rows, about 1000 values
     assert next(c for c in exact["columns"] if c["name"] == "x")["splits"]["train"]["median"] in (999.0, 1000.0)
     assert aggregates["train"]["x__count"] == 4000
+
+
+def test_the_writers_histograms_are_those_spark_counts(spark, env, tmp_path):
+    """The shard writers count the histograms (numpy, on the rows as read, before missing values are filled)
+    as the statistics' Spark expression does: the same counts for values on the edges, whole numbers, a
+    constant column and a column with missing values filled."""
+    from pyspark.sql import functions as F
+
+    from hopsml.data import stats
+
+    values = [0.0, 0.1, 0.5, 0.9999999, 1.0, 2.5, 10.0, -3.0, -3.0, 7.25]
+    frame = spark.createDataFrame([(v, i % 4, 5.0, "train") for i, v in enumerate(values)], "x double, n long, c double, s string")
+    spark_made, _, _ = stats.table_stats_and_counts(frame, "s", ["train"], ["x", "n", "c"], [])
+    for column in spark_made["columns"]:
+        histogram = column["splits"]["train"]["histogram"]
+        rows = frame.select(F.col(column["name"]).cast("double")).toPandas().iloc[:, 0].to_numpy()
+        assert stats.histogram_counts(rows, histogram["edges"]).tolist() == histogram["counts"]
+
+    settings = env[1]
+    lines = ["x,k,y"] + [f"{'' if i % 5 == 0 else i * 0.75},{'ab'[i % 2]},{i % 2}" for i in range(60)]
+    csv = tmp_path / "filled.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    prepare_table(str(csv), "filled_histograms", label="y", missing="fill", test_fraction=0.0,
+                  settings=settings, spark=spark)
+    with open(_path(settings, "filled_histograms", "stats.json")) as handle:
+        x = next(c for c in json.load(handle)["columns"] if c["name"] == "x")["splits"]["train"]
+    present = np.array([i * 0.75 for i in range(60) if i % 5])
+    assert x["histogram"]["counts"] == stats.histogram_counts(present, x["histogram"]["edges"]).tolist()
+    assert sum(x["histogram"]["counts"]) == x["count"] == 48 and x["missing"] == 12
