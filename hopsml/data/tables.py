@@ -1168,8 +1168,8 @@ def _vectors(columns: Sequence[Any], rows: int) -> Any:
 
 
 class _TableShardWriter:
-    """Transform and write the shards whose rows a task holds, each as its Parquet file and its TFRecord shard, both
-    through the fs layer, so a table lands on every root hopsml supports (S3 too, without Spark's
+    """Transform and write the shards whose rows a task holds, each as its Parquet file and its TFRecord
+    shard, both through the fs layer, so a table lands on every root hopsml supports (S3 too, without Spark's
     Hadoop connectors). Every (split, shard) lies in one task only: the rows are partitioned by them.
     Works on Arrow batches: the Parquet side writes them as they come, the TFRecord side encodes a
     whole group of rows with numpy (:func:`encode_examples`), row by row only where a value is null."""
@@ -1198,13 +1198,13 @@ class _TableShardWriter:
                 # (split, shard) as one integer per row: numpy's string ops on the keys took 29 ms a batch
                 split_codes = pc.index_in(batch.column(_SPLIT), value_set=split_names).to_numpy(zero_copy_only=False)
                 shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False).astype(np.int64)
-                for code in np.unique(split_codes):
-                    counts = histograms.setdefault(str(split_names[int(code)]), {})
+                for code in np.unique(split_codes):   # the histograms of the rows as read, before any fill
+                    of_split = histograms.setdefault(str(split_names[int(code)]), {})
                     for column, edges in self.edges.items():
                         values = batch.column(column)
                         kept = (split_codes == code) & ~values.is_null().to_numpy(zero_copy_only=False)
-                        found = histogram_counts(values.to_numpy(zero_copy_only=False)[kept].astype(np.float64), edges)
-                        counts[column] = counts.get(column, 0) + found
+                        bins = histogram_counts(values.to_numpy(zero_copy_only=False)[kept].astype(np.float64), edges)
+                        of_split[column] = of_split.get(column, 0) + bins
                 part_all = self.transform(batch)
                 keys = split_codes.astype(np.int64) * (1 << 32) + shard_numbers
                 found, first, group_of_row = np.unique(keys, return_index=True, return_inverse=True)
