@@ -1198,12 +1198,14 @@ class _TableShardWriter:
                 # (split, shard) as one integer per row: numpy's string ops on the keys took 29 ms a batch
                 split_codes = pc.index_in(batch.column(_SPLIT), value_set=split_names).to_numpy(zero_copy_only=False)
                 shard_numbers = batch.column(_SHARD).to_numpy(zero_copy_only=False).astype(np.int64)
-                for code in np.unique(split_codes):   # the histograms of the rows as read, before any fill
-                    of_split = histograms.setdefault(str(split_names[int(code)]), {})
-                    for column, edges in self.edges.items():
-                        values = batch.column(column)
-                        kept = (split_codes == code) & ~values.is_null().to_numpy(zero_copy_only=False)
-                        bins = histogram_counts(values.to_numpy(zero_copy_only=False)[kept].astype(np.float64), edges)
+                codes = np.unique(split_codes)
+                for column, edges in self.edges.items():   # the histograms of the rows as read, before any fill
+                    values = batch.column(column)
+                    present = ~values.is_null().to_numpy(zero_copy_only=False)
+                    numbers = values.to_numpy(zero_copy_only=False).astype(np.float64)
+                    for code in codes:
+                        of_split = histograms.setdefault(str(split_names[int(code)]), {})
+                        bins = histogram_counts(numbers[present & (split_codes == code)], edges)
                         of_split[column] = of_split.get(column, 0) + bins
                 part_all = self.transform(batch)
                 keys = split_codes.astype(np.int64) * (1 << 32) + shard_numbers
