@@ -4,7 +4,8 @@ class balance and the sizes before resizing.
 
 Written as ``stats.json`` and as a self-contained HTML page (inline CSS and SVG, no scripts) with
 the splits side by side; :func:`show` displays it in a notebook. Table statistics are computed by
-Spark; image statistics from the per-partition reports of the image job. Importable without pyspark.
+Spark and by the pass that writes the shards; image statistics from the per-partition reports of the
+image job. Importable without pyspark.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ if TYPE_CHECKING:
 
 TOP_VALUES = 10
 BINS = 10
-# The median of a column is taken from about this many of its values (a seeded sample, all of them in a
-# smaller table): percentile_approx's summary cost more than every other statistic together at 1M rows
-# (50,000 values put the median within about 1% of a standard deviation of the table's).
+# The median of a column is taken from about this many of its values (a sample of the rows chosen by their
+# hash, all of them in a smaller table): 50,000 values put the median within about 1% of a standard deviation
+# of the table's. A wide table's sample has fewer rows: MEDIAN_VALUES values in all.
 MEDIAN_SAMPLE = 50_000
-_MEDIAN_SAMPLE = "_median_sample"
+MEDIAN_VALUES = 2_000_000
 
 
 # --- plain-python summaries --------------------------------------------------------------------
@@ -100,38 +101,29 @@ def image_stats(splits: Mapping[str, Sequence[Mapping[str, Any]]], labels: Seque
 
 
 # --- tables (Spark) ----------------------------------------------------------------------------
-def table_stats(frame: DataFrame, split_column: str, splits: Sequence[str], numeric: Sequence[str],
-                categorical: Sequence[str]) -> dict[str, Any]:
-    """Statistics of a Spark DataFrame per value of ``split_column`` (values in ``splits``)."""
-    return table_stats_and_counts(frame, split_column, splits, numeric, categorical)[0]
-
-
 def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence[str], numeric: Sequence[str],
-                           categorical: Sequence[str], rows_hint: int | None = None, histograms: bool = True
+                           categorical: Sequence[str]
                            ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
-    """Statistics as ``table_stats``, with what they are made of: the per-split aggregates
-    (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and every categorical value's count
-    per (split, column), so that fitting a transform needs no further pass over the data. Two Spark
-    jobs: the aggregates (see :func:`_numeric_aggregates`), then the histogram buckets and category
-    counts together, from one (split, column, value) row per cell, so that aggregation has a few
-    functions whatever the number of columns. Distinct counts of numeric columns are approximate
-    (HyperLogLog, within about 5%); with ``rows_hint`` (the rows about to be read) over ``MEDIAN_SAMPLE``,
-    medians are of a seeded sample of about that many rows. With ``histograms=False`` the histograms
-    have their edges and no counts: a pass that reads every row anyway adds them (:func:`histogram_counts`,
-    :func:`add_histograms`), and the job that counted them is saved."""
+    """Statistics of a Spark DataFrame per value of ``split_column`` (values in ``splits``), with what they
+    are made of: the per-split aggregates (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and
+    every categorical value's count per (split, column), so that fitting a transform needs no further pass
+    over the data. Two Spark jobs: the numeric aggregates (see :func:`_numeric_aggregates`), then the
+    category counts, from one (split, column, value) row per cell. The numeric columns' histograms have
+    their edges, and with their medians and distinct counts come from a pass that reads every row anyway
+    (the shard writers' :class:`NumericSketch`, put in by :func:`add_sketches`): in Spark those three
+    were aggregates without generated code, which took most of the statistics' time."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, IntegralType
 
     kinds = {f.name: f.dataType for f in frame.schema.fields}
     integral = {c for c in numeric if isinstance(kinds.get(c), (IntegralType, BooleanType))}
     rows: dict[str, dict[str, Any]] = {}
-    median_fraction = min(1.0, MEDIAN_SAMPLE / rows_hint) if rows_hint else 1.0
-    for split, column, aggregate in _numeric_aggregates(frame, split_column, numeric, median_fraction):
+    for split, column, aggregate in _numeric_aggregates(frame, split_column, numeric):
         values = rows.setdefault(split, {})
         if column is None:
             values["__rows"] = int(aggregate["rows"])
             continue
-        for stat in ("count", "min", "max", "mean", "median", "std", "zeros", "distinct"):
+        for stat in ("count", *_AGGREGATES):
             value = aggregate[stat]
             if column in integral and stat in ("min", "max") and value is not None:
                 value = int(value)
@@ -139,38 +131,14 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
         values[f"{column}__missing"] = int(aggregate["rows"]) - int(aggregate["count"])
     row_counts = {split: values.get("__rows", 0) for split, values in rows.items()}
 
-    edges_of: dict[str, list[float]] = {}
-    for column in numeric:
-        low = min((rows[s][f"{column}__min"] for s in splits if s in rows and rows[s].get(f"{column}__min") is not None), default=None)
-        high = max((rows[s][f"{column}__max"] for s in splits if s in rows and rows[s].get(f"{column}__max") is not None), default=None)
-        if low is not None and high is not None:
-            edges_of[column] = _edges(float(low), float(high))
-    counted: dict[tuple[str, str], list[int]] = {}
     value_counts: dict[tuple[str, str], dict[str, int]] = {}
     missing: dict[tuple[str, str], int] = {}
-    buckets = {}
-    for column, edges in edges_of.items() if histograms else ():
-        width = (edges[-1] - edges[0]) / (len(edges) - 1)
-        buckets[column] = F.least(F.floor((F.col(column) - F.lit(edges[0])) / F.lit(width)),
-                                  F.lit(len(edges) - 2)).cast("int")
-    cells = []   # one (column, value) pair per cell: a histogram bucket's number, or a category
-    if buckets and len(buckets) <= WIDE_COLUMNS:   # histograms as a count per bucket, by split
-        counted.update(_histograms_wide(frame, split_column, buckets, edges_of))
-    else:
-        cells += [F.struct(F.lit(column).alias("c"), bucket.cast("string").alias("v"))
-                  for column, bucket in buckets.items()]
-    cells += [F.struct(F.lit(column).alias("c"), F.col(column).cast("string").alias("v")) for column in categorical]
-    if cells:  # every (other) histogram and category count in one job
+    if categorical:   # every category count in one job, a category's missing values too
+        cells = [F.struct(F.lit(column).alias("c"), F.col(column).cast("string").alias("v")) for column in categorical]
         exploded = frame.select(split_column, F.explode(F.array(*cells)).alias("cell"))
-        kept = F.col("cell.v").isNotNull()
-        if categorical:   # a category's missing values are counted too
-            kept = kept | F.col("cell.c").isin(*categorical)
-        exploded = exploded.where(kept)
         for row in exploded.groupBy(split_column, "cell.c", "cell.v").count().collect():
             key = (row[split_column], row["c"])
-            if row["c"] in edges_of:
-                counted.setdefault(key, [0] * (len(edges_of[row["c"]]) - 1))[int(row["v"])] += row["count"]
-            elif row["v"] is None:
+            if row["v"] is None:
                 missing[key] = int(row["count"])
             else:
                 value_counts.setdefault(key, {})[row["v"]] = int(row["count"])
@@ -183,20 +151,20 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
 
     columns = []
     for column in numeric:
-        edges = edges_of.get(column, [])
+        low = min((rows[s][f"{column}__min"] for s in splits if s in rows and rows[s].get(f"{column}__min") is not None), default=None)
+        high = max((rows[s][f"{column}__max"] for s in splits if s in rows and rows[s].get(f"{column}__max") is not None), default=None)
+        edges = _edges(float(low), float(high)) if low is not None and high is not None else []
         per_split: dict[str, dict[str, Any]] = {}
         for split in splits:
             found = rows.get(split)
             if found is None:
                 per_split[split] = {"count": 0, "missing": 0}
                 continue
-            entry = {key: _plain(found.get(f"{column}__{key}")) for key in
-                     ("count", "missing", "min", "max", "mean", "median", "std", "zeros", "distinct")}
-            entry["count"] = entry["count"] or 0
-            entry["missing"] = entry["missing"] or 0
-            entry["zeros"] = entry["zeros"] or 0
+            entry = {key: _plain(found.get(f"{column}__{key}")) for key in ("count", "missing", *_AGGREGATES)}
+            entry.update(count=entry["count"] or 0, missing=entry["missing"] or 0, zeros=entry["zeros"] or 0,
+                         median=None, distinct=None)
             if edges:
-                entry["histogram"] = {"edges": edges, "counts": counted.get((split, column), [0] * (len(edges) - 1))}
+                entry["histogram"] = {"edges": edges, "counts": [0] * (len(edges) - 1)}
             per_split[split] = entry
         columns.append({"name": column, "type": "numeric", "splits": per_split})
     for column in categorical:
@@ -214,8 +182,8 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
 
 
 def histogram_counts(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
-    """How many of ``values`` (non-missing floats) fall in each bucket of ``edges``, the last one closed,
-    as the statistics' Spark expression counts them (NaN in the first bucket, as Spark's floor of it)."""
+    """How many of ``values`` (non-missing floats) fall in each bucket of ``edges``, the last one closed
+    (NaN in the first bucket)."""
     width = (edges[-1] - edges[0]) / (len(edges) - 1)
     with np.errstate(invalid="ignore"):
         bucket = np.floor((values - edges[0]) / width)
@@ -224,19 +192,103 @@ def histogram_counts(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
     return np.bincount(bucket, minlength=len(edges) - 1)
 
 
-def add_histograms(stats: Mapping[str, Any], counts: Mapping[tuple[str, str], Sequence[int]]) -> None:
-    """Put the histogram counts of (split, column) into statistics made with ``histograms=False``."""
+def median_fraction(rows: int, columns: int) -> float:
+    """The share of the rows whose values make the median sample: about ``MEDIAN_SAMPLE`` rows, and no
+    more than ``MEDIAN_VALUES`` values in all (a wide table's sample has fewer rows)."""
+    if rows <= 0:
+        return 1.0
+    return min(1.0, MEDIAN_SAMPLE / rows, MEDIAN_VALUES / (rows * max(columns, 1)))
+
+
+class NumericSketch:
+    """One numeric column of one split as a pass over its rows sees it: the histogram's counts over fixed
+    ``edges``, HyperLogLog registers for its distinct values, and the values of the rows in the median
+    sample (every row's in a table small enough, and then the median and distinct count are exact).
+    The sketches of parts of the rows merge into the sketch of them all."""
+
+    def __init__(self, edges: Sequence[float] | None) -> None:
+        self.edges = list(edges) if edges else None
+        self.counts = np.zeros(len(self.edges) - 1, np.int64) if self.edges else None
+        self.registers = np.zeros(1 << HLL_BITS, np.uint8)
+        self.sample: list[np.ndarray] = []
+        self.complete = True   # every value is in the sample
+
+    def add(self, values: np.ndarray, sampled: np.ndarray) -> None:
+        """``values``: present values (float64); ``sampled``: which of them are in the median sample."""
+        if not values.size:
+            return
+        if self.counts is not None:
+            self.counts += histogram_counts(values, self.edges)
+        _hll_add(self.registers, values)
+        self.complete = self.complete and bool(sampled.all())
+        self.sample.append(values if self.complete else values[sampled])
+
+    def merge(self, other: NumericSketch) -> None:
+        if self.counts is not None and other.counts is not None:
+            self.counts += other.counts
+        np.maximum(self.registers, other.registers, out=self.registers)
+        self.complete = self.complete and other.complete
+        self.sample += other.sample
+
+    def result(self) -> dict[str, Any]:
+        """The histogram's counts, the median (the middle value of the sample, the lower one of two) and
+        the number of distinct values (HyperLogLog's estimate unless the sample holds every value)."""
+        sample = np.concatenate(self.sample) if self.sample else np.empty(0)
+        median = float(np.partition(sample, (sample.size - 1) // 2)[(sample.size - 1) // 2]) if sample.size else None
+        if self.complete:
+            distinct = int(np.unique(np.where(np.isnan(sample), np.nan, sample)).size) if sample.size else 0
+        else:
+            distinct = int(round(_hll_estimate(self.registers)))
+        return {"counts": None if self.counts is None else [int(n) for n in self.counts],
+                "median": median, "distinct": distinct}
+
+
+def add_sketches(stats: Mapping[str, Any], sketches: Mapping[tuple[str, str], NumericSketch]) -> None:
+    """Put the histogram counts, medians and distinct counts of the (split, column) sketches into
+    statistics made by :func:`table_stats_and_counts`."""
     for column in stats["columns"]:
         for split, entry in column["splits"].items():
-            found = counts.get((split, column["name"]))
-            if found is not None and "histogram" in entry:
-                entry["histogram"]["counts"] = [int(n) for n in found]
+            sketch = sketches.get((split, column["name"]))
+            if sketch is None or column["type"] != "numeric":
+                continue
+            found = sketch.result()
+            entry["median"], entry["distinct"] = _plain(found["median"]), found["distinct"]
+            if found["counts"] is not None and "histogram" in entry:
+                entry["histogram"]["counts"] = found["counts"]
 
 
+HLL_BITS = 11   # 2,048 registers: distinct counts within about 2.3% (one standard error)
+
+
+def _hll_add(registers: np.ndarray, values: np.ndarray) -> None:
+    """Add float64 ``values`` to HyperLogLog ``registers`` (0.0 and -0.0 one value, every NaN one value)."""
+    bits = np.ascontiguousarray(np.where(np.isnan(values), np.nan, values + 0.0), np.float64).view(np.uint64)
+    hashed = bits ^ (bits >> np.uint64(30))   # splitmix64's finalizer: every input bit moves every output bit
+    hashed *= np.uint64(0xBF58476D1CE4E5B9)
+    hashed ^= hashed >> np.uint64(27)
+    hashed *= np.uint64(0x94D049BB133111EB)
+    hashed ^= hashed >> np.uint64(31)
+    index = (hashed >> np.uint64(64 - HLL_BITS)).astype(np.intp)
+    rest = (hashed << np.uint64(HLL_BITS)) | np.uint64(1 << (HLL_BITS - 1))   # never all zeros
+    # the position of the first 1 bit of the rest, from its float's exponent (a value that rounds up to the
+    # next power of two counts one less, rarely: the estimate does not see it)
+    rank = 64 - np.frexp(rest.astype(np.float64))[1]
+    np.maximum.at(registers, index, np.clip(rank + 1, 1, 64 - HLL_BITS + 1).astype(np.uint8))
+
+
+def _hll_estimate(registers: np.ndarray) -> float:
+    """HyperLogLog's estimate of the distinct values added, linear counting while registers are empty."""
+    m = registers.size
+    raw = 0.7213 / (1 + 1.079 / m) * m * m / float(np.sum(np.ldexp(1.0, -registers.astype(np.int64))))
+    empty = int(np.count_nonzero(registers == 0))
+    return m * math.log(m / empty) if empty and raw <= 2.5 * m else raw
+
+
+_AGGREGATES = ("min", "max", "mean", "std", "zeros")
 WIDE_COLUMNS = 64   # up to this many numeric columns the aggregates are one row per split
 
 
-def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[str], median_fraction: float = 1.0
+def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[str]
                         ) -> Iterator[tuple[Any, str | None, Mapping[str, Any]]]:
     """(split, column, its aggregates) for every split and numeric column, and (split, None, the
     split's row count) once per split. Up to ``WIDE_COLUMNS`` columns one aggregate of a few
@@ -244,22 +296,14 @@ def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[s
     numeric columns that long form took most of the statistics' time). Wider tables get one
     (split, column, value) row per cell: a few functions whatever the number of columns (one
     aggregate per column and statistic needs code and buffers that grow with the columns; a
-    65-column table exhausted a 1 GiB driver heap). Medians of a ``median_fraction`` sample of the rows
-    (the same rows for every column)."""
+    65-column table exhausted a 1 GiB driver heap)."""
     from pyspark.sql import functions as F
-
-    sampled = None
-    if median_fraction < 1.0:   # a column of its own: Spark refuses rand() inside an aggregate's arguments
-        frame = frame.withColumn(_MEDIAN_SAMPLE, F.rand(seed=17) < F.lit(median_fraction))
-        sampled = F.col(_MEDIAN_SAMPLE)
 
     def functions(v: str, suffix: str) -> list[Column]:
         """The aggregates of SQL expression ``v``, as SQL text (one call into the JVM each)."""
-        of_median = v if sampled is None else f"CASE WHEN {_MEDIAN_SAMPLE} THEN {v} END"
         return [F.expr(f"{aggregate} AS {name}{suffix}") for name, aggregate in (
             ("count", f"count({v})"), ("min", f"min({v})"), ("max", f"max({v})"), ("mean", f"avg({v})"),
-            ("median", f"percentile_approx({of_median}, 0.5, 10000)"), ("std", f"stddev_samp({v})"),
-            ("zeros", f"count(CASE WHEN {v} = 0 THEN 1 END)"), ("distinct", f"approx_count_distinct({v}, 0.05)"))]
+            ("std", f"stddev_samp({v})"), ("zeros", f"count(CASE WHEN {v} = 0 THEN 1 END)"))]
 
     if len(numeric) <= WIDE_COLUMNS:
         aggregates = [F.count(F.lit(1)).alias("rows")]
@@ -269,34 +313,15 @@ def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[s
             yield row["s"], None, row.asDict()
             for i, column in enumerate(numeric):
                 yield row["s"], column, {"rows": row["rows"], **{
-                    stat: row[f"{stat}_{i}"] for stat in ("count", "min", "max", "mean", "median", "std",
-                                                          "zeros", "distinct")}}
+                    stat: row[f"{stat}_{i}"] for stat in ("count", *_AGGREGATES)}}
         return
     # cell -1 of every row counts the rows of its split
     cells = [F.struct(F.lit(-1).alias("c"), F.lit(None).cast("double").alias("v"))]
     cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v")) for i, column in enumerate(numeric)]
-    kept = [] if sampled is None else [sampled]
-    long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell"), *kept).select(
-        "s", "cell.c", "cell.v", *kept)
+    long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell")).select(
+        "s", "cell.c", "cell.v")
     for row in long_form.groupBy("s", "c").agg(F.count(F.lit(1)).alias("rows"), *functions("v", "")).collect():
         yield row["s"], None if row["c"] < 0 else numeric[row["c"]], row.asDict()
-
-
-def _histograms_wide(frame: DataFrame, split_column: str, buckets: Mapping[str, Column],
-                     edges_of: Mapping[str, list[float]]) -> dict[tuple[str, str], list[int]]:
-    """Every numeric column's histogram per split, one count per bucket, in one aggregate grouped by
-    split (no row per cell): for tables up to ``WIDE_COLUMNS`` numeric columns."""
-    from pyspark.sql import functions as F
-
-    names = {column: f"b{i}" for i, column in enumerate(buckets)}
-    numbered = frame.select(F.col(split_column).alias("s"),
-                            *[bucket.alias(names[column]) for column, bucket in buckets.items()])
-    # SQL text, one call into the JVM per count: built from Column parts, the 20 counts of each
-    # column took a second of driver time at 10 columns
-    counts = [F.expr(f"count(CASE WHEN {names[column]} = {k} THEN 1 END) AS {names[column]}_{k}")
-              for column in buckets for k in range(len(edges_of[column]) - 1)]
-    return {(row["s"], column): [int(row[f"{names[column]}_{k}"]) for k in range(len(edges_of[column]) - 1)]
-            for row in numbered.groupBy("s").agg(*counts).collect() for column in buckets}
 
 
 def _plain(value: Any) -> Any:

@@ -232,42 +232,37 @@ def test_an_existing_dataset_is_refused_before_spark_is_used(env, filled):
 
 
 @pytest.mark.parametrize("wide", [True, False])
-def test_a_large_table_takes_its_medians_from_a_sample_and_the_rest_from_every_row(spark, monkeypatch, wide):
-    """Over MEDIAN_SAMPLE rows a median comes from a seeded sample (percentile_approx of every value cost more
-    than all other statistics); counts, means and extremes stay exact, on the wide and the long aggregate."""
-    from pyspark.sql import functions as F
-
+def test_a_large_table_takes_its_medians_from_a_sample_and_the_rest_from_every_row(spark, env, tmp_path,
+                                                                                   monkeypatch, wide):
+    """Over MEDIAN_SAMPLE rows a median comes from a sample of the rows (chosen by their hash) and distinct
+    counts are estimated; counts, means and extremes stay exact, on the wide and the long aggregate. A table
+    within MEDIAN_SAMPLE rows gets its exact median and distinct count."""
     from hopsml.data import stats
 
     if not wide:
         monkeypatch.setattr(stats, "WIDE_COLUMNS", 0)
-    frame = spark.range(4000).select((F.col("id") % 2000).cast("double").alias("x"), F.lit("train").alias("s"))
-    exact, _, _ = stats.table_stats_and_counts(frame, "s", ["train"], ["x"], [])
-    sampled, aggregates, _ = stats.table_stats_and_counts(frame, "s", ["train"], ["x"], [],
-                                                          rows_hint=4 * stats.MEDIAN_SAMPLE)
-    column = next(c for c in sampled["columns"] if c["name"] == "x")["splits"]["train"]
-    assert column["count"] == 4000 and column["min"] == 0 and column["max"] == 1999
-    assert column["mean"] == pytest.approx(999.5)
-    assert 850 <= column["median"] <= 1150   # a quarter of the rows, about 1000 values
-    assert next(c for c in exact["columns"] if c["name"] == "x")["splits"]["train"]["median"] in (999.0, 1000.0)
-    assert aggregates["train"]["x__count"] == 4000
+    settings = env[1]
+    csv = tmp_path / "large.csv"
+    csv.write_text("x,y\n" + "".join(f"{i % 2000}.5,{i % 2}\n" for i in range(4000)))
+
+    def train_x(name):
+        prepare_table(str(csv), name, label="y", test_fraction=0.0, settings=settings, spark=spark)
+        with open(_path(settings, name, "stats.json")) as handle:
+            return next(c for c in json.load(handle)["columns"] if c["name"] == "x")["splits"]["train"]
+
+    exact = train_x(f"medians_exact_{wide}")
+    assert exact["median"] == 999.5 and exact["distinct"] == 2000
+    monkeypatch.setattr(stats, "MEDIAN_SAMPLE", 1000)
+    column = train_x(f"medians_sampled_{wide}")
+    assert column["count"] == 4000 and column["min"] == 0.5 and column["max"] == 1999.5
+    assert column["mean"] == pytest.approx(1000.0)
+    assert 850 <= column["median"] <= 1150 and column["median"] != exact["median"]   # about 1000 values
+    assert 1900 <= column["distinct"] <= 2100 and sum(column["histogram"]["counts"]) == 4000
 
 
-def test_the_writers_histograms_are_those_spark_counts(spark, env, tmp_path):
-    """The shard writers count the histograms (numpy, on the rows as read, before missing values are filled)
-    as the statistics' Spark expression does: the same counts for values on the edges, whole numbers, a
-    constant column and a column with missing values filled."""
-    from pyspark.sql import functions as F
-
+def test_the_writers_histograms_count_the_values_as_read(spark, env, tmp_path):
+    """The shard writers count the histograms on the rows as read, before missing values are filled."""
     from hopsml.data import stats
-
-    values = [0.0, 0.1, 0.5, 0.9999999, 1.0, 2.5, 10.0, -3.0, -3.0, 7.25]
-    frame = spark.createDataFrame([(v, i % 4, 5.0, "train") for i, v in enumerate(values)], "x double, n long, c double, s string")
-    spark_made, _, _ = stats.table_stats_and_counts(frame, "s", ["train"], ["x", "n", "c"], [])
-    for column in spark_made["columns"]:
-        histogram = column["splits"]["train"]["histogram"]
-        rows = frame.select(F.col(column["name"]).cast("double")).toPandas().iloc[:, 0].to_numpy()
-        assert stats.histogram_counts(rows, histogram["edges"]).tolist() == histogram["counts"]
 
     settings = env[1]
     lines = ["x,k,y"] + [f"{'' if i % 5 == 0 else i * 0.75},{'ab'[i % 2]},{i % 2}" for i in range(60)]
