@@ -554,6 +554,18 @@ def _compute_slots(spark: SparkSession) -> int:
     return spark.sparkContext.defaultParallelism
 
 
+def _task_count(workers: int, slots: int, total_bytes: int) -> int:
+    """Tasks (and shards per split) of an image job: enough for the workers and the task slots, and a
+    task per ``_TARGET_SHARD_BYTES`` of input, in whole waves of the slots: 5 tasks on 2 slots ran a
+    third wave on one core while the other idled (a fifth of an 8000-image job's time).
+
+    >>> _task_count(1, 2, 5 * _TARGET_SHARD_BYTES), _task_count(4, 2, 0), _task_count(3, 1, 0)
+    (6, 4, 3)
+    """
+    count = max(workers, slots, -(-total_bytes // _TARGET_SHARD_BYTES))
+    return -(-count // max(slots, 1)) * max(slots, 1) if count > workers else count
+
+
 def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (200, 200),
                    crop: tuple[int, int] | None = None, shards: int | None = None,
                    glob: str = DEFAULT_GLOB, strict: bool = False, image_format: str = "png",
@@ -603,8 +615,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
     session.check_session(settings, spark)  # also for a session passed in
     labels = sorted({label_of(path) for path, _ in listing})
     total_bytes = sum(size for _, size in listing)
-    count = options.shards or max(settings.num_workers, _compute_slots(spark),
-                                  -(-total_bytes // _TARGET_SHARD_BYTES))
+    count = options.shards or _task_count(settings.num_workers, _compute_slots(spark), total_bytes)
     count = max(1, min(count, len(listing)))
 
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
