@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
     from hopsml import config
 
@@ -102,7 +102,8 @@ def image_stats(splits: Mapping[str, Sequence[Mapping[str, Any]]], labels: Seque
 
 # --- tables (Spark) ----------------------------------------------------------------------------
 def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence[str], numeric: Sequence[str],
-                           categorical: Sequence[str]
+                           categorical: Sequence[str],
+                           aggregated: Iterable[tuple[Any, str | None, Mapping[str, Any]]] | None = None
                            ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
     """Statistics of a Spark DataFrame per value of ``split_column`` (values in ``splits``), with what they
     are made of: the per-split aggregates (``<column>__mean``, ``__std``, ``__count``, ``__rows`` ...) and
@@ -111,14 +112,17 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
     category counts, from one (split, column, value) row per cell. The numeric columns' histograms have
     their edges, and with their medians and distinct counts come from a pass that reads every row anyway
     (the shard writers' :class:`NumericSketch`, put in by :func:`add_sketches`): in Spark those three
-    were aggregates without generated code, which took most of the statistics' time."""
+    were aggregates without generated code, which took most of the statistics' time. ``aggregated``:
+    the numeric aggregates of these rows, taken by an earlier pass (see :func:`numeric_aggregate_sql`),
+    which saves their job."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, IntegralType
 
     kinds = {f.name: f.dataType for f in frame.schema.fields}
     integral = {c for c in numeric if isinstance(kinds.get(c), (IntegralType, BooleanType))}
     rows: dict[str, dict[str, Any]] = {}
-    for split, column, aggregate in _numeric_aggregates(frame, split_column, numeric):
+    for split, column, aggregate in (_numeric_aggregates(frame, split_column, numeric) if aggregated is None
+                                     else aggregated):
         values = rows.setdefault(split, {})
         if column is None:
             values["__rows"] = int(aggregate["rows"])
@@ -288,6 +292,38 @@ _AGGREGATES = ("min", "max", "mean", "std", "zeros")
 WIDE_COLUMNS = 64   # up to this many numeric columns the aggregates are one row per split
 
 
+def _aggregate_sql(v: str, suffix: str, prefix: str = "") -> list[str]:
+    """The aggregates of SQL expression ``v``, as SQL text (one call into the JVM each)."""
+    return [f"{aggregate} AS {prefix}{name}{suffix}" for name, aggregate in (
+        ("count", f"count({v})"), ("min", f"min({v})"), ("max", f"max({v})"), ("mean", f"avg({v})"),
+        ("std", f"stddev_samp({v})"), ("zeros", f"count(CASE WHEN {v} = 0 THEN 1 END)"))]
+
+
+def numeric_aggregate_sql(numeric: Sequence[str], where: str | None = None, prefix: str = "") -> list[str]:
+    """The numeric aggregates of one split in one row, as SQL text to group by split: the rows
+    (``<prefix>rows``) and each column's statistics (``<prefix><stat>_<i>``), of the rows where SQL
+    condition ``where`` holds (all rows without one). A pass that groups the rows by split for its
+    own counts takes them on the way (see :func:`split_aggregates`)."""
+    def of(name: str) -> str:
+        value = "CAST(`" + name.replace("`", "``") + "` AS double)"
+        return value if where is None else f"CASE WHEN {where} THEN {value} END"
+
+    parts = [f"count({'1' if where is None else f'CASE WHEN {where} THEN 1 END'}) AS {prefix}rows"]
+    for i, column in enumerate(numeric):
+        parts += _aggregate_sql(of(column), f"_{i}", prefix)
+    return parts
+
+
+def split_aggregates(split: Any, row: Mapping[str, Any], numeric: Sequence[str], prefix: str = ""
+                     ) -> Iterator[tuple[Any, str | None, Mapping[str, Any]]]:
+    """The (split, column, its aggregates) of one row of :func:`numeric_aggregate_sql`, and (split,
+    None, the split's row count) first."""
+    rows = row[f"{prefix}rows"]
+    yield split, None, {"rows": rows}
+    for i, column in enumerate(numeric):
+        yield split, column, {"rows": rows, **{stat: row[f"{prefix}{stat}_{i}"] for stat in ("count", *_AGGREGATES)}}
+
+
 def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[str]
                         ) -> Iterator[tuple[Any, str | None, Mapping[str, Any]]]:
     """(split, column, its aggregates) for every split and numeric column, and (split, None, the
@@ -299,28 +335,18 @@ def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[s
     65-column table exhausted a 1 GiB driver heap)."""
     from pyspark.sql import functions as F
 
-    def functions(v: str, suffix: str) -> list[Column]:
-        """The aggregates of SQL expression ``v``, as SQL text (one call into the JVM each)."""
-        return [F.expr(f"{aggregate} AS {name}{suffix}") for name, aggregate in (
-            ("count", f"count({v})"), ("min", f"min({v})"), ("max", f"max({v})"), ("mean", f"avg({v})"),
-            ("std", f"stddev_samp({v})"), ("zeros", f"count(CASE WHEN {v} = 0 THEN 1 END)"))]
-
     if len(numeric) <= WIDE_COLUMNS:
-        aggregates = [F.count(F.lit(1)).alias("rows")]
-        for i, column in enumerate(numeric):
-            aggregates += functions("CAST(`" + column.replace("`", "``") + "` AS double)", f"_{i}")
+        aggregates = [F.expr(part) for part in numeric_aggregate_sql(numeric)]
         for row in frame.groupBy(F.col(split_column).alias("s")).agg(*aggregates).collect():
-            yield row["s"], None, row.asDict()
-            for i, column in enumerate(numeric):
-                yield row["s"], column, {"rows": row["rows"], **{
-                    stat: row[f"{stat}_{i}"] for stat in ("count", *_AGGREGATES)}}
+            yield from split_aggregates(row["s"], row.asDict(), numeric)
         return
     # cell -1 of every row counts the rows of its split
     cells = [F.struct(F.lit(-1).alias("c"), F.lit(None).cast("double").alias("v"))]
     cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v")) for i, column in enumerate(numeric)]
     long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell")).select(
         "s", "cell.c", "cell.v")
-    for row in long_form.groupBy("s", "c").agg(F.count(F.lit(1)).alias("rows"), *functions("v", "")).collect():
+    aggregates = [F.count(F.lit(1)).alias("rows"), *[F.expr(part) for part in _aggregate_sql("v", "")]]
+    for row in long_form.groupBy("s", "c").agg(*aggregates).collect():
         yield row["s"], None if row["c"] < 0 else numeric[row["c"]], row.asDict()
 
 

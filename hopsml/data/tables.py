@@ -71,6 +71,7 @@ _SPLIT = "_split"
 _SHARD = "_shard"
 _ROW_HASH = "_row_hash"
 _SAMPLED = "_sampled"   # the row is in the median sample
+_USABLE = "_usable"     # the row is written (not rejected, nor dropped for a missing value)
 _UNKNOWN = -1  # index of a category the train split never saw
 
 
@@ -304,6 +305,8 @@ class _Inference:
     failures: dict[str, int]
     samples: dict[str, str]
     present: dict[str, int]
+    # the statistics' numeric aggregates of the rows to write, per split, when the pass took them
+    aggregated: list[tuple[Any, str | None, Mapping[str, Any]]] | None = None
 
 
 def _counts_long(frame: DataFrame, names: list[str], kinds: list[str]) -> dict[int, Any]:
@@ -448,6 +451,21 @@ class _Read:
     escape: str
 
 
+def _usable_sql(kept: Sequence[str], label: str, missing: str, types: Mapping[str, str]) -> str:
+    """SQL condition of the typed rows to write: not rejected, with a label, and (missing='drop') with
+    every feature, a NaN counting as missing there (as in Spark's dropna, which writing uses). For tables
+    up to ``_WIDE_COLUMNS`` columns."""
+    features = [n for n in kept if n != label] if missing == "drop" else []
+    return " AND ".join([f"{_REASON} IS NULL", f"{_sql_name(label)} IS NOT NULL",
+                         *[f"{_sql_name(n)} IS NOT NULL" + (f" AND NOT isnan({_sql_name(n)})" if types[n] == "double" else "")
+                           for n in features]])
+
+
+def _summarized(kept: Sequence[str], label: str, types: Mapping[str, str]) -> list[str]:
+    """The columns the statistics summarize as numbers: the numeric features, and a numeric label."""
+    return [n for n in kept if n != label and types[n] != "string"] + ([label] if types[label] != "string" else [])
+
+
 class _Typing:
     """How the text of a table becomes typed rows, and what the typed rows tell of the types: one cached
     frame with each row's values, why it is rejected (if it is), its hash and its split."""
@@ -504,7 +522,12 @@ class _Typing:
     def check(self, parsed: DataFrame, rejected: DataFrame, types: Mapping[str, str]) -> _Inference | None:
         """What the typed rows of ``parse(..., types)`` tell, in the job that fills the cache (and one
         over the rejected rows, if any): the rows read and malformed, per column the values present and
-        failing. None when every row's text gives an inferred column another type than ``types``."""
+        failing, and per split the statistics' numeric aggregates of the rows to write (their job saved).
+        None when every row's text gives an inferred column another type than ``types``."""
+        from pyspark.sql import functions as F
+
+        from hopsml.data import stats
+
         corrupt = _sql_name(_CORRUPT)
         well, escaped_quote = f"{corrupt} IS NULL", _sql_text(_ESCAPED_QUOTE)
         ok = f"{well} AND {_REASON} IS NULL"
@@ -521,7 +544,21 @@ class _Typing:
                 parts += [f"count(CASE WHEN {well} THEN {_parse_sql(n, 'double')} END) AS num_{i}",
                           f"count(CASE WHEN {well} AND lower({_sql_name(n)}) IN ('true', 'false') THEN 1 END) "
                           f"AS bool_{i}"]
-        row = _one_row(parsed.selectExpr(*parts))
+        # grouped by split and by whether the row is written: the counts add up over the groups, and the
+        # statistics' numeric aggregates of the written rows come with them (a condition inside each
+        # aggregate instead made the pass cost as much as the two jobs it joined)
+        label = sanitize(self.options.label)
+        numeric = _summarized(self.kept, label, types)
+        aggregates = len(numeric) <= stats.WIDE_COLUMNS
+        count_names = [part.rsplit(" AS ", 1)[1] for part in parts]
+        if aggregates:
+            parts += stats.numeric_aggregate_sql(numeric, prefix="stat_")
+        usable = f"({_usable_sql(self.kept, label, self.options.missing, types)}) AS {_USABLE}"
+        groups = (parsed.selectExpr(f"`{_SPLIT}`", usable, *[f"`{c}`" for c in parsed.columns if c != _SPLIT])
+                  .groupBy(_SPLIT, _USABLE).agg(*[F.expr(part) for part in parts]).collect())
+        row = {name: sum(int(group[name] or 0) for group in groups) for name in count_names}
+        aggregated = [triple for group in groups if group[_USABLE] for triple in stats.split_aggregates(
+            group[_SPLIT], group.asDict(), numeric, prefix="stat_")] if aggregates else None
         failing: dict[int, Any] = {}
         if row["failing"]:   # the rejected rows' text, counted as the inference counts it
             fields = rejected.where(well).selectExpr(
@@ -554,7 +591,7 @@ class _Typing:
                 samples[n] = str(counts["sample"])
         escaped_failing = int((failing.get(-1) or {}).get("escaped") or 0)
         return _Inference(dict(types), int(row["rows"]), int(row["malformed"]), int(row["quoted"]),
-                          int(row["escaped"]) + escaped_failing, failures, samples, present)
+                          int(row["escaped"]) + escaped_failing, failures, samples, present, aggregated)
 
 
 def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
@@ -881,9 +918,9 @@ class _TableJob:
                 "Fix these rows, or run without --strict to keep them in _rejected")
 
         typed = parsed.where(F.col(_REASON).isNull())
-        features = [n for n in names if n != label]
-        usable = typed.where(F.col(label).isNotNull())   # the rows as written (before missing values are filled)
-        if opts.missing == "drop" and features:
+        usable = typed.where(F.col(label).isNotNull())   # the rows as written (before missing values are filled):
+        features = [n for n in names if n != label]      # those of _usable_sql (whose chain of 1,000 ANDs
+        if opts.missing == "drop" and features:          # overflows the planner's stack)
             usable = usable.dropna(subset=features)
         return self._write(stage, usable.select(*names, _SPLIT, _ROW_HASH), names, label, inference,
                            rejected_reasons, stats_mod, kept=typed)
@@ -954,9 +991,10 @@ class _TableJob:
         label_numeric = types[label] != "string"
 
         self._step("statistics")
-        summarized = numeric + ([label] if label_numeric else [])
+        summarized = _summarized(names, label, types)
         stats, aggregates, value_counts = stats_mod.table_stats_and_counts(   # the rest: by the writers
-            usable, _SPLIT, SPLITS, summarized, categorical + ([] if label_numeric else [label]))
+            usable, _SPLIT, SPLITS, summarized, categorical + ([] if label_numeric else [label]),
+            aggregated=inference.aggregated)
         stats["rejected"] = rejected_reasons
         stats["types"] = types
         for column in stats["columns"]:   # the header's own words, beside the field name
