@@ -47,6 +47,25 @@ def test_cell_column_builds_the_same_cells_without_a_copy_per_row():
         column.append(images[0].reshape(3, 4, 3))
 
 
+def test_a_parquet_shard_of_several_row_groups_keeps_every_image(tmp_path):
+    """Each row group is written from its own cell buffer: every image lands in its group, in order."""
+    import pyarrow.parquet as pq
+
+    from hopsml.data.shards import ParquetShard
+
+    images = np.random.default_rng(2).integers(0, 256, (7, 4, 3, 3), dtype=np.uint8)
+    schema = pa.schema([("image", pa.binary()), ("label", pa.int32())])
+    path = str(tmp_path / "part.parquet")
+    shard = ParquetShard(lambda: path, schema, rows_per_group=3, cells={"image": (4, 3, 3)},
+                         compression={"image": "none", "label": "snappy"})
+    for i, image in enumerate(images):
+        shard.add({"image": image, "label": i})
+    assert shard.close() == 3
+    table = pq.read_table(path)
+    assert pq.ParquetFile(path).num_row_groups == 3 and table["label"].to_pylist() == list(range(7))
+    np.testing.assert_array_equal(decode_column(table["image"], (4, 3, 3)), images)
+
+
 def test_batcher_cuts_equal_batches_across_chunks():
     batcher = _Batcher(4)
     out = []
