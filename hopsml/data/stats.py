@@ -196,6 +196,12 @@ def histogram_counts(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
     return np.bincount(bucket, minlength=len(edges) - 1)
 
 
+def values_kept(columns: int) -> int:
+    """How many values of each of ``columns`` numeric columns a sketch keeps for an exact median: up to
+    ``MEDIAN_SAMPLE``, and ``MEDIAN_VALUES`` in all."""
+    return max(1, min(MEDIAN_SAMPLE, MEDIAN_VALUES // max(columns, 1)))
+
+
 def median_fraction(rows: int, columns: int) -> float:
     """The share of the rows whose values make the median sample: about ``MEDIAN_SAMPLE`` rows, and no
     more than ``MEDIAN_VALUES`` values in all (a wide table's sample has fewer rows)."""
@@ -206,16 +212,19 @@ def median_fraction(rows: int, columns: int) -> float:
 
 class NumericSketch:
     """One numeric column of one split as a pass over its rows sees it: the histogram's counts over fixed
-    ``edges``, HyperLogLog registers for its distinct values, and the values of the rows in the median
-    sample (every row's in a table small enough, and then the median and distinct count are exact).
-    The sketches of parts of the rows merge into the sketch of them all."""
+    ``edges``, HyperLogLog registers for its distinct values, every value while there are at most ``keep``
+    (the median and distinct count are then exact, in a small table and in a sparse column of a large one),
+    and the values of the rows in the median sample. The sketches of parts of the rows merge into the
+    sketch of them all."""
 
-    def __init__(self, edges: Sequence[float] | None) -> None:
+    def __init__(self, edges: Sequence[float] | None, keep: int = MEDIAN_SAMPLE) -> None:
         self.edges = list(edges) if edges else None
         self.counts = np.zeros(len(self.edges) - 1, np.int64) if self.edges else None
         self.registers = np.zeros(1 << HLL_BITS, np.uint8)
+        self.keep = keep
+        self.values: list[np.ndarray] | None = []   # every value, until there are more than keep
+        self.seen = 0
         self.sample: list[np.ndarray] = []
-        self.complete = True   # every value is in the sample
 
     def add(self, values: np.ndarray, sampled: np.ndarray) -> None:
         """``values``: present values (float64); ``sampled``: which of them are in the median sample."""
@@ -224,23 +233,34 @@ class NumericSketch:
         if self.counts is not None:
             self.counts += histogram_counts(values, self.edges)
         _hll_add(self.registers, values)
-        self.complete = self.complete and bool(sampled.all())
-        self.sample.append(values if self.complete else values[sampled])
+        self._keep([values], values.size)
+        chosen = values if sampled.all() else values[sampled]
+        if chosen.size:
+            self.sample.append(chosen)
+
+    def _keep(self, values: list[np.ndarray] | None, count: int) -> None:
+        self.seen += count
+        if self.values is None or values is None or self.seen > self.keep:
+            self.values = None
+        else:
+            self.values += values
 
     def merge(self, other: NumericSketch) -> None:
         if self.counts is not None and other.counts is not None:
             self.counts += other.counts
         np.maximum(self.registers, other.registers, out=self.registers)
-        self.complete = self.complete and other.complete
+        self._keep(other.values, other.seen)
         self.sample += other.sample
 
     def result(self) -> dict[str, Any]:
-        """The histogram's counts, the median (the middle value of the sample, the lower one of two) and
-        the number of distinct values (HyperLogLog's estimate unless the sample holds every value)."""
-        sample = np.concatenate(self.sample) if self.sample else np.empty(0)
-        median = float(np.partition(sample, (sample.size - 1) // 2)[(sample.size - 1) // 2]) if sample.size else None
-        if self.complete:
-            distinct = int(np.unique(np.where(np.isnan(sample), np.nan, sample)).size) if sample.size else 0
+        """The histogram's counts, the median (the middle value, the lower one of two) and the number of
+        distinct values: of every value while they were kept, else of the sample and HyperLogLog's estimate."""
+        exact = self.values is not None
+        parts = self.values if self.values is not None else self.sample
+        pool = np.concatenate(parts) if parts else np.empty(0)
+        median = float(np.partition(pool, (pool.size - 1) // 2)[(pool.size - 1) // 2]) if pool.size else None
+        if exact:
+            distinct = int(np.unique(np.where(np.isnan(pool), np.nan, pool)).size)
         else:
             distinct = int(round(_hll_estimate(self.registers)))
         return {"counts": None if self.counts is None else [int(n) for n in self.counts],

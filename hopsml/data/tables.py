@@ -1090,6 +1090,8 @@ class _TableJob:
         typed rows cross the shuffle, not the transformed ones and their feature vector."""
         from pyspark.sql import functions as F
 
+        from hopsml.data import stats
+
         wanted_default = self.options.shards or max(self.settings.num_workers,
                                                     self.spark.sparkContext.defaultParallelism)
         wanted = {s: max(1, min(wanted_default, rows)) for s, rows in counts.items() if rows}
@@ -1102,7 +1104,8 @@ class _TableJob:
                      F.pmod(F.shiftright(F.col(_ROW_HASH), 12), F.lit(1 << 20)) < F.lit(int(sampled * (1 << 20))))
         keyed = usable.select(*transform.inputs(), F.col(_SPLIT), shard.cast("int").alias(_SHARD),
                               in_sample.alias(_SAMPLED))
-        writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, transform, edges)
+        writer = _TableShardWriter(self.storage, stage, wanted, self.options.compression, transform, edges,
+                                   stats.values_kept(len(edges)))
         for split_name in wanted:
             self.storage.makedirs(stage.parquet(split_name))
         shipped: dict[str, int] = {}
@@ -1226,9 +1229,11 @@ class _TableShardWriter:
     whole group of rows with numpy (:func:`encode_examples`), row by row only where a value is null."""
 
     def __init__(self, storage: Storage, stage: ds.DatasetDir, counts: Mapping[str, int],
-                 compression: str | None, transform: _Transform, edges: Mapping[str, list[float] | None]) -> None:
+                 compression: str | None, transform: _Transform, edges: Mapping[str, list[float] | None],
+                 keep: int) -> None:
         self.storage, self.stage, self.counts = storage, stage, dict(counts)
         self.compression, self.transform, self.edges = compression, transform, dict(edges)
+        self.keep = keep   # values of a column kept for its exact median (NumericSketch)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -1263,7 +1268,8 @@ class _TableShardWriter:
                         kept = present if rows_of_split is None else present & rows_of_split
                         sketch = sketches.setdefault(str(split_names[int(code)]), {}).get(column)
                         if sketch is None:
-                            sketch = sketches[str(split_names[int(code)])][column] = NumericSketch(edges)
+                            sketch = NumericSketch(edges, self.keep)
+                            sketches[str(split_names[int(code)])][column] = sketch
                         sketch.add(numbers[kept], in_sample[kept])
                 part_all = self.transform(batch)
                 keys = split_codes.astype(np.int64) * (1 << 32) + shard_numbers

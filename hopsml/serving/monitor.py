@@ -99,6 +99,17 @@ def _as_written(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), np.round(values * scale) / scale, values)
 
 
+def _on_edges(values: np.ndarray, edges: Sequence[float], tolerance: np.ndarray) -> np.ndarray:
+    """Values within ``tolerance`` of a bin edge put on it: a CSV value on an edge (the column's minimum, say)
+    comes back from a standardized float32 feature a little off it, on either side, and more than seven
+    significant digits of it can hold when the feature is far larger than the value."""
+    edges_array = np.asarray(edges, dtype=np.float64)
+    right = np.clip(np.searchsorted(edges_array, values), 1, len(edges_array) - 1)
+    left_edge, right_edge = edges_array[right - 1], edges_array[right]
+    nearest = np.where(np.abs(values - left_edge) <= np.abs(values - right_edge), left_edge, right_edge)
+    return np.where(np.abs(values - nearest) <= tolerance, nearest, values)
+
+
 def _binned(values: np.ndarray, edges: Sequence[float]) -> list[int]:
     """Counts of `values` in [below, each bin, above], bucketed as the dataset statistics bucket them:
     floor((x - first edge) / width), the last bin holding its right edge."""
@@ -203,7 +214,9 @@ def _feature_report(ref: Mapping[str, Any], values: np.ndarray, psi_threshold: f
         edges = ref["edges"]
         # counted in the raw column's bins, as the statistics were: a standardized feature is mapped back
         raw = values * ref["std"] + ref["mean"] if ref.get("standardized") else values
-        served = _binned(_as_written(raw), ref["raw_edges"])
+        # a float32 feature misses the column's number by up to |value| * 2^-24 (times std once mapped back)
+        tolerance = np.abs(values) * (ref["std"] if ref.get("standardized") else 1.0) * 2.0 ** -21
+        served = _binned(_on_edges(_as_written(raw), ref["raw_edges"], tolerance), ref["raw_edges"])
         expected = [0, *ref["counts"], 0]
         out["histogram"] = {"edges": edges, "train": ref["counts"], "serving": served[1:-1],
                             "below": served[0], "above": served[-1]}
@@ -252,12 +265,13 @@ def _feature_report(ref: Mapping[str, Any], values: np.ndarray, psi_threshold: f
 
 
 def _density(values: np.ndarray, edges: Sequence[float], counts: Sequence[float]) -> np.ndarray:
-    """The training histogram's density at each value (0 outside its range)."""
+    """The training histogram's density at each value (0 outside its range, beyond float32's precision)."""
     low, high = float(edges[0]), float(edges[-1])
     bins = len(edges) - 1
     width = (high - low) / bins or 1.0
     shares = _shares(counts) / width
-    inside = (values >= low) & (values <= high)
+    tolerance = (high - low + np.abs(values)) * 2.0 ** -21
+    inside = (values >= low - tolerance) & (values <= high + tolerance)
     index = np.clip(np.floor((values - low) / width), 0, bins - 1).astype(np.int64)
     return np.where(inside, shares[index], 0.0)
 

@@ -46,8 +46,22 @@ def test_a_sampled_sketch_estimates_the_median_and_the_distinct_values():
     assert result["counts"] is None
     assert result["median"] == pytest.approx(100_000, rel=0.02) and result["median"] in values[sampled]
     assert result["distinct"] == pytest.approx(200_000, rel=0.08)
-    few = _sketch(np.repeat([1.0, -0.0, 0.0, np.nan, np.nan], 1000), np.zeros(5000), None).result()
-    assert few["distinct"] == 3 and few["median"] is None   # 0.0 and -0.0 one value, every NaN one value
+    for keep in (10, 10_000):   # estimated, and exact: 0.0 and -0.0 one value, every NaN one value
+        sketch = stats.NumericSketch(None, keep)
+        sketch.add(np.repeat([1.0, -0.0, 0.0, np.nan, np.nan], 1000), np.zeros(5000, dtype=bool))
+        assert sketch.result()["distinct"] == 3
+
+
+def test_a_sparse_column_of_a_large_table_gets_its_exact_median():
+    """Its few values are kept whether or not their rows are in the median sample."""
+    sketch = stats.NumericSketch(None, keep=5)
+    for part in ([7.0, 1.0], [3.0], [5.0, 2.0]):
+        sketch.add(np.array(part), np.zeros(len(part), dtype=bool))
+    assert sketch.result() == {"counts": None, "median": 3.0, "distinct": 5}
+    other = stats.NumericSketch(None, keep=5)
+    other.add(np.array([4.0]), np.ones(1, dtype=bool))
+    sketch.merge(other)   # six values: more than kept, so the sample's one value gives the median
+    assert sketch.result()["median"] == 4.0
 
 
 def test_the_median_sample_is_smaller_for_wide_tables():
