@@ -230,7 +230,7 @@ class NumericSketch:
         """``values``: present values (float64); ``sampled``: which of them are in the median sample."""
         if not values.size:
             return
-        if self.counts is not None:
+        if self.counts is not None and self.edges is not None:
             self.counts += histogram_counts(values, self.edges)
         _hll_add(self.registers, values)
         self._keep([values], values.size)

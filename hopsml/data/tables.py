@@ -579,10 +579,10 @@ class _Typing:
                 continue
             present[n] = found + int(counts["n"] or 0)
             if n in self.inferred:   # the values that parsed are numbers (or booleans) as written
-                numeric = int(counts["num"] or 0) + (found if kind != "boolean" else 0)
+                numbers = int(counts["num"] or 0) + (found if kind != "boolean" else 0)
                 whole = int(counts["int"] or 0) + (found if kind == "long" else 0)
                 boolean = int(counts["bool"] or 0) + (found if kind == "boolean" else 0)
-                if _decide(present[n], numeric, whole, boolean) != kind:
+                if _decide(present[n], numbers, whole, boolean) != kind:
                     return None
                 if kind == "boolean":
                     continue
