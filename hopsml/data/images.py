@@ -368,7 +368,7 @@ class _Transformer:
         tfrecords, parquets = {}, {}
         for split in opts.splits:
             tfrecords[split] = stack.enter_context(shard_io.shard_writer(
-                self.storage, self.stage.tfrecord(split), part, self.shard_count, opts.compression))
+                self.storage, self.stage.tfrecord(split), part, self.shard_count, opts.compression, uncached=True))
             parquets[split] = shard_io.ParquetShard(
                 self._opener(stack, split, part), arrow_schema(), rows_per_group,
                 dictionary=("label", "label_text"), cells={"image": opts.shape}, compression=_PARQUET_CODECS)
@@ -406,7 +406,7 @@ class _Transformer:
     def _opener(self, stack: ExitStack, split: str, part: int) -> Callable[[], Any]:
         """Open the split's Parquet file on its first row group: a split with no rows here gets none."""
         rel = ds.layout.join(self.stage.parquet(split), shard_io.part_name(part))
-        return lambda: stack.enter_context(shard_io.atomic_output(self.storage, rel))
+        return lambda: stack.enter_context(shard_io.atomic_output(self.storage, rel, uncached=True))
 
 
 def _expand_braces(pattern: str) -> list[str]:

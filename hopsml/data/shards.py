@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import layout
 from hopsml.data.codec import CellColumn
+from hopsml.data.uncached import open_uncached
 from hopsml.formats.tfrecord import TFRecordWriter, shard_name
 from hopsml.fs import Storage
 
@@ -40,9 +41,11 @@ def partition_id() -> int:
 
 
 @contextmanager
-def atomic_output(storage: Storage, rel: str) -> Iterator[str | IO[bytes]]:
+def atomic_output(storage: Storage, rel: str, uncached: bool = False) -> Iterator[str | IO[bytes]]:
     """A local path (local roots) or a binary stream (remote roots) for ``rel``, moved into
-    place only when the block completes; on failure nothing appears at ``rel``."""
+    place only when the block completes; on failure nothing appears at ``rel``. ``uncached``
+    (for shards of hundreds of MB) gives a local root a stream that writes around the page
+    cache instead of a path (:mod:`hopsml.data.uncached`)."""
     local = storage.local_path(rel)
     if local is None:  # remote root: the storage layer writes aside and renames
         with storage.open(rel, "wb") as stream:
@@ -51,7 +54,11 @@ def atomic_output(storage: Storage, rel: str) -> Iterator[str | IO[bytes]]:
     os.makedirs(os.path.dirname(local), exist_ok=True)
     tmp = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.tmp-{uuid.uuid4().hex}")
     try:
-        yield tmp
+        if uncached:
+            with open_uncached(tmp) as stream:
+                yield stream
+        else:
+            yield tmp
         os.replace(tmp, local)
     finally:
         if os.path.exists(tmp):
@@ -60,9 +67,9 @@ def atomic_output(storage: Storage, rel: str) -> Iterator[str | IO[bytes]]:
 
 @contextmanager
 def shard_writer(storage: Storage, folder: str, index: int, count: int,
-                 compression: str | None = None) -> Iterator[TFRecordWriter]:
+                 compression: str | None = None, uncached: bool = False) -> Iterator[TFRecordWriter]:
     """A TFRecordWriter for shard ``index`` of ``count`` in ``folder``, renamed into place on success."""
-    with atomic_output(storage, layout.join(folder, shard_name(index, count, compression))) as target:
+    with atomic_output(storage, layout.join(folder, shard_name(index, count, compression)), uncached) as target:
         writer = TFRecordWriter(target, compression)
         try:
             yield writer
