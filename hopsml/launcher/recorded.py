@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import Clock, Timing, decode, to_wire
 from hopsml.layout import TIMELINE
+from hopsml.timeline.merge import new_part
 from hopsml.timeline.session import rank_timeline
 from hopsml.tracking.run_context import current_or_none
 
@@ -49,7 +50,10 @@ def recorded(rank: int, world_size: int, spec: TaskSpec, comm: Any = None) -> It
             return
         folder = os.path.join(ctx.local_dir, TIMELINE)
         os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"rank-{rank}.json"), "wb") as out:
+        # a search trial run again for a promoted rung keeps the parts of its earlier runs; a run's own
+        # retried attempt replaces its part
+        path = new_part(folder, rank, world_size) if spec.trial is not None else os.path.join(folder, f"rank-{rank}.json")
+        with open(path, "wb") as out:
             out.write(data)
 
     try:

@@ -307,14 +307,14 @@ def _timeline(enabled: bool, rank: int, world_size: int, folder: str) -> Iterato
     if not enabled:
         yield
         return
+    from hopsml.timeline.merge import new_part
     from hopsml.timeline.session import rank_timeline
 
     target = os.path.join(folder, layout.TIMELINE)
 
     def write_part(data: bytes) -> None:
         os.makedirs(target, exist_ok=True)
-        n = sum(name.startswith("rank-") and name.endswith(".json") for name in os.listdir(target))
-        with open(os.path.join(target, f"rank-{rank + n}.json"), "wb") as out:
+        with open(new_part(target, rank, world_size), "wb") as out:
             out.write(data)
 
     with rank_timeline(rank, world_size, write_part=write_part):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from typing import Any
 
@@ -31,6 +32,16 @@ def parts(storage: Storage, run_dir: RunDir) -> dict[int, str]:
         if match:
             found[int(match.group(1))] = path
     return found
+
+
+def new_part(folder: str, rank: int, world_size: int) -> str:
+    """The file for a rank's part in a local timeline folder that a search trial's earlier runs (rungs it
+    was promoted from) may have filled: `rank-<rank + k * world_size>.json`, k the runs before, so every
+    run keeps its part and each rank of a run counts only its own files (no race between ranks)."""
+    index = rank
+    while os.path.exists(os.path.join(folder, f"rank-{index}.json")):
+        index += world_size
+    return os.path.join(folder, f"rank-{index}.json")
 
 
 def merge_traces(traces: dict[int, dict[str, Any]], extra: dict[str, Any] | None = None) -> dict[str, Any]:

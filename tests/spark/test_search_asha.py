@@ -385,3 +385,25 @@ def test_ablation_study_compares_each_left_out_part_with_the_base(spark, root):
     assert 'id="ablation"' in page and "layer dense_1" in page
     with pytest.raises(SearchSpaceError, match="features or layers"):
         experiment.ablation(leave_out)
+
+
+def spans_per_epoch(q, epochs):
+    """Two ranks that sum their rank over the collective once per epoch, each epoch a span named with the budget."""
+    from hopsml import collective, timeline
+
+    for _ in range(epochs):
+        with timeline.span("epoch", budget=epochs):
+            collective.allreduce(float(collective.rank()))
+    return {"acc": q * (1 - 0.5 ** epochs)}
+
+
+def test_a_promoted_distributed_trial_keeps_the_timeline_of_every_rung_it_ran(spark, root):
+    logdir, best, _ = experiment.asha(spans_per_epoch, {"q": [0.0, 1.0]}, min_budget=1, max_budget=3, eta=3,
+                                      num_trials=3, optimization_key="acc", seed=3, num_workers=2, name="rungs")
+    (top,) = [t for t in _json(logdir, ".summary.json")["trials"] if t["rung"] == 1]
+    folder = os.path.join(logdir, os.path.basename(top["dir"]), "timeline")
+    assert sorted(n for n in os.listdir(folder) if n.startswith("rank-")) == [f"rank-{i}.json" for i in range(4)]
+    trace = _json(folder, "trace.json")
+    epochs = [(e["pid"], e["args"]["budget"]) for e in trace["traceEvents"] if e.get("name") == "epoch" and e.get("ph") == "X"]
+    # each rank's spans of both runs: 1 epoch at budget 1, then 3 at budget 3
+    assert sorted(epochs) == sorted([(rank, 1) for rank in (0, 1)] + [(rank, 3) for rank in (0, 1)] * 3), epochs
