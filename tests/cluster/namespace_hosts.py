@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from spark_daemons import Daemon, java_missing, stop_all
+from standalone_cluster import standalone_cluster
 
 RANK_INTERFACE = "hmveth"  # the veth end inside each host's namespace
 
@@ -114,6 +115,18 @@ def two_host_cluster(tmp_path: Path, worker_bins: Sequence[str] = ()) -> Iterato
     finally:
         stop_all(daemons)
         hosts.remove()
+
+
+@contextmanager
+def two_hosts_or_this_one(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], str, bool]]:
+    """(master URL, the daemons' environment, the driver's address, whether each worker is a host of its own):
+    two namespace hosts where this machine can make them, else two 1-core workers on this one."""
+    if available():
+        with two_host_cluster(tmp_path) as (url, env, hosts):
+            yield url, env, hosts.gateway, True
+    else:
+        with standalone_cluster(tmp_path) as (url, env):
+            yield url, env, "127.0.0.1", False
 
 
 def driver_env(url: str, env: dict[str, str], driver_host: str, tmp_path: Path, project: str,

@@ -11,7 +11,6 @@ from pathlib import Path
 import namespace_hosts
 import pytest
 from spark_daemons import run_driver
-from standalone_cluster import standalone_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +19,8 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def cluster(tmp_path):
-    """(master URL, the daemons' environment, the driver's address, whether each worker is a host of its own)."""
-    if namespace_hosts.available():
-        with namespace_hosts.two_host_cluster(tmp_path) as (url, env, hosts):
-            yield url, env, hosts.gateway, True
-    else:
-        with standalone_cluster(tmp_path) as (url, env):
-            yield url, env, "127.0.0.1", False
+    with namespace_hosts.two_hosts_or_this_one(tmp_path) as found:
+        yield found
 
 
 def test_asha_and_distributed_trials_spread_over_two_hosts_and_a_failing_rank_fails_its_trial_alone(cluster, tmp_path):
