@@ -650,7 +650,11 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
 # compress); Arrow batches of 100,000 rows to the shard writers, not 10,000 (a batch's fixed costs in the
 # writer, and one Parquet row group per batch)
 _PREPARE_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false",
-                 "spark.sql.execution.arrow.maxRecordsPerBatch": "100000"}
+                 "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+                 # whole-stage code of a method over HotSpot's 8000 bytes is never JIT-compiled, and the check
+                 # pass of a few dozen columns made one that Janino compiled into a class the JVM refused
+                 # (VerifyError, 34 float and 2 whole-number columns): such plans run as separate operators
+                 "spark.sql.codegen.hugeMethodLimit": "8000"}
 
 
 @contextmanager

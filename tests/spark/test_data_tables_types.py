@@ -181,3 +181,17 @@ def test_a_guess_that_holds_keeps_its_rejected_values(spark, settings, tmp_path,
     assert types == {"n": "long", "x": "double", "b": "boolean", "y": "long"}
     assert (read, written, rejected) == (30, 28, 2)
     assert reasons == {"unparsable number in column n": 1, "unparsable number in column x": 1}
+
+
+def test_a_table_whose_check_pass_made_a_class_the_jvm_refused_prepares(spark, settings, tmp_path):
+    """34 float columns and 2 of whole numbers (a statsmodels results file): the check pass's generated code
+    once compiled into a class the JVM rejected (java.lang.VerifyError) and the prepare failed."""
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame(np.random.default_rng(0).normal(size=(202, 34)) * 1e3, columns=[f"v{i}" for i in range(34)])
+    frame["zero"], frame["label"] = 0, np.arange(202) % 2
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    summary = prepare_table(str(tmp_path / "wide.csv"), "wide-floats", label="label", settings=settings, spark=spark)
+    assert (summary.written, summary.rejected, summary.dropped) == (202, 0, 0)
+    assert _values(settings, "wide-floats", "v7") == sorted(frame["v7"].tolist())
