@@ -16,7 +16,7 @@ from hopsml import config, util
 from hopsml.errors import HopsmlError
 from hopsml.launcher import seeds, tf_cluster
 from hopsml.runs import engine
-from hopsml.runs.search import Search, evolve, previous_search, run_search
+from hopsml.runs.search import Search, evolve, previous_search, recorded, run_search
 from hopsml.search import space
 from hopsml.search.asha import PointList, SuccessiveHalving, budgets
 from hopsml.search.evolution import DifferentialEvolution
@@ -209,7 +209,7 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
                         min_budget: float, max_budget: float, eta: float, num_trials: int, name: str,
                         local_logdir: bool, description: str | None, optimization_key: str, seed: int | None,
                         versioned_resources: list[str] | None, log_scale: list[str] | None, num_workers: int,
-                        max_parallel: int | None, resume: str | None, sampler: str = "random",
+                        max_parallel: int | None, resume: str | None, sampler: str | None = None,
                         timeline: bool = True) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What asha and hyperband share: the checks, the configurations (random, or drawn by TPE), the scheduler."""
     if not isinstance(budget, str) or not budget.isidentifier():
@@ -219,6 +219,8 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
                                "leave it out of boundary_dict")
     _check_workers(num_workers, max_parallel)
     source, seed = previous_search(resume, strategy, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
+    if sampler is None:   # TPE, or for a resumed search what it drew with (records before TPE: random)
+        sampler = (recorded(source, "sampler") or "random") if source is not None else "tpe"
     if sampler not in ("random", "tpe"):
         raise SearchSpaceError(f"sampler must be 'random' or 'tpe' (new configurations drawn as BOHB does), "
                                f"not {sampler!r}")
@@ -229,7 +231,8 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
     if sampler == "tpe":
         from hopsml.search.tpe import ConfigModel
 
-        model = ConfigModel(searched, direction=Direction.of(direction), seed=seed, random_configs=points.__getitem__)
+        model = ConfigModel(searched, direction=Direction.of(direction), seed=seed, random_configs=points.__getitem__,
+                            ahead=True)
     scheduler = SuccessiveHalving(points.__getitem__, rungs, eta=eta, direction=Direction.of(direction),
                                   num_trials=num_trials, brackets=len(rungs) if brackets is None else brackets,
                                   model=model)
@@ -257,9 +260,9 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
          num_trials: int = 27, name: str = "no-name", local_logdir: bool = False, description: str | None = None,
          optimization_key: str = "metric", seed: int | None = None, versioned_resources: list[str] | None = None,
          log_scale: list[str] | None = None, num_workers: int = 1, max_parallel: int | None = None,
-         resume: str | None = None, sampler: str = "random", timeline: bool = True
+         resume: str | None = None, sampler: str | None = None, timeline: bool = True
          ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Asynchronous successive halving: `num_trials` random configurations, each first run with
+    """Asynchronous successive halving: `num_trials` configurations, each first run with
     `budget=min_budget` (the function's parameter named by `budget`: epochs, steps, a data fraction); a
     configuration in the top 1/eta of those completed at its rung runs again with eta times the budget,
     up to `max_budget`, in the same folder (so `hopsml.checkpoint.load()` continues where it stopped).
@@ -267,8 +270,10 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
     `num_workers` > 1 makes every trial an allreduce job of that many ranks. `resume=<experiment id>` takes
     up a search whose driver was killed (call it with the same space): its ended trials are kept, the
     ones that were running run their rung again from their last checkpoint, and the search goes on with
-    its seed. `sampler="tpe"` draws each new configuration as BOHB does: Optuna's TPE fitted on the results
-    of the highest rung with enough of them (random ones until then). `timeline` records each trial's
+    its seed. New configurations are drawn as BOHB does (`sampler="tpe"`, the default): Optuna's TPE fitted
+    on every configuration so far, ranked by the highest rung it reached and its metric there (random ones
+    until a few have a result); `sampler="random"` draws them all at random, as the ASHA paper does, a
+    schedule reproducible from the seed alone. A resumed search draws as it did. `timeline` records each trial's
     spans and system samples, a part per rung it ran (timeline=False: off). Returns (logdir, best_params,
     best_return) of the best trial at the top rung."""
     return _successive_halving("asha", 1, train_fn, boundary_dict, direction, budget, min_budget, max_budget, eta,
@@ -282,7 +287,7 @@ def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direc
               description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
               versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
               num_workers: int = 1, max_parallel: int | None = None, resume: str | None = None,
-              sampler: str = "random", timeline: bool = True) -> tuple[str, dict[str, Any], dict[str, Any]]:
+              sampler: str | None = None, timeline: bool = True) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Asynchronous Hyperband: brackets of asha, bracket s starting its configurations at rung s (so the
     later brackets give fewer configurations more budget from the start); new configurations go to the
     brackets in turn. `brackets` defaults to one per rung. Otherwise as asha."""

@@ -754,3 +754,11 @@ def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any
         raise HopsmlError(f"resume={exp_id!r}: it has no trials to take up ({storage.uri(source.summary)} is "
                           "missing); start the search anew")
     return source, int(record["seed"])
+
+
+def recorded(source: ExperimentDir, key: str) -> Any:
+    """One field of a search's experiment record (None when it has none): what a resumed search keeps."""
+    from hopsml import config
+    from hopsml.fs import Storage
+
+    return Storage(config.load().root).read_json(source.record).get(key)

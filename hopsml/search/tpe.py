@@ -7,7 +7,9 @@ order, the sampler proposes the same trials.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from typing import Any
 
 from hopsml.search.asha import Job
@@ -16,7 +18,7 @@ from hopsml.search.space import Dimension, Direction, SearchSpaceError, Space
 log = logging.getLogger(__name__)
 
 SAMPLERS = ("tpe", "gp")
-_CATEGORY_TYPES = (type(None), bool, int, float, str)
+_IDLE_S = 30.0   # a ConfigModel's background thread ends after this long without a draw
 
 
 def _optuna() -> Any:
@@ -29,20 +31,43 @@ def _optuna() -> Any:
 
 
 def distribution(dim: Dimension) -> Any:
-    """The Optuna distribution of one dimension of hopsml's space."""
+    """The Optuna distribution of one dimension of hopsml's space. Categories go to Optuna by their index,
+    so that any category works (a tuple of layer widths, a dict); `to_optuna` and `from_optuna` translate."""
     distributions = _optuna().distributions
     if dim.categories is not None:
-        bad = [c for c in dim.categories if not isinstance(c, _CATEGORY_TYPES)]
-        if bad:
-            raise SearchSpaceError(f"the categories of {dim.name!r} must be None, bool, int, float or str for a "
-                                   f"model-based search, got {bad[0]!r}; name them by strings and map them in the "
-                                   "function")
-        return distributions.CategoricalDistribution(list(dim.categories))
+        return distributions.CategoricalDistribution(list(range(len(dim.categories))))
     low, high = dim.low, dim.high
     assert low is not None and high is not None
     if dim.integer:
         return distributions.IntDistribution(int(low), int(high), log=dim.log)
     return distributions.FloatDistribution(low, high, log=dim.log)
+
+
+def _as_recorded(value: Any) -> Any:
+    """A value as a JSON record gives it back (tuples as lists)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def to_optuna(dimensions: dict[str, Dimension], params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's parameters as Optuna holds them: each category by its index (also when the parameters
+    were read back from a record, where a tuple became a list)."""
+    out = {}
+    for name, dim in dimensions.items():
+        value = params[name]
+        if dim.categories is not None:
+            found = [i for i, c in enumerate(dim.categories) if c == value]
+            found = found or [i for i, c in enumerate(dim.categories) if _as_recorded(c) == _as_recorded(value)]
+            if not found:
+                raise SearchSpaceError(f"{value!r} is not one of the categories of {name!r}: {list(dim.categories)}")
+            value = found[0]
+        out[name] = value
+    return out
+
+
+def from_optuna(dimensions: dict[str, Dimension], params: dict[str, Any]) -> dict[str, Any]:
+    """Optuna's parameters as the trial function takes them."""
+    return {name: dim.categories[params[name]] if dim.categories is not None else params[name]
+            for name, dim in dimensions.items()}
 
 
 class ModelBased:
@@ -55,6 +80,7 @@ class ModelBased:
         if sampler not in SAMPLERS:
             raise SearchSpaceError(f"sampler must be one of {', '.join(SAMPLERS)}, not {sampler!r}")
         optuna = _optuna()
+        self.dimensions = {d.name: d for d in space.dimensions}
         self.distributions = {d.name: distribution(d) for d in space.dimensions}
         self.startup_trials = startup_trials if startup_trials is not None else min(10, max(2, samples // 3))
         if sampler == "tpe":
@@ -72,7 +98,7 @@ class ModelBased:
         that was running when its driver was killed runs again, with the same parameters, first."""
         optuna = _optuna()
         for key, trial in enumerate(trials):
-            params = {name: trial["params"][name] for name in self.distributions}
+            params = trial["params"]
             state = trial.get("state")
             if state in ("RUNNING", "PENDING"):
                 self._pending.append((key, params))
@@ -80,7 +106,7 @@ class ModelBased:
                 continue
             value = trial.get("metric")
             done = optuna.trial.create_trial(
-                params=params, distributions=self.distributions,
+                params=to_optuna(self.dimensions, params), distributions=self.distributions,
                 value=float(value) if value is not None else None,
                 state=optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL)
             self.study.add_trial(done)
@@ -89,15 +115,16 @@ class ModelBased:
     def next_job(self) -> Job | None:
         if self._pending:
             key, params = self._pending.pop(0)
-            self.study.enqueue_trial(params)
+            indexed = to_optuna(self.dimensions, params)
+            self.study.enqueue_trial(indexed)
             self._asked[key] = self.study.ask(self.distributions)
-            return Job(key, params)
+            return Job(key, from_optuna(self.dimensions, indexed))   # the categories as given, not as recorded
         if len(self._asked) >= self.samples:
             return None
         trial = self.study.ask(self.distributions)
         key = len(self._asked)
         self._asked[key] = trial
-        return Job(key, {name: trial.params[name] for name in self.distributions})
+        return Job(key, from_optuna(self.dimensions, trial.params))
 
     def job_done(self, job: Job, metric: float | None) -> None:
         """Tell the sampler the trial's metric; a failed trial is told as failed (it is not modelled)."""
@@ -115,19 +142,60 @@ class ConfigModel:
     """How a successive-halving search draws its new configurations, as BOHB does (Falkner et al. 2018) but
     with Optuna's TPE: fitted on every configuration that has a result, ranked by the highest rung it
     reached, then by its metric there (a rung holds only the configurations promoted to it, so modelling
-    one rung alone would learn to avoid the best region); random configurations until `min_points` have one."""
+    one rung alone would learn to avoid the best region); random configurations until `min_points` have one.
+
+    With `ahead`, each draw also asks a background thread to fit the next configuration from the results
+    known then, and the next draw takes it when it is ready: the search's driver draws while it holds the
+    lock every free slot waits on, and a fit takes milliseconds, as long as a short trial. The thread lives
+    while draws come and ends after `_IDLE_S` without one."""
 
     def __init__(self, space: Space, *, direction: Direction, seed: int | None,
-                 random_configs: Any, min_points: int | None = None) -> None:
+                 random_configs: Any, min_points: int | None = None, ahead: bool = False) -> None:
+        self.dimensions = {d.name: d for d in space.dimensions}
         self.distributions = {d.name: distribution(d) for d in space.dimensions}
         self.direction, self.seed, self.random_configs = direction, seed, random_configs
         self.min_points = min_points if min_points is not None else len(space.dimensions) + 2
         self.modelled = 0   # configurations the model proposed (the others were random)
+        self.ahead = ahead
+        self._changed = threading.Condition()
+        self._wanted: tuple[int, list[tuple[dict[str, Any], int, float]]] | None = None   # for the thread
+        self._ready: tuple[int, dict[str, Any]] | None = None                               # from the thread
+        self._thread: threading.Thread | None = None
 
     def draw(self, key: int, reached: list[tuple[dict[str, Any], int, float]]) -> dict[str, Any]:
         """The `key`-th new configuration, given each configuration's (params, highest rung, metric there)."""
         if len(reached) < self.min_points:
             return dict(self.random_configs(key))
+        with self._changed:
+            ready, self._ready = self._ready, None
+            if self.ahead:
+                self._wanted = (key + 1, list(reached))
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._fit_ahead, name="hopsml-tpe-ahead", daemon=True)
+                    self._thread.start()
+                self._changed.notify()
+        self.modelled += 1
+        if ready is not None and ready[0] == key:
+            return ready[1]   # fitted on the results known at the last draw: a few fewer
+        return self._fit(key, reached)
+
+    def _fit_ahead(self) -> None:
+        while True:
+            with self._changed:
+                if self._wanted is None and not self._changed.wait_for(lambda: self._wanted is not None, _IDLE_S):
+                    self._thread = None
+                    return
+                assert self._wanted is not None
+                (key, reached), self._wanted = self._wanted, None
+            try:
+                params = self._fit(key, reached)
+            except Exception:   # the draw then fits in its own thread and raises there
+                log.debug("fitting configuration %d ahead failed", key, exc_info=True)
+                continue
+            with self._changed:
+                self._ready = (key, params)
+
+    def _fit(self, key: int, reached: list[tuple[dict[str, Any], int, float]]) -> dict[str, Any]:
         optuna = _optuna()
         sign = 1.0 if self.direction is Direction.MAX else -1.0
         ranked = sorted(reached, key=lambda r: (r[1], sign * r[2]))   # worst first
@@ -136,8 +204,7 @@ class ConfigModel:
         study = optuna.create_study(direction="maximize", sampler=sampler)
         for rank, (params, _, _) in enumerate(ranked):
             study.add_trial(optuna.trial.create_trial(
-                params={name: params[name] for name in self.distributions}, distributions=self.distributions,
+                params=to_optuna(self.dimensions, params), distributions=self.distributions,
                 value=float(rank)))
         trial = study.ask(self.distributions)
-        self.modelled += 1
-        return {name: trial.params[name] for name in self.distributions}
+        return from_optuna(self.dimensions, trial.params)

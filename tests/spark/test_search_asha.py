@@ -100,6 +100,31 @@ def test_a_resumed_tpe_search_tells_the_sampler_its_trials_and_runs_the_unfinish
     assert [t.state.name for t in tpe.study.trials] == ["COMPLETE", "FAIL", "COMPLETE", "RUNNING"]
 
 
+def test_model_based_search_takes_any_category_and_gives_it_back_as_given():
+    from hopsml.search.tpe import ConfigModel, ModelBased
+
+    widths = [(32,), (64, 64), (128, 32, 8)]
+    space = Space.from_bounds({"layers": widths, "x": [-1.0, 1.0]})
+    tpe = ModelBased(space, direction=Direction.MAX, samples=24, seed=3, startup_trials=4)
+    proposed = run_sequentially_tpe(tpe, lambda p: (p["layers"] == (64, 64)) - p["x"] ** 2)
+    assert all(p["layers"] in widths and isinstance(p["layers"], tuple) for p in proposed)
+    assert sum(p["layers"] == (64, 64) for p in proposed[-10:]) >= 5   # at random 3.3: it learned which pays
+
+    # a resumed search reads its parameters back from JSON, where a tuple is a list
+    resumed = ModelBased(space, direction=Direction.MAX, samples=3, seed=3, startup_trials=1)
+    resumed.restore([{"params": {"layers": [64, 64], "x": 0.1}, "state": "FINISHED", "metric": 0.9},
+                     {"params": {"layers": [128, 32, 8], "x": 0.2}, "state": "RUNNING", "metric": None}])
+    assert resumed.next_job().params == {"layers": (128, 32, 8), "x": 0.2}
+    with pytest.raises(SearchSpaceError, match="not one of the categories of 'layers'"):
+        ModelBased(space, direction=Direction.MAX, samples=2, seed=3).restore(
+            [{"params": {"layers": [16], "x": 0.0}, "state": "FINISHED", "metric": 0.5}])
+
+    model = ConfigModel(space, direction=Direction.MAX, seed=1, random_configs=space.sample(8, 1).__getitem__,
+                        min_points=2)
+    reached = [({"layers": [64, 64], "x": 0.0}, 1, 0.9), ({"layers": (32,), "x": 0.5}, 0, 0.2)]
+    assert model.draw(5, reached)["layers"] in widths
+
+
 def test_asha_with_tpe_configurations_draws_them_from_the_results_of_its_highest_full_rung():
     from hopsml.search.tpe import ConfigModel
 
@@ -118,6 +143,25 @@ def test_asha_with_tpe_configurations_draws_them_from_the_results_of_its_highest
     assert plain.describe()["sampler"] == "random"
 
 
+def test_asha_fits_its_next_tpe_configuration_ahead_and_takes_it_when_ready():
+    from hopsml.search.tpe import ConfigModel
+
+    space = Space.from_bounds({"x": [-3.0, 3.0]})
+    points = space.sample(20, 2)
+    reached = [(points[i], 0, -(points[i]["x"] - 1) ** 2) for i in range(6)]
+    model = ConfigModel(space, direction=Direction.MAX, seed=2, random_configs=points.__getitem__, ahead=True)
+    first = model.draw(6, reached)
+    assert first == model._fit(6, reached)
+    deadline = time.monotonic() + 120
+    while model._ready is None:   # the fit of configuration 7 began with that draw, on those 6 results
+        assert time.monotonic() < deadline, "nothing fitted ahead"
+        time.sleep(0.01)
+    more = reached + [(first, 1, 0.5)]
+    assert model.draw(7, more) == model._fit(7, reached) != model._fit(7, more)   # taken as fitted then
+    assert model.draw(9, more) == model._fit(9, more)   # not the one fitted ahead (8): fitted now
+    assert model.modelled == 3
+
+
 def test_gp_sampler_with_a_seed_proposes_the_same_trials_and_learns():
     from hopsml.search.tpe import ModelBased
 
@@ -132,11 +176,11 @@ def test_gp_sampler_with_a_seed_proposes_the_same_trials_and_learns():
     assert sum(abs(p["x"] - 1) for p in first[-3:]) < sum(abs(p["x"] - 1) for p in first[:3])
 
 
-def run_sequentially_tpe(tpe):
+def run_sequentially_tpe(tpe, metric=lambda p: (p["x"] - 1) ** 2 + p["n"] / 100):
     params = []
     while (job := tpe.next_job()) is not None:
         params.append(job.params)
-        tpe.job_done(job, (job.params["x"] - 1) ** 2 + job.params["n"] / 100)
+        tpe.job_done(job, metric(job.params))
     return params
 
 
@@ -179,7 +223,7 @@ def test_asha_on_spark_promotes_exactly_and_keeps_every_trial(spark, root):
     space = {"q": [0.0, 1.0]}
     logdir, best, outputs = experiment.asha(climb, space, budget="epochs", min_budget=1, max_budget=9, eta=3,
                                             num_trials=9, optimization_key="acc", seed=11, max_parallel=1,
-                                            name="asha")
+                                            sampler="random", name="asha")
     qualities = [p["q"] for p in Space.from_bounds(space).sample(9, 11)]
     record = _json(logdir, "experiment.json")
     jobs = [(e["trial"], e["rung"]) for e in record["jobs"] if e["event"] == "start"]
@@ -217,7 +261,7 @@ def test_asha_never_leaves_a_slot_idle_while_a_trial_could_start(spark, root):
                                         num_trials=10, optimization_key="acc", seed=3, name="hyperband")
     record = _json(logdir, "experiment.json")
     log = record["jobs"]
-    assert record["parallel_trials"] == 4 and record["brackets"] == 3
+    assert record["parallel_trials"] == 4 and record["brackets"] == 3 and record["sampler"] == "tpe"
     starts = 0
     for i, event in enumerate(log):
         if event["event"] == "start":
@@ -300,7 +344,7 @@ RESUMABLE = textwrap.dedent("""
         return {"acc": q * (1 - 0.5 ** epochs), "epochs_trained": epochs - first}
 
     experiment.asha(climb, {"q": [0.0, 1.0]}, min_budget=1, max_budget=9, eta=3, num_trials=9,
-                    optimization_key="acc", seed=11, max_parallel=1, name="resumable")
+                    optimization_key="acc", seed=11, max_parallel=1, sampler="random", name="resumable")
 """)
 
 
@@ -347,6 +391,7 @@ def test_a_search_whose_driver_was_killed_resumes_from_its_record(spark, root, t
     assert len(running) == 1
     ended = [(t["index"], e["rung"]) for t in before for e in t.get("rungs") or []]
     assert record["resumed_from"] == {"experiment": old_id, "trials": len(before), "restarted": len(running)}
+    assert record["sampler"] == "random"   # as the killed search drew, though the default is TPE
     # the ended jobs are not run again; the running one runs first; then the search goes on as it would have
     new_jobs = [(e["trial"], e["rung"]) for e in record["jobs"] if e["event"] == "start"]
     qualities = [p["q"] for p in Space.from_bounds({"q": [0.0, 1.0]}).sample(9, 11)]
