@@ -82,17 +82,27 @@ class _Record:
     request: bytes
     inputs: Any
     response: bytes
+    rows: int | None = None   # the rows the app read; None: counted from the JSON when written
 
 
 _TICK = object()  # the writer's wake-up when nothing arrived: time to roll
-_inputs: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("hopsml_inference_inputs", default=None)
+_seen: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("hopsml_inference_seen",
+                                                                               default=None)
 
 
 def record_inputs(value: Any) -> None:
     """Note what the model got after the transformer, for the record of the request being answered."""
-    holder = _inputs.get()
+    holder = _seen.get()
     if holder is not None:
-        holder.append(value)
+        holder["inputs"] = value
+
+
+def record_rows(rows: int) -> None:
+    """Note how many rows the request being answered holds (the app has read them: the writer then need not
+    read the JSON again, which cost as much as the request's own parse)."""
+    holder = _seen.get()
+    if holder is not None:
+        holder["rows"] = rows
 
 
 class RecordingTransformer:
@@ -225,7 +235,8 @@ class InferenceLogger:
             "instance": pa.array([self.instance] * len(records), pa.int16()),
             "status": pa.array([r.status for r in records], pa.int16()),
             "latency_ms": pa.array([r.latency_ms for r in records], pa.float64()),
-            "rows": pa.array([_request_rows(inputs[i]) for i in range(len(records))], pa.int32()),
+            "rows": pa.array([r.rows if r.rows is not None else _request_rows(inputs[i])
+                              for i, r in enumerate(records)], pa.int32()),
             "request": pa.array(requests, pa.string()),
             "inputs": pa.array(inputs, pa.string()),
             "response": pa.array([r.response.decode("utf-8", errors="replace") if keep_outputs else None
@@ -296,8 +307,8 @@ class LoggedApp:
         request: list[bytes] = []
         response: list[bytes] = []
         status = [0]
-        holder: list[Any] = []
-        token = _inputs.set(holder)
+        holder: dict[str, Any] = {}
+        token = _seen.set(holder)
 
         async def receiving() -> dict[str, Any]:
             message = await receive()
@@ -315,9 +326,9 @@ class LoggedApp:
         try:
             await self.app(scope, receiving, sending)
         finally:
-            _inputs.reset(token)
+            _seen.reset(token)
             self.logger.put(_Record(started, status[0], (time.perf_counter() - clock) * 1000.0, b"".join(request),
-                                    holder[0] if holder else None, b"".join(response)))
+                                    holder.get("inputs"), b"".join(response), holder.get("rows")))
 
 
     def _closing(self, receive: Receive) -> Receive:

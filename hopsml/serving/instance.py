@@ -94,8 +94,9 @@ def main() -> int:
     sock = socket.socket(fileno=spec.socket_fd)
     loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
+    # no proxy-headers middleware: the app never reads the client's address, and it costs every request
     config = uvicorn.Config(app, loop=loop, http=http, lifespan="on", access_log=False, log_level="warning",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, proxy_headers=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hopsml.serving.inference_log import record_rows
 from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
 
 if TYPE_CHECKING:
@@ -163,6 +164,8 @@ class ModelApp:
         inputs = body["instances"] if has_rows else self._columns(body["inputs"])
         if has_rows and not isinstance(inputs, list):
             raise RequestError(f"\"instances\" must be a list of rows, not a JSON {type(inputs).__name__}")
+        if isinstance(inputs, list):
+            record_rows(len(inputs))
         if self.batcher is not None:
             result = await self.batcher.predict(inputs)  # JSON-ready already, made so on the model thread
         else:
@@ -226,6 +229,8 @@ class ModelApp:
             inputs = self._columns({k: v.reshape(len(v), -1)[:, 0].tolist() if v.ndim else v.tolist()
                                     for k, v in arrays.items()})
         rows = inputs.tolist() if isinstance(inputs, np.ndarray) else inputs  # as v1 passes them (scripts get lists)
+        if isinstance(rows, list):
+            record_rows(len(rows))
         result = await self.batcher.predict(rows) if self.batcher is not None else self.servable.predict(rows)
         outputs = result.items() if isinstance(result, dict) else [("output-0", result)]
         answer: dict[str, Any] = {"model_name": self.name, "model_version": str(self.version),

@@ -46,6 +46,7 @@ def test_every_request_and_answer_is_logged_with_model_latency_and_status(settin
         assert json.loads(r["response"]) == {"predictions": fitted.predict(np.array(sent)).tolist()}
     bad = next(r for r in table if r["status"] == 400)
     assert bad["request"] == "{not json" and "not valid JSON" in json.loads(bad["response"])["error"]
+    assert bad["rows"] is None
     assert lifecycle.get_inference_log("iris", settings) == _folder(settings, "iris")
     from hopsml import cli
 
