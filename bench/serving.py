@@ -15,7 +15,8 @@ throughput moves with what else runs; the server's CPU time per answer (all its 
 moves much less, and is printed beside it.
 
     python bench/serving.py                             # MLflow too when it imports in this python
-    python bench/serving.py --mlflow-python /work/venv-mlflow/bin/python --repeat 3
+    python bench/serving.py --mlflow-python /path/to/mlflow-venv/bin/python --repeat 3
+    python bench/serving.py --models mlp --no-mlflow --hidden 2048,2048   # a costlier MLP
 
 MLflow is not a hopsml dependency: give the python of an environment that has it (mlflow, torch and
 scikit-learn of the same versions as here), else its rows are skipped with a message.
@@ -174,7 +175,7 @@ def client_ceiling(request: bytes, clients: int, seconds: float) -> Load:
 
 
 # --- the models --------------------------------------------------------------------------------------------
-def build_models(folder: str) -> dict[str, str]:
+def build_models(folder: str, hidden: tuple[int, ...] = HIDDEN) -> dict[str, str]:
     """The MLP (torch.save) and the logistic regression (joblib), fitted on random data; their paths."""
     import joblib
     import torch
@@ -184,7 +185,7 @@ def build_models(folder: str) -> dict[str, str]:
     x = rng.normal(size=(2000, FEATURES)).astype("float32")
     y = (x[:, :CLASSES] ** 2).argmax(axis=1)
     torch.manual_seed(0)
-    sizes = (FEATURES, *HIDDEN, CLASSES)
+    sizes = (FEATURES, *hidden, CLASSES)
     layers: list[torch.nn.Module] = []
     for a, b in zip(sizes, sizes[1:]):
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
@@ -358,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="python of an environment with mlflow (default: this one, if mlflow imports)")
     parser.add_argument("--no-mlflow", action="store_true", help="skip MLflow")
     parser.add_argument("--models", default="mlp,sklearn")
+    parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)),
+                        help="the MLP's hidden layer widths (default %(default)s): what batching can save grows "
+                             "with the model's own cost per call")
     args = parser.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
     models = args.models.split(",")
@@ -373,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     started: list[str] = []
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}, {os.cpu_count()} cores")
     try:
-        paths = build_models(os.path.join(work, "models"))
+        hidden = tuple(int(w) for w in args.hidden.split(","))
+        print(f"MLP {'-'.join(map(str, (FEATURES, *hidden, CLASSES)))}")
+        paths = build_models(os.path.join(work, "models"), hidden)
         own = own_call_ms(paths, row)
         print(f"model's own call, one row: mlp {own['mlp']:.3f} ms, sklearn {own['sklearn']:.3f} ms; the MLP on "
               f"32 rows: {own['mlp per row of 32']:.3f} ms per row")
