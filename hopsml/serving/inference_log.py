@@ -20,11 +20,10 @@ import contextvars
 import json
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -85,7 +84,7 @@ class _Record:
     rows: int | None = None   # the rows the app read; None: counted from the JSON when written
 
 
-_TICK = object()  # the writer's wake-up when nothing arrived: time to roll
+_POLL_S = 0.05   # how often the writer takes the records that have come
 _seen: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("hopsml_inference_seen",
                                                                                default=None)
 
@@ -147,16 +146,19 @@ class CountingServable:
 
 
 class InferenceLogger:
-    """The instance's queue and writer thread."""
+    """The instance's queue and writer thread. The request path only appends to a deque: it never takes a
+    lock or wakes the writer, which looks every `_POLL_S` and takes all that has come (woken per record, its
+    thread switches cost an unbatched instance 0.05 ms of CPU per request, taken from its event loop)."""
 
     def __init__(self, options: LogOptions, instance: int, start: bool = True) -> None:
         self.options = options
         self.instance = instance
-        self.queue: queue.Queue[_Record | None] = queue.Queue(maxsize=options.queue_size)
+        self.records: deque[_Record] = deque()
         self.dropped = 0
         self.batch_sizes: Counter[int] = Counter()
         self.files = 0
         self._tag = f"i{instance}-p{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._stopping = threading.Event()
         os.makedirs(options.folder, exist_ok=True)
         self._thread = threading.Thread(target=self._run, name="inference-log", daemon=True)
         if start:
@@ -168,24 +170,23 @@ class InferenceLogger:
 
     def put(self, record: _Record) -> None:
         """Queue a record; never blocks (a full queue drops it and counts it)."""
-        try:
-            self.queue.put_nowait(record)
-        except queue.Full:
-            self.dropped += 1
-            if self.dropped in (1, 10, 100, 1000) or self.dropped % 10000 == 0:
-                log.warning("inference log queue full (%d records): %d records dropped so far; the writer cannot "
-                            "keep up with this request rate", self.options.queue_size, self.dropped)
+        if len(self.records) < self.options.queue_size:
+            self.records.append(record)
+            return
+        self.dropped += 1
+        if self.dropped in (1, 10, 100, 1000) or self.dropped % 10000 == 0:
+            log.warning("inference log queue full (%d records): %d records dropped so far; the writer cannot "
+                        "keep up with this request rate", self.options.queue_size, self.dropped)
 
     def close(self, timeout_s: float = 4.0) -> None:
         """Write what is queued and stop the writer (the instance is stopping); once is enough."""
         if not self._thread.is_alive():
             return
-        try:
-            self.queue.put(None, timeout=timeout_s)
-        except queue.Full:
-            log.warning("inference log: the writer did not drain its queue; %d records lost", self.queue.qsize())
-            return
+        self._stopping.set()
         self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("inference log: the writer did not finish within %.0fs; %d records not written", timeout_s,
+                        len(self.records))
 
     # --- the writer thread ---------------------------------------------------------------------------
     def _run(self) -> None:
@@ -193,26 +194,28 @@ class InferenceLogger:
         size = 0
         since = time.monotonic()
         written_dropped = 0
+
+        def roll() -> None:
+            nonlocal pending, size, since, written_dropped
+            if pending:
+                try:
+                    self._write(pending, self.dropped - written_dropped)
+                    written_dropped = self.dropped
+                except Exception:  # logged; the serving goes on answering
+                    log.exception("inference log: cannot write %d records to %s", len(pending), self.options.folder)
+            pending, size, since = [], 0, time.monotonic()
+            self._write_batches()
+
         while True:
-            left = self.options.roll_seconds - (time.monotonic() - since)
-            try:
-                item: _Record | None | object = self.queue.get(timeout=max(left, 0.01))
-            except queue.Empty:
-                item = _TICK
-            stop = item is None
-            if isinstance(item, _Record):
+            stop = self._stopping.wait(_POLL_S)
+            while self.records:
+                item = self.records.popleft()
                 pending.append(item)
                 size += len(item.request) + len(item.response) + 64
-            if stop or size >= self.options.roll_bytes or time.monotonic() - since >= self.options.roll_seconds:
-                if pending:
-                    try:
-                        self._write(pending, self.dropped - written_dropped)
-                        written_dropped = self.dropped
-                    except Exception:  # logged; the serving goes on answering
-                        log.exception("inference log: cannot write %d records to %s", len(pending),
-                                      self.options.folder)
-                pending, size, since = [], 0, time.monotonic()
-                self._write_batches()
+                if size >= self.options.roll_bytes:
+                    roll()
+            if stop or time.monotonic() - since >= self.options.roll_seconds:
+                roll()
             if stop:
                 return
 
