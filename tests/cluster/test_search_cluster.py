@@ -17,6 +17,12 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 
 
+@pytest.fixture
+def cluster(tmp_path):
+    with namespace_hosts.two_hosts_or_this_one(tmp_path) as found:
+        yield found
+
+
 def test_asha_and_distributed_trials_spread_over_two_hosts_and_a_failing_rank_fails_its_trial_alone(cluster, tmp_path):
     url, env, driver_host, own_hosts = cluster
     conf = {"spark.pyspark.python": sys.executable} if own_hosts else {

@@ -18,6 +18,12 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 
 
+@pytest.fixture
+def cluster(tmp_path):
+    with namespace_hosts.two_hosts_or_this_one(tmp_path) as found:
+        yield found
+
+
 def test_the_slow_rank_on_another_host_is_named_with_its_cause_and_a_balanced_run_names_none(cluster, tmp_path):
     url, env, driver_host, own_hosts = cluster
     driver_env = namespace_hosts.driver_env(url, env, driver_host, tmp_path, "stragglers",
