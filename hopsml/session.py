@@ -53,6 +53,9 @@ _QUIET_DEFAULTS = {
     # PySpark's daemon, minus a zip-directory re-read that costs every task ~0.1 s on Python 3.11.
     "spark.python.daemon.module": "hopsml.worker_daemon",
 }
+# On a cluster the session starts before its executors have registered; searches and barrier stages size
+# themselves by the slots there are when they start, so wait (Spark's 30 s at most) for all that were asked for.
+_CLUSTER_DEFAULTS = {"spark.scheduler.minRegisteredResourcesRatio": "1.0"}
 
 
 # Printed by every JVM that Spark 4 starts (its launcher adds --add-modules=jdk.incubator.vector).
@@ -316,7 +319,7 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
             conf = {**_QUIET_DEFAULTS, **settings.spark_conf}
             if not is_local_master(settings.master):
                 conf = {k: v for k, v in conf.items() if k != "spark.python.daemon.module"}
-                conf = {**ship_environment(settings, conf), **conf}
+                conf = {**_CLUSTER_DEFAULTS, **ship_environment(settings, conf), **conf}
         for key, value in conf.items():
             builder = builder.config(key, value)
         try:

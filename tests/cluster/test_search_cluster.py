@@ -37,6 +37,7 @@ def test_asha_and_distributed_trials_spread_over_two_hosts_and_a_failing_rank_fa
     assert asha["promotions"] >= 2   # to the middle rung and to the top
     hosts = {t["outputs"]["host"] for t in ended}
     if own_hosts:
+        assert asha["parallel_trials"] == 4   # the session waited for both hosts' executors before the search
         assert hosts == {"hopsml-host-0", "hopsml-host-1"}, hosts   # the slot tasks ran on both hosts
         # one Spark job of slot tasks: each slot's worker process took trial after trial
         assert len({t["outputs"]["pid"] for t in ended}) <= asha["parallel_trials"] < len(ended)
