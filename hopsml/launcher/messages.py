@@ -124,7 +124,8 @@ class Ready:
 
 @dataclass(frozen=True)
 class Assign:
-    """The driver gives a slot task its next job: a trial's number, folder and keyword arguments."""
+    """The driver gives a slot task its next job: a trial's number, folder and keyword arguments (packed:
+    `pack_arguments`)."""
 
     KIND: ClassVar[str] = "assign"
     trial: int
@@ -156,6 +157,39 @@ class Timing:
 
 
 Message = Output | Failing | Finished | Metric | Stop | Ready | Assign | Clock | Timing
+
+
+_TUPLE = "__tuple__"
+
+
+def pack_arguments(value: Any) -> Any:
+    """A trial's arguments as JSON carries them exactly: a tuple (JSON has only lists) as a tagged object.
+
+    >>> pack_arguments({"layers": (64, 32), "acts": ["relu", ("tanh", 2)]})
+    {'layers': {'__tuple__': [64, 32]}, 'acts': ['relu', {'__tuple__': ['tanh', 2]}]}
+    """
+    if isinstance(value, tuple):
+        return {_TUPLE: [pack_arguments(v) for v in value]}
+    if isinstance(value, list):
+        return [pack_arguments(v) for v in value]
+    if isinstance(value, dict):
+        return {k: pack_arguments(v) for k, v in value.items()}
+    return value
+
+
+def unpack_arguments(value: Any) -> Any:
+    """The arguments `pack_arguments` packed, read back from JSON.
+
+    >>> unpack_arguments({"layers": {"__tuple__": [64, 32]}, "acts": ["relu", {"__tuple__": ["tanh", 2]}]})
+    {'layers': (64, 32), 'acts': ['relu', ('tanh', 2)]}
+    """
+    if isinstance(value, dict):
+        if value.keys() == {_TUPLE} and isinstance(value[_TUPLE], list):
+            return tuple(unpack_arguments(v) for v in value[_TUPLE])
+        return {k: unpack_arguments(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unpack_arguments(v) for v in value]
+    return value
 
 
 def to_wire(message: Message) -> dict[str, Any]:

@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterator
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.child import PREFIX, _dumps, _watch_parent, exit_cause, output_tail, sweep_dead
-from hopsml.launcher.messages import PROCESS, Assign, Finished, Ready, RankReport, Stop, decode, to_wire
+from hopsml.launcher.messages import (PROCESS, Assign, Finished, Ready, RankReport, Stop, decode, to_wire,
+                                      unpack_arguments)
 from hopsml.launcher.task import TaskSpec
 
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone
@@ -251,7 +252,7 @@ def _run_jobs(fn: Callable[..., Any], spec: TaskSpec, jobs_fd: int, reports_fd: 
             os.chdir(work)
             job_spec = dataclasses.replace(spec, run_dir=job["run_dir"], trial=job["trial"],
                                            trial_name=job["trial_name"])
-            report = run_function(fn, job["kwargs"], job_spec, rank=0, world_size=1, write_metrics=True,
+            report = run_function(fn, unpack_arguments(job["kwargs"]), job_spec, rank=0, world_size=1, write_metrics=True,
                                   native_output=True)
             os.chdir(home)
             shutil.rmtree(work, ignore_errors=True)

@@ -24,7 +24,7 @@ from hopsml.errors import ClusterError
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.launcher.driver import driver_host, run_stage
 from hopsml.launcher.messages import (PROCESS, Assign, Finished, Message, Metric, RankReport, Ready, Stop, decode,
-                                      to_wire)
+                                      pack_arguments, to_wire, unpack_arguments)
 from hopsml.launcher.slot import slot_task
 from hopsml.launcher.task import TaskSpec
 from hopsml.net import Network
@@ -36,13 +36,14 @@ _STOP_WAIT_S = 60.0   # how long closing waits for the slot tasks to end after t
 
 
 def carries_exactly(kwargs: dict[str, Any]) -> bool:
-    """Whether the channel's JSON gives a task these arguments unchanged (a tuple would come as a list).
+    """Whether the channel's JSON gives a task these arguments unchanged (packed: tuples too; not a dict
+    with keys other than strings, nor a set or an object).
 
-    >>> carries_exactly({"lr": 0.1, "act": "relu", "n": 3}), carries_exactly({"shape": (3, 4)})
+    >>> carries_exactly({"lr": 0.1, "act": "relu", "shape": (3, 4)}), carries_exactly({"classes": {0: "cat"}})
     (True, False)
     """
     try:
-        back = json.loads(json.dumps(kwargs))
+        back = unpack_arguments(json.loads(json.dumps(pack_arguments(kwargs))))
     except (TypeError, ValueError):
         return False
     return _same(back, kwargs)
@@ -53,7 +54,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
+    if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return bool(a == b)
 
@@ -154,7 +155,7 @@ class SlotTasks:
                                        + (f": {self._ended}" if self._ended else ""))
                 self._changed.wait(_POLL_S)
             slot.trial, slot.report = trial, None
-            slot.connection.send(to_wire(Assign(trial, trial_name, run_dir, kwargs)))
+            slot.connection.send(to_wire(Assign(trial, trial_name, run_dir, pack_arguments(kwargs))))
             while slot.report is None:
                 self._changed.wait(_POLL_S)
             return slot.report

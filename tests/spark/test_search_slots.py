@@ -78,15 +78,27 @@ def test_slot_tasks_run_trial_after_trial_in_one_job_and_a_failing_trial_fails_a
 
 
 def shaped(shape, epochs):
-    return {"metric": float(sum(shape)) + epochs, "kind": type(shape).__name__}
+    return {"metric": float(len(shape)) + epochs, "kind": type(shape).__name__,
+            "inner": type(shape[0]).__name__ if isinstance(shape, list) else None}
 
 
-def test_arguments_json_cannot_carry_run_as_a_job_of_their_own(spark, root):
-    logdir, best, outputs = experiment.asha(shaped, {"shape": [(1, 2), (3, 4)]}, min_budget=1, max_budget=1,
-                                            num_trials=2, seed=2, name="tuples")
+def test_tuples_travel_to_slot_tasks_and_what_json_cannot_carry_runs_as_a_job_of_its_own(spark, root):
+    shapes = [(1, 2), [(3,), 4]]   # a tuple, and a list holding a tuple
+    logdir, _, _ = experiment.asha(shaped, {"shape": shapes}, min_budget=1, max_budget=1, num_trials=4, seed=2,
+                                   sampler="random", name="tuples")
     trials = _json(logdir, ".summary.json")["trials"]
-    assert all(t["state"] == "FINISHED" and t["outputs"]["kind"] == "tuple" for t in trials)
-    assert all(t["placements"][0]["host"] is None for t in trials)   # not in a slot task
+    assert {(t["outputs"]["kind"], t["outputs"]["inner"]) for t in trials} <= {("tuple", None), ("list", "tuple")}
+    assert all(t["state"] == "FINISHED" for t in trials) and len({t["outputs"]["kind"] for t in trials}) == 2
+    assert all(t["placements"][0]["host"] == socket.gethostname() for t in trials)   # in the slot tasks
+
+    def keyed(classes, epochs):
+        return {"metric": float(sum(classes)), "keys": type(next(iter(classes))).__name__}
+
+    logdir, _, _ = experiment.asha(keyed, {"classes": [{0: "cat", 1: "dog"}]}, min_budget=1, max_budget=1,
+                                   num_trials=1, name="int-keys")
+    (trial,) = _json(logdir, ".summary.json")["trials"]
+    assert trial["state"] == "FINISHED" and trial["outputs"]["keys"] == "int"   # JSON would make them "0", "1"
+    assert trial["placements"][0]["host"] is None   # not in a slot task: a Spark job of its own
 
 
 def sleepy(x, epochs):
