@@ -89,19 +89,13 @@ _seen: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("h
                                                                                default=None)
 
 
-def record_inputs(value: Any) -> None:
-    """Note what the model got after the transformer, for the record of the request being answered."""
+def record(**seen: Any) -> None:
+    """Note, for the log's record of the request being answered, what the app read or made: its body
+    (`request`), its rows (the writer then need not parse the JSON again), the model's inputs after the
+    transformer (`inputs`), the answer's `status` and bytes (`response`). Nothing when the log is off."""
     holder = _seen.get()
     if holder is not None:
-        holder["inputs"] = value
-
-
-def record_rows(rows: int) -> None:
-    """Note how many rows the request being answered holds (the app has read them: the writer then need not
-    read the JSON again, which cost as much as the request's own parse)."""
-    holder = _seen.get()
-    if holder is not None:
-        holder["rows"] = rows
+        holder.update(seen)
 
 
 class RecordingTransformer:
@@ -112,7 +106,7 @@ class RecordingTransformer:
 
     def preprocess(self, body: Any) -> Any:
         out = self._transformer.preprocess(body)
-        record_inputs(out)
+        record(inputs=out)
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -292,7 +286,8 @@ def _request_rows(text: str | None) -> int | None:
 
 
 class LoggedApp:
-    """The instance's ASGI app with each predict request logged: bytes are kept, the answer is not delayed."""
+    """The instance's ASGI app (protocol.ModelApp, which notes what it read and sent with `record`) with each
+    POST logged: bytes are kept, the answer is not delayed."""
 
     def __init__(self, app: App, logger: InferenceLogger) -> None:
         self.app = app
@@ -307,32 +302,15 @@ class LoggedApp:
             return
         started = time.time()
         clock = time.perf_counter()
-        request: list[bytes] = []
-        response: list[bytes] = []
-        status = [0]
-        holder: dict[str, Any] = {}
+        holder: dict[str, Any] = {}   # the app notes its request and answer here (`record`)
         token = _seen.set(holder)
-
-        async def receiving() -> dict[str, Any]:
-            message = await receive()
-            if message["type"] == "http.request":
-                request.append(message.get("body", b""))
-            return message
-
-        async def sending(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = int(message["status"])
-            elif message["type"] == "http.response.body":
-                response.append(message.get("body", b""))
-            await send(message)
-
         try:
-            await self.app(scope, receiving, sending)
+            await self.app(scope, receive, send)
         finally:
             _seen.reset(token)
-            self.logger.put(_Record(started, status[0], (time.perf_counter() - clock) * 1000.0, b"".join(request),
-                                    holder.get("inputs"), b"".join(response), holder.get("rows")))
-
+            self.logger.put(_Record(started, holder.get("status", 0), (time.perf_counter() - clock) * 1000.0,
+                                    holder.get("request", b""), holder.get("inputs"), holder.get("response", b""),
+                                    holder.get("rows")))
 
     def _closing(self, receive: Receive) -> Receive:
         """`receive` that writes the log when the server shuts down (uvicorn re-raises SIGTERM after its

@@ -105,3 +105,18 @@ def test_unknown_model_wrong_method_and_an_oversized_body(served):
         conn.close()
     status, body = http("POST", base_url(serving) + ":predict", {"instances": [[5.1, 3.5, 1.4, 0.2]]})
     assert status == 200
+
+
+def test_json_as_python_writes_it_is_read_and_answers_are_json_every_parser_reads():
+    from hopsml.serving.protocol import _dumps, _loads
+
+    got = _loads(json.dumps({"instances": [[float("nan"), float("inf"), 1.5]]}).encode())   # NaN, Infinity
+    assert np.isnan(got["instances"][0][0]) and got["instances"][0][1:] == [float("inf"), 1.5]
+    with pytest.raises(ValueError, match="Expecting"):   # the json module's message, which says where
+        _loads(b'{"instances": [[1, 2]')
+    answer = {"predictions": [float("nan"), np.float32(0.5), np.arange(2)], 3: "int key"}
+    assert json.loads(_dumps(answer)) == {"predictions": [None, 0.5, [0, 1]], "3": "int key"}
+    # what orjson refuses is written by the json module
+    assert json.loads(_dumps({"big": 2 ** 70, "p": np.float32(0.5)})) == {"big": 2 ** 70, "p": 0.5}
+    with pytest.raises(TypeError, match="holds .object."):
+        _dumps({"big": 2 ** 70, "p": object()})
