@@ -1,6 +1,6 @@
 """One instance of a serving: a process that loads the model and answers on the socket its supervisor
-bound (uvicorn with uvloop and httptools over the raw ASGI app). Started only by the supervisor:
-`hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
+bound (uvicorn with uvloop and httptools over the raw ASGI app, each answer in one write). Started only by
+the supervisor: `hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
 
 It tells the supervisor it is ready by writing one byte to its ready pipe once the model is loaded (or
 'F' and why it cannot load it), and
@@ -60,6 +60,7 @@ def main() -> int:
     from hopsml.serving import loaders
     from hopsml.serving.inference_log import (LOG_ENV, CountingServable, InferenceLogger, LoggedApp, LogOptions,
                                               RecordingTransformer)
+    from hopsml.serving.http_protocol import protocol_class
     from hopsml.serving.protocol import ModelApp
 
     try:
@@ -93,7 +94,7 @@ def main() -> int:
         app = LoggedApp(app, logger)
     sock = socket.socket(fileno=spec.socket_fd)
     loop = "uvloop" if _has("uvloop") else "asyncio"
-    http = "httptools" if _has("httptools") else "h11"
+    http = protocol_class()   # httptools, a response in one write
     # no proxy-headers middleware: the app never reads the client's address, and it costs every request
     config = uvicorn.Config(app, loop=loop, http=http, lifespan="on", access_log=False, log_level="warning",
                             timeout_graceful_shutdown=5, proxy_headers=False)
