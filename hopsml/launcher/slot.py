@@ -252,8 +252,8 @@ def _run_jobs(fn: Callable[..., Any], spec: TaskSpec, jobs_fd: int, reports_fd: 
             os.chdir(work)
             job_spec = dataclasses.replace(spec, run_dir=job["run_dir"], trial=job["trial"],
                                            trial_name=job["trial_name"])
-            report = run_function(fn, unpack_arguments(job["kwargs"]), job_spec, rank=0, world_size=1, write_metrics=True,
-                                  native_output=True)
+            report = run_function(fn, unpack_arguments(job["kwargs"]), job_spec, rank=0, world_size=1,
+                                  write_metrics=True, native_output=True)
             os.chdir(home)
             shutil.rmtree(work, ignore_errors=True)
             reports.write(json.dumps(report, default=str) + "\n")
