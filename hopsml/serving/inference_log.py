@@ -1,7 +1,7 @@
 """Inference logging: every predict request and its answer, appended as Parquet files under the project
 (`Logs/Serving/<name>/inference/`), where hops sent them to a Kafka topic.
 
-Off the request path: the instance's ASGI wrapper (`LoggedApp`) only keeps the request's bytes, the answer's
+Off the request path: the instance's app wrapper (`LoggedApp`) only keeps the request's bytes, the answer's
 bytes, the status and the latency, and puts them on a bounded queue; a writer thread of the instance turns
 them into rows and writes a Parquet file when `roll_bytes` of records have gathered, every `roll_seconds`,
 and when the instance stops. A full queue drops the record and counts it (in the next file's `dropped`
@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -34,16 +34,13 @@ from hopsml.errors import HopsmlError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from hopsml.serving.http_server import Answer, Request
+
 log = logging.getLogger(__name__)
 
 LOG_ENV = "HOPSML_INFERENCE_LOG"
 BATCHES_PREFIX = "batches-"
 MODES = ("MODEL_INPUTS", "PREDICTIONS", "ALL")
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class InferenceLogError(HopsmlError, ValueError):
@@ -90,9 +87,9 @@ _seen: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("h
 
 
 def record(**seen: Any) -> None:
-    """Note, for the log's record of the request being answered, what the app read or made: its body
-    (`request`), its rows (the writer then need not parse the JSON again), the model's inputs after the
-    transformer (`inputs`), the answer's `status` and bytes (`response`). Nothing when the log is off."""
+    """Note, for the log's record of the request being answered, what the app read or made: its rows (the
+    writer then need not parse the JSON again) and the model's inputs after the transformer (`inputs`).
+    Nothing when the log is off."""
     holder = _seen.get()
     if holder is not None:
         holder.update(seen)
@@ -286,43 +283,27 @@ def _request_rows(text: str | None) -> int | None:
 
 
 class LoggedApp:
-    """The instance's ASGI app (protocol.ModelApp, which notes what it read and sent with `record`) with each
-    POST logged: bytes are kept, the answer is not delayed."""
+    """The instance's app (protocol.ModelApp, which notes with `record` what it read) with each POST logged:
+    bytes are kept, the answer is not delayed."""
 
-    def __init__(self, app: App, logger: InferenceLogger) -> None:
+    def __init__(self, app: Any, logger: InferenceLogger) -> None:
         self.app = app
         self.logger = logger
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self.app(scope, self._closing(receive), send)
-            return
-        if scope["type"] != "http" or scope.get("method") != "POST":  # inference requests: status GETs are not
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, request: Request) -> Answer:
+        if request.method != "POST":   # inference requests: status GETs are not
+            return await self.app.handle(request)
         started = time.time()
         clock = time.perf_counter()
-        holder: dict[str, Any] = {}   # the app notes its request and answer here (`record`)
+        holder: dict[str, Any] = {}   # the app notes its rows and the model's inputs here (`record`)
         token = _seen.set(holder)
         try:
-            await self.app(scope, receive, send)
+            status, body = await self.app.handle(request)
         finally:
             _seen.reset(token)
-            self.logger.put(_Record(started, holder.get("status", 0), (time.perf_counter() - clock) * 1000.0,
-                                    holder.get("request", b""), holder.get("inputs"), holder.get("response", b""),
-                                    holder.get("rows")))
-
-    def _closing(self, receive: Receive) -> Receive:
-        """`receive` that writes the log when the server shuts down (uvicorn re-raises SIGTERM after its
-        shutdown, so nothing after `Server.run` would get the chance)."""
-
-        async def receiving() -> dict[str, Any]:
-            message = await receive()
-            if message["type"] == "lifespan.shutdown":
-                self.logger.close()
-            return message
-
-        return receiving
+        self.logger.put(_Record(started, status, (time.perf_counter() - clock) * 1000.0, request.body,
+                                holder.get("inputs"), body, holder.get("rows")))
+        return status, body
 
 
 # --- reading -------------------------------------------------------------------------------------------

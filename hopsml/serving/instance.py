@@ -1,6 +1,5 @@
 """One instance of a serving: a process that loads the model and answers on the socket its supervisor
-bound (uvicorn with uvloop and httptools over the raw ASGI app, each answer in one write). Started only by
-the supervisor: `hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
+bound (`http_server`: uvloop and httptools, each answer in one write). Started only by the supervisor: `hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
 
 It tells the supervisor it is ready by writing one byte to its ready pipe once the model is loaded (or
 'F' and why it cannot load it), and
@@ -55,12 +54,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s instance {spec.index} (pid {os.getpid()}) %(name)s: "
                                "%(message)s")
-    import uvicorn
-
-    from hopsml.serving import loaders
+    from hopsml.serving import http_server, loaders
     from hopsml.serving.inference_log import (LOG_ENV, CountingServable, InferenceLogger, LoggedApp, LogOptions,
                                               RecordingTransformer)
-    from hopsml.serving.http_protocol import protocol_class
     from hopsml.serving.protocol import ModelApp
 
     try:
@@ -88,28 +84,15 @@ def main() -> int:
         from hopsml.serving.batching import Batcher, BatchingOptions
 
         batcher = Batcher(servable, BatchingOptions(**spec.batching))
-    app: Any = ModelApp(spec.name, spec.version, servable, transformer, spec.max_body_bytes, on_startup=ready,
-                        batcher=batcher)
+    app: Any = ModelApp(spec.name, spec.version, servable, transformer, batcher=batcher)
     if logger is not None:
         app = LoggedApp(app, logger)
-    sock = socket.socket(fileno=spec.socket_fd)
-    loop = "uvloop" if _has("uvloop") else "asyncio"
-    http = protocol_class()   # httptools, a response in one write
-    # no proxy-headers middleware: the app never reads the client's address, and it costs every request
-    config = uvicorn.Config(app, loop=loop, http=http, lifespan="on", access_log=False, log_level="warning",
-                            timeout_graceful_shutdown=5, proxy_headers=False)
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
+    try:   # until SIGTERM: then the requests being answered finish (5 s at most)
+        http_server.run(app.handle, socket.socket(fileno=spec.socket_fd), spec.max_body_bytes, on_ready=ready)
     finally:
         if logger is not None:  # what is queued is written before the instance ends
             logger.close()
     return 0
-
-
-def _has(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The REST protocol of TensorFlow Serving (which KServe v1 shares) and KServe's v2 (the Open Inference
-Protocol), as a raw ASGI app: no web framework, so a request costs little more than its JSON and the
-model's call.
+Protocol), as the handler of hopsml's HTTP server (`http_server`): no web framework, so a request costs
+little more than its JSON and the model's call.
 
     GET  /v1/models/<name>[/versions/<v>]            model status
     GET  /v1/models/<name>[/versions/<v>]/metadata   model spec and signature
@@ -13,20 +13,21 @@ model's call.
                                                       -> {"model_name", "model_version", "outputs": [...]}
 
 Failures answer {"error": "..."}: 4xx for what the client sent (malformed JSON, wrong shape or dtype,
-a body over the limit, an unknown model or version, a wrong method), 500 when the model raises (logged
-with its traceback). The app keeps serving after each.
+an unknown model or version, a wrong method; the server itself answers 413 for a body over the limit and
+400 for what is not HTTP), 500 when the model raises (logged with its traceback). The app keeps serving
+after each.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
+from hopsml.serving.http_server import Answer, Request
 from hopsml.serving.inference_log import record
 from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
 
@@ -34,10 +35,6 @@ if TYPE_CHECKING:
     from hopsml.serving.batching import Batcher
 
 log = logging.getLogger(__name__)
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 PREFIX = "/v1/models/"
 V2 = "/v2"
@@ -47,55 +44,34 @@ V2_TYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uin
             "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
             "FP32": "float32", "FP64": "float64", "BYTES": "object"}
 NUMPY_V2 = {numpy_type: v2 for v2, numpy_type in V2_TYPES.items()}
-_JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class ModelApp:
     """One served model version behind TF Serving's REST paths."""
 
     def __init__(self, name: str, version: int, servable: Servable, transformer: Transformer | None = None,
-                 max_body_bytes: int = 16 << 20, on_startup: Callable[[], None] | None = None,
                  batcher: Batcher | None = None) -> None:
         self.name = name
         self.version = version
         self.servable = servable
         self.transformer = transformer
-        self.max_body_bytes = max_body_bytes
-        self.on_startup = on_startup
         self.batcher = batcher
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self._http(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                if self.on_startup is not None:
-                    self.on_startup()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def handle(self, request: Request) -> Answer:
+        """The answer to one request: its status and JSON body."""
         try:
-            status, body = await self._answer(scope, receive)
+            status, body = await self._answer(request)
         except RequestError as exc:
             status, body = exc.status, {"error": str(exc)}
         except Exception as exc:  # the model's own failure: answered, logged, server stays up
-            log.exception("serving %s: %s %s failed", self.name, scope.get("method"), scope.get("path"))
+            log.exception("serving %s: %s %s failed", self.name, request.method, request.path)
             status, body = 500, {"error": f"the model raised {type(exc).__name__}: {exc}"}
-        await _send_json(send, status, body)
+        return status, _dumps(body)
 
-    async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
-        path: str = scope["path"]
-        method: str = scope["method"]
+    async def _answer(self, request: Request) -> tuple[int, Any]:
+        path, method = request.path, request.method
         if path == V2 or path.startswith(V2 + "/"):
-            return 200, await self._v2(scope, receive, path, method)
+            return 200, await self._v2(request)
         if not path.startswith(PREFIX):
             raise RequestError(f"no such path {path!r}: this server answers {PREFIX}{self.name}[:predict|/metadata]",
                                404)
@@ -116,7 +92,7 @@ class ModelApp:
                                    "predict; TF Serving's classify and regress need a TensorFlow signature)", 400)
             if method != "POST":
                 raise RequestError(f"{method} {path}: predict takes POST with a JSON body", 405)
-            return 200, await self._predict(scope, receive)
+            return 200, await self._predict(request)
         if method != "GET":
             raise RequestError(f"{method} {path}: model status and metadata take GET; predictions take "
                                f"POST {PREFIX}{self.name}:predict", 405)
@@ -144,18 +120,17 @@ class ModelApp:
         return {"model_spec": {"name": self.name, "signature_name": "", "version": str(self.version)},
                 "metadata": {"signature_def": {"signature_def": self.servable.signature()}}}
 
-    async def _json_body(self, scope: Scope, receive: Receive, example: str) -> dict[str, Any]:
-        raw = await self._body(scope, receive)
+    def _json_body(self, request: Request, example: str) -> dict[str, Any]:
         try:
-            body = _loads(raw)
+            body = _loads(request.body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(f"the body is not valid JSON ({exc}); send e.g. {example}") from None
         if not isinstance(body, dict):
             raise RequestError(f"the body is a JSON {type(body).__name__}; send an object, e.g. {example}")
         return body
 
-    async def _predict(self, scope: Scope, receive: Receive) -> Any:
-        body = await self._json_body(scope, receive, '{"instances": [[1.0, 2.0]]} (rows) or {"inputs": ...} (columns)')
+    async def _predict(self, request: Request) -> Any:
+        body = self._json_body(request, '{"instances": [[1.0, 2.0]]} (rows) or {"inputs": ...} (columns)')
         if self.transformer is not None:
             body = self.transformer.preprocess(body)
         has_rows, has_columns = "instances" in body, "inputs" in body
@@ -177,7 +152,8 @@ class ModelApp:
         return answer
 
     # --- KServe v2 ---------------------------------------------------------------------------------------
-    async def _v2(self, scope: Scope, receive: Receive, path: str, method: str) -> Any:
+    async def _v2(self, request: Request) -> Any:
+        path, method = request.path, request.method
         parts = [p for p in path[len(V2):].split("/") if p]
         if parts in ([], ["health", "live"], ["health", "ready"]):
             if method != "GET":
@@ -198,7 +174,7 @@ class ModelApp:
         if tail == ["infer"]:
             if method != "POST":
                 raise RequestError(f"{method} {path}: infer takes POST with a JSON body", 405)
-            return await self._v2_infer(scope, receive)
+            return await self._v2_infer(request)
         if tail not in ([], ["ready"]):
             raise RequestError(f"no such path {path!r}: try {V2_MODELS}{self.name}/infer", 404)
         if method != "GET":
@@ -213,9 +189,9 @@ class ModelApp:
                 "outputs": [{"name": "output-0", "datatype": NUMPY_V2.get(self.servable.input_dtype, "FP32"),
                              "shape": [-1]}]}
 
-    async def _v2_infer(self, scope: Scope, receive: Receive) -> Any:
+    async def _v2_infer(self, request: Request) -> Any:
         example = '{"inputs": [{"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
-        body = await self._json_body(scope, receive, example)
+        body = self._json_body(request, example)
         if self.transformer is not None:
             body = self.transformer.preprocess(body)
         tensors = body.get("inputs")
@@ -272,28 +248,6 @@ class ModelApp:
             raise RequestError("each named input must be a list with one value per row, all of the same length")
         return [list(row) for row in zip(*columns)]
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes:
-        limit = self.max_body_bytes
-        for key, value in scope.get("headers", ()):
-            if key == b"content-length" and value.isdigit() and int(value) > limit:
-                raise RequestError(f"the body has {int(value)} bytes, over this serving's limit of {limit}; send "
-                                   "fewer rows per request", 413)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise RequestError("the client closed the connection before the body was sent", 400)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(f"the body is over this serving's limit of {limit} bytes; send fewer rows "
-                                   "per request", 413)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                body = b"".join(chunks)
-                record(request=body)
-                return body
-
 
 def _v2_tensor(tensor: dict[str, Any]) -> np.ndarray:
     """A v2 input tensor as a numpy array of its shape: data flat (row-major) or nested, as the protocol allows."""
@@ -339,11 +293,3 @@ def _json_ready(value: Any) -> Any:
     if ready is value:
         raise TypeError(f"the answer holds {type(value).__name__!r}, which cannot be written as JSON")
     return ready
-
-
-async def _send_json(send: Send, status: int, body: Any) -> None:
-    data = _dumps(body)
-    record(status=status, response=data)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]})
-    await send({"type": "http.response.body", "body": data})
