@@ -68,7 +68,7 @@ class LogOptions:
         return cls(**json.loads(text))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     """What the request path keeps: raw bytes and numbers, nothing decoded."""
 
@@ -132,8 +132,10 @@ class CountingServable:
         self._counts[_rows(prepared)] += 1
         return self._servable.call(prepared)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._servable, name)
+    def __getattr__(self, name: str) -> Any:   # kept once looked up: the request path asks for `prepare` each time
+        value = getattr(self._servable, name)
+        setattr(self, name, value)
+        return value
 
 
 class InferenceLogger:
@@ -181,67 +183,92 @@ class InferenceLogger:
 
     # --- the writer thread ---------------------------------------------------------------------------
     def _run(self) -> None:
-        pending: list[_Record] = []
-        size = 0
+        chunks: list[pa.RecordBatch] = []   # what has come since the last file, already as Arrow columns
+        rows = size = 0
         since = time.monotonic()
         written_dropped = 0
 
+        def convert(records: list[_Record]) -> None:
+            nonlocal rows
+            try:
+                chunks.append(self._columns(records))
+                rows += len(records)
+            except Exception:  # logged; the serving goes on answering
+                log.exception("inference log: cannot convert %d records; they are not written", len(records))
+
         def roll() -> None:
-            nonlocal pending, size, since, written_dropped
-            if pending:
+            nonlocal chunks, rows, size, since, written_dropped
+            if chunks:
                 try:
-                    self._write(pending, self.dropped - written_dropped)
+                    self._write(chunks, self.dropped - written_dropped)
                     written_dropped = self.dropped
                 except Exception:  # logged; the serving goes on answering
-                    log.exception("inference log: cannot write %d records to %s", len(pending), self.options.folder)
-            pending, size, since = [], 0, time.monotonic()
+                    log.exception("inference log: cannot write %d records to %s", rows, self.options.folder)
+            chunks, rows, size, since = [], 0, 0, time.monotonic()
             self._write_batches()
 
         while True:
             stop = self._stopping.wait(_POLL_S)
+            taken: list[_Record] = []
             while self.records:
                 item = self.records.popleft()
-                pending.append(item)
+                taken.append(item)
                 size += len(item.request) + len(item.response) + 64
                 if size >= self.options.roll_bytes:
+                    convert(taken)
+                    taken = []
                     roll()
+            if taken:   # converted now, a poll's worth at a time: the records do not pile up as Python objects
+                convert(taken)
             if stop or time.monotonic() - since >= self.options.roll_seconds:
                 roll()
             if stop:
                 return
 
-    def _write(self, records: list[_Record], dropped: int) -> None:
+    def _columns(self, records: list[_Record]) -> pa.RecordBatch:
+        """The records as Arrow columns (all but `dropped`, which is known when the file is written)."""
+        import pyarrow as pa
+
+        opts = self.options
+        count = len(records)
+        keep_inputs = opts.mode in ("MODEL_INPUTS", "ALL")
+        keep_outputs = opts.mode in ("PREDICTIONS", "ALL")
+        requests = [r.request.decode("utf-8", errors="replace") for r in records] if keep_inputs else None
+        if requests is not None and any(r.inputs is not None for r in records):
+            inputs: list[str] | None = [_json(r.inputs) if r.inputs is not None else requests[i]
+                                        for i, r in enumerate(records)]
+        else:
+            inputs = requests
+        counted = [r.rows if r.rows is not None else _request_rows(inputs[i] if inputs is not None else None)
+                   for i, r in enumerate(records)]
+        schema = _schema()
+        request_column = pa.array(requests, pa.string()) if requests is not None else pa.nulls(count, pa.string())
+        return pa.RecordBatch.from_pydict({
+            "time": pa.array([int(r.time * 1e6) for r in records], pa.int64()).cast(schema["time"]),
+            "serving": pa.repeat(pa.scalar(opts.serving, pa.string()), count),
+            "model_name": pa.repeat(pa.scalar(opts.model_name, pa.string()), count),
+            "model_version": pa.repeat(pa.scalar(opts.model_version, pa.int32()), count),
+            "instance": pa.repeat(pa.scalar(self.instance, pa.int16()), count),
+            "status": pa.array([r.status for r in records], pa.int16()),
+            "latency_ms": pa.array([r.latency_ms for r in records], pa.float64()),
+            "rows": pa.array(counted, pa.int32()),
+            "request": request_column,
+            "inputs": request_column if inputs is requests else pa.array(inputs, pa.string()),
+            "response": pa.array([r.response.decode("utf-8", errors="replace") for r in records], pa.string())
+            if keep_outputs else pa.nulls(count, pa.string()),
+        })
+
+    def _write(self, chunks: list[pa.RecordBatch], dropped: int) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        opts = self.options
-        keep_inputs = opts.mode in ("MODEL_INPUTS", "ALL")
-        keep_outputs = opts.mode in ("PREDICTIONS", "ALL")
-        requests = [r.request.decode("utf-8", errors="replace") if keep_inputs else None for r in records]
-        inputs = [(_json(r.inputs) if r.inputs is not None else requests[i]) if keep_inputs else None
-                  for i, r in enumerate(records)]
-        table = pa.table({
-            "time": pa.array([datetime.fromtimestamp(r.time, timezone.utc) for r in records],
-                             pa.timestamp("us", tz="UTC")),
-            "serving": pa.array([opts.serving] * len(records), pa.string()),
-            "model_name": pa.array([opts.model_name] * len(records), pa.string()),
-            "model_version": pa.array([opts.model_version] * len(records), pa.int32()),
-            "instance": pa.array([self.instance] * len(records), pa.int16()),
-            "status": pa.array([r.status for r in records], pa.int16()),
-            "latency_ms": pa.array([r.latency_ms for r in records], pa.float64()),
-            "rows": pa.array([r.rows if r.rows is not None else _request_rows(inputs[i])
-                              for i, r in enumerate(records)], pa.int32()),
-            "request": pa.array(requests, pa.string()),
-            "inputs": pa.array(inputs, pa.string()),
-            "response": pa.array([r.response.decode("utf-8", errors="replace") if keep_outputs else None
-                                  for r in records], pa.string()),
-            "dropped": pa.array([dropped] + [0] * (len(records) - 1), pa.int64()),
-        })
+        table = pa.Table.from_batches(chunks)
+        table = table.append_column("dropped", pa.array([dropped] + [0] * (table.num_rows - 1), pa.int64()))
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         name = f"part-{stamp}-{self._tag}-{self.files:05d}.parquet"
-        tmp = os.path.join(opts.folder, f".{name}.tmp")
+        tmp = os.path.join(self.options.folder, f".{name}.tmp")
         pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, os.path.join(opts.folder, name))
+        os.replace(tmp, os.path.join(self.options.folder, name))
         self.files += 1
 
     def _write_batches(self) -> None:
