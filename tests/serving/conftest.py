@@ -139,3 +139,22 @@ def http(method: str, url: str, body: object | bytes | None = None) -> tuple[int
 
 def base_url(serving: lifecycle.Serving) -> str:
     return f"http://{serving.internal_ips[0]}:{serving.internal_port}/v1/models/{serving.name}"
+
+
+def read_answers(sock: socket.socket, count: int) -> list[tuple[str, dict[str, str], bytes]]:
+    """`count` answers: status line, headers (lower-case names) and body, by content-length."""
+    data, answers = b"", []
+    while len(answers) < count:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            status, *lines = data[:end].decode().split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+            length = int(headers["content-length"])
+            if len(data) >= end + 4 + length:
+                answers.append((status, headers, data[end + 4:end + 4 + length]))
+                data = data[end + 4 + length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {len(answers)} of {count} answers"
+        data += chunk
+    return answers

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from conftest import read_answers
 
 from hopsml.serving.http_server import Request, serve
 
@@ -61,25 +62,6 @@ def server():
 
 def post(path: str, body: bytes, extra: str = "", version: str = "1.1") -> bytes:
     return (f"POST {path} HTTP/{version}\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n").encode() + body
-
-
-def read_answers(sock: socket.socket, count: int) -> list[tuple[str, dict[str, str], bytes]]:
-    """`count` answers: status line, headers (lower-case names) and body, by content-length."""
-    data, answers = b"", []
-    while len(answers) < count:
-        end = data.find(b"\r\n\r\n")
-        if end >= 0:
-            status, *lines = data[:end].decode().split("\r\n")
-            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
-            length = int(headers["content-length"])
-            if len(data) >= end + 4 + length:
-                answers.append((status, headers, data[end + 4:end + 4 + length]))
-                data = data[end + 4 + length:]
-                continue
-        chunk = sock.recv(65536)
-        assert chunk, f"closed after {len(answers)} of {count} answers"
-        data += chunk
-    return answers
 
 
 def closed(sock: socket.socket, within_s: float = 5.0) -> bool:

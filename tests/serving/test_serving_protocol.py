@@ -9,7 +9,7 @@ from http.client import HTTPConnection
 
 import numpy as np
 import pytest
-from conftest import base_url, export_sklearn, http, iris, running, settings_for
+from conftest import base_url, export_sklearn, http, iris, read_answers, running, settings_for
 
 from hopsml.serving import lifecycle
 
@@ -122,25 +122,6 @@ def test_json_as_python_writes_it_is_read_and_answers_are_json_every_parser_read
         _dumps({"big": 2 ** 70, "p": object()})
 
 
-def _answers(sock, count: int) -> list[tuple[bytes, bytes]]:
-    """`count` HTTP answers read from `sock`: (status line, body) each, by their content-length."""
-    data, answers = b"", []
-    while len(answers) < count:
-        head_end = data.find(b"\r\n\r\n")
-        if head_end >= 0:
-            head = data[:head_end].decode()
-            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
-                           if line.lower().startswith("content-length:")), 0)
-            if len(data) >= head_end + 4 + length:
-                answers.append((head.split("\r\n", 1)[0].encode(), data[head_end + 4:head_end + 4 + length]))
-                data = data[head_end + 4 + length:]
-                continue
-        chunk = sock.recv(65536)
-        assert chunk, f"the server closed the connection after {len(answers)} of {count} answers"
-        data += chunk
-    return answers
-
-
 def test_pipelined_requests_a_100_continue_and_a_head_are_each_answered_whole(served):
     """Each answer goes out in one write (head and body together): a pipelined client still gets every
     answer in order, the interim 100 Continue comes before the body is sent, and a bodiless answer is not
@@ -155,8 +136,8 @@ def test_pipelined_requests_a_100_continue_and_a_head_are_each_answered_whole(se
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     with socket.create_connection((serving.internal_ips[0], int(serving.internal_port)), timeout=30) as sock:
         sock.sendall(predict + f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() + predict)
-        answers = _answers(sock, 3)
-        assert [status for status, _ in answers] == [b"HTTP/1.1 200 OK"] * 3
+        answers = [(status, body) for status, _, body in read_answers(sock, 3)]
+        assert [status for status, _ in answers] == ["HTTP/1.1 200 OK"] * 3
         expected = {"predictions": fitted.predict(np.array([row])).tolist()}
         assert json.loads(answers[0][1]) == json.loads(answers[2][1]) == expected
         assert json.loads(answers[1][1])["model_version_status"][0]["state"] == "AVAILABLE"
@@ -164,8 +145,8 @@ def test_pipelined_requests_a_100_continue_and_a_head_are_each_answered_whole(se
         sock.sendall(predict.replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n", 1)[:-len(body)])
         assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"   # not held: the body is not sent yet
         sock.sendall(body)
-        ((status, answer),) = _answers(sock, 1)
-        assert status == b"HTTP/1.1 200 OK" and json.loads(answer) == expected
+        ((status, _, answer),) = read_answers(sock, 1)
+        assert status == "HTTP/1.1 200 OK" and json.loads(answer) == expected
 
         sock.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         head = sock.recv(65536)
