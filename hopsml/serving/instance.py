@@ -1,5 +1,6 @@
 """One instance of a serving: a process that loads the model and answers on the socket its supervisor
-bound (`http_server`: uvloop and httptools, each answer in one write). Started only by the supervisor: `hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
+bound (`http_server`: uvloop and httptools, each answer in one write). Started only by the supervisor:
+`hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
 
 It tells the supervisor it is ready by writing one byte to its ready pipe once the model is loaded (or
 'F' and why it cannot load it), and

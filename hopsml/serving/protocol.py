@@ -66,7 +66,11 @@ class ModelApp:
         except Exception as exc:  # the model's own failure: answered, logged, server stays up
             log.exception("serving %s: %s %s failed", self.name, request.method, request.path)
             status, body = 500, {"error": f"the model raised {type(exc).__name__}: {exc}"}
-        return status, _dumps(body)
+        try:
+            return status, _dumps(body)
+        except TypeError as exc:   # what the model (or the transformer) returned is not JSON
+            log.exception("serving %s: the answer to %s %s cannot be written", self.name, request.method, request.path)
+            return 500, _dumps({"error": f"the model's answer cannot be written as JSON: {exc}"})
 
     async def _answer(self, request: Request) -> tuple[int, Any]:
         path, method = request.path, request.method

@@ -151,3 +151,21 @@ def test_pipelined_requests_a_100_continue_and_a_head_are_each_answered_whole(se
         sock.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         head = sock.recv(65536)
         assert head.startswith(b"HTTP/1.1 405 ") and head.endswith(b"\r\n\r\n")   # a head alone, not held
+
+
+def test_an_answer_that_is_not_json_gets_a_500_naming_it_and_the_app_goes_on():
+    import asyncio
+
+    from hopsml.serving.http_server import Request
+    from hopsml.serving.loaders import Servable
+    from hopsml.serving.protocol import ModelApp
+
+    class Odd(Servable):   # a predictor whose answer json cannot write, unless the row says otherwise
+        def call(self, prepared):
+            return [object() if row == [0] else row[0] for row in prepared]
+
+    app = ModelApp("odd", 1, Odd())
+    status, body = asyncio.run(app.handle(Request("POST", "/v1/models/odd:predict", b'{"instances": [[0]]}')))
+    assert status == 500 and "cannot be written as JSON" in json.loads(body)["error"]
+    status, body = asyncio.run(app.handle(Request("POST", "/v1/models/odd:predict", b'{"instances": [[7]]}')))
+    assert (status, json.loads(body)) == (200, {"predictions": [7]})
