@@ -137,5 +137,4 @@ def test_a_graceful_stop_finishes_the_answer_in_flight_and_takes_no_new_connecti
         assert status == "HTTP/1.1 200 OK" and json.loads(body)["path"] == "/slow"
         assert headers["connection"] == "close" and closed(sock)
         stopping.join(10)
-    with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", server.port), timeout=2).recv(1)
+    assert server.sock.fileno() == -1   # its own listening socket closed (a freed port could be anyone's)
