@@ -90,6 +90,7 @@ class Batcher:
         self.options = options
         self.queue: deque[tuple[Any, int, asyncio.Future[Any], float]] = deque()
         self.queued_rows = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task[None] | None = None
         self.arrived = asyncio.Event()
         self.full = asyncio.Event()
@@ -107,7 +108,9 @@ class Batcher:
             raise RequestError(f"the serving's batch queue is full ({self.queued_rows} rows wait, "
                                f"max_enqueued_batches={self.options.max_enqueued_batches}); retry, or run more "
                                "instances", 503)
-        loop = asyncio.get_running_loop()
+        loop = self.loop
+        if loop is None:   # kept: asyncio.get_running_loop() costs a getpid() system call each time
+            loop = self.loop = asyncio.get_running_loop()
         if self.task is None or self.task.done():
             self.task = loop.create_task(self._run())
         future: asyncio.Future[Any] = loop.create_future()

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import httptools
@@ -36,9 +36,9 @@ _PIPELINE_DEPTH = 16     # parsed requests queued on one connection before it st
 _STALLED_S = 60.0        # a request begun but not finished for this long (a client that stalls) is dropped
 
 
-@dataclass(frozen=True)
-class Request:
-    """One whole request: the method, the path (percent-decoded, without the query) and the body."""
+class Request(NamedTuple):
+    """One whole request: the method, the path (percent-decoded, without the query) and the body (a named
+    tuple: made for every request, in half the time a frozen dataclass takes)."""
 
     method: str
     path: str
@@ -56,29 +56,41 @@ def error_body(message: str) -> bytes:
 class _Server:
     """What the connections share: the handler, the limits, the clock for the Date header, the open ones."""
 
-    def __init__(self, handler: Handler, max_body_bytes: int, keep_alive_s: float) -> None:
+    def __init__(self, handler: Handler, max_body_bytes: int, keep_alive_s: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self.handler = handler
+        self.loop = loop   # kept: asyncio.get_running_loop() costs a getpid() system call each time
         self.max_body_bytes = max_body_bytes
         self.keep_alive_s = keep_alive_s
         self.connections: set[_Connection] = set()
         self.stopping = False
         self.date = b""
+        self.heads: dict[tuple[int, int, bool], bytes] = {}   # this second's heads: answers repeat their sizes
         self.tick()
 
     def tick(self) -> None:
         """Once a second: the Date header's text, and the connections idle or stalled too long closed."""
         self.date = formatdate(usegmt=True).encode()
+        self.heads = {}
         now = time.monotonic()
         for connection in list(self.connections):
             if connection.expired(now):
                 connection.transport.close()
 
     def head(self, status: int, length: int, close: bool) -> bytes:
-        return b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\ndate: %s\r\n%s\r\n" % (
-            status, _REASONS.get(status, b"Unknown"), length, self.date, b"connection: close\r\n" if close else b"")
+        key = (status, length, close)
+        head = self.heads.get(key)
+        if head is None:
+            if len(self.heads) > 1000:
+                self.heads.clear()
+            head = self.heads[key] = (
+                b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\ndate: %s\r\n%s\r\n" % (
+                    status, _REASONS.get(status, b"Unknown"), length, self.date,
+                    b"connection: close\r\n" if close else b""))
+        return head
 
 
-@dataclass
+@dataclass(slots=True)
 class _Parsed:
     """A parsed request waiting for its turn, or an answer the connection gives itself (a refusal)."""
 
@@ -234,7 +246,7 @@ class _Connection(asyncio.Protocol):
                 assert parsed.answer is not None
                 self._write(*parsed.answer, close=not parsed.keep_alive, head_only=parsed.head_only)
             else:
-                self.running = asyncio.get_running_loop().create_task(self._answer(parsed))
+                self.running = self.server.loop.create_task(self._answer(parsed))
         if self.running is None and not self.queue:
             if self.continue_due:
                 self.continue_due = False
@@ -288,7 +300,7 @@ async def serve(handler: Handler, sock: socket.socket, max_body_bytes: int, on_r
             signals.append(signum)
         except (RuntimeError, ValueError):   # not the main thread: `stop` alone stops it
             pass
-    state = _Server(handler, max_body_bytes, keep_alive_s)
+    state = _Server(handler, max_body_bytes, keep_alive_s, loop)
     listener = await loop.create_server(lambda: _Connection(state), sock=sock, backlog=2048)
     if on_ready is not None:
         on_ready()

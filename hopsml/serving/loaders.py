@@ -74,7 +74,8 @@ class Servable:
     # --- shared input handling ----------------------------------------------------------------------
     def rows(self, inputs: Any) -> Any:
         """Named-feature rows ({"a": 1, "b": 2}) in the model's feature order; other inputs as they are."""
-        if isinstance(inputs, list) and inputs and all(isinstance(r, dict) for r in inputs):
+        named = isinstance(inputs, list) and inputs and isinstance(inputs[0], dict)   # the first row tells, cheaply
+        if named and all(isinstance(r, dict) for r in inputs):
             if not self.feature_names:
                 raise RequestError("instances are objects with named values, but this model takes unnamed rows; "
                                    "send lists of numbers, e.g. {\"instances\": [[1.0, 2.0]]}")
@@ -95,7 +96,7 @@ class Servable:
                                "equal length") from None
         if arr.ndim == 0:
             raise RequestError("inputs is a single number; send a list of rows, e.g. [[1.0, 2.0]]")
-        if self.input_shape is not None:
+        if self.input_shape is not None and arr.shape[1:] != self.input_shape:   # None in it: any size
             want = tuple(self.input_shape)
             got = arr.shape[1:]
             if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):

@@ -56,6 +56,8 @@ class ModelApp:
         self.servable = servable
         self.transformer = transformer
         self.batcher = batcher
+        # the paths nearly every request takes, known without parsing
+        self.predict_paths = {f"{PREFIX}{name}:predict", f"{PREFIX}{name}/versions/{version}:predict"}
 
     async def handle(self, request: Request) -> Answer:
         """The answer to one request: its status and JSON body."""
@@ -74,6 +76,8 @@ class ModelApp:
 
     async def _answer(self, request: Request) -> tuple[int, Any]:
         path, method = request.path, request.method
+        if path in self.predict_paths and method == "POST":
+            return 200, await self._predict(request)
         if path == V2 or path.startswith(V2 + "/"):
             return 200, await self._v2(request)
         if not path.startswith(PREFIX):
