@@ -4,9 +4,9 @@ One run, one machine, the same models: a PyTorch MLP and a scikit-learn logistic
 features), each served by hopsml with batching on and off (one instance each) and by `mlflow models serve`
 (one uvicorn worker, `--env-manager local`), loaded by 1, 16 and 64 concurrent clients. Each client sends
 one row per request over its own HTTP/1.1 keep-alive connection (an asyncio protocol on a raw socket) and
-waits for the answer; throughput is answers per second, latency each request's time from send to last byte. hopsml's
-batched and plain servings of a model run side by side and take turns, run by run, so that a change in
-what else the machine runs falls on both.
+waits for the answer; throughput is answers per second, latency each request's time from send to last
+byte. hopsml's batched and plain servings of a model run side by side and take turns, run by run, so that
+a change in what else the machine runs falls on both.
 
 The client's own ceiling is measured first against a server that answers a fixed response without reading
 the body, so a figure close to it would mean the client, not the server, was the limit. The model's own

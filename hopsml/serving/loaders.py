@@ -96,9 +96,9 @@ class Servable:
                                "equal length") from None
         if arr.ndim == 0:
             raise RequestError("inputs is a single number; send a list of rows, e.g. [[1.0, 2.0]]")
-        if self.input_shape is not None and arr.shape[1:] != self.input_shape:   # None in it: any size
+        got = arr.shape[1:]
+        if self.input_shape is not None and got != self.input_shape:   # one comparison for the usual case
             want = tuple(self.input_shape)
-            got = arr.shape[1:]
             if len(got) != len(want) or any(w is not None and w != g for w, g in zip(want, got)):
                 shown = "x".join("?" if w is None else str(w) for w in want) or "a scalar"
                 raise RequestError(f"each row must have shape {shown} (the model's input), but rows have shape "
