@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.action == "mark-lost":
             output = experiments_mark_lost(settings, args.ids, args.every, args.force)
         elif args.action == "rerun":
-            from hopsml.runs.rerun import rerun
+            from hopsml.experiments import rerun
             output = str(rerun(args.id, force=args.force, settings=settings))
         elif args.action == "clean":
             output = experiments_clean(settings, args.ids, args.lost, args.dry_run)

@@ -51,6 +51,10 @@ class ExperimentFailed(HopsmlError, RuntimeError):
         self.logdir = logdir
 
 
+class ModelError(HopsmlError, ValueError):
+    """A model cannot be exported or found as asked; the message says what to change."""
+
+
 class ClusterError(HopsmlError, RuntimeError):
     """The Spark cluster cannot run what was asked (too few slots, missing GPUs, ...)."""
 

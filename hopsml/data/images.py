@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from hopsml import config, preflight
+from hopsml import config
+from hopsml.cluster import preflight
 from hopsml.data import dataset as ds
 from hopsml.data import pixels
 from hopsml.data import shards as shard_io

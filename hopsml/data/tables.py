@@ -29,7 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from hopsml import config, preflight
+from hopsml import config
+from hopsml.cluster import preflight
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.manifest import Manifest

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from hopsml import layout, orphans
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import PROCESS, Finished, RankReport, to_wire
-from hopsml.launcher.task import TaskSpec
+from hopsml.launcher.spec import TaskSpec
 
 log = logging.getLogger(__name__)
 

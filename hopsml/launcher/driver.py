@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from hopsml import auth
 from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError, SerializationError
-from hopsml import preflight
+from hopsml.cluster import preflight
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.launcher.messages import (Clock, Failing, Finished, Message, Metric, Output, RankReport, Timing, decode,
                                       to_wire)

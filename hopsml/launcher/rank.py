@@ -24,7 +24,8 @@ from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.recorded import recorded
-from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task import run_function
 from hopsml.net import Network
 from hopsml.layout import LOGS
 

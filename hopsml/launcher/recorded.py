@@ -9,17 +9,15 @@ import os
 import queue
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import Clock, Timing, decode, to_wire
+from hopsml.launcher.spec import TaskSpec
 from hopsml.layout import TIMELINE
 from hopsml.timeline.merge import new_part
 from hopsml.timeline.session import rank_timeline
 from hopsml.tracking.run_context import current_or_none
-
-if TYPE_CHECKING:  # task.py runs functions under `recorded`
-    from hopsml.launcher.task import TaskSpec
 
 _CLOCK_WAIT_S = 2.0
 

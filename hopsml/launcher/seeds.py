@@ -17,7 +17,7 @@ import sys
 import types
 from typing import Any
 
-from hopsml import preflight
+from hopsml.cluster import preflight
 from hopsml.errors import HopsmlError
 
 _FRAMEWORKS = ("torch", "tensorflow", "keras")

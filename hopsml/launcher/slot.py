@@ -34,7 +34,7 @@ from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.child import PREFIX, _dumps, _watch_parent, exit_cause, output_tail, sweep_dead
 from hopsml.launcher.messages import (PROCESS, Assign, Finished, Ready, RankReport, Stop, decode, to_wire,
                                       unpack_arguments)
-from hopsml.launcher.task import TaskSpec
+from hopsml.launcher.spec import TaskSpec
 
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone
 

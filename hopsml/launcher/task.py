@@ -27,18 +27,17 @@ import time
 import traceback
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import layout
-from hopsml import config
 from hopsml.errors import SerializationError, TrialStopped
 from hopsml.fs import Storage
 from hopsml.launcher import seeds
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import Failing, Finished, Metric, Output, RankReport, to_wire
 from hopsml.launcher.recorded import recorded
+from hopsml.launcher.spec import TaskSpec
 from hopsml.layout import RunDir
 from hopsml.tracking.run_context import TrialReporter, active_run
 
@@ -46,24 +45,6 @@ TAIL_LINES = 30
 FILE_KEY_SUFFIX = "_file"   # a returned value under such a key names a file to copy into the run
 _MTIME_SLACK_S = 1.0        # file times may be this much coarser than the clock
 _LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What every task needs to know; pickled into the Spark closure (no live handles)."""
-
-    storage: Storage
-    run_dir: str
-    channel_address: tuple[str, int] | None
-    secret: bytes = field(repr=False)  # the run's channel key: never in a repr, log line or error
-    log_name: str = "output.log"
-    trial: int | None = None  # set for the trials of a search: its number, for the driver's bookkeeping
-    trial_name: str | None = None  # and its parameters as its folder names them (lr=0.1&layers=2), for people
-    local_logdir: bool = False  # tensorboard.logdir() on local disk, copied into the run at the end
-    # The run's settings snapshot, made on the driver (the engine passes its own): ranks never read theirs.
-    settings: config.RunSettings = field(default_factory=config.RunSettings.resolve)
-    seed: int | None = None  # the run's seed: every generator the function uses starts from it (`seeds`)
-    timeline: bool = False  # record the function's timeline (spans, system samples) into its folder's timeline/
 
 
 class _Tee(io.TextIOBase):

@@ -25,7 +25,7 @@ from hopsml.errors import HopsmlError
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.rank import RankFramework, RankInfo
-from hopsml.launcher.task import TaskSpec
+from hopsml.launcher.spec import TaskSpec
 
 MIRRORED = "mirrored"
 PARAMETER_SERVER = "parameter_server"

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from hopsml import config, layout
+from hopsml import layout
 from hopsml.fs import Storage
-from hopsml.model.registry import ModelError, ModelVersion, download_model, export, get_model
+from hopsml.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -290,22 +290,3 @@ def quantize_files(source: str, method: str = "int8", eval_data: Any = None, *, 
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
-
-
-def quantize(model_name: str, model_version: int | None = None, method: str = "int8", *, eval_data: Any = None,
-             metrics: Mapping[str, Any] | None = None, description: str | None = None,
-             settings: config.Settings | None = None) -> ModelVersion:
-    """A new version of `model_name`: version `model_version` (the latest when None) with int8 weights.
-
-    The new version names its source under `quantization.source.model` and keeps its lineage; the accuracy
-    (or MSE) of both is recorded on `eval_data` = (inputs, labels), else on the source's recorded test split."""
-    check_method(method)
-    source = get_model(model_name, model_version, settings=settings)
-    local = tempfile.mkdtemp(prefix="hopsml-int8-source-")
-    try:
-        folder = download_model(source.name, source.version, local_dir=local, settings=settings)
-        return export(folder, source.name, metrics=metrics,
-                      description=description or f"{source.name} version {source.version} with {method} weights",
-                      settings=settings, quantize=method, eval_data=eval_data, quantized_from=source)
-    finally:
-        shutil.rmtree(local, ignore_errors=True)

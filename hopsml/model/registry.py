@@ -27,9 +27,10 @@ from collections.abc import Mapping
 import pyarrow.fs as pafs
 
 from hopsml import config, layout
-from hopsml.errors import HopsmlError, StorageError
+from hopsml.errors import ModelError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import ModelDir
+from hopsml.model.quantize import check_method, quantize_files, recorded_test_split
 from hopsml.search.space import Direction, SearchSpaceError
 from hopsml.tracking import lineage
 from hopsml.tracking.run_context import RunContext, current_or_none
@@ -37,10 +38,6 @@ from hopsml.tracking.run_context import RunContext, current_or_none
 log = logging.getLogger(__name__)
 
 _MOVE_ATTEMPTS = 20
-
-
-class ModelError(HopsmlError, ValueError):
-    """A model cannot be exported or found as asked; the message says what to change."""
 
 
 class ModelNotFoundError(ModelError, LookupError):
@@ -429,8 +426,6 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
     datasets = list(quantized_from.datasets) if quantized_from is not None else _datasets(storage, ctx, experiment)
     quantized = None
     if quantize is not None:
-        from hopsml.model.quantize import quantize_files, recorded_test_split
-
         if local is None:
             raise ModelError(f"quantize={quantize!r} needs the model on local disk; download {model_path!r} first")
         quantized = quantize_files(local, quantize, eval_data, source_ref=quantized_from.ref if quantized_from else None,
@@ -479,3 +474,21 @@ def resolve(model_ref: ModelVersion | str | tuple[str, int], settings: config.Se
     raise ModelError(f"a model is named by 'name', 'name:version', ('name', version) or a ModelVersion, "
                      f"not {model_ref!r}")
 
+
+def quantize(model_name: str, model_version: int | None = None, method: str = "int8", *, eval_data: Any = None,
+             metrics: Mapping[str, Any] | None = None, description: str | None = None,
+             settings: config.Settings | None = None) -> ModelVersion:
+    """A new version of `model_name`: version `model_version` (the latest when None) with int8 weights.
+
+    The new version names its source under `quantization.source.model` and keeps its lineage; the accuracy
+    (or MSE) of both is recorded on `eval_data` = (inputs, labels), else on the source's recorded test split."""
+    check_method(method)
+    source = get_model(model_name, model_version, settings=settings)
+    local = tempfile.mkdtemp(prefix="hopsml-int8-source-")
+    try:
+        folder = download_model(source.name, source.version, local_dir=local, settings=settings)
+        return export(folder, source.name, metrics=metrics,
+                      description=description or f"{source.name} version {source.version} with {method} weights",
+                      settings=settings, quantize=method, eval_data=eval_data, quantized_from=source)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)

@@ -1,7 +1,5 @@
-"""Start a run and run its stages: what launch, the distributed verbs and the searches share.
-
-Each verb resolves the settings once (`Start.of`): the full settings start Spark, and the run's snapshot
-(config.RunSettings) goes in the TaskSpec to every task, so no rank reads settings of its own.
+"""Run a verb's stages: what launch and the distributed verbs share (a search's trials run in
+`hopsml.runs.search`); what every run needs at its start is `hopsml.runs.start`.
 """
 
 from __future__ import annotations
@@ -11,86 +9,24 @@ import logging
 import numbers
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from hopsml import checkpoint, config, session, shipping
+from hopsml import checkpoint, config
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
-from hopsml import preflight
-from hopsml.launcher import local_modules, seeds
 from hopsml.launcher.child import ChildRank
-from hopsml.launcher.driver import (StageMonitor, check_barrier_stage, check_shippable, open_channel, run_stage,
-                                    ship_by_value)
+from hopsml.launcher.driver import StageMonitor, check_barrier_stage, open_channel, run_stage
 from hopsml.launcher.messages import RankReport
 from hopsml.launcher.rank import CollectiveRank, RankFramework, barrier_task
-from hopsml.launcher.task import TaskSpec
 from hopsml.layout import ExperimentDir
-from hopsml.net import Network
 from hopsml.runs import blame, rerun
+from hopsml.runs.search import Search
+from hopsml.runs.start import Start, check_function, ship
 from hopsml.search.space import Direction
 from hopsml.tracking.record import ExperimentRun, ExperimentType
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Start:
-    """What a verb resolved before its run: the settings (once), the snapshot for the tasks, the storage."""
-
-    settings: config.Settings
-    snapshot: config.RunSettings
-    storage: Storage
-    checks: preflight.Preflight  # what each task does first: check its executor's stack, install the modules
-    seed: int  # the run's seed: every rank and trial seeds its generators from it
-
-    @classmethod
-    def of(cls, settings: config.Settings, train_fn: Callable[..., Any], seed: int | None = None) -> Start:
-        stack = preflight.driver_stack(train_fn) if settings.check_versions else None
-        checks = preflight.Preflight(stack, local_modules.collect(train_fn))
-        return cls(settings, config.RunSettings.of(settings), Storage(settings.root), checks, seeds.resolve(seed))
-
-    @property
-    def network(self) -> Network:
-        """Where the driver's channel and the ranks listen."""
-        return Network(self.snapshot.network_interface, self.snapshot.port_range)
-
-    def spark(self) -> Any:
-        """The SparkContext (started with these settings when none runs)."""
-        return session.get_or_create(self.settings).sparkContext
-
-    def start_run(self, sc: Any, train_fn: Callable[..., Any], *, name: str,
-                  versioned_resources: Iterable[str] | None, **fields: Any) -> ExperimentRun:
-        """Claim the run directory and write the RUNNING record."""
-        fields.update(rerun.link(self.storage, self.settings.project, name, train_fn))  # rerun_of, in a rerun
-        return ExperimentRun.start(self.storage, self.settings.project, sc.applicationId, name=name, fn=train_fn,
-                                   versioned_resources=versioned_resources, heartbeat_s=self.snapshot.heartbeat_s,
-                                   user=self.snapshot.user, spark_conf=dict(sc.getConf().getAll()),
-                                   spark_version=sc.version, modules=self.checks.modules,
-                                   python_environment=shipping.describe(packed=session.shipped()), seed=self.seed,
-                                   **fields)
-
-    def spec(self, run_dir: str, channel: Any, **fields: Any) -> TaskSpec:
-        """A task's spec, with the channel's address and secret and the run's settings snapshot."""
-        return TaskSpec(self.storage, run_dir, channel.address, channel.secret, settings=self.snapshot,
-                        seed=self.seed, **fields)
-
-
-def check_function(train_fn: Any, args_dict: Any, name: str,
-                   versioned_resources: Iterable[str] | None = None) -> dict[str, Any]:
-    """What can be checked before Spark starts (seconds): the function, its arguments, the name, the files."""
-    ExperimentRun.check_arguments(name, versioned_resources)
-    if not callable(train_fn):
-        raise HopsmlError(f"train_fn must be a function, got {type(train_fn).__name__}")
-    if args_dict is not None and not isinstance(args_dict, dict):
-        raise HopsmlError(f"args_dict must be a dict of keyword arguments, got {type(args_dict).__name__}")
-    return dict(args_dict or {})
-
-
-def ship(train_fn: Callable[..., Any], args: dict[str, Any] | None = None) -> None:
-    """Make the function travel to the executors, or fail now naming what cannot."""
-    ship_by_value(train_fn)
-    check_shippable(train_fn, args)
 
 
 def metric_of(result: dict[str, Any], metric_key: str | None) -> Any:
@@ -166,8 +102,6 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
 def _run_executions(sc: Any, start: Start, run: ExperimentRun, train_fn: Callable[..., Any],
                     runs: list[dict[str, Any]], metric_key: str | None, local_logdir: bool) -> list[dict[str, Any]]:
     """launch's list form: every execution in parallel, each in its own folder with its record."""
-    from hopsml.runs.search import Search
-
     search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=metric_key or "metric",
                     direction=Direction.MAX, local_logdir=bool(local_logdir), metric_required=False,
                     unit="execution")

@@ -20,18 +20,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator
 
+from hopsml import config
 from hopsml.config import RunSettings
 from hopsml.errors import ClusterError, ExecutorStackError, ExperimentFailed, HopsmlError, StorageError
+from hopsml.fs import Storage
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
-from hopsml import preflight
+from hopsml.cluster import preflight
 from hopsml.launcher.driver import StageMonitor, check_barrier_stage, concurrent_slots, open_channel, run_stage
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
-from hopsml.launcher.task import TaskSpec
+from hopsml.launcher.spec import TaskSpec
 from hopsml.net import Network
 from hopsml.progress import progress_bar
 from hopsml.runs import blame
 from hopsml.runs.slots import SlotTasks, carries_exactly
+from hopsml.runs.start import Start, check_function, ship
 from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.search import hparams as hparams_events
 from hopsml.search.asha import Job
@@ -681,9 +684,6 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
                batches: Callable[[Search], Any], seed: int | None = None, resume: ExperimentDir | None = None,
                timeline: bool = True, **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What every search verb shares: checks, the experiment record, the trials, the best result."""
-    from hopsml import config
-    from hopsml.runs.engine import Start, check_function, ship
-
     check_function(train_fn, None, name, versioned_resources)
     if not isinstance(optimization_key, str) or not optimization_key:
         raise SearchSpaceError(f"optimization_key must name the metric to optimise, got {optimization_key!r}")
@@ -735,9 +735,6 @@ def evolve(evolution: DifferentialEvolution, generations: int, best_per_generati
 def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any]) -> tuple[ExperimentDir, int]:
     """The search `resume=` names and its seed, checked before anything starts: the same strategy over the
     same space, with a summary of its trials."""
-    from hopsml import config
-    from hopsml.fs import Storage
-
     settings = config.load()
     storage = Storage(settings.root)
     try:
@@ -758,7 +755,4 @@ def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any
 
 def recorded(source: ExperimentDir, key: str) -> Any:
     """One field of a search's experiment record (None when it has none): what a resumed search keeps."""
-    from hopsml import config
-    from hopsml.fs import Storage
-
     return Storage(config.load().root).read_json(source.record).get(key)

@@ -14,7 +14,7 @@ import venv
 import numpy as np
 import pytest
 
-from hopsml import preflight
+from hopsml.cluster import preflight
 
 DRIVER = textwrap.dedent("""
     import json, os, sys

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-from hopsml.launcher import local_modules
+from hopsml.cluster import local_modules
 
 THIS_FILE = os.path.basename(__file__)
 

@@ -5,7 +5,7 @@ import signal
 
 from hopsml.fs import Storage
 from hopsml.launcher.child import ChildRank
-from hopsml.launcher.task import TaskSpec
+from hopsml.launcher.spec import TaskSpec
 
 
 def _trial(tmp_path, fn, **kwargs):

@@ -15,14 +15,14 @@ from hopsml.fs import Storage
 from hopsml.launcher import child as child_module
 from hopsml.launcher.channel import DriverChannel
 from hopsml.launcher.child import ChildRank
-from hopsml.launcher.task import TaskSpec
+from hopsml.launcher.spec import TaskSpec
 
 # A driver of its own: starts a child whose function sleeps, says where things are, then waits to be killed.
 DRIVER = """
 import os, sys, time
 from hopsml.fs import Storage
 from hopsml.launcher.child import ChildRank
-from hopsml.launcher.task import TaskSpec
+from hopsml.launcher.spec import TaskSpec
 
 def nap():
     print("child ready", flush=True)

@@ -67,7 +67,7 @@ def test_a_bad_setting_is_reported_without_its_secrets():
 
 def test_a_task_spec_shows_neither_the_secret_nor_root_credentials():
     from hopsml import config
-    from hopsml.launcher.task import TaskSpec
+    from hopsml.launcher.spec import TaskSpec
 
     spec = TaskSpec(Storage("s3://AKIAEXAMPLE:s3cr3t@bucket/root"), "Projects/p/Experiments/x_1", ("h", 1),
                     b"run-s3cr3t", settings=config.RunSettings.resolve(sync_interval_s=1.0))

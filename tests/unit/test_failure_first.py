@@ -8,7 +8,8 @@ from hopsml import auth
 from hopsml.fs import Storage
 from hopsml.launcher.channel import DriverChannel
 from hopsml.launcher.driver import StageMonitor
-from hopsml.launcher.task import TaskSpec, run_function
+from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task import run_function
 
 
 def _report(rank: int, error: str) -> dict:

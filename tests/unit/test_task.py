@@ -3,7 +3,8 @@ import pytest
 
 from hopsml.errors import SerializationError
 from hopsml.fs import Storage
-from hopsml.launcher.task import TaskSpec, normalise_result, run_function
+from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task import normalise_result, run_function
 from hopsml.layout import RunDir
 
 

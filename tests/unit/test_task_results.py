@@ -7,7 +7,8 @@ import os
 import time
 
 from hopsml.fs import Storage
-from hopsml.launcher.task import TaskSpec, normalise_result, run_function
+from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task import normalise_result, run_function
 from hopsml.layout import RunDir
 
 

@@ -132,7 +132,7 @@ def guard(partition_fn: TaskFunction, preflight: Preflight) -> TaskFunction:
             report = {"host": socket.gethostname(), "executable": sys.executable, "differences": differences}
             raise RuntimeError(_MARKER + json.dumps(report) + _MARKER)
         if modules:
-            from hopsml.launcher.local_modules import install
+            from hopsml.cluster.local_modules import install
 
             install(modules)
         return pickle.loads(payload)(*args)
