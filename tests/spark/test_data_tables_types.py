@@ -106,7 +106,8 @@ def test_true_and_false_are_a_boolean_column(spark, settings, tmp_path):
 def test_the_wide_and_the_long_inference_count_the_same(spark, settings, tmp_path, monkeypatch):
     """A table of up to _WIDE_COLUMNS columns is counted by one wide aggregate, a wider one cell by
     cell: both give the same types, failures, samples and row counts."""
-    from hopsml.data import tables
+    from hopsml.data.tables import csv as tables_csv
+    from hopsml.data.tables import inference, options as table_options
 
     csv = tmp_path / "mixed.csv"
     csv.write_text('n,d,b,s,forced,given,y\n'
@@ -116,17 +117,17 @@ def test_the_wide_and_the_long_inference_count_the_same(spark, settings, tmp_pat
                    '"4",NaN,false,"d, e",6,,1\n'
                    '5,3,true,f,7\n'                     # one field short: malformed
                    '6,4e2,,g,8,9,"q""uoted"\n')
-    options = tables.TableOptions(label="y", categorical=("forced",), schema={"given": "long"})
-    names = tables.field_names(tables._column_names(spark, str(csv), options))
+    options = table_options.TableOptions(label="y", categorical=("forced",), schema={"given": "long"})
+    names = table_options.field_names(tables_csv.column_names(spark, str(csv), options))
     na = sorted({v.strip() for v in options.na_values} | {""})
     from pyspark.sql import functions as F
 
-    raw = tables._read_text(spark, str(csv), names, options)
+    raw = tables_csv.read_text(spark, str(csv), names, options)
     cleaned = raw.select(*[F.when(F.trim(F.col(n)).isin(na), F.lit(None)).otherwise(F.trim(F.col(n))).alias(n)
-                           for n in names], F.col(tables._CORRUPT))
-    wide = tables._infer_types(cleaned, names, options)
-    monkeypatch.setattr(tables, "_WIDE_COLUMNS", 0)
-    long = tables._infer_types(cleaned, names, options)
+                           for n in names], F.col(table_options.CORRUPT))
+    wide = inference.infer_types(cleaned, names, options)
+    monkeypatch.setattr(inference, "WIDE_COLUMNS", 0)
+    long = inference.infer_types(cleaned, names, options)
     assert wide == long
     assert (wide.read, wide.malformed) == (6, 1)
     assert wide.types == {"n": "long", "d": "double", "b": "boolean", "s": "string", "forced": "string",
@@ -137,13 +138,13 @@ def test_the_wide_and_the_long_inference_count_the_same(spark, settings, tmp_pat
 def _prepared_from_first_rows(spark, settings, tmp_path, monkeypatch, lines, **options):
     """What prepare_table makes of ``lines`` with the types guessed from 3 rows (and checked on all) and
     with the types from every row at once: they must be the same."""
-    from hopsml.data import tables
+    from hopsml.data.tables import job
 
     csv = tmp_path / "table.csv"
     csv.write_text("\n".join(lines) + "\n")
     outcomes = []
     for first_rows in (3, 10_000):
-        monkeypatch.setattr(tables, "SAMPLE_ROWS", first_rows)
+        monkeypatch.setattr(job, "SAMPLE_ROWS", first_rows)
         name = f"{tmp_path.name}_{first_rows}"
         summary = prepare_table(str(csv), name, label="y", settings=settings, spark=spark, **options)
         with open(dataset_folder(settings, name, "stats.json")) as handle:

@@ -1,0 +1,95 @@
+"""The fitted transform applied to Arrow batches (scaling, category indices, one-hot, the features vector):
+the part that the feature store's transformation functions share with the table prep."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+_ARROW_TYPES = {"float64": "float64", "float32": "float32", "int32": "int32", "int64": "int64"}
+
+
+@dataclass(frozen=True)
+class Transform:
+    """The fitted transform as the shard writers apply it to Arrow batches of typed rows, with Arrow's
+    compute functions: each number as a double (standardized: ``(x - mean) / std``), each category as its
+    train index (-1 for one the train split never saw, or missing) or one-hot floats, the label, and the
+    ``features`` vector of float32. The same numbers Spark's casts give, in the same order as
+    ``transform.json`` names them."""
+
+    features: list[str]                                # the feature columns, in order
+    label: str
+    label_kind: str                                    # 'long', 'double' or 'index'
+    one_hot: bool
+    scale: dict[str, tuple[float, float] | None]       # numeric column -> (mean, std) when standardized
+    categories: dict[str, list[str]]                   # categorical column (and label) -> train categories
+    dtypes: dict[str, str]                             # output field -> dtype
+    fills: dict[str, Any]                              # column -> the value its missing values take
+
+    def inputs(self) -> list[str]:
+        return [*self.features, self.label]
+
+    def schema(self) -> pa.Schema:
+        import pyarrow as pa
+
+        return pa.schema([pa.field(name, pa.list_(pa.float32()) if name == "features" else
+                                   pa.type_for_alias(_ARROW_TYPES[dtype])) for name, dtype in self.dtypes.items()])
+
+    def _index(self, column: Any, name: str) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        known = pa.array(self.categories.get(name, []), type=column.type)
+        return pc.fill_null(pc.index_in(column, value_set=known), -1).cast(pa.int32())
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        out: dict[str, Any] = {}
+        vectors = []
+        for name in self.features:
+            column = batch.column(name)
+            if name in self.fills:
+                column = pc.fill_null(column, pa.scalar(self.fills[name], type=column.type))
+            if name in self.scale:
+                value = pc.cast(column, pa.float64(), safe=False)
+                scale = self.scale[name]
+                if scale is not None:
+                    value = pc.divide(pc.subtract(value, scale[0]), scale[1])
+                out[name] = value
+                vectors.append(pc.cast(value, pa.float32(), safe=False))
+            elif self.one_hot:
+                index = self._index(column, name)
+                for i in range(len(self.categories[name])):
+                    out[f"{name}_{i}"] = pc.cast(pc.equal(index, i), pa.float32())
+                    vectors.append(out[f"{name}_{i}"])
+            else:
+                out[name] = self._index(column, name)
+                vectors.append(pc.cast(out[name], pa.float32()))
+        label = batch.column(self.label)
+        out["label"] = (self._index(label, self.label) if self.label_kind == "index" else
+                        pc.cast(label, pa.int64() if self.label_kind == "long" else pa.float64(), safe=False))
+        out["features"] = _vectors(vectors, batch.num_rows)
+        return pa.Table.from_pydict(out, schema=self.schema())
+
+
+def _vectors(columns: Sequence[Any], rows: int) -> Any:
+    """One list<float32> value per row holding the ``columns`` (float32 Arrow arrays) side by side."""
+    import pyarrow as pa
+
+    if any(column.null_count for column in columns):   # a missing value stays missing in its vector
+        values = [column.to_pylist() for column in columns]
+        return pa.array([list(row) for row in zip(*values)] if values else [[]] * rows, pa.list_(pa.float32()))
+    matrix = np.empty((rows, len(columns)), dtype=np.float32)
+    for j, column in enumerate(columns):
+        matrix[:, j] = column.to_numpy(zero_copy_only=False)
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * len(columns))
+    return pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)))
