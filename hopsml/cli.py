@@ -17,6 +17,7 @@ from hopsml import run_catalog
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
+from hopsml.redact import redact_conf, redact_uri
 from hopsml.model import commands as model_commands
 from hopsml.serving import commands as serving_commands
 from hopsml.cli_tables import format_fields, format_table, number, pairs
@@ -279,6 +280,30 @@ def quickstart(settings: config.Settings, overwrite: bool = False) -> str:
     return "\n".join(["", experiments_list(settings, limit=10)])
 
 
+def settings_text(settings: config.Settings) -> str:
+    """`hopsml settings`: each setting's value as resolved here (credentials hidden), where it came from,
+    and the table's environment variable, default and meaning."""
+    shown = dict(_shown_settings(settings))
+    blocks = []
+    for name, env, default, text in config.describe():
+        blocks.append(f"{name} = {shown[name]}   ({settings.source(name)})\n"
+                      f"    {env}, default {default}: {text}")
+    return "\n".join(blocks) + ("\n\norder: argument > HOPSML_* environment variable > conf/hopsml.toml "
+                                "(or the file HOPSML_CONF names) > default")
+
+
+def _shown_settings(settings: config.Settings) -> list[tuple[str, str]]:
+    values = []
+    for name, *_ in config.describe():
+        value = getattr(settings, name)
+        if name == "root":
+            value = redact_uri(value)
+        elif name == "spark_conf":
+            value = redact_conf(value)
+        values.append((name, "" if value in ("", None) else str(value)))
+    return values
+
+
 def env_pack(settings: config.Settings, submit_args: bool = False, force: bool = False) -> str:
     """`hopsml env pack`: the project's archive of this environment, packed now or found."""
     packed = shipping.pack(Storage(settings.root), settings.project, force=force)
@@ -336,6 +361,8 @@ def _parser() -> argparse.ArgumentParser:
     starter.add_argument("--overwrite", action="store_true",
                          help="prepare the sample datasets 'digits' and 'iris' again, replacing datasets of those "
                               "names (default: reuse the quickstart's own, refuse others)")
+    commands.add_parser("settings", help="every setting: its value here and where it came from, its environment "
+                        "variable, its default and what it does")
     env = commands.add_parser("env", help="the Python environment a cluster's executors run")
     env_commands = env.add_subparsers(dest="env_action", required=True)
     packer = env_commands.add_parser("pack", help="pack this environment into the project (once per set of packages)")
@@ -356,7 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         settings = config.load(root=args.root, project=args.project)
-        if args.command == "quickstart":
+        if args.command == "settings":
+            output = settings_text(settings)
+        elif args.command == "quickstart":
             output = quickstart(settings, overwrite=args.overwrite)
         elif args.command == "env":
             output = env_pack(settings, args.print_submit_args, args.force)

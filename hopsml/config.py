@@ -157,17 +157,20 @@ class _Field:
     parse: Callable[[Any], Any]
     default: Callable[[], Any]
     help: str
+    shown_default: str | None = None   # the default as the docs write it, where it depends on the machine
 
 
 _FIELDS: dict[str, _Field] = {
     "project": _Field(_parse_name, lambda: "demo", "project name under <root>/Projects/"),
     "root": _Field(_parse_str, lambda: "~/hopsml", "root URI of all state (path, file://, hdfs://, s3://)"),
-    "master": _Field(_parse_str, _default_master, "Spark master when hopsml starts the session"),
+    "master": _Field(_parse_str, _default_master, "Spark master when hopsml starts the session (used only when "
+                     "no SparkSession is running)", "local[N], N = max(4, cores)"),
     "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
-    "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs"),
-    "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts"),
+    "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs (the console stays quiet)"),
+    "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts: k=v,k=v or a "
+                         "JSON object in the environment, the [spark] table in the file"),
     "sync_interval_s": _Field(_parse_seconds, lambda: 5.0, "seconds between copies of a running task's "
-                              "files (logs, metrics, checkpoints) to an HDFS or S3 root"),
+                              "files (logs, metrics, checkpoints) to an HDFS or S3 root; the driver's value goes to the tasks"),
     "heartbeat_s": _Field(_parse_seconds, lambda: 10.0, "seconds between heartbeats of a running experiment"),
     "lost_after_s": _Field(_parse_seconds, lambda: 120.0, "seconds without a heartbeat after which a RUNNING "
                            "experiment or a data job's staging folder counts as LOST"),
@@ -183,10 +186,11 @@ _FIELDS: dict[str, _Field] = {
                                "gives its executors this Python environment, packed into the project once per set "
                                "of packages (unless spark.archives, spark.pyspark.python or PYSPARK_PYTHON is set)"),
     "network_interface": _Field(_parse_interface, lambda: "", "network interface (eth0, ib0) or IP address that "
-                                "the ranks and the driver channel listen on; empty: the address Spark knows "
-                                "each executor and the driver by"),
+                                "the ranks and the driver channel listen on (also exported as GLOO_SOCKET_IFNAME and "
+                                "NCCL_SOCKET_IFNAME); empty: the address Spark knows each executor and the driver by"),
     "collective_timeout_s": _Field(_parse_seconds, lambda: 300.0, "seconds a collective waits for its peers "
-                                   "before it fails naming the rank it waited on"),
+                                   "before it fails naming the rank it waited on (experiment.allreduce(timeout_s=...) "
+                                   "overrides it for one run)"),
     "collective_shm": _Field(_parse_bool, lambda: True, "whether ranks on the same host exchange data through "
                              "shared memory (false keeps every pair on TCP)"),
     "collective_host_id": _Field(_parse_text, lambda: "", "replaces the host identity that decides which ranks share "
@@ -196,7 +200,8 @@ _FIELDS: dict[str, _Field] = {
     "user": _Field(_parse_text, lambda: "", "the user name recorded in experiments and models; empty: the login "
                    "name"),
     "port_range": _Field(_parse_port_range, lambda: None, "ports (low-high, e.g. 40000-40100) the ranks' "
-                         "listeners, their framework ports and the driver channel take; empty: any free port"),
+                         "listeners, their framework ports and the driver channel take, for firewalls (each rank takes "
+                         "2-3, the driver 1 per running experiment); empty: any free port"),
 }
 
 
@@ -242,6 +247,37 @@ class Settings(_RunFields):
         shown["root"] = redact_uri(self.root)
         shown["spark_conf"] = redact_conf(self.spark_conf)
         return f"Settings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+
+
+def _default_text(name: str) -> str:
+    """A setting's default as the settings page writes it.
+
+    >>> _default_text("heartbeat_s"), _default_text("port_range"), _default_text("collective_shm")
+    ('10', 'empty', 'true')
+    """
+    spec = _FIELDS[name]
+    if spec.shown_default is not None:
+        return spec.shown_default
+    value = spec.default()
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value) if value not in (None, "", {}) else "empty"
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """Every setting as (name, environment variable, default, what it does): the one table that
+    `hopsml settings` prints and the docs' settings page is built from, so neither can drift."""
+    return [(name, ENV_PREFIX + name.upper(), _default_text(name), spec.help) for name, spec in _FIELDS.items()]
+
+
+def settings_markdown() -> str:
+    """The settings table in Markdown, for the docs."""
+    rows = ["| setting | environment variable | default | what it does |", "|---|---|---|---|"]
+    rows += [f"| `{name}` | `{env}` | `{default}` | {text.replace('<', '&lt;').replace('|', '&#124;')} |"
+             for name, env, default, text in describe()]
+    return "\n".join(rows)
 
 
 def _shown(name: str, raw: Any) -> str:

@@ -3,7 +3,7 @@ hopsml with hops' parameter names in hops' order, so positional and keyword call
 
 The sdist comes from the package index: `pip download --no-deps --no-binary :all: hops==3.8.0.0` (CI
 does this and sets HOPSML_HOPS_SDIST). What only talks to Hopsworks' REST server, TLS, Kafka or JWT
-is out of scope; README's list says so, and this test checks that the two lists agree.
+is out of scope; docs/hops.md's list says so, and this test checks that the two lists agree.
 """
 
 import ast
@@ -17,7 +17,7 @@ import pytest
 
 MODULES = ["experiment", "hdfs", "tensorboard", "devices", "model", "util", "numpy_helper", "pandas_helper"]
 
-# function -> why it is not in hopsml (the README lists the same names)
+# function -> why it is not in hopsml (docs/hops.md lists the same names)
 OUT_OF_SCOPE = {
     "hdfs.project_id": "Hopsworks' project id from its REST server",
     "hdfs.is_tls_enabled": "Hopsworks' TLS set-up",
@@ -70,8 +70,8 @@ def test_every_hops_function_in_scope_exists_with_hops_parameters():
     assert not problems, "\n".join(problems)
 
 
-def test_the_out_of_scope_list_is_hops_own_and_in_the_readme():
+def test_the_out_of_scope_list_is_hops_own_and_in_the_docs():
     assert set(OUT_OF_SCOPE) <= set(hops_functions())  # nothing listed that hops does not have
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    missing = [name for name in OUT_OF_SCOPE if f"`{name.split('.')[1]}`" not in readme]
-    assert not missing, f"README's out-of-scope list lacks {missing}"
+    page = (Path(__file__).parents[2] / "docs" / "hops.md").read_text()
+    missing = [name for name in OUT_OF_SCOPE if f"`{name.split('.')[1]}`" not in page]
+    assert not missing, f"docs/hops.md's out-of-scope list lacks {missing}"
