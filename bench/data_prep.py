@@ -52,8 +52,8 @@ bench_tfrecord, photo = _codecs.bench_tfrecord, _codecs.photo
 
 from hopsml import config, session  # noqa: E402
 from hopsml.data import pixels  # noqa: E402
-from hopsml.data.pixels import encode_png_fast  # noqa: E402
 from hopsml.data.images import prepare_images  # noqa: E402
+from hopsml.data.pixels import encode_png_fast  # noqa: E402
 from hopsml.data.readers import reader  # noqa: E402
 
 RESIZE, CROP = (224, 224), None

@@ -246,7 +246,8 @@ def main() -> None:
         reach = to_reach(costs, target)
         share = f"{reach / grid_total:.2f}" if reach is not None else "-"
         shares.setdefault(label, []).append(reach / grid_total if reach is not None else None)
-        print(f"{label:<24}{seed if label != 'grid' else '-':>5}{total:>14g}{(f'{reach:g}' if reach is not None else 'never'):>11}{share:>8}"
+        print(f"{label:<24}{seed if label != 'grid' else '-':>5}{total:>14g}"
+              f"{(f'{reach:g}' if reach is not None else 'never'):>11}{share:>8}"
               f"{record['metric']:>8.4f}{record.get('slot_utilisation', 0):>7.2f}"
               f"{(f'{h:.2f}' if (h := held(logdir)) is not None else '-'):>6}{wall:>8.1f}")
 

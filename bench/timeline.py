@@ -8,8 +8,9 @@
     HOPSML_COLLECTIVE_SHM=0 python bench/timeline.py  # over the TCP ring's transport
 
 "On" is what a run gets: the communicator records every op, the rank's reporter thread batches them every
-0.5 s (sent nowhere here); "ops recorded only" leaves the reporter thread out, and a step also records a reader wait and a user span (the trace-size figure counts
-both: "op only" and "step" = op + input wait + span). Latency is the slower rank's per op, median over rounds.
+0.5 s (sent nowhere here); "ops recorded only" leaves the reporter thread out, and a step also records a
+reader wait and a user span (the trace-size figure counts both: "op only" and "step" = op + input wait +
+span). Latency is the slower rank's per op, median over rounds.
 The CNN step (target +1%) runs in the same two rank processes, which keep their model between rounds, on and
 off interleaved: run to run differences of whole Spark jobs (one sample each) spread wider than the target.
 Target: +5% or +1 us at 4 KiB. On a loaded machine the latency difference drowns in scheduling noise; the

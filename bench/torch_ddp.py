@@ -13,8 +13,9 @@ after TorchDistributor's shares the machine with its exiting processes, so each 
 * torchdist    pyspark.ml.torch.distributor.TorchDistributor(num_processes=2, local_mode=False) + DDP
 
 A first untimed round starts Spark's Python workers (hopsml reuses them, as Spark does; TorchDistributor
-starts fresh torchrun processes every run). Step time: each rank times `steps` optimizer steps after `warmup` steps (the slower rank counts);
-end-to-end: the driver's wall time of the whole call (start of the Spark job to the result).
+starts fresh torchrun processes every run). Step time: each rank times `steps` optimizer steps after
+`warmup` steps (the slower rank counts); end-to-end: the driver's wall time of the whole call (start of
+the Spark job to the result).
 Medians over the repetitions; ratios: DDP step / hopsml step (target >= 1.0) and hopsml end-to-end /
 TorchDistributor end-to-end (target <= 0.5). Needs torch (pip install "hopsml[bench]").
 """

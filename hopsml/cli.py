@@ -9,18 +9,17 @@ import os
 import shlex
 import sys
 import tempfile
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
-from hopsml import config, layout, shipping
-from hopsml import run_catalog
+from hopsml import config, layout, run_catalog, shipping
+from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
-from hopsml.redact import redact_conf, redact_uri
 from hopsml.model import commands as model_commands
+from hopsml.redact import redact_conf, redact_uri
 from hopsml.serving import commands as serving_commands
-from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.tracking import environment
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics

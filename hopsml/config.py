@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Mapping
+
+import tomllib
 
 from hopsml.errors import SettingsError
 from hopsml.redact import redact_conf, redact_uri
@@ -170,7 +171,8 @@ _FIELDS: dict[str, _Field] = {
     "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts: k=v,k=v or a "
                          "JSON object in the environment, the [spark] table in the file"),
     "sync_interval_s": _Field(_parse_seconds, lambda: 5.0, "seconds between copies of a running task's "
-                              "files (logs, metrics, checkpoints) to an HDFS or S3 root; the driver's value goes to the tasks"),
+                              "files (logs, metrics, checkpoints) to an HDFS or S3 root; the driver's value goes to "
+                              "the tasks"),
     "heartbeat_s": _Field(_parse_seconds, lambda: 10.0, "seconds between heartbeats of a running experiment"),
     "lost_after_s": _Field(_parse_seconds, lambda: 120.0, "seconds without a heartbeat after which a RUNNING "
                            "experiment or a data job's staging folder counts as LOST"),

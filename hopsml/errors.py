@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 
 class HopsmlError(Exception):
     """Root of every error hopsml raises on purpose."""
@@ -36,10 +38,12 @@ class SerializationError(HopsmlError, TypeError):
 
 
 class ExperimentFailed(HopsmlError, RuntimeError):
-    """The training function raised; carries its traceback and last output lines."""
+    """The training function raised; carries its traceback and last output lines, and as data the rank the
+    failure is blamed on (`rank`) with the report that says so (`report`, a launcher.messages.RankReport:
+    that rank's own, or the peer's whose collective error blamed it)."""
 
     def __init__(self, message: str, *, traceback: str = "", output_tail: str = "",
-                 logdir: str | None = None) -> None:
+                 logdir: str | None = None, rank: int | None = None, report: object | None = None) -> None:
         parts = [message]
         if traceback:
             parts.append("Traceback from the function:\n" + traceback.rstrip())
@@ -49,6 +53,8 @@ class ExperimentFailed(HopsmlError, RuntimeError):
         self.traceback = traceback
         self.output_tail = output_tail
         self.logdir = logdir
+        self.rank = rank
+        self.report = report
 
 
 class ModelError(HopsmlError, ValueError):
@@ -67,6 +73,23 @@ class AuthenticationError(HopsmlError, ConnectionError):
     """A peer did not prove it knows the experiment's secret."""
 
 
+class Blame(str, Enum):
+    """What the peer a collective error blames did: its connection dropped (DIED), it made no progress within
+    the timeout (STUCK), or something wrote to its connection (TAMPERED)."""
+
+    DIED = "died"
+    STUCK = "stuck"
+    TAMPERED = "tampered"
+
+    @classmethod
+    def of(cls, value: object) -> Blame | None:
+        """The member named by `value` (a member or its text), None for None or a kind this version lacks."""
+        try:
+            return cls(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+
 class CollectiveError(HopsmlError, RuntimeError):
     """A collective operation failed: a peer died, timed out or sent mismatched data.
 
@@ -75,14 +98,12 @@ class CollectiveError(HopsmlError, RuntimeError):
     progress within the timeout) or whose connection was `TAMPERED` with; None where no peer is to blame.
     """
 
-    DIED = "died"
-    STUCK = "stuck"
-    TAMPERED = "tampered"
+    DIED, STUCK, TAMPERED = Blame.DIED, Blame.STUCK, Blame.TAMPERED
 
     def __init__(self, message: str, *, peer: int | None = None, kind: str | None = None) -> None:
         super().__init__(message)
         self.peer = peer
-        self.kind = kind
+        self.kind = Blame.of(kind)
 
     def __reduce__(self) -> tuple[object, ...]:
         # keyword-only fields survive pickling (a rank's error crosses process boundaries)

@@ -9,8 +9,8 @@ signatures live here; the engine behind them is hopsml.runs.
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from hopsml import config, util
 from hopsml.errors import HopsmlError
@@ -200,7 +200,8 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
     best_per_generation: list[float | None] = []
     return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
                       versioned_resources, None, 3, local_logdir, evolve(evolution, generations, best_per_generation),
-                      seed=seed, resume=source, timeline=timeline, strategy="differential_evolution", generations=generations, population=population,
+                      seed=seed, resume=source, timeline=timeline, strategy="differential_evolution",
+                      generations=generations, population=population,
                       best_per_generation=best_per_generation, log_scale=list(log_scale or []))
 
 

@@ -38,7 +38,7 @@ from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.layout import ExperimentDir
 from hopsml.run_catalog import SORT_KEYS, STATES, TYPES, list, sort_records  # noqa: A004
-from hopsml.runs.rerun import (ENV, FUNCTION, SCRIPT, SEED_ENV, differences, entry_point, reruns_of, verb_of)
+from hopsml.runs.rerun import ENV, FUNCTION, SCRIPT, SEED_ENV, differences, entry_point, reruns_of, verb_of
 from hopsml.tracking.record import ExperimentRecord, ExperimentType, read_record
 
 __all__ = ["SORT_KEYS", "STATES", "TYPES", "RerunRefusedError", "RerunResult", "list", "rerun", "sort_records"]

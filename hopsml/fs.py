@@ -21,9 +21,9 @@ import posixpath
 import shutil
 import stat as _stat
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -90,7 +90,7 @@ class Storage:
         self._base = ""
         self.is_local = "://" not in root or root.startswith("file://")
 
-    def __reduce__(self):  # travel as the URI; the filesystem is rebuilt on the other side
+    def __reduce__(self) -> tuple[type[Storage], tuple[str]]:  # travel as the URI; the filesystem is rebuilt there
         return (Storage, (self.root,))
 
     def __repr__(self) -> str:

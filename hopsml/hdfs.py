@@ -16,9 +16,9 @@ replaced raises `PathExistsError` unless ``overwrite=True``.
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import functools
-import datetime
 import getpass
 import logging
 import os

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Mapping
 
 from hopsml.errors import InvalidNameError
 
@@ -117,7 +117,8 @@ def model_dir(project: str, name: str, version: int) -> str:
 
 def environment_archive(project: str, fingerprint: str) -> str:
     """`Resources/environments/<fingerprint>.tar.gz`: a packed Python environment for the executors."""
-    return join(project_dir(project), "Resources", "environments", validate_name(fingerprint, "fingerprint") + ".tar.gz")
+    return join(project_dir(project), "Resources", "environments",
+                validate_name(fingerprint, "fingerprint") + ".tar.gz")
 
 
 def environment_manifest(project: str, fingerprint: str) -> str:

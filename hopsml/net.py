@@ -13,8 +13,8 @@ import random
 import socket
 import struct
 import sys
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from hopsml import config
 from hopsml.errors import ClusterError

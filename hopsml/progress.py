@@ -21,9 +21,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
-from collections.abc import Iterator
 
 _POLL_S = 0.5
 _LINE_EVERY_S = 60.0   # plain lines without a total: at most one a minute

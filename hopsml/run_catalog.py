@@ -14,8 +14,8 @@ import builtins
 import dataclasses
 import math
 import numbers
-from typing import Any
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from hopsml import config
 from hopsml.errors import SettingsError

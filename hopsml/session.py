@@ -27,8 +27,8 @@ import os
 import sys
 import threading
 import warnings
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hopsml import config, shipping

@@ -215,7 +215,8 @@ def pack(storage: Storage, project: str, prefix: str | None = None, force: bool 
         size, digest = os.path.getsize(local), _sha256(open(local, "rb"))
         storage.delete(manifest)  # an old manifest must not vouch for the archive while it is replaced
         storage.upload(local, archive)
-    storage.write_json(manifest, {"fingerprint": print_, "size": size, "sha256": digest, "kind": kind, "python": sys.version.split()[0],
+    storage.write_json(manifest, {"fingerprint": print_, "size": size, "sha256": digest, "kind": kind,
+                                  "python": sys.version.split()[0],
                                   "prefix": prefix, "packages": len(_distributions(prefix)),
                                   "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return PackedEnvironment(print_, storage.uri(archive), size, False, time.monotonic() - started)

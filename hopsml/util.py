@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hopsml import config, session
 from hopsml.errors import ClusterError, SettingsError

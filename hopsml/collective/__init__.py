@@ -19,10 +19,22 @@ the run's (`CollectiveOptions.from_settings`); without one, this process's setti
 Imports neither pyspark nor cupy; cupy is loaded only when a cupy array reaches a collective.
 """
 
+from hopsml.collective.active import (
+                                       allgather,
+                                       allreduce,
+                                       allreduce_many,
+                                       barrier,
+                                       broadcast,
+                                       current,
+                                       init,
+                                       is_initialized,
+                                       rank,
+                                       shutdown,
+                                       size,
+                                       use,
+)
 from hopsml.collective.communicator import Communicator
 from hopsml.collective.options import CollectiveOptions
-from hopsml.collective.active import (allgather, allreduce, allreduce_many, barrier, broadcast, current, init,
-                                       is_initialized, rank, shutdown, size, use)
 from hopsml.collective.timeout import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
 from hopsml.collective.transport import listen
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from hopsml.collective.peers import Peer
 from hopsml.collective.protocol import FIXED_SIZE, Header
-from hopsml.collective.ring import SendWorker, SendJob
+from hopsml.collective.ring import SendJob, SendWorker
 from hopsml.collective.transport import PeerLost
 
 SMALL_BYTES = 64 << 10  # up to this size a collective is one direct exchange instead of a path

@@ -43,7 +43,7 @@ from hopsml.collective.options import HOST_ID_ENV as HOST_ID_ENV  # the settings
 from hopsml.collective.options import SHM_ENV as SHM_ENV
 from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.peers import Buffer, Peer
-from hopsml.collective.transport import TcpPeer, PeerLost
+from hopsml.collective.transport import PeerLost, TcpPeer
 
 logger = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ import posixpath
 from typing import Any
 
 from hopsml import config
+from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
-from hopsml.cli_tables import format_fields, format_table, number, pairs
 
 COMMANDS = ("prep", "datasets")
 
@@ -101,7 +101,8 @@ def _table_args(table: argparse.ArgumentParser) -> None:
     table.add_argument("--seed", type=int, default=0)
     table.add_argument("--delimiter", default=",")
     table.add_argument("--skip-rows", type=int, default=0, metavar="N",
-                       help="lines to skip at the start of each file, before the header (e.g. 1 for scikit-learn's CSVs)")
+                       help="lines to skip at the start of each file, before the header "
+                            "(e.g. 1 for scikit-learn's CSVs)")
     _common(table)
     table.add_argument("--strict", action="store_true", help="fail instead of rejecting malformed rows")
 

@@ -24,10 +24,10 @@ import logging
 import posixpath
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from collections.abc import Iterator
 
 import pyarrow.fs as pafs
 

@@ -27,8 +27,8 @@ import logging
 import posixpath
 import struct
 import warnings
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 import pyarrow.fs as pafs
 

@@ -31,10 +31,10 @@ import re
 import stat
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
-from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from hopsml import config
@@ -45,11 +45,11 @@ from hopsml.data import shards as shard_io
 from hopsml.data import unischema as petastorm_schema
 from hopsml.data.codec import npy_header
 from hopsml.data.manifest import Manifest
-from hopsml.formats.example import encode_example
 from hopsml.errors import SettingsError
+from hopsml.formats.example import encode_example
 from hopsml.fs import Storage
-from hopsml.redact import redact_uri
 from hopsml.progress import spark_progress
+from hopsml.redact import redact_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa

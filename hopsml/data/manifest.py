@@ -18,9 +18,9 @@ True
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping
 
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage

@@ -15,8 +15,8 @@ The pipeline of :func:`transform`, in order:
    instead). Float images ('F') have no agreed range and are rejected.
 3. Resize to ``resize`` = (width, height) with Pillow's antialiased BILINEAR filter (the aspect
    ratio is not kept).
-4. Center-crop to ``crop`` = (width, height), when asked (no crop by default); with an odd margin the extra pixel is cut on the
-   right / bottom.
+4. Center-crop to ``crop`` = (width, height), when asked (no crop by default); with an odd margin the extra
+   pixel is cut on the right / bottom.
 
 The EXIF orientation tag (phone photos) is applied: the image comes out as a viewer shows it,
 with ``resize`` and ``crop`` meant in that orientation (the resize is done before turning, on the

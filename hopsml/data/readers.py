@@ -32,17 +32,17 @@ Importable without pyspark.
 
 from __future__ import annotations
 
-import importlib.util
 import contextlib
+import importlib.util
 import io
 import logging
 import posixpath
 import queue
 import threading
 import warnings
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
-from collections.abc import Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -425,7 +425,8 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
     0 of 1); ``split`` to 'train' when the dataset has one, else its only split; ``fields`` to
     the dataset's default fields (image and label; features and label). ``epochs=None`` repeats
     forever; with ``shuffle`` the row-group order and the rows within each row group change per
-    epoch, reproducibly from ``seed`` (default: the run's seed inside a run, else 0). ``device='cuda'`` gives cupy arrays on the current GPU.
+    epoch, reproducibly from ``seed`` (default: the run's seed inside a run, else 0). ``device='cuda'`` gives
+    cupy arrays on the current GPU.
     ``equal_steps`` ('min' or True, 'max'; default off) gives every rank the same number of
     batches per epoch, so that a loop with one all-reduce per batch cannot wait for a rank that
     has run out (see the module text).

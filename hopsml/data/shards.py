@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
-from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import layout
 from hopsml.data.codec import CellColumn

@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Any
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -155,8 +155,9 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
 
     columns = []
     for column in numeric:
-        low = min((rows[s][f"{column}__min"] for s in splits if s in rows and rows[s].get(f"{column}__min") is not None), default=None)
-        high = max((rows[s][f"{column}__max"] for s in splits if s in rows and rows[s].get(f"{column}__max") is not None), default=None)
+        lows = [rows[s][f"{column}__min"] for s in splits if s in rows and rows[s].get(f"{column}__min") is not None]
+        highs = [rows[s][f"{column}__max"] for s in splits if s in rows and rows[s].get(f"{column}__max") is not None]
+        low, high = min(lows, default=None), max(highs, default=None)
         edges = _edges(float(low), float(high)) if low is not None and high is not None else []
         per_split: dict[str, dict[str, Any]] = {}
         for split in splits:
@@ -362,7 +363,8 @@ def _numeric_aggregates(frame: DataFrame, split_column: str, numeric: Sequence[s
         return
     # cell -1 of every row counts the rows of its split
     cells = [F.struct(F.lit(-1).alias("c"), F.lit(None).cast("double").alias("v"))]
-    cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v")) for i, column in enumerate(numeric)]
+    cells += [F.struct(F.lit(i).alias("c"), F.col(column).cast("double").alias("v"))
+              for i, column in enumerate(numeric)]
     long_form = frame.select(F.col(split_column).alias("s"), F.explode(F.array(*cells)).alias("cell")).select(
         "s", "cell.c", "cell.v")
     aggregates = [F.count(F.lit(1)).alias("rows"), *[F.expr(part) for part in _aggregate_sql("v", "")]]

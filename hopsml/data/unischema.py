@@ -14,9 +14,9 @@ as petastorm itself does; writing it needs neither.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 PROTOCOL = 2
 

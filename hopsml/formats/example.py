@@ -179,7 +179,8 @@ def encode_examples(columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.n
         value_length = _varint_block(feature_length)
         entry_length = key_field.size + 1 + value_length[1] + feature_length
         entry_bytes = _varint_block(entry_length)
-        blocks += [(_constant(b"\x0a", rows), None), entry_bytes, (np.broadcast_to(key_field, (rows, key_field.size)), None),
+        blocks += [(_constant(b"\x0a", rows), None), entry_bytes,
+                   (np.broadcast_to(key_field, (rows, key_field.size)), None),
                    (_constant(b"\x12", rows), None), value_length, (_constant(bytes((kind << 3 | 2,)), rows), None),
                    list_length_bytes]
         if not empty:

@@ -187,8 +187,9 @@ class TFRecordWriter:
         lengths = np.diff(offsets)
         view = memoryview(data)
         checksum = _crc32c.crc32c
-        data_crcs = _masked(np.fromiter((checksum(view[start:end]) for start, end in
-                                         zip(offsets[:-1].tolist(), offsets[1:].tolist())), dtype=np.uint32, count=count))
+        pairs = zip(offsets[:-1].tolist(), offsets[1:].tolist())
+        data_crcs = _masked(np.fromiter((checksum(view[start:end]) for start, end in pairs), dtype=np.uint32,
+                                        count=count))
         distinct, which = np.unique(lengths, return_inverse=True)
         length_crcs = np.array([masked_crc32c(_LENGTH.pack(int(n))) for n in distinct], dtype="<u4")[which]
         header = np.empty(count, dtype=[("length", "<u8"), ("crc", "<u4")])

@@ -18,8 +18,8 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from hopsml import auth
 from hopsml.errors import AuthenticationError

@@ -36,8 +36,8 @@ import tempfile
 import threading
 import time
 from collections import deque
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from hopsml import layout, orphans
 from hopsml.launcher.channel import TaskChannel

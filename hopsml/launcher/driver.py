@@ -8,17 +8,27 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Iterable, Iterator
 
 from hopsml import auth
+from hopsml.cluster import preflight
 from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError, SerializationError
-from hopsml.cluster import preflight
 from hopsml.launcher.channel import Connection, DriverChannel
-from hopsml.launcher.messages import (Clock, Failing, Finished, Message, Metric, Output, RankReport, Timing, decode,
-                                      to_wire)
+from hopsml.launcher.messages import (
+    Clock,
+    Failing,
+    Finished,
+    Message,
+    Metric,
+    Output,
+    RankReport,
+    Timing,
+    decode,
+    to_wire,
+)
 from hopsml.net import Network
 from hopsml.timeline.watch import RunWatch
 from hopsml.tracking.versioning import installed_file

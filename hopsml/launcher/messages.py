@@ -12,18 +12,32 @@ is data: what failed (`cause`) and, for a collective error, the peer it blames a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+from enum import Enum
 from typing import Any, ClassVar
 
-from hopsml.errors import CollectiveError
+from hopsml.errors import Blame, CollectiveError
 
-# RankReport.cause: why a rank or trial failed
-RAISED = "raised"          # the function raised an error of its own
-COLLECTIVE = "collective"  # a collective failed: `blamed` names the peer (when known), `blame` what it did
-PROCESS = "process"        # its process died (Spark saw the task die, or the child process ended)
-STAGE = "stage"            # Spark failed the stage without naming a task
 
+class Cause(str, Enum):
+    """RankReport.cause: why a rank or trial failed (its text is what the wire and the records carry)."""
+
+    RAISED = "raised"          # the function raised an error of its own
+    COLLECTIVE = "collective"  # a collective failed: `blamed` names the peer (when known), `blame` what it did
+    PROCESS = "process"        # its process died (Spark saw the task die, or the child process ended)
+    STAGE = "stage"            # Spark failed the stage without naming a task
+
+    @classmethod
+    def of(cls, value: object) -> Cause | None:
+        """The member named by `value`, None for None or a cause this version lacks."""
+        try:
+            return cls(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+
+RAISED, COLLECTIVE, PROCESS, STAGE = Cause.RAISED, Cause.COLLECTIVE, Cause.PROCESS, Cause.STAGE
 # RankReport.blame: what the blamed peer did (CollectiveError's kinds)
-DIED, STUCK, TAMPERED = CollectiveError.DIED, CollectiveError.STUCK, CollectiveError.TAMPERED
+DIED, STUCK, TAMPERED = Blame.DIED, Blame.STUCK, Blame.TAMPERED
 
 
 @dataclass(frozen=True)
@@ -39,9 +53,9 @@ class RankReport:
     traceback: str = ""
     tail: str = ""  # the last lines of its output
     duration: float | None = None
-    cause: str | None = None  # RAISED, COLLECTIVE, PROCESS or STAGE when not ok
+    cause: Cause | None = None  # set when not ok
     blamed: int | None = None  # the peer a collective error blames
-    blame: str | None = None  # what that peer did: DIED, STUCK or TAMPERED
+    blame: Blame | None = None  # what that peer did
     seeded: dict[str, int] = field(default_factory=dict)  # the generators seeded before the function ran
 
     @classmethod
@@ -67,6 +81,7 @@ class RankReport:
         for name in ("result", "seeded"):
             if values.get(name) is None:
                 values[name] = {}
+        values["cause"], values["blame"] = Cause.of(values.get("cause")), Blame.of(values.get("blame"))
         return cls(**values)
 
 

@@ -15,9 +15,9 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator, Sequence
 
 from hopsml import collective, config, devices
 from hopsml.collective.options import CollectiveOptions
@@ -26,8 +26,8 @@ from hopsml.launcher.ports import FrameworkPorts
 from hopsml.launcher.recorded import recorded
 from hopsml.launcher.spec import TaskSpec
 from hopsml.launcher.task import run_function
-from hopsml.net import Network
 from hopsml.layout import LOGS
+from hopsml.net import Network
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,8 @@ def recorded(rank: int, world_size: int, spec: TaskSpec, comm: Any = None) -> It
         os.makedirs(folder, exist_ok=True)
         # a search trial run again for a promoted rung keeps the parts of its earlier runs; a run's own
         # retried attempt replaces its part
-        path = new_part(folder, rank, world_size) if spec.trial is not None else os.path.join(folder, f"rank-{rank}.json")
+        path = (new_part(folder, rank, world_size) if spec.trial is not None
+                else os.path.join(folder, f"rank-{rank}.json"))
         with open(path, "wb") as out:
             out.write(data)
 

@@ -4,8 +4,9 @@ a trial costs neither a Spark job nor a process start.
 The task tells the driver it is `Ready` over the run's channel, then takes `Assign`ed jobs until the
 driver says `Stop`. Each job runs in one worker process the task keeps (`WorkerProcess`, forked from the
 task so that it starts with the function loaded), with the trial's own folder, log, seed and working
-directory, exactly as a child of its own would run it (launcher/child.py): a trial that ends the process (os._exit, a segfault, the out-of-memory killer) is
-reported FAILED with its exit cause, and the next job gets a fresh process.
+directory, exactly as a child of its own would run it (launcher/child.py): a trial that ends the process
+(os._exit, a segfault, the out-of-memory killer) is reported FAILED with its exit cause, and the next job gets
+a fresh process.
 
     python -m hopsml.launcher.slot <payload.pkl> <secret fd> <jobs fd> <reports fd>
 """
@@ -26,14 +27,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.child import PREFIX, _dumps, _watch_parent, exit_cause, output_tail, sweep_dead
-from hopsml.launcher.messages import (PROCESS, Assign, Finished, Ready, RankReport, Stop, decode, to_wire,
-                                      unpack_arguments)
+from hopsml.launcher.messages import (
+    PROCESS,
+    Assign,
+    Finished,
+    RankReport,
+    Ready,
+    Stop,
+    decode,
+    to_wire,
+    unpack_arguments,
+)
 from hopsml.launcher.spec import TaskSpec
 
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone

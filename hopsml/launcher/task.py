@@ -26,9 +26,9 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
-from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import layout
 from hopsml.errors import SerializationError, TrialStopped
@@ -147,7 +147,8 @@ def normalise_result(value: Any, storage: Storage, run_dir: RunDir, *, started: 
     """The function's return value as a dict, with the files it returned moved into the run dir.
 
     A string is taken for a file to keep when its key ends in ``_file``, or when it names a file
-    written since ``started`` (a ``time.time()``), absolute or relative to the current directory; see the module's docstring for what happens to it. A file in
+    written since ``started`` (a ``time.time()``), absolute or relative to the current directory; see the
+    module's docstring for what happens to it. A file in
     ``run_local_dir`` (the run's own folder) is in the run already and only named. Every other string
     is recorded unchanged.
     """

@@ -12,12 +12,12 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from hopsml import config
-from hopsml.model import inference, registry
 from hopsml.cli_tables import format_table, pairs
+from hopsml.model import inference, registry
 
 COMMANDS = ("models", "predict")
 
@@ -37,7 +37,8 @@ def add_commands(subparsers: Any) -> None:
     pred.add_argument("--fn", required=True,
                       help="the predict function fn(model_path, batch): 'package.module:function' or "
                            "'path/to/file.py:function'")
-    pred.add_argument("--output", help="name of the predictions dataset (default <dataset>-<model>-<version>-predictions)")
+    pred.add_argument("--output",
+                      help="name of the predictions dataset (default <dataset>-<model>-<version>-predictions)")
     pred.add_argument("--split", action="append", help="split to predict (repeatable; default: every split)")
     pred.add_argument("--best", metavar="METRIC", help="use the version with the best METRIC instead")
     pred.add_argument("--direction", choices=("max", "min"), default="max", help="for --best (default max)")
@@ -85,7 +86,8 @@ def models_list(settings: config.Settings) -> str:
 
 def models_show(settings: config.Settings, name: str, version: str | None) -> str:
     if version is None:
-        rows = [{"version": mv.version, "metrics": pairs(mv.metrics or None), "created": (mv.created or "")[:19].replace("T", " "),
+        rows = [{"version": mv.version, "metrics": pairs(mv.metrics or None),
+                 "created": (mv.created or "")[:19].replace("T", " "),
                  "user": mv.user, "experiment": (mv.experiment or {}).get("id"),
                  "datasets": ",".join(d["name"] for d in mv.datasets) or None,
                  "files": len(mv.files)} for mv in registry.versions(name, settings)]

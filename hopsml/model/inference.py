@@ -17,9 +17,9 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -91,10 +91,10 @@ def prediction_columns(output: Any, rows: int, where: str) -> dict[str, np.ndarr
 
     >>> sorted(prediction_columns({"label": [1, 2], "score": [[.1, .9], [.8, .2]]}, 2, "shard 0"))
     ['label', 'score']
-    >>> prediction_columns([1, 2, 3], 2, "shard part-00001.parquet")
+    >>> prediction_columns([1, 2, 3], 2, "shard part-00001.parquet")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    hopsml.model.inference.PredictionError: the predict function returned 3 values for 'prediction' for a batch of 2 rows in shard part-00001.parquet; return one prediction per row (an array of length 2, or a dict of such arrays)
+    hopsml.model.inference.PredictionError: the predict function returned 3 values for 'prediction' for a batch ...
     """
     items = output.items() if isinstance(output, Mapping) else [(PREDICTION, output)]
     columns = {}

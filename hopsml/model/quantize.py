@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from hopsml import layout
-from hopsml.fs import Storage
 from hopsml.errors import ModelError
+from hopsml.fs import Storage
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
@@ -428,7 +428,8 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
     if quantize is not None:
         if local is None:
             raise ModelError(f"quantize={quantize!r} needs the model on local disk; download {model_path!r} first")
-        quantized = quantize_files(local, quantize, eval_data, source_ref=quantized_from.ref if quantized_from else None,
+        quantized = quantize_files(local, quantize, eval_data,
+                                   source_ref=quantized_from.ref if quantized_from else None,
                                    test_split=lambda: recorded_test_split(storage, project, datasets))
         local, rel = quantized.folder, None
     from hopsml import __version__

@@ -92,15 +92,17 @@ def rank_failure(failures: list[RankReport], run: FailedRun) -> ExperimentFailed
     blamed = silent_peer(failures)
     if blamed is not None:
         rank, witness, died = blamed
-        what = "died or disconnected" if died else "made no progress (hung, or stuck before a collective its peers called)"
+        what = ("died or disconnected" if died
+                else "made no progress (hung, or stuck before a collective its peers called)")
         return ExperimentFailed(f"experiment {run.id} failed: rank {rank} {what} "
                                 f"(rank {witness.rank} saw: {witness.error})",
-                                output_tail=worker_log_tail(run, rank), logdir=run.logdir)
+                                output_tail=worker_log_tail(run, rank), logdir=run.logdir, rank=rank, report=witness)
     first = failures[0]
     if first.rank is None:
-        return ExperimentFailed(f"experiment {run.id} failed: {first.error}", logdir=run.logdir)
+        return ExperimentFailed(f"experiment {run.id} failed: {first.error}", logdir=run.logdir, report=first)
     return ExperimentFailed(f"experiment {run.id} failed: rank {first.rank} raised {first.error}",
-                            traceback=first.traceback, output_tail=first.tail, logdir=run.logdir)
+                            traceback=first.traceback, output_tail=first.tail, logdir=run.logdir, rank=first.rank,
+                            report=first)
 
 
 def late_ranks(late: list[int], finished: list[RankReport], run: FailedRun, late_after_s: float) -> ExperimentFailed:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import functools
 import logging
 import numbers
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterator, Sequence
 
 from hopsml import checkpoint, config
 from hopsml.collective.options import CollectiveOptions
@@ -93,7 +93,7 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
         (report,) = monitor.settle(collected)
         if not report.ok:
             raise ExperimentFailed(f"experiment {run.id} failed: {report.error}", traceback=report.traceback,
-                                   output_tail=report.tail, logdir=run.logdir)
+                                   output_tail=report.tail, logdir=run.logdir, rank=0, report=report)
         fields = monitor.timeline.finish(start.storage, run.dir) if timeline else {"timeline": {"enabled": False}}
         run.finish(metric=metric_of(report.result, metric_key), results=report.result, seeds=report.seeded, **fields)
     return run.logdir, report.result
@@ -102,7 +102,8 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
 def _run_executions(sc: Any, start: Start, run: ExperimentRun, train_fn: Callable[..., Any],
                     runs: list[dict[str, Any]], metric_key: str | None, local_logdir: bool) -> list[dict[str, Any]]:
     """launch's list form: every execution in parallel, each in its own folder with its record."""
-    search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=metric_key or "metric",
+    search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+                    optimization_key=metric_key or "metric",
                     direction=Direction.MAX, local_logdir=bool(local_logdir), metric_required=False,
                     unit="execution")
     trials = search.run_batch(runs, len(runs))

@@ -16,26 +16,26 @@ import numbers
 import posixpath
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from collections.abc import Callable, Iterator
 
 from hopsml import config
+from hopsml.cluster import preflight
 from hopsml.config import RunSettings
 from hopsml.errors import ClusterError, ExecutorStackError, ExperimentFailed, HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.child import ChildRank
-from hopsml.cluster import preflight
 from hopsml.launcher.driver import StageMonitor, check_barrier_stage, concurrent_slots, open_channel, run_stage
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.spec import TaskSpec
+from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.net import Network
 from hopsml.progress import progress_bar
 from hopsml.runs import blame
 from hopsml.runs.slots import SlotTasks, carries_exactly
 from hopsml.runs.start import Start, check_function, ship
-from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.search import hparams as hparams_events
 from hopsml.search.asha import Job
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
@@ -236,7 +236,8 @@ class Search:
         kept = [t for t in batch if t.state not in ("PENDING", "RUNNING")]
         whole, batch = batch, [t for t in batch if t not in kept]
         if self._bar is None:
-            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit, leave=True)
+            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit,
+                                     leave=True)
         if not batch:
             return whole
         monitor = StageMonitor(echo=False, on_metric=self._on_metric, on_finished=self._finish)
@@ -517,7 +518,8 @@ class Search:
             if failures or 0 not in by_rank or len(reports) < num_workers:
                 first = failures[0] if failures else None
                 if first is not None:
-                    where = f"rank {first.rank} of {num_workers}: " if num_workers > 1 and first.rank is not None else ""
+                    ranked = num_workers > 1 and first.rank is not None
+                    where = f"rank {first.rank} of {num_workers}: " if ranked else ""
                     trial.error = where + (first.error or "it failed without a message")
                     trial.traceback = first.traceback or first.tail
                 else:
@@ -700,7 +702,8 @@ def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], 
                           metric_key=optimization_key, executors=sc.defaultParallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed, optimization_key=optimization_key, direction=goal,
+        search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+                        optimization_key=optimization_key, direction=goal,
                         early_stopping=rule, local_logdir=bool(local_logdir), timeline=bool(timeline))
         if resume is not None:
             search.adopt(resume)

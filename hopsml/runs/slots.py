@@ -15,17 +15,29 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 from hopsml import auth
 from hopsml.cluster import preflight
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.launcher.driver import driver_host, run_stage
-from hopsml.launcher.messages import (PROCESS, Assign, Finished, Message, Metric, RankReport, Ready, Stop, decode,
-                                      pack_arguments, to_wire, unpack_arguments)
+from hopsml.launcher.messages import (
+    PROCESS,
+    Assign,
+    Finished,
+    Message,
+    Metric,
+    RankReport,
+    Ready,
+    Stop,
+    decode,
+    pack_arguments,
+    to_wire,
+    unpack_arguments,
+)
 from hopsml.launcher.slot import slot_task
 from hopsml.launcher.spec import TaskSpec
 from hopsml.net import Network

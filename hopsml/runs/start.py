@@ -7,9 +7,9 @@ task, so no rank reads settings of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterable
 
 from hopsml import config, session, shipping
 from hopsml.cluster import local_modules, preflight

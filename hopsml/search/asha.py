@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from hopsml.search.space import Direction, SearchSpaceError
 

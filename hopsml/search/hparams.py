@@ -35,8 +35,8 @@ import posixpath
 import socket
 import struct
 import time
-from typing import Any
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from hopsml.formats.tfrecord import CorruptRecordError, TFRecordWriter, read_records
 from hopsml.formats.wire import field as _field

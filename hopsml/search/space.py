@@ -15,10 +15,10 @@ import itertools
 import math
 import numbers
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
 
 from hopsml.errors import HopsmlError
 

@@ -25,8 +25,20 @@ import logging
 from typing import Any
 
 from hopsml.serving.definition import MODEL_SERVERS, PYTHON, TENSORFLOW_SERVING, ServingError, ServingNotFound
-from hopsml.serving.lifecycle import (InferenceError, KafkaTopic, Serving, Status, create_or_update, delete, get_all,
-                                      get_inference_log, get_status, make_inference_request, start, stop)
+from hopsml.serving.lifecycle import (
+    InferenceError,
+    KafkaTopic,
+    Serving,
+    Status,
+    create_or_update,
+    delete,
+    get_all,
+    get_inference_log,
+    get_status,
+    make_inference_request,
+    start,
+    stop,
+)
 from hopsml.serving.lifecycle import get as _get
 from hopsml.serving.monitor import monitor
 
@@ -131,7 +143,8 @@ def describe(serving_name: str) -> None:
 
 __all__ = ["MODEL_SERVERS", "PYTHON", "TENSORFLOW_SERVING", "InferenceError", "KafkaTopic", "Serving", "ServingError",
            "ServingNotFound", "Status", "create_or_update", "delete", "describe", "exists", "get", "get_all",
-           "get_artifact_version", "get_available_instances", "get_id", "get_inference_log", "get_internal_endpoints", "get_kafka_topic",
+           "get_artifact_version", "get_available_instances", "get_id", "get_inference_log", "get_internal_endpoints",
+           "get_kafka_topic",
            "get_model_name", "get_model_path", "get_model_server", "get_model_version", "get_predictor",
            "get_predictor_resource_config", "get_serving_tool", "get_status", "get_transformer",
            "make_inference_request", "monitor", "start", "stop"]

@@ -4,10 +4,10 @@ and each gets its own rows of the answer back, in order.
 A batch is called when it holds `max_batch_size` rows, or `batch_timeout_micros` after its first request
 arrived; a request larger than `max_batch_size` rows is called alone. A request that finds the model idle
 and no other request queued is called at once, as without batching: one client pays no timeout, and under
-load the requests that queue while the model computes (or arrive together) make the next batch. When `max_enqueued_batches` full
-batches already wait, a request is refused with 503 rather than queued without end. Each request's
-inputs are checked before they join a batch, so a malformed one fails alone (4xx); a model that raises
-fails the whole batch (500 for each request in it), as in TF Serving.
+load the requests that queue while the model computes (or arrive together) make the next batch. When
+`max_enqueued_batches` full batches already wait, a request is refused with 503 rather than queued without
+end. Each request's inputs are checked before they join a batch, so a malformed one fails alone (4xx); a model
+that raises fails the whole batch (500 for each request in it), as in TF Serving.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                  "endpoint": f"http://{s.internal_ips[0]}:{s.internal_port}" if s.internal_ips else None,
                  "restarts": len(s.restarts)} for s in lifecycle.get_all(settings)]
         if not rows:
-            return f"no servings in project {settings.project!r}; create one with 'hopsml serving create NAME Models/MODEL'"
+            return (f"no servings in project {settings.project!r}; "
+                    "create one with 'hopsml serving create NAME Models/MODEL'")
         return format_table(rows, ("name", "id", "status", "model", "instances", "endpoint", "restarts"))
     if action == "monitor":
         from hopsml.serving.monitor import KS_THRESHOLD, PSI_THRESHOLD, monitor, report_text

@@ -11,10 +11,10 @@ import getpass
 import os
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-from collections.abc import Mapping
 
 from hopsml import layout
 from hopsml.errors import HopsmlError

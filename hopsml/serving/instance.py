@@ -57,8 +57,14 @@ def main() -> int:
                         format=f"%(asctime)s %(levelname)s instance {spec.index} (pid {os.getpid()}) %(name)s: "
                                "%(message)s")
     from hopsml.serving import http_server, loaders
-    from hopsml.serving.inference_log import (LOG_ENV, CountingServable, InferenceLogger, LoggedApp, LogOptions,
-                                              RecordingTransformer)
+    from hopsml.serving.inference_log import (
+        LOG_ENV,
+        CountingServable,
+        InferenceLogger,
+        LoggedApp,
+        LogOptions,
+        RecordingTransformer,
+    )
     from hopsml.serving.protocol import ModelApp
 
     try:

@@ -210,7 +210,8 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     port by default), `max_body_bytes` (larger requests get 413), TF Serving's batching knobs, used with
     `batching_enabled=True`, and how the inference log rolls its Parquet files (every
     `inference_log_roll_seconds`, default 10, or at `inference_log_roll_bytes`) and how many records may wait
-    for its writer (`inference_log_queue`: more are dropped and counted, never slowing a request). A keyword left None keeps the serving's previous value (or the default)."""
+    for its writer (`inference_log_queue`: more are dropped and counted, never slowing a request). A keyword left
+    None keeps the serving's previous value (or the default)."""
     storage, project, settings = _where(settings)
     defs.check_name(serving_name)
     if transformer is not None and kserve is None:
@@ -227,7 +228,8 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     if model_server is None:
         model_server = defs.PYTHON
     if model_server not in defs.MODEL_SERVERS:
-        raise ServingError(f"model_server {model_server!r} is not supported; use one of {', '.join(defs.MODEL_SERVERS)}")
+        raise ServingError(f"model_server {model_server!r} is not supported; "
+                           f"use one of {', '.join(defs.MODEL_SERVERS)}")
     old = None
     if storage.exists(layout.ServingDir.of(project, serving_name).definition):
         old = defs.read(storage, project, serving_name)
@@ -504,4 +506,5 @@ class InferenceError(ServingError):
 
 
 __all__ = ["HopsmlError", "InferenceError", "KafkaTopic", "Serving", "ServingError", "ServingNotFound", "Status",
-           "create_or_update", "delete", "get", "get_all", "get_inference_log", "get_status", "make_inference_request", "start", "stop"]
+           "create_or_update", "delete", "get", "get_all", "get_inference_log", "get_status", "make_inference_request",
+           "start", "stop"]

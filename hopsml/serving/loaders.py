@@ -4,7 +4,8 @@ Which loader is chosen by the files (or by a predictor script, which then does e
 scikit-learn and other pickled models (`.joblib`, `.pkl`, `.pickle`), PyTorch (`.pt`, `.pth`: TorchScript,
 else a pickled `nn.Module`, int8 ones included), Keras (`.keras`), TFLite (`.tflite`, as int8 export writes it
 for Keras), a TensorFlow SavedModel folder, hops-style predictor scripts
-(a `Predict` class with `predict(self, inputs)`) and transformer scripts (a `Transformer` with `preprocess(self, inputs)` and `postprocess(self, outputs)`).
+(a `Predict` class with `predict(self, inputs)`) and transformer scripts (a `Transformer` with
+`preprocess(self, inputs)` and `postprocess(self, outputs)`).
 Frameworks are imported by the loader that needs them, in the serving's instance process only.
 """
 
@@ -309,7 +310,8 @@ def _load_script(path: str, attr: str, what: str) -> Any:
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise ServingError(f"the {what} script {path} defines no class {attr}; hops' {what} scripts define "
-                           f"`class {attr}` ({'predict(self, inputs)' if attr == 'Predict' else 'preprocess/postprocess'})")
+                           f"`class {attr}` "
+                           f"({'predict(self, inputs)' if attr == 'Predict' else 'preprocess/postprocess'})")
     return cls()
 
 
@@ -376,7 +378,8 @@ def detect(model_dir: str) -> tuple[str, str]:
     if not candidates:
         raise ServingError(f"no servable model file in {model_dir} (files: {', '.join(files) or 'none'}); export a "
                            f"scikit-learn or pickled model ({', '.join(PICKLE_SUFFIXES)}), a PyTorch model "
-                           f"({', '.join(TORCH_SUFFIXES)}), a Keras model ({', '.join(KERAS_SUFFIXES)}), a TFLite file or a "
+                           f"({', '.join(TORCH_SUFFIXES)}), a Keras model ({', '.join(KERAS_SUFFIXES)}), "
+                           "a TFLite file or a "
                            "TensorFlow SavedModel folder, or pass predictor='<script>.py' with a Predict class")
     raise ServingError(f"{model_dir} holds several model files ({', '.join(f for _, f in candidates)}); pass "
                        "predictor='<script>.py' with a Predict class that loads the one to serve")

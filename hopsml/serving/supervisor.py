@@ -2,10 +2,11 @@
 restarts a crashed one (recording when and why), and records its pids, port and state in the project.
 
 Started by `start()` in a session of its own, so that it outlives the notebook (as a serving outlives
-it on Hopsworks): `hopsml.serving.supervisor.main()` with the serving's name as its argument with the root and project in HOPSML_ROOT
-and HOPSML_PROJECT, its output going to the serving's log. It reports to the starter once, on the pipe
-whose descriptor is in HOPSML_SERVING_READY_FD: one JSON line, Running (with the port) or Failed (why).
-SIGTERM stops it: the instances get SIGTERM, then SIGKILL after a grace period, and the state Stopped.
+it on Hopsworks): `hopsml.serving.supervisor.main()` with the serving's name as its argument with the root
+and project in HOPSML_ROOT and HOPSML_PROJECT, its output going to the serving's log. It reports to the
+starter once, on the pipe whose descriptor is in HOPSML_SERVING_READY_FD: one JSON line, Running (with the
+port) or Failed (why). SIGTERM stops it: the instances get SIGTERM, then SIGKILL after a grace period, and
+the state Stopped.
 """
 
 from __future__ import annotations

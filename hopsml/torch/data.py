@@ -9,8 +9,8 @@ when every step ends in an all-reduce (DDP or hopsml.torch), so no rank runs out
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 

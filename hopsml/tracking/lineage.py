@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from hopsml.layout import DATASETS_USED
 from hopsml.tracking.run_context import RunContext, current_or_none

@@ -7,8 +7,8 @@ import math
 import numbers
 import os
 import time
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from hopsml.tracking.events import EventWriter
 

@@ -22,18 +22,17 @@ import threading
 import time
 import traceback as traceback_module
 import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Literal
-from collections.abc import Iterable, Mapping
 
 from hopsml import config, layout, skeleton
-from hopsml.errors import (ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError,
-                           StorageError)
+from hopsml.errors import ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
-from hopsml.redact import redact_uri
 from hopsml.layout import ExperimentDir
+from hopsml.redact import redact_uri
 from hopsml.tracking import versioning
 from hopsml.tracking.heartbeat import Heartbeat, age_text, iso, last_beat
 

@@ -9,10 +9,10 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Iterator, Mapping
 
 from hopsml import config
 from hopsml.errors import HopsmlError, NotInRunError, TrialStopped
@@ -150,9 +150,9 @@ def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: 
                write_metrics: bool = True, trial: int | None = None, report: TrialReporter | None = None,
                local_logdir: bool = False, sync_interval_s: float | None = None,
                seed: int | None = None) -> Iterator[RunContext]:
-    """Make a run current; on exit close its writers and collect a local TensorBoard folder. On a remote root its files are written in a
-    local staging folder, copied to the run directory every `sync_interval_s` (setting) and at the
-    end, and the folder is removed, also when the run fails or its process dies."""
+    """Make a run current; on exit close its writers and collect a local TensorBoard folder. On a remote root its
+    files are written in a local staging folder, copied to the run directory every `sync_interval_s` (setting) and
+    at the end, and the folder is removed, also when the run fails or its process dies."""
     local_dir = storage.local_path(run_dir.path)
     staged = None
     if local_dir is None:

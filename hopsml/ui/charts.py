@@ -12,8 +12,8 @@ True
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from markupsafe import Markup, escape
 
@@ -202,7 +202,8 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
         return kind[1].get(str(raw))
 
     scored = [r for r in rows if _num(r.get("metric")) is not None]
-    best = (max if direction.lower() == "max" else min)(scored, key=lambda r: _num(r["metric"]) or 0.0) if scored else None
+    pick = max if direction.lower() == "max" else min
+    best = pick(scored, key=lambda r: _num(r["metric"]) or 0.0) if scored else None
     metric_pos = positions[metric]
     graded = metric_pos[0] == "num" and metric_pos[3] > metric_pos[2]
     drawn = 0

@@ -12,8 +12,8 @@ import socket
 import sys
 import threading
 import webbrowser
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 from hopsml import config, layout
 from hopsml.errors import HopsmlError

@@ -15,8 +15,9 @@ sys.path.insert(0, sys.argv[1])   # the notebook's folder: model_def lives there
 
 
 def train():
-    import hopsml
     import model_def
+
+    import hopsml
 
     ranks = collective.allgather({"host": socket.gethostname(), "executable": sys.executable})
     return {"executable": sys.executable, "hopsml": hopsml.__file__, "scaled": model_def.scale(collective.rank()),

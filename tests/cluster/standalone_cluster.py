@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import venv
-
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from own_processes import processes_mapping_segments
 from namespace_hosts import Hosts, driver_env, two_host_cluster
+from own_processes import processes_mapping_segments
 from spark_daemons import run_driver
 from venvs import worker_bin
 

@@ -1,7 +1,8 @@
 """A cluster runs what the notebook runs: on a Spark standalone cluster of two hosts (two workers on this one
-where namespaces cannot be made) whose executors' own Python has no hopsml, a session hopsml starts packs the driver's venv into the project once and ships it; a 2-rank allreduce
-and a 4-trial grid search run in it, importing a module from the notebook's folder, and a second session finds
-the archive instead of packing again."""
+where namespaces cannot be made) whose executors' own Python has no hopsml, a session hopsml starts packs the
+driver's venv into the project once and ships it; a 2-rank allreduce and a 4-trial grid search run in it,
+importing a module from the notebook's folder, and a second session finds the archive instead of packing
+again."""
 
 from __future__ import annotations
 

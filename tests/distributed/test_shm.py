@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from own_processes import processes_mapping_segments, processes_of_this_test
 
 from hopsml import collective
+from hopsml.auth import ConnectionKeys
 from hopsml.collective import shm
 from hopsml.collective.options import CollectiveOptions
-from hopsml.auth import ConnectionKeys
-from hopsml.collective.transport import Link, TcpPeer, PeerLost
-from own_processes import processes_mapping_segments, processes_of_this_test
+from hopsml.collective.transport import Link, PeerLost, TcpPeer
 
 pytestmark = pytest.mark.skipif(not shm.supported(), reason="shared memory for collectives needs Linux on x86-64")
 

@@ -42,7 +42,8 @@ def test_a_notebook_whose_file_the_kernel_does_not_know_is_versioned_from_its_ce
         nbformat.v4.new_code_cell("from hopsml import experiment\ndef train(lr):\n    return {'metric': lr}"),
         nbformat.v4.new_code_cell("logdir, result = experiment.launch(train, {'lr': 0.5}, name='from-cells')"),
     ])
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     (run,) = [p for p in (root / "Projects" / "test" / "Experiments").iterdir() if p.is_dir()]
     record = json.loads((run / "experiment.json").read_text())
     assert record["state"] == "FINISHED" and record["program"] == "<the kernel's executed cells>"

@@ -74,7 +74,8 @@ def closed(sock: socket.socket, within_s: float = 5.0) -> bool:
 
 def test_pipelined_requests_are_answered_in_order_and_http10_closes(server):
     with server.connect() as sock:
-        sock.sendall(post("/slow", b"{}") + b"GET /fast%20path?q=1 HTTP/1.1\r\nHost: x\r\n\r\n" + post("/third", b"abc"))
+        sock.sendall(post("/slow", b"{}") + b"GET /fast%20path?q=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                     + post("/third", b"abc"))
         answers = read_answers(sock, 3)
         assert [json.loads(body)["path"] for _, _, body in answers] == ["/slow", "/fast path", "/third"]
         assert all(status == "HTTP/1.1 200 OK" and "date" in headers for status, headers, _ in answers)

@@ -12,8 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import (assert_nothing_left, base_url, export_sklearn, http, port_free, recorded, running,
-                      settings_for)
+from conftest import assert_nothing_left, base_url, export_sklearn, http, port_free, recorded, running, settings_for
 from own_processes import processes_of_this_test
 
 from hopsml import cli, layout

@@ -118,11 +118,11 @@ class Predict:
 
 
 def test_a_lone_request_goes_at_once_and_requests_that_queue_together_become_one_model_call(settings, tmp_path):
-    from http.client import HTTPConnection
     import json
     import os
     import time
     from concurrent.futures import ThreadPoolExecutor
+    from http.client import HTTPConnection
 
     export_sklearn(settings, tmp_path / "model")
     resources = tmp_path / "root" / "Projects" / "test" / "Resources"

@@ -8,8 +8,8 @@ import pytest
 
 from hopsml import experiment
 from hopsml.errors import ClusterError, ExperimentFailed
-from hopsml.launcher.ports import ephemeral_range
 from hopsml.examples import digits
+from hopsml.launcher.ports import ephemeral_range
 
 
 def _record(logdir):

@@ -12,11 +12,11 @@ from PIL import Image
 from hopsml import config
 from hopsml.data import dataset as ds
 from hopsml.data import pixels, samples
-from hopsml.data.pixels import encode_png_fast
 from hopsml.data.images import ImageOptions, list_images, prepare_images, relative_key, split_of
+from hopsml.data.pixels import encode_png_fast
 from hopsml.data.readers import reader
-from hopsml.formats import decode_example, read_records
 from hopsml.errors import SettingsError
+from hopsml.formats import decode_example, read_records
 
 pytestmark = pytest.mark.legacy
 needs_petastorm = pytest.mark.skipif(importlib.util.find_spec("petastorm") is None,
@@ -259,7 +259,8 @@ def test_a_split_does_not_depend_on_where_the_tree_lies():
     keys = [f"{label}/{i:04d}.jpg" for label in ("cat", "dog") for i in range(2000)]
     test = [key for key in keys if split_of(key, 0.25, seed=5) == "test"]
     assert 0.22 < len(test) / len(keys) < 0.28
-    assert test == [k for k in keys if split_of(relative_key("hdfs://nn:8020/data/x/" + k, "/data/x"), 0.25, 5) == "test"]
+    assert test == [k for k in keys
+                    if split_of(relative_key("hdfs://nn:8020/data/x/" + k, "/data/x"), 0.25, 5) == "test"]
     assert test != [key for key in keys if split_of(key, 0.25, seed=6) == "test"]
     assert {split_of(key, 0.0, seed=5) for key in keys} == {"all"}
 

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from table_helpers import dataset_folder, project_settings
 
 from hopsml.data.tables import prepare_table
-from table_helpers import dataset_folder, project_settings
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,8 @@ def test_a_folder_written_by_spark(spark, settings, tmp_path):
 def test_missing_as_pandas_and_others_write_it(spark, settings, tmp_path, text):
     csv = tmp_path / "missing.csv"
     csv.write_text("a,b,y\n" + "".join(f"{i}.5,{text if i == 2 else i},{i % 2}\n" for i in range(10)))
-    name = f"missing_{['empty', 'nan', 'NaN', 'NA', 'N_A', 'null'][['', 'nan', 'NaN', 'NA', 'N/A', 'null'].index(text)]}"
+    safe = ['empty', 'nan', 'NaN', 'NA', 'N_A', 'null'][['', 'nan', 'NaN', 'NA', 'N/A', 'null'].index(text)]
+    name = f"missing_{safe}"
     summary = prepare_table(str(csv), name, label="y", settings=settings, spark=spark)
     assert (summary.read, summary.written, summary.dropped, summary.rejected) == (10, 9, 1, 0)
     assert {c["name"]: c["type"] for c in _json(settings, name, "transform.json")["columns"]}["b"] == "long"

@@ -5,10 +5,10 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
+from table_helpers import dataset_folder, project_settings
 
 from hopsml.data import dataset as ds
 from hopsml.data.tables import prepare_table
-from table_helpers import dataset_folder, project_settings
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,8 @@ def test_the_wide_and_the_long_inference_count_the_same(spark, settings, tmp_pat
     """A table of up to _WIDE_COLUMNS columns is counted by one wide aggregate, a wider one cell by
     cell: both give the same types, failures, samples and row counts."""
     from hopsml.data.tables import csv as tables_csv
-    from hopsml.data.tables import inference, options as table_options
+    from hopsml.data.tables import inference
+    from hopsml.data.tables import options as table_options
 
     csv = tmp_path / "mixed.csv"
     csv.write_text('n,d,b,s,forced,given,y\n'

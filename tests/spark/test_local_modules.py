@@ -76,6 +76,7 @@ def test_installed_packages_the_standard_library_and_hopsml_stay_behind(tmp_path
 
     def train():
         import os  # noqa: F401
+
         import mine  # noqa: F401
         import numpy  # noqa: F401
 

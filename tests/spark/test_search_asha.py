@@ -228,7 +228,8 @@ def test_asha_on_spark_promotes_exactly_and_keeps_every_trial(spark, root):
     record = _json(logdir, "experiment.json")
     jobs = [(e["trial"], e["rung"]) for e in record["jobs"] if e["event"] == "start"]
     assert jobs == expected_schedule(qualities, [1, 3, 9], 3)
-    assert record["strategy"] == "asha" and record["budgets"] == [1, 3, 9] and record["promotions"] == sum(r > 0 for _, r in jobs)
+    assert record["strategy"] == "asha" and record["budgets"] == [1, 3, 9] \
+        and record["promotions"] == sum(r > 0 for _, r in jobs)
     trials = _json(logdir, ".summary.json")["trials"]
     assert len(trials) == 9 and all(t["params"]["q"] == q for t, q in zip(trials, qualities))
     top = [t for t in trials if t["rung"] == 2]
@@ -244,7 +245,8 @@ def test_asha_on_spark_promotes_exactly_and_keeps_every_trial(spark, root):
                            and t["metric"] is not None for t in stopped)
     for t in stopped:   # its record and curve stay
         assert os.path.exists(os.path.join(logdir, os.path.basename(t["dir"]), ".outputs.json"))
-        assert any(n.endswith(".hparams") for n in os.listdir(os.path.join(logdir, os.path.basename(t["dir"]), "tensorboard")))
+        assert any(n.endswith(".hparams")
+                   for n in os.listdir(os.path.join(logdir, os.path.basename(t["dir"]), "tensorboard")))
     assert record["trials"]["EARLY_STOPPED"] == 8 and record["trials"]["FINISHED"] == 1
     # the web view's search page: the rungs with the promoted trials, and why each trial stopped
     from hopsml import config
@@ -449,6 +451,7 @@ def test_a_promoted_distributed_trial_keeps_the_timeline_of_every_rung_it_ran(sp
     folder = os.path.join(logdir, os.path.basename(top["dir"]), "timeline")
     assert sorted(n for n in os.listdir(folder) if n.startswith("rank-")) == [f"rank-{i}.json" for i in range(4)]
     trace = _json(folder, "trace.json")
-    epochs = [(e["pid"], e["args"]["budget"]) for e in trace["traceEvents"] if e.get("name") == "epoch" and e.get("ph") == "X"]
+    epochs = [(e["pid"], e["args"]["budget"]) for e in trace["traceEvents"]
+              if e.get("name") == "epoch" and e.get("ph") == "X"]
     # each rank's spans of both runs: 1 epoch at budget 1, then 3 at budget 3
     assert sorted(epochs) == sorted([(rank, 1) for rank in (0, 1)] + [(rank, 3) for rank in (0, 1)] * 3), epochs

@@ -70,7 +70,8 @@ DRIVER = textwrap.dedent("""
 
 
 def _flat(first, last, key, slack):
-    return last[key] <= first[key] + slack, f"{key}: {first[key]} after run {first['run']}, {last[key]} after run {last['run']}"
+    return last[key] <= first[key] + slack, (f"{key}: {first[key]} after run {first['run']}, "
+                                             f"{last[key]} after run {last['run']}")
 
 
 @pytest.mark.slow

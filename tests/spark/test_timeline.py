@@ -71,7 +71,8 @@ def test_four_ranks_name_the_slow_one(spark, root, tmp_path, capsys):
 
 
 def test_timeline_off_records_nothing(spark, root, capsys):
-    logdir, _ = experiment.allreduce(slowed_train(1, "input", steps=5), name="no-timeline", num_workers=2, timeline=False)
+    logdir, _ = experiment.allreduce(slowed_train(1, "input", steps=5), name="no-timeline", num_workers=2,
+                                     timeline=False)
     record = _record(logdir)
     assert record["timeline"] == {"enabled": False} and "stragglers" not in record
     assert not os.path.exists(os.path.join(logdir, "timeline"))

@@ -9,9 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pyspark import cloudpickle  # noqa: E402
+
 from hopsml import config, experiment  # noqa: E402
 from hopsml.data import prepare_images, samples  # noqa: E402
-from pyspark import cloudpickle  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks use this module's helpers
 
@@ -148,7 +149,8 @@ def test_data_loader_with_equal_steps_on_unequal_shards(spark, root, tmp_path):
         for batch in plain:
             labels += batch["label"].tolist()
         everyone = collective.allgather({"plain": len(plain), "rows": plain.dataset.reader.num_rows,
-                                         "equal": loader.dataset.steps_per_epoch, "total": len(loader), "batches": batches, "labels": labels})
+                                         "equal": loader.dataset.steps_per_epoch, "total": len(loader),
+                                         "batches": batches, "labels": labels})
         return {"ranks": json.dumps(everyone)}
 
     _, result = experiment.allreduce(train, name="loader", num_workers=2, timeout_s=60)

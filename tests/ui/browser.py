@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
-from contextlib import contextmanager
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 URL_LINE = re.compile(r"at (http://\S+/) \(Ctrl-C")
 

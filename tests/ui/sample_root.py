@@ -1,7 +1,7 @@
 """A project root with real runs made by hopsml's own API, for the web view's tests: a launch with
 per-step metrics, a 2-rank all-reduce on a prepared digits dataset that exports a model, a grid
-search with early stopping, a random search with a log-scale parameter, a failed run, a prepared table, and records the CLI shows as LOST and
-BROKEN."""
+search with early stopping, a random search with a log-scale parameter, a failed run, a prepared
+table, and records the CLI shows as LOST and BROKEN."""
 
 from __future__ import annotations
 

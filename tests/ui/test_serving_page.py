@@ -102,7 +102,8 @@ def test_the_serving_page_in_a_browser(served, tmp_path):
             assert errors == []
             rows = driver.find_elements("css selector", "#drift tbody tr")
             assert {r.get_attribute("data-id"): r.get_attribute("data-drift") for r in rows}["sepal_width"] == "yes"
-            points = [int(svg.get_attribute("data-points")) for svg in driver.find_elements("css selector", "svg.chart")]
+            points = [int(svg.get_attribute("data-points"))
+                      for svg in driver.find_elements("css selector", "svg.chart")]
             assert len(points) == 5 and all(p > 0 for p in points)
             driver.set_window_size(1400, 2400)
             driver.save_screenshot(os.path.join(artifacts_dir(str(tmp_path)), "serving.png"))

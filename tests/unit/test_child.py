@@ -41,7 +41,8 @@ def segfault():
 def test_a_killed_child_is_a_failure_naming_the_signal_with_its_last_lines(tmp_path):
     report = _trial(tmp_path, killed, x=64)
     assert not report["ok"] and report["trial"] == 5 and report["duration"] >= 0
-    assert report["error"].startswith("trial 5: its process was killed by SIGKILL") and "out-of-memory" in report["error"]
+    assert report["error"].startswith("trial 5: its process was killed by SIGKILL") \
+        and "out-of-memory" in report["error"]
     assert "allocating 64 GiB" in report["tail"]
 
 

@@ -38,13 +38,15 @@ def test_settings_show_no_credentials():
     settings = config.load(environ={
         "HOPSML_ROOT": "s3://AKIAEXAMPLE:s3cr3t-value@bucket/prefix?secret_key=other-s3cr3t&region=eu-west-1",
         "HOPSML_SPARK_CONF": '{"spark.hadoop.fs.s3a.secret.key": "conf-s3cr3t", "spark.authenticate.secret": '
-                             '"auth-s3cr3t", "spark.ssl.keyPassword": "pw-s3cr3t", "spark.hadoop.fs.s3a.session.token": '
-                             '"tok-s3cr3t", "spark.eventLog.dir": "s3a://AKIAEXAMPLE:log-s3cr3t@logs/spark", '
+                             '"auth-s3cr3t", "spark.ssl.keyPassword": "pw-s3cr3t", '
+                             '"spark.hadoop.fs.s3a.session.token": "tok-s3cr3t", '
+                             '"spark.eventLog.dir": "s3a://AKIAEXAMPLE:log-s3cr3t@logs/spark", '
                              '"spark.executor.cores": "2"}'})
     for shown in (repr(settings), str(settings), f"{settings}", repr([settings])):
         assert "s3cr3t" not in shown and "AKIAEXAMPLE" not in shown, shown
     assert "root='s3://bucket/prefix?region=eu-west-1'" in repr(settings)
-    assert "'spark.executor.cores': '2'" in repr(settings) and "'spark.eventLog.dir': 's3a://logs/spark'" in repr(settings)
+    assert "'spark.executor.cores': '2'" in repr(settings) \
+        and "'spark.eventLog.dir': 's3a://logs/spark'" in repr(settings)
     assert "'spark.authenticate.secret': '***'" in repr(settings)
     assert settings.spark_conf["spark.authenticate.secret"] == "auth-s3cr3t"  # only the display hides it
     assert settings.root.startswith("s3://AKIAEXAMPLE:s3cr3t-value@")

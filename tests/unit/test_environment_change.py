@@ -55,7 +55,8 @@ def test_the_conda_yml_a_run_writes_is_read_back_as_packages(runs):
     found = environment.packages(storage.read_text(first.dir.environment))
     assert found["numpy"] == numpy.__version__
     assert found["python"].count(".") == 2
-    conda = "dependencies:\n  - python=3.11.9=hab00c5b_0\n  - numpy=1.26.4=py311h64a7726_0\n  - pip:\n    - Torch==2.3\n"
+    conda = ("dependencies:\n  - python=3.11.9=hab00c5b_0\n  - numpy=1.26.4=py311h64a7726_0\n"
+             "  - pip:\n    - Torch==2.3\n")
     assert environment.packages(conda) == {"python": "3.11.9", "numpy": "1.26.4", "torch": "2.3"}
 
 

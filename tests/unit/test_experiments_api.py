@@ -1,4 +1,5 @@
-"""hopsml.run_catalog.list (also hopsml.experiments.list): the runs of a project as records, filtered and sorted, and the CLI's --sort."""
+"""hopsml.run_catalog.list (also hopsml.experiments.list): the runs of a project as records, filtered and
+sorted, and the CLI's --sort."""
 
 import pytest
 
@@ -42,7 +43,8 @@ def test_list_filters_by_name_state_and_type(settings):
 
 def test_list_sorts_by_metric_best_first_with_runs_without_a_metric_last(settings):
     assert [r.metric for r in run_catalog.list(sort="metric", settings=settings)] == [0.97, 0.95, 0.91, None]
-    assert [r.metric for r in run_catalog.list(sort="metric", direction="min", settings=settings)][:3] == [0.91, 0.95, 0.97]
+    assert [r.metric for r in run_catalog.list(sort="metric", direction="min",
+                                               settings=settings)][:3] == [0.91, 0.95, 0.97]
     assert [r.name for r in run_catalog.list(sort="duration", limit=2, settings=settings)] == ["mnist-grid", "mnist-a"]
 
 

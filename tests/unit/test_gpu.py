@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
+from hopsml.auth import ConnectionKeys
 from hopsml.collective import gpu
 from hopsml.collective.options import CollectiveOptions
-from hopsml.auth import ConnectionKeys
 from hopsml.collective.transport import Link, TcpPeer
 from hopsml.errors import CollectiveError, SettingsError
 
@@ -113,8 +113,8 @@ def test_collective_mode_setting(monkeypatch):
     monkeypatch.setenv(gpu.MODE_ENV, " NCCL ")
     assert CollectiveOptions.resolve().gpu_mode == "nccl"
     monkeypatch.setenv(gpu.MODE_ENV, "fast")
-    with pytest.raises(SettingsError, match=r"gpu_collective='fast' \(from environment variable HOPSML_GPU_COLLECTIVE\) "
-                                            "is invalid: must be one of auto, nccl, host"):
+    with pytest.raises(SettingsError, match=r"gpu_collective='fast' \(from environment variable "
+                                            r"HOPSML_GPU_COLLECTIVE\) is invalid: must be one of auto, nccl, host"):
         CollectiveOptions.resolve()
     with pytest.raises(SettingsError, match="gpu_mode is 'fast'; pass one of auto, nccl, host"):
         CollectiveOptions(gpu_mode="fast")

@@ -290,7 +290,8 @@ def test_path_forms_on_an_hdfs_root_map_without_a_cluster(monkeypatch):
     base = "hdfs://nn:8020/base/Projects/demo/"
     assert hdfs.project_path() == base and hdfs.project_path(exclude_nn_addr=True) == "hdfs:///base/Projects/demo/"
     for form in ["x/y", base + "x/y", "hdfs:///Projects/demo/x/y", "hdfs://10.0.2.15:8020/Projects/demo/x/y",
-                 "/Projects/demo/x/y", "hopsfs:///base/Projects/demo/x/y", hdfs.project_path(exclude_nn_addr=True) + "x/y"]:
+                 "/Projects/demo/x/y", "hopsfs:///base/Projects/demo/x/y",
+                 hdfs.project_path(exclude_nn_addr=True) + "x/y"]:
         assert hdfs.abs_path(form) == base + "x/y", form
     with pytest.raises(InvalidPathError):
         hdfs.abs_path("hdfs://nn:8020/elsewhere/x")

@@ -30,10 +30,12 @@ def test_a_trial_session_reads_back_with_its_hyperparameters_status_and_metric(t
     events = _events(tmp_path / "exp/lr=0.05/tensorboard")
     assert events[0].file_version == "brain.Event:2"
     values = _plugin_values(events)
-    start = metadata.parse_session_start_info_plugin_data(values[metadata.SESSION_START_INFO_TAG].metadata.plugin_data.content)
+    start = metadata.parse_session_start_info_plugin_data(
+        values[metadata.SESSION_START_INFO_TAG].metadata.plugin_data.content)
     assert start.hparams["lr"].number_value == 0.05 and start.hparams["layers"].number_value == 3
     assert start.hparams["optimizer"].string_value == "sgd" and start.hparams["nesterov"].bool_value is True
-    end = metadata.parse_session_end_info_plugin_data(values[metadata.SESSION_END_INFO_TAG].metadata.plugin_data.content)
+    end = metadata.parse_session_end_info_plugin_data(
+        values[metadata.SESSION_END_INFO_TAG].metadata.plugin_data.content)
     assert end.status == api_pb2.STATUS_SUCCESS
     assert end.end_time_secs - start.start_time_secs == pytest.approx(12.0, abs=0.01)
     scalars = [v for e in events for v in e.summary.value if v.tag == "accuracy"]

@@ -6,8 +6,7 @@ import os
 import pytest
 
 from hopsml.data import dataset as ds
-from hopsml.data.images import (HARD_LINK, LINK_BROKEN, LINK_INSIDE, LINK_OUTSIDE, label_of, list_images,
-                                scan_images)
+from hopsml.data.images import HARD_LINK, LINK_BROKEN, LINK_INSIDE, LINK_OUTSIDE, label_of, list_images, scan_images
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from hopsml import config, layout, model
 from hopsml.fs import Storage
 from hopsml.model.registry import ModelExistsError, ModelNotFoundError
 from hopsml.tracking import lineage
-from hopsml.tracking.run_context import active_run
 from hopsml.tracking.record import ExperimentRecord
+from hopsml.tracking.run_context import active_run
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """Which rank a failed distributed run blames, from the reports and from Spark's own messages."""
 
+import json
 from dataclasses import dataclass
 
-from hopsml.errors import ClusterError
+from hopsml.errors import Blame, ClusterError
 from hopsml.fs import Storage
-from hopsml.launcher.messages import COLLECTIVE, DIED, STUCK, RankReport
+from hopsml.launcher.messages import COLLECTIVE, DIED, STUCK, Cause, RankReport
 from hopsml.layout import ExperimentDir
 from hopsml.runs import blame
 
@@ -74,6 +75,7 @@ def test_the_rank_that_never_reported_is_blamed_when_peers_wait_on_each_other(tm
     assert str(failure).startswith("experiment app_1 failed: rank 2 made no progress"), str(failure)
     assert "rank 1 saw: CollectiveError: rank 1 timed out" in str(failure)
     assert failure.output_tail == "rank 2 stuck in its data loader"
+    assert failure.rank == 2 and failure.report.rank == 1 and failure.report.blamed == 2   # as data, too
 
 
 def test_a_rank_own_error_is_blamed_before_a_peer_that_timed_out(tmp_path):
@@ -83,6 +85,7 @@ def test_a_rank_own_error_is_blamed_before_a_peer_that_timed_out(tmp_path):
     failures = sorted([_timed_out(0, 1), own], key=blame.first_cause)
     failure = blame.rank_failure(failures, run)
     assert "rank 1 raised RuntimeError: loss is nan" in str(failure)
+    assert failure.rank == 1 and failure.report is own
 
 
 def test_a_rank_report_carries_the_blamed_peer_of_its_collective_error_as_data(tmp_path):
@@ -93,8 +96,11 @@ def test_a_rank_report_carries_the_blamed_peer_of_its_collective_error_as_data(t
     def train():
         raise CollectiveError("rank 0 timed out during allreduce #1", peer=2, kind=CollectiveError.STUCK)
 
-    report = RankReport.from_wire(run_function(train, {}, TaskSpec(Storage(str(tmp_path)), "run", None, b"")))
-    assert (report.cause, report.blamed, report.blame) == (COLLECTIVE, 2, STUCK)
+    wire = json.loads(json.dumps(run_function(train, {}, TaskSpec(Storage(str(tmp_path)), "run", None, b""))))
+    assert (wire["cause"], wire["blame"]) == ("collective", "stuck")   # plain text on the wire
+    report = RankReport.from_wire(wire)
+    assert (report.cause, report.blamed, report.blame) == (Cause.COLLECTIVE, 2, Blame.STUCK)   # members again
+    assert RankReport.from_wire({**wire, "cause": "from-a-newer-version", "blame": None}).cause is None
 
 
 def test_the_blame_follows_the_report_data_not_its_text(tmp_path):

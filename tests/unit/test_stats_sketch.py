@@ -67,4 +67,5 @@ def test_a_sparse_column_of_a_large_table_gets_its_exact_median():
 def test_the_median_sample_is_smaller_for_wide_tables():
     assert stats.median_fraction(1000, 10) == 1.0
     assert stats.median_fraction(10 * stats.MEDIAN_SAMPLE, 10) == pytest.approx(0.1)
-    assert stats.median_fraction(10 * stats.MEDIAN_SAMPLE, 1000) * 10 * stats.MEDIAN_SAMPLE * 1000 <= stats.MEDIAN_VALUES
+    assert stats.median_fraction(10 * stats.MEDIAN_SAMPLE, 1000) * 10 * stats.MEDIAN_SAMPLE * 1000 \
+        <= stats.MEDIAN_VALUES

@@ -7,12 +7,12 @@ import pytest
 
 from hopsml import tensorboard
 from hopsml.errors import HopsmlError
-from hopsml.runs.engine import executions as _executions
 from hopsml.fs import Storage
 from hopsml.launcher.child import ChildRank
 from hopsml.launcher.spec import TaskSpec
 from hopsml.launcher.task import run_function
 from hopsml.launcher.tf_cluster import MIRRORED, PARAMETER_SERVER, roles, tf_config
+from hopsml.runs.engine import executions as _executions
 
 ADDRESSES = [f"h:{port}" for port in range(1, 6)]
 

@@ -12,7 +12,7 @@ import crc32c
 import numpy as np
 import pytest
 
-from hopsml.formats import example_proto
+from hopsml.errors import HopsmlError, SettingsError
 from hopsml.formats import (
     CorruptRecordError,
     FeatureTypeError,
@@ -20,11 +20,11 @@ from hopsml.formats import (
     TruncatedRecordError,
     decode_example,
     encode_example,
+    example_proto,
     masked_crc32c,
     read_records,
     shard_name,
 )
-from hopsml.errors import HopsmlError, SettingsError
 
 SIZES = [0, 1, 100, 100 * 1024, 3 * 1024 * 1024 + 7]
 

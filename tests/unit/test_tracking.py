@@ -9,9 +9,9 @@ from hopsml import layout, tensorboard
 from hopsml.errors import ExperimentFailed, NotInRunError, ResourceNotFoundError
 from hopsml.fs import Storage
 from hopsml.tracking import versioning
-from hopsml.tracking.run_context import active_run
 from hopsml.tracking.metrics import read_metrics
 from hopsml.tracking.record import ExperimentRun, claim_run_dir, list_records, public_spark_conf
+from hopsml.tracking.run_context import active_run
 
 
 def _start(storage, **kw):

@@ -237,7 +237,8 @@ def test_both_ends_derive_matching_keys_bound_to_the_handshake():
         for _ in range(2):
             client = socket.create_connection(server.getsockname())
             accepted, _ = server.accept()
-            thread = threading.Thread(target=lambda accepted=accepted: server_keys.append(auth.challenge(accepted, secret)))
+            thread = threading.Thread(
+                target=lambda accepted=accepted: server_keys.append(auth.challenge(accepted, secret)))
             thread.start()
             client_keys = auth.respond(client, secret)
             thread.join()
