@@ -18,8 +18,9 @@ from hopsml.launcher import seeds, tf_cluster
 from hopsml.runs import engine
 from hopsml.runs.search import Search, evolve, previous_search, recorded, run_search
 from hopsml.search import space
-from hopsml.search.asha import PointList, SuccessiveHalving, budgets
+from hopsml.search.asha import SuccessiveHalving, budgets
 from hopsml.search.evolution import DifferentialEvolution
+from hopsml.search.scheduler import PointList
 from hopsml.search.space import Direction, SearchSpaceError
 
 
@@ -335,8 +336,6 @@ def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, la
     """An ablation study, as maggy has them: the base model, then one trial per feature (a column of the
     prepared table) and per layer left out. `train_fn(ablated_feature=None, ablated_layer=None)` gets the
     name to leave out (None for the base); the record's `ablation` table compares each with the base."""
-    from hopsml.search.asha import PointList
-
     points: list[dict[str, str | None]] = [{"ablated_feature": None, "ablated_layer": None}]
     for label, names in (("features", features), ("layers", layers)):
         if names is not None and (isinstance(names, str) or not all(isinstance(n, str) and n for n in names)):

@@ -36,11 +36,11 @@ from hopsml.progress import progress_bar
 from hopsml.runs import blame
 from hopsml.runs.slots import SlotTasks, carries_exactly
 from hopsml.runs.start import Start, check_function, ship
-from hopsml.search import hparams as hparams_events
-from hopsml.search.asha import Job
 from hopsml.search.early_stopping import RULES, MedianStoppingRule
 from hopsml.search.evolution import DifferentialEvolution, Member
+from hopsml.search.scheduler import Job, Scheduler
 from hopsml.search.space import Direction, SearchSpaceError
+from hopsml.tracking import hparams as hparams_events
 from hopsml.tracking.record import ExperimentRun, ExperimentType, State
 
 log = logging.getLogger(__name__)
@@ -310,7 +310,7 @@ class Search:
         log.info("search %s takes up %d trials of %s", self.run.id, len(self.adopted), source.id)
 
     # --- asynchronous searches ---------------------------------------------------------------------
-    def run_async(self, scheduler: Any, *, total: int, num_workers: int = 1, budget: str | None = None,
+    def run_async(self, scheduler: Scheduler, *, total: int, num_workers: int = 1, budget: str | None = None,
                   max_parallel: int | None = None) -> None:
         """Run the scheduler's jobs from one thread per free place on the cluster: a thread whose job ends
         asks the scheduler for the next at once, so a slot never waits for other trials. Jobs of one rank
@@ -318,7 +318,7 @@ class Search:
         `num_workers` > 1 each job is a barrier stage of that many ranks (Spark runs the jobs of several
         threads at once), and the places are the cluster's slots divided by it.
 
-        `scheduler` has next_job() -> Job | None (None: nothing to start now) and job_done(job, metric).
+        `scheduler` hands out the jobs (None: nothing to start now) and learns each job's metric.
         """
         if num_workers > 1:   # no dynamic allocation, enough slots for one trial's ranks
             check_barrier_stage(self.sc, num_workers, 0)
@@ -329,7 +329,7 @@ class Search:
         if self._bar is None:
             self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit,
                                      leave=True)
-        self._budgets, self._budget_name = list(getattr(scheduler, "budgets", [])), budget
+        self._budgets, self._budget_name = list(scheduler.budgets), budget
         changed = threading.Condition()
         running: dict[int, str] = {}   # slot -> job group of its running job
         stop = threading.Event()
@@ -347,11 +347,11 @@ class Search:
             (no other slot's news comes in between), or wait while nothing can be started."""
             with changed:
                 if ended is not None:
-                    job, metric = ended
+                    done, metric = ended
                     running.pop(place, None)
-                    scheduler.job_done(job, metric)
-                    log_order.append({"slot": place, "event": "end", "trial": by_key[job.key].index,
-                                      "rung": job.rung, "t": round(time.monotonic() - began, 3)})
+                    scheduler.job_done(done, metric)
+                    log_order.append({"slot": place, "event": "end", "trial": by_key[done.key].index,
+                                      "rung": done.rung, "t": round(time.monotonic() - began, 3)})
                     changed.notify_all()
                 while not stop.is_set():
                     job = scheduler.next_job()

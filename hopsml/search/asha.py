@@ -4,7 +4,7 @@ A configuration runs first with the smallest budget (rung 0); whenever a slot is
 promotes a configuration that is in the top 1/eta of those completed at its rung and not yet promoted
 (the highest rung first), else starts a new configuration at the lowest rung. No slot ever waits for a
 rung to fill, which is what makes the search asynchronous. The scheduler is pure bookkeeping: the
-driver's slot threads ask it for the next job and tell it each job's metric (hopsml.runs.search).
+driver's slot threads ask it for the next job and tell it each job's metric (a `Scheduler`).
 
 >>> budgets(1, 27, 3)
 [1, 3, 9, 27]
@@ -18,18 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hopsml.search.scheduler import Job
 from hopsml.search.space import Direction, SearchSpaceError
-
-
-@dataclass(frozen=True)
-class Job:
-    """One run of a configuration: `key` names the configuration (its trial), `rung` the budget index."""
-
-    key: int
-    params: dict[str, Any]
-    budget: float | None = None
-    rung: int | None = None
-    promoted: bool = False  # the configuration ran at the rung below and was promoted
 
 
 def budgets(min_budget: float, max_budget: float, eta: float) -> list[Any]:
@@ -167,29 +157,3 @@ class SuccessiveHalving:
         drawn = {"sampler": "tpe", "modelled_configs": self.model.modelled} if self.model else {"sampler": "random"}
         return {**drawn, "budgets": self.budgets, "eta": self.eta, "brackets": len(self.brackets),
                 "promotions": sum(e["event"] == "promote" for e in self.events), "schedule": self.events}
-
-
-class PointList:
-    """A fixed list of configurations as a scheduler (grid or random points run asynchronously)."""
-
-    def __init__(self, points: list[dict[str, Any]]) -> None:
-        self.points = points
-        self._order = list(range(len(points)))   # keys still to run, in order
-
-    def restore(self, trials: list[dict[str, Any]]) -> None:
-        """Take up a search from its summary (trials in key order): the ended ones are kept, the ones that
-        were running run again first, then the points never started."""
-        self._order = [key for key, trial in enumerate(trials) if trial.get("state") in ("RUNNING", "PENDING")]
-        self._order += list(range(len(trials), len(self.points)))
-
-    def next_job(self) -> Job | None:
-        if not self._order:
-            return None
-        key = self._order.pop(0)
-        return Job(key, self.points[key])
-
-    def job_done(self, job: Job, metric: float | None) -> None:
-        """Nothing to learn: the points are fixed."""
-
-    def describe(self) -> dict[str, Any]:
-        return {}

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
-from hopsml.search.asha import Job
+from hopsml.search.scheduler import Job
 from hopsml.search.space import Dimension, Direction, SearchSpaceError, Space
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ def from_optuna(dimensions: dict[str, Dimension], params: dict[str, Any]) -> dic
 
 class ModelBased:
     """A scheduler proposing `samples` trials, each from an Optuna sampler told every finished one."""
+
+    budgets: Sequence[Any] = ()
 
     def __init__(self, space: Space, *, direction: Direction, samples: int, seed: int | None,
                  sampler: str = "tpe", startup_trials: int | None = None) -> None:

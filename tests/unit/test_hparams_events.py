@@ -5,7 +5,7 @@ import os
 import pytest
 
 from hopsml.fs import Storage
-from hopsml.search import hparams
+from hopsml.tracking import hparams
 
 tensorboard = pytest.importorskip("tensorboard")
 
