@@ -10,12 +10,14 @@ signatures live here; the engine behind them is hopsml.runs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hopsml import config, util
 from hopsml.errors import HopsmlError
 from hopsml.launcher import seeds, tf_cluster
 from hopsml.runs import engine
+from hopsml.runs.request import RunRequest, SearchRequest
 from hopsml.runs.search import Search, evolve, previous_search, recorded, run_search
 from hopsml.search import space
 from hopsml.search.asha import SuccessiveHalving, budgets
@@ -42,9 +44,8 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     waits, checkpoint saves) and its system metrics every 2 s (CPU, memory, network, GPU; peaks in the record);
     timeline=False turns it off.
     """
-    return engine.launch(train_fn, args_dict, name=name, local_logdir=local_logdir, description=description,
-                         metric_key=metric_key, versioned_resources=versioned_resources, seed=seed,
-                         timeline=timeline)
+    return engine.launch(RunRequest(train_fn, name, description, metric_key, versioned_resources, local_logdir, seed,
+                                    timeline), args_dict)
 
 
 def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
@@ -70,9 +71,8 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: 
     ranks = engine.collective_ranks(train_fn, workers=settings.num_workers, gpus=int(gpus_per_worker or 0),
                                     timeout_s=timeout_s, all_ranks_write_metrics=all_ranks_write_metrics,
                                     timeline=timeline)
-    return engine.run_ranks(train_fn, settings, ranks, name=name, description=description, metric_key=metric_key,
-                            versioned_resources=versioned_resources, local_logdir=local_logdir, retries=retries,
-                            resume=resume, seed=seed)
+    request = RunRequest(train_fn, name, description, metric_key, versioned_resources, local_logdir, seed, timeline)
+    return engine.run_ranks(request, settings, ranks, retries=retries, resume=resume)
 
 
 collective_all_reduce = allreduce
@@ -99,9 +99,8 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
     tf_cluster.roles(tf_cluster.MIRRORED, workers, evaluator=evaluator)  # refuse a bad layout before Spark
     ranks = engine.tensorflow_ranks(train_fn, strategy=tf_cluster.MIRRORED, workers=workers,
                                     gpus=int(gpus_per_worker or 0), evaluator=bool(evaluator), timeline=timeline)
-    return engine.run_ranks(train_fn, settings, ranks, name=name, description=description, metric_key=metric_key,
-                            versioned_resources=versioned_resources, local_logdir=local_logdir, seed=seed,
-                            strategy=tf_cluster.MIRRORED, evaluator=bool(evaluator))
+    request = RunRequest(train_fn, name, description, metric_key, versioned_resources, local_logdir, seed, timeline)
+    return engine.run_ranks(request, settings, ranks, strategy=tf_cluster.MIRRORED, evaluator=bool(evaluator))
 
 
 def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
@@ -124,9 +123,9 @@ def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_l
                                     workers=1 + num_ps + num_workers + (1 if evaluator else 0),
                                     gpus=int(gpus_per_worker or 0), num_ps=num_ps, evaluator=bool(evaluator),
                                     timeline=timeline)
-    return engine.run_ranks(train_fn, config.load(), ranks, name=name, description=description,
-                            metric_key=metric_key, versioned_resources=versioned_resources, local_logdir=local_logdir,
-                            seed=seed, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps, evaluator=bool(evaluator))
+    request = RunRequest(train_fn, name, description, metric_key, versioned_resources, local_logdir, seed, timeline)
+    return engine.run_ranks(request, config.load(), ranks, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps,
+                            evaluator=bool(evaluator))
 
 
 def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], direction: Direction | str = "max",
@@ -146,6 +145,10 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
     if num_workers > 1 and early_stopping:
         raise SearchSpaceError("early_stopping works with trials of one rank; leave it out with num_workers > 1")
     source, seed = previous_search(resume, "grid", dict(grid_dict)) if resume else (None, seed)
+    request = SearchRequest.of(RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed,
+                                          timeline), dict(grid_dict), direction, optimization_key, "grid",
+                               early_stopping=early_stopping, early_stopping_min_steps=early_stopping_min_steps,
+                               resume=source)
 
     def batches(search: Search) -> None:
         if num_workers == 1:
@@ -155,9 +158,7 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
         points.restore(search.adopted)
         search.run_async(points, total=len(combos), num_workers=num_workers)
 
-    return run_search(train_fn, dict(grid_dict), direction, optimization_key, name, description, versioned_resources,
-                      early_stopping, early_stopping_min_steps, local_logdir, batches, seed=seed, resume=source,
-                      timeline=timeline, strategy="grid")
+    return run_search(request, batches)
 
 
 def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -172,11 +173,13 @@ def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], d
     `timeline` as grid_search."""
     source, seed = previous_search(resume, "random", dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
-    return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, early_stopping, early_stopping_min_steps, local_logdir,
-                      lambda s: s.run_batch(points, len(points)), seed=seed, resume=source, timeline=timeline,
-                      strategy="random",
-                      log_scale=list(log_scale or []))  # recorded: the web view draws those axes on a log scale
+    request = SearchRequest.of(RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed,
+                                          timeline), dict(boundary_dict), direction, optimization_key, "random",
+                               early_stopping=early_stopping, early_stopping_min_steps=early_stopping_min_steps,
+                               resume=source,
+                               # recorded: the web view draws those axes on a log scale
+                               record_fields={"log_scale": list(log_scale or [])})
+    return run_search(request, lambda search: search.run_batch(points, len(points)))
 
 
 def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str, Any],
@@ -199,35 +202,52 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
     if not isinstance(generations, int) or generations < 1:
         raise SearchSpaceError(f"generations must be a positive integer, got {generations!r}")
     best_per_generation: list[float | None] = []
-    return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, None, 3, local_logdir, evolve(evolution, generations, best_per_generation),
-                      seed=seed, resume=source, timeline=timeline, strategy="differential_evolution",
-                      generations=generations, population=population,
-                      best_per_generation=best_per_generation, log_scale=list(log_scale or []))
+    request = SearchRequest.of(
+        RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
+        dict(boundary_dict), direction, optimization_key, "differential_evolution", resume=source,
+        record_fields={"generations": generations, "population": population,
+                       "best_per_generation": best_per_generation, "log_scale": list(log_scale or [])})
+    return run_search(request, evolve(evolution, generations, best_per_generation))
 
 
-def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[..., Any],
-                        boundary_dict: dict[str, Any], direction: Direction | str, budget: str,
-                        min_budget: float, max_budget: float, eta: float, num_trials: int, name: str,
-                        local_logdir: bool, description: str | None, optimization_key: str, seed: int | None,
-                        versioned_resources: list[str] | None, log_scale: list[str] | None, num_workers: int,
-                        max_parallel: int | None, resume: str | None, sampler: str | None = None,
-                        timeline: bool = True) -> tuple[str, dict[str, Any], dict[str, Any]]:
+@dataclass(frozen=True)
+class _Rungs:
+    """How asha and hyperband spend a trial's budget: the function's parameter that takes it, its range and
+    reduction factor, how many configurations and brackets, what draws new ones, and how trials run."""
+
+    budget: str
+    min_budget: float
+    max_budget: float
+    eta: float
+    num_trials: int
+    brackets: int | None   # None: one per rung (hyperband); 1: asha
+    sampler: str | None
+    num_workers: int
+    max_parallel: int | None
+
+
+def _successive_halving(strategy: str, run: RunRequest, boundary_dict: dict[str, Any], direction: Direction | str,
+                        optimization_key: str, log_scale: list[str] | None, rungs: _Rungs, resume: str | None
+                        ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What asha and hyperband share: the checks, the configurations (random, or drawn by TPE), the scheduler."""
+    budget = rungs.budget
     if not isinstance(budget, str) or not budget.isidentifier():
         raise SearchSpaceError(f"budget must name the function's parameter that takes the budget, got {budget!r}")
     if budget in (boundary_dict or {}):
         raise SearchSpaceError(f"{budget!r} is the budget and cannot be in the search space too; "
                                "leave it out of boundary_dict")
-    _check_workers(num_workers, max_parallel)
-    source, seed = previous_search(resume, strategy, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
+    _check_workers(rungs.num_workers, rungs.max_parallel)
+    source, seed = previous_search(resume, strategy, dict(boundary_dict)) if resume \
+        else (None, seeds.resolve(run.seed))
+    sampler = rungs.sampler
     if sampler is None:   # TPE, or for a resumed search what it drew with (records before TPE: random)
         sampler = (recorded(source, "sampler") or "random") if source is not None else "tpe"
     if sampler not in ("random", "tpe"):
         raise SearchSpaceError(f"sampler must be 'random' or 'tpe' (new configurations drawn as BOHB does), "
                                f"not {sampler!r}")
-    rungs = budgets(min_budget, max_budget, eta)
+    budgets_ = budgets(rungs.min_budget, rungs.max_budget, rungs.eta)
     searched = space.Space.from_bounds(boundary_dict, log_scale or ())
+    num_trials = rungs.num_trials
     points = searched.sample(num_trials, seed) if isinstance(num_trials, int) and num_trials >= 1 else []
     model = None
     if sampler == "tpe":
@@ -235,20 +255,20 @@ def _successive_halving(strategy: str, brackets: int | None, train_fn: Callable[
 
         model = ConfigModel(searched, direction=Direction.of(direction), seed=seed, random_configs=points.__getitem__,
                             ahead=True)
-    scheduler = SuccessiveHalving(points.__getitem__, rungs, eta=eta, direction=Direction.of(direction),
-                                  num_trials=num_trials, brackets=len(rungs) if brackets is None else brackets,
-                                  model=model)
+    scheduler = SuccessiveHalving(points.__getitem__, budgets_, eta=rungs.eta, direction=Direction.of(direction),
+                                  num_trials=num_trials,
+                                  brackets=len(budgets_) if rungs.brackets is None else rungs.brackets, model=model)
 
-    def run(search: Search) -> None:
+    def run_trials(search: Search) -> None:
         scheduler.restore(search.adopted)
-        search.run_async(scheduler, total=num_trials, num_workers=num_workers, budget=budget,
-                         max_parallel=max_parallel)
+        search.run_async(scheduler, total=num_trials, num_workers=rungs.num_workers, budget=budget,
+                         max_parallel=rungs.max_parallel)
 
-    return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, timeline=timeline,
-                      strategy=strategy,
-                      budget=budget, min_budget=min_budget, max_budget=max_budget, num_trials=num_trials,
-                      log_scale=list(log_scale or []))
+    request = SearchRequest.of(
+        replace(run, seed=seed), dict(boundary_dict), direction, optimization_key, strategy, resume=source,
+        record_fields={"budget": budget, "min_budget": rungs.min_budget, "max_budget": rungs.max_budget,
+                       "num_trials": num_trials, "log_scale": list(log_scale or [])})
+    return run_search(request, run_trials)
 
 
 def _check_workers(num_workers: int, max_parallel: int | None) -> None:
@@ -278,9 +298,10 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
     schedule reproducible from the seed alone. A resumed search draws as it did. `timeline` records each trial's
     spans and system samples, a part per rung it ran (timeline=False: off). Returns (logdir, best_params,
     best_return) of the best trial at the top rung."""
-    return _successive_halving("asha", 1, train_fn, boundary_dict, direction, budget, min_budget, max_budget, eta,
-                               num_trials, name, local_logdir, description, optimization_key, seed,
-                               versioned_resources, log_scale, num_workers, max_parallel, resume, sampler, timeline)
+    return _successive_halving(
+        "asha", RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
+        boundary_dict, direction, optimization_key, log_scale,
+        _Rungs(budget, min_budget, max_budget, eta, num_trials, 1, sampler, num_workers, max_parallel), resume)
 
 
 def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -293,10 +314,10 @@ def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direc
     """Asynchronous Hyperband: brackets of asha, bracket s starting its configurations at rung s (so the
     later brackets give fewer configurations more budget from the start); new configurations go to the
     brackets in turn. `brackets` defaults to one per rung. Otherwise as asha."""
-    return _successive_halving("hyperband", brackets, train_fn, boundary_dict,
-                               direction, budget, min_budget, max_budget, eta, num_trials, name, local_logdir,
-                               description, optimization_key, seed, versioned_resources, log_scale, num_workers,
-                               max_parallel, resume, sampler, timeline)
+    return _successive_halving(
+        "hyperband", RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
+        boundary_dict, direction, optimization_key, log_scale,
+        _Rungs(budget, min_budget, max_budget, eta, num_trials, brackets, sampler, num_workers, max_parallel), resume)
 
 
 def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -318,14 +339,16 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
     source, seed = previous_search(resume, sampler, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
     scheduler = ModelBased(space.Space.from_bounds(boundary_dict, log_scale or ()), direction=Direction.of(direction),
                            samples=samples, seed=seed, sampler=sampler, startup_trials=startup_trials)
-    def run(search: Search) -> None:
+
+    def run_trials(search: Search) -> None:
         scheduler.restore(search.adopted)
         search.run_async(scheduler, total=samples, num_workers=num_workers, max_parallel=max_parallel)
 
-    return run_search(train_fn, dict(boundary_dict), direction, optimization_key, name, description,
-                      versioned_resources, None, 3, local_logdir, run, seed=seed, resume=source, timeline=timeline,
-                      strategy=sampler,
-                      samples=samples, log_scale=list(log_scale or []))
+    request = SearchRequest.of(
+        RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
+        dict(boundary_dict), direction, optimization_key, sampler, resume=source,
+        record_fields={"samples": samples, "log_scale": list(log_scale or [])})
+    return run_search(request, run_trials)
 
 
 def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, layers: list[str] | None = None,
@@ -346,10 +369,11 @@ def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, la
         raise SearchSpaceError("an ablation study needs features or layers to leave out, e.g. features=['age']")
     _check_workers(num_workers, None)
 
-    def run(search: Search) -> None:
+    def run_trials(search: Search) -> None:
         search.run_async(PointList([dict(p) for p in points]), total=len(points), num_workers=num_workers)
         search.record_fields["ablation"] = search.ablation_table()
 
-    return run_search(train_fn, {"features": list(features or []), "layers": list(layers or [])}, direction,
-                      optimization_key, name, description, versioned_resources, None, 3, local_logdir, run,
-                      seed=seed, timeline=timeline, strategy="ablation")
+    request = SearchRequest.of(
+        RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
+        {"features": list(features or []), "layers": list(layers or [])}, direction, optimization_key, "ablation")
+    return run_search(request, run_trials)

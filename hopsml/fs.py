@@ -23,7 +23,10 @@ import stat as _stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from typing import IO, Any, TypeAlias
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -33,9 +36,88 @@ from hopsml.redact import redact_uri
 
 log = logging.getLogger(__name__)
 
+FileSystem: TypeAlias = pafs.FileSystem   # the filesystem a root is on (`Storage.fs`), for hops' hdfs.get_fs()
+
 _CHUNK = 8 << 20
 _OBJECT_STORES = frozenset({"s3", "gcs", "gs"})   # stores without folders or rename (by type name)
 MAX_NAME_BYTES = 255   # longest file or folder name local filesystems and HDFS accept
+
+
+class Kind(Enum):
+    """What a path is."""
+
+    FILE = "file"
+    DIRECTORY = "directory"
+    MISSING = "missing"
+
+
+_KINDS = {pafs.FileType.NotFound: Kind.MISSING, pafs.FileType.Directory: Kind.DIRECTORY}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the storage knows of one path: the path inside the filesystem (`Storage.relative` makes it
+    root-relative), what it is, its size (files) and its modification time. Storage's own type, so that no
+    caller depends on the filesystem library below it."""
+
+    path: str
+    kind: Kind
+    size: int | None = None
+    mtime_ns: int | None = None
+
+    @classmethod
+    def of(cls, info: pafs.FileInfo) -> Entry:
+        kind = _KINDS.get(info.type, Kind.FILE)
+        mtime_ns = info.mtime_ns if kind is not Kind.MISSING else None
+        return cls(info.path, kind, info.size if kind is Kind.FILE else None, mtime_ns)
+
+    @property
+    def exists(self) -> bool:
+        return self.kind is not Kind.MISSING
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind is Kind.FILE
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind is Kind.DIRECTORY
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path.rstrip("/"))
+
+    @property
+    def mtime(self) -> datetime | None:
+        """The modification time (UTC), when the store tells it."""
+        return datetime.fromtimestamp(self.mtime_ns / 1e9, timezone.utc) if self.mtime_ns is not None else None
+
+
+def source_tree(uri: str) -> tuple[FileSystem, str, str]:
+    """A tree outside the root (a folder of images to prepare): its filesystem, its path on it, and the prefix
+    that spells a path on it as a URI without options ('file:' locally, 's3://', 'hdfs://host:port').
+
+    >>> source_tree("/data/images")[1:]
+    ('/data/images', 'file:')
+    """
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri, "file:"
+    filesystem, base = pafs.FileSystem.from_uri(uri)
+    parts = urlsplit(uri)
+    host = parts.netloc.rsplit("@", 1)[-1]   # no user:password@ in the paths a dataset records
+    authority = "" if base.lstrip("/").startswith(host) else host  # s3: bucket/key
+    return filesystem, base.rstrip("/") or "/", f"{parts.scheme}://{authority}"
+
+
+def is_local(filesystem: FileSystem) -> bool:
+    """Whether `filesystem` is this machine's disk."""
+    return isinstance(filesystem, pafs.LocalFileSystem)
+
+
+def walk_tree(filesystem: FileSystem, base: str) -> list[Entry]:
+    """Everything below `base` on `filesystem`, as the store lists it (for remote trees: a local one is walked
+    without following links by its reader)."""
+    return [Entry.of(info) for info in filesystem.get_file_info(pafs.FileSelector(base, recursive=True))]
 
 
 def _store_kind(filesystem: pafs.FileSystem) -> str:
@@ -145,17 +227,17 @@ class Storage:
         return self.path(rel) if self.is_local else None
 
     # --- queries -------------------------------------------------------------------------------
-    def info(self, rel: str) -> pafs.FileInfo:
+    def info(self, rel: str) -> Entry:
         try:
-            return self.fs.get_file_info(self.path(rel))
+            return Entry.of(self.fs.get_file_info(self.path(rel)))
         except OSError as exc:
             raise self._unreachable("cannot reach", rel, exc) from exc
 
     def exists(self, rel: str) -> bool:
-        return self.info(rel).type != pafs.FileType.NotFound
+        return self.info(rel).exists
 
     def isdir(self, rel: str) -> bool:
-        return self.info(rel).type == pafs.FileType.Directory
+        return self.info(rel).is_dir
 
     def relative(self, path: str) -> str:
         """The root-relative path of a path inside the filesystem (as `path` and `walk` give them).
@@ -179,7 +261,7 @@ class Storage:
         root = os.path.realpath(self.path())
         return _within(root, os.path.realpath(local))
 
-    def walk(self, rel: str = "", recursive: bool = True) -> list[pafs.FileInfo]:
+    def walk(self, rel: str = "", recursive: bool = True) -> list[Entry]:
         """What the folder `rel` holds (every level with `recursive`), sorted by path; empty when
         `rel` is not a folder. Paths are inside the filesystem (`relative` makes them root-relative).
 
@@ -195,9 +277,9 @@ class Storage:
             infos = self.fs.get_file_info(selector)
         except OSError as exc:
             raise StorageError(f"cannot list {self.uri(rel)}: {exc}") from exc
-        return sorted(infos, key=lambda info: info.path)
+        return sorted((Entry.of(info) for info in infos), key=lambda entry: entry.path)
 
-    def _walk_local(self, rel: str, recursive: bool) -> list[pafs.FileInfo]:
+    def _walk_local(self, rel: str, recursive: bool) -> list[Entry]:
         """`walk` on a local root: real folders first, then folders reached through links, each
         real folder descended once (by its own path when it has one)."""
         root = os.path.realpath(self.path())
@@ -211,7 +293,7 @@ class Storage:
         seen: set[tuple[int, int]] = set()
         folders: list[tuple[str, tuple[int, int]]] = [(start, (st.st_dev, st.st_ino))]
         linked: list[tuple[str, tuple[int, int]]] = []
-        out: list[pafs.FileInfo] = []
+        out: list[Entry] = []
         while folders or linked:
             folder, key = folders.pop() if folders else linked.pop()
             if key in seen:
@@ -235,13 +317,12 @@ class Storage:
                 except OSError:
                     continue       # a broken link, or gone since the listing
                 if _stat.S_ISDIR(st.st_mode):
-                    out.append(pafs.FileInfo(path, pafs.FileType.Directory, mtime_ns=st.st_mtime_ns))
+                    out.append(Entry(path, Kind.DIRECTORY, mtime_ns=st.st_mtime_ns))
                     if recursive:
                         (linked if is_link else folders).append((path, (st.st_dev, st.st_ino)))
                 elif _stat.S_ISREG(st.st_mode):
-                    out.append(pafs.FileInfo(path, pafs.FileType.File, size=st.st_size,
-                                             mtime_ns=st.st_mtime_ns))
-        return sorted(out, key=lambda info: info.path)
+                    out.append(Entry(path, Kind.FILE, size=st.st_size, mtime_ns=st.st_mtime_ns))
+        return sorted(out, key=lambda entry: entry.path)
 
     def ls(self, rel: str = "", recursive: bool = False) -> list[str]:
         """Root-relative paths below `rel`, sorted; empty when `rel` does not exist (see `walk`)."""
@@ -466,16 +547,16 @@ class Storage:
         on the server where the store can (HDFS, S3). Existing files at `dst` are replaced."""
         info = self.info(src)
         try:
-            if info.type == pafs.FileType.File:
+            if info.is_file:
                 self.makedirs(posixpath.dirname(dst.strip("/")))
                 self.fs.copy_file(self.path(src), self.path(dst))
                 return
-            if info.type != pafs.FileType.Directory:
+            if not info.is_dir:
                 raise StorageError(f"cannot copy {self.uri(src)}: it does not exist")
             self.makedirs(dst)
             for child in self.walk(src, recursive=True):
                 target = posixpath.join(dst.strip("/"), child.path[len(self.path(src)) + 1:])
-                if child.type == pafs.FileType.Directory:
+                if child.is_dir:
                     self.makedirs(target)
                 else:
                     self.fs.copy_file(child.path, self.path(target))

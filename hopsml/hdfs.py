@@ -32,11 +32,9 @@ from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-import pyarrow.fs as pafs
-
 from hopsml import config, hdfs_file, layout, skeleton
 from hopsml.errors import HopsmlError, ResourceNotFoundError, StorageError
-from hopsml.fs import Storage
+from hopsml.fs import Entry, FileSystem, Storage
 from hopsml.redact import redact_uri
 from hopsml.tracking import run_context
 
@@ -159,9 +157,9 @@ def _resolve(path: Any, project: str | None = None) -> tuple[Storage, str]:
     return storage, rel
 
 
-def _require(storage: Storage, rel: str, original: Any) -> pafs.FileInfo:
+def _require(storage: Storage, rel: str, original: Any) -> Entry:
     info = storage.info(rel)
-    if info.type == pafs.FileType.NotFound:
+    if not info.exists:
         given, where = _text(original), storage.uri(rel)
         looked = "" if given.rstrip("/") == where else f" (looked for {where})"
         raise PathNotFoundError(f"{given!r} does not exist{looked}; check the path with hdfs.ls() on its folder")
@@ -222,13 +220,13 @@ def get_plain_path(abs_path: str) -> str:
     return storage.path(rel)
 
 
-def get_fs() -> pafs.FileSystem:
+def get_fs() -> FileSystem:
     """The root's pyarrow filesystem; address files in it with `get_plain_path(path)`."""
     storage, _ = _context()
     return storage.fs
 
 
-def get() -> pafs.FileSystem:
+def get() -> FileSystem:
     """hops' handle on the filesystem (pydoop's there): here the root's pyarrow filesystem, as `get_fs()`."""
     return get_fs()
 
@@ -264,7 +262,7 @@ def isdir(hdfs_path: str, project: str | None = None) -> bool:
 def isfile(hdfs_path: str, project: str | None = None) -> bool:
     """True when the path is a file (False when it is a folder or missing)."""
     storage, rel = _resolve(hdfs_path, project)
-    return storage.info(rel).type == pafs.FileType.File
+    return storage.info(rel).is_file
 
 
 @dataclass(frozen=True)
@@ -291,9 +289,9 @@ class StatResult:
         return self.st_mtime
 
 
-def _stat_of(storage: Storage, info: pafs.FileInfo) -> StatResult:
+def _stat_of(storage: Storage, info: Entry) -> StatResult:
     rel = _inside(info.path, storage.path()) or ""
-    is_dir = info.type == pafs.FileType.Directory
+    is_dir = info.is_dir
     kind = "directory" if is_dir else "file"
     local = storage.local_path(rel)
     if local is not None:
@@ -312,19 +310,19 @@ def stat(hdfs_path: str, project: str | None = None) -> StatResult:
     return _stat_of(storage, _require(storage, rel, hdfs_path))
 
 
-def _children(storage: Storage, rel: str, recursive: bool) -> list[pafs.FileInfo]:
+def _children(storage: Storage, rel: str, recursive: bool) -> list[Entry]:
     return storage.walk(rel, recursive)
 
 
-def _listing(hdfs_path: str, recursive: bool, project: str | None) -> tuple[Storage, list[pafs.FileInfo]]:
+def _listing(hdfs_path: str, recursive: bool, project: str | None) -> tuple[Storage, list[Entry]]:
     storage, rel = _resolve(hdfs_path, project)
     info = _require(storage, rel, hdfs_path)
-    if info.type != pafs.FileType.Directory:
+    if not info.is_dir:
         return storage, [info]
     return storage, _children(storage, rel, recursive)
 
 
-def _uri_of(storage: Storage, info: pafs.FileInfo) -> str:
+def _uri_of(storage: Storage, info: Entry) -> str:
     return storage.uri(_inside(info.path, storage.path()) or "")
 
 
@@ -376,13 +374,13 @@ def glob(hdfs_path: str, recursive: bool = False, project: str | None = None) ->
         for folder in matches:
             if not _WILDCARDS & set(part):
                 child = layout.join(folder, part) if folder else part
-                kind = storage.info(child).type
-                if kind == pafs.FileType.Directory or (last and kind == pafs.FileType.File):
+                entry = storage.info(child)
+                if entry.is_dir or (last and entry.is_file):
                     found.append(child)
                 continue
             for info in _children(storage, folder, False):
                 if fnmatch.fnmatchcase(posixpath.basename(info.path), part) and (
-                        last or info.type == pafs.FileType.Directory):
+                        last or info.is_dir):
                     found.append(_inside(info.path, storage.path()) or "")
         matches = found
     return sorted(storage.uri(m) for m in matches)
@@ -392,7 +390,7 @@ def glob(hdfs_path: str, recursive: bool = False, project: str | None = None) ->
 def load(hdfs_path: str, project: str | None = None) -> bytes:
     """The whole content of a file, as bytes (decode text yourself, as with hops)."""
     storage, rel = _resolve(hdfs_path, project)
-    if _require(storage, rel, hdfs_path).type == pafs.FileType.Directory:
+    if _require(storage, rel, hdfs_path).is_dir:
         raise InvalidPathError(f"cannot load {storage.uri(rel)}: it is a folder; hdfs.ls() lists it")
     return storage.read_bytes(rel)
 
@@ -432,7 +430,7 @@ def open_file(hdfs_path: str, project: str | None = None, flags: str = "r", buff
         raise ValueError(f"open_file flags must be 'r', 'w' or 'a', with 'b' or 't', not {flags!r}")
     storage, rel = _resolve(hdfs_path, project)
     if kind == "r":
-        if _require(storage, rel, hdfs_path).type == pafs.FileType.Directory:
+        if _require(storage, rel, hdfs_path).is_dir:
             raise InvalidPathError(f"cannot open {storage.uri(rel)}: it is a folder")
     elif storage.isdir(rel):
         raise PathExistsError(f"cannot open {storage.uri(rel)} for writing: it is a folder")
@@ -452,7 +450,7 @@ def open_file(hdfs_path: str, project: str | None = None, flags: str = "r", buff
 def mkdir(hdfs_path: str, project: str | None = None) -> None:
     """Create a folder and its parents (nothing happens when it exists)."""
     storage, rel = _resolve(hdfs_path, project)
-    if storage.info(rel).type == pafs.FileType.File:
+    if storage.info(rel).is_file:
         raise PathExistsError(f"cannot create folder {storage.uri(rel)}: a file has that name")
     storage.makedirs(rel)
 
@@ -474,7 +472,7 @@ def delete(hdfs_path: str, recursive: bool = False) -> None:
     """Remove a file or an empty folder (any folder with `recursive`)."""
     storage, rel = _resolve(hdfs_path)
     info = _require(storage, rel, hdfs_path)
-    if info.type == pafs.FileType.Directory and not recursive and storage.ls(rel):
+    if info.is_dir and not recursive and storage.ls(rel):
         raise PathExistsError(f"cannot delete {storage.uri(rel)}: the folder is not empty; pass recursive=True")
     _remove(storage, rel)
 
@@ -539,7 +537,7 @@ def copy_to_hdfs(local_path: str, relative_hdfs_path: str = "", overwrite: bool 
     if not os.path.exists(local):
         raise PathNotFoundError(f"cannot copy {_text(local_path)!r}: no such local file or folder ({local})")
     storage, folder = _resolve(relative_hdfs_path, project)
-    if storage.info(folder).type == pafs.FileType.File:
+    if storage.info(folder).is_file:
         raise PathExistsError(f"copy_to_hdfs copies into a folder, but {storage.uri(folder)} is a file; "
                               "give the folder that should hold it")
     target = layout.join(folder, os.path.basename(local.rstrip(os.sep))) if folder else os.path.basename(local)
@@ -576,7 +574,7 @@ def copy_to_local(hdfs_path: str, local_path: str = "", overwrite: bool = False,
     os.makedirs(folder, exist_ok=True)
     name = posixpath.basename(storage.path(rel).rstrip("/"))
     local = os.path.join(folder, name)
-    is_dir = info.type == pafs.FileType.Directory
+    is_dir = info.is_dir
     if os.path.lexists(local):
         if not overwrite and not is_dir and os.path.isfile(local) and os.path.getsize(local) == info.size:
             _log.info("%s is already in %s with the same size; not copied (overwrite=True copies)", name, folder)
@@ -596,7 +594,7 @@ def copy_to_local(hdfs_path: str, local_path: str = "", overwrite: bool = False,
         for child in _children(storage, rel, True):
             sub = child.path[len(storage.path(rel)) + 1:]
             target = os.path.join(local, *sub.split("/"))
-            if child.type == pafs.FileType.Directory:
+            if child.is_dir:
                 os.makedirs(target, exist_ok=True)
             else:
                 storage.download(layout.join(rel, sub), target)
@@ -612,7 +610,7 @@ def add_module(hdfs_path: str, project: str | None = None) -> str:
     process that goes on `sys.path` (as hops did); returns that copy's path."""
     storage, rel = _resolve(hdfs_path, project)
     info = _require(storage, rel, hdfs_path)
-    if info.type == pafs.FileType.File and not rel.endswith(".py"):
+    if info.is_file and not rel.endswith(".py"):
         raise InvalidPathError(f"add_module takes a .py file or a package folder, not {storage.uri(rel)}")
     folder = _modules_folder()
     local = copy_to_local(hdfs_path, folder, overwrite=True, project=project)

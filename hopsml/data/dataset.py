@@ -29,8 +29,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from hopsml import config, layout
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
@@ -226,10 +224,8 @@ class StaleStaging:
                 "of a data job that was killed")
 
 
-def _epoch(mtime: Any) -> float | None:
-    if mtime is None:
-        return None
-    return mtime.timestamp() if isinstance(mtime, _dt.datetime) else float(mtime)
+def _epoch(mtime: _dt.datetime | None) -> float | None:
+    return mtime.timestamp() if mtime is not None else None
 
 
 def stale_staging(storage: Storage, project: str, lost_after_s: float, now: float | None = None
@@ -252,7 +248,7 @@ def stale_staging(storage: Storage, project: str, lost_after_s: float, now: floa
             if beat is None or now - beat > lost_after_s:
                 found.append(StaleStaging(rel, storage.uri(rel), 0, 0, None if beat is None else now - beat))
             continue
-        files = [info for info in storage.walk(rel) if info.type == pafs.FileType.File]
+        files = [info for info in storage.walk(rel) if info.is_file]
         beat = last_beat(storage, rel + HEARTBEAT) if rel + HEARTBEAT in entries else None
         times = [beat] if beat is not None else [t for t in (_epoch(i.mtime) for i in files) if t is not None]
         if not times and (own := _epoch(storage.info(rel).mtime)) is not None:

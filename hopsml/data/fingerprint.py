@@ -30,8 +30,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
 
@@ -93,7 +91,7 @@ def split_files(storage: Storage, dataset_path: str, manifest: Mapping[str, Any]
         base = posixpath.join(dataset_path, folder)
         for info in storage.walk(base):
             rel = storage.relative(info.path)
-            if info.type != pafs.FileType.File or posixpath.basename(rel).startswith("."):
+            if not info.is_file or posixpath.basename(rel).startswith("."):
                 continue
             size = int(info.size or 0)
             files[posixpath.relpath(rel, dataset_path)] = {"size": size, "sha256": file_digest(storage, rel, size)}

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urlsplit
 
-from hopsml import config
+from hopsml import config, fs
 from hopsml.cluster import preflight
 from hopsml.data import dataset as ds
 from hopsml.data import pixels
@@ -215,16 +215,7 @@ def _source_base(src: str) -> str:
 def _source_filesystem(src: str) -> tuple[Any, str, str]:
     """The filesystem of a source tree, the tree's path on it, and the prefix that spells a path
     on it as a URI without options: 'file:' locally, 's3://', 'hdfs://host:port'."""
-    import pyarrow.fs as pafs
-
-    uri = source_uri(src)
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), uri, "file:"
-    filesystem, base = pafs.FileSystem.from_uri(uri)
-    parts = urlsplit(uri)
-    host = parts.netloc.rsplit("@", 1)[-1]   # no user:password@ in the paths a dataset records
-    authority = "" if base.lstrip("/").startswith(host) else host  # s3: bucket/key
-    return filesystem, base.rstrip("/") or "/", f"{parts.scheme}://{authority}"
+    return fs.source_tree(source_uri(src))
 
 
 class _SourceFiles:
@@ -497,25 +488,23 @@ def scan_images(src: str, glob: str = DEFAULT_GLOB) -> ImageListing:
     would skip), with paths spelled as Spark spells them (``file:/...`` locally), and what was
     skipped. On a local disk no symbolic link is followed, so a link loop or a link out of the
     tree adds nothing, and a file with several names is listed once."""
-    import pyarrow.fs as pafs
-
     try:
         filesystem, base, prefix = _source_filesystem(src)
     except (OSError, ValueError) as exc:
         raise ds.DatasetError(f"cannot open {redact_uri(src)!r}: {exc}") from exc
     patterns = _expand_braces(glob)
-    if isinstance(filesystem, pafs.LocalFileSystem):
+    if fs.is_local(filesystem):
         if not os.path.isdir(base):
             raise ds.DatasetError(f"cannot list {redact_uri(src)!r}: no such folder; give a folder of "
                                   "label folders")
         return _scan_local(base, patterns, src)
     try:
-        infos = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
+        infos = fs.walk_tree(filesystem, base)
     except (OSError, ValueError) as exc:
         raise ds.DatasetError(f"cannot list {redact_uri(src)!r}: {exc}; give a folder of label folders") from exc
     listing, skipped = ImageListing(), Counter[str]()
     for info in infos:
-        if info.type != pafs.FileType.File:
+        if not info.is_file:
             continue
         parts = posixpath.relpath(info.path, base).split("/")
         if any(part.startswith((".", "_")) for part in parts):  # Spark skips hidden files too

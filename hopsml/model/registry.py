@@ -24,8 +24,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from hopsml import config, layout
 from hopsml.errors import ModelError, StorageError
 from hopsml.fs import Storage
@@ -297,7 +295,7 @@ def _session_experiment(storage: Storage, project: str, local: str) -> dict[str,
         wanted.setdefault(os.path.getsize(path), []).append(path)
     digests: dict[str, str] = {}
     for info in storage.walk(exp_dir.path):
-        if info.type != pafs.FileType.File or info.size not in wanted:
+        if not info.is_file or info.size not in wanted:
             continue  # only files of the same size are worth reading
         with storage.open_input(storage.relative(info.path)) as theirs:
             digest = _digest(theirs)
@@ -351,8 +349,8 @@ def _copy_in(storage: Storage, local: str | None, rel: str | None, stage: str) -
 
 def _file_list(storage: Storage, stage: str) -> list[dict[str, Any]]:
     base = storage.path(stage)
-    return sorted(({"path": posixpath.relpath(i.path, base), "size": int(i.size)} for i in storage.walk(stage)
-                   if i.type == pafs.FileType.File), key=lambda f: f["path"])
+    return sorted(({"path": posixpath.relpath(i.path, base), "size": int(i.size or 0)} for i in storage.walk(stage)
+                   if i.is_file), key=lambda f: f["path"])
 
 
 def _next_version(storage: Storage, project: str, name: str) -> int:

@@ -21,6 +21,7 @@ from hopsml.launcher.messages import RankReport
 from hopsml.launcher.rank import CollectiveRank, RankFramework, barrier_task
 from hopsml.layout import ExperimentDir
 from hopsml.runs import blame, rerun
+from hopsml.runs.request import RunRequest
 from hopsml.runs.search import Search
 from hopsml.runs.start import Start, check_function, ship
 from hopsml.search.space import Direction
@@ -58,32 +59,31 @@ def executions(args: dict[str, Any]) -> list[dict[str, Any]] | None:
     return [{k: (v[i] if k in lists else v) for k, v in args.items()} for i in range(count)]
 
 
-def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, name: str, local_logdir: bool,
-           description: str | None, metric_key: str | None,
-           versioned_resources: list[str] | None, seed: int | None = None, timeline: bool = True) -> tuple[str, Any]:
+def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, Any]:
     """experiment.launch: one task (or one per execution of list arguments), each in a child process; with
     `timeline`, the single task records its timeline and system metrics (the executions of the list form run as
     a search's trials)."""
-    args = rerun.arguments(name, train_fn, check_function(train_fn, args_dict, name, versioned_resources))
+    train_fn, name, metric_key = request.train_fn, request.name, request.metric_key
+    args = rerun.arguments(name, train_fn, check_function(train_fn, args_dict, name, request.versioned_resources))
     runs = executions(args)
     ship(train_fn, args)
-    start = Start.of(config.load(), train_fn, seed)
+    start = Start.of(config.load(), train_fn, request.seed)
     sc = start.spark()
-    run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
-                          description=description, metric_key=metric_key, hyperparameters=args,
-                          type=ExperimentType.EXPERIMENT.value, executors=len(runs) if runs else 1)
+    run = start.start_run(sc, request, hyperparameters=args, type=ExperimentType.EXPERIMENT.value,
+                          executors=len(runs) if runs else 1)
     log.info("experiment %s started: %s", run.id, run.logdir)
     with run:
         if runs is not None:
-            return run.logdir, _run_executions(sc, start, run, train_fn, runs, metric_key, local_logdir)
+            return run.logdir, _run_executions(sc, start, run, request, runs)
         monitor = StageMonitor()
         channel = open_channel(sc, monitor, start.network)
-        spec = start.spec(run.dir.path, channel, local_logdir=bool(local_logdir))
+        spec = start.spec(run.dir.path, channel, local_logdir=bool(request.local_logdir))
+        timeline = bool(request.timeline)
 
         def one_task(_: Iterator[int]) -> Iterator[dict[str, Any]]:
             # in a child process, as trials are: a function that ends its process is a FAILED run with the cause
             yield ChildRank(train_fn, spec, kwargs=args, rank=0, world_size=1, write_metrics=True,
-                            native_output=True, timeline=bool(timeline)).wait()
+                            native_output=True, timeline=timeline).wait()
 
         try:
             collected = run_stage(sc, one_task, 1, job_group=run.id, checks=start.checks,
@@ -99,12 +99,12 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None, *, na
     return run.logdir, report.result
 
 
-def _run_executions(sc: Any, start: Start, run: ExperimentRun, train_fn: Callable[..., Any],
-                    runs: list[dict[str, Any]], metric_key: str | None, local_logdir: bool) -> list[dict[str, Any]]:
+def _run_executions(sc: Any, start: Start, run: ExperimentRun, request: RunRequest,
+                    runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """launch's list form: every execution in parallel, each in its own folder with its record."""
-    search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed,
-                    optimization_key=metric_key or "metric",
-                    direction=Direction.MAX, local_logdir=bool(local_logdir), metric_required=False,
+    search = Search(sc, run, request.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+                    optimization_key=request.metric_key or "metric",
+                    direction=Direction.MAX, local_logdir=bool(request.local_logdir), metric_required=False,
                     unit="execution")
     trials = search.run_batch(runs, len(runs))
     search.close_progress()
@@ -147,25 +147,21 @@ def collective_ranks(train_fn: Callable[[], Any], *, workers: int, gpus: int, ti
     return Ranks(workers, gpus, "allreduce", framework, (end_rank_group,), bool(timeline))
 
 
-def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ranks, *, name: str,
-              description: str | None, metric_key: str | None, versioned_resources: list[str] | None,
-              local_logdir: bool, retries: int = 0, resume: str | None = None, seed: int | None = None,
-              **fields: Any) -> tuple[str, dict[str, Any]]:
+def run_ranks(request: RunRequest, settings: config.Settings, ranks: Ranks, *, retries: int = 0,
+              resume: str | None = None, **fields: Any) -> tuple[str, dict[str, Any]]:
     """What every distributed verb shares: checks, the record, a barrier stage (again, up to `retries`
     times, when a rank died), rank 0's result (`fields` go into the finished record)."""
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise HopsmlError(f"retries must be 0 or more, got {retries!r}")
-    check_function(train_fn, None, name, versioned_resources)
+    check_function(request.train_fn, None, request.name, request.versioned_resources)
     if ranks.gpus < 0:
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {ranks.gpus}")
-    ship(train_fn)
-    start = Start.of(settings, train_fn, seed)
+    ship(request.train_fn)
+    start = Start.of(settings, request.train_fn, request.seed)
     sc = start.spark()
     check_barrier_stage(sc, ranks.workers, ranks.gpus)
     source = resume_source(start.storage, settings.project, resume) if resume else None
-    run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
-                          description=description, metric_key=metric_key,
-                          type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=ranks.workers,
+    run = start.start_run(sc, request, type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=ranks.workers,
                           gpus_per_executor=ranks.gpus)
     log.info("distributed experiment %s started with %d ranks: %s", run.id, ranks.workers, run.logdir)
     late_after_s = start.snapshot.late_rank_s
@@ -176,8 +172,8 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
             log.info("experiment %s resumes from step %s of %s", run.id, step, source.id)
         for attempt in range(1, retries + 2):
             reports, failures, monitor = barrier_attempt(
-                sc, start, run, ranks, local_logdir=local_logdir, late_after_s=late_after_s,
-                description=f"hopsml {ranks.kind} '{name}' ({run.id}, {ranks.workers} ranks)")
+                sc, start, run, ranks, local_logdir=request.local_logdir, late_after_s=late_after_s,
+                description=f"hopsml {ranks.kind} '{request.name}' ({run.id}, {ranks.workers} ranks)")
             if monitor.late:
                 raise blame.late_ranks(monitor.late, monitor.finished, run, late_after_s)
             if not failures:
@@ -192,7 +188,7 @@ def run_ranks(train_fn: Callable[..., Any], settings: config.Settings, ranks: Ra
                       else {"timeline": {"enabled": False}})
         by_rank = {r.rank: r for r in reports if r.rank is not None}
         result = by_rank[0].result
-        run.finish(metric=metric_of(result, metric_key), results=[by_rank[r].result for r in sorted(by_rank)],
+        run.finish(metric=metric_of(result, request.metric_key), results=[by_rank[r].result for r in sorted(by_rank)],
                    seeds=by_rank[0].seeded, **fields)
     return run.logdir, result
 

@@ -34,9 +34,10 @@ from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.net import Network
 from hopsml.progress import progress_bar
 from hopsml.runs import blame
+from hopsml.runs.request import SearchRequest
 from hopsml.runs.slots import SlotTasks, carries_exactly
 from hopsml.runs.start import Start, check_function, ship
-from hopsml.search.early_stopping import RULES, MedianStoppingRule
+from hopsml.search.early_stopping import MedianStoppingRule
 from hopsml.search.evolution import DifferentialEvolution, Member
 from hopsml.search.scheduler import Job, Scheduler
 from hopsml.search.space import Direction, SearchSpaceError
@@ -680,35 +681,27 @@ def _as_recorded(params: dict[str, Any]) -> Any:
     return json.loads(json.dumps(params, default=str))
 
 
-def run_search(train_fn: Callable[..., Any], space_description: dict[str, Any], direction: Direction | str,
-               optimization_key: str, name: str, description: str | None, versioned_resources: list[str] | None,
-               early_stopping: str | None, early_stopping_min_steps: int, local_logdir: bool,
-               batches: Callable[[Search], Any], seed: int | None = None, resume: ExperimentDir | None = None,
-               timeline: bool = True, **record_fields: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """What every search verb shares: checks, the experiment record, the trials, the best result."""
-    check_function(train_fn, None, name, versioned_resources)
-    if not isinstance(optimization_key, str) or not optimization_key:
-        raise SearchSpaceError(f"optimization_key must name the metric to optimise, got {optimization_key!r}")
-    goal = Direction.of(direction)
-    if early_stopping not in (None, *RULES):
-        raise SearchSpaceError(f"early_stopping must be one of {', '.join(RULES)} or None, not {early_stopping!r}")
-    rule = MedianStoppingRule(goal, min_steps=early_stopping_min_steps) if early_stopping else None
-    ship(train_fn)
-    start = Start.of(config.load(), train_fn, seed)
+def run_search(request: SearchRequest, batches: Callable[[Search], Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What every search verb shares: checks, the experiment record, the trials (`batches` runs them on the
+    Search, in batches or through a Scheduler), the best result."""
+    asked = request.run
+    check_function(asked.train_fn, None, asked.name, asked.versioned_resources)
+    ship(asked.train_fn)
+    start = Start.of(config.load(), asked.train_fn, asked.seed)
     sc = start.spark()
-    run = start.start_run(sc, train_fn, name=name, versioned_resources=versioned_resources,
-                          description=description, type=ExperimentType.PARALLEL_EXPERIMENTS.value,
-                          hyperparameters=space_description, direction=goal.value, optimization_key=optimization_key,
-                          metric_key=optimization_key, executors=sc.defaultParallelism)
+    run = start.start_run(sc, asked, type=ExperimentType.PARALLEL_EXPERIMENTS.value, hyperparameters=request.space,
+                          direction=request.direction.value, optimization_key=request.optimization_key,
+                          metric_key=request.optimization_key, executors=sc.defaultParallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, train_fn, start.snapshot, checks=start.checks, seed=start.seed,
-                        optimization_key=optimization_key, direction=goal,
-                        early_stopping=rule, local_logdir=bool(local_logdir), timeline=bool(timeline))
-        if resume is not None:
-            search.adopt(resume)
+        search = Search(sc, run, asked.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+                        optimization_key=request.optimization_key, direction=request.direction,
+                        early_stopping=request.stopping_rule(), local_logdir=bool(asked.local_logdir),
+                        timeline=bool(asked.timeline))
+        if request.resume is not None:
+            search.adopt(request.resume)
         batches(search)
-        best = search.conclude(**record_fields)
+        best = search.conclude(strategy=request.strategy, **request.record_fields)
     return run.logdir, best.params, best.outputs
 
 

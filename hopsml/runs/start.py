@@ -20,6 +20,7 @@ from hopsml.launcher.driver import check_shippable, ship_by_value
 from hopsml.launcher.spec import TaskSpec
 from hopsml.net import Network
 from hopsml.runs import rerun
+from hopsml.runs.request import RunRequest
 from hopsml.tracking.record import ExperimentRun
 
 
@@ -48,12 +49,14 @@ class Start:
         """The SparkContext (started with these settings when none runs)."""
         return session.get_or_create(self.settings).sparkContext
 
-    def start_run(self, sc: Any, train_fn: Callable[..., Any], *, name: str,
-                  versioned_resources: Iterable[str] | None, **fields: Any) -> ExperimentRun:
-        """Claim the run directory and write the RUNNING record."""
-        fields.update(rerun.link(self.storage, self.settings.project, name, train_fn))  # rerun_of, in a rerun
-        return ExperimentRun.start(self.storage, self.settings.project, sc.applicationId, name=name, fn=train_fn,
-                                   versioned_resources=versioned_resources, heartbeat_s=self.snapshot.heartbeat_s,
+    def start_run(self, sc: Any, request: RunRequest, **fields: Any) -> ExperimentRun:
+        """Claim the run directory and write the RUNNING record (`fields` go into it, over the request's)."""
+        fields = {"description": request.description, "metric_key": request.metric_key, **fields}
+        # rerun_of, in a rerun
+        fields.update(rerun.link(self.storage, self.settings.project, request.name, request.train_fn))
+        return ExperimentRun.start(self.storage, self.settings.project, sc.applicationId, name=request.name,
+                                   fn=request.train_fn, versioned_resources=request.versioned_resources,
+                                   heartbeat_s=self.snapshot.heartbeat_s,
                                    user=self.snapshot.user, spark_conf=dict(sc.getConf().getAll()),
                                    spark_version=sc.version, modules=self.checks.modules,
                                    python_environment=shipping.describe(packed=session.shipped()), seed=self.seed,

@@ -38,12 +38,11 @@ def beat(storage: Storage, rel: str) -> None:
 def last_beat(storage: Storage, rel: str) -> float | None:
     """When the heartbeat at `rel` was last written (seconds since the epoch), or None without one."""
     info = storage.info(rel)
-    if info.type.name != "File":
+    if not info.is_file:
         return None
     times = []
     if info.mtime is not None:
-        mtime = info.mtime if isinstance(info.mtime, datetime) else datetime.fromtimestamp(info.mtime, timezone.utc)
-        times.append(mtime.timestamp())
+        times.append(info.mtime.timestamp())
     try:
         stamp = json.loads(storage.read_bytes(rel)).get("time")
         if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):

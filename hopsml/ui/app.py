@@ -15,7 +15,6 @@ import mimetypes
 import posixpath
 from typing import Any
 
-import pyarrow.fs as pafs
 from flask import Flask, Response, jsonify, render_template, request, url_for
 
 from hopsml import config, layout
@@ -200,7 +199,7 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
 
     def _send(rel: str) -> Response:
         info = storage.info(views.check_inside(storage, rel))
-        if info.type != pafs.FileType.File:
+        if not info.is_file:
             raise views.NotFound(f"no file {rel.rsplit('/', 1)[-1]!r} here")
         name = posixpath.basename(rel)
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"

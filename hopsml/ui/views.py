@@ -14,8 +14,6 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from hopsml import layout
 from hopsml.data import dataset as ds
 from hopsml.data import fingerprint
@@ -139,14 +137,14 @@ def list_files(storage: Storage, folder: str) -> list[FileEntry]:
     """Every file below `folder`, relative to it, sorted."""
     base = storage.path(folder)
     return sorted((FileEntry(posixpath.relpath(i.path, base), int(i.size or 0)) for i in storage.walk(folder)
-                   if i.type == pafs.FileType.File), key=lambda f: f.rel)
+                   if i.is_file), key=lambda f: f.rel)
 
 
 def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int = TAIL_BYTES) -> tuple[str, int]:
     """(text, end offset) of a growing file: from `offset`, or its last `limit` bytes when None.
     A file that does not exist (yet) reads as empty."""
     info = storage.info(check_inside(storage, rel))
-    if info.type != pafs.FileType.File:
+    if not info.is_file:
         return "", 0
     size = int(info.size or 0)
     start = max(size - limit, 0) if offset is None else min(max(offset, 0), size)
