@@ -400,6 +400,23 @@ class Storage:
             raise
         self._replace(tmp, final)  # from here on the new content is complete: never deleted
 
+    @contextmanager
+    def aside(self, rel: str) -> Iterator[str]:
+        """A local path beside `rel` (a local root) for a writer that wants a path, not a stream (Parquet's,
+        TFRecord's): the file written there is put in place of `rel` by one rename when the block completes,
+        and removed when it fails, so a reader never sees half a file."""
+        local = self.local_path(rel)
+        if local is None:
+            raise StorageError(f"{self.uri(rel)} is not on a local disk: write it with open(rel, 'wb')")
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        tmp = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.tmp-{uuid.uuid4().hex}")
+        try:
+            yield tmp
+            os.replace(tmp, local)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
     def _replace(self, tmp: str, final: str) -> None:
         """Put the complete file `tmp` in place of `final`, never deleting `final` first."""
         kind = _store_kind(self.fs)

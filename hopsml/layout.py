@@ -399,3 +399,75 @@ class ServingDir:
 def servings_dir(project: str) -> str:
     """`Serving/`: one folder per serving of the project."""
     return join(project_dir(project), SERVING)
+
+
+# --- a dataset's folder (Datasets/<name>/), as the data jobs write it --------------------------------------
+
+DATASET_MANIFEST = "dataset.json"
+DATASET_SUCCESS = "_SUCCESS"
+DATASET_LABELS = "labels.json"
+DATASET_TRANSFORM = "transform.json"
+DATASET_STATS_JSON = "stats.json"
+DATASET_STATS_HTML = "stats.html"
+DATASET_REJECTED = "_rejected"
+DATASET_PARTS = "_parts"
+DATASET_PARQUET = "parquet"
+DATASET_TFRECORD = "tfrecord"
+DATASET_STAGING = ".staging-"      # in the hidden name of a job's staging folder: .<name>.staging-<id>
+DATASET_HEARTBEAT = ".heartbeat"   # suffix of the staging folder's heartbeat file beside it
+
+
+@dataclass(frozen=True)
+class DatasetDir:
+    """The files of one dataset folder, relative to the root."""
+
+    path: str
+
+    @classmethod
+    def of(cls, project: str, name: str) -> DatasetDir:
+        return cls(dataset_dir(project, name))
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    def file(self, name: str) -> str:
+        return join(self.path, name)
+
+    @property
+    def manifest(self) -> str:
+        return self.file(DATASET_MANIFEST)
+
+    @property
+    def success(self) -> str:
+        return self.file(DATASET_SUCCESS)
+
+    @property
+    def labels(self) -> str:
+        return self.file(DATASET_LABELS)
+
+    @property
+    def transform(self) -> str:
+        return self.file(DATASET_TRANSFORM)
+
+    @property
+    def stats_json(self) -> str:
+        return self.file(DATASET_STATS_JSON)
+
+    @property
+    def stats_html(self) -> str:
+        return self.file(DATASET_STATS_HTML)
+
+    @property
+    def rejected(self) -> str:
+        return self.file(DATASET_REJECTED)
+
+    @property
+    def parts(self) -> str:
+        return self.file(DATASET_PARTS)
+
+    def parquet(self, split: str) -> str:
+        return join(self.path, DATASET_PARQUET, validate_name(split, "split name"))
+
+    def tfrecord(self, split: str) -> str:
+        return join(self.path, DATASET_TFRECORD, validate_name(split, "split name"))

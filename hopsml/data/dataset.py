@@ -32,23 +32,15 @@ from typing import Any
 from hopsml import config, layout
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
+from hopsml.layout import DATASET_HEARTBEAT as HEARTBEAT
+from hopsml.layout import DATASET_STAGING as STAGING
+from hopsml.layout import DATASET_SUCCESS as SUCCESS
+from hopsml.layout import DatasetDir
 from hopsml.tracking.heartbeat import Heartbeat, age_text, last_beat
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-MANIFEST = "dataset.json"
-SUCCESS = "_SUCCESS"
-LABELS = "labels.json"
-TRANSFORM = "transform.json"
-STATS_JSON = "stats.json"
-STATS_HTML = "stats.html"
-REJECTED = "_rejected"
-PARTS = "_parts"
-PARQUET = "parquet"
-TFRECORD = "tfrecord"
-STAGING = ".staging-"        # in the hidden name of a job's staging folder: .<name>.staging-<id>
-HEARTBEAT = ".heartbeat"     # suffix of the staging folder's heartbeat file beside it
 
 
 class DatasetError(HopsmlError, ValueError):
@@ -65,62 +57,6 @@ class DatasetExistsError(DatasetError):
 
 class RejectedInputError(DatasetError):
     """strict=True and some input was rejected; nothing was committed."""
-
-
-@dataclass(frozen=True)
-class DatasetDir:
-    """The files of one dataset folder, relative to the root."""
-
-    path: str
-
-    @classmethod
-    def of(cls, project: str, name: str) -> DatasetDir:
-        return cls(layout.dataset_dir(project, name))
-
-    @property
-    def name(self) -> str:
-        return posixpath.basename(self.path)
-
-    def file(self, name: str) -> str:
-        return layout.join(self.path, name)
-
-    @property
-    def manifest(self) -> str:
-        return self.file(MANIFEST)
-
-    @property
-    def success(self) -> str:
-        return self.file(SUCCESS)
-
-    @property
-    def labels(self) -> str:
-        return self.file(LABELS)
-
-    @property
-    def transform(self) -> str:
-        return self.file(TRANSFORM)
-
-    @property
-    def stats_json(self) -> str:
-        return self.file(STATS_JSON)
-
-    @property
-    def stats_html(self) -> str:
-        return self.file(STATS_HTML)
-
-    @property
-    def rejected(self) -> str:
-        return self.file(REJECTED)
-
-    @property
-    def parts(self) -> str:
-        return self.file(PARTS)
-
-    def parquet(self, split: str) -> str:
-        return layout.join(self.path, PARQUET, layout.validate_name(split, "split name"))
-
-    def tfrecord(self, split: str) -> str:
-        return layout.join(self.path, TFRECORD, layout.validate_name(split, "split name"))
 
 
 @dataclass

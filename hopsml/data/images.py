@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urlsplit
 
-from hopsml import config, fs
+from hopsml import config, fs, layout
 from hopsml.cluster import preflight
 from hopsml.data import dataset as ds
 from hopsml.data import pixels
@@ -397,7 +397,7 @@ class _Transformer:
 
     def _opener(self, stack: ExitStack, split: str, part: int) -> Callable[[], Any]:
         """Open the split's Parquet file on its first row group: a split with no rows here gets none."""
-        rel = ds.layout.join(self.stage.parquet(split), shard_io.part_name(part))
+        rel = layout.join(self.stage.parquet(split), shard_io.part_name(part))
         return lambda: stack.enter_context(shard_io.atomic_output(self.storage, rel, uncached=True))
 
 
@@ -651,7 +651,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
                 log.warning("split %r of dataset %r has %d Parquet files, fewer than the %d planned: "
                             "at most %d ranks can share it; give more images or a larger test_fraction",
                             split, dataset, len(row_groups), count, len(row_groups))
-        shard_io.write_jsonl(storage, ds.layout.join(stage.rejected, "part-00000.jsonl"),
+        shard_io.write_jsonl(storage, layout.join(stage.rejected, "part-00000.jsonl"),
                              sorted(rejected, key=lambda r: r["path"]))
         storage.write_json(stage.labels, {"labels": labels})
         per_split = {split: [r["splits"][split] for r in reports if split in r["splits"]]
@@ -676,8 +676,8 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
                     "path": {"dtype": "str", "shape": [], "tfrecord": "image/filename"}},
             default_fields=["image", "label"],
             label_field="label", labels=labels,
-            splits={split: {"rows": summary.splits[split], "parquet": f"{ds.PARQUET}/{split}",
-                            "tfrecord": f"{ds.TFRECORD}/{split}", "shards": count}
+            splits={split: {"rows": summary.splits[split], "parquet": f"{layout.DATASET_PARQUET}/{split}",
+                            "tfrecord": f"{layout.DATASET_TFRECORD}/{split}", "shards": count}
                     for split in options.splits},
             counts={"read": summary.read, "written": summary.written, "rejected": summary.rejected,
                     "skipped": sum(summary.skipped.values())},

@@ -10,8 +10,6 @@ place when complete, so a retried task rewrites its files whole and never leaves
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
@@ -51,18 +49,12 @@ def atomic_output(storage: Storage, rel: str, uncached: bool = False) -> Iterato
         with storage.open(rel, "wb") as stream:
             yield stream
         return
-    os.makedirs(os.path.dirname(local), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.tmp-{uuid.uuid4().hex}")
-    try:
+    with storage.aside(rel) as tmp:
         if uncached:
             with open_uncached(tmp) as stream:
                 yield stream
         else:
             yield tmp
-        os.replace(tmp, local)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 @contextmanager

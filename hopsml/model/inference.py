@@ -301,7 +301,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
             kind=PREDICTIONS, name=output, source=dataset, source_uri=storage.uri(ddir.path),
             model={"name": mv.name, "version": mv.version, "path": mv.path},
             fields=specs, default_fields=list(specs), label_field=label if label in keep_ else None,
-            splits={s: {"rows": rows[s], "parquet": f"{ds.PARQUET}/{s}", "shards": summary.shards[s]}
+            splits={s: {"rows": rows[s], "parquet": f"{layout.DATASET_PARQUET}/{s}", "shards": summary.shards[s]}
                     for s in splits},
             counts={"read": total, "written": total, "rejected": 0},
             options={"fields": list(fields_), "keep": list(keep_), "batch_size": batch_size},

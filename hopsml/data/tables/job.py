@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from hopsml import config
+from hopsml import config, layout
 from hopsml.cluster import preflight
 from hopsml.data import dataset as ds
 from hopsml.data.manifest import Manifest
@@ -571,6 +571,6 @@ class _TableJob:
                 raise ds.DatasetError(f"split {split_name!r}: the tasks wrote {shipped.get(split_name, 0)} rows "
                                       f"of {counts[split_name]}; rerun the job")
             fill_missing_shards(self.storage, stage.tfrecord(split_name), count, self.options.compression)
-            splits_meta[split_name] = {"rows": counts[split_name], "parquet": f"{ds.PARQUET}/{split_name}",
-                                       "tfrecord": f"{ds.TFRECORD}/{split_name}", "shards": count}
+            splits_meta[split_name] = {"rows": counts[split_name], "parquet": f"{layout.DATASET_PARQUET}/{split_name}",
+                                       "tfrecord": f"{layout.DATASET_TFRECORD}/{split_name}", "shards": count}
         return splits_meta, max(wanted.values(), default=0), sketches

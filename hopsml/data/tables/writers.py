@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hopsml import layout
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.tables.options import SAMPLED, SHARD, SPLIT
@@ -84,7 +85,7 @@ class TableShardWriter:
                             self.storage, self.stage.tfrecord(key[0]), key[1], self.counts[key[0]],
                             self.compression))
                         target = stack.enter_context(shard_io.atomic_output(
-                            self.storage, ds.layout.join(self.stage.parquet(key[0]), shard_io.part_name(key[1]))))
+                            self.storage, layout.join(self.stage.parquet(key[0]), shard_io.part_name(key[1]))))
                         parquet = stack.enter_context(pq.ParquetWriter(target, schema, compression="snappy",
                                                                        use_dictionary=dictionary))
                         open_shards[key] = (records, parquet)
@@ -144,7 +145,7 @@ class JsonLinesWriter:
         import pandas as pd
 
         reasons: dict[str, int] = {}
-        rel = ds.layout.join(self.folder, shard_io.part_name(shard_io.partition_id(), ".jsonl"))
+        rel = layout.join(self.folder, shard_io.part_name(shard_io.partition_id(), ".jsonl"))
         with shard_io.atomic_output(self.storage, rel) as target, \
                 (open(target, "wb") if isinstance(target, str) else nullcontext(target)) as out:
             for frame in batches:
@@ -160,7 +161,7 @@ def fill_missing_shards(storage: Storage, folder: str, count: int, compression: 
     from hopsml.formats.tfrecord import shard_name
 
     for index in range(count):
-        rel = ds.layout.join(folder, shard_name(index, count, compression))
+        rel = layout.join(folder, shard_name(index, count, compression))
         if not storage.exists(rel):
             with shard_io.shard_writer(storage, folder, index, count, compression):
                 pass
