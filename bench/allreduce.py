@@ -178,7 +178,7 @@ class Group:
 
 
 def start_hopsml(ctx: mp.context.BaseContext, size: int, source: str | None = None, name: str = "hopsml") -> Group:
-    from hopsml import auth
+    from hopsml.cluster import auth
 
     addresses_q = ctx.Queue()
     pipes = [ctx.Pipe() for _ in range(size)]

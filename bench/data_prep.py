@@ -50,7 +50,8 @@ def _load_codecs_bench():
 _codecs = _load_codecs_bench()
 bench_tfrecord, photo = _codecs.bench_tfrecord, _codecs.photo
 
-from hopsml import config, session  # noqa: E402
+from hopsml import config  # noqa: E402
+from hopsml.cluster import session  # noqa: E402
 from hopsml.data import pixels  # noqa: E402
 from hopsml.data.images import prepare_images  # noqa: E402
 from hopsml.data.pixels import encode_png_fast  # noqa: E402

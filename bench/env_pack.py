@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hopsml import shipping
+from hopsml.cluster import shipping
 from hopsml.fs import Storage
 
 

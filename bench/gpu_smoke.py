@@ -242,7 +242,7 @@ def _rank_main(rank: int, size: int, device: int, mode: str, address_q: Any, con
 
 def run_ranks(devices: list[int], mode: str = "", record: bool = False) -> list[dict[str, Any]]:
     """Start one spawned process per rank (on the given GPU indices); every wait is bounded."""
-    from hopsml import auth
+    from hopsml.cluster import auth
 
     ctx = mp.get_context("spawn")
     address_q, result_q = ctx.Queue(), ctx.Queue()

@@ -13,7 +13,8 @@ import statistics
 import tempfile
 import time
 
-from hopsml import config, experiment, session
+from hopsml import config, experiment
+from hopsml.cluster import session
 
 
 def bare_barrier_stage(sc, workers: int) -> None:

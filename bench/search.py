@@ -71,7 +71,8 @@ from typing import Any
 
 import numpy as np
 
-from hopsml import checkpoint, config, experiment, session, tensorboard
+from hopsml import checkpoint, config, experiment, tensorboard
+from hopsml.cluster import session
 
 REPEAT = 2   # passes over the training set per epoch: an epoch long enough to dominate a trial's start-up
 

@@ -58,7 +58,8 @@ def plain_job(spark, src: str, out: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from hopsml import config, session
+    from hopsml import config
+    from hopsml.cluster import session
     from hopsml.data.tables import prepare_table
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -170,7 +170,8 @@ def cnn_steps(reps: int, steps: int) -> dict[str, list[float]]:
     timeline on and off, alternating which goes first; "records" holds what rank 0 recorded per step when on."""
     from pyspark import cloudpickle
 
-    from hopsml import config, experiment, session
+    from hopsml import config, experiment
+    from hopsml.cluster import session
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch_ddp
@@ -215,7 +216,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=4, help="--cnn-spark: runs per mode")
     parser.add_argument("--steps", type=int, default=200, help="--cnn-spark: steps per run")
     args = parser.parse_args()
-    from hopsml import auth
+    from hopsml.cluster import auth
 
     size = 2
     ctx = mp.get_context("spawn")

@@ -138,7 +138,8 @@ def main() -> None:
 
     from pyspark import cloudpickle
 
-    from hopsml import config, session
+    from hopsml import config
+    from hopsml.cluster import session
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # TorchDistributor's children cannot import bench/
     session.get_or_create(config.load(master=f"local[{max(4, args.ranks)}]"), app_name="bench-torch-ddp")

@@ -1,5 +1,5 @@
 """What hopsml's worker daemon saves per Spark job: an empty 2-task job, PySpark's daemon against
-``hopsml.worker_daemon``, each in its own fresh session (alternating, so noise hits both alike).
+``hopsml.cluster.worker_daemon``, each in its own fresh session (alternating, so noise hits both alike).
 
     python bench/worker_daemon.py [--jobs 20] [--rounds 2]
 """
@@ -16,12 +16,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DAEMONS = ("pyspark.daemon", "hopsml.worker_daemon")
+DAEMONS = ("pyspark.daemon", "hopsml.cluster.worker_daemon")
 
 
 def time_empty_jobs(module: str, jobs: int) -> list[float]:
     """Seconds of each empty 2-task job in a session whose workers start from ``module``."""
-    from hopsml import config, session
+    from hopsml import config
+    from hopsml.cluster import session
 
     settings = config.load(root=tempfile.mkdtemp(prefix="hopsml-bench-"),
                            spark_conf={"spark.python.daemon.module": module})

@@ -12,8 +12,9 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from hopsml import config, layout, run_catalog, shipping
+from hopsml import config, layout, run_catalog
 from hopsml.cli_tables import format_fields, format_table, number, pairs
+from hopsml.cluster import shipping
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage

@@ -15,7 +15,8 @@ from typing import Any
 
 from hopsml import config, util
 from hopsml.errors import HopsmlError
-from hopsml.launcher import seeds, tf_cluster
+from hopsml.launcher import seeds
+from hopsml.launcher.task import tf_cluster
 from hopsml.runs import engine
 from hopsml.runs.request import RunRequest, SearchRequest
 from hopsml.runs.search import Search, evolve, previous_search, recorded, run_search

@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hopsml import config, session
+from hopsml import config
+from hopsml.cluster import session
 from hopsml.errors import ClusterError, SettingsError
 from hopsml.search import space
 

@@ -5,7 +5,8 @@ process would run in the first one's JVM, with the environment that JVM started 
 import pytest
 from s3 import use_test_credentials
 
-from hopsml import config, session
+from hopsml import config
+from hopsml.cluster import session
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Cluster plumbing: what makes a run's code and Python stack arrive on the executors intact (the preflight
-check of each executor's stack, the user's own modules that travel with a run). The Spark session,
-environment shipping, the worker daemon and the channel's keys move here next; nothing here imports
-the launcher, the engine or the verbs."""
+"""Cluster plumbing, below the launcher, the engine and the verbs: the Spark session hopsml starts or joins
+(`session`), the Python environment shipped to bare executors (`shipping`), what each task checks and installs
+before a run's code (`preflight`, `local_modules`), the worker daemon Spark's Python workers fork from
+(`worker_daemon`), the keys that sign what ranks and the driver exchange (`auth`), and the ports they listen
+on (`ports`)."""

@@ -155,7 +155,7 @@ def explain_failure(sc: Any, error: BaseException | None, preflight: Preflight, 
     explains it: the one its error carries, or, when the error is a missing module, the one a check of
     `tasks` tasks finds. Tasks cannot check first when PySpark's worker fails before any of hopsml's code:
     an Arrow UDF imports pyarrow first, and a worker daemon module (hopsml's Spark conf sets
-    hopsml.worker_daemon) is imported before every task. Returns when nothing explains it."""
+    hopsml.cluster.worker_daemon) is imported before every task. Returns when nothing explains it."""
     raise_mismatch(error, preflight)
     text = str(error or "")
     if preflight.stack is None or "No module named" not in text:

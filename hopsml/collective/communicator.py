@@ -150,7 +150,8 @@ class Communicator:
             raise SettingsError(f"got {len(addresses)} addresses for {size} ranks; pass every rank's address, "
                                 "in rank order")
         if not isinstance(secret, bytes) or not secret:
-            raise SettingsError("secret must be the experiment's non-empty secret bytes (hopsml.auth.new_secret())")
+            raise SettingsError("secret must be the experiment's non-empty secret bytes "
+                                "(hopsml.cluster.auth.new_secret())")
         tcp = connect_peers(rank, size, list(addresses), listener, secret, chosen.timeout_s)
         peers: dict[int, Peer] = dict(tcp)
         try:

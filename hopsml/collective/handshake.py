@@ -1,7 +1,7 @@
 """Authenticated connection set-up between ranks: the higher rank dials the lower one, twice (a data and a
 control connection).
 
-Each connection first passes the `hopsml.auth` challenge, then the dialer says who it is in a tagged hello
+Each connection first passes the `hopsml.cluster.auth` challenge, then the dialer says who it is in a tagged hello
 (rank, the rank it dialed, world size, connection kind) and the listener answers with a tagged accept or reject. A
 connection that fails the challenge is logged and closed, and the listener keeps waiting for the genuine
 peer until the timeout. A flood of such connections logs one line per interval, with the count of those held
@@ -18,8 +18,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from hopsml import auth
-from hopsml.auth import TAG_BYTES
+from hopsml.cluster import auth
+from hopsml.cluster.auth import TAG_BYTES
 from hopsml.collective.ratelimit import RateLimitedWarning
 from hopsml.collective.timeout import Timeout
 from hopsml.collective.transport import MAGIC, Link, TcpPeer, parse_address, recv_exact, tune

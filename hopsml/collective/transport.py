@@ -5,7 +5,7 @@ Every pair of ranks shares two connections: a data connection that carries the c
 control connection that stays silent until a rank aborts; then it carries one notice saying why, so
 that the rank at the other end can name the rank that really failed instead of the messenger.
 
-Every message after the challenge is followed by a 16-byte tag (`hopsml.auth.MessageTags`: keyed per
+Every message after the challenge is followed by a 16-byte tag (`hopsml.cluster.auth.MessageTags`: keyed per
 connection and direction from the secret and both handshake nonces, counted per message). The receiver
 checks it before the message is used, so bytes that something between the ranks altered, made up, sent
 again or moved are refused (a CollectiveError naming the peer) before any header is acted on or any
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hopsml.auth import TAG_BYTES, ConnectionKeys, MessageTags
+from hopsml.cluster.auth import TAG_BYTES, ConnectionKeys, MessageTags
 from hopsml.errors import ClusterError, CollectiveError
 from hopsml.net import Network
 

@@ -578,7 +578,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
     A file is read only once its header shows an image and it is at most ``max_file_mb``; others
     are rejected unread ('not an image', 'too large').
     """
-    from hopsml import session
+    from hopsml.cluster import session
     from hopsml.data import stats as stats_mod
 
     options = ImageOptions(resize=resize, crop=crop, image_format=image_format, glob=glob,

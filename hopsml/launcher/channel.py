@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hopsml import auth
+from hopsml.cluster import auth
 from hopsml.errors import AuthenticationError
 from hopsml.launcher.messages import Stop, decode
 from hopsml.net import Network

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopsml import auth
-from hopsml.cluster import preflight
+from hopsml.cluster import auth, preflight
 from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError, SerializationError
 from hopsml.launcher.channel import Connection, DriverChannel

@@ -234,7 +234,7 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
     'prediction') or a dict of such arrays. Columns in `keep` (default: the label and 'path', when
     the dataset has them) are copied beside the predictions. `split`: one split, a list, or all (None).
     """
-    from hopsml import session
+    from hopsml.cluster import session
     from hopsml.launcher.driver import check_shippable, ship_by_value
     from hopsml.progress import spark_progress
 

@@ -15,10 +15,10 @@ from hopsml import checkpoint, config
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
-from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import StageMonitor, check_barrier_stage, open_channel, run_stage
 from hopsml.launcher.messages import RankReport
-from hopsml.launcher.rank import CollectiveRank, RankFramework, barrier_task
+from hopsml.launcher.task.child import ChildRank
+from hopsml.launcher.task.rank import CollectiveRank, RankFramework, barrier_task
 from hopsml.layout import ExperimentDir
 from hopsml.runs import blame, rerun
 from hopsml.runs.request import RunRequest
@@ -235,7 +235,7 @@ def tensorflow_ranks(train_fn: Callable[[], Any], *, strategy: str, workers: int
                      evaluator: bool = False, timeline: bool = True) -> Ranks:
     """The ranks of a TensorFlow strategy (mirrored, parameter_server), each function in a child process (with
     its timeline: spans and system metrics; TensorFlow's collectives are its own, so no stragglers are named)."""
-    from hopsml.launcher.tf_cluster import TensorFlowRank
+    from hopsml.launcher.task.tf_cluster import TensorFlowRank
 
     def framework(_: config.RunSettings) -> Callable[[], RankFramework]:
         return functools.partial(TensorFlowRank, train_fn, strategy=strategy, num_ps=num_ps, evaluator=evaluator,

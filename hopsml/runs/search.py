@@ -1,8 +1,8 @@
 """The engine of a search, on the driver: trials as parallel Spark tasks, each in its own folder of the experiment,
 with live progress, early stopping over the authenticated channel, and a summary kept up to date.
 
-Each trial's function runs in a process of its own (launcher/child.py; for the asynchronous searches a
-slot task's worker process, launcher/slot.py): a trial that ends its process (os._exit, a segfault, an
+Each trial's function runs in a process of its own (launcher/task/child.py; for the asynchronous searches a
+slot task's worker process, launcher/task/slot.py): a trial that ends its process (os._exit, a segfault, an
 out-of-memory kill) is recorded FAILED with its exit cause and the search goes on; the other trials and
 the shared Python workers are not affected."""
 
@@ -26,10 +26,10 @@ from hopsml.config import RunSettings
 from hopsml.errors import ClusterError, ExecutorStackError, ExperimentFailed, HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.launcher.channel import Connection
-from hopsml.launcher.child import ChildRank
 from hopsml.launcher.driver import StageMonitor, check_barrier_stage, concurrent_slots, open_channel, run_stage
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task.child import ChildRank
 from hopsml.layout import LOGS, ExperimentDir, RunDir, join
 from hopsml.net import Network
 from hopsml.progress import progress_bar
@@ -499,7 +499,7 @@ class Search:
                                     native_output=True).wait()
             return one_trial
         from hopsml.collective.options import CollectiveOptions
-        from hopsml.launcher.rank import CollectiveRank, barrier_task
+        from hopsml.launcher.task.rank import CollectiveRank, barrier_task
         from hopsml.torch.process_group import end_rank_group
 
         framework = functools.partial(CollectiveRank, functools.partial(fn, **kwargs),

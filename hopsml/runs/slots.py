@@ -1,4 +1,4 @@
-"""The driver's end of a search's long-lived slot tasks (launcher/slot.py): one Spark job whose tasks each
+"""The driver's end of a search's long-lived slot tasks (launcher/task/slot.py): one Spark job whose tasks each
 run trial after trial, given to them over the run's channel, so that a free slot starts its next trial
 at once instead of after a Spark job's and a process's start.
 
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hopsml import auth
-from hopsml.cluster import preflight
+from hopsml.cluster import auth, preflight
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.launcher.driver import driver_host, run_stage
@@ -38,8 +37,8 @@ from hopsml.launcher.messages import (
     to_wire,
     unpack_arguments,
 )
-from hopsml.launcher.slot import slot_task
 from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task.slot import slot_task
 from hopsml.net import Network
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from hopsml import config, session, shipping
-from hopsml.cluster import local_modules, preflight
+from hopsml import config
+from hopsml.cluster import local_modules, preflight, session, shipping
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.launcher import seeds

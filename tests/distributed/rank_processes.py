@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from hopsml import auth
+from hopsml.cluster import auth
 
 _START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 

@@ -18,7 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from hopsml import auth, collective
+from hopsml import collective
+from hopsml.cluster import auth
 from hopsml.collective import protocol, ring
 from hopsml.collective.communicator import SMALL_BYTES
 from hopsml.collective.options import CollectiveOptions

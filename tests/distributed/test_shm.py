@@ -17,7 +17,7 @@ import pytest
 from own_processes import processes_mapping_segments, processes_of_this_test
 
 from hopsml import collective
-from hopsml.auth import ConnectionKeys
+from hopsml.cluster.auth import ConnectionKeys
 from hopsml.collective import shm
 from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.transport import Link, PeerLost, TcpPeer

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from hopsml import experiment
+from hopsml.cluster.ports import ephemeral_range
 from hopsml.errors import ClusterError, ExperimentFailed
 from hopsml.examples import digits
-from hopsml.launcher.ports import ephemeral_range
 
 
 def _record(logdir):

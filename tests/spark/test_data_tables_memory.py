@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 DRIVER = textwrap.dedent('''
     import json, sys, time
     from sklearn.datasets import load_breast_cancer
-    from hopsml import config, session
+    from hopsml import config
+    from hopsml.cluster import session
     from hopsml.data.tables import prepare_table
 
     base, runs, spark_conf = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])

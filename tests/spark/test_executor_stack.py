@@ -98,7 +98,7 @@ def test_an_executor_without_hopsml_is_named_with_its_python(tmp_path):
 
 
 def test_executors_that_cannot_start_hopsml_s_worker_daemon_are_named_too(tmp_path):
-    from hopsml import session
+    from hopsml.cluster import session
 
     python = _executor_python(str(tmp_path / "bare"))   # hopsml's Spark conf: every worker is hopsml's daemon
     error, _ = _drive(tmp_path, python, "launch", spark_conf_dir=session.conf_dir())

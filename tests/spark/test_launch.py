@@ -107,7 +107,7 @@ def test_spark_workers_run_hopsml_worker_daemon(spark):
 
         yield zipimport.zipimporter.invalidate_caches.__qualname__
 
-    assert spark.conf.get("spark.python.daemon.module") == "hopsml.worker_daemon"
+    assert spark.conf.get("spark.python.daemon.module") == "hopsml.cluster.worker_daemon"
     seen = set(spark.sparkContext.parallelize(range(4), 4).mapPartitions(probe).collect())
     expected = "invalidate_if_changed" if sys.version_info[:2] in ((3, 10), (3, 11)) \
         else "zipimporter.invalidate_caches"

@@ -8,15 +8,16 @@ import subprocess
 import sys
 import threading
 
-from hopsml import session
-from hopsml.session import JVM_INCUBATOR_WARNING, PANDAS_3_WARNING, _StderrFilter
+from hopsml.cluster import session
+from hopsml.cluster.session import JVM_INCUBATOR_WARNING, PANDAS_3_WARNING, _StderrFilter
 
 DRIVER = r'''
 import sys, threading, warnings
 warnings.simplefilter("default")  # as a notebook: every warning shown once per place
 import pandas as pd
 from pyspark import SparkContext
-from hopsml import config, session
+from hopsml import config
+from hopsml.cluster import session
 
 spark = session.get_or_create(config.load(environ={}, master="local[2]", log_dir=sys.argv[1]))
 print(spark.range(3).toPandas().shape)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from hopsml import session, util
+from hopsml import util
+from hopsml.cluster import session
 from hopsml.errors import ClusterError, SettingsError
 
 

@@ -1,7 +1,7 @@
 import socket
 import threading
 
-from hopsml import auth
+from hopsml.cluster import auth
 from hopsml.launcher.channel import DriverChannel, TaskChannel
 
 

@@ -3,7 +3,7 @@
 import socket
 import threading
 
-from hopsml import auth
+from hopsml.cluster import auth
 from hopsml.launcher import channel as channel_module
 from hopsml.launcher.channel import DriverChannel, TaskChannel
 

@@ -4,8 +4,8 @@ import os
 import signal
 
 from hopsml.fs import Storage
-from hopsml.launcher.child import ChildRank
 from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task.child import ChildRank
 
 
 def _trial(tmp_path, fn, **kwargs):

@@ -10,18 +10,18 @@ import threading
 import time
 from pathlib import Path
 
-from hopsml import auth
+from hopsml.cluster import auth
 from hopsml.fs import Storage
-from hopsml.launcher import child as child_module
 from hopsml.launcher.channel import DriverChannel
-from hopsml.launcher.child import ChildRank
 from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task import child as child_module
+from hopsml.launcher.task.child import ChildRank
 
 # A driver of its own: starts a child whose function sleeps, says where things are, then waits to be killed.
 DRIVER = """
 import os, sys, time
 from hopsml.fs import Storage
-from hopsml.launcher.child import ChildRank
+from hopsml.launcher.task.child import ChildRank
 from hopsml.launcher.spec import TaskSpec
 
 def nap():

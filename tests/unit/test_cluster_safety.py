@@ -8,11 +8,12 @@ import threading
 
 import pytest
 
-from hopsml import auth, config, session
+from hopsml import config
+from hopsml.cluster import auth, session
+from hopsml.cluster.ports import FrameworkPorts
 from hopsml.collective import transport
 from hopsml.errors import ClusterError, CollectiveError, SettingsError
 from hopsml.launcher.channel import DriverChannel, TaskChannel
-from hopsml.launcher.ports import FrameworkPorts
 from hopsml.net import Network, interface_address
 
 
@@ -159,7 +160,7 @@ def test_a_channel_in_a_port_range_carries_messages():
 
 
 def test_gloo_and_nccl_follow_the_interface(monkeypatch):
-    from hopsml.launcher.rank import export_interface
+    from hopsml.launcher.task.rank import export_interface
 
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         monkeypatch.setenv(name, "")  # records the variable's state, so what export_interface sets is undone

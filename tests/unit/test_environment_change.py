@@ -8,7 +8,8 @@ import re
 import numpy
 import pytest
 
-from hopsml import cli, config, shipping
+from hopsml import cli, config
+from hopsml.cluster import shipping
 from hopsml.fs import Storage
 from hopsml.tracking import environment
 from hopsml.tracking import record as records

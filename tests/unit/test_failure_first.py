@@ -4,12 +4,12 @@ only once that upload is done (or a grace period ran out), whichever order the r
 import threading
 import time
 
-from hopsml import auth
+from hopsml.cluster import auth
 from hopsml.fs import Storage
 from hopsml.launcher.channel import DriverChannel
 from hopsml.launcher.driver import StageMonitor
 from hopsml.launcher.spec import TaskSpec
-from hopsml.launcher.task import run_function
+from hopsml.launcher.task.function import run_function
 
 
 def _report(rank: int, error: str) -> dict:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from hopsml.auth import ConnectionKeys
+from hopsml.cluster.auth import ConnectionKeys
 from hopsml.collective import gpu
 from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.transport import Link, TcpPeer

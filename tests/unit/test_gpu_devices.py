@@ -10,7 +10,7 @@ import pytest
 
 from hopsml import devices
 from hopsml.errors import ClusterError
-from hopsml.launcher import rank
+from hopsml.launcher.task import rank
 
 
 @pytest.mark.parametrize("addresses, visible, physical", [

@@ -16,11 +16,11 @@ PACKAGE_DIR = os.path.dirname(hopsml.__file__)
 # Lowest first: a module may import its own room (package or top-level module) and the rooms of its layer
 # or any layer below, never a room above.
 LAYERS: list[set[str]] = [
-    {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices", "auth"},
+    {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices"},
     {"layout", "fs", "net", "config"},
-    {"formats", "skeleton", "shipping", "hdfs_file"},
-    {"tracking", "timeline", "session", "run_catalog", "tensorboard", "checkpoint", "hdfs"},
-    {"cluster", "search", "numpy_helper", "pandas_helper", "worker_daemon"},
+    {"formats", "skeleton", "hdfs_file"},
+    {"tracking", "timeline", "run_catalog", "tensorboard", "checkpoint", "hdfs"},
+    {"cluster", "search", "numpy_helper", "pandas_helper"},
     {"collective", "data"},
     {"launcher", "torch"},
     {"runs", "model"},

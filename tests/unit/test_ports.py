@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from hopsml.launcher.ports import FrameworkPorts, ephemeral_range, reserve_port
+from hopsml.cluster.ports import FrameworkPorts, ephemeral_range, reserve_port
 
 
 def test_reserved_port_is_outside_the_ephemeral_range_and_held():

@@ -91,7 +91,7 @@ def test_a_rank_own_error_is_blamed_before_a_peer_that_timed_out(tmp_path):
 def test_a_rank_report_carries_the_blamed_peer_of_its_collective_error_as_data(tmp_path):
     from hopsml.errors import CollectiveError
     from hopsml.launcher.spec import TaskSpec
-    from hopsml.launcher.task import run_function
+    from hopsml.launcher.task.function import run_function
 
     def train():
         raise CollectiveError("rank 0 timed out during allreduce #1", peer=2, kind=CollectiveError.STUCK)

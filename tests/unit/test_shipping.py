@@ -11,8 +11,8 @@ import venv
 
 import pytest
 
-from hopsml import shipping
 from hopsml.cli import main as cli_main
+from hopsml.cluster import shipping
 from hopsml.fs import Storage
 
 
@@ -115,7 +115,8 @@ def test_the_cli_prints_the_spark_submit_words_and_the_python_the_executors_need
 
 
 def test_a_session_on_a_cluster_master_ships_the_environment_unless_told_otherwise(env, tmp_path, monkeypatch):
-    from hopsml import config, session
+    from hopsml import config
+    from hopsml.cluster import session
 
     monkeypatch.setattr(sys, "prefix", env)
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from pyspark import SparkConf
 
-from hopsml import session
+from hopsml.cluster import session
 
 PROTECTED = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
              "spark.io.encryption.enabled": "true"}

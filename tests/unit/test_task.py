@@ -4,7 +4,7 @@ import pytest
 from hopsml.errors import SerializationError
 from hopsml.fs import Storage
 from hopsml.launcher.spec import TaskSpec
-from hopsml.launcher.task import normalise_result, run_function
+from hopsml.launcher.task.function import normalise_result, run_function
 from hopsml.layout import RunDir
 
 

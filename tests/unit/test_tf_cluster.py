@@ -8,10 +8,10 @@ import pytest
 from hopsml import tensorboard
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
-from hopsml.launcher.child import ChildRank
 from hopsml.launcher.spec import TaskSpec
-from hopsml.launcher.task import run_function
-from hopsml.launcher.tf_cluster import MIRRORED, PARAMETER_SERVER, roles, tf_config
+from hopsml.launcher.task.child import ChildRank
+from hopsml.launcher.task.function import run_function
+from hopsml.launcher.task.tf_cluster import MIRRORED, PARAMETER_SERVER, roles, tf_config
 from hopsml.runs.engine import executions as _executions
 
 ADDRESSES = [f"h:{port}" for port in range(1, 6)]

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from tcp_tamper import DOWN, UP, Rewrite, TamperProxy
 
-from hopsml import auth, collective
-from hopsml.auth import TAG_BYTES
+from hopsml import collective
+from hopsml.cluster import auth
+from hopsml.cluster.auth import TAG_BYTES
 from hopsml.collective import handshake, shm, transport
 from hopsml.collective.communicator import SEGMENT_BYTES, SMALL_BYTES
 from hopsml.collective.protocol import FIXED_SIZE, Header

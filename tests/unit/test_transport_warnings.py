@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from hopsml import auth
+from hopsml.cluster import auth
 from hopsml.collective import handshake, ratelimit, transport
 from hopsml.collective.timeout import Timeout
 from hopsml.errors import AuthenticationError

@@ -100,7 +100,7 @@ def test_petastorm_loads_it_as_the_schema_it_would_build_itself():
 
 def test_hopsml_never_imports_petastorm_unless_its_engine_is_asked_for():
     code = ("import sys, hopsml, hopsml.data, hopsml.data.images, hopsml.data.readers, hopsml.data.tables, "
-            "hopsml.data.shards, hopsml.experiment, hopsml.session, hopsml.cli\n"
+            "hopsml.data.shards, hopsml.experiment, hopsml.cluster.session, hopsml.cli\n"
             "from hopsml.data.images import unischema\n"
             "unischema((4, 4, 3))\n"
             "print('petastorm' in sys.modules)")

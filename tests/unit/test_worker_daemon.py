@@ -8,7 +8,7 @@ import zipimport
 
 import pytest
 
-from hopsml import worker_daemon
+from hopsml.cluster import worker_daemon
 
 pytestmark = pytest.mark.skipif(sys.version_info[:2] not in ((3, 10), (3, 11)),
                                 reason="only Python 3.10 and 3.11 re-read zip archives eagerly")

@@ -70,7 +70,7 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     ``exclude`` names columns that are not features (ids, free text); a column without a name in the
     header (R's row names, a pandas index written with the frame) is left out too, unless it is the label.
     """
-    from hopsml import session
+    from hopsml.cluster import session
 
     options = TableOptions(label=label, header=header, columns=tuple(columns) if columns else None,
                            schema=dict(schema) if schema else None, na_values=tuple(na_values),

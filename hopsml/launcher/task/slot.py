@@ -4,11 +4,11 @@ a trial costs neither a Spark job nor a process start.
 The task tells the driver it is `Ready` over the run's channel, then takes `Assign`ed jobs until the
 driver says `Stop`. Each job runs in one worker process the task keeps (`WorkerProcess`, forked from the
 task so that it starts with the function loaded), with the trial's own folder, log, seed and working
-directory, exactly as a child of its own would run it (launcher/child.py): a trial that ends the process
+directory, exactly as a child of its own would run it (launcher/task/child.py): a trial that ends the process
 (os._exit, a segfault, the out-of-memory killer) is reported FAILED with its exit cause, and the next job gets
 a fresh process.
 
-    python -m hopsml.launcher.slot <payload.pkl> <secret fd> <jobs fd> <reports fd>
+    python -m hopsml.launcher.task.slot <payload.pkl> <secret fd> <jobs fd> <reports fd>
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import Any
 
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import TaskChannel
-from hopsml.launcher.child import PREFIX, _dumps, _watch_parent, exit_cause, output_tail, sweep_dead
 from hopsml.launcher.messages import (
     PROCESS,
     Assign,
@@ -45,6 +44,7 @@ from hopsml.launcher.messages import (
     unpack_arguments,
 )
 from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task.child import PREFIX, _dumps, _watch_parent, exit_cause, output_tail, sweep_dead
 
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone
 
@@ -141,7 +141,7 @@ class WorkerProcess:
         with open(self._raw, "ab") as raw:
             try:
                 return subprocess.Popen(
-                    [sys.executable, "-m", "hopsml.launcher.slot", payload, str(secret_in), str(jobs_in),
+                    [sys.executable, "-m", "hopsml.launcher.task.slot", payload, str(secret_in), str(jobs_in),
                      str(reports_out)], stdin=subprocess.DEVNULL, stdout=raw, stderr=subprocess.STDOUT, env=env,
                     close_fds=True, pass_fds=(secret_in, jobs_in, reports_out), cwd=self._dir,
                     start_new_session=True)   # outlives a kill of the worker's group long enough to clean up
@@ -251,7 +251,7 @@ def _next_job(channel: TaskChannel) -> Assign | None:
 
 def _run_jobs(fn: Callable[..., Any], spec: TaskSpec, jobs_fd: int, reports_fd: int, home: str) -> None:
     """The worker's loop: run each job read from the job pipe, write its report to the report pipe."""
-    from hopsml.launcher.task import run_function
+    from hopsml.launcher.task.function import run_function
 
     with os.fdopen(jobs_fd, "r", encoding="utf-8") as jobs, os.fdopen(reports_fd, "w", encoding="utf-8") as reports:
         for n, line in enumerate(jobs):

@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hopsml import config, shipping
+from hopsml import config
+from hopsml.cluster import shipping
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
@@ -51,7 +52,7 @@ _QUIET_DEFAULTS = {
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
     # PySpark's daemon, minus a zip-directory re-read that costs every task ~0.1 s on Python 3.11.
-    "spark.python.daemon.module": "hopsml.worker_daemon",
+    "spark.python.daemon.module": "hopsml.cluster.worker_daemon",
 }
 # On a cluster the session starts before its executors have registered; searches and barrier stages size
 # themselves by the slots there are when they start, so wait (Spark's 30 s at most) for all that were asked for.

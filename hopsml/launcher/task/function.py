@@ -36,15 +36,15 @@ from hopsml.fs import Storage
 from hopsml.launcher import seeds
 from hopsml.launcher.channel import TaskChannel
 from hopsml.launcher.messages import Failing, Finished, Metric, Output, RankReport, to_wire
-from hopsml.launcher.recorded import recorded
 from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task.recorded import recorded
 from hopsml.layout import RunDir
 from hopsml.tracking.run_context import TrialReporter, active_run
 
 TAIL_LINES = 30
 FILE_KEY_SUFFIX = "_file"   # a returned value under such a key names a file to copy into the run
 _MTIME_SLACK_S = 1.0        # file times may be this much coarser than the clock
-_LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
+_LAUNCHER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # hopsml/launcher
 
 
 class _Tee(io.TextIOBase):
@@ -304,7 +304,7 @@ def _timeline(enabled: bool, rank: int, world_size: int, folder: str) -> Iterato
 
 
 def _is_launcher_frame(frame: Any) -> bool:
-    return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _LAUNCHER_DIR
+    return os.path.abspath(frame.f_code.co_filename).startswith(_LAUNCHER_DIR + os.sep)
 
 
 def _failure(exc: BaseException, tail: str) -> RankReport:

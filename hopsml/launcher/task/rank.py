@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopsml import collective, config, devices
+from hopsml.cluster.ports import FrameworkPorts
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
-from hopsml.launcher.ports import FrameworkPorts
-from hopsml.launcher.recorded import recorded
 from hopsml.launcher.spec import TaskSpec
-from hopsml.launcher.task import run_function
+from hopsml.launcher.task.function import run_function
+from hopsml.launcher.task.recorded import recorded
 from hopsml.layout import LOGS
 from hopsml.net import Network
 

@@ -1,5 +1,5 @@
 """TensorFlow distribution strategies across Spark ranks: who plays which role, the TF_CONFIG of each
-rank, and TensorFlow's hooks in the barrier-task skeleton (launcher/rank.py).
+rank, and TensorFlow's hooks in the barrier-task skeleton (launcher/task/rank.py).
 
     mirrored (MultiWorkerMirroredStrategy)   ranks 0..n-1 are workers (worker 0 is the chief);
                                              with an evaluator the last rank is the evaluator
@@ -21,11 +21,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from hopsml.cluster.ports import FrameworkPorts
 from hopsml.errors import HopsmlError
-from hopsml.launcher.child import ChildRank
-from hopsml.launcher.ports import FrameworkPorts
-from hopsml.launcher.rank import RankFramework, RankInfo
 from hopsml.launcher.spec import TaskSpec
+from hopsml.launcher.task.child import ChildRank
+from hopsml.launcher.task.rank import RankFramework, RankInfo
 
 MIRRORED = "mirrored"
 PARAMETER_SERVER = "parameter_server"

@@ -13,7 +13,7 @@ The trials of a search run the same way: a trial that ends its process (os._exit
 kernel's out-of-memory killer) is reported as a failure with its exit cause, the task itself ends
 normally and the search goes on. Their native output (C code, os.write) is captured in the log too.
 
-    python -m hopsml.launcher.child <payload.pkl> <report.json> <fd of a pipe with the channel secret>
+    python -m hopsml.launcher.task.child <payload.pkl> <report.json> <fd of a pipe with the channel secret>
 
 The child's folder ($TMPDIR/hopsml-rank-<parent pid>-XXXX: payload, report, raw output) is private
 (0700), holds no secret, and is removed by the parent when the child ends, by the child itself when
@@ -99,7 +99,7 @@ class ChildRank:
             os.close(secret_out)
             secret_out = -1
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "hopsml.launcher.child", self._payload, self._report, str(secret_in)],
+                [sys.executable, "-m", "hopsml.launcher.task.child", self._payload, self._report, str(secret_in)],
                 stdin=subprocess.PIPE if keep_stdin_open else subprocess.DEVNULL,
                 stdout=self._stderr, stderr=subprocess.STDOUT, env=env, close_fds=True, pass_fds=(secret_in,),
                 cwd=self._workdir,
@@ -227,7 +227,7 @@ def main(argv: list[str]) -> None:
     payload_path, report_path, secret_fd = argv[1], argv[2], int(argv[3])
     _watch_parent(os.getppid(), os.path.dirname(payload_path))
     faulthandler.enable(all_threads=False)  # a fatal error's Python traceback goes to the log (or the raw output)
-    from hopsml.launcher.task import run_function
+    from hopsml.launcher.task.function import run_function
 
     secret = b""
     while chunk := os.read(secret_fd, 4096):
