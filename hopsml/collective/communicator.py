@@ -13,7 +13,8 @@ given at connect; it reads nothing from the environment itself.
 
 A peer that dies, disconnects or stops making progress for `timeout_s` becomes a CollectiveError on this
 rank; the rank then tells every peer why on the control connections and shuts its data connections down,
-so that the other ranks fail at once with the same root cause instead of waiting for their timeout.
+so that the other ranks fail at once with the same root cause instead of waiting for their timeout
+(`failure`: the protocol, which the communicator's methods only call).
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import logging
 import pickle
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -37,13 +36,13 @@ import numpy as np
 from hopsml.collective import gpu, host, shm
 from hopsml.collective.device import DevicePath, local_problem
 from hopsml.collective.exchange import SMALL_BYTES, Sink, exchange, matches
+from hopsml.collective.failure import Failure
 from hopsml.collective.handshake import connect_peers
 from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.paths import SEGMENT_BYTES, AllreducePath, choose
 from hopsml.collective.peers import Peer
 from hopsml.collective.protocol import OPS, Header, check_headers, describe_array
 from hopsml.collective.ring import Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered
-from hopsml.collective.timeout import TIMEOUT_ENV
 from hopsml.collective.transport import PeerLost
 from hopsml.errors import CollectiveError, SettingsError
 
@@ -103,9 +102,7 @@ class Communicator:
         self.timeout_s = options.timeout_s
         self._seq = 0
         self._label = ""
-        self._failure: str | None = None
-        self._blame: tuple[int | None, str | None] = (None, None)  # (peer, kind) of the first failure
-        self._fail_lock = threading.Lock()
+        self._failed = Failure(rank, peers, options.timeout_s, lambda: self._path.shutdown())
         self._closed = False
         self._worker = SendWorker(f"hopsml-collective-send-{rank}")
         self._scratch = Scratch()
@@ -194,7 +191,7 @@ class Communicator:
         return self._path.name
 
     def __repr__(self) -> str:
-        state = "failed" if self._failure else "closed" if self._closed else "open"
+        state = "failed" if self._failed.message else "closed" if self._closed else "open"
         return f"Communicator(rank={self._rank}, size={self._size}, {state})"
 
     def __enter__(self) -> Communicator:
@@ -214,75 +211,24 @@ class Communicator:
         for peer in self._peers.values():
             peer.close()
 
-    # failure handling
-
-    def _fail(self, lost: PeerLost, label: str) -> str:
-        """Record the first failure, tell the peers, shut the data connections down; returns the first cause."""
-        with self._fail_lock:
-            if self._failure is not None:
-                return self._failure
-            me, peer = self._rank, lost.peer
-            notice = None if lost.timed_out or lost.tampered else _read_cause(self._peers[peer].read_notice())
-            blame: tuple[int | None, str | None]
-            if lost.tampered:
-                blame = (peer, CollectiveError.TAMPERED)
-                cause = message = (f"rank {me} refused a message during {label}: {lost.reason}. Something between "
-                                   f"rank {me} and rank {peer} writes to their connection; the run stops, since "
-                                   "nothing it receives can be trusted (check the network path between the hosts)")
-            elif notice:
-                # pass the first cause on unchanged, so that every rank names the rank that really failed
-                cause, blame = notice[0], notice[1]
-                message = f"{cause} (rank {me} learned this from rank {peer}, which aborted)"
-            elif lost.timed_out:
-                blame = (peer, CollectiveError.STUCK)
-                cause = message = (f"rank {me} timed out during {label}: rank {peer} made no progress for "
-                                   f"{self.timeout_s:g} s; rank {peer} may be hung, stuck before the same call, "
-                                   f"or on an unreachable host (raise {TIMEOUT_ENV} if it is just slow)")
-            else:
-                blame = (peer, CollectiveError.DIED)
-                cause = message = (f"rank {me} lost its connection to rank {peer} ({lost.reason}) during {label}; "
-                                   f"rank {peer} probably died: look at its log for the cause")
-            self._abort(message, cause, blame)
-            return message
-
-    def _error(self, message: str) -> CollectiveError:
-        """This communicator's failure as an error that carries the blamed peer and the kind of failure."""
-        peer, kind = self._blame
-        return CollectiveError(message, peer=peer, kind=kind)
-
-    def _abort(self, message: str, cause: str | None = None,
-               blame: tuple[int | None, str | None] = (None, None)) -> None:
-        """Remember the failure, send its cause (and whom it blames) to every peer on the control
-        connections, stop the data."""
-        if self._failure is None:
-            self._failure, self._blame = message, blame
-        logger.error("%s", message)
-        notice = json.dumps({"cause": cause or message, "peer": blame[0], "kind": blame[1]})
-        for peer in self._peers.values():
-            peer.send_notice(notice)
-        self._path.shutdown()  # after the notices: a rank woken by it reads this rank's notice
-        for peer in self._peers.values():
-            peer.shutdown()
+    # failure handling: the protocol is collective/failure.py's; these are the hooks the paths call
 
     def _on_failure(self, lost: PeerLost) -> None:
-        self._fail(lost, self._label)
+        self._failed.from_peer(lost, self._label)
 
     def _fail_now(self, reason: str) -> CollectiveError:
         """This rank failed on its own (not through a peer): abort, and the error to raise."""
-        with self._fail_lock:
-            if self._failure is None:
-                self._abort(f"rank {self._rank}: {reason} (during {self._label})")
-            return self._error(self._failure or reason)
+        return self._failed.on_own(reason, self._label)
 
     def _lost_peer(self) -> int | None:
         """A peer that aborted or closed (it wrote to or closed its control connection), else None."""
-        return next((rank for rank, peer in self._peers.items() if peer.signalled()), None)
+        return self._failed.lost_peer()
 
     @contextmanager
     def _operation(self, kind: str) -> Iterator[int]:
-        if self._failure is not None:
-            raise self._error(f"this communicator stopped after an earlier failure ({self._failure}); "
-                              "the experiment has to be restarted")
+        if self._failed.message is not None:
+            raise self._failed.error(f"this communicator stopped after an earlier failure ({self._failed.message}); "
+                                     "the experiment has to be restarted")
         if self._closed:
             raise CollectiveError("the communicator is closed; collectives only work while the run is active")
         self._seq += 1
@@ -292,13 +238,11 @@ class Communicator:
         try:
             yield self._seq
         except PeerLost as lost:
-            raise self._error(self._fail(lost, self._label)) from None
+            raise self._failed.error(self._failed.from_peer(lost, self._label)) from None
         except CollectiveError:
             raise  # every rank raised it after a complete exchange: the communicator is still in step
         except BaseException:
-            with self._fail_lock:
-                if self._failure is None:
-                    self._abort(f"rank {self._rank} was interrupted during {self._label}")
+            self._failed.interrupted(self._label)
             raise
         if recorder is not None:
             recorder.op(kind, self._seq, started, self._peers_in, perf_counter_ns(), self._op_bytes)
@@ -510,14 +454,3 @@ class Communicator:
         if not contiguous and self._rank != root:
             arr[...] = flat.reshape(arr.shape)
         return cast(ArrayT, arr)
-
-
-def _read_cause(notice: str | None) -> tuple[str, tuple[int | None, str | None]] | None:
-    """An abort notice's cause text and the (peer, kind) it blames; None when the peer sent none."""
-    if notice is None:
-        return None
-    try:
-        data = json.loads(notice)
-        return str(data["cause"]), (data.get("peer"), data.get("kind"))
-    except (ValueError, KeyError, TypeError):
-        return notice, (None, None)
