@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopsml import config
-from hopsml.collective.timeout import TIMEOUT_ENV
+from hopsml.collective.timeout import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
 from hopsml.errors import SettingsError
 
 GPU_MODES = ("auto", "nccl", "host")
@@ -27,10 +27,11 @@ GPU_MODE_ENV = config.ENV_PREFIX + "GPU_COLLECTIVE"
 class CollectiveOptions:
     """The collective's settings, fixed for the life of a communicator."""
 
-    timeout_s: float = 300.0
-    shared_memory: bool = True
-    host_id: str = ""  # empty: the host's own identity
-    gpu_mode: str = "auto"  # auto, nccl or host
+    # the defaults are the settings table's (hopsml.config), written there once
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    shared_memory: bool = config.default("collective_shm")
+    host_id: str = config.default("collective_host_id")  # empty: the host's own identity
+    gpu_mode: str = config.default("gpu_collective")  # auto, nccl or host
 
     def __post_init__(self) -> None:
         timeout = self.timeout_s

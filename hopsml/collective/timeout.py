@@ -7,13 +7,13 @@ import time
 from hopsml import config
 from hopsml.errors import CollectiveError
 
-DEFAULT_TIMEOUT_S = 300.0
-TIMEOUT_ENV = "HOPSML_COLLECTIVE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = float(config.default("collective_timeout_s"))   # the settings table's, written there once
+TIMEOUT_ENV = config.ENV_PREFIX + "COLLECTIVE_TIMEOUT_S"
 
 
 def resolve_timeout(timeout_s: float | None = None) -> float:
     """The collective timeout in seconds: the argument, else the collective_timeout_s setting
-    ($HOPSML_COLLECTIVE_TIMEOUT_S, conf/hopsml.toml), else 300; for ranks connected without the launcher,
+    ($HOPSML_COLLECTIVE_TIMEOUT_S, conf/hopsml.toml), else its default; for ranks connected without the launcher,
     which passes its run's snapshot instead."""
     return float(config.value("collective_timeout_s", timeout_s))
 

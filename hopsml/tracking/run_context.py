@@ -149,15 +149,17 @@ def _seconds(name: str, given: float | None) -> float:
 def active_run(storage: Storage, run_dir: RunDir, *, rank: int = 0, world_size: int = 1,
                write_metrics: bool = True, trial: int | None = None, report: TrialReporter | None = None,
                local_logdir: bool = False, sync_interval_s: float | None = None,
-               seed: int | None = None) -> Iterator[RunContext]:
+               stale_after_s: float | None = None, seed: int | None = None) -> Iterator[RunContext]:
     """Make a run current; on exit close its writers and collect a local TensorBoard folder. On a remote root its
     files are written in a local staging folder, copied to the run directory every `sync_interval_s` (setting) and
-    at the end, and the folder is removed, also when the run fails or its process dies."""
+    at the end, and the folder is removed, also when the run fails or its process dies (a staging folder left by
+    a process dead for `stale_after_s`, the lost_after_s setting, is swept). A task passes both from its run's
+    settings snapshot; None reads this process's settings (a run context made outside a task)."""
     local_dir = storage.local_path(run_dir.path)
     staged = None
     if local_dir is None:
         staged = StagedRun(storage, run_dir.path, _seconds("sync_interval_s", sync_interval_s),
-                           stale_after_s=_seconds("lost_after_s", None))
+                           stale_after_s=_seconds("lost_after_s", stale_after_s))
         local_dir = staged.dir
     try:
         os.makedirs(local_dir, exist_ok=True)

@@ -248,7 +248,8 @@ def run_function(fn: Callable[..., Any], kwargs: dict[str, Any], spec: TaskSpec,
         with active_run(spec.storage, run_dir, rank=rank, world_size=world_size, write_metrics=write_metrics,
                         trial=spec.trial, report=_trial_reporter(channel, spec.trial),
                         local_logdir=spec.local_logdir, seed=spec.seed,
-                        sync_interval_s=spec.settings.sync_interval_s) as ctx:
+                        sync_interval_s=spec.settings.sync_interval_s,
+                        stale_after_s=spec.settings.lost_after_s) as ctx:
             log_path = os.path.join(ctx.local_dir, spec.log_name)
             with captured_output(log_path, channel, rank if world_size > 1 else None,
                                  native=native_output) as tee:
