@@ -154,8 +154,8 @@ def explain_failure(sc: Any, error: BaseException | None, preflight: Preflight, 
     """After a failed job whose tasks could not run the check first, raise the ExecutorStackError that
     explains it: the one its error carries, or, when the error is a missing module, the one a check of
     `tasks` tasks finds. Tasks cannot check first when PySpark's worker fails before any of hopsml's code:
-    an Arrow UDF imports pyarrow first, and a worker daemon module (hopsml's Spark conf sets
-    hopsml.cluster.worker_daemon) is imported before every task. Returns when nothing explains it."""
+    an Arrow UDF imports pyarrow first, and a worker daemon module (`spark.python.daemon.module`, such as the
+    opt-in hopsml.cluster.worker_daemon) is imported before every task. Returns when nothing explains it."""
     raise_mismatch(error, preflight)
     text = str(error or "")
     if preflight.stack is None or "No module named" not in text:

@@ -51,8 +51,6 @@ _QUIET_DEFAULTS = {
     # Barrier stages without enough slots fail in seconds instead of retrying for ~10 minutes.
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
-    # PySpark's daemon, minus a zip-directory re-read that costs every task ~0.1 s on Python 3.11.
-    "spark.python.daemon.module": "hopsml.cluster.worker_daemon",
 }
 # On a cluster the session starts before its executors have registered; searches and barrier stages size
 # themselves by the slots there are when they start, so wait (Spark's 30 s at most) for all that were asked for.
@@ -70,7 +68,7 @@ def conf_dir() -> str:
     try:
         return str(importlib.resources.files("hopsml.conf"))
     except ModuleNotFoundError:  # imported from a source checkout: conf/ lies beside the package
-        return str(Path(__file__).resolve().parents[1] / "conf")
+        return str(Path(__file__).resolve().parents[2] / "conf")
 
 
 def is_local_master(master: str) -> bool:

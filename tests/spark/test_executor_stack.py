@@ -98,10 +98,16 @@ def test_an_executor_without_hopsml_is_named_with_its_python(tmp_path):
 
 
 def test_executors_that_cannot_start_hopsml_s_worker_daemon_are_named_too(tmp_path):
+    import shutil
+
     from hopsml.cluster import session
 
-    python = _executor_python(str(tmp_path / "bare"))   # hopsml's Spark conf: every worker is hopsml's daemon
-    error, _ = _drive(tmp_path, python, "launch", spark_conf_dir=session.conf_dir())
+    python = _executor_python(str(tmp_path / "bare"))
+    conf = tmp_path / "conf"   # hopsml's Spark conf, opted in to its worker daemon: every worker starts from it
+    shutil.copytree(session.conf_dir(), conf, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    with open(conf / "spark-defaults.conf", "a") as defaults:
+        defaults.write("spark.python.daemon.module  hopsml.cluster.worker_daemon\n")
+    error, _ = _drive(tmp_path, python, "launch", spark_conf_dir=str(conf))
     assert error is not None and "the executors' Python cannot import hopsml" in error
     assert sys.executable in error and "PYSPARK_PYTHON" in error
 
