@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import TypeVar
 
 
 class HopsmlError(Exception):
@@ -73,6 +74,9 @@ class AuthenticationError(HopsmlError, ConnectionError):
     """A peer did not prove it knows the experiment's secret."""
 
 
+TextEnum = TypeVar("TextEnum", bound=Enum)
+
+
 class Blame(str, Enum):
     """What the peer a collective error blames did: its connection dropped (DIED), it made no progress within
     the timeout (STUCK), or something wrote to its connection (TAMPERED)."""
@@ -84,10 +88,20 @@ class Blame(str, Enum):
     @classmethod
     def of(cls, value: object) -> Blame | None:
         """The member named by `value` (a member or its text), None for None or a kind this version lacks."""
-        try:
-            return cls(value) if isinstance(value, str) else None
-        except ValueError:
-            return None
+        return member_of(cls, value)
+
+
+def member_of(kind: type[TextEnum], value: object) -> TextEnum | None:
+    """The member of the text-valued enum `kind` that `value` (a member or its text) names; None for None or a
+    text this version does not know (data from a newer peer).
+
+    >>> member_of(Blame, "died"), member_of(Blame, "exploded"), member_of(Blame, None)
+    (<Blame.DIED: 'died'>, None, None)
+    """
+    try:
+        return kind(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 class CollectiveError(HopsmlError, RuntimeError):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, ClassVar
 
-from hopsml.errors import Blame, CollectiveError
+from hopsml.errors import Blame, CollectiveError, member_of
 
 
 class Cause(str, Enum):
@@ -29,10 +29,7 @@ class Cause(str, Enum):
     @classmethod
     def of(cls, value: object) -> Cause | None:
         """The member named by `value`, None for None or a cause this version lacks."""
-        try:
-            return cls(value) if isinstance(value, str) else None
-        except ValueError:
-            return None
+        return member_of(cls, value)
 
 
 RAISED, COLLECTIVE, PROCESS, STAGE = Cause.RAISED, Cause.COLLECTIVE, Cause.PROCESS, Cause.STAGE
