@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def _rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, nbytes: int) -> None:
     from hopsml import collective, timeline
     from hopsml.timeline import chrome
-    from hopsml.timeline.session import rank_timeline
+    from hopsml.timeline.rank_timeline import rank_timeline
 
     listener, address = collective.listen("127.0.0.1")
     addresses_out.put((rank, address))
@@ -105,7 +105,7 @@ def _cnn_steps(comm: object, rank: int, size: int, on: bool, steps: int) -> floa
     import hopsml.torch as ht
     from hopsml import collective
     from hopsml.examples.digits_cnn import build_model
-    from hopsml.timeline.session import rank_timeline
+    from hopsml.timeline.rank_timeline import rank_timeline
 
     with collective.use(comm):
         if not _CNN:

@@ -2,7 +2,7 @@
 with live progress, early stopping over the authenticated channel, and a summary kept up to date.
 
 Each trial's function runs in a process of its own (launcher/task/child.py; for the asynchronous searches a
-slot task's worker process, launcher/task/slot.py): a trial that ends its process (os._exit, a segfault, an
+slot task's worker process, launcher/task/worker.py): a trial that ends its process (os._exit, a segfault, an
 out-of-memory kill) is recorded FAILED with its exit cause and the search goes on; the other trials and
 the shared Python workers are not affected. `Search` is three parts: the trials and their records
 (`trials.Trials`), the batch path (`batches.Batches`: one Spark stage per batch, for grid, random and

@@ -1,4 +1,4 @@
-"""The driver's end of a search's long-lived slot tasks (launcher/task/slot.py): one Spark job whose tasks each
+"""The driver's end of a search's long-lived slot tasks (launcher/task/worker.py): one Spark job whose tasks each
 run trial after trial, given to them over the run's channel, so that a free slot starts its next trial
 at once instead of after a Spark job's and a process's start.
 
@@ -38,7 +38,7 @@ from hopsml.launcher.messages import (
     unpack_arguments,
 )
 from hopsml.launcher.spec import TaskSpec
-from hopsml.launcher.task.slot import slot_task
+from hopsml.launcher.task.worker import slot_task
 from hopsml.net import Network
 
 log = logging.getLogger(__name__)

@@ -291,7 +291,7 @@ def _timeline(enabled: bool, rank: int, world_size: int, folder: str) -> Iterato
         yield
         return
     from hopsml.timeline.merge import new_part
-    from hopsml.timeline.session import rank_timeline
+    from hopsml.timeline.rank_timeline import rank_timeline
 
     target = os.path.join(folder, layout.TIMELINE)
 

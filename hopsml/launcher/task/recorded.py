@@ -16,7 +16,7 @@ from hopsml.launcher.messages import Clock, Timing, decode, to_wire
 from hopsml.launcher.spec import TaskSpec
 from hopsml.layout import TIMELINE
 from hopsml.timeline.merge import new_part
-from hopsml.timeline.session import rank_timeline
+from hopsml.timeline.rank_timeline import rank_timeline
 from hopsml.tracking.run_context import current_or_none
 
 _CLOCK_WAIT_S = 2.0

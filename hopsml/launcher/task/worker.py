@@ -8,7 +8,7 @@ directory, exactly as a child of its own would run it (launcher/task/child.py): 
 (os._exit, a segfault, the out-of-memory killer) is reported FAILED with its exit cause, and the next job gets
 a fresh process.
 
-    python -m hopsml.launcher.task.slot <payload.pkl> <secret fd> <jobs fd> <reports fd>
+    python -m hopsml.launcher.task.worker <payload.pkl> <secret fd> <jobs fd> <reports fd>
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class WorkerProcess:
         with open(self._raw, "ab") as raw:
             try:
                 return subprocess.Popen(
-                    [sys.executable, "-m", "hopsml.launcher.task.slot", payload, str(secret_in), str(jobs_in),
+                    [sys.executable, "-m", "hopsml.launcher.task.worker", payload, str(secret_in), str(jobs_in),
                      str(reports_out)], stdin=subprocess.DEVNULL, stdout=raw, stderr=subprocess.STDOUT, env=env,
                     close_fds=True, pass_fds=(secret_in, jobs_in, reports_out), cwd=self._dir,
                     start_new_session=True)   # outlives a kill of the worker's group long enough to clean up
