@@ -50,7 +50,8 @@ def test_refused_before_spark_starts(tmp_path):
     """In a fresh process (this one may run a Spark session already): no JVM is started for nothing."""
     program = (
         "import pyspark\n"
-        "from hopsml import config, session\n"
+        "from hopsml import config\n"
+        "from hopsml.cluster import session\n"
         "from hopsml.errors import SettingsError\n"
         "try:\n"
         "    session.get_or_create(config.load({}, root='/data/hopsml', master='spark://127.0.0.1:1'))\n"
