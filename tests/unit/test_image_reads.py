@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from hopsml.data import pixels
-from hopsml.data.images import UNREADABLE_FILE, _SourceFiles
+from hopsml.data.images import UNREADABLE_FILE
+from hopsml.data.images.transformer import _SourceFiles
 
 GIB = 1 << 30
 
@@ -121,10 +122,10 @@ def test_empty_and_missing_files_keep_their_reasons(tmp_path):
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 300, 70_000, 3_000_000])
 def test_the_job_s_records_are_the_bytes_encode_example_gives(size):
-    from hopsml.data.images import _ExampleTemplate
+    from hopsml.data.images.records import ExampleTemplate
     from hopsml.formats import decode_example, encode_example
 
-    template = _ExampleTemplate(224, 200, 3, b"png", {"cat": 0, "dög": 1})
+    template = ExampleTemplate(224, 200, 3, b"png", {"cat": 0, "dög": 1})
     encoded = bytes(range(256)) * (size // 256) + bytes(size % 256)
     path = "file:/data/pets/dög/" + "x" * (size % 300) + ".jpg"
     want = encode_example({
