@@ -1,4 +1,4 @@
-"""The search driver on the driver: trials as parallel Spark tasks, each in its own folder of the experiment,
+"""The search driver: trials as parallel Spark tasks, each in its own folder of the experiment,
 with live progress, early stopping over the authenticated channel, and a summary kept up to date.
 
 Each trial's function runs in a process of its own (launcher/task/child.py; for the asynchronous searches a
