@@ -20,18 +20,18 @@ Imports neither pyspark nor cupy; cupy is loaded only when a cupy array reaches 
 """
 
 from hopsml.collective.active import (
-                                       allgather,
-                                       allreduce,
-                                       allreduce_many,
-                                       barrier,
-                                       broadcast,
-                                       current,
-                                       init,
-                                       is_initialized,
-                                       rank,
-                                       shutdown,
-                                       size,
-                                       use,
+    allgather,
+    allreduce,
+    allreduce_many,
+    barrier,
+    broadcast,
+    current,
+    init,
+    is_initialized,
+    rank,
+    shutdown,
+    size,
+    use,
 )
 from hopsml.collective.communicator import Communicator
 from hopsml.collective.options import CollectiveOptions

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 from hopsml.model.inference import PredictionError, PredictionSummary, predict
 from hopsml.model.registry import (
-                                   Metric,
-                                   ModelError,
-                                   ModelExistsError,
-                                   ModelNotFoundError,
-                                   ModelVersion,
-                                   download_model,
-                                   export,
-                                   get_best_model,
-                                   get_model,
-                                   list_models,
-                                   quantize,
-                                   resolve,
-                                   versions,
+    Metric,
+    ModelError,
+    ModelExistsError,
+    ModelNotFoundError,
+    ModelVersion,
+    download_model,
+    export,
+    get_best_model,
+    get_model,
+    list_models,
+    quantize,
+    resolve,
+    versions,
 )
 
 list = list_models  # noqa: A001 - hops-style `model.list()` for notebooks
