@@ -45,12 +45,12 @@ class SearchRequest:
     @classmethod
     def of(cls, run: RunRequest, space: dict[str, Any], direction: Direction | str, optimization_key: str,
            strategy: str, **options: Any) -> SearchRequest:
-        """A request with the direction parsed ('max', 'min' or a Direction) and the goal checked."""
-        if not isinstance(optimization_key, str) or not optimization_key:
-            raise SearchSpaceError(f"optimization_key must name the metric to optimise, got {optimization_key!r}")
+        """A request with the direction parsed ('max', 'min' or a Direction)."""
         return cls(run, space, Direction.of(direction), optimization_key, strategy, **options)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.optimization_key, str) or not self.optimization_key:
+            raise SearchSpaceError(f"optimization_key must name the metric to optimise, got {self.optimization_key!r}")
         if self.early_stopping not in (None, *RULES):
             raise SearchSpaceError(f"early_stopping must be one of {', '.join(RULES)} or None, "
                                    f"not {self.early_stopping!r}")
