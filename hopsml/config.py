@@ -78,6 +78,15 @@ def _parse_interface(value: Any) -> str:
     return text
 
 
+def _parse_remote(value: Any) -> str:
+    """A Spark Connect URL (sc://host:port/;params), local[N] for a Connect server in this process, or ''."""
+    text = str(value).strip()
+    if text and not text.startswith(("sc://", "local")):
+        raise ValueError("must be a Spark Connect URL such as sc://host:15002 (or local[4] for one started in this "
+                         "process), or empty for a classic session")
+    return text
+
+
 def is_ip_address(text: str) -> bool:
     """Whether the network_interface setting names an IP address rather than an interface."""
     import ipaddress
@@ -166,6 +175,10 @@ _FIELDS: dict[str, _Field] = {
     "root": _Field(_parse_str, lambda: "~/hopsml", "root URI of all state (path, file://, hdfs://, s3://)"),
     "master": _Field(_parse_str, _default_master, "Spark master when hopsml starts the session (used only when "
                      "no SparkSession is running)", "local[N], N = max(4, cores)"),
+    "remote": _Field(_parse_remote, lambda: os.environ.get("SPARK_REMOTE", ""), "Spark Connect server to run on "
+                     "(sc://host:15002, or local[N] for one in this process) when no SparkSession is running, "
+                     "instead of starting Spark on the master",
+                     "$SPARK_REMOTE, else empty"),
     "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
     "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs (the console stays quiet)"),
     "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts: k=v,k=v or a "
@@ -231,6 +244,7 @@ class Settings(_RunFields):
     project: str
     root: str
     master: str
+    remote: str
     num_workers: int
     log_dir: str
     spark_conf: dict[str, str]

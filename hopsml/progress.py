@@ -1,6 +1,6 @@
 """Progress of long work: a bar on a terminal, a widget in a notebook, a few plain lines elsewhere.
 
-    with spark_progress(sc, "prepare table 'iris'", steps=9) as progress:
+    with spark_progress(spark, "prepare table 'iris'", steps=9) as progress:
         progress.step("read")            # the bar counts steps: its total never changes
         ... Spark jobs ...
 
@@ -29,9 +29,8 @@ _POLL_S = 0.5
 _LINE_EVERY_S = 60.0   # plain lines without a total: at most one a minute
 
 
-def _task_counts(sc: Any, group: str, seen: dict[int, tuple[int, int]]) -> tuple[int, int]:
+def _task_counts(tracker: Any, group: str, seen: dict[int, tuple[int, int]]) -> tuple[int, int]:
     """(finished, total) tasks over every stage of the group's jobs so far."""
-    tracker = sc.statusTracker()
     for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)
         for stage_id in (job.stageIds if job else []):
@@ -69,7 +68,7 @@ class LineProgress:
     """The tqdm calls hopsml uses (``n``, ``total``, ``update``, ``set_postfix``, ``refresh``,
     ``close``), written as a few whole lines: at the start, at each quarter, and at the end."""
 
-    def __init__(self, total: int | None = None, desc: str = "", unit: str = "it", disable: bool = False,
+    def __init__(self, total: int | None = None, desc: str = "", unit: str | None = "it", disable: bool = False,
                  stream: TextIO | None = None, **_: Any) -> None:
         self.total, self.desc, self.unit, self.disable = total, desc, unit, disable
         self.n = 0
@@ -91,7 +90,8 @@ class LineProgress:
         postfix = f", {self._postfix}" if self._postfix else ""
         elapsed = time.monotonic() - self._started
         unit = self.unit if (self.total if self.total is not None else self.n) == 1 else f"{self.unit}s"
-        print(f"{self.desc}: {what} ({count} {unit}{postfix}, {elapsed:.1f} s)", file=stream, flush=True)
+        counted = f"{count} {unit}{postfix}, " if self.unit is not None else ""  # no unit: nothing is counted
+        print(f"{self.desc}: {what} ({counted}{elapsed:.1f} s)", file=stream, flush=True)
         self._last_line = time.monotonic()
 
     def update(self, n: int = 1) -> None:
@@ -120,19 +120,20 @@ class LineProgress:
             self._say("stopped" if self.total is not None and self.n < self.total else "done")
 
 
-def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", leave: bool = True,
+def progress_bar(total: int | None = None, desc: str = "", unit: str | None = "it", leave: bool = True,
                  disable: bool = False, kind: str | None = None) -> Any:
-    """A progress display suited to where the output goes (see the module docstring)."""
+    """A progress display suited to where the output goes (see the module docstring); a unit of None counts
+    nothing (the display shows the time only)."""
     kind = kind or display_kind()
     if kind == "lines":
         return LineProgress(total=total, desc=desc, unit=unit, disable=disable)
     if kind == "widget":
         from tqdm.notebook import tqdm as notebook_tqdm
 
-        return notebook_tqdm(total=total, desc=desc, unit=unit, leave=leave, disable=disable)
+        return notebook_tqdm(total=total, desc=desc, unit=unit or "it", leave=leave, disable=disable)
     from tqdm import tqdm as terminal_tqdm
 
-    return terminal_tqdm(total=total, desc=desc, unit=unit, leave=leave, disable=disable)
+    return terminal_tqdm(total=total, desc=desc, unit=unit or "it", leave=leave, disable=disable)
 
 
 class SparkProgress:
@@ -161,33 +162,33 @@ class SparkProgress:
 
 
 @contextmanager
-def spark_progress(sc: Any, description: str, enabled: bool = True,
+def spark_progress(spark: Any, description: str, enabled: bool = True,
                    steps: int | None = None) -> Iterator[SparkProgress]:
     """Show the progress of the Spark work inside the block; quiet when not `enabled`.
 
-    With ``steps`` the display counts the steps the block announces with ``progress.step(name)``
-    (a fixed total); without, it counts finished Spark tasks, with no total."""
+    `spark` is a hopsml.cluster.handle.SparkHandle. With ``steps`` the display counts the steps the block
+    announces with ``progress.step(name)`` (a fixed total); without, it counts finished Spark tasks, with
+    no total (Spark Connect cannot count them: there the bar shows only the time)."""
     group = f"hopsml-{uuid.uuid4().hex[:12]}"
-    sc.setJobGroup(group, description)
+    tracker = spark.status_tracker()
     stop = threading.Event()
-    bar = progress_bar(total=steps, desc=description, unit="step" if steps else "task",
+    bar = progress_bar(total=steps, desc=description, unit="step" if steps else "task" if tracker else None,
                        disable=not enabled, leave=False)
     progress = SparkProgress(bar, steps)
 
     def poll() -> None:
         seen: dict[int, tuple[int, int]] = {}
-        while not stop.wait(_POLL_S):
-            progress._tasks_done(*_task_counts(sc, group, seen))
+        while tracker is not None and not stop.wait(_POLL_S):
+            progress._tasks_done(*_task_counts(tracker, group, seen))
 
     thread = threading.Thread(target=poll, name="hopsml-progress", daemon=True)
-    thread.start()
-    try:
-        yield progress
-        if steps is not None:
-            bar.n = steps
-    finally:
-        stop.set()
-        thread.join(timeout=10 * _POLL_S)
-        bar.close()
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
+    with spark.job_group(group, description):
+        thread.start()
+        try:
+            yield progress
+            if steps is not None:
+                bar.n = steps
+        finally:
+            stop.set()
+            thread.join(timeout=10 * _POLL_S)
+            bar.close()

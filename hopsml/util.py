@@ -13,6 +13,7 @@ from typing import Any
 
 from hopsml import config
 from hopsml.cluster import session
+from hopsml.cluster.handle import SparkHandle
 from hopsml.errors import ClusterError, SettingsError
 from hopsml.search import space
 
@@ -20,18 +21,13 @@ _LOCAL = re.compile(r"^local(?:\[(?P<threads>\*|\d+)(?:,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(?P<workers>\d+)\s*,")
 
 
-def _spark_context(spark: Any) -> Any | None:
-    """The SparkContext of `spark` (a SparkSession or SparkContext), else of the active session."""
-    if spark is None:
-        spark = session.active()
-    return getattr(spark, "sparkContext", spark)
-
-
-def _conf(spark: Any) -> tuple[dict[str, str], str, Any | None]:
-    """(Spark settings, master, SparkContext or None) from a running session, else from hopsml's settings."""
-    sc = _spark_context(spark)
-    if sc is not None:
-        return dict(sc.getConf().getAll()), sc.master, sc
+def _conf(spark: Any) -> tuple[dict[str, str], str, SparkHandle | None]:
+    """(Spark settings, master, handle or None) from `spark` (a SparkSession, Spark Connect session or
+    SparkContext) or the running session, else from hopsml's settings."""
+    spark = spark if spark is not None else session.active()
+    if spark is not None:
+        handle = SparkHandle.of(spark)
+        return handle.conf(), handle.master, handle
     settings = config.load()
     return dict(settings.spark_conf), settings.master, None
 
@@ -55,7 +51,7 @@ def num_executors(spark: Any = None) -> int:
     else the executors registered with the running session. `spark` may be a SparkSession or a
     SparkContext (older hops took one); by default the active session, else hopsml's settings.
     """
-    conf, master, sc = _conf(spark)
+    conf, master, handle = _conf(spark)
     if conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
         most = _int_setting(conf, "spark.dynamicAllocation.maxExecutors")
         if most is not None:
@@ -66,19 +62,18 @@ def num_executors(spark: Any = None) -> int:
     if match := _LOCAL_CLUSTER.match(master):
         return int(match["workers"])
     if match := _LOCAL.match(master):
-        if sc is not None:
-            return int(sc.defaultParallelism)
+        if handle is not None:
+            return handle.default_parallelism
         threads = match["threads"]
         if threads is None:
             return 1
         return (os.cpu_count() or 1) if threads == "*" else int(threads)
-    if sc is not None:
-        registered = sc._jsc.sc().getExecutorMemoryStatus().size() - 1  # the driver is listed too
-        if registered > 0:
-            return registered
+    registered = handle.registered_executors() if handle is not None else None
+    if registered:
+        return registered
     raise ClusterError(f"cannot tell how many executors the Spark master {master!r} gives: set "
                        "spark.executor.instances (or spark.dynamicAllocation.maxExecutors), or ask again "
-                       "once the executors have registered")
+                       "once the executors have registered (Spark Connect does not list them)")
 
 
 def executors_of_application(spark: Any = None) -> int:

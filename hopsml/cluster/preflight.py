@@ -150,18 +150,19 @@ def _nothing(iterator: Iterable[Any]) -> list[Any]:
     return []
 
 
-def explain_failure(sc: Any, error: BaseException | None, preflight: Preflight, tasks: int) -> None:
+def explain_failure(spark: Any, error: BaseException | None, preflight: Preflight, tasks: int) -> None:
     """After a failed job whose tasks could not run the check first, raise the ExecutorStackError that
     explains it: the one its error carries, or, when the error is a missing module, the one a check of
-    `tasks` tasks finds. Tasks cannot check first when PySpark's worker fails before any of hopsml's code:
-    an Arrow UDF imports pyarrow first, and a worker daemon module (`spark.python.daemon.module`, such as the
-    opt-in hopsml.cluster.worker_daemon) is imported before every task. Returns when nothing explains it."""
+    `tasks` tasks on `spark` (a SparkHandle) finds. Tasks cannot check first when PySpark's worker fails before
+    any of hopsml's code: an Arrow UDF imports pyarrow first, and a worker daemon module
+    (`spark.python.daemon.module`, such as the opt-in hopsml.cluster.worker_daemon) is imported before every
+    task. Returns when nothing explains it."""
     raise_mismatch(error, preflight)
     text = str(error or "")
     if preflight.stack is None or "No module named" not in text:
         return
     try:
-        sc.parallelize(range(tasks), tasks).mapPartitions(guard(_nothing, preflight)).collect()
+        spark.run(guard(_nothing, preflight), range(tasks), tasks)
     except Exception as probe:  # noqa: BLE001 - only a stack report is of use here
         raise_mismatch(probe, preflight)
     if "No module named 'hopsml'" in text:  # not even the check could start there

@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import config
 from hopsml.cluster import shipping
+from hopsml.cluster.handle import SparkHandle
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
 from hopsml.redact import redact_uri
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -123,11 +123,13 @@ def spark_security_warning(conf: Any, master: str) -> str | None:
             "and Kubernetes)")
 
 
-def check_spark_security(sc: SparkContext) -> None:
-    """Warn (once per Spark application) when an experiment or data job starts on an unprotected cluster."""
-    message = spark_security_warning(sc.getConf(), sc.master or "")
+def check_spark_security(spark: Any) -> None:
+    """Warn (once per Spark application) when an experiment or data job starts on an unprotected cluster
+    (`spark`: a session, a SparkContext or a SparkHandle)."""
+    handle = SparkHandle.of(spark)
+    message = spark_security_warning(handle.conf(), handle.master)
     if message is not None:
-        _warn_once(sc.applicationId, message)
+        _warn_once(handle.app_id, message)
 
 
 @functools.cache
@@ -138,22 +140,23 @@ def _warn_once(application_id: str, message: str) -> None:
 def check_session(settings: config.Settings, spark: SparkSession) -> None:
     """The checks every job makes on the session it runs on: the root (`check_root`) and Spark's own
     protection (`check_spark_security`)."""
-    sc = spark.sparkContext
-    check_root(settings, sc.master or "")
-    check_spark_security(sc)
+    handle = SparkHandle.of(spark)
+    check_root(settings, handle.cluster)
+    check_spark_security(handle)
 
 
-def _prepare_environment(settings: config.Settings) -> None:
-    """Environment the JVM and its Python workers must see before the JVM starts.
+def _prepare_environment(settings: config.Settings, master: str | None = None) -> None:
+    """Environment the JVM and its Python workers must see before the JVM starts (`master`: the settings').
 
     The executors' Python, Spark conf folder and worker daemon are set only for a local master: a
     cluster's executors run elsewhere, with their own Python (spark.pyspark.python) and conf.
     """
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if not is_local_master(settings.master):
+    master = master or settings.master
+    if not is_local_master(master):
         return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if settings.master.startswith("local"):
+    if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", conf_dir())
     # Workers: petastorm 0.13 calls pyarrow APIs deprecated since pyarrow 2, and PySpark warns about
@@ -306,6 +309,8 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
             check_session(settings, session)
             _release_barrier_timer_at_exit()
             return session
+        if settings.remote:
+            return _connect(settings, app_name)
         if launched_by_spark_submit():
             # The JVM is up with spark-submit's master and conf: build on them, change nothing else.
             builder = SparkSession.builder.appName(app_name)
@@ -331,9 +336,31 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
             raise
         check_session(settings, session)  # spark-submit's master, known only now
         _release_barrier_timer_at_exit()
-        log.info("started Spark %s (%s), Spark logs in %s", session.version, session.sparkContext.master,
+        log.info("started Spark %s (%s), Spark logs in %s", session.version, SparkHandle(session).master,
                  os.environ.get("HOPSML_LOG_DIR", "Spark's log4j configuration"))
         return session
+
+
+def _connect(settings: config.Settings, app_name: str) -> SparkSession:
+    """A Spark Connect session on the settings' server (`remote`): sc://host:port, or local[N] for one that
+    PySpark starts in this process (a classic JVM serving Connect, given the embedded default's environment)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.remote(settings.remote).appName(app_name)
+    if settings.remote.startswith("local"):
+        check_java()
+        _prepare_environment(settings, settings.remote)
+        for key, value in {**_QUIET_DEFAULTS, **settings.spark_conf}.items():
+            builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except ImportError as exc:
+        raise SettingsError(f"Spark Connect ({settings.remote}, from {settings.source('remote')}) needs its "
+                            f"client's packages: pip install 'hopsml[connect]' ({exc})") from exc
+    check_session(settings, session)
+    log.info("connected to Spark %s at %s (%s)", session.version, redact_uri(settings.remote),
+             SparkHandle(session).master)
+    return session
 
 
 def launched_by_spark_submit() -> bool:

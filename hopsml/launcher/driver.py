@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hopsml.cluster import auth, preflight
+from hopsml.cluster.handle import SparkHandle
 from hopsml.devices import check_gpu_amount
 from hopsml.errors import ClusterError, SerializationError
 from hopsml.launcher.channel import Connection, DriverChannel
@@ -215,18 +216,18 @@ def check_shippable(fn: Callable[..., Any], args: dict[str, Any] | None = None) 
                              f"tasks{uses}: {why}; {hint}")
 
 
-def driver_host(sc: Any, network: Network | None = None) -> str:
+def driver_host(spark: SparkHandle, network: Network | None = None) -> str:
     """The address executors use to reach this driver: the network_interface setting's, else Spark's."""
-    default = sc.getConf().get("spark.driver.host", "127.0.0.1")
+    default = spark.driver_host()
     return network.host(default) if network is not None else default
 
 
-def open_channel(sc: Any, monitor: StageMonitor, network: Network) -> DriverChannel:
+def open_channel(spark: SparkHandle, monitor: StageMonitor, network: Network) -> DriverChannel:
     """The driver's channel, on the interface and port range of the run's settings."""
-    return DriverChannel(driver_host(sc, network), auth.new_secret(), monitor, network.port_range)
+    return DriverChannel(driver_host(spark, network), auth.new_secret(), monitor, network.port_range)
 
 
-def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], num_tasks: int, *,
+def run_stage(spark: SparkHandle, partition_fn: Callable[[Iterator[int]], Iterable[Any]], num_tasks: int, *,
               job_group: str, description: str, barrier: bool = False,
               abort: threading.Event | None = None, checks: preflight.Preflight | None = None) -> list[Any]:
     """Run `partition_fn` on `num_tasks` partitions (barrier mode if asked) and collect the results.
@@ -241,12 +242,9 @@ def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], n
         partition_fn = preflight.guard(partition_fn, checks)
 
     def collect() -> None:
-        sc.setJobGroup(job_group, description, interruptOnCancel=True)
         try:
-            rdd = sc.parallelize(range(num_tasks), num_tasks)
-            if barrier:
-                rdd = rdd.barrier()
-            outcome["value"] = rdd.mapPartitions(partition_fn).collect()
+            with spark.job_group(job_group, description, interrupt=True):
+                outcome["value"] = spark.run(partition_fn, range(num_tasks), num_tasks, barrier=barrier)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = exc
 
@@ -256,11 +254,11 @@ def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], n
         while thread.is_alive():
             thread.join(0.05)
             if abort is not None and abort.is_set():
-                sc.cancelJobGroup(job_group)
+                spark.cancel(job_group)
                 thread.join(30)
                 break
     except KeyboardInterrupt:
-        sc.cancelJobGroup(job_group)
+        spark.cancel(job_group)
         thread.join(30)
         raise
     if "value" in outcome:
@@ -269,7 +267,7 @@ def run_stage(sc: Any, partition_fn: Callable[[Iterator[int]], Iterable[Any]], n
         return []
     error = outcome.get("error")
     if checks is not None:
-        preflight.explain_failure(sc, error, checks, num_tasks)
+        preflight.explain_failure(spark, error, checks, num_tasks)
     raise ClusterError(f"the Spark job {description!r} failed: {_short(error)}") from error
 
 
@@ -279,19 +277,10 @@ def _short(error: BaseException | None) -> str:
     return "\n".join(lines[:12])
 
 
-def concurrent_slots(sc: Any) -> int:
-    """How many tasks the cluster can run at once right now (what a barrier stage needs)."""
-    try:
-        jsc = sc._jsc.sc()
-        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-    except Exception:  # noqa: BLE001 - older Spark or a restricted gateway: fall back to the estimate
-        return int(sc.defaultParallelism)
-
-
-def wait_for_slots(sc: Any, needed: int, timeout_s: float) -> int:
+def wait_for_slots(spark: SparkHandle, needed: int, timeout_s: float) -> int:
     """Slots available once executors have registered (they come up after the session starts)."""
     deadline = time.monotonic() + timeout_s
-    while (slots := concurrent_slots(sc)) < needed and time.monotonic() < deadline:
+    while (slots := spark.concurrent_slots()) < needed and time.monotonic() < deadline:
         time.sleep(0.25)
     return slots
 
@@ -300,19 +289,21 @@ def _key(report: RankReport) -> tuple[int | None, int | None]:
     return report.trial, report.rank
 
 
-def check_barrier_stage(sc: Any, num_workers: int, gpus_per_worker: int, start_timeout_s: float = 60.0) -> None:
+def check_barrier_stage(spark: SparkHandle, num_workers: int, gpus_per_worker: int,
+                        start_timeout_s: float = 60.0) -> None:
     """Refuse what would make a barrier stage fail late or hang, with the fix in the message."""
-    conf = sc.getConf()
-    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+    master = spark.master
+    if (spark.conf_get("spark.dynamicAllocation.enabled") or "false").lower() == "true":
         raise ClusterError("barrier stages do not work with dynamic allocation: start Spark with "
                            "spark.dynamicAllocation.enabled=false and a fixed number of executors")
-    slots = wait_for_slots(sc, num_workers, 0 if sc.master.startswith("local[") else start_timeout_s)
+    slots = wait_for_slots(spark, num_workers, 0 if master.startswith("local[") else start_timeout_s)
     if slots < num_workers:
+        where = "the Spark Connect server's master" if spark.connect else "local mode (HOPSML_MASTER)"
         raise ClusterError(
             f"{num_workers} workers need {num_workers} task slots at once, but the cluster has {slots} "
-            f"(master {sc.master}). Ask for fewer workers, or more slots: local[{num_workers}] in local "
-            "mode (HOPSML_MASTER), more executors (--num-executors) or cores (--executor-cores)")
+            f"(master {master}). Ask for fewer workers, or more slots: local[{num_workers}] in {where}, more "
+            "executors (--num-executors) or cores (--executor-cores)")
     # local mode cannot schedule GPUs: its ranks share out the visible ones; a cluster manager must give them
-    local_mode = sc.master == "local" or sc.master.startswith("local[")
+    local_mode = master == "local" or master.startswith("local[")
     if gpus_per_worker and not local_mode:
-        check_gpu_amount(gpus_per_worker, conf.get("spark.task.resource.gpu.amount", None))
+        check_gpu_amount(gpus_per_worker, spark.conf_get("spark.task.resource.gpu.amount"))

@@ -10,6 +10,7 @@ is a dataset like the data jobs write: staged, a manifest, ``_SUCCESS`` last, re
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import posixpath
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hopsml import config, layout
+from hopsml.cluster.handle import SparkHandle
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.manifest import PREDICTIONS, Manifest, open_manifest
@@ -266,13 +268,13 @@ def predict(model_ref: ModelVersion | str | tuple[str, int], dataset: str, fn: P
     check_shippable(fn)
     spark = spark or session.get_or_create(settings)
     session.check_session(settings, spark)  # also for a session passed in
-    sc = spark.sparkContext
-    plan = _plan(storage, settings, dataset, splits, int(num_tasks or max(1, sc.defaultParallelism)))
+    handle = SparkHandle.of(spark)
+    plan = _plan(storage, settings, dataset, splits, int(num_tasks or max(1, handle.default_parallelism)))
 
     with ds.staged(storage, settings.project, output, overwrite) as stage, \
-            spark_progress(sc, f"predict '{dataset}' with model {mv.ref}"):
+            spark_progress(handle, f"predict '{dataset}' with model {mv.ref}"):
         job = _Job(settings, mv, dataset, fn, fields_, keep_, batch_size, stage.path)
-        reports = sc.parallelize(plan, len(plan)).mapPartitions(lambda items: _run_tasks(job, items)).collect()
+        reports = handle.run(functools.partial(_run_tasks, job), plan)
         failed = sorted((r for r in reports if not r["ok"]), key=lambda r: (r["split"], r["index"]))
         if failed:
             first = failed[0]

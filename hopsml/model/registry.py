@@ -280,13 +280,17 @@ def _local_files(path: str) -> list[str]:
 
 def _session_experiment(storage: Storage, project: str, local: str) -> dict[str, Any] | None:
     """The newest experiment of this driver's Spark application, if it wrote (a file of) the model."""
-    pyspark = sys.modules.get("pyspark")
-    sc = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
-    if sc is None:
+    if "pyspark" not in sys.modules:  # no session in this process: do not import Spark for nothing
         return None
+    from hopsml.cluster import session
+    from hopsml.cluster.handle import SparkHandle
     from hopsml.tracking.record import list_records
 
-    runs = [r for r in list_records(storage, project) if r.app_id == sc.applicationId]
+    active = session.active()
+    if active is None:
+        return None
+    app_id = SparkHandle.of(active).app_id
+    runs = [r for r in list_records(storage, project) if r.app_id == app_id]
     if not runs:
         return None
     exp_dir = layout.ExperimentDir.from_id(project, runs[0].id)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from hopsml.launcher.driver import StageMonitor, concurrent_slots, open_channel, run_stage
+from hopsml.launcher.driver import StageMonitor, open_channel, run_stage
 from hopsml.launcher.spec import TaskSpec
 from hopsml.launcher.task.child import ChildRank
 from hopsml.net import Network
@@ -34,7 +34,7 @@ class Batches(Trials):
         if not batch:
             return whole
         monitor = StageMonitor(echo=False, on_metric=self._on_metric, on_finished=self._finish)
-        channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
+        channel = open_channel(self.spark, monitor, Network(self.settings.network_interface, self.settings.port_range))
         storage, fn = self.run.storage, self.fn
         specs = [(t.params, TaskSpec(storage, t.dir, channel.address, channel.secret, trial=t.index,
                                      trial_name=posixpath.basename(t.dir), local_logdir=self.local_logdir,
@@ -59,9 +59,9 @@ class Batches(Trials):
             trial.state = "RUNNING"
         with self._lock:   # a driver killed now leaves them RUNNING: resume= runs them again
             self._write_summary()
-        slots, began = concurrent_slots(self.sc), time.monotonic()
+        slots, began = self.spark.concurrent_slots(), time.monotonic()
         try:
-            collected = run_stage(self.sc, one_trial, len(batch), job_group=self.run.id, checks=self.checks,
+            collected = run_stage(self.spark, one_trial, len(batch), job_group=self.run.id, checks=self.checks,
                                   description=f"hopsml search '{self.run.record.name}' ({self.run.id})")
         finally:
             channel.close()

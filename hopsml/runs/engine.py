@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopsml import checkpoint, config
+from hopsml.cluster.handle import SparkHandle
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError, ExperimentFailed, HopsmlError
 from hopsml.fs import Storage
@@ -68,15 +69,15 @@ def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, 
     runs = executions(args)
     ship(train_fn, args)
     start = Start.of(config.load(), train_fn, request.seed)
-    sc = start.spark()
-    run = start.start_run(sc, request, hyperparameters=args, type=ExperimentType.EXPERIMENT.value,
+    spark = start.spark()
+    run = start.start_run(spark, request, hyperparameters=args, type=ExperimentType.EXPERIMENT.value,
                           executors=len(runs) if runs else 1)
     log.info("experiment %s started: %s", run.id, run.logdir)
     with run:
         if runs is not None:
-            return run.logdir, _run_executions(sc, start, run, request, runs)
+            return run.logdir, _run_executions(spark, start, run, request, runs)
         monitor = StageMonitor()
-        channel = open_channel(sc, monitor, start.network)
+        channel = open_channel(spark, monitor, start.network)
         spec = start.spec(run.dir.path, channel, local_logdir=bool(request.local_logdir))
         timeline = bool(request.timeline)
 
@@ -86,7 +87,7 @@ def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, 
                             native_output=True, timeline=timeline).wait()
 
         try:
-            collected = run_stage(sc, one_task, 1, job_group=run.id, checks=start.checks,
+            collected = run_stage(spark, one_task, 1, job_group=run.id, checks=start.checks,
                                   description=f"hopsml experiment '{name}' ({run.id})")
         finally:
             channel.close()
@@ -99,10 +100,10 @@ def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, 
     return run.logdir, report.result
 
 
-def _run_executions(sc: Any, start: Start, run: ExperimentRun, request: RunRequest,
+def _run_executions(spark: SparkHandle, start: Start, run: ExperimentRun, request: RunRequest,
                     runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """launch's list form: every execution in parallel, each in its own folder with its record."""
-    search = Search(sc, run, request.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+    search = Search(spark, run, request.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
                     optimization_key=request.metric_key or "metric",
                     direction=Direction.MAX, local_logdir=bool(request.local_logdir), metric_required=False,
                     unit="execution")
@@ -158,10 +159,10 @@ def run_ranks(request: RunRequest, settings: config.Settings, ranks: Ranks, *, r
         raise HopsmlError(f"gpus_per_worker must be 0 or more, got {ranks.gpus}")
     ship(request.train_fn)
     start = Start.of(settings, request.train_fn, request.seed)
-    sc = start.spark()
-    check_barrier_stage(sc, ranks.workers, ranks.gpus)
+    spark = start.spark()
+    check_barrier_stage(spark, ranks.workers, ranks.gpus)
     source = resume_source(start.storage, settings.project, resume) if resume else None
-    run = start.start_run(sc, request, type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=ranks.workers,
+    run = start.start_run(spark, request, type=ExperimentType.DISTRIBUTED_TRAINING.value, executors=ranks.workers,
                           gpus_per_executor=ranks.gpus)
     log.info("distributed experiment %s started with %d ranks: %s", run.id, ranks.workers, run.logdir)
     late_after_s = start.snapshot.late_rank_s
@@ -172,7 +173,7 @@ def run_ranks(request: RunRequest, settings: config.Settings, ranks: Ranks, *, r
             log.info("experiment %s resumes from step %s of %s", run.id, step, source.id)
         for attempt in range(1, retries + 2):
             reports, failures, monitor = barrier_attempt(
-                sc, start, run, ranks, local_logdir=request.local_logdir, late_after_s=late_after_s,
+                spark, start, run, ranks, local_logdir=request.local_logdir, late_after_s=late_after_s,
                 description=f"hopsml {ranks.kind} '{request.name}' ({run.id}, {ranks.workers} ranks)")
             if monitor.late:
                 raise blame.late_ranks(monitor.late, monitor.finished, run, late_after_s)
@@ -193,12 +194,12 @@ def run_ranks(request: RunRequest, settings: config.Settings, ranks: Ranks, *, r
     return run.logdir, result
 
 
-def barrier_attempt(sc: Any, start: Start, run: ExperimentRun, ranks: Ranks, *, local_logdir: bool,
+def barrier_attempt(spark: SparkHandle, start: Start, run: ExperimentRun, ranks: Ranks, *, local_logdir: bool,
                     description: str, late_after_s: float
                     ) -> tuple[list[RankReport], list[RankReport], StageMonitor]:
     """One barrier stage of the run: every rank's report once, the failures (cause first), the monitor."""
     monitor = StageMonitor(prefix_ranks=True, abort_on_failure=True)
-    channel = open_channel(sc, monitor, start.network)
+    channel = open_channel(spark, monitor, start.network)
     spec = start.spec(run.dir.path, channel, local_logdir=bool(local_logdir))
     partition = barrier_task(spec, gpus_per_worker=ranks.gpus, framework=ranks.framework(start.snapshot),
                              on_shutdown=ranks.on_shutdown)
@@ -206,7 +207,7 @@ def barrier_attempt(sc: Any, start: Start, run: ExperimentRun, ranks: Ranks, *, 
     crashed: list[RankReport] = []
     collected: list[Any] = []
     try:
-        collected = run_stage(sc, partition, ranks.workers, barrier=True, abort=monitor.failed,
+        collected = run_stage(spark, partition, ranks.workers, barrier=True, abort=monitor.failed,
                               job_group=run.id, description=description, checks=start.checks)
     except ClusterError as error:  # a rank's process died: say which, with its last lines
         crashed = [blame.crashed_rank(error, run)]

@@ -42,13 +42,13 @@ def run_search(request: SearchRequest, batches: Callable[[Search], Any]) -> tupl
     check_function(asked.train_fn, None, asked.name, asked.versioned_resources)
     ship(asked.train_fn)
     start = Start.of(config.load(), asked.train_fn, asked.seed)
-    sc = start.spark()
-    run = start.start_run(sc, asked, type=ExperimentType.PARALLEL_EXPERIMENTS.value, hyperparameters=request.space,
+    spark = start.spark()
+    run = start.start_run(spark, asked, type=ExperimentType.PARALLEL_EXPERIMENTS.value, hyperparameters=request.space,
                           direction=request.direction.value, optimization_key=request.optimization_key,
-                          metric_key=request.optimization_key, executors=sc.defaultParallelism)
+                          metric_key=request.optimization_key, executors=spark.default_parallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(sc, run, asked.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+        search = Search(spark, run, asked.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
                         optimization_key=request.optimization_key, direction=request.direction,
                         early_stopping=request.stopping_rule(), local_logdir=bool(asked.local_logdir),
                         timeline=bool(asked.timeline))

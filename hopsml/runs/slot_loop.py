@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hopsml.errors import ClusterError, ExecutorStackError
-from hopsml.launcher.driver import StageMonitor, check_barrier_stage, concurrent_slots, open_channel, run_stage
+from hopsml.launcher.driver import StageMonitor, check_barrier_stage, open_channel, run_stage
 from hopsml.launcher.messages import RankReport
 from hopsml.launcher.spec import TaskSpec
 from hopsml.launcher.task.child import ChildRank
@@ -42,8 +42,8 @@ class SlotLoop(Trials):
         `scheduler` hands out the jobs (None: nothing to start now) and learns each job's metric.
         """
         if num_workers > 1:   # no dynamic allocation, enough slots for one trial's ranks
-            check_barrier_stage(self.sc, num_workers, 0)
-        slots = concurrent_slots(self.sc)
+            check_barrier_stage(self.spark, num_workers, 0)
+        slots = self.spark.concurrent_slots()
         places = max(1, slots // num_workers)
         if max_parallel is not None:
             places = max(1, min(places, max_parallel))
@@ -107,7 +107,7 @@ class SlotLoop(Trials):
                     with changed:   # the other slots' trials stop too
                         groups = [g for p, g in running.items() if p != place]
                     for group in groups:
-                        self.sc.cancelJobGroup(group)
+                        self.spark.cancel(group)
                 ended = (job, metric)
             if pool is not None:   # nothing more for this slot: its task ends and frees the slot
                 pool.release(place)
@@ -126,7 +126,7 @@ class SlotLoop(Trials):
                 groups = list(running.values())
                 changed.notify_all()
             for group in groups:
-                self.sc.cancelJobGroup(group)
+                self.spark.cancel(group)
             raise
         finally:
             self._window_s += slots * (time.monotonic() - began)
@@ -148,7 +148,7 @@ class SlotLoop(Trials):
         """The long-lived slot tasks of an asynchronous search of single-rank trials."""
         spec = TaskSpec(self.run.storage, self.run.dir.path, None, b"", local_logdir=self.local_logdir,
                         settings=self.settings, seed=self.seed, timeline=self.timeline)
-        return SlotTasks(self.sc, self.fn, spec, places, group=f"{self.run.id}-slots", checks=self.checks,
+        return SlotTasks(self.spark, self.fn, spec, places, group=f"{self.run.id}-slots", checks=self.checks,
                          network=Network(self.settings.network_interface, self.settings.port_range),
                          description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {places} slot tasks)",
                          on_metric=self._on_metric)
@@ -171,7 +171,7 @@ class SlotLoop(Trials):
                                      "end": round(time.time(), 3)})
             return self._record_job(job, trial, [report], [] if report.ok else [report], 1)
         monitor = StageMonitor(echo=False, prefix_ranks=num_workers > 1, abort_on_failure=num_workers > 1)
-        channel = open_channel(self.sc, monitor, Network(self.settings.network_interface, self.settings.port_range))
+        channel = open_channel(self.spark, monitor, Network(self.settings.network_interface, self.settings.port_range))
         spec = TaskSpec(self.run.storage, trial.dir, channel.address, channel.secret, trial=trial.index,
                         trial_name=posixpath.basename(trial.dir), local_logdir=self.local_logdir,
                         settings=self.settings, seed=self.seed, timeline=self.timeline and num_workers == 1)
@@ -180,7 +180,7 @@ class SlotLoop(Trials):
         collected: list[Any] = []
         crashed: list[RankReport] = []
         try:
-            collected = run_stage(self.sc, partition, num_workers, barrier=num_workers > 1, abort=monitor.failed,
+            collected = run_stage(self.spark, partition, num_workers, barrier=num_workers > 1, abort=monitor.failed,
                                   job_group=group, checks=self.checks,
                                   description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {what})")
         except ExecutorStackError:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopsml.cluster import auth, preflight
+from hopsml.cluster.handle import SparkHandle
 from hopsml.errors import ClusterError
 from hopsml.launcher.channel import Connection, DriverChannel
 from hopsml.launcher.driver import driver_host, run_stage
@@ -85,17 +86,17 @@ class Place:
 class SlotTasks:
     """`places` long-lived slot tasks running `fn`, as one Spark job in the job group `group`."""
 
-    def __init__(self, sc: Any, fn: Callable[..., Any], spec: TaskSpec, places: int, *, network: Network,
+    def __init__(self, spark: SparkHandle, fn: Callable[..., Any], spec: TaskSpec, places: int, *, network: Network,
                  group: str, description: str, checks: preflight.Preflight | None = None,
                  on_metric: Callable[[Metric, Connection], None] | None = None,
                  on_message: Callable[[Message, Connection], None] | None = None) -> None:
-        self.sc, self.group = sc, group
+        self.spark, self.group = spark, group
         self._places = [Place() for _ in range(places)]
         self._changed = threading.Condition()
         self._ended: BaseException | None = None
         self._done = False
         self._on_metric, self._on_other = on_metric, on_message
-        self.channel = DriverChannel(driver_host(sc, network), auth.new_secret(), self._receive,
+        self.channel = DriverChannel(driver_host(spark, network), auth.new_secret(), self._receive,
                                      network.port_range, on_close=self._closed)
         self.spec = dataclasses.replace(spec, channel_address=self.channel.address, secret=self.channel.secret)
         task = slot_task(fn, self.spec)
@@ -103,7 +104,7 @@ class SlotTasks:
         def job() -> None:
             error: BaseException | None = None
             try:
-                run_stage(sc, task, places, job_group=group, description=description, checks=checks)
+                run_stage(spark, task, places, job_group=group, description=description, checks=checks)
             except BaseException as exc:  # noqa: BLE001 - handed to the slot threads that wait
                 error = exc
             with self._changed:
@@ -194,6 +195,6 @@ class SlotTasks:
         if self._thread.is_alive():
             log.warning("the slot tasks of %s did not end within %.0f s of their stop; cancelling them",
                         self.group, _STOP_WAIT_S)
-            self.sc.cancelJobGroup(self.group)
+            self.spark.cancel(self.group)
             self._thread.join(30)
         self.channel.close()

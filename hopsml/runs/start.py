@@ -13,6 +13,7 @@ from typing import Any
 
 from hopsml import config
 from hopsml.cluster import local_modules, preflight, session, shipping
+from hopsml.cluster.handle import SparkHandle
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.launcher import seeds
@@ -45,20 +46,20 @@ class Start:
         """Where the driver's channel and the ranks listen."""
         return Network(self.snapshot.network_interface, self.snapshot.port_range)
 
-    def spark(self) -> Any:
-        """The SparkContext (started with these settings when none runs)."""
-        return session.get_or_create(self.settings).sparkContext
+    def spark(self) -> SparkHandle:
+        """The Spark to run on (a session started with these settings when none runs)."""
+        return SparkHandle.of(session.get_or_create(self.settings))
 
-    def start_run(self, sc: Any, request: RunRequest, **fields: Any) -> ExperimentRun:
+    def start_run(self, spark: SparkHandle, request: RunRequest, **fields: Any) -> ExperimentRun:
         """Claim the run directory and write the RUNNING record (`fields` go into it, over the request's)."""
         fields = {"description": request.description, "metric_key": request.metric_key, **fields}
         # rerun_of, in a rerun
         fields.update(rerun.link(self.storage, self.settings.project, request.name, request.train_fn))
-        return ExperimentRun.start(self.storage, self.settings.project, sc.applicationId, name=request.name,
+        return ExperimentRun.start(self.storage, self.settings.project, spark.app_id, name=request.name,
                                    fn=request.train_fn, versioned_resources=request.versioned_resources,
                                    heartbeat_s=self.snapshot.heartbeat_s,
-                                   user=self.snapshot.user, spark_conf=dict(sc.getConf().getAll()),
-                                   spark_version=sc.version, modules=self.checks.modules,
+                                   user=self.snapshot.user, spark_conf=spark.conf(),
+                                   spark_version=spark.version, modules=self.checks.modules,
                                    python_environment=shipping.describe(packed=session.shipped()), seed=self.seed,
                                    **fields)
 

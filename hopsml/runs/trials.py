@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hopsml.cluster import preflight
+from hopsml.cluster.handle import SparkHandle
 from hopsml.config import RunSettings
 from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection
@@ -83,12 +84,12 @@ class Trial:
 class Trials:
     """The trials of one PARALLEL_EXPERIMENTS experiment and their records."""
 
-    def __init__(self, sc: Any, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
+    def __init__(self, spark: SparkHandle, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
                  optimization_key: str, checks: preflight.Preflight | None = None, seed: int | None = None,
                  direction: Direction, early_stopping: MedianStoppingRule | None = None,
                  local_logdir: bool = False, metric_required: bool = True, unit: str = "trial",
                  timeline: bool = False) -> None:
-        self.sc, self.run, self.fn, self.settings, self.checks, self.seed = sc, run, fn, settings, checks, seed
+        self.spark, self.run, self.fn, self.settings, self.checks, self.seed = spark, run, fn, settings, checks, seed
         self.seeded: dict[str, int] = {}
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
         self.local_logdir = local_logdir

@@ -1,18 +1,19 @@
+from hopsml.cluster.handle import SparkHandle
 from hopsml.progress import _task_counts, spark_progress
 
 
 def test_jobs_inside_the_block_are_grouped_and_counted(spark):
     sc = spark.sparkContext
-    with spark_progress(sc, "counting", enabled=False):
+    with spark_progress(SparkHandle.of(spark), "counting", enabled=False):
         group = sc.getLocalProperty("spark.jobGroup.id")
         assert sc.parallelize(range(100), 5).map(lambda x: x * 2).sum() == 9900
     assert sc.getLocalProperty("spark.jobGroup.id") is None  # later jobs are not in the group
-    assert _task_counts(sc, group, {}) == (5, 5)
+    assert _task_counts(sc.statusTracker(), group, {}) == (5, 5)
 
 
 def test_a_bar_of_steps_keeps_its_total(spark):
     sc = spark.sparkContext
-    with spark_progress(sc, "steps", enabled=False, steps=3) as progress:
+    with spark_progress(SparkHandle.of(spark), "steps", enabled=False, steps=3) as progress:
         totals = []
         for name in ("one", "two", "three"):
             progress.step(name)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
 from hopsml.cluster import preflight
+from hopsml.cluster.handle import SparkHandle
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.data.images.listing import deal, scan_images
@@ -29,14 +30,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _compute_slots(spark: SparkSession) -> int:
+def _compute_slots(spark: SparkHandle) -> int:
     """Tasks that can decode at once: the cores of this machine in local mode (local[N] may
     promise more slots than cores, for barrier stages; more decoding tasks than cores only
     compete with each other and with the JVM), else Spark's default parallelism."""
 
-    if (spark.sparkContext.master or "").startswith("local"):
-        return min(os.cpu_count() or 1, spark.sparkContext.defaultParallelism)
-    return spark.sparkContext.defaultParallelism
+    if spark.master.startswith("local"):
+        return min(os.cpu_count() or 1, spark.default_parallelism)
+    return spark.default_parallelism
 
 
 def _task_count(workers: int, slots: int, total_bytes: int) -> int:
@@ -98,23 +99,24 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
                               "(a folder of label folders) and the glob")
     spark = spark or session.get_or_create(settings)
     session.check_session(settings, spark)  # also for a session passed in
+    handle = SparkHandle.of(spark)
     labels = sorted({label_of(path) for path, _ in listing})
     total_bytes = sum(size for _, size in listing)
-    count = options.shards or _task_count(settings.num_workers, _compute_slots(spark), total_bytes)
+    count = options.shards or _task_count(settings.num_workers, _compute_slots(handle), total_bytes)
     count = max(1, min(count, len(listing)))
 
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
-            spark_progress(spark.sparkContext, f"prepare images '{dataset}'"):
+            spark_progress(handle, f"prepare images '{dataset}'"):
         transformer = Transformer(options, labels, storage, stage, count, src)
         chunks = deal([path for path, _ in listing], count)
         tasks_started = time.perf_counter()
         checks = preflight.Preflight(preflight.driver_stack(packages=("pillow",)) if settings.check_versions
                                      else None, {})
         try:
-            reports = [json.loads(report) for report in spark.sparkContext.parallelize(chunks, count)
-                       .mapPartitionsWithIndex(preflight.guard(transformer, checks)).collect()]
+            reports = [json.loads(report)
+                       for report in handle.run(preflight.guard(transformer, checks), chunks, count, indexed=True)]
         except Exception as exc:  # an executor with another stack is named; anything else goes on up
-            preflight.explain_failure(spark.sparkContext, exc, checks, count)
+            preflight.explain_failure(handle, exc, checks, count)
             raise
         tasks_done = time.perf_counter()
         summary = _summarise(reports, dataset, count, options.splits)

@@ -25,7 +25,7 @@ def csv_source(spark: SparkSession, src: str, options: TableOptions) -> Any:
                                         F.monotonically_increasing_id().alias("at"), "value")
     number = F.row_number().over(Window.partitionBy("file").orderBy("at"))
     kept = lines.withColumn("line", number).where(F.col("line") > F.lit(options.skip_rows))
-    return kept.sortWithinPartitions("file", "at").select("value").rdd.map(lambda row: row[0])
+    return kept.sortWithinPartitions("file", "at").select("value")
 
 
 def column_names(spark: SparkSession, src: Any, options: TableOptions, multiline: bool = False,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
 from hopsml.cluster import preflight
+from hopsml.cluster.handle import SparkHandle
 from hopsml.data import dataset as ds
 from hopsml.data.manifest import Manifest
 from hopsml.data.tables.csv import HINT, check_source, column_names, csv_source, is_number, read_text
@@ -88,7 +89,7 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     started = time.perf_counter()
     job = _TableJob(spark, storage, settings, src, dataset, options)
     with _collected(), ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
-            spark_progress(spark.sparkContext, f"prepare table '{dataset}'", steps=_TableJob.STEPS) as progress:
+            spark_progress(job.handle, f"prepare table '{dataset}'", steps=_TableJob.STEPS) as progress:
         job.progress = progress
         with _prepare_conf(spark):
             summary = job.run(stage)
@@ -151,6 +152,7 @@ class _TableJob:
     def __init__(self, spark: SparkSession, storage: Storage, settings: config.Settings, src: str,
                  name: str, options: TableOptions) -> None:
         self.spark, self.storage, self.settings = spark, storage, settings
+        self.handle = SparkHandle.of(spark)
         self.src, self.name, self.options = src, name, options
         self.progress: Any = None
         self.source_names: dict[str, str] = {}
@@ -166,8 +168,7 @@ class _TableJob:
         try:
             return self._run(stage)
         except Exception as exc:  # an executor with another stack is named; anything else goes on up
-            sc = self.spark.sparkContext
-            preflight.explain_failure(sc, exc, self.checks, sc.defaultParallelism)
+            preflight.explain_failure(self.handle, exc, self.checks, self.handle.default_parallelism)
             raise
 
     def _run(self, stage: ds.DatasetDir) -> ds.DatasetSummary:
@@ -539,7 +540,7 @@ class _TableJob:
         from hopsml.data import stats
 
         wanted_default = self.options.shards or max(self.settings.num_workers,
-                                                    self.spark.sparkContext.defaultParallelism)
+                                                    self.handle.default_parallelism)
         wanted = {s: max(1, min(wanted_default, rows)) for s, rows in counts.items() if rows}
         row_hash = F.shiftright(F.col(ROW_HASH), 32)   # bits the split (the hash's low digits) does not decide
         shard = F.lit(0)
