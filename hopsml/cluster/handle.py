@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from hopsml.errors import ClusterError
-
 PartitionFn = Callable[[Iterator[Any]], Iterable[Any]]
 IndexedPartitionFn = Callable[[int, Iterator[Any]], Iterable[Any]]
 
@@ -49,14 +47,6 @@ class SparkHandle:
     @classmethod
     def of(cls, spark: Any) -> SparkHandle:
         return spark if isinstance(spark, SparkHandle) else cls(spark)
-
-    @property
-    def sc(self) -> Any:
-        """The SparkContext; a clear error over Spark Connect, which has none."""
-        if self._sc is None:
-            raise ClusterError("this needs a classic Spark session (a SparkContext in this process); over Spark "
-                               "Connect it is not available")
-        return self._sc
 
     # what the application is
 

@@ -84,6 +84,18 @@ out["asha_best"] = asha_best
 print("RESULT " + json.dumps(out))
 """
 
+PREDICT = """
+import json, pathlib, sys
+from hopsml import model
+from hopsml.examples import digits
+
+runs = pathlib.Path(sys.argv[1]).glob("*/experiment.json")
+allreduce = next(r.parent for r in runs if json.loads(r.read_text())["name"] == "quickstart-allreduce")
+version = model.export(str(allreduce / "model.npz"), "digits", metrics={"accuracy": 0.9})
+summary = model.predict(version, "digits", digits.predict, split="test", batch_size=50)
+print("RESULT " + json.dumps({"splits": summary.splits, "columns": summary.columns}))
+"""
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
@@ -136,11 +148,19 @@ def test_the_quickstart_runs_over_spark_connect(tmp_path, connect_url):
     assert "dataset 'digits' (images)" in done.stdout and "dataset 'iris' (table)" in done.stdout
     # Connect cannot count tasks: the bar shows the time, never a count of 0 tasks
     assert "prepare images 'digits': done (" in done.stderr and "0 tasks" not in done.stderr
-    records = sorted((tmp_path / "root" / "Projects" / "connect" / "Experiments").glob("*/experiment.json"))
+    experiments = tmp_path / "root" / "Projects" / "connect" / "Experiments"
+    records = [json.loads(record.read_text()) for record in sorted(experiments.glob("*/experiment.json"))]
     assert len(records) == 3
-    for record in records:
-        fields = json.loads(record.read_text())
+    for fields in records:
         assert fields["state"] == "FINISHED" and fields["spark_conf"]["spark.master"] == "local[4]"
+
+    # batch inference with the data-parallel run's model, on the test split the quickstart prepared
+    script = tmp_path / "predict.py"
+    script.write_text(PREDICT)
+    done = _run(tmp_path, connect_url, sys.executable, str(script), str(experiments))
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    out = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert out["columns"] == ["label", "path", "prediction"] and out["splits"]["test"] > 300
 
 
 def test_collectives_searches_and_failures_over_spark_connect(tmp_path, connect_url):
