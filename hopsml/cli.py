@@ -17,6 +17,7 @@ from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.cluster import shipping
 from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
+from hopsml.featurestore import commands as fs_commands
 from hopsml.fs import Storage
 from hopsml.model import commands as model_commands
 from hopsml.redact import redact_conf, redact_uri
@@ -372,6 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     packer.add_argument("--force", action="store_true", help="pack again even when the project has this one")
     data_commands.add_commands(commands)
     model_commands.add_commands(commands)
+    fs_commands.add_commands(commands)
     serving_commands.add_commands(commands)
     ui_commands.add_commands(commands)
     return parser
@@ -393,6 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = data_commands.run(args, settings)
         elif args.command in model_commands.COMMANDS:
             output = model_commands.run(args, settings)
+        elif args.command in fs_commands.COMMANDS:
+            output = fs_commands.run(args, settings)
         elif args.command in serving_commands.COMMANDS:
             output = serving_commands.run(args, settings)
         elif args.command in ui_commands.COMMANDS:

@@ -62,6 +62,11 @@ class ModelError(HopsmlError, ValueError):
     """A model cannot be exported or found as asked; the message says what to change."""
 
 
+class FeatureStoreError(HopsmlError, ValueError):
+    """A feature group, view or training dataset cannot do what was asked; the message names the group, the
+    column or the key, and what to do."""
+
+
 class ClusterError(HopsmlError, RuntimeError):
     """The Spark cluster cannot run what was asked (too few slots, missing GPUs, ...)."""
 

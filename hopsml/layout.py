@@ -471,3 +471,54 @@ class DatasetDir:
 
     def tfrecord(self, split: str) -> str:
         return join(self.path, DATASET_TFRECORD, validate_name(split, "split name"))
+
+
+# --- the feature store ------------------------------------------------------------------------------------
+FEATURE_STORE = "FeatureStore"
+FEATURE_VIEWS = "views"
+TRAINING_DATASETS = "Training_Datasets"
+GROUP_RECORD = "_group.json"          # beside the group's Delta table: names starting with _ are not table files
+GROUP_STATISTICS = "_statistics"      # <commit>.json: the statistics of the group after that commit
+VIEW_RECORD = "view.json"
+TRAINING_DATASET_RECORD = "training_dataset.json"
+
+
+def feature_store_dir(project: str) -> str:
+    """The project's feature store: its groups' tables, and its views under views/.
+
+    >>> feature_store_dir("demo")
+    'Projects/demo/FeatureStore'
+    """
+    return join(project_dir(project), FEATURE_STORE)
+
+
+def feature_group_dir(project: str, name: str, version: int) -> str:
+    """The Delta table of a feature group version.
+
+    >>> feature_group_dir("demo", "transactions", 1)
+    'Projects/demo/FeatureStore/transactions_1'
+    """
+    return join(feature_store_dir(project), f"{validate_name(name, 'feature group name')}_{validate_version(version)}")
+
+
+def feature_views_dir(project: str) -> str:
+    return join(feature_store_dir(project), FEATURE_VIEWS)
+
+
+def feature_view_dir(project: str, name: str, version: int) -> str:
+    """A feature view version's definition.
+
+    >>> feature_view_dir("demo", "fraud", 2)
+    'Projects/demo/FeatureStore/views/fraud_2'
+    """
+    return join(feature_views_dir(project), f"{validate_name(name, 'feature view name')}_{validate_version(version)}")
+
+
+def training_datasets_dir(project: str, view: str, view_version: int) -> str:
+    """The training dataset versions of a feature view version, one folder each.
+
+    >>> training_datasets_dir("demo", "fraud", 2)
+    'Projects/demo/Training_Datasets/fraud_2'
+    """
+    return join(project_dir(project), TRAINING_DATASETS,
+                f"{validate_name(view, 'feature view name')}_{validate_version(view_version)}")

@@ -23,8 +23,8 @@ LAYERS: list[set[str]] = [
     {"cluster", "search", "numpy_helper", "pandas_helper"},
     {"collective", "data"},
     {"launcher", "torch"},
-    {"runs", "model"},
-    {"serving", "experiment", "util"},
+    {"runs", "model", "featurestore"},
+    {"serving", "experiment", "util", "hopsworks"},
     {"experiments", "examples", "ui"},
     {"cli"},
 ]

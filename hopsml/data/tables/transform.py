@@ -43,11 +43,7 @@ class Transform:
                                    pa.type_for_alias(_ARROW_TYPES[dtype])) for name, dtype in self.dtypes.items()])
 
     def _index(self, column: Any, name: str) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        known = pa.array(self.categories.get(name, []), type=column.type)
-        return pc.fill_null(pc.index_in(column, value_set=known), -1).cast(pa.int32())
+        return category_index(column, self.categories.get(name, []))
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
         import pyarrow as pa
@@ -60,17 +56,14 @@ class Transform:
             if name in self.fills:
                 column = pc.fill_null(column, pa.scalar(self.fills[name], type=column.type))
             if name in self.scale:
-                value = pc.cast(column, pa.float64(), safe=False)
                 scale = self.scale[name]
-                if scale is not None:
-                    value = pc.divide(pc.subtract(value, scale[0]), scale[1])
+                value = scaled(column, *scale) if scale is not None else pc.cast(column, pa.float64(), safe=False)
                 out[name] = value
                 vectors.append(pc.cast(value, pa.float32(), safe=False))
             elif self.one_hot:
-                index = self._index(column, name)
-                for i in range(len(self.categories[name])):
-                    out[f"{name}_{i}"] = pc.cast(pc.equal(index, i), pa.float32())
-                    vectors.append(out[f"{name}_{i}"])
+                for i, hot in enumerate(one_hot(self._index(column, name), len(self.categories[name]))):
+                    out[f"{name}_{i}"] = hot
+                    vectors.append(hot)
             else:
                 out[name] = self._index(column, name)
                 vectors.append(pc.cast(out[name], pa.float32()))
@@ -79,6 +72,39 @@ class Transform:
                         pc.cast(label, pa.int64() if self.label_kind == "long" else pa.float64(), safe=False))
         out["features"] = _vectors(vectors, batch.num_rows)
         return pa.Table.from_pydict(out, schema=self.schema())
+
+
+def scaled(column: Any, center: float, spread: float) -> Any:
+    """``(x - center) / spread`` as doubles: standardizing (mean, std), min-max (min, max - min), robust
+    scaling (median, IQR)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.divide(pc.subtract(pc.cast(column, pa.float64(), safe=False), center), spread)
+
+
+def category_index(column: Any, categories: Sequence[Any], missing: int | None = -1) -> Any:
+    """Each value's index in ``categories`` (int32): -1 for one not there; a missing value gets ``missing``
+    (-1 by default, None keeps it missing)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    known = pa.array(list(categories), type=column.type if len(categories) else None)
+    if len(categories) and known.type != column.type:
+        known = known.cast(column.type)
+    index = pc.index_in(column, value_set=known) if len(categories) else pa.nulls(len(column), pa.int32())
+    index = pc.if_else(pc.is_null(column), pa.scalar(None, pa.int32()), pc.fill_null(index, -1))
+    if missing is not None:
+        index = pc.fill_null(index, missing)
+    return index.cast(pa.int32())
+
+
+def one_hot(index: Any, count: int) -> list[Any]:
+    """One float32 column per category: 1 where ``index`` (of category_index) is that category, else 0."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return [pc.cast(pc.fill_null(pc.equal(index, i), False), pa.float32()) for i in range(count)]
 
 
 def _vectors(columns: Sequence[Any], rows: int) -> Any:

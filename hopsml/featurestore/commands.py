@@ -1,0 +1,133 @@
+"""The feature store commands of the ``hopsml`` CLI: ``fs insert`` (a CSV or Parquet file into a group),
+``fs groups list|show``, ``fs views list|show`` and ``fs training-datasets list``.
+
+``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one that was
+parsed and returns the text to print.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hopsml import config
+from hopsml.cli_tables import format_fields, format_table, pairs
+from hopsml.errors import FeatureStoreError
+from hopsml.featurestore import frames
+from hopsml.featurestore.store import FeatureStore
+
+COMMANDS = ("fs",)
+
+
+def add_commands(subparsers: Any) -> None:
+    fs = subparsers.add_parser("fs", help="the feature store: insert into groups, list groups, views and "
+                                          "training datasets")
+    actions = fs.add_subparsers(dest="fs_action", required=True)
+    insert = actions.add_parser("insert", help="insert a CSV or Parquet file into a feature group (created with "
+                                               "--primary-key when it does not exist)")
+    insert.add_argument("group", help="the feature group's name")
+    insert.add_argument("file", help="a .csv or .parquet file")
+    insert.add_argument("--version", type=int, help="the group's version (default: the newest, or 1)")
+    insert.add_argument("--primary-key", help="column(s) identifying an entity, comma separated (for a new group)")
+    insert.add_argument("--event-time", help="the column of each row's time (for a new group)")
+    insert.add_argument("--description", default="", help="the group's description (for a new group)")
+    for kind in ("groups", "views"):
+        parser = actions.add_parser(kind, help=f"list or show feature {kind}")
+        verbs = parser.add_subparsers(dest="fs_verb", required=True)
+        verbs.add_parser("list", help=f"every feature {kind[:-1]} version of the project")
+        show = verbs.add_parser("show", help=f"one feature {kind[:-1]}: its definition, features and "
+                                             + ("commits" if kind == "groups" else "training datasets"))
+        show.add_argument("name")
+        show.add_argument("version", nargs="?", type=int, help="default: the newest")
+    datasets = actions.add_parser("training-datasets", help="the training dataset versions of a feature view")
+    verbs = datasets.add_subparsers(dest="fs_verb", required=True)
+    lister = verbs.add_parser("list", help="every training dataset version of a view")
+    lister.add_argument("view")
+    lister.add_argument("version", nargs="?", type=int, help="the view's version (default: the newest)")
+
+
+def run(args: Any, settings: config.Settings) -> str:
+    store = FeatureStore(settings)
+    if args.fs_action == "insert":
+        return insert(store, args.group, args.file, args.version, args.primary_key, args.event_time,
+                      args.description)
+    if args.fs_action == "groups":
+        return groups_list(store) if args.fs_verb == "list" else group_show(store, args.name, args.version)
+    if args.fs_action == "views":
+        return views_list(store) if args.fs_verb == "list" else view_show(store, args.name, args.version)
+    return training_datasets(store, args.view, args.version)
+
+
+def insert(store: FeatureStore, name: str, path: str, version: int | None, primary_key: str | None,
+           event_time: str | None, description: str) -> str:
+    keys = [k.strip() for k in primary_key.split(",") if k.strip()] if primary_key else []
+    group = store.get_or_create_feature_group(name, version, description=description, primary_key=keys,
+                                              event_time=event_time)
+    if not group.saved and not keys:
+        raise FeatureStoreError(f"feature group {name!r} does not exist yet: give --primary-key (and "
+                                       "--event-time) to create it")
+    table = frames.read_file(path)
+    commit = group.commit(table)
+    return (f"inserted {table.num_rows} rows of {path} into feature group {group.key!r}: commit {commit.version}, "
+            f"{commit.inserted} new, {commit.updated} updated"
+            + (f", new columns {', '.join(commit.added_columns)}" if commit.added_columns else ""))
+
+
+def groups_list(store: FeatureStore) -> str:
+    rows = []
+    for group in store.get_feature_groups():
+        commits = group.table.commits()
+        rows.append({"name": group.name, "version": group.version, "primary key": ",".join(group.primary_key),
+                     "event time": group.event_time, "features": len(group.features), "commits": len(commits),
+                     "last commit": commits[0].committed_on.isoformat()[:19] if commits else None,
+                     "description": group.description or None})
+    if not rows:
+        return (f"no feature groups in project {store.project!r}: insert one with hopsml fs insert NAME FILE "
+                "--primary-key COLUMN")
+    return format_table(rows, ("name", "version", "primary key", "event time", "features", "commits", "last commit",
+                               "description"))
+
+
+def group_show(store: FeatureStore, name: str, version: int | None) -> str:
+    group = store.get_feature_group(name, version)
+    head = format_fields([("group", group.key), ("description", group.description),
+                          ("primary key", ", ".join(group.primary_key)), ("event time", group.event_time),
+                          ("online enabled", str(group.online_enabled)), ("table", group.table.uri)])
+    features = format_table([{"feature": f.name, "type": frames.type_name(f.type), "description": f.description or None}
+                             for f in group.features], ("feature", "type", "description"))
+    commits = format_table([{"commit": c.version, "committed": c.committed_on.isoformat()[:23],
+                             "inserted": c.inserted, "updated": c.updated,
+                             "new columns": ",".join(c.added_columns) or None} for c in group.table.commits()],
+                           ("commit", "committed", "inserted", "updated", "new columns"))
+    return "\n\n".join([head, features, commits])
+
+
+def views_list(store: FeatureStore) -> str:
+    rows = [{"name": v.name, "version": v.version, "labels": ", ".join(v.labels) or None,
+             "features": len(v.features), "groups": ", ".join(g.key for g in v.query.groups()),
+             "training datasets": len(store.training_dataset_versions(v))} for v in store.get_feature_views()]
+    if not rows:
+        return f"no feature views in project {store.project!r}"
+    return format_table(rows, ("name", "version", "labels", "features", "groups", "training datasets"))
+
+
+def view_show(store: FeatureStore, name: str, version: int | None) -> str:
+    view = store.get_feature_view(name, version)
+    head = format_fields([("view", view.key), ("description", view.description), ("labels", ", ".join(view.labels)),
+                          ("features", ", ".join(view.features)),
+                          ("transformations", ", ".join(f"{t.name}({', '.join(t.features)})"
+                                                        for t in view.transformation_functions)),
+                          ("query", view.query.to_string())])
+    return "\n\n".join([head, training_datasets(store, name, view.version)])
+
+
+def training_datasets(store: FeatureStore, name: str, version: int | None) -> str:
+    view = store.get_feature_view(name, version)
+    rows = []
+    for record in view.get_training_datasets():
+        split = record["split"]
+        shape = (f"{pairs(split['sizes'])} seed {split['seed']}" if split["type"] == "random" else split["type"])
+        rows.append({"version": record["version"], "created": record["created"][:19], "split": shape,
+                     "rows": pairs(record["rows"]), "commits read": pairs(record["commits"])})
+    if not rows:
+        return f"feature view {view.key!r} has no training datasets yet"
+    return format_table(rows, ("version", "created", "split", "rows", "commits read"), uncut=("commits read",))

@@ -1,0 +1,203 @@
+"""The two engines that answer a query, with one answer: DuckDB for data one machine holds (no JVM; its ASOF
+JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs in Spark, nothing is collected
+on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by default DuckDB below
+SPARK_ABOVE_ROWS rows in all the query's groups, Spark above.
+
+Point in time, both ways: a left row with event time t gets, from each joined group that has an event time,
+the row of its key with the newest event time <= t (nulls when there is none; an inner join drops the row).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hopsml.errors import FeatureStoreError
+
+if TYPE_CHECKING:
+    from hopsml.featurestore.query import Query
+
+SPARK_ABOVE_ROWS = 10_000_000
+ENGINES = ("duckdb", "spark")
+
+
+def choose(query: Query, read_options: dict[str, Any] | None, dataframe_type: str) -> str:
+    wanted = str((read_options or {}).get("engine") or "").lower()
+    if wanted in ("python", "pandas"):
+        wanted = "duckdb"
+    if wanted and wanted not in ENGINES:
+        raise FeatureStoreError(f"read_options engine {wanted!r}: choose 'duckdb' (or 'python') or 'spark'")
+    if wanted:
+        return wanted
+    if dataframe_type == "spark":
+        return "spark"
+    rows = sum(group.table.row_count(versions(query)[group.key]) for group in query.groups())
+    return "spark" if rows > SPARK_ABOVE_ROWS else "duckdb"
+
+
+def versions(query: Query) -> dict[str, int]:
+    """Each group's table version the query reads: the newest, or the one at the query's as_of time."""
+    pinned = dict(query.pinned)
+    out = {}
+    for group in query.groups():
+        if group.key in pinned:
+            out[group.key] = pinned[group.key]
+        elif query.wallclock is not None:
+            out[group.key] = group.table.version_at(query.wallclock)
+        else:
+            out[group.key] = group.table.latest_version()
+    return out
+
+
+def run(query: Query, dataframe_type: str = "default", read_options: dict[str, Any] | None = None) -> Any:
+    """The query's rows as `dataframe_type` asks: 'default'/'pandas', 'polars', 'pyarrow', 'spark'."""
+    engine = choose(query, read_options, dataframe_type)
+    if engine == "spark":
+        frame = spark_frame(query)
+        if dataframe_type == "spark":
+            return frame
+        table = frame.toArrow() if hasattr(frame, "toArrow") else None
+        if table is None:
+            return frame.toPandas()
+        return _as(table, dataframe_type)
+    return _as(duckdb_arrow(query), dataframe_type)
+
+
+def _as(table: Any, dataframe_type: str) -> Any:
+    kind = dataframe_type.lower()
+    if kind in ("default", "pandas"):
+        return table.to_pandas()
+    if kind == "polars":
+        import polars as pl
+
+        return pl.from_arrow(table)
+    if kind in ("pyarrow", "arrow"):
+        return table
+    if kind == "spark":
+        from hopsml.cluster import session
+
+        return session.get_or_create().createDataFrame(table.to_pandas())
+    raise FeatureStoreError(f"dataframe_type {dataframe_type!r}: choose 'default', 'pandas', 'polars', 'pyarrow' "
+                            "or 'spark'")
+
+
+# --- DuckDB ---------------------------------------------------------------------------------------------
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _aliases(query: Query) -> dict[str, str]:
+    return {group.key: f"g{i}" for i, group in enumerate(query.groups())}
+
+
+def _filters_sql(query: Query, aliases: dict[str, str], quote: Any, timestamp: str) -> list[str]:
+    from hopsml.featurestore.query import Filter
+
+    def render(condition: Any) -> str:
+        if isinstance(condition, Filter):
+            feature = condition.feature
+            alias = aliases.get(feature.group)
+            if alias is None:
+                raise FeatureStoreError(f"the filter on {feature.name!r} reads group {feature.group!r}, which the "
+                                        "query does not select from")
+            return condition.sql(f"{alias}.{quote(feature.name)}", timestamp)
+        return f"({render(condition.left)} {condition.op} {render(condition.right)})"
+
+    return [render(f) for f in query.filters]
+
+
+def duckdb_sql(query: Query) -> str:
+    """The query as DuckDB SQL over one view per group (g0 the left group, g1... the joined ones)."""
+    aliases = _aliases(query)
+    left = query.left
+    columns = [f"g0.{_q(name)}" for name in query.features]
+    taken = list(query.features)
+    joins = []
+    from hopsml.featurestore.query import _joined_name
+
+    for join in query.joins:
+        right = join.query.left
+        alias = aliases[right.key]
+        for name in join.query.features:
+            if name not in join.right_on:
+                out = _joined_name(name, taken, join)
+                taken.append(out)
+                columns.append(f"{alias}.{_q(name)} AS {_q(out)}")
+        on = [f"g0.{_q(lk)} = {alias}.{_q(rk)}" for lk, rk in zip(join.left_on, join.right_on)]
+        point_in_time = left.event_time is not None and right.event_time is not None
+        if left.event_time is not None and right.event_time is not None:
+            on.append(f"g0.{_q(left.event_time)} >= {alias}.{_q(right.event_time)}")
+        kind = ("ASOF " if point_in_time else "") + ("LEFT JOIN" if join.join_type == "left" else "JOIN")
+        joins.append(f"{kind} {alias} ON {' AND '.join(on)}")
+    sql = f"SELECT {', '.join(columns)} FROM g0 " + " ".join(joins)
+    where = _filters_sql(query, aliases, _q, "TIMESTAMPTZ")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql
+
+
+def duckdb_arrow(query: Query) -> Any:
+    """The query's rows as an Arrow table, by DuckDB over the groups' Arrow datasets."""
+    import duckdb
+
+    read = versions(query)
+    connection = duckdb.connect()
+    try:
+        connection.execute("SET TimeZone = 'UTC'")
+        for group, alias in zip(query.groups(), _aliases(query).values()):
+            connection.register(alias, group.table.dataset(read[group.key]))
+        result = connection.execute(duckdb_sql(query))
+        # DuckDB 1.x calls it fetch_arrow_table, 2.x to_arrow_table
+        fetch: Any = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table", None)
+        return fetch()
+    finally:
+        connection.close()
+
+
+# --- Spark ----------------------------------------------------------------------------------------------
+def spark_frame(query: Query) -> Any:
+    """The query as a Spark DataFrame: each group read from its Parquet files at the query's version, each
+    point-in-time join as a join on the key and event time <= the left row's, keeping the newest match."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from hopsml.cluster import session
+    from hopsml.featurestore.query import _joined_name
+
+    spark = session.get_or_create(query.left.store.settings)
+    read = versions(query)
+    aliases = _aliases(query)
+    left = query.left
+    row = "__hopsml_row"
+    frame = left.table.spark(spark, read[left.key]).alias("g0")
+    needs_row = any(left.event_time and j.query.left.event_time for j in query.joins)
+    if needs_row:
+        frame = frame.withColumn(row, F.monotonically_increasing_id())
+    columns = [F.col(f"g0.`{name}`").alias(name) for name in query.features]
+    taken = list(query.features)
+    for join in query.joins:
+        right = join.query.left
+        alias = aliases[right.key]
+        wanted = {*join.query.features, *join.right_on, *([right.event_time] if right.event_time else [])}
+        other = right.table.spark(spark, read[right.key]).select(*[F.col(f"`{n}`") for n in wanted]).alias(alias)
+        terms = [F.col(f"g0.`{lk}`") == F.col(f"{alias}.`{rk}`") for lk, rk in zip(join.left_on, join.right_on)]
+        condition = terms[0]
+        for term in terms[1:]:
+            condition = condition & term
+        point_in_time = bool(left.event_time and right.event_time)
+        if point_in_time:
+            condition = condition & (F.col(f"g0.`{left.event_time}`") >= F.col(f"{alias}.`{right.event_time}`"))
+        frame = frame.join(other, condition, "left")
+        if point_in_time:
+            newest = Window.partitionBy(F.col(row)).orderBy(F.col(f"{alias}.`{right.event_time}`").desc_nulls_last())
+            frame = frame.withColumn("__hopsml_rank", F.row_number().over(newest)).where("__hopsml_rank = 1")
+            frame = frame.drop("__hopsml_rank")
+        if join.join_type == "inner":
+            frame = frame.where(F.col(f"{alias}.`{join.right_on[0]}`").isNotNull())
+        for name in join.query.features:
+            if name not in join.right_on:
+                out = _joined_name(name, taken, join)
+                taken.append(out)
+                columns.append(F.col(f"{alias}.`{name}`").alias(out))
+    for where in _filters_sql(query, aliases, lambda n: f"`{n}`", "TIMESTAMP"):
+        frame = frame.where(F.expr(where))
+    return frame.select(*columns)

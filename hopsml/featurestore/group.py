@@ -1,0 +1,238 @@
+"""A feature group, as the hopsworks SDK has one: a name and version, a primary key and an event time, its
+features with descriptions, and its rows in a Delta table with every insert kept as a commit.
+
+A group from `get_or_create_feature_group` is saved by its first insert (or `save()`): then its schema is
+fixed, and later inserts must agree with it (a new nullable column is allowed and recorded in the commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from hopsml import layout
+from hopsml.errors import FeatureStoreError
+from hopsml.featurestore import frames, stats
+from hopsml.featurestore.query import Feature, Query
+from hopsml.featurestore.table import Commit, GroupTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_UNSUPPORTED_WRITE = {"start_offline_materialization": "offline materialization jobs (hopsml writes the offline "
+                      "table in the insert itself)", "kafka": "Kafka streaming inserts"}
+
+
+class FeatureGroup:
+    """One version of a feature group (see the module docstring)."""
+
+    def __init__(self, store: Any, name: str, version: int, *, description: str = "",  # store: its FeatureStore
+                 primary_key: Sequence[str] = (), event_time: str | None = None,
+                 partition_key: Sequence[str] = (), online_enabled: bool = False,
+                 statistics_config: Any = None, features: Sequence[dict[str, Any]] = (),
+                 created: str | None = None) -> None:
+        self.store, self.name, self.version = store, layout.validate_name(name, "feature group name"), int(version)
+        self.description = description or ""
+        self.primary_key = [k.lower() for k in primary_key]
+        self.event_time = event_time.lower() if event_time else None
+        self.partition_key = [k.lower() for k in partition_key]
+        self.online_enabled = bool(online_enabled)
+        self.statistics_config = stats.config_of(statistics_config)
+        self._features = [dict(f) for f in features]
+        self.created = created
+        self.table = GroupTable(store.table_uri(self.name, self.version), self.keys(), self.key)
+
+    # --- identity and metadata -------------------------------------------------------------------------
+    @property
+    def key(self) -> str:
+        return f"{self.name}_{self.version}"
+
+    def keys(self) -> list[str]:
+        """The columns an upsert matches on: the primary key and the event time."""
+        return list(dict.fromkeys([*self.primary_key, *([self.event_time] if self.event_time else [])]))
+
+    @property
+    def saved(self) -> bool:
+        return self.store.group_saved(self.name, self.version)
+
+    @property
+    def features(self) -> list[Feature]:
+        return [Feature(f["name"], f["type"], f.get("description", ""), f["name"] in self.primary_key,
+                        f["name"] == self.event_time, self.key) for f in self._features]
+
+    def feature_names(self) -> list[str]:
+        return [f["name"] for f in self._features]
+
+    def get_feature(self, name: str) -> Feature:
+        for feature in self.features:
+            if feature.name == name.lower():
+                return feature
+        raise FeatureStoreError(f"feature group {self.key!r} has no feature {name!r}; its features: "
+                                f"{', '.join(self.feature_names()) or '(none yet: insert first)'}")
+
+    def __getitem__(self, name: str) -> Feature:
+        return self.get_feature(name)
+
+    def __getattr__(self, name: str) -> Feature:
+        if name.startswith("_") or name in ("store", "table"):
+            raise AttributeError(name)
+        try:
+            return self.get_feature(name)
+        except FeatureStoreError as missing:
+            raise AttributeError(str(missing)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "description": self.description,
+                "primary_key": self.primary_key, "event_time": self.event_time,
+                "partition_key": self.partition_key, "online_enabled": self.online_enabled,
+                "statistics_config": self.statistics_config, "features": self._features, "created": self.created}
+
+    def __repr__(self) -> str:
+        return f"FeatureGroup({self.name!r}, {self.version}, primary_key={self.primary_key}, " \
+               f"event_time={self.event_time!r})"
+
+    def update_feature_description(self, feature_name: str, description: str) -> FeatureGroup:
+        name = self.get_feature(feature_name).name
+        for f in self._features:
+            if f["name"] == name:
+                f["description"] = description
+        self.store.save_group(self)
+        return self
+
+    def update_description(self, description: str) -> FeatureGroup:
+        self.description = description
+        if self.saved:
+            self.store.save_group(self)
+        return self
+
+    def update_statistics_config(self) -> FeatureGroup:
+        """Save the group's `statistics_config` as set on the object."""
+        self.statistics_config = stats.config_of(self.statistics_config)
+        self.store.save_group(self)
+        return self
+
+    # --- writing --------------------------------------------------------------------------------------
+    def save(self, features: Any = None, write_options: dict[str, Any] | None = None,
+             validation_options: dict[str, Any] | None = None, wait: bool = False) -> Any:
+        """Save the group, with `features` as its first rows when given (a DataFrame), else empty."""
+        if features is not None:
+            return self.insert(features, write_options=write_options, wait=wait)
+        if not self.saved:
+            self.store.save_group(self)
+        return self
+
+    def insert(self, features: Any, overwrite: bool = False, operation: str = "upsert", storage: str | None = None,
+               write_options: dict[str, Any] | None = None, validation_options: dict[str, Any] | None = None,
+               wait: bool = False, **_: Any) -> tuple[None, None]:
+        """Insert a batch of rows as one commit: new (primary key, event time) pairs are history, existing ones
+        are updated (an upsert). Returns (job, validation report) as Hopsworks does (no job here)."""
+        for option in write_options or {}:
+            if option in _UNSUPPORTED_WRITE:
+                raise FeatureStoreError(f"write option {option!r}: hopsml has no {_UNSUPPORTED_WRITE[option]}")
+        if storage == "online":
+            raise FeatureStoreError("storage='online' needs the online store, which comes in the next part of "
+                                    "the feature store; insert without storage= to write the offline table")
+        if operation not in ("upsert", "insert"):
+            raise FeatureStoreError(f"operation {operation!r}: hopsml inserts with 'upsert' (or 'insert')")
+        if overwrite:
+            raise FeatureStoreError("overwrite=True would drop the group's history; create a new version instead")
+        self.commit(frames.to_arrow(features))
+        return None, None
+
+    def commit(self, batch: pa.Table) -> Commit:
+        batch = frames.lower_names(batch)
+        if not self.primary_key:
+            raise FeatureStoreError(f"feature group {self.key!r} has no primary key: create it with "
+                                    "primary_key=[...] naming the column(s) that identify an entity")
+        frames.check_batch(batch, self.primary_key, self.event_time, self.key)
+        if self.event_time:
+            batch = frames.event_times(batch, self.event_time)
+        batch, added = frames.conform(batch, self.table.schema(), self.key)
+        with self.store.group_lock(self):
+            commit = self.table.commit(batch, added)
+            self._features = _features_of(batch.schema, self._features)
+            if self.created is None:
+                self.created = commit.committed_on.isoformat()
+            self.store.save_group(self)
+        if self.statistics_config["enabled"]:
+            self.store.save_statistics(self, commit, stats.of_table(self.table.read(commit.version),
+                                                                    self.statistics_config))
+        return commit
+
+    # --- reading --------------------------------------------------------------------------------------
+    def select_all(self, include_primary_key: bool = True, include_event_time: bool = True) -> Query:
+        names = [n for n in self.feature_names() if (include_primary_key or n not in self.primary_key)
+                 and (include_event_time or n != self.event_time)]
+        return Query(self, tuple(names))
+
+    def select(self, features: Sequence[str | Feature]) -> Query:
+        names = [(f.name if isinstance(f, Feature) else str(f)).lower() for f in features]
+        for name in names:
+            self.get_feature(name)
+        return Query(self, tuple(dict.fromkeys(names)))
+
+    def select_except(self, features: Sequence[str | Feature] = ()) -> Query:
+        left_out = {(f.name if isinstance(f, Feature) else str(f)).lower() for f in features}
+        for name in left_out:
+            self.get_feature(name)
+        return Query(self, tuple(n for n in self.feature_names() if n not in left_out))
+
+    def select_features(self) -> Query:
+        """Every feature but the primary key, event time and partition key."""
+        kept = {*self.primary_key, *self.partition_key, *([self.event_time] if self.event_time else [])}
+        return Query(self, tuple(n for n in self.feature_names() if n not in kept))
+
+    def filter(self, condition: Any) -> Query:
+        return self.select_all().filter(condition)
+
+    def as_of(self, wallclock_time: Any = None, exclude_until: Any = None) -> Query:
+        return self.select_all().as_of(wallclock_time, exclude_until)
+
+    def read(self, wallclock_time: Any = None, online: bool = False, dataframe_type: str = "default",
+             read_options: dict[str, Any] | None = None) -> Any:
+        """The group's rows (as of `wallclock_time`: the newest commit at or before it)."""
+        self._check_saved()
+        return self.select_all().as_of(wallclock_time).read(online, dataframe_type, read_options)
+
+    def show(self, n: int, online: bool = False) -> Any:
+        return self.read(online=online).head(n)
+
+    def commit_details(self, wallclock_time: Any = None, limit: int | None = None) -> dict[int, dict[str, Any]]:
+        """Each commit (newest first) with its time and row counts; up to `wallclock_time` when given."""
+        self._check_saved()
+        commits = self.table.commits()
+        if wallclock_time is not None:
+            from hopsml.featurestore.table import wallclock_ms
+
+            at = wallclock_ms(wallclock_time)
+            commits = [c for c in commits if c.committed_ms <= at]
+        return {c.version: c.details() for c in commits[:limit]}
+
+    def get_statistics(self, computation_time: Any = None) -> dict[str, Any]:
+        """The statistics of the newest commit (at or before `computation_time` when given)."""
+        self._check_saved()
+        version = self.table.version_at(computation_time) if computation_time is not None else None
+        return self.store.read_statistics(self, version)
+
+    def compute_statistics(self, wallclock_time: Any = None) -> dict[str, Any]:
+        self._check_saved()
+        version = (self.table.version_at(wallclock_time) if wallclock_time is not None
+                   else self.table.latest_version())
+        commit = next(c for c in self.table.commits() if c.version == version)
+        computed = stats.of_table(self.table.read(version), {**self.statistics_config, "enabled": True})
+        self.store.save_statistics(self, commit, computed)
+        return computed
+
+    def delete(self) -> None:
+        self.store.delete_group(self)
+
+    def _check_saved(self) -> None:
+        if not self.table.exists():
+            raise FeatureStoreError(f"feature group {self.key!r} has no data yet: insert a DataFrame first")
+
+
+def _features_of(schema: pa.Schema, old: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The features of `schema`, keeping the descriptions already given."""
+    described = {f["name"]: f.get("description", "") for f in old}
+    return [{"name": field.name, "type": str(field.type), "description": described.get(field.name, "")}
+            for field in schema]

@@ -1,0 +1,344 @@
+"""The project's feature store: where its groups (and views, training datasets) live, and the hopsworks
+SDK's calls that create and find them (`get_or_create_feature_group`, `get_feature_group`, ...).
+
+Each group version is a folder `Projects/<project>/FeatureStore/<name>_<version>/`: the Delta table (its
+`_delta_log/` and Parquet files) with the group's definition in `_group.json` and the statistics of each
+commit in `_statistics/<commit>.json` beside it (Delta readers and VACUUM leave names starting with `_`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from hopsml import config, layout
+from hopsml.errors import FeatureStoreError
+from hopsml.fs import Storage
+
+if TYPE_CHECKING:
+    from hopsml.featurestore.group import FeatureGroup
+    from hopsml.featurestore.query import Query
+    from hopsml.featurestore.table import Commit
+    from hopsml.featurestore.transformations import TransformationFunction
+    from hopsml.featurestore.view import FeatureView
+
+
+class FeatureStore:
+    """The feature store of the settings' project (as `project.get_feature_store()` returns it)."""
+
+    def __init__(self, settings: config.Settings | None = None) -> None:
+        self.settings = settings or config.load()
+        self.storage = Storage(self.settings.root)
+        self.project = self.settings.project
+        self.name = f"{self.project}_featurestore"
+
+    def __repr__(self) -> str:
+        return f"FeatureStore({self.name!r})"
+
+    # --- where things are -------------------------------------------------------------------------------
+    def table_uri(self, name: str, version: int) -> str:
+        path = self.storage.local_path(layout.feature_group_dir(self.project, name, version))
+        if path is None:
+            raise FeatureStoreError(f"the feature store needs a local or shared-folder root for now; the root "
+                                    f"{self.storage.uri()} is remote (HDFS and S3 tables are not written yet)")
+        return path
+
+    def _record(self, name: str, version: int) -> str:
+        return layout.join(layout.feature_group_dir(self.project, name, version), layout.GROUP_RECORD)
+
+    def group_saved(self, name: str, version: int) -> bool:
+        return self.storage.exists(self._record(name, version))
+
+    def save_group(self, group: FeatureGroup) -> None:
+        self.storage.write_json(self._record(group.name, group.version), group.to_dict())
+
+    @contextlib.contextmanager
+    def group_lock(self, group: FeatureGroup) -> Iterator[None]:
+        """Held while an insert commits and rewrites the group's definition (one process at a time)."""
+        import fcntl
+
+        folder = self.table_uri(group.name, group.version)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "_lock"), "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def save_statistics(self, group: FeatureGroup, commit: Commit, computed: dict[str, Any]) -> None:
+        path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                           layout.GROUP_STATISTICS, f"{commit.version}.json")
+        self.storage.write_json(path, {"commit": commit.version, "committed_on": commit.committed_on.isoformat(),
+                                       **computed})
+
+    def read_statistics(self, group: FeatureGroup, version: int | None = None) -> dict[str, Any]:
+        folder = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                             layout.GROUP_STATISTICS)
+        found = sorted(int(e.name[:-5]) for e in self.storage.walk(folder, recursive=False)
+                       if e.name.endswith(".json") and e.name[:-5].isdigit()) if self.storage.exists(folder) else []
+        found = [v for v in found if version is None or v <= version]
+        if not found:
+            raise FeatureStoreError(f"feature group {group.key!r} has no statistics"
+                                    + (f" at or before commit {version}" if version is not None else "")
+                                    + ": statistics_config may be off; call compute_statistics()")
+        return dict(self.storage.read_json(layout.join(folder, f"{found[-1]}.json")))
+
+    def versions(self, name: str) -> list[int]:
+        """The saved versions of group `name`, oldest first."""
+        folder = layout.feature_store_dir(self.project)
+        if not self.storage.exists(folder):
+            return []
+        prefix = f"{name}_"
+        out = []
+        for entry in self.storage.walk(folder, recursive=False):
+            tail = entry.name[len(prefix):]
+            if entry.is_dir and entry.name.startswith(prefix) and tail.isdigit() and \
+                    self.group_saved(name, int(tail)):
+                out.append(int(tail))
+        return sorted(out)
+
+    def group_names(self) -> list[tuple[str, int]]:
+        folder = layout.feature_store_dir(self.project)
+        if not self.storage.exists(folder):
+            return []
+        out = []
+        for entry in self.storage.walk(folder, recursive=False):
+            name, _, version = entry.name.rpartition("_")
+            if entry.is_dir and name and version.isdigit() and self.group_saved(name, int(version)):
+                out.append((name, int(version)))
+        return sorted(out)
+
+    # --- the hopsworks SDK's calls ----------------------------------------------------------------------
+    def _load(self, name: str, version: int) -> FeatureGroup:
+        from hopsml.featurestore.group import FeatureGroup
+
+        record = self.storage.read_json(self._record(name, version))
+        return FeatureGroup(self, record["name"], record["version"], description=record.get("description", ""),
+                            primary_key=record.get("primary_key") or [], event_time=record.get("event_time"),
+                            partition_key=record.get("partition_key") or [],
+                            online_enabled=record.get("online_enabled", False),
+                            statistics_config=record.get("statistics_config"), features=record.get("features") or [],
+                            created=record.get("created"))
+
+    def get_feature_group(self, name: str, version: int | None = None) -> FeatureGroup:
+        """Group `name` at `version` (the newest when None)."""
+        versions = self.versions(name)
+        if version is None:
+            if not versions:
+                raise FeatureStoreError(f"no feature group {name!r} in project {self.project!r}"
+                                        + _known(self.group_names()))
+            version = versions[-1]
+        if int(version) not in versions:
+            raise FeatureStoreError(f"no feature group {name!r} version {version} in project {self.project!r}"
+                                    + (f"; its versions: {versions}" if versions else _known(self.group_names())))
+        return self._load(name, int(version))
+
+    def get_feature_groups(self, name: str | None = None) -> list[FeatureGroup]:
+        return [self._load(n, v) for n, v in self.group_names() if name is None or n == name]
+
+    def create_feature_group(self, name: str, version: int | None = None, description: str = "",
+                             online_enabled: bool = False, primary_key: Sequence[str] | None = None,
+                             event_time: str | None = None, partition_key: Sequence[str] | None = None,
+                             statistics_config: Any = None, **options: Any) -> FeatureGroup:
+        """A new group (saved by its first insert); refused when that version exists."""
+        from hopsml.featurestore.group import FeatureGroup
+
+        _check_options(options)
+        version = version if version is not None else (self.versions(name) or [0])[-1] + 1
+        if self.group_saved(name, int(version)):
+            raise FeatureStoreError(f"feature group {name!r} version {version} exists: get it with "
+                                    "get_feature_group, or create another version")
+        return FeatureGroup(self, name, int(version), description=description, primary_key=primary_key or [],
+                            event_time=event_time, partition_key=partition_key or [],
+                            online_enabled=online_enabled, statistics_config=statistics_config)
+
+    def get_or_create_feature_group(self, name: str, version: int | None = None, description: str = "",
+                                    online_enabled: bool = False, primary_key: Sequence[str] | None = None,
+                                    event_time: str | None = None, partition_key: Sequence[str] | None = None,
+                                    statistics_config: Any = None, **options: Any) -> FeatureGroup:
+        """Group `name` at `version` (the newest when None) if saved, else a new one saved by its first insert."""
+        versions = self.versions(name)
+        wanted = version if version is not None else (versions[-1] if versions else 1)
+        if int(wanted) in versions:
+            return self._load(name, int(wanted))
+        return self.create_feature_group(name, int(wanted), description, online_enabled, primary_key, event_time,
+                                         partition_key, statistics_config, **options)
+
+    def delete_group(self, group: FeatureGroup) -> None:
+        self.storage.delete(layout.feature_group_dir(self.project, group.name, group.version))
+
+    def run_query(self, query: Query, dataframe_type: str = "default", read_options: dict[str, Any] | None = None
+                  ) -> Any:
+        """A query's rows, by the engine it chooses (`engine.run`)."""
+        from hopsml.featurestore import engine
+
+        return engine.run(query, dataframe_type, read_options)
+
+    def query_sql(self, query: Query) -> str:
+        from hopsml.featurestore import engine
+
+        return engine.duckdb_sql(query)
+
+    # --- feature views and their training datasets ---------------------------------------------------------
+    def _group_by_key(self, key: str) -> FeatureGroup:
+        name, _, version = key.rpartition("_")
+        return self.get_feature_group(name, int(version))
+
+    def _view_record(self, name: str, version: int) -> str:
+        return layout.join(layout.feature_view_dir(self.project, name, version), layout.VIEW_RECORD)
+
+    def view_versions(self, name: str) -> list[int]:
+        folder = layout.feature_views_dir(self.project)
+        if not self.storage.exists(folder):
+            return []
+        prefix = f"{name}_"
+        return sorted(int(e.name[len(prefix):]) for e in self.storage.walk(folder, recursive=False)
+                      if e.is_dir and e.name.startswith(prefix) and e.name[len(prefix):].isdigit()
+                      and self.storage.exists(self._view_record(name, int(e.name[len(prefix):]))))
+
+    def view_names(self) -> list[tuple[str, int]]:
+        folder = layout.feature_views_dir(self.project)
+        if not self.storage.exists(folder):
+            return []
+        out = []
+        for entry in self.storage.walk(folder, recursive=False):
+            name, _, version = entry.name.rpartition("_")
+            if entry.is_dir and name and version.isdigit() and \
+                    self.storage.exists(self._view_record(name, int(version))):
+                out.append((name, int(version)))
+        return sorted(out)
+
+    def _load_view(self, name: str, version: int) -> FeatureView:
+        from hopsml.featurestore.query import from_dict
+        from hopsml.featurestore.transformations import TransformationFunction
+        from hopsml.featurestore.view import FeatureView
+
+        record = self.storage.read_json(self._view_record(name, version))
+        return FeatureView(self, record["name"], record["version"], from_dict(record["query"], self._group_by_key),
+                           record.get("labels") or [],
+                           [TransformationFunction.from_dict(f) for f in record.get("transformation_functions", [])],
+                           record.get("description", ""), record.get("created"))
+
+    def create_feature_view(self, name: str, query: Query, version: int | None = None, description: str = "",
+                            labels: Sequence[str] | None = None,
+                            transformation_functions: Sequence[TransformationFunction] | None = None,
+                            **options: Any) -> FeatureView:
+        """A new feature view of `query` (saved now); refused when that version exists."""
+        import datetime as dt
+
+        from hopsml.featurestore.query import Query as QueryType
+        from hopsml.featurestore.view import FeatureView
+
+        if not isinstance(query, QueryType):
+            raise FeatureStoreError("query= takes a query: fg.select([...]) or fg.select_all(), joined as needed")
+        for key in options:
+            if key not in ("inference_helper_columns", "training_helper_columns", "logging_enabled"):
+                raise FeatureStoreError(f"unknown argument {key!r} for a feature view")
+        version = int(version) if version is not None else (self.view_versions(name) or [0])[-1] + 1
+        if version in self.view_versions(name):
+            raise FeatureStoreError(f"feature view {name!r} version {version} exists: get it with get_feature_view, "
+                                    "or create another version")
+        for group in query.groups():
+            if not group.saved:
+                raise FeatureStoreError(f"feature group {group.key!r} is not saved yet: insert into it before "
+                                        "building a view on it")
+        view = FeatureView(self, name, version, query, labels or [], transformation_functions or [], description,
+                           dt.datetime.now(dt.timezone.utc).isoformat())
+        self.storage.write_json(self._view_record(name, version), view.to_dict())
+        return view
+
+    def get_feature_view(self, name: str, version: int | None = None) -> FeatureView:
+        versions = self.view_versions(name)
+        if not versions or (version is not None and int(version) not in versions):
+            known = sorted({n for n, _ in self.view_names()})
+            raise FeatureStoreError(f"no feature view {name!r}" + (f" version {version}" if version is not None else "")
+                                    + f" in project {self.project!r}"
+                                    + (f"; its views: {', '.join(known)}" if known else "; it has no views yet"))
+        return self._load_view(name, int(version) if version is not None else versions[-1])
+
+    def get_feature_views(self, name: str | None = None) -> list[FeatureView]:
+        return [self._load_view(n, v) for n, v in self.view_names() if name is None or n == name]
+
+    def get_or_create_feature_view(self, name: str, query: Query, version: int | None = None, description: str = "",
+                                   labels: Sequence[str] | None = None,
+                                   transformation_functions: Sequence[TransformationFunction] | None = None,
+                                   **options: Any) -> FeatureView:
+        versions = self.view_versions(name)
+        wanted = int(version) if version is not None else (versions[-1] if versions else 1)
+        if wanted in versions:
+            return self._load_view(name, wanted)
+        return self.create_feature_view(name, query, wanted, description, labels, transformation_functions, **options)
+
+    def delete_view(self, view: FeatureView) -> None:
+        self.storage.delete(layout.feature_view_dir(self.project, view.name, view.version))
+        self.storage.delete(layout.training_datasets_dir(self.project, view.name, view.version))
+
+    def training_dataset_versions(self, view: FeatureView) -> list[int]:
+        folder = layout.training_datasets_dir(self.project, view.name, view.version)
+        if not self.storage.exists(folder):
+            return []
+        return sorted(int(e.name) for e in self.storage.walk(folder, recursive=False)
+                      if e.is_dir and e.name.isdigit()
+                      and self.storage.exists(layout.join(folder, e.name, layout.TRAINING_DATASET_RECORD)))
+
+    def save_training_dataset(self, view: FeatureView, record: dict[str, Any]) -> int:
+        """Record a new training dataset version of `view`; its number."""
+        folder = layout.training_datasets_dir(self.project, view.name, view.version)
+        self.storage.makedirs(folder)
+        version = (self.training_dataset_versions(view) or [0])[-1] + 1
+        while not self.storage.claim_dir(layout.join(folder, str(version))):  # another process took it
+            version += 1
+        self.storage.write_json(layout.join(folder, str(version), layout.TRAINING_DATASET_RECORD),
+                                {"version": version, "feature_view": view.key, **record})
+        return version
+
+    def read_training_dataset(self, view: FeatureView, version: int) -> dict[str, Any]:
+        path = layout.join(layout.training_datasets_dir(self.project, view.name, view.version), str(int(version)),
+                           layout.TRAINING_DATASET_RECORD)
+        if not self.storage.exists(path):
+            raise FeatureStoreError(f"feature view {view.key!r} has no training dataset version {version}; its "
+                                    f"versions: {self.training_dataset_versions(view)}")
+        return dict(self.storage.read_json(path))
+
+    def get_transformation_functions(self) -> list[TransformationFunction]:
+        from hopsml.featurestore import transformations
+
+        return transformations.builtins()
+
+    def get_transformation_function(self, name: str, version: int | None = None) -> TransformationFunction:
+        for function in self.get_transformation_functions():
+            if function.name == name:
+                return function
+        raise FeatureStoreError(f"no transformation function {name!r}; the built-ins: "
+                                f"{', '.join(f.name for f in self.get_transformation_functions())}")
+
+
+_NOT_HERE = {"stream": "stream feature groups (Kafka)", "embedding_index": "vector embeddings (OpenSearch)",
+             "storage_connector": "external feature groups on storage connectors",
+             "online_config": "online table options", "topic_name": "Kafka topics",
+             "notification_topic_name": "Kafka notifications", "offline_backfill_every_hr": "scheduled backfill jobs"}
+_LATER = {"expectation_suite": "expectation suites on feature groups", "features": "a schema given before the "
+          "first insert (insert a DataFrame: its columns are the schema)",
+          "transformation_functions": "on-demand transformation functions on feature groups (give them to the "
+          "feature view)"}
+_ACCEPTED = {"time_travel_format", "hudi_precombine_key", "parents", "path"}
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    for key, value in options.items():
+        if key in _NOT_HERE and value:
+            raise FeatureStoreError(f"{key}={value!r}: hopsml has no {_NOT_HERE[key]}")
+        if key in _LATER and value:
+            raise FeatureStoreError(f"{key}=...: hopsml does not take {_LATER[key]} yet")
+        if key not in _NOT_HERE and key not in _LATER and key not in _ACCEPTED:
+            raise FeatureStoreError(f"unknown argument {key!r} for a feature group")
+        if key == "time_travel_format" and value and str(value).upper() not in ("DELTA", "HUDI"):
+            raise FeatureStoreError(f"time_travel_format={value!r}: hopsml's groups are Delta Lake tables")
+
+
+def _known(groups: list[tuple[str, int]]) -> str:
+    names = sorted({name for name, _ in groups})
+    return f"; its groups: {', '.join(names)}" if names else "; it has no feature groups yet"

@@ -1,0 +1,200 @@
+"""A feature group's rows: one Delta Lake table, written and read with delta-rs (no JVM, no jars), that
+Spark, DuckDB, Polars and pandas read as Parquet files plus a log.
+
+Each insert is one Delta commit: the first creates the table; later ones merge on (primary key, event
+time), so a new pair is history and an existing pair is updated in place (an upsert). A commit is
+all-or-nothing: its Parquet files are invisible until the log entry that names them is written, so a
+process killed mid-insert leaves the table at its previous commit. Two inserts at once: delta-rs commits
+both when they touch different files and retries here when they conflict; after the retries a clear error
+says the insert did not land.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hopsml.errors import FeatureStoreError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One insert: its Delta version, wall-clock time and row counts."""
+
+    version: int
+    committed_ms: int
+    inserted: int
+    updated: int
+    deleted: int
+    operation: str
+    added_columns: tuple[str, ...] = ()
+
+    @property
+    def committed_on(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.committed_ms / 1000, dt.timezone.utc)
+
+    def details(self) -> dict[str, Any]:
+        """As Hopsworks' commit_details() shows a commit."""
+        return {"committedOn": self.committed_on.strftime("%Y%m%d%H%M%S%f")[:-3], "rowsInserted": self.inserted,
+                "rowsUpdated": self.updated, "rowsDeleted": self.deleted, "operation": self.operation,
+                "addedColumns": list(self.added_columns)}
+
+
+def wallclock_ms(value: Any) -> int:
+    """Epoch milliseconds of a wall-clock time as Hopsworks takes it: a datetime or date (naive: UTC), epoch
+    milliseconds, or a string '%Y-%m-%d', '%Y-%m-%d %H:%M', '%Y-%m-%d %H:%M:%S' (also with T or .%f) or
+    '%Y%m%d%H%M%S'."""
+    if isinstance(value, bool):
+        raise FeatureStoreError(f"wallclock_time {value!r} is not a time")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dt.datetime):
+        return int((value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).timestamp() * 1000)
+    if isinstance(value, dt.date):
+        return wallclock_ms(dt.datetime(value.year, value.month, value.day))
+    if hasattr(value, "to_pydatetime"):  # a pandas Timestamp
+        return wallclock_ms(value.to_pydatetime())
+    text = str(value).strip()
+    if text.isdigit() and len(text) == 14:
+        return wallclock_ms(dt.datetime.strptime(text, "%Y%m%d%H%M%S"))
+    try:
+        return wallclock_ms(dt.datetime.fromisoformat(text))
+    except ValueError:
+        raise FeatureStoreError(f"wallclock_time {value!r} is not a time: give a datetime, epoch milliseconds, or "
+                                "a string such as '2024-05-01 12:00:00'") from None
+
+
+class GroupTable:
+    """The Delta table at `uri` (a local folder) of a group keyed by `keys` (primary key + event time)."""
+
+    def __init__(self, uri: str, keys: Sequence[str], name: str) -> None:
+        self.uri, self.keys, self.name = uri, list(keys), name
+
+    def exists(self) -> bool:
+        from deltalake import DeltaTable
+
+        return bool(DeltaTable.is_deltatable(self.uri))
+
+    def _table(self, version: int | None = None) -> Any:
+        from deltalake import DeltaTable
+
+        if not self.exists():
+            raise FeatureStoreError(f"feature group {self.name!r} has no data yet: insert a DataFrame first")
+        return DeltaTable(self.uri, version=version)
+
+    def schema(self) -> pa.Schema | None:
+        import pyarrow as pa
+
+        return pa.schema(self._table().schema().to_arrow()) if self.exists() else None
+
+    def commit(self, batch: pa.Table, added: Sequence[str] = ()) -> Commit:
+        """Write `batch` as one commit: create, append (nothing in the batch is there yet) or merge."""
+        from deltalake import CommitProperties, write_deltalake
+        from deltalake.exceptions import CommitFailedError
+
+        batch = batch.replace_schema_metadata(None)
+        properties = CommitProperties(custom_metadata={"hopsml.added_columns": ",".join(added)})
+        for attempt in range(_RETRIES):
+            try:
+                if not self.exists():
+                    write_deltalake(self.uri, batch, mode="append", commit_properties=properties)
+                else:
+                    table = self._table()
+                    if added:
+                        table.alter.add_columns([_delta_field(batch.schema.field(name)) for name in added])
+                        table = self._table()
+                    predicate = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in self.keys)
+                    (table.merge(batch, predicate=predicate, source_alias="s", target_alias="t",
+                                 commit_properties=properties)
+                     .when_matched_update_all().when_not_matched_insert_all().execute())
+                return self.commits()[0]
+            except CommitFailedError as conflict:
+                if attempt == _RETRIES - 1:
+                    raise FeatureStoreError(f"feature group {self.name!r}: the insert did not land, another insert "
+                                            f"committed first {_RETRIES} times ({conflict}); insert again") from None
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def commits(self, limit: int | None = None) -> list[Commit]:
+        """The commits, newest first."""
+        if not self.exists():
+            return []
+        out = []
+        for entry in self._table().history(limit):
+            metrics = entry.get("operationMetrics") or {}
+            operation = str(entry.get("operation", ""))
+            if operation in ("ADD COLUMN",):
+                continue  # part of the insert that follows it
+            added = str(entry.get("hopsml.added_columns") or "")
+            inserted = metrics.get("num_target_rows_inserted", metrics.get("num_added_rows", 0))
+            out.append(Commit(int(entry["version"]), int(entry["timestamp"]), int(inserted or 0),
+                              int(metrics.get("num_target_rows_updated", 0) or 0),
+                              int(metrics.get("num_target_rows_deleted", 0) or 0), operation,
+                              tuple(a for a in added.split(",") if a)))
+        return out
+
+    def version_at(self, wallclock: Any) -> int:
+        """The newest commit at or before `wallclock` (see `wallclock_ms`)."""
+        at = wallclock_ms(wallclock)
+        for commit in self.commits():
+            if commit.committed_ms <= at:
+                return commit.version
+        first = self.commits()[-1] if self.commits() else None
+        raise FeatureStoreError(f"feature group {self.name!r} had no commit at {wallclock!r}"
+                                + (f"; its first is at {first.committed_on.isoformat()}" if first else ""))
+
+    def dataset(self, version: int | None = None) -> pads.Dataset:
+        """The rows at `version` (the newest by default) as an Arrow dataset (files read lazily)."""
+        return self._table(version).to_pyarrow_dataset()
+
+    def read(self, version: int | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+        return self.dataset(version).to_table(columns=list(columns) if columns else None)
+
+    def latest_version(self) -> int:
+        return int(self._table().version())
+
+    def row_count(self, version: int | None = None) -> int:
+        """Rows at `version`, from the log's file statistics (no file is read)."""
+        actions = self._table(version).get_add_actions(flatten=True)
+        import pyarrow as pa
+
+        counts = pa.table(actions).column("num_records") if actions.num_rows else None
+        return int(sum(v or 0 for v in counts.to_pylist())) if counts is not None else 0
+
+    def spark(self, spark: Any, version: int | None = None) -> Any:
+        """The rows at `version` as a Spark DataFrame, read from the version's Parquet files."""
+        files = self.files(version)
+        if not files:
+            return spark.createDataFrame([], schema=_spark_schema(self._table(version)))
+        return spark.read.parquet(*files)
+
+    def files(self, version: int | None = None) -> list[str]:
+        """The Parquet files of the table at `version`: what Spark reads (no Delta jars needed)."""
+        return list(self._table(version).file_uris())
+
+
+def _quoted(name: str) -> str:
+    return f"`{name}`"
+
+
+def _delta_field(field: pa.Field) -> Any:
+    from deltalake import Field
+
+    return Field.from_arrow(field.with_nullable(True))
+
+
+def _spark_schema(table: Any) -> Any:
+    """The Spark schema of an empty table (Spark cannot infer one from no files)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(pa.schema(table.schema().to_arrow()))

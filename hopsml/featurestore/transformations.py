@@ -1,0 +1,246 @@
+"""Transformation functions, as the hopsworks SDK has them: the built-ins (`min_max_scaler`, `standard_scaler`,
+`robust_scaler`, `label_encoder`, `one_hot_encoder`) and user functions made with `@udf`, bound to features by a
+call (`min_max_scaler("amount")`), fitted on a training split and applied the same way to training, batch and
+(later) serving data.
+
+The built-ins compute with the table prep's own primitives (`hopsml.data.tables.transform`: the scaling and
+the category indices its shards hold), so a feature view and `prepare_table` give the same numbers. Their
+fitted statistics are stored with the training dataset version that fitted them. Output columns are named
+as Hopsworks names them: `<function>_<feature>_` (one output), `<function>_<feature>_<i>` (several).
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from hopsml.data.tables import transform as primitives
+from hopsml.errors import FeatureStoreError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+BUILTINS = ("min_max_scaler", "standard_scaler", "robust_scaler", "label_encoder", "one_hot_encoder")
+_NUMERIC = {"min_max_scaler", "standard_scaler", "robust_scaler"}
+
+
+@dataclass(frozen=True)
+class TransformationFunction:
+    """A function over features, with the statistics it was fitted on (see the module docstring)."""
+
+    name: str
+    features: tuple[str, ...] = ()
+    fn: Callable[..., Any] | None = None      # a user function; None for a built-in
+    return_type: Any = float
+    drop: tuple[str, ...] = ()                # input features the output replaces
+    statistics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+
+    def __call__(self, *features: str) -> TransformationFunction:
+        """This function bound to `features` (its inputs, in order)."""
+        if not features:
+            raise FeatureStoreError(f"{self.name}() takes the feature(s) it transforms, e.g. {self.name}('amount')")
+        return replace(self, features=tuple(f.lower() for f in features),
+                       drop=tuple(f.lower() for f in features) if self.drop == ("*",) else self.drop)
+
+    def alias(self, *names: str) -> TransformationFunction:
+        """Name the output columns yourself."""
+        return replace(self, aliases=tuple(names))
+
+    @property
+    def needs_statistics(self) -> bool:
+        return self.fn is None or "statistics" in inspect.signature(self.fn).parameters
+
+    @property
+    def output_column_names(self) -> list[str]:
+        if self.aliases:
+            return list(self.aliases)
+        base = f"{self.name}_{'_'.join(self.features)}_"
+        if self.name == "one_hot_encoder":
+            categories = self._categories()
+            return [f"{base}{i}" for i in range(len(categories))]
+        if isinstance(self.return_type, (list, tuple)) and len(self.return_type) > 1:
+            return [f"{base}{i}" for i in range(len(self.return_type))]
+        return [base]
+
+    @property
+    def transformation_statistics(self) -> dict[str, dict[str, Any]]:
+        return {name: dict(values) for name, values in self.statistics.items()}
+
+    def _categories(self) -> list[Any]:
+        values = self.statistics.get(self.features[0], {}).get("unique_values") if self.features else None
+        if values is None:
+            raise FeatureStoreError(f"{self.name}({', '.join(self.features)}) is not fitted yet: its outputs come "
+                                    "from the training split's categories")
+        return list(values)
+
+    def fit(self, frame: pd.DataFrame) -> TransformationFunction:
+        """Fitted on `frame` (the training split): the statistics of each input feature."""
+        if not self.needs_statistics:
+            return self
+        missing = [f for f in self.features if f not in frame.columns]
+        if missing:
+            raise FeatureStoreError(f"{self.name} transforms {missing[0]!r}, which the feature view does not "
+                                    f"select (it has {', '.join(frame.columns)})")
+        return replace(self, statistics={f: describe(frame[f]) for f in self.features})
+
+    def apply(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """`frame` with this function's output columns (and without the inputs it drops)."""
+        import pandas as pd
+
+        if self.needs_statistics and not self.statistics:
+            raise FeatureStoreError(f"{self.name}({', '.join(self.features)}) needs statistics: fit it on a training "
+                                    "split first (train_test_split, training_data or init_batch_scoring)")
+        inputs = [frame[f] for f in self.features]
+        outputs = self._run(inputs)
+        names = self.output_column_names
+        if isinstance(outputs, pd.DataFrame):
+            if len(outputs.columns) != len(names):
+                raise FeatureStoreError(f"{self.name} returned {len(outputs.columns)} columns, its outputs are named "
+                                        f"{names}")
+            columns = dict(zip(names, (outputs[c].to_numpy() for c in outputs.columns)))
+        else:
+            columns = {names[0]: pd.Series(outputs).to_numpy()}
+        out = frame.drop(columns=[f for f in self.drop if f in frame.columns])
+        return out.assign(**columns)
+
+    def _run(self, inputs: list[pd.Series]) -> Any:
+        if self.fn is not None:
+            kwargs = {}
+            if "statistics" in inspect.signature(self.fn).parameters:
+                kwargs["statistics"] = SimpleNamespace(**{f: SimpleNamespace(**v) for f, v in self.statistics.items()})
+            return self.fn(*inputs, **kwargs)
+        return _builtin(self.name, inputs[0], self.statistics[self.features[0]])
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a training dataset version stores of it (a user function by module and name, or pickled)."""
+        record: dict[str, Any] = {"name": self.name, "features": list(self.features), "drop": list(self.drop),
+                                  "statistics": self.transformation_statistics, "aliases": list(self.aliases),
+                                  "output_column_names": self.output_column_names if self.statistics or
+                                  not self.needs_statistics else []}
+        if self.fn is not None:
+            record["function"] = _reference(self.fn)
+            record["return_type"] = getattr(self.return_type, "__name__", str(self.return_type))
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> TransformationFunction:
+        fn = _resolve(record["function"]) if record.get("function") else None
+        if fn is None and record["name"] not in BUILTINS:
+            raise FeatureStoreError(f"unknown transformation function {record['name']!r}")
+        return cls(record["name"], tuple(record.get("features", ())), fn, float, tuple(record.get("drop", ())),
+                   dict(record.get("statistics") or {}), tuple(record.get("aliases") or ()))
+
+
+def describe(values: pd.Series) -> dict[str, Any]:
+    """The statistics a transformation may read of one feature: min, max, mean, stddev, the 100 percentiles
+    (numbers) and the sorted unique values (any type)."""
+    import numpy as np
+    import pandas as pd
+
+    present = values.dropna()
+    out: dict[str, Any] = {"count": int(present.size), "missing": int(values.size - present.size)}
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        numbers = present.to_numpy(dtype=np.float64)
+        if numbers.size:
+            out.update(min=float(numbers.min()), max=float(numbers.max()), mean=float(numbers.mean()),
+                       stddev=float(numbers.std()),
+                       percentiles=[float(p) for p in np.percentile(numbers, np.arange(100))])
+    uniques = present.unique()
+    if uniques.size <= 100_000:
+        out["unique_values"] = sorted((v.item() if hasattr(v, "item") else v) for v in uniques)
+    return out
+
+
+def _builtin(name: str, values: pd.Series, stats: Mapping[str, Any]) -> Any:
+    """A built-in transformation, with the table prep's primitives."""
+    import pandas as pd
+    import pyarrow as pa
+
+    column = pa.array(values, from_pandas=True)
+    if name in _NUMERIC:
+        if "mean" not in stats:
+            raise FeatureStoreError(f"{name} needs numbers; its training values were not numeric")
+        center, spread = {"min_max_scaler": (stats["min"], stats["max"] - stats["min"]),
+                          "standard_scaler": (stats["mean"], stats["stddev"]),
+                          "robust_scaler": (stats["percentiles"][49],
+                                            stats["percentiles"][74] - stats["percentiles"][24])}[name]
+        return pd.Series(primitives.scaled(column, center, spread).to_numpy(zero_copy_only=False), index=values.index)
+    categories = list(stats.get("unique_values") or [])
+    index = primitives.category_index(column, categories, missing=None)
+    if name == "label_encoder":
+        return pd.Series(index.to_pandas(), index=values.index)
+    hot = primitives.one_hot(index, len(categories))
+    return pd.DataFrame({str(c): hot[i].to_numpy(zero_copy_only=False).astype(bool)
+                         for i, c in enumerate(categories)}, index=values.index)
+
+
+def udf(return_type: Any, drop: str | Sequence[str] | None = None, mode: str = "default"
+        ) -> Callable[[Callable[..., Any]], TransformationFunction]:
+    """Make `fn` a transformation function (`@udf(float)`); `drop` names the inputs its output replaces."""
+    if mode not in ("default", "pandas", "python"):
+        raise FeatureStoreError(f"udf mode {mode!r}: 'default', 'pandas' or 'python'")
+
+    def wrap(fn: Callable[..., Any]) -> TransformationFunction:
+        dropped = (drop,) if isinstance(drop, str) else tuple(drop or ())
+        params = [p for p in inspect.signature(fn).parameters if p != "statistics"]
+        # drop names the function's parameters; once bound, those become the features in their place
+        return _Unbound(fn.__name__, (), fn, return_type, dropped, {}, (), tuple(params))
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class _Unbound(TransformationFunction):
+    """A user function before its features are given: `drop` names its parameters."""
+
+    params: tuple[str, ...] = ()
+
+    def __call__(self, *features: str) -> TransformationFunction:
+        bound = tuple(f.lower() for f in features)
+        if len(bound) != len(self.params):
+            raise FeatureStoreError(f"{self.name} takes {len(self.params)} features ({', '.join(self.params)}), "
+                                    f"got {len(bound)}")
+        by_param = dict(zip(self.params, bound))
+        return TransformationFunction(self.name, bound, self.fn, self.return_type,
+                                      tuple(by_param.get(d, d) for d in self.drop), {}, self.aliases)
+
+
+def _reference(fn: Callable[..., Any]) -> dict[str, str]:
+    module = getattr(fn, "__module__", None)
+    if module and module != "__main__" and "<locals>" not in fn.__qualname__:
+        return {"module": module, "qualname": fn.__qualname__}
+    from pyspark import cloudpickle
+
+    return {"pickled": base64.b64encode(cloudpickle.dumps(fn)).decode("ascii")}
+
+
+def _resolve(reference: Mapping[str, str]) -> Callable[..., Any]:
+    if "pickled" in reference:
+        import pickle
+
+        return pickle.loads(base64.b64decode(reference["pickled"]))
+    target: Any = importlib.import_module(reference["module"])
+    for part in reference["qualname"].split("."):
+        target = getattr(target, part)
+    return getattr(target, "fn", target) if isinstance(target, TransformationFunction) else target
+
+
+def _make_builtin(name: str) -> TransformationFunction:
+    return TransformationFunction(name, drop=("*",))
+
+
+min_max_scaler = _make_builtin("min_max_scaler")
+standard_scaler = _make_builtin("standard_scaler")
+robust_scaler = _make_builtin("robust_scaler")
+label_encoder = _make_builtin("label_encoder")
+one_hot_encoder = _make_builtin("one_hot_encoder")
+
+
+def builtins() -> list[TransformationFunction]:
+    return [min_max_scaler, standard_scaler, robust_scaler, label_encoder, one_hot_encoder]

@@ -1,0 +1,305 @@
+"""A feature view: a query, its labels and its transformation functions, and the training data it gives.
+
+Every training-data call records a training dataset version: the table version (commit) it read of each group,
+the time window, the split and its seed, and the transformation functions fitted on its training split. Reading
+that version again (`get_train_test_split(version)`) re-runs the query pinned to those commits with that split,
+so it returns the same rows, whatever was inserted since. Rows are split after ordering them by the left
+group's primary key and event time, so the seeded split does not depend on the engine's row order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from hopsml import layout
+from hopsml.errors import FeatureStoreError
+from hopsml.featurestore import engine
+from hopsml.featurestore.query import Query
+from hopsml.featurestore.table import wallclock_ms
+from hopsml.featurestore.transformations import TransformationFunction
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SPLITS = ("train", "validation", "test")
+
+
+class FeatureView:
+    """One version of a feature view (see the module docstring)."""
+
+    def __init__(self, store: Any, name: str, version: int, query: Query, labels: Sequence[str] = (),
+                 transformation_functions: Sequence[TransformationFunction] = (), description: str = "",
+                 created: str | None = None) -> None:
+        self.store, self.name, self.version = store, layout.validate_name(name, "feature view name"), int(version)
+        self.query, self.description, self.created = query, description, created
+        self.labels = [label.lower() for label in labels]
+        self._transformations = list(transformation_functions)
+        self._scoring: int | None = None
+        columns = query.output_columns()
+        for label in self.labels:
+            if label not in columns:
+                raise FeatureStoreError(f"feature view {name!r}: label {label!r} is not among the query's features "
+                                        f"({', '.join(columns)})")
+        for function in self._transformations:
+            for feature in function.features:
+                if feature not in columns:
+                    raise FeatureStoreError(f"feature view {name!r}: {function.name} transforms {feature!r}, which the "
+                                            f"query does not select ({', '.join(columns)})")
+
+    def __repr__(self) -> str:
+        return f"FeatureView({self.name!r}, {self.version}, labels={self.labels})"
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}_{self.version}"
+
+    @property
+    def features(self) -> list[str]:
+        return self.query.output_columns()
+
+    @property
+    def transformation_functions(self) -> list[TransformationFunction]:
+        """The view's functions, fitted on the batch-scoring training dataset version when one is set."""
+        if self._scoring is not None:
+            return self._fitted(self._scoring)
+        return list(self._transformations)
+
+    def to_dict(self) -> dict[str, Any]:
+        from hopsml.featurestore.query import to_dict
+
+        return {"name": self.name, "version": self.version, "description": self.description, "labels": self.labels,
+                "query": to_dict(self.query), "created": self.created,
+                "transformation_functions": [f.to_dict() for f in self._transformations]}
+
+    def get_batch_query(self) -> Query:
+        return self.query
+
+    # --- training data ----------------------------------------------------------------------------------
+    def training_data(self, start_time: Any = None, end_time: Any = None, description: str = "",
+                      read_options: dict[str, Any] | None = None, primary_key: bool = False,
+                      event_time: bool = False, dataframe_type: str = "default", **_: Any
+                      ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        """(features, labels) of the whole window, as a new training dataset version."""
+        frames = self._new_version({"type": "none"}, start_time, end_time, description, read_options)
+        return self._shaped(frames["train"], primary_key, event_time, dataframe_type)
+
+    def train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
+                         test_start: Any = "", test_end: Any = "", description: str = "", seed: int | None = None,
+                         read_options: dict[str, Any] | None = None, primary_key: bool = False,
+                         event_time: bool = False, dataframe_type: str = "default", **_: Any) -> tuple[Any, ...]:
+        """X_train, X_test, y_train, y_test: split at random (`test_size`, `seed`) or by event time ranges."""
+        split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
+                            {"test": test_size}, seed)
+        frames = self._new_version(split, None, None, description, read_options)
+        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type)
+
+    def train_validation_test_split(self, validation_size: float | None = None, test_size: float | None = None,
+                                    train_start: Any = "", train_end: Any = "", validation_start: Any = "",
+                                    validation_end: Any = "", test_start: Any = "", test_end: Any = "",
+                                    description: str = "", seed: int | None = None,
+                                    read_options: dict[str, Any] | None = None, primary_key: bool = False,
+                                    event_time: bool = False, dataframe_type: str = "default", **_: Any
+                                    ) -> tuple[Any, ...]:
+        """X_train, X_val, X_test, y_train, y_val, y_test."""
+        split = _split_spec({"train": (train_start, train_end), "validation": (validation_start, validation_end),
+                             "test": (test_start, test_end)}, {"validation": validation_size, "test": test_size}, seed)
+        frames = self._new_version(split, None, None, description, read_options)
+        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type)
+
+    def get_training_data(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
+                          primary_key: bool = False, event_time: bool = False, dataframe_type: str = "default",
+                          **_: Any) -> tuple[Any, Any]:
+        frames = self._read_version(training_dataset_version, read_options)
+        return self._shaped(frames["train"], primary_key, event_time, dataframe_type)
+
+    def get_train_test_split(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
+                             primary_key: bool = False, event_time: bool = False, dataframe_type: str = "default",
+                             **_: Any) -> tuple[Any, ...]:
+        frames = self._read_version(training_dataset_version, read_options)
+        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type)
+
+    def get_train_validation_test_split(self, training_dataset_version: int,
+                                        read_options: dict[str, Any] | None = None, primary_key: bool = False,
+                                        event_time: bool = False, dataframe_type: str = "default", **_: Any
+                                        ) -> tuple[Any, ...]:
+        frames = self._read_version(training_dataset_version, read_options)
+        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type)
+
+    def get_training_datasets(self) -> list[dict[str, Any]]:
+        return [self.store.read_training_dataset(self, v) for v in self.store.training_dataset_versions(self)]
+
+    # --- batch scoring ----------------------------------------------------------------------------------
+    def init_batch_scoring(self, training_dataset_version: int | None = None) -> None:
+        """Transform batch data with the statistics of this training dataset version (the newest by default)."""
+        versions = self.store.training_dataset_versions(self)
+        if not versions:
+            raise FeatureStoreError(f"feature view {self.key!r} has no training dataset yet: its transformation "
+                                    "functions are fitted on one (train_test_split or training_data)")
+        chosen = versions[-1] if training_dataset_version is None else int(training_dataset_version)
+        if chosen not in versions:
+            raise FeatureStoreError(f"feature view {self.key!r} has no training dataset version {chosen}; its "
+                                    f"versions: {versions}")
+        self._scoring = chosen
+
+    def get_batch_data(self, start_time: Any = None, end_time: Any = None, read_options: dict[str, Any] | None = None,
+                       primary_key: bool = False, event_time: bool = False, transformed: bool = True,
+                       dataframe_type: str = "default", **_: Any) -> Any:
+        """The view's features (no labels) for the window, transformed as its training data was."""
+        frame = self._rows(self.query, start_time, end_time, read_options)
+        if transformed and self._transformations:
+            if self._scoring is None:
+                self.init_batch_scoring()
+            for function in self._fitted(self._scoring or 0):
+                frame = function.apply(frame)
+        frame = frame.drop(columns=[c for c in self.labels if c in frame.columns])
+        return _as(self._visible(frame, primary_key, event_time), dataframe_type)
+
+    def delete(self) -> None:
+        self.store.delete_view(self)
+
+    # --- inside ---------------------------------------------------------------------------------------
+    def _rows(self, query: Query, start_time: Any, end_time: Any, read_options: dict[str, Any] | None
+              ) -> pd.DataFrame:
+        left = self.query.left
+        if left.event_time:
+            if start_time not in (None, ""):
+                query = query.filter(left.get_feature(left.event_time) >= _utc(start_time))
+            if end_time not in (None, ""):
+                query = query.filter(left.get_feature(left.event_time) < _utc(end_time))
+        elif start_time not in (None, "") or end_time not in (None, ""):
+            raise FeatureStoreError(f"feature view {self.key!r}: a time window needs an event time on the left group "
+                                    f"{left.key!r}")
+        kept = list(query.features)
+        extra = [k for k in left.keys() if k not in kept]
+        frame = engine.run(Query(left, tuple([*kept, *extra]), query.joins, query.filters, query.wallclock,
+                                 query.exclude_until, query.pinned), read_options=read_options)
+        frame = frame.sort_values(left.keys(), kind="stable").reset_index(drop=True)
+        return frame.drop(columns=extra)
+
+    def _new_version(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
+                     read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
+        commits = engine.versions(self.query)
+        pinned = self.query.pin(commits)
+        frames = _split(self._rows(pinned, start_time, end_time, read_options), split, self.query)
+        fitted = [f.fit(frames["train"]) for f in self._transformations]
+        record = {"commits": commits, "split": split, "start_time": _stored_time(start_time),
+                  "end_time": _stored_time(end_time), "description": description,
+                  "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                  "transformation_functions": [f.to_dict() for f in fitted], "labels": self.labels,
+                  "rows": {name: int(len(frame)) for name, frame in frames.items()}}
+        self.store.save_training_dataset(self, record)
+        return {name: _transform(frame, fitted) for name, frame in frames.items()}
+
+    def _read_version(self, version: int, read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
+        record = self.store.read_training_dataset(self, version)
+        pinned = self.query.pin({k: int(v) for k, v in record["commits"].items()})
+        frames = _split(self._rows(pinned, record.get("start_time"), record.get("end_time"), read_options),
+                        record["split"], self.query)
+        fitted = self._fitted(version)
+        return {name: _transform(frame, fitted) for name, frame in frames.items()}
+
+    def _fitted(self, version: int) -> list[TransformationFunction]:
+        record = self.store.read_training_dataset(self, version)
+        return [TransformationFunction.from_dict(f) for f in record.get("transformation_functions", [])]
+
+    def _visible(self, frame: pd.DataFrame, primary_key: bool, event_time: bool) -> pd.DataFrame:
+        left = self.query.left
+        hidden = {*([] if primary_key else left.primary_key), *([] if event_time or not left.event_time
+                                                                 else [left.event_time])}
+        if event_time and left.event_time:
+            hidden.discard(left.event_time)  # asked for, even when it is part of the key
+        return frame.drop(columns=[c for c in frame.columns if c in hidden and c not in self.labels])
+
+    def _shaped(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, dataframe_type: str
+                ) -> tuple[Any, Any]:
+        frame = self._visible(frame, primary_key, event_time)
+        labels = [c for c in frame.columns if c in self.labels or any(c.startswith(f"{t.name}_{label}_")
+                                                                      for t in self._transformations
+                                                                      for label in self.labels)]
+        features = frame.drop(columns=labels)
+        return _as(features, dataframe_type), (_as(frame[labels], dataframe_type) if labels else None)
+
+    def _split_out(self, frames: dict[str, pd.DataFrame], names: Sequence[str], primary_key: bool, event_time: bool,
+                   dataframe_type: str) -> tuple[Any, ...]:
+        shaped = [self._shaped(frames[name], primary_key, event_time, dataframe_type) for name in names]
+        return (*[x for x, _ in shaped], *[y for _, y in shaped])
+
+
+def _utc(value: Any) -> dt.datetime:
+    return dt.datetime.fromtimestamp(wallclock_ms(value) / 1000, dt.timezone.utc)
+
+
+def _stored_time(value: Any) -> int | None:
+    return None if value in (None, "") else wallclock_ms(value)
+
+
+def _split_spec(ranges: dict[str, tuple[Any, Any]], sizes: dict[str, float | None], seed: int | None
+                ) -> dict[str, Any]:
+    timed = {name: (start, end) for name, (start, end) in ranges.items() if start not in (None, "") or
+             end not in (None, "")}
+    if timed:
+        if any(size is not None for size in sizes.values()):
+            raise FeatureStoreError("split either by size (test_size=...) or by time ranges, not both")
+        missing = [name for name in ranges if name not in timed]
+        if missing:
+            raise FeatureStoreError(f"a time split needs a range for every split; {missing[0]} has none "
+                                    f"({missing[0]}_start, {missing[0]}_end)")
+        return {"type": "time", "ranges": {n: [_stored_time(s), _stored_time(e)] for n, (s, e) in timed.items()}}
+    for name, size in sizes.items():
+        if size is None or not 0 < float(size) < 1:
+            raise FeatureStoreError(f"{name}_size={size!r}: give a fraction between 0 and 1 (e.g. 0.2)")
+    if sum(float(s) for s in sizes.values() if s is not None) >= 1:
+        raise FeatureStoreError(f"the split sizes {sizes} leave nothing to train on")
+    return {"type": "random", "sizes": {n: float(s) for n, s in sizes.items() if s is not None},
+            "seed": int(seed) if seed is not None else random.SystemRandom().randrange(2**31)}
+
+
+def _split(frame: pd.DataFrame, split: dict[str, Any], query: Query) -> dict[str, pd.DataFrame]:
+    import numpy as np
+    import pandas as pd
+
+    if split["type"] == "none":
+        return {"train": frame}
+    if split["type"] == "random":
+        draws = np.random.default_rng(split["seed"]).random(len(frame))
+        out, low = {}, 0.0
+        for name, size in split["sizes"].items():
+            out[name] = frame[(draws >= low) & (draws < low + size)].reset_index(drop=True)
+            low += size
+        out["train"] = frame[draws >= low].reset_index(drop=True)
+        return out
+    event_time = query.left.event_time
+    if not event_time:
+        raise FeatureStoreError(f"a time split needs an event time on the left group {query.left.key!r}")
+    times = pd.to_datetime(frame[event_time], utc=True)
+    out = {}
+    for name, (start, end) in split["ranges"].items():
+        mask = np.ones(len(frame), dtype=bool)
+        if start is not None:
+            mask &= (times >= pd.Timestamp(start, unit="ms", tz="UTC")).to_numpy()
+        if end is not None:
+            mask &= (times < pd.Timestamp(end, unit="ms", tz="UTC")).to_numpy()
+        out[name] = frame[mask].reset_index(drop=True)
+    return out
+
+
+def _transform(frame: pd.DataFrame, functions: Sequence[TransformationFunction]) -> pd.DataFrame:
+    for function in functions:
+        frame = function.apply(frame)
+    return frame
+
+
+def _as(frame: pd.DataFrame, dataframe_type: str) -> Any:
+    kind = dataframe_type.lower()
+    if kind in ("default", "pandas"):
+        return frame
+    if kind == "polars":
+        import polars as pl
+
+        return pl.from_pandas(frame)
+    if kind in ("numpy", "python"):
+        return frame.to_numpy() if kind == "numpy" else frame.values.tolist()
+    raise FeatureStoreError(f"dataframe_type {dataframe_type!r}: 'default', 'pandas', 'polars', 'numpy' or 'python'")

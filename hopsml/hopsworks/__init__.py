@@ -1,0 +1,61 @@
+"""The hopsworks SDK's face: `hopsworks.login()` opens the local project (or the one named), and the project
+gives its feature store and model registry under the names hopsworks 4.x uses.
+
+    from hopsml import hopsworks
+    project = hopsworks.login()
+    fs = project.get_feature_store()
+    mr = project.get_model_registry()
+
+There is no Hopsworks server: `host`, `port`, `api_key_value` and the other connection arguments are accepted
+so that existing programs run, and recorded on the project (`project.connection`); the project is a folder
+under hopsml's root (setting `root`), named by `project` (else setting `project`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hopsml import config
+from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.store import FeatureStore
+from hopsml.hopsworks.registry import ModelRegistry
+
+
+class Project:
+    """A hopsml project, as `hopsworks.login()` returns it."""
+
+    def __init__(self, settings: config.Settings, connection: dict[str, Any]) -> None:
+        self.settings, self.name, self.connection = settings, settings.project, connection
+
+    def __repr__(self) -> str:
+        return f"Project({self.name!r})"
+
+    def get_feature_store(self, name: str | None = None) -> FeatureStore:
+        """The project's feature store (`name`, when given, must be '<project>_featurestore')."""
+        store = FeatureStore(self.settings)
+        if name not in (None, store.name, self.name):
+            raise FeatureStoreError(f"feature store {name!r}: project {self.name!r} has one, {store.name!r}; shared "
+                                    "feature stores of other projects are not available")
+        return store
+
+    def get_model_registry(self) -> ModelRegistry:
+        return ModelRegistry(self.settings)
+
+    def get_model_serving(self) -> Any:
+        raise FeatureStoreError("project.get_model_serving() comes with serving deployments; use hopsml.serving "
+                                "meanwhile")
+
+
+def login(host: str | None = None, port: int = 443, project: str | None = None, api_key_value: str | None = None,
+          api_key_file: str | None = None, hostname_verification: bool = False, trust_store_path: str | None = None,
+          engine: str | None = None, **options: Any) -> Project:
+    """The project `project` (else the setting `project`) under hopsml's root; see the module docstring."""
+    settings = config.load(project=project) if project else config.load()
+    connection = {"host": host, "port": port, "engine": engine, "hostname_verification": hostname_verification,
+                  "api_key": "given" if api_key_value or api_key_file else None, **{k: str(v) for k, v in
+                                                                                     options.items()}}
+    return Project(settings, connection)
+
+
+def get_current_project() -> Project:
+    return login()

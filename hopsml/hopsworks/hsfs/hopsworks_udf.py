@@ -1,0 +1,5 @@
+"""hsfs.hopsworks_udf: the @udf decorator."""
+
+from hopsml.featurestore.transformations import udf
+
+__all__ = ["udf"]

@@ -1,0 +1,94 @@
+"""Point-in-time joins by the embedded engine (DuckDB) against a brute-force oracle on random data: each label
+row gets, from each joined group, its key's row with the newest event time at or before its own, never a
+later one; and a query as of a past commit leaves out rows committed later, even with old event times."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("deltalake")
+pytest.importorskip("duckdb")
+
+from featurestore_data import minutes, oracle, random_groups
+
+from hopsml import config
+from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.store import FeatureStore
+
+
+@pytest.fixture
+def fs(tmp_path):
+    return FeatureStore(config.load(environ={}, root=str(tmp_path / "root"), project="pit"))
+
+
+def _same(got: list, want: list) -> bool:
+    return all((g is None and w is None) or (g is not None and w is not None and abs(g - w) < 1e-12)
+               for g, w in zip(got, want)) and len(got) == len(want)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_point_in_time_join_matches_the_oracle(fs, seed):
+    label, spend, risk = random_groups(seed)
+    groups = {}
+    for name, frame in (("label", label), ("spend", spend), ("risk", risk)):
+        groups[name] = fs.create_feature_group(name, primary_key=["customer"], event_time="ts")
+        half = len(frame) // 2  # two commits each: the join reads the newest
+        groups[name].insert(frame.iloc[:half])
+        groups[name].insert(frame.iloc[half:])
+    query = (groups["label"].select_all()
+             .join(groups["spend"].select(["spend"]))
+             .join(groups["risk"].select(["risk"]), prefix="r_"))
+    got = query.read(read_options={"engine": "duckdb"})
+    assert list(got.columns) == ["customer", "ts", "target", "spend", "r_risk"]
+    got = got.sort_values(["customer", "ts"]).reset_index(drop=True)
+    expected = label.sort_values(["customer", "ts"]).reset_index(drop=True)
+    assert len(got) == len(label)
+    spend_values = [None if pd.isna(v) else v for v in got["spend"]]
+    risk_values = [None if pd.isna(v) else v for v in got["r_risk"]]
+    assert _same(spend_values, oracle(expected, spend, "spend"))
+    assert _same(risk_values, oracle(expected, risk, "risk"))
+    assert any(v is None for v in spend_values)  # rows before a key's first feature row exist, and get nulls
+
+
+def test_an_inner_join_drops_label_rows_without_an_earlier_feature_row(fs):
+    label = fs.create_feature_group("label", primary_key=["customer"], event_time="ts")
+    label.insert(pd.DataFrame({"customer": [1, 1, 2], "ts": [minutes(5), minutes(15), minutes(5)], "y": [0, 1, 0]}))
+    spend = fs.create_feature_group("spend", primary_key=["customer"], event_time="ts")
+    spend.insert(pd.DataFrame({"customer": [1, 1, 2], "ts": [minutes(10), minutes(20), minutes(6)],
+                               "spend": [1.0, 2.0, 3.0]}))
+    rows = label.select_all().join(spend.select(["spend"]), join_type="inner").read()
+    assert rows.sort_values("ts")[["customer", "spend"]].values.tolist() == [[1, 1.0]]  # 15 min gets the 10 min row
+
+
+def test_a_query_as_of_a_past_commit_leaves_out_a_later_backfill(fs):
+    label = fs.create_feature_group("label", primary_key=["customer"], event_time="ts")
+    label.insert(pd.DataFrame({"customer": [1], "ts": [minutes(100)], "y": [1]}))
+    spend = fs.create_feature_group("spend", primary_key=["customer"], event_time="ts")
+    spend.insert(pd.DataFrame({"customer": [1], "ts": [minutes(10)], "spend": [1.0]}))
+    built = spend.table.commits()[0].committed_ms
+    import time
+
+    time.sleep(0.02)
+    spend.insert(pd.DataFrame({"customer": [1], "ts": [minutes(50)], "spend": [99.0]}))  # a backfill, old event time
+    query = label.select_all().join(spend.select(["spend"]))
+    assert query.read()["spend"].tolist() == [99.0]                  # now the backfill is the latest before 100 min
+    assert query.as_of(built).read()["spend"].tolist() == [1.0]      # as of the first build it was not there
+
+
+def test_filters_on_either_side_and_join_errors(fs):
+    label = fs.create_feature_group("label", primary_key=["customer"], event_time="ts")
+    label.insert(pd.DataFrame({"customer": [1, 2, 3], "ts": [minutes(100)] * 3, "y": [1, 0, 1]}))
+    spend = fs.create_feature_group("spend", primary_key=["customer"], event_time="ts")
+    spend.insert(pd.DataFrame({"customer": [1, 2, 3], "ts": [minutes(10)] * 3, "spend": [5.0, 50.0, 500.0]}))
+    query = label.select_all().join(spend.select(["spend"]))
+    assert sorted(query.filter(spend.spend > 10).read()["customer"]) == [2, 3]
+    assert sorted(query.filter((spend.spend < 10) | (label.y == 0)).read()["customer"]) == [1, 2]
+    assert sorted(query.filter(label.ts <= minutes(100)).read()["customer"]) == [1, 2, 3]
+    assert query.filter(label.ts < minutes(100)).read().empty
+    other = fs.create_feature_group("other", primary_key=["account"])
+    other.insert(pd.DataFrame({"account": [1], "z": [1]}))
+    with pytest.raises(FeatureStoreError, match="cannot join 'other' on 'account'"):
+        label.select_all().join(other.select_all())
+    rows = label.select_all().join(other.select(["z"]), left_on=["customer"], right_on=["account"]).read()
+    assert rows.sort_values("customer")["z"].tolist()[0] == 1

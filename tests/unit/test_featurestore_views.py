@@ -1,0 +1,147 @@
+"""A hopsworks program end to end on hopsml (login -> feature store -> groups -> view -> train_test_split ->
+registry), and what a feature view promises: a training dataset version returns the same rows every time,
+transformation functions are fitted on the training split only and applied the same way to batch data."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("deltalake")
+pytest.importorskip("duckdb")
+
+from hopsml import hopsworks
+from hopsml.errors import FeatureStoreError
+from hopsml.hopsworks.hsfs import udf
+from hopsml.hopsworks.hsfs.builtin_transformations import (
+    label_encoder,
+    min_max_scaler,
+    one_hot_encoder,
+    standard_scaler,
+)
+
+T0 = dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture
+def project(root):
+    return hopsworks.login(project="shop", host="c.app.hopsworks.ai", api_key_value="secret")
+
+
+def _tables(rows: int = 200, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    customers = pd.DataFrame({"CustomerID": np.arange(20), "since": [T0 - dt.timedelta(days=400)] * 20,
+                              "country": rng.choice(["SE", "DE", "FR"], 20), "age": rng.integers(18, 80, 20)})
+    orders = pd.DataFrame({"CustomerID": rng.integers(0, 20, rows),
+                           "ts": [T0 + dt.timedelta(minutes=int(m)) for m in rng.permutation(10_000)[:rows]],
+                           "amount": rng.gamma(2.0, 30.0, rows).round(2),
+                           "fraud": rng.integers(0, 2, rows)})
+    return customers, orders
+
+
+def _view(project, **kwargs):
+    fs = project.get_feature_store()
+    customers, orders = _tables()
+    profiles = fs.get_or_create_feature_group("customers", version=1, primary_key=["CustomerID"],
+                                              event_time="since", description="who buys")
+    profiles.insert(customers)
+    fg = fs.get_or_create_feature_group("orders", version=1, primary_key=["CustomerID", "ts"], event_time="ts")
+    fg.insert(orders)
+    query = fg.select(["customerid", "ts", "amount", "fraud"]).join(profiles.select(["country", "age"]))
+    return fs, fg, fs.get_or_create_feature_view("fraud", version=1, query=query, labels=["fraud"], **kwargs)
+
+
+def test_a_hopsworks_program_runs_unchanged(project, tmp_path):
+    assert project.name == "shop" and project.connection["host"] == "c.app.hopsworks.ai"
+    assert project.connection["api_key"] == "given"  # recorded that one was given, never the key itself
+    fs, fg, fv = _view(project, transformation_functions=[min_max_scaler("amount"), label_encoder("country")])
+    X_train, X_test, y_train, y_test = fv.train_test_split(test_size=0.2, seed=7)
+    assert len(X_train) + len(X_test) == 200 and 20 <= len(X_test) <= 60
+    assert list(y_train.columns) == ["fraud"] and len(y_train) == len(X_train)
+    assert "customerid" not in X_train.columns and "ts" not in X_train.columns  # keys only when asked for
+    assert {"min_max_scaler_amount_", "label_encoder_country_", "age"} <= set(X_train.columns)
+    assert "amount" not in X_train.columns  # the scaled output replaces its input
+    scaled = X_train["min_max_scaler_amount_"]
+    assert scaled.min() == pytest.approx(0.0) and scaled.max() == pytest.approx(1.0)  # fitted on train only
+    assert set(X_train["label_encoder_country_"]) <= {0, 1, 2}
+
+    mr = project.get_model_registry()
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "weights.txt").write_text("0.5")
+    model = mr.python.create_model("fraud", metrics={"auc": 0.9}, description="gbt", input_example=X_train.head(1),
+                                   feature_view=fv, training_dataset_version=1)
+    model.save(str(model_dir))
+    again = mr.get_model("fraud", version=model.version)
+    assert again.training_metrics == {"auc": 0.9} and again.framework == "python"
+    assert open(f"{again.download()}/weights.txt").read() == "0.5"
+    assert mr.get_best_model("fraud", "auc", "max").version == model.version
+    linked = again.get_feature_view()
+    assert linked.name == "fraud" and [f.name for f in linked.transformation_functions] == ["min_max_scaler",
+                                                                                           "label_encoder"]
+    batch = linked.get_batch_data()
+    assert "fraud" not in batch.columns and len(batch) == 200
+    # batch data is transformed with the training split's statistics, not its own
+    stats = linked.transformation_functions[0].transformation_statistics["amount"]
+    raw = fg.read()["amount"].sort_values().reset_index(drop=True)
+    expected = (raw - stats["min"]) / (stats["max"] - stats["min"])
+    assert np.allclose(np.sort(batch["min_max_scaler_amount_"].to_numpy()), expected.to_numpy())
+
+
+def test_a_training_dataset_version_returns_the_same_rows_after_new_commits(project):
+    fs, fg, fv = _view(project, transformation_functions=[standard_scaler("amount")])
+    X_train, X_test, y_train, y_test = fv.train_test_split(test_size=0.25, seed=3)
+    version = fv.get_training_datasets()[-1]["version"]
+    more = _tables(rows=50, seed=9)[1]
+    more["ts"] = [T0 + dt.timedelta(days=30, minutes=i) for i in range(50)]
+    fg.insert(more)                                           # new rows after the version was built
+    fg.insert(pd.DataFrame({"CustomerID": [int(fg.read()["customerid"][0])], "ts": [fg.read()["ts"][0]],
+                            "amount": [1e6], "fraud": [1]}))  # and an update of a row it read
+    again = fs.get_feature_view("fraud", 1).get_train_test_split(version)
+    for before, after in zip((X_train, X_test, y_train, y_test), again):
+        pd.testing.assert_frame_equal(before.reset_index(drop=True), after.reset_index(drop=True))
+    fresh = fv.train_test_split(test_size=0.25, seed=3)
+    assert len(fresh[0]) + len(fresh[1]) == 250  # a new version reads the new commits
+
+
+def test_splits_by_time_and_three_ways(project):
+    fs, fg, fv = _view(project)
+    middle = T0 + dt.timedelta(minutes=5000)
+    X_train, X_test, y_train, y_test = fv.train_test_split(train_start=T0 - dt.timedelta(days=1), train_end=middle,
+                                                           test_start=middle, test_end=T0 + dt.timedelta(days=10),
+                                                           event_time=True)
+    assert X_train["ts"].max() < middle <= X_test["ts"].min() and len(X_train) + len(X_test) == 200
+    parts = fv.train_validation_test_split(validation_size=0.2, test_size=0.2, seed=1)
+    assert len(parts) == 6 and sum(len(p) for p in parts[:3]) == 200
+    with pytest.raises(FeatureStoreError, match="either by size"):
+        fv.train_test_split(test_size=0.2, test_start=middle)
+    with pytest.raises(FeatureStoreError, match="test_size=1.5"):
+        fv.train_test_split(test_size=1.5)
+
+
+def test_one_hot_and_user_functions_with_statistics(project):
+    @udf(float, drop=["amount"])
+    def centred(amount, statistics=None):
+        return amount - statistics.amount.mean
+
+    fs, fg, fv = _view(project, transformation_functions=[one_hot_encoder("country"), centred("amount")])
+    X, y = fv.training_data()
+    hot = [c for c in X.columns if c.startswith("one_hot_encoder_country_")]
+    assert hot == ["one_hot_encoder_country_0", "one_hot_encoder_country_1", "one_hot_encoder_country_2"]
+    assert (X[hot].sum(axis=1) == 1).all()
+    assert X["centred_amount_"].mean() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_views_refuse_what_they_cannot_give(project):
+    fs, fg, fv = _view(project)
+    with pytest.raises(FeatureStoreError, match="label 'nope' is not among the query's features"):
+        fs.create_feature_view("bad", query=fg.select_all(), labels=["nope"])
+    with pytest.raises(FeatureStoreError, match="transforms 'missing'"):
+        fs.create_feature_view("bad", query=fg.select_all(), transformation_functions=[min_max_scaler("missing")])
+    with pytest.raises(FeatureStoreError, match="no training dataset version 9"):
+        fv.get_train_test_split(9)
+    with pytest.raises(FeatureStoreError, match="no feature view 'other'"):
+        fs.get_feature_view("other")
