@@ -19,10 +19,10 @@ from hopsml.launcher import seeds
 from hopsml.launcher.task import tf_cluster
 from hopsml.runs import engine
 from hopsml.runs.request import RunRequest, SearchRequest
-from hopsml.runs.search import Search, evolve, previous_search, recorded, run_search
+from hopsml.runs.search_run import Search, previous_search, recorded, run_search
 from hopsml.search import space
 from hopsml.search.asha import SuccessiveHalving, budgets
-from hopsml.search.evolution import DifferentialEvolution
+from hopsml.search.evolution import DifferentialEvolution, Generations
 from hopsml.search.scheduler import PointList
 from hopsml.search.space import Direction, SearchSpaceError
 
@@ -151,15 +151,7 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
                                early_stopping=early_stopping, early_stopping_min_steps=early_stopping_min_steps,
                                resume=source)
 
-    def batches(search: Search) -> None:
-        if num_workers == 1:
-            search.run_batch(combos, len(combos))
-            return
-        points = PointList(combos)
-        points.restore(search.adopted)
-        search.run_async(points, total=len(combos), num_workers=num_workers)
-
-    return run_search(request, batches)
+    return run_search(request, _points(combos, num_workers))
 
 
 def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -180,7 +172,7 @@ def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], d
                                resume=source,
                                # recorded: the web view draws those axes on a log scale
                                record_fields={"log_scale": list(log_scale or [])})
-    return run_search(request, lambda search: search.run_batch(points, len(points)))
+    return run_search(request, _points(points))
 
 
 def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str, Any],
@@ -208,7 +200,23 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
         dict(boundary_dict), direction, optimization_key, "differential_evolution", resume=source,
         record_fields={"generations": generations, "population": population,
                        "best_per_generation": best_per_generation, "log_scale": list(log_scale or [])})
-    return run_search(request, evolve(evolution, generations, best_per_generation))
+    def run_generations(search: Search) -> None:
+        scheduler = Generations(evolution, generations, best_per_generation)
+        scheduler.restore(search.adopted)
+        search.run_async(scheduler, total=population * generations)
+
+    return run_search(request, run_generations)
+
+
+def _points(points: list[dict[str, Any]], num_workers: int = 1) -> Callable[[Search], None]:
+    """A search of a fixed list of points (grid, random), one job per free slot (a resumed search's ended
+    trials are kept, the ones that were running run again first)."""
+    def run_points(search: Search) -> None:
+        scheduler = PointList(points)
+        scheduler.restore(search.adopted)
+        search.run_async(scheduler, total=len(points), num_workers=num_workers)
+
+    return run_points
 
 
 @dataclass(frozen=True)

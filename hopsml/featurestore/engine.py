@@ -145,9 +145,9 @@ def duckdb_arrow(query: Query) -> Any:
         connection.execute("SET TimeZone = 'UTC'")
         for group, alias in zip(query.groups(), _aliases(query).values()):
             connection.register(alias, group.table.dataset(read[group.key]))
-        result = connection.execute(duckdb_sql(query))
-        # DuckDB 1.x calls it fetch_arrow_table, 2.x to_arrow_table
-        fetch: Any = getattr(result, "to_arrow_table", None) or getattr(result, "fetch_arrow_table", None)
+        relation = connection.sql(duckdb_sql(query))
+        # DuckDB 2.x calls it to_arrow_table, 1.x arrow
+        fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
         return fetch()
     finally:
         connection.close()

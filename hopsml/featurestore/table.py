@@ -153,8 +153,15 @@ class GroupTable:
                                 + (f"; its first is at {first.committed_on.isoformat()}" if first else ""))
 
     def dataset(self, version: int | None = None) -> pads.Dataset:
-        """The rows at `version` (the newest by default) as an Arrow dataset (files read lazily)."""
-        return self._table(version).to_pyarrow_dataset()
+        """The rows at `version` (the newest by default) as an Arrow dataset of the version's Parquet files, read
+        by Arrow itself (files older than an added column give nulls there). Not delta-rs's own dataset: its
+        filesystem calls back into Python from Arrow's threads, which aborted processes at exit."""
+        import pyarrow as pa
+        import pyarrow.dataset as pads
+
+        table = self._table(version)
+        schema = pa.schema(table.schema().to_arrow())
+        return pads.dataset(list(table.file_uris()), schema=schema, format="parquet")
 
     def read(self, version: int | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         return self.dataset(version).to_table(columns=list(columns) if columns else None)

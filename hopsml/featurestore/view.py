@@ -160,6 +160,36 @@ class FeatureView:
     def delete(self) -> None:
         self.store.delete_view(self)
 
+    # --- what is not here yet: a clear error instead of an AttributeError ------------------------------
+    def _not_yet(self, what: str, instead: str) -> FeatureStoreError:
+        return FeatureStoreError(f"feature view {self.key!r}: {what} is not in hopsml yet; {instead}")
+
+    def create_training_data(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("create_training_data (a training dataset written out as files)",
+                            "training_data() records a version that get_training_data(version) returns row for row")
+
+    def create_train_test_split(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("create_train_test_split (a split written out as files)",
+                            "train_test_split() records a version that get_train_test_split(version) returns again")
+
+    def create_train_validation_test_split(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("create_train_validation_test_split (splits written out as files)",
+                            "train_validation_test_split() records a version that "
+                            "get_train_validation_test_split(version) returns again")
+
+    def get_feature_vector(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("the online store (feature vectors for serving)", "use get_batch_data() meanwhile")
+
+    def get_feature_vectors(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("the online store (feature vectors for serving)", "use get_batch_data() meanwhile")
+
+    def init_serving(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("the online store (init_serving)", "use init_batch_scoring() and get_batch_data()")
+
+    def log(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("feature logging (log, read_log, materialize_log)", "keep predictions with hopsml's "
+                            "inference log (hopsml.serving) meanwhile")
+
     # --- inside ---------------------------------------------------------------------------------------
     def _rows(self, query: Query, start_time: Any, end_time: Any, read_options: dict[str, Any] | None
               ) -> pd.DataFrame:

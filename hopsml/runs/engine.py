@@ -1,5 +1,5 @@
 """Run a verb's stages: what launch and the distributed verbs share (a search's trials run in
-`hopsml.runs.search`); what every run needs at its start is `hopsml.runs.start`.
+`hopsml.runs.search_run`); what every run needs at its start is `hopsml.runs.start`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from hopsml.launcher.task.rank import CollectiveRank, RankFramework, barrier_tas
 from hopsml.layout import ExperimentDir
 from hopsml.runs import blame, rerun
 from hopsml.runs.request import RunRequest
-from hopsml.runs.search import Search
+from hopsml.runs.search_run import Search
 from hopsml.runs.start import Start, check_function, ship
+from hopsml.search.scheduler import PointList
 from hopsml.search.space import Direction
 from hopsml.tracking.record import ExperimentRun, ExperimentType
 
@@ -107,8 +108,10 @@ def _run_executions(spark: SparkHandle, start: Start, run: ExperimentRun, reques
                     optimization_key=request.metric_key or "metric",
                     direction=Direction.MAX, local_logdir=bool(request.local_logdir), metric_required=False,
                     unit="execution")
-    trials = search.run_batch(runs, len(runs))
+    executions = PointList(runs)
+    search.run_async(executions, total=len(runs))
     search.close_progress()
+    trials = sorted(search.trials, key=lambda t: t.index)
     failed = [t for t in trials if t.state != "FINISHED"]
     if failed:
         first = failed[0]

@@ -234,12 +234,7 @@ class SlotLoop(Trials):
                     trial.error = f"only {len(reports)} of {num_workers} ranks reported"
                 trial.state, trial.metric = State.FAILED.value, None
             else:
-                trial.outputs = by_rank[0].result
-                try:
-                    trial.metric = self._metric_of(trial.outputs)
-                    trial.state = State.FINISHED.value
-                except ValueError as exc:
-                    trial.state, trial.error, trial.metric = State.FAILED.value, str(exc), None
+                self._outcome(trial, by_rank[0])
             if job.rung is not None:
                 trial.rung, trial.budget = job.rung, job.budget
                 trial.rungs.append({"rung": job.rung, "budget": job.budget, "metric": trial.metric,

@@ -1,10 +1,9 @@
 """A search's trials and their records: each trial's folder, parameters, state and metric, the summary kept up
 to date (.summary.json), TensorBoard's HParams data, the progress bar, a resumed search's adopted trials, and
-the best trial at the end. The batch path and the slot loop (`batches`, `slot_loop`) run the trials."""
+the best trial at the end. The slot loop (`slot_loop`) runs the trials."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import numbers
@@ -106,7 +105,6 @@ class Trials:
         self._budgets: list[Any] = []   # the rungs' budgets of a successive-halving search
         self._budget_name: str | None = None
         self.adopted: list[dict[str, Any]] = []   # the trials a resumed search took over, as recorded
-        self._unclaimed: list[Trial] = []   # adopted trials a batch has not taken up yet
         self._writer: RecordWriter | None = None   # writes an asynchronous search's records off its slots' path
 
     def _new_trial(self, params: dict[str, Any]) -> Trial:
@@ -130,50 +128,26 @@ class Trials:
             raise ValueError(f"{self.key!r} must be a finite number, got {value!r}")
         return float(value)
 
-    def _finish(self, report: RankReport) -> None:
-        """Record a trial's end (its report, once: from its live message, else from the collected results)."""
-        with self._lock:
-            if report.trial is None:
-                return
-            self.seeded = self.seeded or dict(report.seeded)  # every trial seeds alike: any one says how
-            trial = self.trials[report.trial]
-            if trial.state != "RUNNING":
-                return
-            trial.duration = report.duration
-            self._busy_s += report.duration or 0.0
-            outputs = report.result
-            trial.outputs = outputs
-            if report.ok and not self.metric_required:
-                value = outputs.get(self.key)
-                finite = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-                trial.metric = float(value) if finite and value is not None else None
-                trial.state = State.FINISHED.value
-            elif report.ok:
-                try:
-                    trial.metric = self._metric_of(outputs)
-                    trial.state = State.EARLY_STOPPED.value if report.stopped else State.FINISHED.value
-                except ValueError as exc:
-                    trial.state, trial.error = State.FAILED.value, str(exc)
-                    if report.stopped:  # stopped before it logged the key: keep it as stopped
-                        trial.state, trial.error = State.EARLY_STOPPED.value, None
-            else:
-                trial.state, trial.error = State.FAILED.value, report.error
-                # a trial whose process died has no traceback: its last lines say what happened
-                trial.traceback = report.traceback or report.tail
-            if trial.state == State.FINISHED.value and self.rule is not None:
-                self.rule.complete(trial.index)
-            storage, trial_dir = self.run.storage, RunDir(trial.dir)
-            storage.write_json(trial_dir.outputs, outputs)
-            if trial.metric is not None:
-                storage.write_text(trial_dir.metric, repr(trial.metric))
-            self._merge_timeline(trial)
-            try:   # TensorBoard's HParams tab: this trial's hyperparameters and metric
-                hparams_events.write_trial(storage, trial_dir.tensorboard, trial.params, self.key, trial.metric,
-                                           trial.state, trial.duration)
-            except (OSError, StorageError) as exc:
-                log.warning("could not write the HParams data of trial %s: %s", trial.dir, exc)
-            self._write_summary()
-            self._update_bar()
+    def _outcome(self, trial: Trial, report: RankReport) -> None:
+        """A trial's state, metric and outputs from its (rank 0's) successful report: a stopped trial is
+        EARLY_STOPPED with the metric it had logged, and a finished one's curve becomes a reference of the
+        stopping rule. Where no metric is required (launch's executions) every result is FINISHED."""
+        outputs = trial.outputs = report.result
+        if not self.metric_required:
+            value = outputs.get(self.key)
+            finite = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            trial.metric = float(value) if finite and value is not None else None
+            trial.state = State.FINISHED.value
+        else:
+            try:
+                trial.metric = self._metric_of(outputs)
+                trial.state = State.EARLY_STOPPED.value if report.stopped else State.FINISHED.value
+            except ValueError as exc:
+                trial.state, trial.error, trial.metric = State.FAILED.value, str(exc), None
+                if report.stopped:  # stopped before it logged the key: keep it as stopped
+                    trial.state, trial.error = State.EARLY_STOPPED.value, None
+        if trial.state == State.FINISHED.value and self.rule is not None:
+            self.rule.complete(trial.index)
 
     def _on_metric(self, message: Metric, connection: Connection) -> None:
         value = message.values.get(self.key)
@@ -200,16 +174,6 @@ class Trials:
                               stopped=sum(t.state == State.EARLY_STOPPED.value for t in done),
                               best=f"{best.metric:.4g}" if best else "-", refresh=True)
 
-    def _take_up(self, params: dict[str, Any]) -> Trial | None:
-        """The adopted trial of these parameters (resume=), once: it ended (kept) or runs again in its folder."""
-        wanted = as_recorded(params)
-        for trial in self._unclaimed:
-            if as_recorded(trial.params) == wanted:
-                self._unclaimed.remove(trial)
-                trial.params = params
-                return trial
-        return None
-
     def adopt(self, source: ExperimentDir) -> None:
         """Take over the trials of an earlier run of this search (resume=): each folder is copied into this
         run with its record, curve and checkpoints; its trials keep their numbers. `adopted` lists them as
@@ -231,7 +195,6 @@ class Trials:
                           timeline=entry.get("timeline"))
             self.trials.append(trial)
             self.adopted.append(entry)
-            self._unclaimed.append(trial)
         self._write_summary()
         self.record_fields["resumed_from"] = {
             "experiment": source.id, "trials": len(self.adopted),
@@ -377,7 +340,3 @@ class RecordWriter:
             self._changed.notify()
         self._thread.join(timeout_s)
 
-
-def as_recorded(params: dict[str, Any]) -> Any:
-    """Parameters as the summary records them (JSON), to find a trial of an earlier run by them."""
-    return json.loads(json.dumps(params, default=str))

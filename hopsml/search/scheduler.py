@@ -1,7 +1,8 @@
-"""What the search loop (hopsml.runs.search) asks of a search strategy: a `Scheduler` hands out jobs and learns
-their metrics. Schedulers are pure bookkeeping (no Spark, no files): asynchronous successive halving and
-Hyperband (`asha.SuccessiveHalving`), model-based search (`tpe.ModelBased`) and a fixed list of points
-(`PointList`) implement it, so the loop runs any of them the same way."""
+"""What the search loop (hopsml.runs.search_run) asks of a search strategy: a `Scheduler` hands out jobs and
+learns their metrics. Schedulers are pure bookkeeping (no Spark, no files): a fixed list of points (`PointList`:
+grid and random search, launch's list form, ablation), differential evolution's generations
+(`evolution.Generations`), asynchronous successive halving and Hyperband (`asha.SuccessiveHalving`) and
+model-based search (`tpe.ModelBased`) implement it, so the loop runs any of them the same way."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class Scheduler(Protocol):
 
 
 class PointList:
-    """A fixed list of configurations as a scheduler (an ablation study's, or any points run asynchronously)."""
+    """A fixed list of configurations as a scheduler (a grid, random points, an ablation study's, launch's list)."""
 
     budgets: Sequence[Any] = ()
 

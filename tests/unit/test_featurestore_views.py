@@ -145,3 +145,5 @@ def test_views_refuse_what_they_cannot_give(project):
         fv.get_train_test_split(9)
     with pytest.raises(FeatureStoreError, match="no feature view 'other'"):
         fs.get_feature_view("other")
+    with pytest.raises(FeatureStoreError, match="create_training_data .* is not in hopsml yet"):
+        fv.create_training_data()

@@ -4,9 +4,10 @@ with live progress, early stopping over the authenticated channel, and a summary
 Each trial's function runs in a process of its own (launcher/task/child.py; for the asynchronous searches a
 slot task's worker process, launcher/task/worker.py): a trial that ends its process (os._exit, a segfault, an
 out-of-memory kill) is recorded FAILED with its exit cause and the search goes on; the other trials and
-the shared Python workers are not affected. `Search` is three parts: the trials and their records
-(`trials.Trials`), the batch path (`batches.Batches`: one Spark stage per batch, for grid, random and
-evolution) and the slot loop (`slot_loop.SlotLoop`: one job per free slot, for a `Scheduler`)."""
+the shared Python workers are not affected. `Search` is two parts: the trials and their records
+(`trials.Trials`) and the slot loop (`slot_loop.SlotLoop`: one job per free slot, as any `Scheduler` hands them
+out: a fixed list of points for grid and random search, generations for evolution, rungs for ASHA and
+Hyperband, a model for TPE)."""
 
 from __future__ import annotations
 
@@ -19,25 +20,22 @@ from hopsml import config
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.layout import ExperimentDir
-from hopsml.runs.batches import Batches
 from hopsml.runs.request import SearchRequest
 from hopsml.runs.slot_loop import SlotLoop
 from hopsml.runs.start import Start, check_function, ship
-from hopsml.runs.trials import Trial
-from hopsml.search.evolution import DifferentialEvolution, Member
 from hopsml.search.space import SearchSpaceError
 from hopsml.tracking.record import ExperimentType
 
 log = logging.getLogger(__name__)
 
 
-class Search(Batches, SlotLoop):
-    """Runs the trials of one PARALLEL_EXPERIMENTS experiment, in batches or through a Scheduler."""
+class Search(SlotLoop):
+    """Runs the trials of one PARALLEL_EXPERIMENTS experiment through a Scheduler."""
 
 
-def run_search(request: SearchRequest, batches: Callable[[Search], Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """What every search verb shares: checks, the experiment record, the trials (`batches` runs them on the
-    Search, in batches or through a Scheduler), the best result."""
+def run_search(request: SearchRequest, trials: Callable[[Search], Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What every search verb shares: checks, the experiment record, the trials (`trials` runs them on the
+    Search through its Scheduler), the best result."""
     asked = request.run
     check_function(asked.train_fn, None, asked.name, asked.versioned_resources)
     ship(asked.train_fn)
@@ -54,32 +52,9 @@ def run_search(request: SearchRequest, batches: Callable[[Search], Any]) -> tupl
                         timeline=bool(asked.timeline))
         if request.resume is not None:
             search.adopt(request.resume)
-        batches(search)
+        trials(search)
         best = search.conclude(strategy=request.strategy, **request.record_fields)
     return run.logdir, best.params, best.outputs
-
-
-def evolve(evolution: DifferentialEvolution, generations: int, best_per_generation: list[float | None]
-           ) -> Callable[[Search], None]:
-    """The batches of a differential evolution: the initial population, then one batch of offspring per
-    generation; the best metric of each generation is appended to `best_per_generation`."""
-    total = evolution.population * generations
-
-    def best(members: list[Member]) -> float | None:
-        return evolution.direction.best([m.metric for m in members if m.metric is not None])
-
-    def run(search: Search) -> None:
-        def members(trials: list[Trial]) -> list[Member]:
-            return [Member(t.params, t.metric if t.state == "FINISHED" else None) for t in trials]
-
-        current = members(search.run_batch(evolution.initial(), total))
-        best_per_generation.append(best(current))
-        for _ in range(generations - 1):
-            offspring = members(search.run_batch(evolution.offspring(current), total))
-            current = evolution.select(current, offspring)
-            best_per_generation.append(best(current))
-
-    return run
 
 
 def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any]) -> tuple[ExperimentDir, int]:
