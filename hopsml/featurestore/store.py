@@ -86,30 +86,24 @@ class FeatureStore:
                                     + ": statistics_config may be off; call compute_statistics()")
         return dict(self.storage.read_json(layout.join(folder, f"{found[-1]}.json")))
 
-    def versions(self, name: str) -> list[int]:
-        """The saved versions of group `name`, oldest first."""
-        folder = layout.feature_store_dir(self.project)
-        if not self.storage.exists(folder):
-            return []
-        prefix = f"{name}_"
-        out = []
-        for entry in self.storage.walk(folder, recursive=False):
-            tail = entry.name[len(prefix):]
-            if entry.is_dir and entry.name.startswith(prefix) and tail.isdigit() and \
-                    self.group_saved(name, int(tail)):
-                out.append(int(tail))
-        return sorted(out)
-
-    def group_names(self) -> list[tuple[str, int]]:
-        folder = layout.feature_store_dir(self.project)
+    def _saved(self, folder: str, record: Any) -> list[tuple[str, int]]:
+        """(name, version) of every `<name>_<version>` folder in `folder` whose record (`record(name, version)`,
+        a path) exists: what is saved, not what a failed first insert left."""
         if not self.storage.exists(folder):
             return []
         out = []
         for entry in self.storage.walk(folder, recursive=False):
             name, _, version = entry.name.rpartition("_")
-            if entry.is_dir and name and version.isdigit() and self.group_saved(name, int(version)):
+            if entry.is_dir and name and version.isdigit() and self.storage.exists(record(name, int(version))):
                 out.append((name, int(version)))
         return sorted(out)
+
+    def versions(self, name: str) -> list[int]:
+        """The saved versions of group `name`, oldest first."""
+        return [v for n, v in self.group_names() if n == name]
+
+    def group_names(self) -> list[tuple[str, int]]:
+        return self._saved(layout.feature_store_dir(self.project), self._record)
 
     # --- the hopsworks SDK's calls ----------------------------------------------------------------------
     def _load(self, name: str, version: int) -> FeatureGroup:
@@ -191,25 +185,10 @@ class FeatureStore:
         return layout.join(layout.feature_view_dir(self.project, name, version), layout.VIEW_RECORD)
 
     def view_versions(self, name: str) -> list[int]:
-        folder = layout.feature_views_dir(self.project)
-        if not self.storage.exists(folder):
-            return []
-        prefix = f"{name}_"
-        return sorted(int(e.name[len(prefix):]) for e in self.storage.walk(folder, recursive=False)
-                      if e.is_dir and e.name.startswith(prefix) and e.name[len(prefix):].isdigit()
-                      and self.storage.exists(self._view_record(name, int(e.name[len(prefix):]))))
+        return [v for n, v in self.view_names() if n == name]
 
     def view_names(self) -> list[tuple[str, int]]:
-        folder = layout.feature_views_dir(self.project)
-        if not self.storage.exists(folder):
-            return []
-        out = []
-        for entry in self.storage.walk(folder, recursive=False):
-            name, _, version = entry.name.rpartition("_")
-            if entry.is_dir and name and version.isdigit() and \
-                    self.storage.exists(self._view_record(name, int(version))):
-                out.append((name, int(version)))
-        return sorted(out)
+        return self._saved(layout.feature_views_dir(self.project), self._view_record)
 
     def _load_view(self, name: str, version: int) -> FeatureView:
         from hopsml.featurestore.query import from_dict

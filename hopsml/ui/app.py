@@ -21,6 +21,7 @@ from hopsml import config, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.ui import charts, servings, views
+from hopsml.ui import datasets as dataset_views
 from hopsml.ui.hosts import HostPolicy
 from hopsml.ui.notebook import render_notebook
 
@@ -41,8 +42,8 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
     lost_after_s = settings.lost_after_s
 
     app.jinja_env.globals.update(fmt=charts.fmt, root_uri=storage.uri(), charts=charts,
-                                  class_pairs=views.class_pairs, histogram_parts=views.histogram_parts,
-                                  top_values=views.top_values, short_value=views.short_value)
+                                  class_pairs=dataset_views.class_pairs, histogram_parts=dataset_views.histogram_parts,
+                                  top_values=dataset_views.top_values, short_value=views.short_value)
     app.jinja_env.filters["shown"] = views.shown
 
     @app.before_request
@@ -162,13 +163,13 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
     @app.route("/p/<project>/datasets/")
     def datasets(project: str) -> str:
         views.check_project(storage, project)
-        return render_template("datasets.html", project=project, rows=views.dataset_rows(storage, project))
+        return render_template("datasets.html", project=project, rows=dataset_views.dataset_rows(storage, project))
 
     @app.route("/p/<project>/datasets/<name>")
     def dataset(project: str, name: str) -> str:
         views.check_project(storage, project)
-        return render_template("dataset.html", project=project, v=views.dataset_view(storage, project, name),
-                               threshold=views.SKEW_THRESHOLD)
+        return render_template("dataset.html", project=project, v=dataset_views.dataset_view(storage, project, name),
+                               threshold=dataset_views.SKEW_THRESHOLD)
 
     @app.route("/p/<project>/models/")
     def models(project: str) -> str:

@@ -12,7 +12,7 @@ from hopsml import config, layout
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
 from hopsml.tracking import record as records
-from hopsml.ui import create_app, views
+from hopsml.ui import create_app, datasets
 
 pytest.importorskip("flask")
 
@@ -237,5 +237,5 @@ def test_models_page_links_the_run_that_produced_them(site):
 def test_skew_is_the_largest_share_difference():
     column = {"splits": {"train": {"top": [["a", 5], ["b", 5]], "count": 10},
                          "test": {"top": [["a", 9], ["b", 1]], "count": 10}}}
-    assert views.column_skew(column, ["train", "test"]) == pytest.approx(0.4)
-    assert views.column_skew(column, ["train"]) is None
+    assert datasets.column_skew(column, ["train", "test"]) == pytest.approx(0.4)
+    assert datasets.column_skew(column, ["train"]) is None
