@@ -272,29 +272,29 @@ class _StderrFilter:
             os.close(fd)
 
 
-def _launch_gateway(conf: Mapping[str, str]) -> None:
-    """Start Spark's JVM as PySpark would, but with its stderr on a pipe that hopsml filters (see the
-    module's docstring); PySpark's getOrCreate then builds the context on this gateway."""
+def _start_context(conf: Mapping[str, str]) -> None:
+    """Start Spark's JVM as PySpark would, but with its stderr on a pipe that hopsml filters (see the module's
+    docstring), through PySpark's own parameters (launch_gateway's `popen_kwargs`, SparkContext's `gateway`);
+    the builder's getOrCreate then builds the session on this context. A process whose JVM is up already (an
+    earlier session, stopped) starts no other."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    with SparkContext._lock:
-        if SparkContext._gateway is not None:  # an earlier start in this process: its JVM serves again
-            return
-        spark_conf = SparkConf()
-        for key, value in conf.items():
-            spark_conf.set(key, value)
-        read_fd, write_fd = os.pipe()
-        # Read from the first byte on: a JVM that fails to start says why on stderr, and a full pipe
-        # would stall a JVM that writes much before its gateway is up.
-        threading.Thread(target=_StderrFilter((JVM_INCUBATOR_WARNING,)).pump, args=(read_fd,),
-                         name="hopsml-spark-stderr", daemon=True).start()
-        try:
-            gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write_fd})
-        finally:
-            os.close(write_fd)  # the JVM holds its own copy; the reader ends when the JVM does
-        SparkContext._gateway = gateway
-        SparkContext._jvm = gateway.jvm
+    if SparkContext._gateway is not None:  # an earlier start in this process: its JVM serves again
+        return
+    spark_conf = SparkConf()
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    read_fd, write_fd = os.pipe()
+    # Read from the first byte on: a JVM that fails to start says why on stderr, and a full pipe
+    # would stall a JVM that writes much before its gateway is up.
+    threading.Thread(target=_StderrFilter((JVM_INCUBATOR_WARNING,)).pump, args=(read_fd,),
+                     name="hopsml-spark-stderr", daemon=True).start()
+    try:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write_fd})
+    finally:
+        os.close(write_fd)  # the JVM holds its own copy; the reader ends when the JVM does
+    SparkContext(conf=spark_conf, gateway=gateway)
 
 
 def get_or_create(settings: config.Settings | None = None, app_name: str = "hopsml") -> SparkSession:
@@ -328,7 +328,7 @@ def get_or_create(settings: config.Settings | None = None, app_name: str = "hops
             builder = builder.config(key, value)
         try:
             if not launched_by_spark_submit():
-                _launch_gateway({"spark.master": settings.master, "spark.app.name": app_name, **conf})
+                _start_context({"spark.master": settings.master, "spark.app.name": app_name, **conf})
             session = builder.getOrCreate()
         except Exception as exc:
             if "JAVA_GATEWAY_EXITED" in str(exc) or "Java gateway process exited" in str(exc):
