@@ -46,6 +46,8 @@ def of_table(table: pa.Table, config: Mapping[str, Any]) -> dict[str, Any]:
         column = table.column(name)
         missing = column.null_count
         kind = column.type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            continue   # a vector (a training dataset's `features`): its columns have statistics of their own
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
             values = pc.drop_null(column).to_numpy(zero_copy_only=False).astype(np.float64)
             summary = dataset_stats.numeric_summary(values, missing)

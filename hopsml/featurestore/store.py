@@ -274,6 +274,12 @@ class FeatureStore:
                                 {"version": version, "feature_view": view.key, **record})
         return version
 
+    def update_training_dataset(self, view: FeatureView, version: int, **fields: Any) -> None:
+        record = self.read_training_dataset(view, version)
+        path = layout.join(layout.training_datasets_dir(self.project, view.name, view.version), str(int(version)),
+                           layout.TRAINING_DATASET_RECORD)
+        self.storage.write_json(path, {**record, **fields})
+
     def read_training_dataset(self, view: FeatureView, version: int) -> dict[str, Any]:
         path = layout.join(layout.training_datasets_dir(self.project, view.name, view.version), str(int(version)),
                            layout.TRAINING_DATASET_RECORD)

@@ -83,7 +83,7 @@ class FeatureView:
                       event_time: bool = False, dataframe_type: str = "default", **_: Any
                       ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         """(features, labels) of the whole window, as a new training dataset version."""
-        frames = self._new_version({"type": "none"}, start_time, end_time, description, read_options)
+        frames = self._new_version({"type": "none"}, start_time, end_time, description, read_options)[1]
         return self._shaped(frames["train"], primary_key, event_time, dataframe_type)
 
     def train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
@@ -93,7 +93,7 @@ class FeatureView:
         """X_train, X_test, y_train, y_test: split at random (`test_size`, `seed`) or by event time ranges."""
         split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
                             {"test": test_size}, seed)
-        frames = self._new_version(split, None, None, description, read_options)
+        frames = self._new_version(split, None, None, description, read_options)[1]
         return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type)
 
     def train_validation_test_split(self, validation_size: float | None = None, test_size: float | None = None,
@@ -106,7 +106,7 @@ class FeatureView:
         """X_train, X_val, X_test, y_train, y_val, y_test."""
         split = _split_spec({"train": (train_start, train_end), "validation": (validation_start, validation_end),
                              "test": (test_start, test_end)}, {"validation": validation_size, "test": test_size}, seed)
-        frames = self._new_version(split, None, None, description, read_options)
+        frames = self._new_version(split, None, None, description, read_options)[1]
         return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type)
 
     def get_training_data(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
@@ -164,18 +164,64 @@ class FeatureView:
     def _not_yet(self, what: str, instead: str) -> FeatureStoreError:
         return FeatureStoreError(f"feature view {self.key!r}: {what} is not in hopsml yet; {instead}")
 
-    def create_training_data(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("create_training_data (a training dataset written out as files)",
-                            "training_data() records a version that get_training_data(version) returns row for row")
+    def create_training_data(self, start_time: Any = None, end_time: Any = None, description: str = "",
+                             read_options: dict[str, Any] | None = None, primary_key: bool = False,
+                             event_time: bool = False, shards: int | None = None, **_: Any) -> tuple[int, None]:
+        """Write the training data out as a prepared dataset (`materialize.py`); returns (version, None: no job)."""
+        return self._materialized({"type": "none"}, start_time, end_time, description, read_options, primary_key,
+                                  event_time, shards)
 
-    def create_train_test_split(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("create_train_test_split (a split written out as files)",
-                            "train_test_split() records a version that get_train_test_split(version) returns again")
+    def create_train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
+                                test_start: Any = "", test_end: Any = "", description: str = "",
+                                seed: int | None = None, read_options: dict[str, Any] | None = None,
+                                primary_key: bool = False, event_time: bool = False, shards: int | None = None,
+                                **_: Any) -> tuple[int, None]:
+        """train_test_split's rows written out as a prepared dataset with splits 'train' and 'test'."""
+        split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
+                            {"test": test_size}, seed)
+        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards)
 
-    def create_train_validation_test_split(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("create_train_validation_test_split (splits written out as files)",
-                            "train_validation_test_split() records a version that "
-                            "get_train_validation_test_split(version) returns again")
+    def create_train_validation_test_split(self, validation_size: float | None = None,
+                                           test_size: float | None = None, description: str = "",
+                                           seed: int | None = None, read_options: dict[str, Any] | None = None,
+                                           primary_key: bool = False, event_time: bool = False,
+                                           shards: int | None = None, **_: Any) -> tuple[int, None]:
+        split = _split_spec({"train": ("", ""), "validation": ("", ""), "test": ("", "")},
+                            {"validation": validation_size, "test": test_size}, seed)
+        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards)
+
+    def training_dataset_name(self, training_dataset_version: int) -> str:
+        """The prepared dataset a created training dataset version was written to (`hopsml.data.reader(name)`)."""
+        record = self.store.read_training_dataset(self, training_dataset_version)
+        if not record.get("dataset"):
+            raise FeatureStoreError(f"training dataset version {training_dataset_version} of {self.key!r} was not "
+                                    "written out (it came from train_test_split or training_data); create one with "
+                                    "create_training_data or create_train_test_split")
+        return str(record["dataset"])
+
+    def _materialized(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
+                      read_options: dict[str, Any] | None, primary_key: bool, event_time: bool,
+                      shards: int | None) -> tuple[int, None]:
+        from hopsml.featurestore import materialize
+
+        upcoming = (self.store.training_dataset_versions(self) or [0])[-1] + 1
+        name = materialize.dataset_name(self.name, self.version, upcoming)
+        version, frames = self._new_version(split, start_time, end_time, description, read_options, dataset=name)
+        if version != upcoming:  # another process took that number: the dataset's name follows the version
+            name = materialize.dataset_name(self.name, self.version, version)
+            self.store.update_training_dataset(self, version, dataset=name)
+        visible = {n: self._visible(frame, primary_key, event_time) for n, frame in frames.items()}
+        left = self.query.left
+        keys = [k for k in left.keys() if any(k in frame.columns for frame in visible.values())]
+        materialize.write(self.store.storage, self.store.project, name, visible, self._label_columns(visible),
+                          keys, shards or max(1, self.store.settings.num_workers), f"feature view {self.key}, "
+                          f"training dataset version {version}")
+        return version, None
+
+    def _label_columns(self, frames: dict[str, pd.DataFrame]) -> list[str]:
+        columns = next(iter(frames.values())).columns
+        return [c for c in columns if c in self.labels or any(c.startswith(f"{t.name}_{label}_")
+                                                              for t in self._transformations for label in self.labels)]
 
     def get_feature_vector(self, *args: Any, **kwargs: Any) -> Any:
         raise self._not_yet("the online store (feature vectors for serving)", "use get_batch_data() meanwhile")
@@ -210,7 +256,7 @@ class FeatureView:
         return frame.drop(columns=extra)
 
     def _new_version(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
-                     read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
+                     read_options: dict[str, Any] | None, **fields: Any) -> tuple[int, dict[str, pd.DataFrame]]:
         commits = engine.versions(self.query)
         pinned = self.query.pin(commits)
         frames = _split(self._rows(pinned, start_time, end_time, read_options), split, self.query)
@@ -219,9 +265,9 @@ class FeatureView:
                   "end_time": _stored_time(end_time), "description": description,
                   "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                   "transformation_functions": [f.to_dict() for f in fitted], "labels": self.labels,
-                  "rows": {name: int(len(frame)) for name, frame in frames.items()}}
-        self.store.save_training_dataset(self, record)
-        return {name: _transform(frame, fitted) for name, frame in frames.items()}
+                  "rows": {name: int(len(frame)) for name, frame in frames.items()}, **fields}
+        version = self.store.save_training_dataset(self, record)
+        return version, {name: _transform(frame, fitted) for name, frame in frames.items()}
 
     def _read_version(self, version: int, read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
         record = self.store.read_training_dataset(self, version)
@@ -246,9 +292,7 @@ class FeatureView:
     def _shaped(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, dataframe_type: str
                 ) -> tuple[Any, Any]:
         frame = self._visible(frame, primary_key, event_time)
-        labels = [c for c in frame.columns if c in self.labels or any(c.startswith(f"{t.name}_{label}_")
-                                                                      for t in self._transformations
-                                                                      for label in self.labels)]
+        labels = self._label_columns({"": frame})
         features = frame.drop(columns=labels)
         return _as(features, dataframe_type), (_as(frame[labels], dataframe_type) if labels else None)
 

@@ -8,11 +8,13 @@ gives its feature store and model registry under the names hopsworks 4.x uses.
 
 There is no Hopsworks server: `host`, `port`, `api_key_value` and the other connection arguments are accepted
 so that existing programs run, and recorded on the project (`project.connection`); the project is a folder
-under hopsml's root (setting `root`), named by `project` (else setting `project`).
+under hopsml's root (setting `root`), named by `project` (else setting `project`), and the process's project
+from then on.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hopsml import config
@@ -49,8 +51,14 @@ class Project:
 def login(host: str | None = None, port: int = 443, project: str | None = None, api_key_value: str | None = None,
           api_key_file: str | None = None, hostname_verification: bool = False, trust_store_path: str | None = None,
           engine: str | None = None, **options: Any) -> Project:
-    """The project `project` (else the setting `project`) under hopsml's root; see the module docstring."""
-    settings = config.load(project=project) if project else config.load()
+    """The project `project` (else the setting `project`) under hopsml's root; see the module docstring. As with
+    Hopsworks, the project named becomes this process's project (HOPSML_PROJECT): the experiments, datasets and
+    models of later calls go there too."""
+    if project:
+        settings = config.load(project=project)   # checks the name first
+        os.environ["HOPSML_PROJECT"] = settings.project
+    else:
+        settings = config.load()
     connection = {"host": host, "port": port, "engine": engine, "hostname_verification": hostname_verification,
                   "api_key": "given" if api_key_value or api_key_file else None, **{k: str(v) for k, v in
                                                                                      options.items()}}

@@ -145,5 +145,28 @@ def test_views_refuse_what_they_cannot_give(project):
         fv.get_train_test_split(9)
     with pytest.raises(FeatureStoreError, match="no feature view 'other'"):
         fs.get_feature_view("other")
-    with pytest.raises(FeatureStoreError, match="create_training_data .* is not in hopsml yet"):
-        fv.create_training_data()
+    with pytest.raises(FeatureStoreError, match="the online store .* is not in hopsml yet"):
+        fv.get_feature_vector({"customerid": 1})
+
+
+def test_a_created_training_dataset_is_a_dataset_every_reader_reads(project):
+    from hopsml.data import reader
+
+    fs, fg, fv = _view(project, transformation_functions=[min_max_scaler("amount"), label_encoder("country")])
+    version, job = fv.create_train_test_split(test_size=0.25, seed=5, shards=2)
+    assert job is None
+    name = fv.training_dataset_name(version)
+    assert name == f"fraud_1_td{version}"
+    X_train, X_test, y_train, y_test = fv.get_train_test_split(version)
+    train = reader(name, rank=0, world_size=1, split="train", shuffle=False, batch_size=1000)
+    batch = next(iter(train))
+    assert sorted(batch) == ["features", "label"]
+    assert batch["features"].shape == (len(X_train), X_train.shape[1])   # every feature is numeric after the transforms
+    assert np.allclose(batch["features"], X_train.to_numpy(dtype=np.float32))
+    assert batch["label"].tolist() == y_train["fraud"].tolist()
+    halves = [next(iter(reader(name, rank=r, world_size=2, split="test", shuffle=False, batch_size=1000)))
+              for r in range(2)]
+    assert sum(len(h["label"]) for h in halves) == len(X_test)  # two shards: one per rank
+    fv.train_test_split(test_size=0.2, seed=1)   # a version that is not written out
+    with pytest.raises(FeatureStoreError, match="was not written out"):
+        fv.training_dataset_name(version + 1)

@@ -1,0 +1,139 @@
+"""A training dataset version written out as a prepared dataset (`Datasets/<view>_<version>_td<n>/`): Parquet
+shards per split (with petastorm's metadata), TFRecord shards of its numeric columns, the manifest sealed with
+its fingerprints, and statistics; so `hopsml.data.reader`, `experiment.allreduce`, TensorFlow and petastorm read
+it exactly as they read a table `prepare_table` wrote. As there, the default fields are `features` (the
+numeric feature columns side by side, float32) and `label`; every column is there on its own too."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from hopsml import layout
+from hopsml.data import dataset as ds
+from hopsml.data import shards as shard_io
+from hopsml.data.manifest import Manifest
+from hopsml.data.tables.writers import _write_examples
+from hopsml.data.unischema import Field, unischema_pickle
+from hopsml.errors import FeatureStoreError
+from hopsml.featurestore import stats
+from hopsml.fs import Storage
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+ROWS_PER_SHARD = 250_000
+
+
+def dataset_name(view: str, view_version: int, version: int) -> str:
+    """>>> dataset_name("fraud", 1, 3)
+    'fraud_1_td3'
+    """
+    return f"{view}_{view_version}_td{version}"
+
+
+def write(storage: Storage, project: str, name: str, splits: Mapping[str, pd.DataFrame], labels: Sequence[str],
+          keys: Sequence[str], shards: int, source: str, overwrite: bool = False) -> Manifest:
+    """Write `splits` (name -> frame of features and labels) as the prepared dataset `name`; `keys` (primary key
+    and event time columns the frames kept) are columns, not part of the `features` vector."""
+    tables, widths = {}, set()
+    for split, frame in splits.items():
+        tables[split], width = _table(frame, labels, {*labels, *keys}, f"{source}, split {split!r}")
+        widths.add(width)
+    fields = _fields(next(iter(tables.values())).schema, widths.pop())
+    unischema = unischema_pickle(name, [Field(n, spec["dtype"], tuple(spec["shape"])) for n, spec in fields.items()])
+    with ds.staged(storage, project, name, overwrite) as stage:
+        written = {}
+        for split, table in tables.items():
+            count = max(1, min(shards, table.num_rows))
+            written[split] = _write_split(storage, stage, split, table, count, unischema)
+        manifest = Manifest(
+            kind="training_dataset", name=name, source=source, fields=fields,
+            default_fields=[f for f in ("features", "label") if f in fields],
+            label_field="label" if "label" in fields else None,
+            splits={split: {"rows": tables[split].num_rows, "parquet": f"{layout.DATASET_PARQUET}/{split}",
+                            "tfrecord": f"{layout.DATASET_TFRECORD}/{split}", "shards": count}
+                    for split, count in written.items()},
+            counts={"read": sum(t.num_rows for t in tables.values()),
+                    "written": sum(t.num_rows for t in tables.values()), "rejected": 0},
+            options={"labels": list(labels), "shards": shards})
+        manifest.write(storage, stage.manifest)
+        storage.write_json(stage.stats_json, {split: stats.of_table(table, stats.DEFAULT)
+                                              for split, table in tables.items()})
+    return manifest
+
+
+def _table(frame: pd.DataFrame, labels: Sequence[str], outside: set[str], where: str) -> tuple[pa.Table, int]:
+    """The frame as the dataset's columns, and the width of its `features`: each feature and label as it is
+    (numbers, strings), times as epoch milliseconds; plus `features` (the numeric columns but those `outside`
+    it, float32) and `label` (the one label)."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    columns: dict[str, Any] = {}
+    numeric: list[str] = []
+    for name in frame.columns:
+        values = frame[name]
+        if pd.api.types.is_datetime64_any_dtype(values):   # epoch milliseconds, as Hopsworks takes event times
+            if values.dt.tz is not None:
+                values = values.dt.tz_convert("UTC").dt.tz_localize(None)
+            values = values.astype("datetime64[ms]").astype("int64")
+        elif pd.api.types.is_bool_dtype(values):
+            values = values.astype(np.int32)
+        if pd.api.types.is_numeric_dtype(values):
+            columns[name] = pa.array(values.to_numpy(dtype=np.float64 if pd.api.types.is_float_dtype(values)
+                                                     else np.int64), from_pandas=True)
+            if name not in outside:
+                numeric.append(name)
+        else:
+            columns[name] = pa.array(values.astype("string").to_numpy(dtype=object, na_value=None), pa.string())
+    if numeric:
+        matrix = np.column_stack([columns[n].to_numpy(zero_copy_only=False).astype(np.float32) for n in numeric]) \
+            if len(frame) else np.zeros((0, len(numeric)), dtype=np.float32)
+        offsets = pa.array(np.arange(len(frame) + 1, dtype=np.int32) * len(numeric))
+        columns["features"] = pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)))
+    if len(labels) == 1 and labels[0] in columns and labels[0] != "label":
+        columns["label"] = columns[labels[0]]
+    if not columns:
+        raise FeatureStoreError(f"{where}: nothing to write (no features and no labels)")
+    return pa.table(columns), len(numeric)
+
+
+def _fields(schema: pa.Schema, width: int) -> dict[str, dict[str, Any]]:
+    """The manifest's fields: `features` a float32 vector of `width`, numbers scalars (in TFRecord too), strings
+    scalars in Parquet only (tf.train.Example gets numbers)."""
+    import pyarrow as pa
+
+    out: dict[str, dict[str, Any]] = {}
+    for field in schema:
+        if pa.types.is_list(field.type):
+            out[field.name] = {"dtype": "float32", "shape": [width], "tfrecord": field.name}
+        elif pa.types.is_string(field.type):
+            out[field.name] = {"dtype": "str", "shape": []}
+        else:
+            out[field.name] = {"dtype": "float64" if pa.types.is_floating(field.type) else "int64", "shape": [],
+                               "tfrecord": field.name}
+    return out
+
+
+def _write_split(storage: Storage, stage: ds.DatasetDir, split: str, table: pa.Table, count: int,
+                 unischema: bytes) -> int:
+    """`table` as `count` Parquet shards and as many TFRecord shards; returns the shard count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    numeric = [n for n in table.column_names if not pa.types.is_string(table.schema.field(n).type)]
+    row_groups = {}
+    bounds = [table.num_rows * i // count for i in range(count + 1)]
+    for index in range(count):
+        part = table.slice(bounds[index], bounds[index + 1] - bounds[index])
+        name = shard_io.part_name(index)
+        with shard_io.atomic_output(storage, layout.join(stage.parquet(split), name)) as target:
+            pq.write_table(part, target, compression="snappy")
+        row_groups[name] = 1
+        with shard_io.shard_writer(storage, stage.tfrecord(split), index, count, None) as records:
+            _write_examples(records, part.select(numeric))
+    shard_io.write_petastorm_metadata(storage, stage.parquet(split), table.schema, unischema, row_groups)
+    return count
