@@ -144,7 +144,13 @@ def duckdb_arrow(query: Query) -> Any:
     try:
         connection.execute("SET TimeZone = 'UTC'")
         for group, alias in zip(query.groups(), _aliases(query).values()):
-            connection.register(alias, group.table.dataset(read[group.key]))
+            files = group.table.files(read[group.key])
+            if files:   # DuckDB's own Parquet reader: a scan of an Arrow dataset was 300x slower at 1M rows
+                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                connection.execute(f"CREATE VIEW {alias} AS SELECT * FROM read_parquet([{listed}], "
+                                   "union_by_name = true)")
+            else:
+                connection.register(alias, group.table.dataset(read[group.key]).to_table())
         relation = connection.sql(duckdb_sql(query))
         # DuckDB 2.x calls it to_arrow_table, 1.x arrow
         fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow

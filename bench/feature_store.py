@@ -1,0 +1,188 @@
+"""Point-in-time training data and inserts of the feature store, against the plain ways, side by side in one run.
+
+    python bench/feature_store.py [--labels 10000,100000,1000000] [--groups 3] [--ratio 10] [--repeat 3]
+                                  [--master local[*]] [--engines duckdb,spark,plain]
+
+(a) Point-in-time training data: `--labels` label rows (a key and an event time) joined with `--groups` feature
+groups holding `--ratio` times as many rows in all, each label row getting each group's newest row of its key
+at or before its time. Timed, each on the same data and the same Spark session, the answer collected to pandas:
+
+* duckdb: hopsml's embedded engine (`read_options={"engine": "duckdb"}`: ASOF JOIN over the Arrow datasets);
+* spark: hopsml's Spark engine (each group's Parquet files; a join on the key and time, newest match kept);
+* plain: the PySpark join written the common way: union the label rows with the group's rows, and take the last
+  non-null value of each feature over a window ordered by time (`last(..., ignorenulls=True)`), per group.
+
+The three answers are compared (the same rows, the same values). Prints seconds and label rows/s of each, and
+the ratios spark/plain (target: at most 1.5) and duckdb/spark (target: under 1 below 10M rows). Feast's local
+offline store is not measured here (it needs its own environment).
+
+(b) Inserts: `--labels` rows of 8 columns from pandas into a new group (one commit, statistics included), against
+writing the same rows as one Parquet file with pyarrow. Prints rows/s of both and their ratio.
+
+With `--repeat N` every timing is the median of N runs (a shared machine's speed drifts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hopsml import config
+from hopsml.cluster import session
+from hopsml.featurestore.store import FeatureStore
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def frames(labels: int, groups: int, ratio: int, seed: int = 0) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    rng = np.random.default_rng(seed)
+    keys = max(10, labels // 20)
+
+    def timed_rows(count: int) -> tuple[np.ndarray, pd.Series]:
+        # distinct (key, time) pairs: times unique per row
+        seconds = rng.permutation(np.arange(count, dtype=np.int64) * 7 + 1)
+        return rng.integers(0, keys, count), pd.to_datetime(seconds, unit="s", utc=True) + pd.Timedelta(days=1)
+
+    key, ts = timed_rows(labels)
+    label = pd.DataFrame({"id": key, "ts": ts, "y": rng.integers(0, 2, labels)})
+    out = []
+    for g in range(groups):
+        count = labels * ratio // groups
+        key, ts = timed_rows(count)
+        out.append(pd.DataFrame({"id": key, "ts": ts, f"f{g}a": rng.random(count), f"f{g}b": rng.random(count)}))
+    return label, out
+
+
+def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        began = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times), result
+
+
+def plain_spark(spark: Any, label_path: str, group_paths: list[str]) -> pd.DataFrame:
+    """The common PySpark way: per group, union with the label rows, last non-null value over a time window."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    out = spark.read.parquet(label_path).withColumn("_row", F.monotonically_increasing_id())
+    for path in group_paths:
+        group = spark.read.parquet(path)
+        features = [c for c in group.columns if c not in ("id", "ts")]
+        left = out.select("_row", "id", "ts", *[F.lit(None).cast("double").alias(c) for c in features],
+                          F.lit(1).alias("_is_label"))
+        right = group.select(F.lit(None).cast("long").alias("_row"), "id", "ts", *features,
+                             F.lit(0).alias("_is_label"))
+        window = Window.partitionBy("id").orderBy("ts", "_is_label").rowsBetween(Window.unboundedPreceding, 0)
+        filled = left.unionByName(right).select(
+            "_row", "_is_label", *[F.last(c, ignorenulls=True).over(window).alias(c) for c in features])
+        out = out.join(filled.where("_is_label = 1").drop("_is_label"), "_row")
+    return out.drop("_row").toPandas()
+
+
+def same(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    columns = sorted(a.columns)
+    left = a[columns].sort_values(["id", "ts"]).reset_index(drop=True)
+    right = b[sorted(b.columns)].sort_values(["id", "ts"]).reset_index(drop=True)
+    if len(left) != len(right):
+        return False
+    left["ts"], right["ts"] = pd.to_datetime(left["ts"], utc=True), pd.to_datetime(right["ts"], utc=True)
+    return bool(np.allclose(left.drop(columns=["ts"]).to_numpy(dtype=float),
+                            right.drop(columns=["ts"]).to_numpy(dtype=float), equal_nan=True)
+                and (left["ts"] == right["ts"]).all())
+
+
+def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, engines: list[str]) -> str:
+    """One row of (a): the same training data by each engine, timed, and whether they agree."""
+    fs = FeatureStore(config.load(environ={}, root=root, project=f"bench{labels}", master=args.master))
+    label, groups = frames(labels, args.groups, args.ratio)
+    label_group = fs.create_feature_group("label", primary_key=["id"], event_time="ts", statistics_config=False)
+    label_group.insert(label)
+    query = label_group.select_all()
+    group_paths = []
+    for g, frame in enumerate(groups):
+        group = fs.create_feature_group(f"g{g}", primary_key=["id"], event_time="ts", statistics_config=False)
+        group.insert(frame)
+        query = query.join(group.select([c for c in frame.columns if c not in ("id", "ts")]))
+        path = os.path.join(root, f"plain-{labels}-{g}.parquet")
+        frame.to_parquet(path)
+        group_paths.append(path)
+    label_path = os.path.join(root, f"plain-{labels}-label.parquet")
+    label.to_parquet(label_path)
+    seconds, answers = {}, {}
+    for engine in engines:
+        run = (functools.partial(plain_spark, spark, label_path, group_paths) if engine == "plain"
+               else functools.partial(query.read, read_options={"engine": engine}))
+        seconds[engine], answers[engine] = median_time(run, args.repeat)
+    agree = all(same(answers[engines[0]], answers[e]) for e in engines[1:])
+
+    def ratio(a: str, b: str) -> str:
+        return f"{seconds[a] / seconds[b]:.2f}" if a in seconds and b in seconds else "-"
+
+    return (f"{labels:>9} {labels * args.ratio:>11} " + " ".join(f"{seconds[e]:>9.2f}" for e in engines)
+            + f" {ratio('spark', 'plain'):>12} {ratio('duckdb', 'spark'):>13} {str(agree):>5}")
+
+
+def inserts(root: str, rows: int, args: argparse.Namespace) -> str:
+    """One row of (b): a new group's first insert against pyarrow writing the same rows as one Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"id": np.arange(rows), "ts": pd.to_datetime(np.arange(rows), unit="s", utc=True),
+                          **{f"x{i}": rng.random(rows) for i in range(6)}})
+    fs = FeatureStore(config.load(environ={}, root=root, project=f"insert{rows}", master=args.master))
+    count = iter(range(1_000_000))
+
+    def insert() -> None:
+        fs.create_feature_group(f"t{next(count)}", primary_key=["id"], event_time="ts").insert(frame)
+
+    def parquet() -> None:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False),
+                       os.path.join(root, f"plain-insert-{rows}.parquet"))
+
+    ours, _ = median_time(insert, args.repeat)
+    theirs, _ = median_time(parquet, args.repeat)
+    return f"{rows:>9} {rows / ours:>14,.0f} {rows / theirs:>15,.0f} {ours / theirs:>6.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--labels", default="10000,100000,1000000")
+    parser.add_argument("--groups", type=int, default=3)
+    parser.add_argument("--ratio", type=int, default=10, help="feature-group rows in all per label row")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--engines", default="duckdb,spark,plain")
+    args = parser.parse_args()
+    engines = args.engines.split(",")
+    sizes = [int(n) for n in args.labels.split(",")]
+    root = tempfile.mkdtemp(prefix="hopsml-bench-fs-")
+    spark = session.get_or_create(config.load(environ={}, root=root, project="bench", master=args.master))
+    print(f"load average before: {os.getloadavg()[0]:.1f}; Spark {spark.version} on {args.master}")
+    print("(a) point-in-time training data")
+    print(f"{'labels':>9} {'group rows':>11} " + " ".join(f"{e + ' s':>9}" for e in engines)
+          + f" {'spark/plain':>12} {'duckdb/spark':>13} {'same':>5}")
+    for labels in sizes:
+        print(point_in_time(spark, root, labels, args, engines), flush=True)
+    print("(b) inserts from pandas, one commit, against pyarrow writing one Parquet file")
+    print(f"{'rows':>9} {'insert rows/s':>14} {'parquet rows/s':>15} {'ratio':>6}")
+    for rows in sizes:
+        print(inserts(root, rows, args), flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
