@@ -35,7 +35,7 @@ MEDIAN_VALUES = 2_000_000
 # --- plain-python summaries --------------------------------------------------------------------
 def numeric_summary(values: Iterable[float], missing: int = 0) -> dict[str, Any]:
     """Statistics of numbers held in memory (image sizes, tests)."""
-    array = np.asarray(list(values), dtype=np.float64)
+    array = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
     out: dict[str, Any] = {"count": int(array.size), "missing": int(missing)}
     if array.size == 0:
         return out

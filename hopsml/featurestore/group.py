@@ -154,9 +154,9 @@ class FeatureGroup:
             if self.created is None:
                 self.created = commit.committed_on.isoformat()
             self.store.save_group(self)
-        if self.statistics_config["enabled"]:
-            self.store.save_statistics(self, commit, stats.of_table(self.table.read(commit.version),
-                                                                    self.statistics_config))
+        if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
+            after = batch if commit.version == 0 else self.table.read(commit.version)
+            self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
         return commit
 
     # --- reading --------------------------------------------------------------------------------------
