@@ -479,6 +479,7 @@ FEATURE_VIEWS = "views"
 TRAINING_DATASETS = "Training_Datasets"
 GROUP_RECORD = "_group.json"          # beside the group's Delta table: names starting with _ are not table files
 GROUP_STATISTICS = "_statistics"      # <commit>.json: the statistics of the group after that commit
+GROUP_VALIDATION = "_validation"      # <time ns>.json: each validation report of a batch against the suite
 VIEW_RECORD = "view.json"
 TRAINING_DATASET_RECORD = "training_dataset.json"
 

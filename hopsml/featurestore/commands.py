@@ -66,7 +66,7 @@ def insert(store: FeatureStore, name: str, path: str, version: int | None, prima
         raise FeatureStoreError(f"feature group {name!r} does not exist yet: give --primary-key (and "
                                        "--event-time) to create it")
     table = frames.read_file(path)
-    commit = group.commit(table)
+    commit = group.commit(table)[0]
     return (f"inserted {table.num_rows} rows of {path} into feature group {group.key!r}: commit {commit.version}, "
             f"{commit.inserted} new, {commit.updated} updated"
             + (f", new columns {', '.join(commit.added_columns)}" if commit.added_columns else ""))

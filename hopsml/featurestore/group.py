@@ -7,17 +7,20 @@ fixed, and later inserts must agree with it (a new nullable column is allowed an
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml import layout
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import frames, stats
+from hopsml.featurestore import expectations, frames, stats
 from hopsml.featurestore.query import Feature, Query
 from hopsml.featurestore.table import Commit, GroupTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 _UNSUPPORTED_WRITE = {"start_offline_materialization": "offline materialization jobs (hopsml writes the offline "
                       "table in the insert itself)", "kafka": "Kafka streaming inserts"}
@@ -30,7 +33,7 @@ class FeatureGroup:
                  primary_key: Sequence[str] = (), event_time: str | None = None,
                  partition_key: Sequence[str] = (), online_enabled: bool = False,
                  statistics_config: Any = None, features: Sequence[dict[str, Any]] = (),
-                 created: str | None = None) -> None:
+                 created: str | None = None, expectation_suite: Any = None) -> None:
         self.store, self.name, self.version = store, layout.validate_name(name, "feature group name"), int(version)
         self.description = description or ""
         self.primary_key = [k.lower() for k in primary_key]
@@ -40,6 +43,7 @@ class FeatureGroup:
         self.statistics_config = stats.config_of(statistics_config)
         self._features = [dict(f) for f in features]
         self.created = created
+        self.expectation_suite = expectations.suite_of(expectation_suite)
         self.table = GroupTable(store.table_uri(self.name, self.version), self.keys(), self.key)
 
     # --- identity and metadata -------------------------------------------------------------------------
@@ -85,7 +89,8 @@ class FeatureGroup:
         return {"name": self.name, "version": self.version, "description": self.description,
                 "primary_key": self.primary_key, "event_time": self.event_time,
                 "partition_key": self.partition_key, "online_enabled": self.online_enabled,
-                "statistics_config": self.statistics_config, "features": self._features, "created": self.created}
+                "statistics_config": self.statistics_config, "features": self._features, "created": self.created,
+                "expectation_suite": self.expectation_suite.to_dict() if self.expectation_suite else None}
 
     def __repr__(self) -> str:
         return f"FeatureGroup({self.name!r}, {self.version}, primary_key={self.primary_key}, " \
@@ -111,6 +116,37 @@ class FeatureGroup:
         self.store.save_group(self)
         return self
 
+    # --- expectations -----------------------------------------------------------------------------------
+    def save_expectation_suite(self, expectation_suite: Any, run_validation: bool = True,
+                               validation_ingestion_policy: str = "STRICT", overwrite: bool = False) -> Any:
+        """Check every later insert against `expectation_suite` (see expectations.py); "STRICT" refuses a failing
+        batch, "ALWAYS" commits it and warns."""
+        if self.expectation_suite is not None and not overwrite and self.saved:
+            raise FeatureStoreError(f"feature group {self.key!r} has an expectation suite already; pass "
+                                    "overwrite=True to replace it")
+        self.expectation_suite = expectations.suite_of(expectation_suite, validation_ingestion_policy)
+        if self.saved:
+            self.store.save_group(self)
+        return self.expectation_suite
+
+    def get_expectation_suite(self) -> Any:
+        return self.expectation_suite
+
+    def delete_expectation_suite(self) -> None:
+        self.expectation_suite = None
+        if self.saved:
+            self.store.save_group(self)
+
+    def validate(self, dataframe: Any, save_report: bool = False, **_: Any) -> dict[str, Any]:
+        """The group's expectation suite checked on `dataframe` (nothing is inserted)."""
+        if self.expectation_suite is None:
+            raise FeatureStoreError(f"feature group {self.key!r} has no expectation suite: save_expectation_suite "
+                                    "first")
+        report = expectations.validate(self.expectation_suite, frames.lower_names(frames.to_arrow(dataframe)))
+        if save_report:
+            self.store.save_validation(self, report)
+        return report
+
     # --- writing --------------------------------------------------------------------------------------
     def save(self, features: Any = None, write_options: dict[str, Any] | None = None,
              validation_options: dict[str, Any] | None = None, wait: bool = False) -> Any:
@@ -123,9 +159,10 @@ class FeatureGroup:
 
     def insert(self, features: Any, overwrite: bool = False, operation: str = "upsert", storage: str | None = None,
                write_options: dict[str, Any] | None = None, validation_options: dict[str, Any] | None = None,
-               wait: bool = False, **_: Any) -> tuple[None, None]:
+               wait: bool = False, **_: Any) -> tuple[None, dict[str, Any] | None]:
         """Insert a batch of rows as one commit: new (primary key, event time) pairs are history, existing ones
-        are updated (an upsert). Returns (job, validation report) as Hopsworks does (no job here)."""
+        are updated (an upsert). With an expectation suite the batch is validated first (validation_options=
+        {"run_validation": False} skips it). Returns (job, validation report) as Hopsworks does (no job here)."""
         for option in write_options or {}:
             if option in _UNSUPPORTED_WRITE:
                 raise FeatureStoreError(f"write option {option!r}: hopsml has no {_UNSUPPORTED_WRITE[option]}")
@@ -136,10 +173,12 @@ class FeatureGroup:
             raise FeatureStoreError(f"operation {operation!r}: hopsml inserts with 'upsert' (or 'insert')")
         if overwrite:
             raise FeatureStoreError("overwrite=True would drop the group's history; create a new version instead")
-        self.commit(frames.to_arrow(features))
-        return None, None
+        run_validation = (validation_options or {}).get("run_validation", True)
+        report = self.commit(frames.to_arrow(features), validate=bool(run_validation))[1]
+        return None, report
 
-    def commit(self, batch: pa.Table) -> Commit:
+    def commit(self, batch: pa.Table, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:
+        """Check, validate and commit one batch: the commit and the validation report (None without a suite)."""
         batch = frames.lower_names(batch)
         if not self.primary_key:
             raise FeatureStoreError(f"feature group {self.key!r} has no primary key: create it with "
@@ -148,6 +187,19 @@ class FeatureGroup:
         if self.event_time:
             batch = frames.event_times(batch, self.event_time)
         batch, added = frames.conform(batch, self.table.schema(), self.key)
+        report = None
+        if validate and self.expectation_suite is not None:
+            report = expectations.validate(self.expectation_suite, batch)
+            strict = self.expectation_suite.validation_ingestion_policy == "STRICT"
+            report["ingestion_result"] = "INGESTED" if report["success"] or not strict else "REJECTED"
+            where = self.store.save_validation(self, report)
+            if not report["success"] and strict:
+                raise FeatureStoreError(f"feature group {self.key!r} refused the batch: it fails its expectation "
+                                        f"suite {self.expectation_suite.name!r}: {expectations.failures(report)} "
+                                        f"(the report: {where}; policy STRICT, 'ALWAYS' would insert and warn)")
+            if not report["success"]:
+                log.warning("feature group %s: the batch fails expectations (inserted, policy ALWAYS): %s",
+                            self.key, expectations.failures(report))
         with self.store.group_lock(self):
             commit = self.table.commit(batch, added)
             self._features = _features_of(batch.schema, self._features)
@@ -157,7 +209,7 @@ class FeatureGroup:
         if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
             after = batch if commit.version == 0 else self.table.read(commit.version)
             self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
-        return commit
+        return commit, report
 
     # --- reading --------------------------------------------------------------------------------------
     def select_all(self, include_primary_key: bool = True, include_event_time: bool = True) -> Query:

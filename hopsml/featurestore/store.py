@@ -74,6 +74,15 @@ class FeatureStore:
         self.storage.write_json(path, {"commit": commit.version, "committed_on": commit.committed_on.isoformat(),
                                        **computed})
 
+    def save_validation(self, group: FeatureGroup, report: dict[str, Any]) -> str:
+        """Keep a validation report beside the group's table; where it lies."""
+        import time
+
+        path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                           layout.GROUP_VALIDATION, f"{time.time_ns()}.json")
+        self.storage.write_json(path, report)
+        return self.storage.uri(path)
+
     def read_statistics(self, group: FeatureGroup, version: int | None = None) -> dict[str, Any]:
         folder = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                              layout.GROUP_STATISTICS)
@@ -115,7 +124,7 @@ class FeatureStore:
                             partition_key=record.get("partition_key") or [],
                             online_enabled=record.get("online_enabled", False),
                             statistics_config=record.get("statistics_config"), features=record.get("features") or [],
-                            created=record.get("created"))
+                            created=record.get("created"), expectation_suite=record.get("expectation_suite"))
 
     def get_feature_group(self, name: str, version: int | None = None) -> FeatureGroup:
         """Group `name` at `version` (the newest when None)."""
@@ -147,7 +156,8 @@ class FeatureStore:
                                     "get_feature_group, or create another version")
         return FeatureGroup(self, name, int(version), description=description, primary_key=primary_key or [],
                             event_time=event_time, partition_key=partition_key or [],
-                            online_enabled=online_enabled, statistics_config=statistics_config)
+                            online_enabled=online_enabled, statistics_config=statistics_config,
+                            expectation_suite=options.get("expectation_suite"))
 
     def get_or_create_feature_group(self, name: str, version: int | None = None, description: str = "",
                                     online_enabled: bool = False, primary_key: Sequence[str] | None = None,
@@ -305,11 +315,10 @@ _NOT_HERE = {"stream": "stream feature groups (Kafka)", "embedding_index": "vect
              "storage_connector": "external feature groups on storage connectors",
              "online_config": "online table options", "topic_name": "Kafka topics",
              "notification_topic_name": "Kafka notifications", "offline_backfill_every_hr": "scheduled backfill jobs"}
-_LATER = {"expectation_suite": "expectation suites on feature groups", "features": "a schema given before the "
-          "first insert (insert a DataFrame: its columns are the schema)",
+_LATER = {"features": "a schema given before the first insert (insert a DataFrame: its columns are the schema)",
           "transformation_functions": "on-demand transformation functions on feature groups (give them to the "
           "feature view)"}
-_ACCEPTED = {"time_travel_format", "hudi_precombine_key", "parents", "path"}
+_ACCEPTED = {"time_travel_format", "hudi_precombine_key", "parents", "path", "expectation_suite"}
 
 
 def _check_options(options: dict[str, Any]) -> None:
