@@ -45,10 +45,11 @@ class ExpectationSuite:
     name: str
     expectations: list[Expectation]
     validation_ingestion_policy: str = "STRICT"
+    run_validation: bool = True   # False: kept with the group, not checked on insert
 
     def to_dict(self) -> dict[str, Any]:
         return {"expectation_suite_name": self.name, "validation_ingestion_policy": self.validation_ingestion_policy,
-                "expectations": [e.to_dict() for e in self.expectations]}
+                "run_validation": self.run_validation, "expectations": [e.to_dict() for e in self.expectations]}
 
 
 def suite_of(value: Any, policy: str | None = None) -> ExpectationSuite | None:
@@ -67,7 +68,8 @@ def suite_of(value: Any, policy: str | None = None) -> ExpectationSuite | None:
                                     "dict with 'expectations': [{'expectation_type': ..., 'kwargs': {...}}, ...]")
         name = str(value.get("expectation_suite_name") or value.get("name") or "expectations")
         suite = ExpectationSuite(name, [_expectation(e) for e in value["expectations"]],
-                                 str(value.get("validation_ingestion_policy") or "STRICT"))
+                                 str(value.get("validation_ingestion_policy") or "STRICT"),
+                                 bool(value.get("run_validation", True)))
     if policy is not None:
         suite.validation_ingestion_policy = policy
     suite.validation_ingestion_policy = suite.validation_ingestion_policy.upper()

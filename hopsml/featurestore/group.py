@@ -125,6 +125,8 @@ class FeatureGroup:
             raise FeatureStoreError(f"feature group {self.key!r} has an expectation suite already; pass "
                                     "overwrite=True to replace it")
         self.expectation_suite = expectations.suite_of(expectation_suite, validation_ingestion_policy)
+        if self.expectation_suite is not None:
+            self.expectation_suite.run_validation = run_validation
         if self.saved:
             self.store.save_group(self)
         return self.expectation_suite
@@ -188,7 +190,7 @@ class FeatureGroup:
             batch = frames.event_times(batch, self.event_time)
         batch, added = frames.conform(batch, self.table.schema(), self.key)
         report = None
-        if validate and self.expectation_suite is not None:
+        if validate and self.expectation_suite is not None and self.expectation_suite.run_validation:
             report = expectations.validate(self.expectation_suite, batch)
             strict = self.expectation_suite.validation_ingestion_policy == "STRICT"
             report["ingestion_result"] = "INGESTED" if report["success"] or not strict else "REJECTED"
