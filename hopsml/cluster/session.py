@@ -348,10 +348,10 @@ def _connect(settings: config.Settings, app_name: str) -> SparkSession:
 
     builder = SparkSession.builder.remote(settings.remote).appName(app_name)
     if settings.remote.startswith("local"):
+        # PySpark's own server, with its own Spark settings: the spark_conf setting is not given to it (the
+        # client would set each again at run time, and warn about every static one)
         check_java()
         _prepare_environment(settings, settings.remote)
-        for key, value in {**_QUIET_DEFAULTS, **settings.spark_conf}.items():
-            builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
     except ImportError as exc:
