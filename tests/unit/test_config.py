@@ -54,3 +54,13 @@ def test_spark_conf_json_form():
     assert config.load({"HOPSML_SPARK_CONF": '{"spark.x": 4}'}).spark_conf == {"spark.x": "4"}
     with pytest.raises(SettingsError, match="spark_conf"):
         config.load({"HOPSML_SPARK_CONF": "novalue"})
+
+
+def test_remote_takes_a_spark_connect_url_or_pyspark_s_own_variable(monkeypatch):
+    assert config.load(environ={"HOPSML_REMOTE": "sc://head:15002"}).remote == "sc://head:15002"
+    monkeypatch.setenv("SPARK_REMOTE", "sc://other:15002")   # PySpark's variable is the default
+    assert config.load(environ={}).remote == "sc://other:15002"
+    monkeypatch.delenv("SPARK_REMOTE")
+    assert config.load(environ={}).remote == ""
+    with pytest.raises(SettingsError, match=r"remote='spark://head:7077' .* must be a Spark Connect URL"):
+        config.load(environ={"HOPSML_REMOTE": "spark://head:7077"})
