@@ -27,7 +27,9 @@ ROWS_PER_SHARD = 250_000
 
 
 def dataset_name(view: str, view_version: int, version: int) -> str:
-    """>>> dataset_name("fraud", 1, 3)
+    """The prepared dataset a feature view's training dataset version is written to.
+
+    >>> dataset_name("fraud", 1, 3)
     'fraud_1_td3'
     """
     return f"{view}_{view_version}_td{version}"
