@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hopsml.cluster.handle import is_connect
 from hopsml.data import dataset as ds
 from hopsml.data.tables.options import CORRUPT, TableOptions
 from hopsml.redact import redact_uri
@@ -25,7 +26,9 @@ def csv_source(spark: SparkSession, src: str, options: TableOptions) -> Any:
                                         F.monotonically_increasing_id().alias("at"), "value")
     number = F.row_number().over(Window.partitionBy("file").orderBy("at"))
     kept = lines.withColumn("line", number).where(F.col("line") > F.lit(options.skip_rows))
-    return kept.sortWithinPartitions("file", "at").select("value")
+    lines_after = kept.sortWithinPartitions("file", "at").select("value")
+    # Spark 4 and Spark Connect read CSV from a DataFrame of lines; Spark 3.5 only from an RDD of them
+    return lines_after if is_connect(spark) else lines_after.rdd.map(lambda row: row[0])
 
 
 def column_names(spark: SparkSession, src: Any, options: TableOptions, multiline: bool = False,
