@@ -9,6 +9,7 @@ group's primary key and event time, so the seeded split does not depend on the e
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 from collections.abc import Sequence
@@ -250,8 +251,7 @@ class FeatureView:
                                     f"{left.key!r}")
         kept = list(query.features)
         extra = [k for k in left.keys() if k not in kept]
-        frame = engine.run(Query(left, tuple([*kept, *extra]), query.joins, query.filters, query.wallclock,
-                                 query.exclude_until, query.pinned), read_options=read_options)
+        frame = engine.run(dataclasses.replace(query, features=tuple([*kept, *extra])), read_options=read_options)
         frame = frame.sort_values(left.keys(), kind="stable").reset_index(drop=True)
         return frame.drop(columns=extra)
 
