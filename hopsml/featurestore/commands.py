@@ -30,6 +30,8 @@ def add_commands(subparsers: Any) -> None:
     insert.add_argument("--primary-key", help="column(s) identifying an entity, comma separated (for a new group)")
     insert.add_argument("--event-time", help="the column of each row's time (for a new group)")
     insert.add_argument("--description", default="", help="the group's description (for a new group)")
+    insert.add_argument("--delimiter", default=",", help="a CSV file's field separator (default ',')")
+    insert.add_argument("--skip-rows", type=int, default=0, help="lines before a CSV file's header (default 0)")
     for kind in ("groups", "views"):
         parser = actions.add_parser(kind, help=f"list or show feature {kind}")
         verbs = parser.add_subparsers(dest="fs_verb", required=True)
@@ -49,7 +51,7 @@ def run(args: Any, settings: config.Settings) -> str:
     store = FeatureStore(settings)
     if args.fs_action == "insert":
         return insert(store, args.group, args.file, args.version, args.primary_key, args.event_time,
-                      args.description)
+                      args.description, args.delimiter, args.skip_rows)
     if args.fs_action == "groups":
         return groups_list(store) if args.fs_verb == "list" else group_show(store, args.name, args.version)
     if args.fs_action == "views":
@@ -58,14 +60,14 @@ def run(args: Any, settings: config.Settings) -> str:
 
 
 def insert(store: FeatureStore, name: str, path: str, version: int | None, primary_key: str | None,
-           event_time: str | None, description: str) -> str:
+           event_time: str | None, description: str, delimiter: str = ",", skip_rows: int = 0) -> str:
     keys = [k.strip() for k in primary_key.split(",") if k.strip()] if primary_key else []
     group = store.get_or_create_feature_group(name, version, description=description, primary_key=keys,
                                               event_time=event_time)
     if not group.saved and not keys:
         raise FeatureStoreError(f"feature group {name!r} does not exist yet: give --primary-key (and "
                                        "--event-time) to create it")
-    table = frames.read_file(path)
+    table = frames.read_file(path, delimiter, skip_rows)
     commit = group.commit(table)[0]
     return (f"inserted {table.num_rows} rows of {path} into feature group {group.key!r}: commit {commit.version}, "
             f"{commit.inserted} new, {commit.updated} updated"

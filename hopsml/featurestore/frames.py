@@ -45,8 +45,9 @@ def to_arrow(data: Any) -> pa.Table:
                             "PySpark DataFrame, or a pyarrow Table")
 
 
-def read_file(path: str) -> pa.Table:
-    """A CSV or Parquet file (by its suffix) as an Arrow table, for `hopsml fs insert`."""
+def read_file(path: str, delimiter: str = ",", skip_rows: int = 0) -> pa.Table:
+    """A CSV or Parquet file (by its suffix) as an Arrow table, for `hopsml fs insert`; a CSV file's
+    `delimiter`, and `skip_rows` lines before its header (scikit-learn's CSV files start with one)."""
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
@@ -54,7 +55,8 @@ def read_file(path: str) -> pa.Table:
     if lower.endswith((".parquet", ".pq")):
         return pq.read_table(path)
     if lower.endswith((".csv", ".csv.gz", ".txt")):
-        return pcsv.read_csv(path)
+        return pcsv.read_csv(path, read_options=pcsv.ReadOptions(skip_rows=skip_rows),
+                             parse_options=pcsv.ParseOptions(delimiter=delimiter))
     raise FeatureStoreError(f"cannot tell the format of {path!r}: name a .csv or .parquet file")
 
 

@@ -54,3 +54,17 @@ def test_a_new_group_needs_its_primary_key(root, tmp_path, capsys):
     assert code != 0 and "give --primary-key" in err
     code, _, err = _run(capsys, "insert", "fresh", str(tmp_path / "x.txt.json"), "--primary-key", "id")
     assert code != 0 and "name a .csv or .parquet file" in err
+
+
+def test_csv_files_scikit_learn_ships_insert_with_their_delimiter(root, capsys):
+    """Files no one here wrote: linnerud's is space-separated; a comma would read one column and refuse it."""
+    import pathlib
+
+    import sklearn
+
+    exercise = pathlib.Path(sklearn.__file__).parent / "datasets" / "data" / "linnerud_exercise.csv"
+    code, _, err = _run(capsys, "insert", "exercise", str(exercise), "--primary-key", "Chins,Situps,Jumps")
+    assert code != 0 and "has no column 'chins'" in err
+    code, out, _ = _run(capsys, "insert", "exercise", str(exercise), "--primary-key", "Chins,Situps,Jumps",
+                        "--delimiter", " ")
+    assert code == 0 and "inserted 20 rows" in out
