@@ -30,9 +30,14 @@ def random_groups(seed: int, labels: int = 300, rows: int = 600, keys: int = 12)
     return label, spend, risk
 
 
-def oracle(label: pd.DataFrame, group: pd.DataFrame, column: str) -> list[float | None]:
+def oracle(label: pd.DataFrame, group: pd.DataFrame, column: str, ttl: dt.timedelta | None = None
+           ) -> list[float | None]:
+    """For each label row, `column` of its key's newest group row at or before the row's time (and no older
+    than `ttl` when given), else None."""
     out = []
     for key, when in zip(label["customer"], label["ts"]):
         earlier = group[(group["customer"] == key) & (group["ts"] <= when)]
+        if ttl is not None:
+            earlier = earlier[earlier["ts"] >= when - ttl]
         out.append(None if earlier.empty else float(earlier.loc[earlier["ts"].idxmax(), column]))
     return out

@@ -4,7 +4,8 @@ on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by defaul
 SPARK_ABOVE_ROWS rows in all the query's groups, Spark above.
 
 Point in time, both ways: a left row with event time t gets, from each joined group that has an event time,
-the row of its key with the newest event time <= t (nulls when there is none; an inner join drops the row).
+the row of its key with the newest event time <= t (nulls when there is none; an inner join drops the row);
+a group with a staleness window `ttl` gives only a row with event time >= t - ttl.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def _aliases(query: Query) -> dict[str, str]:
     return {group.key: f"g{i}" for i, group in enumerate(query.groups())}
 
 
-def _filters_sql(query: Query, aliases: dict[str, str], quote: Any, timestamp: str) -> list[str]:
+def _filters_sql(query: Query, aliases: dict[str, str], column: Any, timestamp: str) -> list[str]:
+    """The query's filters in SQL; `column(alias, name)` is the expression of a group's column."""
     from hopsml.featurestore.query import Filter
 
     def render(condition: Any) -> str:
@@ -99,7 +101,7 @@ def _filters_sql(query: Query, aliases: dict[str, str], quote: Any, timestamp: s
             if alias is None:
                 raise FeatureStoreError(f"the filter on {feature.name!r} reads group {feature.group!r}, which the "
                                         "query does not select from")
-            return condition.sql(f"{alias}.{quote(feature.name)}", timestamp)
+            return condition.sql(column(alias, feature.name), timestamp)
         return f"({render(condition.left)} {condition.op} {render(condition.right)})"
 
     return [render(f) for f in query.filters]
@@ -114,25 +116,46 @@ def duckdb_sql(query: Query) -> str:
     joins = []
     from hopsml.featurestore.query import _joined_name
 
+    where: list[str] = []
+    windowed: dict[str, str] = {}   # alias -> the condition under which its row is fresh enough
     for join in query.joins:
         right = join.query.left
         alias = aliases[right.key]
+        point_in_time = left.event_time is not None and right.event_time is not None
+        # the ASOF match is the newest row at or before the label's time; older than the window, it counts as none
+        fresh = (f"epoch_us({alias}.{_q(right.event_time)}) >= epoch_us(g0.{_q(left.event_time)}) - "
+                 f"{_ttl_us(right)}" if point_in_time and right.ttl else None)
+        if fresh:
+            windowed[alias] = fresh
         for name in join.query.features:
             if name not in join.right_on:
                 out = _joined_name(name, taken, join)
                 taken.append(out)
-                columns.append(f"{alias}.{_q(name)} AS {_q(out)}")
+                columns.append(f"{_windowed(alias, name, windowed)} AS {_q(out)}")
         on = [f"g0.{_q(lk)} = {alias}.{_q(rk)}" for lk, rk in zip(join.left_on, join.right_on)]
-        point_in_time = left.event_time is not None and right.event_time is not None
-        if left.event_time is not None and right.event_time is not None:
+        if point_in_time:
             on.append(f"g0.{_q(left.event_time)} >= {alias}.{_q(right.event_time)}")
         kind = ("ASOF " if point_in_time else "") + ("LEFT JOIN" if join.join_type == "left" else "JOIN")
         joins.append(f"{kind} {alias} ON {' AND '.join(on)}")
+        if fresh and join.join_type == "inner":
+            where.append(fresh)
     sql = f"SELECT {', '.join(columns)} FROM g0 " + " ".join(joins)
-    where = _filters_sql(query, aliases, _q, "TIMESTAMPTZ")
+    where += _filters_sql(query, aliases, lambda alias, name: _windowed(alias, name, windowed), "TIMESTAMPTZ")
     if where:
         sql += " WHERE " + " AND ".join(where)
     return sql
+
+
+def _windowed(alias: str, name: str, windowed: dict[str, str]) -> str:
+    """A joined column as the query sees it: null where its row is older than the group's staleness window."""
+    if alias in windowed:
+        return f"CASE WHEN {windowed[alias]} THEN {alias}.{_q(name)} END"
+    return f"{alias}.{_q(name)}"
+
+
+def _ttl_us(group: Any) -> int:
+    """The group's staleness window in microseconds (event times are stored in microseconds)."""
+    return int(round(group.ttl * 1_000_000))
 
 
 def duckdb_arrow(query: Query) -> Any:
@@ -192,6 +215,9 @@ def spark_frame(query: Query) -> Any:
         point_in_time = bool(left.event_time and right.event_time)
         if point_in_time:
             condition = condition & (F.col(f"g0.`{left.event_time}`") >= F.col(f"{alias}.`{right.event_time}`"))
+            if right.ttl:
+                condition = condition & (F.unix_micros(F.col(f"{alias}.`{right.event_time}`"))
+                                         >= F.unix_micros(F.col(f"g0.`{left.event_time}`")) - _ttl_us(right))
         frame = frame.join(other, condition, "left")
         if point_in_time:
             newest = Window.partitionBy(F.col(row)).orderBy(F.col(f"{alias}.`{right.event_time}`").desc_nulls_last())
@@ -204,6 +230,6 @@ def spark_frame(query: Query) -> Any:
                 out = _joined_name(name, taken, join)
                 taken.append(out)
                 columns.append(F.col(f"{alias}.`{name}`").alias(out))
-    for where in _filters_sql(query, aliases, lambda n: f"`{n}`", "TIMESTAMP"):
+    for where in _filters_sql(query, aliases, lambda alias, name: f"{alias}.`{name}`", "TIMESTAMP"):
         frame = frame.where(F.expr(where))
     return frame.select(*columns)

@@ -33,7 +33,7 @@ class FeatureGroup:
                  primary_key: Sequence[str] = (), event_time: str | None = None,
                  partition_key: Sequence[str] = (), online_enabled: bool = False,
                  statistics_config: Any = None, features: Sequence[dict[str, Any]] = (),
-                 created: str | None = None, expectation_suite: Any = None) -> None:
+                 created: str | None = None, expectation_suite: Any = None, ttl: Any = None) -> None:
         self.store, self.name, self.version = store, layout.validate_name(name, "feature group name"), int(version)
         self.description = description or ""
         self.primary_key = [k.lower() for k in primary_key]
@@ -44,6 +44,7 @@ class FeatureGroup:
         self._features = [dict(f) for f in features]
         self.created = created
         self.expectation_suite = expectations.suite_of(expectation_suite)
+        self.ttl = ttl_seconds(ttl, self.key)
         self.table = GroupTable(store.table_uri(self.name, self.version), self.keys(), self.key)
 
     # --- identity and metadata -------------------------------------------------------------------------
@@ -90,7 +91,8 @@ class FeatureGroup:
                 "primary_key": self.primary_key, "event_time": self.event_time,
                 "partition_key": self.partition_key, "online_enabled": self.online_enabled,
                 "statistics_config": self.statistics_config, "features": self._features, "created": self.created,
-                "expectation_suite": self.expectation_suite.to_dict() if self.expectation_suite else None}
+                "expectation_suite": self.expectation_suite.to_dict() if self.expectation_suite else None,
+                "ttl": self.ttl}
 
     def __repr__(self) -> str:
         return f"FeatureGroup({self.name!r}, {self.version}, primary_key={self.primary_key}, " \
@@ -283,6 +285,20 @@ class FeatureGroup:
     def _check_saved(self) -> None:
         if not self.table.exists():
             raise FeatureStoreError(f"feature group {self.key!r} has no data yet: insert a DataFrame first")
+
+
+def ttl_seconds(ttl: Any, group: str) -> float | None:
+    """A staleness window in seconds (a timedelta or a number of seconds; None: no window): how old a row of
+    this group may be, against the label row's event time, to be joined point in time (Feast's `ttl`)."""
+    import datetime as dt
+
+    if ttl is None:
+        return None
+    seconds = ttl.total_seconds() if isinstance(ttl, dt.timedelta) else ttl
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise FeatureStoreError(f"feature group {group!r}: ttl={ttl!r} is not a staleness window: give a positive "
+                                "datetime.timedelta or a number of seconds (None: no window)")
+    return float(seconds)
 
 
 def _features_of(schema: pa.Schema, old: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -124,7 +124,8 @@ class FeatureStore:
                             partition_key=record.get("partition_key") or [],
                             online_enabled=record.get("online_enabled", False),
                             statistics_config=record.get("statistics_config"), features=record.get("features") or [],
-                            created=record.get("created"), expectation_suite=record.get("expectation_suite"))
+                            created=record.get("created"), expectation_suite=record.get("expectation_suite"),
+                            ttl=record.get("ttl"))
 
     def get_feature_group(self, name: str, version: int | None = None) -> FeatureGroup:
         """Group `name` at `version` (the newest when None)."""
@@ -157,7 +158,7 @@ class FeatureStore:
         return FeatureGroup(self, name, int(version), description=description, primary_key=primary_key or [],
                             event_time=event_time, partition_key=partition_key or [],
                             online_enabled=online_enabled, statistics_config=statistics_config,
-                            expectation_suite=options.get("expectation_suite"))
+                            expectation_suite=options.get("expectation_suite"), ttl=options.get("ttl"))
 
     def get_or_create_feature_group(self, name: str, version: int | None = None, description: str = "",
                                     online_enabled: bool = False, primary_key: Sequence[str] | None = None,
@@ -318,7 +319,7 @@ _NOT_HERE = {"stream": "stream feature groups (Kafka)", "embedding_index": "vect
 _LATER = {"features": "a schema given before the first insert (insert a DataFrame: its columns are the schema)",
           "transformation_functions": "on-demand transformation functions on feature groups (give them to the "
           "feature view)"}
-_ACCEPTED = {"time_travel_format", "hudi_precombine_key", "parents", "path", "expectation_suite"}
+_ACCEPTED = {"time_travel_format", "hudi_precombine_key", "parents", "path", "expectation_suite", "ttl"}
 
 
 def _check_options(options: dict[str, Any]) -> None:

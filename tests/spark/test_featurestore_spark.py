@@ -4,6 +4,8 @@ tables' Parquet files (no Delta jars), and Spark DataFrames inserted."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pandas as pd
 import pytest
 
@@ -31,7 +33,8 @@ def test_spark_and_duckdb_give_the_same_point_in_time_rows(fs, seed):
     label, spend, risk = random_groups(seed)
     groups = {}
     for name, frame in (("label", label), ("spend", spend), ("risk", risk)):
-        groups[name] = fs.create_feature_group(name, primary_key=["customer"], event_time="ts")
+        window = dt.timedelta(minutes=40) if name == "spend" else None  # a staleness window on one group
+        groups[name] = fs.create_feature_group(name, primary_key=["customer"], event_time="ts", ttl=window)
         groups[name].insert(frame)
     query = (groups["label"].select_all().join(groups["spend"].select(["spend"]))
              .join(groups["risk"].select(["risk"]), join_type="inner"))

@@ -92,3 +92,29 @@ def test_filters_on_either_side_and_join_errors(fs):
         label.select_all().join(other.select_all())
     rows = label.select_all().join(other.select(["z"]), left_on=["customer"], right_on=["account"]).read()
     assert rows.sort_values("customer")["z"].tolist()[0] == 1
+
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_a_staleness_window_leaves_out_feature_rows_older_than_the_groups_ttl(fs, seed):
+    import datetime as dt
+
+    label, spend, _ = random_groups(seed)
+    window = dt.timedelta(minutes=30)   # about the mean gap between a key's rows
+    label_group = fs.create_feature_group("label", primary_key=["customer"], event_time="ts")
+    label_group.insert(label)
+    stale = fs.create_feature_group("spend", primary_key=["customer"], event_time="ts", ttl=window)
+    stale.insert(spend)
+    assert fs.get_feature_group("spend").ttl == 30 * 60   # kept with the group
+    expected = label.sort_values(["customer", "ts"]).reset_index(drop=True)
+    got = (label_group.select_all().join(stale.select(["spend"])).read(read_options={"engine": "duckdb"})
+           .sort_values(["customer", "ts"]).reset_index(drop=True))
+    values = [None if pd.isna(v) else v for v in got["spend"]]
+    assert _same(values, oracle(expected, spend, "spend", window))
+    unbounded = oracle(expected, spend, "spend")
+    assert sum(v is None for v in values) > sum(v is None for v in unbounded)  # the window took some matches away
+    inner = label_group.select_all().join(stale.select(["spend"]), join_type="inner").read()
+    assert len(inner) == sum(v is not None for v in values)
+    filtered = label_group.select_all().join(stale.select(["spend"])).filter(stale.spend > 0.5).read()
+    assert len(filtered) == sum(v is not None and v > 0.5 for v in values)  # a filter sees the windowed value
+    with pytest.raises(FeatureStoreError, match="ttl=-5 is not a staleness window"):
+        fs.create_feature_group("bad", primary_key=["customer"], event_time="ts", ttl=-5)
