@@ -481,6 +481,7 @@ GROUP_RECORD = "_group.json"          # beside the group's Delta table: names st
 GROUP_STATISTICS = "_statistics"      # <commit>.json: the statistics of the group after that commit
 GROUP_VALIDATION = "_validation"      # <time ns>.json: each validation report of a batch against the suite
 VIEW_RECORD = "view.json"
+VIEW_LOG = "log"                      # beside view.json: the feature log's Delta table, and buffer/ before it
 TRAINING_DATASET_RECORD = "training_dataset.json"
 
 

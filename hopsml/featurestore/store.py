@@ -54,19 +54,21 @@ class FeatureStore:
     def save_group(self, group: FeatureGroup) -> None:
         self.storage.write_json(self._record(group.name, group.version), group.to_dict())
 
-    @contextlib.contextmanager
-    def group_lock(self, group: FeatureGroup) -> Iterator[None]:
-        """Held while an insert commits and rewrites the group's definition (one process at a time)."""
-        import fcntl
+    def log_uri(self, name: str, version: int) -> str:
+        """The local folder of a feature view's log (feature_log.py)."""
+        path = self.storage.local_path(layout.join(layout.feature_view_dir(self.project, name, version),
+                                                   layout.VIEW_LOG))
+        if path is None:
+            raise FeatureStoreError(f"feature logging needs a local or shared-folder root for now; the root "
+                                    f"{self.storage.uri()} is remote")
+        return path
 
-        folder = self.table_uri(group.name, group.version)
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "_lock"), "a+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def group_lock(self, group: FeatureGroup) -> contextlib.AbstractContextManager[None]:
+        """Held while an insert commits and rewrites the group's definition (one process at a time)."""
+        return folder_lock(self.table_uri(group.name, group.version))
+
+    def save_view(self, view: FeatureView) -> None:
+        self.storage.write_json(self._view_record(view.name, view.version), view.to_dict())
 
     def save_statistics(self, group: FeatureGroup, commit: Commit, computed: dict[str, Any]) -> None:
         path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
@@ -210,7 +212,7 @@ class FeatureStore:
         return FeatureView(self, record["name"], record["version"], from_dict(record["query"], self._group_by_key),
                            record.get("labels") or [],
                            [TransformationFunction.from_dict(f) for f in record.get("transformation_functions", [])],
-                           record.get("description", ""), record.get("created"))
+                           record.get("description", ""), record.get("created"), record.get("logging"))
 
     def create_feature_view(self, name: str, query: Query, version: int | None = None, description: str = "",
                             labels: Sequence[str] | None = None,
@@ -236,8 +238,9 @@ class FeatureStore:
                 raise FeatureStoreError(f"feature group {group.key!r} is not saved yet: insert into it before "
                                         "building a view on it")
         view = FeatureView(self, name, version, query, labels or [], transformation_functions or [], description,
-                           dt.datetime.now(dt.timezone.utc).isoformat())
-        self.storage.write_json(self._view_record(name, version), view.to_dict())
+                           dt.datetime.now(dt.timezone.utc).isoformat(),
+                           {"enabled": bool(options.get("logging_enabled")), "paused": False})
+        self.save_view(view)
         return view
 
     def get_feature_view(self, name: str, version: int | None = None) -> FeatureView:
@@ -332,6 +335,20 @@ def _check_options(options: dict[str, Any]) -> None:
             raise FeatureStoreError(f"unknown argument {key!r} for a feature group")
         if key == "time_travel_format" and value and str(value).upper() not in ("DELTA", "HUDI"):
             raise FeatureStoreError(f"time_travel_format={value!r}: hopsml's groups are Delta Lake tables")
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str) -> Iterator[None]:
+    """An exclusive lock on a local folder (its `_lock` file), across processes, for one commit at a time."""
+    import fcntl
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "_lock"), "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _known(groups: list[tuple[str, int]]) -> str:

@@ -33,9 +33,10 @@ class FeatureView:
 
     def __init__(self, store: Any, name: str, version: int, query: Query, labels: Sequence[str] = (),
                  transformation_functions: Sequence[TransformationFunction] = (), description: str = "",
-                 created: str | None = None) -> None:
+                 created: str | None = None, logging: dict[str, Any] | None = None) -> None:
         self.store, self.name, self.version = store, layout.validate_name(name, "feature view name"), int(version)
         self.query, self.description, self.created = query, description, created
+        self._logging = {"enabled": False, "paused": False, **(logging or {})}
         self.labels = [label.lower() for label in labels]
         self._transformations = list(transformation_functions)
         self._scoring: int | None = None
@@ -73,7 +74,7 @@ class FeatureView:
 
         return {"name": self.name, "version": self.version, "description": self.description, "labels": self.labels,
                 "query": to_dict(self.query), "created": self.created,
-                "transformation_functions": [f.to_dict() for f in self._transformations]}
+                "transformation_functions": [f.to_dict() for f in self._transformations], "logging": self._logging}
 
     def get_batch_query(self) -> Query:
         return self.query
@@ -233,9 +234,80 @@ class FeatureView:
     def init_serving(self, *args: Any, **kwargs: Any) -> Any:
         raise self._not_yet("the online store (init_serving)", "use init_batch_scoring() and get_batch_data()")
 
-    def log(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("feature logging (log, read_log, materialize_log)", "keep predictions with hopsml's "
-                            "inference log (hopsml.serving) meanwhile")
+    def transform(self, feature_vector: Any, **_: Any) -> Any:
+        """Untransformed features (a DataFrame) transformed as the batch-scoring training dataset version's
+        training split was (the newest version when none is set)."""
+        import pandas as pd
+
+        if self._transformations and self._scoring is None:
+            self.init_batch_scoring()
+        frame = feature_vector if isinstance(feature_vector, pd.DataFrame) else pd.DataFrame(feature_vector)
+        return _transform(frame, self.transformation_functions)
+
+    # --- feature logging (feature_log.py) ---------------------------------------------------------------
+    @property
+    def logging_enabled(self) -> bool:
+        return bool(self._logging["enabled"])
+
+    def enable_logging(self, **_: Any) -> None:
+        self._set_logging(enabled=True)
+
+    def pause_logging(self) -> None:
+        """Stop log() from committing its buffer by itself (materialize_log() still does)."""
+        self._set_logging(paused=True)
+
+    def resume_logging(self) -> None:
+        self._set_logging(paused=False)
+
+    def log(self, logging_data: Any = None, untransformed_features: Any = None, predictions: Any = None,
+            transformed_features: Any = None, write_options: dict[str, Any] | None = None,
+            training_dataset_version: int | None = None, model: Any = None, **_: Any) -> int:
+        """Log features (untransformed, transformed or both) and predictions, with the training dataset version
+        and model they belong to; returns the rows logged. Predictions come in `predictions` (one column per
+        label) or as label-named columns of the features. Logging is enabled by the first call."""
+        from hopsml.featurestore.feature_log import FeatureLog
+
+        if not self.logging_enabled:
+            self.enable_logging()
+        features = logging_data if logging_data is not None else untransformed_features
+        model_id = (str(model.name), int(model.version)) if model is not None else None
+        if training_dataset_version is None:
+            training_dataset_version = self._scoring or getattr(model, "training_dataset_version", None)
+        log = FeatureLog(self)
+        count = log.write(features, transformed_features, predictions, training_dataset_version, model_id)
+        if not self._logging["paused"] and log.due():
+            log.materialize()
+        return count
+
+    def materialize_log(self, wait: bool = False, transformed: bool | None = None) -> dict[str, int]:
+        """Commit what log() buffered to the log's table now: the rows and buffer files it took."""
+        from hopsml.featurestore.feature_log import FeatureLog
+
+        return FeatureLog(self).materialize()
+
+    def read_log(self, start_time: Any = None, end_time: Any = None, filter: Any = None,  # noqa: A002 (hsfs's name)
+                 transformed: bool = False, training_dataset_version: int | None = None, model: Any = None,
+                 **_: Any) -> pd.DataFrame:
+        """The committed log rows (materialize_log() commits the newest), by log time, training dataset version,
+        model (an hsml model) or a filter on a feature."""
+        from hopsml.featurestore.feature_log import FeatureLog
+
+        model_id = (str(model.name), int(model.version)) if model is not None else None
+        return FeatureLog(self).read(start_time, end_time, filter, transformed, training_dataset_version, model_id)
+
+    def get_log_timeline(self, limit: int | None = None, **_: Any) -> list[dict[str, Any]]:
+        from hopsml.featurestore.feature_log import FeatureLog
+
+        return FeatureLog(self).timeline(limit)
+
+    def delete_log(self, transformed: bool | None = None) -> None:
+        from hopsml.featurestore.feature_log import FeatureLog
+
+        FeatureLog(self).delete()
+
+    def _set_logging(self, **state: bool) -> None:
+        self._logging.update(state)
+        self.store.save_view(self)
 
     # --- inside ---------------------------------------------------------------------------------------
     def _rows(self, query: Query, start_time: Any, end_time: Any, read_options: dict[str, Any] | None
