@@ -39,11 +39,11 @@ def write(storage: Storage, project: str, name: str, splits: Mapping[str, pd.Dat
           keys: Sequence[str], shards: int, source: str, overwrite: bool = False) -> Manifest:
     """Write `splits` (name -> frame of features and labels) as the prepared dataset `name`; `keys` (primary key
     and event time columns the frames kept) are columns, not part of the `features` vector."""
-    tables, widths = {}, set()
+    tables, vectors = {}, []
     for split, frame in splits.items():
-        tables[split], width = _table(frame, labels, {*labels, *keys}, f"{source}, split {split!r}")
-        widths.add(width)
-    fields = _fields(next(iter(tables.values())).schema, widths.pop())
+        tables[split], vector = _table(frame, labels, {*labels, *keys}, f"{source}, split {split!r}")
+        vectors.append(vector)
+    fields = _fields(next(iter(tables.values())).schema, len(vectors[0]))
     unischema = unischema_pickle(name, [Field(n, spec["dtype"], tuple(spec["shape"])) for n, spec in fields.items()])
     with ds.staged(storage, project, name, overwrite) as stage:
         written = {}
@@ -59,15 +59,26 @@ def write(storage: Storage, project: str, name: str, splits: Mapping[str, pd.Dat
                     for split, count in written.items()},
             counts={"read": sum(t.num_rows for t in tables.values()),
                     "written": sum(t.num_rows for t in tables.values()), "rejected": 0},
-            options={"labels": list(labels), "shards": shards})
+            options={"labels": list(labels), "shards": shards, "features": vectors[0]})
         manifest.write(storage, stage.manifest)
-        storage.write_json(stage.stats_json, {split: stats.of_table(table, stats.DEFAULT)
-                                              for split, table in tables.items()})
+        storage.write_json(stage.stats_json, dataset_stats(tables))
     return manifest
 
 
-def _table(frame: pd.DataFrame, labels: Sequence[str], outside: set[str], where: str) -> tuple[pa.Table, int]:
-    """The frame as the dataset's columns, and the width of its `features`: each feature and label as it is
+def dataset_stats(tables: Mapping[str, pa.Table]) -> dict[str, Any]:
+    """Statistics per split in the form prepare_table's stats.json has (per column, its splits), so `hopsml data
+    stats`, the web view and `serving.monitor` read a training dataset as they read a prepared table."""
+    per = {split: stats.of_table(table, stats.DEFAULT)["columns"] for split, table in tables.items()}
+    names = [n for n in next(iter(tables.values())).column_names if n in next(iter(per.values()))]
+    columns = [{"name": n, "type": next(iter(per.values()))[n]["kind"],
+                "splits": {split: computed[n] for split, computed in per.items() if n in computed}} for n in names]
+    return {"kind": "table", "splits": list(tables), "rows": {s: t.num_rows for s, t in tables.items()},
+            "columns": columns}
+
+
+def _table(frame: pd.DataFrame, labels: Sequence[str], outside: set[str], where: str
+           ) -> tuple[pa.Table, list[str]]:
+    """The frame as the dataset's columns, and the columns its `features` holds: each feature and label as it is
     (numbers, strings), times as epoch milliseconds; plus `features` (the numeric columns but those `outside`
     it, float32) and `label` (the one label)."""
     import numpy as np
@@ -100,7 +111,7 @@ def _table(frame: pd.DataFrame, labels: Sequence[str], outside: set[str], where:
         columns["label"] = columns[labels[0]]
     if not columns:
         raise FeatureStoreError(f"{where}: nothing to write (no features and no labels)")
-    return pa.table(columns), len(numeric)
+    return pa.table(columns), numeric
 
 
 def _fields(schema: pa.Schema, width: int) -> dict[str, dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Training-serving skew and drift: the inputs in a serving's inference log against the statistics of the
 dataset the model was trained on (the model's lineage names it; `prepare_table` wrote its `stats.json` and
-the fitted `transform.json`).
+the fitted `transform.json`, or a feature view wrote it as a training dataset version, whose `features`
+vector the manifest names).
 
 Per model feature (the transform's `features`, in order), the train split's histogram is put into the
 feature's space (a standardized column's edges become (edge - mean) / std; a category's counts become its
@@ -125,13 +126,29 @@ def _binned(values: np.ndarray, edges: Sequence[float]) -> list[int]:
 def _dataset_of(mv: registry.ModelVersion, given: str | None) -> str:
     if given is not None:
         return given
-    tables = [d for d in mv.datasets if d.get("kind") in (None, "table")]
+    tables = [d for d in mv.datasets if d.get("kind") in (None, "table", "training_dataset")]
     if not tables:
         named = ", ".join(str(d.get("name")) for d in mv.datasets) or "none"
         raise ServingError(f"model {mv.name} version {mv.version} names no table dataset it was trained on (its "
                            f"lineage: {named}); pass the training dataset: monitor(name, dataset='<dataset>'), or "
                            "export the model from a run that read the dataset with hopsml's readers")
     return str(tables[0]["name"])
+
+
+def _vector_of(manifest: Mapping[str, Any], stats: Mapping[str, Any], split: str) -> dict[str, Any]:
+    """A feature view's training dataset described as a fitted transform: its `features` vector holds the
+    numeric columns the manifest names, already transformed by the view's functions, so served values are
+    compared with them as they are (nothing standardized here)."""
+    names = list(manifest.get("options", {}).get("features") or [])
+    if not names:
+        raise ServingError(f"training dataset {manifest.get('name')!r} does not name the columns of its features "
+                           "vector (written before hopsml recorded them); create the training dataset again")
+    columns = {c["name"]: c for c in stats.get("columns", [])}
+    numeric = {}
+    for name in names:
+        seen = columns.get(name, {}).get("splits", {}).get(split, {})
+        numeric[name] = {"mean": seen.get("mean", 0.0), "std": seen.get("std", 1.0), "standardized": False}
+    return {"features": names, "numeric": numeric, "categorical": {}}
 
 
 def _references(stats: Mapping[str, Any], transform: Mapping[str, Any], split: str) -> list[dict[str, Any]]:
@@ -312,10 +329,15 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
     mv = registry.get_model(d.model_name, d.model_version, settings=settings)
     name = _dataset_of(mv, dataset)
     ddir, manifest = ds.open_dataset(storage, project, name)
-    if manifest.get("kind") != "table" or not storage.exists(ddir.transform) or not storage.exists(ddir.stats_json):
-        raise ServingError(f"dataset {name!r} is not a table dataset with statistics and a fitted transform "
-                           f"(kind {manifest.get('kind')!r}); monitoring compares the features prepare_table makes")
-    stats, transform = storage.read_json(ddir.stats_json), storage.read_json(ddir.transform)
+    if manifest.get("kind") == "training_dataset" and storage.exists(ddir.stats_json):
+        stats = storage.read_json(ddir.stats_json)
+        transform = _vector_of(manifest, stats, split)
+    elif manifest.get("kind") == "table" and storage.exists(ddir.transform) and storage.exists(ddir.stats_json):
+        stats, transform = storage.read_json(ddir.stats_json), storage.read_json(ddir.transform)
+    else:
+        raise ServingError(f"dataset {name!r} is not a table dataset with statistics and a fitted transform, nor a "
+                           f"feature view's training dataset (kind {manifest.get('kind')!r}); monitoring compares "
+                           "the features prepare_table or a feature view makes")
     if split not in stats.get("splits", []):
         raise ServingError(f"dataset {name!r} has no split {split!r} in its statistics; it has "
                            f"{', '.join(stats.get('splits', []))}")

@@ -128,3 +128,46 @@ def test_psi_ks_and_js_of_histograms():
     assert ks([10, 20, 30], [10, 20, 30]) == 0.0
     assert js([1, 0], [0, 1]) == pytest.approx(1.0)
     assert psi([50, 50, 0], [50, 49, 1]) > psi([50, 50, 0], [50, 50, 0])
+
+
+def test_a_model_trained_on_a_feature_views_training_dataset_is_monitored_against_it(tmp_path):
+    """Lineage from the feature store: iris in a feature group, a view with a scaler, a training dataset
+    written out, a model exported from a run that read it; monitor takes the training dataset's statistics."""
+    pytest.importorskip("deltalake")
+    import datetime as dt
+
+    import joblib
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    from hopsml.featurestore.store import FeatureStore
+    from hopsml.hopsworks.hsfs.builtin_transformations import standard_scaler
+
+    settings = settings_for(tmp_path / "root")
+    frame = load_iris(as_frame=True).frame.rename(columns=lambda c: c.replace(" (cm)", "").replace(" ", "_"))
+    frame["flower"] = range(len(frame))
+    frame["seen"] = [dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=i) for i in frame.index]
+    fs = FeatureStore(settings)
+    flowers = fs.create_feature_group("flowers", primary_key=["flower"], event_time="seen")
+    flowers.insert(frame)
+    view = fs.create_feature_view("species", query=flowers.select_all(), labels=["target"],
+                                  transformation_functions=[standard_scaler("petal_length")])
+    version, _ = view.create_train_test_split(test_size=0.2, seed=1)
+    name = view.training_dataset_name(version)
+    storage = Storage(settings.root)
+    with active_run(storage, layout.ExperimentDir.of("test", "local-1", 2)):
+        batches = list(reader(name, split="train", shuffle=False, settings=settings))
+        features = np.concatenate([b["features"] for b in batches]).astype(np.float64)
+        labels = np.concatenate([b["label"] for b in batches])
+        joblib.dump(LogisticRegression(max_iter=500).fit(features, labels), str(tmp_path / "model.joblib"))
+        registry.export(str(tmp_path / "model.joblib"), "iris", settings=settings)
+    _serve(settings, "fvsame", features)
+    report = monitor("fvsame", settings=settings)
+    assert report["dataset"]["name"] == name             # from the model's lineage: the training dataset
+    assert [f["name"] for f in report["features"]] == ["sepal_length", "sepal_width", "petal_width",
+                                                       "standard_scaler_petal_length_"]
+    assert report["drifted"] == [] and report["preprocessing"]["ok"]
+    shifted = features.copy()
+    shifted[:, 3] += 2.0                                 # the scaled petal length, two standard deviations up
+    _serve(settings, "fvshifted", shifted)
+    assert monitor("fvshifted", settings=settings)["drifted"] == ["standard_scaler_petal_length_"]
