@@ -32,6 +32,9 @@ def add_commands(subparsers: Any) -> None:
     insert.add_argument("--description", default="", help="the group's description (for a new group)")
     insert.add_argument("--delimiter", default=",", help="a CSV file's field separator (default ',')")
     insert.add_argument("--skip-rows", type=int, default=0, help="lines before a CSV file's header (default 0)")
+    insert.add_argument("--columns", help="the column names of a CSV file without a header, comma separated")
+    insert.add_argument("--row-number", metavar="COLUMN", help="add a column of row numbers (0, 1, ...) named "
+                        "COLUMN, a primary key for a file without one")
     for kind in ("groups", "views"):
         parser = actions.add_parser(kind, help=f"list or show feature {kind}")
         verbs = parser.add_subparsers(dest="fs_verb", required=True)
@@ -51,7 +54,8 @@ def run(args: Any, settings: config.Settings) -> str:
     store = FeatureStore(settings)
     if args.fs_action == "insert":
         return insert(store, args.group, args.file, args.version, args.primary_key, args.event_time,
-                      args.description, args.delimiter, args.skip_rows)
+                      args.description, args.delimiter, args.skip_rows,
+                      [c.strip() for c in args.columns.split(",")] if args.columns else None, args.row_number)
     if args.fs_action == "groups":
         return groups_list(store) if args.fs_verb == "list" else group_show(store, args.name, args.version)
     if args.fs_action == "views":
@@ -60,14 +64,21 @@ def run(args: Any, settings: config.Settings) -> str:
 
 
 def insert(store: FeatureStore, name: str, path: str, version: int | None, primary_key: str | None,
-           event_time: str | None, description: str, delimiter: str = ",", skip_rows: int = 0) -> str:
+           event_time: str | None, description: str, delimiter: str = ",", skip_rows: int = 0,
+           columns: list[str] | None = None, row_number: str | None = None) -> str:
     keys = [k.strip() for k in primary_key.split(",") if k.strip()] if primary_key else []
     group = store.get_or_create_feature_group(name, version, description=description, primary_key=keys,
                                               event_time=event_time)
     if not group.saved and not keys:
         raise FeatureStoreError(f"feature group {name!r} does not exist yet: give --primary-key (and "
                                        "--event-time) to create it")
-    table = frames.read_file(path, delimiter, skip_rows)
+    table = frames.read_file(path, delimiter, skip_rows, columns)
+    if row_number:
+        import pyarrow as pa
+
+        if row_number.lower() in (c.lower() for c in table.column_names):
+            raise FeatureStoreError(f"--row-number {row_number!r}: {path} has a column of that name already")
+        table = table.append_column(row_number, pa.array(range(table.num_rows), pa.int64()))
     commit = group.commit(table)[0]
     return (f"inserted {table.num_rows} rows of {path} into feature group {group.key!r}: commit {commit.version}, "
             f"{commit.inserted} new, {commit.updated} updated"

@@ -45,9 +45,11 @@ def to_arrow(data: Any) -> pa.Table:
                             "PySpark DataFrame, or a pyarrow Table")
 
 
-def read_file(path: str, delimiter: str = ",", skip_rows: int = 0) -> pa.Table:
+def read_file(path: str, delimiter: str = ",", skip_rows: int = 0, columns: Sequence[str] | None = None
+              ) -> pa.Table:
     """A CSV or Parquet file (by its suffix) as an Arrow table, for `hopsml fs insert`; a CSV file's
-    `delimiter`, and `skip_rows` lines before its header (scikit-learn's CSV files start with one)."""
+    `delimiter`, `skip_rows` lines before its header (scikit-learn's CSV files start with one), and the
+    `columns` of a file without a header."""
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
@@ -55,8 +57,15 @@ def read_file(path: str, delimiter: str = ",", skip_rows: int = 0) -> pa.Table:
     if lower.endswith((".parquet", ".pq")):
         return pq.read_table(path)
     if lower.endswith((".csv", ".csv.gz", ".txt")):
-        return pcsv.read_csv(path, read_options=pcsv.ReadOptions(skip_rows=skip_rows),
-                             parse_options=pcsv.ParseOptions(delimiter=delimiter))
+        import pyarrow as pa
+
+        try:
+            return pcsv.read_csv(path, read_options=pcsv.ReadOptions(skip_rows=skip_rows, column_names=list(columns)
+                                                                     if columns else None),
+                                 parse_options=pcsv.ParseOptions(delimiter=delimiter))
+        except pa.ArrowInvalid as error:
+            raise FeatureStoreError(f"cannot read {path} as CSV: {error} (check --delimiter, --skip-rows and "
+                                    "--columns)") from None
     raise FeatureStoreError(f"cannot tell the format of {path!r}: name a .csv or .parquet file")
 
 

@@ -68,3 +68,28 @@ def test_csv_files_scikit_learn_ships_insert_with_their_delimiter(root, capsys):
     code, out, _ = _run(capsys, "insert", "exercise", str(exercise), "--primary-key", "Chins,Situps,Jumps",
                         "--delimiter", " ")
     assert code == 0 and "inserted 20 rows" in out
+
+
+def test_a_csv_file_without_a_header_or_a_key_takes_columns_and_row_numbers(root, capsys):
+    """scikit-learn's iris.csv opens with a count line and has no header; two of its rows are equal, so it has
+    no key of its own either."""
+    import pathlib
+
+    import sklearn
+
+    iris = pathlib.Path(sklearn.__file__).parent / "datasets" / "data" / "iris.csv"
+    names = "sepal_length,sepal_width,petal_length,petal_width,target"
+    code, _, err = _run(capsys, "insert", "iris", str(iris), "--skip-rows", "1", "--columns", names,
+                        "--primary-key", names)
+    assert code != 0 and "appear more than once in the batch" in err
+    code, _, err = _run(capsys, "insert", "iris", str(iris), "--skip-rows", "1", "--columns", "a,b,c",
+                        "--primary-key", "a")
+    assert code != 0 and "cannot read" in err and "--columns" in err
+    code, out, _ = _run(capsys, "insert", "iris", str(iris), "--skip-rows", "1", "--columns", names,
+                        "--row-number", "flower", "--primary-key", "flower")
+    assert code == 0 and "inserted 150 rows" in out
+    from hopsml.featurestore.store import FeatureStore
+
+    rows = FeatureStore().get_feature_group("iris").read().sort_values("flower")
+    assert rows["flower"].tolist() == list(range(150)) and rows["sepal_length"].iloc[0] == 5.1
+    assert sorted(rows["target"].unique()) == [0, 1, 2]
