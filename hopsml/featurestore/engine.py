@@ -146,6 +146,20 @@ def duckdb_sql(query: Query) -> str:
     return sql
 
 
+_DUCKDB_TYPES = {"string": "VARCHAR", "large_string": "VARCHAR", "string_view": "VARCHAR", "int8": "TINYINT",
+                 "int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT", "uint8": "UTINYINT",
+                 "uint16": "USMALLINT", "uint32": "UINTEGER", "uint64": "UBIGINT", "date32[day]": "DATE",
+                 "bool": "BOOLEAN"}
+
+
+def _hive(partitions: list[Any]) -> str:
+    """read_parquet's options for a partitioned group: values from the folder names, in the table's types."""
+    if not partitions:
+        return ""
+    types = ", ".join("'" + f.name.replace("'", "''") + f"': {_DUCKDB_TYPES[str(f.type)]}" for f in partitions)
+    return f", hive_partitioning = true, hive_types = {{{types}}}"
+
+
 def _windowed(alias: str, name: str, windowed: dict[str, str]) -> str:
     """A joined column as the query sees it: null where its row is older than the group's staleness window."""
     if alias in windowed:
@@ -171,7 +185,7 @@ def duckdb_arrow(query: Query) -> Any:
             if files:   # DuckDB's own Parquet reader: a scan of an Arrow dataset was 300x slower at 1M rows
                 listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
                 connection.execute(f"CREATE VIEW {alias} AS SELECT * FROM read_parquet([{listed}], "
-                                   "union_by_name = true)")
+                                   f"union_by_name = true{_hive(group.table.partitioning(read[group.key]))})")
             else:
                 connection.register(alias, group.table.dataset(read[group.key]).to_table())
         relation = connection.sql(duckdb_sql(query))

@@ -136,6 +136,24 @@ def check_batch(table: pa.Table, primary_key: Sequence[str], event_time: str | N
                                 "hold each (primary key, event time) once")
 
 
+def check_partition_key(table: pa.Table, partition_key: Sequence[str], group: str) -> None:
+    """Refuse partition columns a first batch lacks, or whose type makes no folder name: strings, integers,
+    dates and booleans partition (a float or a time would make a folder per value; partition by a day or
+    bucket column derived from it instead)."""
+    import pyarrow as pa
+
+    for column in partition_key:
+        if column not in table.column_names:
+            raise FeatureStoreError(f"feature group {group!r}: partition_key column {column!r} is not in the batch "
+                                    f"(its columns: {', '.join(table.column_names)})")
+        kind = table.column(column).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)
+                or pa.types.is_date32(kind) or pa.types.is_boolean(kind)):
+            raise FeatureStoreError(f"feature group {group!r}: partition_key column {column!r} is "
+                                    f"{type_name(kind)}; partition by a string, integer, date or boolean column "
+                                    "(e.g. the day of the event time)")
+
+
 def conform(table: pa.Table, schema: pa.Schema | None, group: str) -> tuple[pa.Table, list[str]]:
     """The batch in the group's schema (`schema`, None before the first insert): columns in its order, a
     missing nullable column as nulls, a new column allowed (nullable; returned as added), a type that

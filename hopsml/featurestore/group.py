@@ -45,7 +45,7 @@ class FeatureGroup:
         self.created = created
         self.expectation_suite = expectations.suite_of(expectation_suite)
         self.ttl = ttl_seconds(ttl, self.key)
-        self.table = GroupTable(store.table_uri(self.name, self.version), self.keys(), self.key)
+        self.table = GroupTable(store.table_uri(self.name, self.version), self.keys(), self.key, self.partition_key)
 
     # --- identity and metadata -------------------------------------------------------------------------
     @property
@@ -188,6 +188,8 @@ class FeatureGroup:
             raise FeatureStoreError(f"feature group {self.key!r} has no primary key: create it with "
                                     "primary_key=[...] naming the column(s) that identify an entity")
         frames.check_batch(batch, self.primary_key, self.event_time, self.key)
+        if not self.table.exists():
+            frames.check_partition_key(batch, self.partition_key, self.key)
         if self.event_time:
             batch = frames.event_times(batch, self.event_time)
         batch, added = frames.conform(batch, self.table.schema(), self.key)

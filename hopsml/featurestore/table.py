@@ -74,10 +74,11 @@ def wallclock_ms(value: Any) -> int:
 
 
 class GroupTable:
-    """The Delta table at `uri` (a local folder) of a group keyed by `keys` (primary key + event time)."""
+    """The Delta table at `uri` (a local folder) of a group keyed by `keys` (primary key + event time),
+    partitioned by `partition_by` (folders `column=value/`, Hive's layout, which Spark, DuckDB and Arrow read)."""
 
-    def __init__(self, uri: str, keys: Sequence[str], name: str) -> None:
-        self.uri, self.keys, self.name = uri, list(keys), name
+    def __init__(self, uri: str, keys: Sequence[str], name: str, partition_by: Sequence[str] = ()) -> None:
+        self.uri, self.keys, self.name, self.partition_by = uri, list(keys), name, list(partition_by)
 
     def exists(self) -> bool:
         from deltalake import DeltaTable
@@ -106,7 +107,8 @@ class GroupTable:
         for attempt in range(_RETRIES):
             try:
                 if not self.exists():
-                    write_deltalake(self.uri, batch, mode="append", commit_properties=properties)
+                    write_deltalake(self.uri, batch, mode="append", partition_by=self.partition_by or None,
+                                    commit_properties=properties)
                 else:
                     table = self._table()
                     if added:
@@ -161,7 +163,19 @@ class GroupTable:
 
         table = self._table(version)
         schema = pa.schema(table.schema().to_arrow())
-        return pads.dataset(list(table.file_uris()), schema=schema, format="parquet")
+        partitions = self.partitioning(version)
+        if not partitions:
+            return pads.dataset(list(table.file_uris()), schema=schema, format="parquet")
+        return pads.dataset(list(table.file_uris()), schema=schema, format="parquet", partition_base_dir=self.uri,
+                            partitioning=pads.partitioning(pa.schema(partitions), flavor="hive"))
+
+    def partitioning(self, version: int | None = None) -> list[pa.Field]:
+        """The partition columns of the table at `version`, with their types (none when unpartitioned)."""
+        import pyarrow as pa
+
+        table = self._table(version)
+        schema = pa.schema(table.schema().to_arrow())
+        return [schema.field(name) for name in table.metadata().partition_columns]
 
     def read(self, version: int | None = None, columns: Sequence[str] | None = None) -> pa.Table:
         return self.dataset(version).to_table(columns=list(columns) if columns else None)
@@ -180,9 +194,11 @@ class GroupTable:
     def spark(self, spark: Any, version: int | None = None) -> Any:
         """The rows at `version` as a Spark DataFrame, read from the version's Parquet files."""
         files = self.files(version)
+        schema = _spark_schema(self._table(version))
         if not files:
-            return spark.createDataFrame([], schema=_spark_schema(self._table(version)))
-        return spark.read.parquet(*files)
+            return spark.createDataFrame([], schema=schema)
+        # the table's schema: partition values keep their types ('007' stays a string), older files get nulls
+        return spark.read.schema(schema).option("basePath", self.uri).parquet(*files)
 
     def files(self, version: int | None = None) -> list[str]:
         """The Parquet files of the table at `version`: what Spark reads (no Delta jars needed)."""

@@ -34,7 +34,8 @@ def test_spark_and_duckdb_give_the_same_point_in_time_rows(fs, seed):
     groups = {}
     for name, frame in (("label", label), ("spend", spend), ("risk", risk)):
         window = dt.timedelta(minutes=40) if name == "spend" else None  # a staleness window on one group
-        groups[name] = fs.create_feature_group(name, primary_key=["customer"], event_time="ts", ttl=window)
+        groups[name] = fs.create_feature_group(name, primary_key=["customer"], event_time="ts", ttl=window,
+                                               partition_key=["customer"] if name == "risk" else None)
         groups[name].insert(frame)
     query = (groups["label"].select_all().join(groups["spend"].select(["spend"]))
              .join(groups["risk"].select(["risk"]), join_type="inner"))

@@ -5,6 +5,7 @@ it was."""
 from __future__ import annotations
 
 import datetime as dt
+import pathlib
 import time
 
 import pandas as pd
@@ -130,3 +131,27 @@ def test_a_group_without_event_time_is_keyed_by_its_primary_key(fs):
     fg.insert(pd.DataFrame({"id": [1, 2], "age": [30, 40]}))
     fg.insert(pd.DataFrame({"id": [2, 3], "age": [41, 50]}))
     assert fg.read().sort_values("id")["age"].tolist() == [30, 41, 50]
+
+
+def test_a_partition_key_lays_the_table_out_in_folders_every_reader_reads(fs):
+    fg = fs.create_feature_group("visits", primary_key=["id"], event_time="ts", partition_key=["Country", "day"])
+    frame = pd.DataFrame({"id": [1, 2, 3, 4], "ts": [at(0), at(1), at(2), at(30)],
+                          "Country": ["SE", "007", None, "a b/c"], "day": [at(h).date() for h in (0, 1, 2, 30)],
+                          "spend": [1.0, 2.0, 3.0, 4.0]})
+    fg.insert(frame)
+    fg.insert(pd.DataFrame({"id": [1, 5], "ts": [at(0), at(40)], "Country": ["SE", "SE"],
+                            "day": [at(0).date(), at(40).date()], "spend": [10.0, 5.0]}))   # an upsert, and a row
+    folders = {p.relative_to(fg.table.uri).parts[:2] for p in pathlib.Path(fg.table.uri).rglob("*.parquet")}
+    assert ("country=SE", "day=2024-05-01") in folders and ("country=007", "day=2024-05-01") in folders
+    assert [f.name for f in fg.table.partitioning()] == ["country", "day"]
+    rows = fg.read().sort_values("id").reset_index(drop=True)
+    assert [None if pd.isna(c) else c for c in rows["country"]][:4] == ["SE", "007", None, "a b/c"]  # '007': a string
+    assert rows["spend"].tolist() == [10.0, 2.0, 3.0, 4.0, 5.0]
+    assert rows["day"].tolist()[3] == at(30).date()
+    assert fg.filter(fg.country == "SE").read()["spend"].sum() == 15.0
+    arrow = fg.table.read()
+    assert arrow.schema.field("country").type == pa.string() and arrow.num_rows == 5
+    with pytest.raises(FeatureStoreError, match="partition_key column 'spend' is double"):
+        fs.create_feature_group("bad", primary_key=["id"], partition_key=["spend"]).insert(frame)
+    with pytest.raises(FeatureStoreError, match="partition_key column 'nope' is not in the batch"):
+        fs.create_feature_group("bad", primary_key=["id"], partition_key=["nope"]).insert(frame)
