@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import layout
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import expectations, frames, stats
+from hopsml.featurestore import expectations, frames, spark_insert, stats
 from hopsml.featurestore.query import Feature, Query
 from hopsml.featurestore.table import Commit, GroupTable
 
@@ -177,24 +177,68 @@ class FeatureGroup:
             raise FeatureStoreError(f"operation {operation!r}: hopsml inserts with 'upsert' (or 'insert')")
         if overwrite:
             raise FeatureStoreError("overwrite=True would drop the group's history; create a new version instead")
-        run_validation = (validation_options or {}).get("run_validation", True)
-        report = self.commit(frames.to_arrow(features), validate=bool(run_validation))[1]
-        return None, report
+        run_validation = bool((validation_options or {}).get("run_validation", True))
+        if spark_insert.is_spark(features):
+            return None, self.commit_spark(features, validate=run_validation)[1]
+        return None, self.commit(frames.to_arrow(features), validate=run_validation)[1]
 
     def commit(self, batch: pa.Table, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:
         """Check, validate and commit one batch: the commit and the validation report (None without a suite)."""
         batch = frames.lower_names(batch)
-        if not self.primary_key:
-            raise FeatureStoreError(f"feature group {self.key!r} has no primary key: create it with "
-                                    "primary_key=[...] naming the column(s) that identify an entity")
+        self._need_primary_key()
         frames.check_batch(batch, self.primary_key, self.event_time, self.key)
         if not self.table.exists():
             frames.check_partition_key(batch, self.partition_key, self.key)
         if self.event_time:
             batch = frames.event_times(batch, self.event_time)
         batch, added = frames.conform(batch, self.table.schema(), self.key)
+        report = self._validated(batch) if validate else None
+        with self.store.group_lock(self):
+            commit = self.table.commit(batch, added)
+            self._committed(commit, batch.schema)
+        if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
+            after = batch if commit.version == 0 else self.table.read(commit.version)
+            self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
+        return commit, report
+
+    def commit_spark(self, frame: Any, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:
+        """A Spark DataFrame's rows committed by Spark's tasks (spark_insert.py); its checks and statistics are
+        Spark jobs. Only an expectation suite reads the batch on the driver (the checks run on Arrow)."""
+        self._need_primary_key()
+        frame, schema, added = spark_insert.prepared(frame, self.primary_key, self.event_time, self.partition_key,
+                                                     self.table.schema(), self.key)
+        report = self._validated(frame.toArrow() if hasattr(frame, "toArrow") else frames.to_arrow(frame.toPandas())
+                                 ) if validate and self._validating else None
+        with self.store.group_lock(self):
+            commit = spark_insert.write(self.table, frame, schema, added)
+            self._committed(commit, schema)
+        if self.statistics_config["enabled"]:
+            after = self.table.spark(frame.sparkSession, commit.version)
+            self.store.save_statistics(self, commit, spark_insert.statistics(after, self.statistics_config))
+        return commit, report
+
+    def _need_primary_key(self) -> None:
+        if not self.primary_key:
+            raise FeatureStoreError(f"feature group {self.key!r} has no primary key: create it with "
+                                    "primary_key=[...] naming the column(s) that identify an entity")
+
+    @property
+    def _validating(self) -> bool:
+        return self.expectation_suite is not None and bool(self.expectation_suite.run_validation)
+
+    def _committed(self, commit: Commit, schema: pa.Schema) -> None:
+        """After a commit, under the group's lock: the group's features and definition saved."""
+        self._features = _features_of(schema, self._features)
+        if self.created is None:
+            self.created = commit.committed_on.isoformat()
+        self.store.save_group(self)
+
+    def _validated(self, batch: pa.Table) -> dict[str, Any] | None:
+        """The batch checked against the group's expectation suite: the report (None without one); a STRICT
+        suite refuses a failing batch, an ALWAYS one warns."""
         report = None
-        if validate and self.expectation_suite is not None and self.expectation_suite.run_validation:
+        if self._validating:
+            assert self.expectation_suite is not None
             report = expectations.validate(self.expectation_suite, batch)
             strict = self.expectation_suite.validation_ingestion_policy == "STRICT"
             report["ingestion_result"] = "INGESTED" if report["success"] or not strict else "REJECTED"
@@ -206,16 +250,7 @@ class FeatureGroup:
             if not report["success"]:
                 log.warning("feature group %s: the batch fails expectations (inserted, policy ALWAYS): %s",
                             self.key, expectations.failures(report))
-        with self.store.group_lock(self):
-            commit = self.table.commit(batch, added)
-            self._features = _features_of(batch.schema, self._features)
-            if self.created is None:
-                self.created = commit.committed_on.isoformat()
-            self.store.save_group(self)
-        if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
-            after = batch if commit.version == 0 else self.table.read(commit.version)
-            self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
-        return commit, report
+        return report
 
     # --- reading --------------------------------------------------------------------------------------
     def select_all(self, include_primary_key: bool = True, include_event_time: bool = True) -> Query:

@@ -134,14 +134,15 @@ class GroupTable:
         for entry in self._table().history(limit):
             metrics = entry.get("operationMetrics") or {}
             operation = str(entry.get("operation", ""))
-            if operation in ("ADD COLUMN",):
+            if operation in ("ADD COLUMN", "CREATE TABLE"):
                 continue  # part of the insert that follows it
             added = str(entry.get("hopsml.added_columns") or "")
-            inserted = metrics.get("num_target_rows_inserted", metrics.get("num_added_rows", 0))
-            out.append(Commit(int(entry["version"]), int(entry["timestamp"]), int(inserted or 0),
-                              int(metrics.get("num_target_rows_updated", 0) or 0),
-                              int(metrics.get("num_target_rows_deleted", 0) or 0), operation,
-                              tuple(a for a in added.split(",") if a)))
+            inserted = entry.get("hopsml.inserted",   # a Spark insert's counts (spark_insert.py), else delta-rs's
+                                 metrics.get("num_target_rows_inserted", metrics.get("num_added_rows", 0)))
+            updated = entry.get("hopsml.updated", metrics.get("num_target_rows_updated", 0))
+            out.append(Commit(int(entry["version"]), int(entry["timestamp"]), int(inserted or 0), int(updated or 0),
+                              int(metrics.get("num_target_rows_deleted", 0) or 0),
+                              str(entry.get("hopsml.operation") or operation), tuple(a for a in added.split(",") if a)))
         return out
 
     def version_at(self, wallclock: Any) -> int:

@@ -96,6 +96,24 @@ summary = model.predict(version, "digits", digits.predict, split="test", batch_s
 print("RESULT " + json.dumps({"splits": summary.splits, "columns": summary.columns}))
 """
 
+FEATURES = """
+import json
+import pandas as pd
+from hopsml import hopsworks
+from hopsml.cluster import session
+
+spark = session.get_or_create()
+fs = hopsworks.login().get_feature_store()
+fg = fs.get_or_create_feature_group("payments", version=1, primary_key=["id"], event_time="ts")
+ts = pd.Timestamp("2024-05-01", tz="UTC")
+fg.insert(spark.createDataFrame(pd.DataFrame({"id": [1, 2, 3], "ts": [ts] * 3, "amount": [1.0, 2.0, 3.0]})))
+fg.insert(spark.createDataFrame(pd.DataFrame({"id": [3, 4], "ts": [ts] * 2, "amount": [30.0, 4.0]})))
+rows = fg.read(read_options={"engine": "spark"}).sort_values("id")
+commits = fg.table.commits()
+print("RESULT " + json.dumps({"amount": rows["amount"].tolist(), "operations": [c.operation for c in commits],
+                              "counts": [[c.inserted, c.updated] for c in commits]}))
+"""
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
@@ -175,3 +193,13 @@ def test_collectives_searches_and_failures_over_spark_connect(tmp_path, connect_
     assert out["connect"] is True and out["executors"] == 4 and out["parallelism"] == 4
     assert out["grid_best"] == {"lr": 0.1, "dropout": 0.0}
     assert {"lr", "dropout"} <= set(out["asha_best"])
+
+
+def test_a_spark_connect_frame_is_inserted_into_a_feature_group_by_the_servers_tasks(tmp_path, connect_url):
+    script = tmp_path / "features.py"
+    script.write_text(FEATURES)
+    done = _run(tmp_path, connect_url, sys.executable, str(script))
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    out = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert out["amount"] == [1.0, 2.0, 30.0, 4.0]        # key 3 updated, key 4 added
+    assert out["operations"] == ["SPARK INSERT", "SPARK INSERT"] and out["counts"] == [[1, 1], [3, 0]]

@@ -60,3 +60,53 @@ def test_spark_frames_in_and_out(fs, spark):
     assert out.orderBy("id").select("x").toPandas()["x"].tolist() == [1.5, 2.5, 30.0]
     old = fg.read(wallclock_time=fg.table.commits()[-1].committed_ms, read_options={"engine": "spark"})
     assert sorted(old["x"]) == [1.5, 2.5, 3.5]
+
+
+def test_spark_tasks_write_the_files_and_an_update_rewrites_only_the_files_it_touches(fs, spark):
+    """Spark's tasks write the Parquet files (no row goes through the driver) and the driver commits them: adds
+    add files; updates rewrite the files holding the updated keys in one commit; the partitioned layout, the
+    counts, time travel, statistics, checks and a failed first insert are as for a pandas insert."""
+    import os
+
+    from hopsml.errors import FeatureStoreError
+
+    def frame(ids, hours, amounts, country="SE"):
+        return spark.createDataFrame(pd.DataFrame({
+            "Id": ids, "ts": [pd.Timestamp("2024-05-01", tz="UTC") + pd.Timedelta(hours=h) for h in hours],
+            "Amount": amounts, "country": [country] * len(ids)}))
+
+    fg = fs.create_feature_group("payments", primary_key=["Id"], event_time="ts", partition_key=["country"])
+    with pytest.raises(FeatureStoreError, match="2 keys appear more than once"):
+        fg.insert(frame([1, 1, 2, 2], [0, 0, 1, 1], [1.0, 2.0, 3.0, 4.0]))
+    assert not fg.table.exists()                  # refused before anything was written
+    fg.insert(frame(list(range(100)), [0] * 100, [float(i) for i in range(100)]).repartition(4))
+    fg.insert(frame([200, 201], [0, 0], [1.0, 2.0], country="DE"))       # only new keys: files added
+    first, second = fg.table.commits()[::-1]
+    assert (first.inserted, first.updated, first.operation) == (100, 0, "SPARK INSERT")
+    assert (second.inserted, second.updated) == (2, 0)
+    files_before = set(fg.table.files())
+    fg.insert(frame([5, 300], [0, 0], [500.0, 3.0], country="SE"))      # key 5 is there: its file is rewritten
+    third = fg.table.commits()[0]
+    assert (third.inserted, third.updated) == (1, 1)
+    files_after = set(fg.table.files())
+    assert len(files_before - files_after) == 1                         # only the file holding key 5 left
+    assert all(f"{os.sep}country=" in f for f in files_after)           # the partitioned layout
+    assert not [d for d in os.listdir(fg.table.uri) if d.startswith("spark-")]   # no staging left behind
+
+    rows = fg.read(read_options={"engine": "duckdb"}).sort_values("id").reset_index(drop=True)
+    assert len(rows) == 103 and rows.loc[rows["id"] == 5, "amount"].item() == 500.0
+    assert rows.groupby("country").size().to_dict() == {"DE": 2, "SE": 101}
+    assert fg.read(wallclock_time=second.committed_ms)["amount"].sum() == sum(range(100)) + 3.0
+    by_spark = fg.read(read_options={"engine": "spark"}).sort_values("id").reset_index(drop=True)
+    assert by_spark[rows.columns].equals(rows)
+
+    statistics = fg.get_statistics()
+    assert statistics["commit"] == third.version
+    amount = statistics["columns"]["amount"]
+    assert amount["count"] == 103 and amount["max"] == 500.0 and sum(amount["histogram"]["counts"]) == 103
+    assert statistics["columns"]["country"]["top"][0] == ["SE", 101]
+
+    with pytest.raises(FeatureStoreError, match="column 'amount' is double in the group but string"):
+        fg.insert(spark.createDataFrame(pd.DataFrame({"Id": [9], "ts": [pd.Timestamp("2024-05-02", tz="UTC")],
+                                                      "Amount": ["x"], "country": ["SE"]})))
+    assert fg.table.commits()[0].version == third.version               # the refused batch left no commit

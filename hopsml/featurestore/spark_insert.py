@@ -1,0 +1,288 @@
+"""A Spark DataFrame inserted by Spark: its tasks write the Parquet files into the group's table folder and the
+driver commits them to the Delta log with delta-rs. No row reaches the driver (the checks, the files a batch
+updates and the statistics are Spark jobs whose results are counts, a few sample values and file names), and
+no Delta jars are needed.
+
+A batch that only adds (primary key, event time) pairs adds files. One that updates pairs already there
+rewrites the files holding them (copy on write): their rows the batch does not replace, with the batch, are
+written as new files, and one commit removes the old files and adds the new ones, so a reader sees the table
+before or after the insert, never between. The old files stay for time travel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from hopsml.errors import FeatureStoreError
+from hopsml.featurestore import frames
+from hopsml.featurestore.table import Commit, GroupTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def is_spark(data: Any) -> bool:
+    return type(data).__module__.startswith("pyspark") and hasattr(data, "sparkSession")
+
+
+def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, partition_key: Sequence[str],
+             schema: pa.Schema | None, group: str) -> tuple[Any, pa.Schema, list[str]]:
+    """The batch checked and in the group's schema (`schema`, None before the first insert), as frames.py checks
+    an Arrow batch, by Spark jobs: (the frame, its Arrow schema, the columns it adds)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    frames.lower_names(pa.schema([pa.field(c, pa.null()) for c in frame.columns]).empty_table())
+    frame = frame.toDF(*[c.lower() for c in frame.columns])
+    needed = [*primary_key, *([event_time] if event_time else [])]
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise FeatureStoreError(f"feature group {group!r}: the batch has no column {missing[0]!r} (its columns: "
+                                f"{', '.join(frame.columns)})")
+    nulls = frame.agg(*[F.sum(F.col(c).isNull().cast("long")).alias(c) for c in needed]).first()
+    for column in needed:
+        if nulls[column]:
+            what = "event time" if column == event_time else "primary key"
+            raise FeatureStoreError(f"feature group {group!r}: {what} column {column!r} is missing in "
+                                    f"{nulls[column]} rows; every row needs one")
+    repeated = frame.groupBy(*needed).count().where("count > 1")
+    first = repeated.limit(1).collect()
+    if first:
+        shown = {c: first[0][c] for c in needed}
+        raise FeatureStoreError(f"feature group {group!r}: {repeated.count()} keys appear more than once in the "
+                                f"batch, e.g. {shown} ({first[0]['count']} rows); a batch may hold each (primary "
+                                "key, event time) once")
+    if event_time:
+        frame = frame.withColumn(event_time, _event_time(frame, event_time, group))
+    given = _arrow_schema(frame.schema)
+    _, added = frames.conform(given.empty_table(), schema, group)
+    if schema is None:
+        frames.check_partition_key(given.empty_table(), partition_key, group)
+        target = given
+    else:
+        target = pa.schema([*schema, *[given.field(n).with_nullable(True) for n in added]])
+    columns = [(F.col(f"`{f.name}`") if f.name in frame.columns else F.lit(None))
+               .cast(from_arrow_type(f.type)).alias(f.name) for f in target]
+    return frame.select(*columns), target, added
+
+
+def _arrow_schema(schema: Any) -> pa.Schema:
+    """A Spark schema in Arrow's types, timestamps in UTC (Spark 4 asks for the zone; 3.5 takes UTC)."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)
+
+
+def _event_time(frame: Any, column: str, group: str) -> Any:
+    """The event time as a timestamp column: a timestamp, a date, or int64 epoch milliseconds (frames.py)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, IntegralType, TimestampNTZType, TimestampType
+
+    kind = frame.schema[column].dataType
+    if isinstance(kind, TimestampType):
+        return F.col(column)
+    if isinstance(kind, TimestampNTZType):   # naive: taken as UTC
+        return F.to_utc_timestamp(F.col(column).cast("string"), "UTC")
+    if isinstance(kind, DateType):
+        return F.to_utc_timestamp(F.col(column).cast("timestamp_ntz").cast("string"), "UTC")
+    if isinstance(kind, IntegralType):
+        return F.timestamp_millis(F.col(column))
+    sample = frame.where(F.col(column).isNotNull()).select(column).limit(1).collect()
+    raise FeatureStoreError(f"event_time column {column!r} is {kind.simpleString()}, not a time (e.g. "
+                            f"{sample[0][0] if sample else None!r}): give a timestamp, a date, or int64 epoch "
+                            "milliseconds")
+
+
+def write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str]) -> Commit:
+    """Write the batch with Spark's tasks and commit its files as one Delta commit (see the module docstring);
+    the caller holds the group's lock, so the files it rewrites are the table's newest."""
+    from deltalake import DeltaTable
+
+    created = not table.exists()
+    if created:   # the table's schema and partitioning (a CREATE TABLE commit, not an insert)
+        DeltaTable.create(table.uri, schema=schema, partition_by=table.partition_by or None)
+    try:
+        return _write(table, frame, schema, added)
+    except BaseException:
+        if created:   # nothing was inserted: the group has no table yet, as before the call
+            shutil.rmtree(os.path.join(table.uri, "_delta_log"), ignore_errors=True)
+        raise
+
+
+def _write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str]) -> Commit:
+    from deltalake import CommitProperties, DeltaTable
+    from deltalake.transaction import RemoveAction
+    from pyspark.sql import functions as F
+
+    spark = frame.sparkSession
+    partitions = [f.name for f in table.partitioning()]
+    logged = _logged(DeltaTable(table.uri), table.uri)   # each live file: (its path in the log, its rows)
+    touched: dict[str, int] = {}                          # file -> how many of its rows the batch updates
+    if logged:
+        existing = table.spark(spark).select(*table.keys, F.col("_metadata.file_path").alias("__file"))
+        hits = existing.join(frame.select(*table.keys), table.keys, "left_semi").groupBy("__file").count()
+        touched = {_local(row["__file"]): int(row["count"]) for row in hits.collect()}
+    out = frame
+    if touched:
+        kept = (spark.read.schema(frame.schema).option("basePath", table.uri).parquet(*touched)
+                .join(frame.select(*table.keys), table.keys, "left_anti"))
+        out = kept.unionByName(frame)
+    staging = os.path.join(table.uri, f"spark-{uuid.uuid4().hex}")
+    try:
+        with _micros(spark):
+            writer = out.write.mode("error")
+            (writer.partitionBy(*partitions) if partitions else writer).parquet(staging)
+        adds = _moved(staging, table.uri, partitions)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    delta = DeltaTable(table.uri)
+    if added:
+        from hopsml.featurestore.table import _delta_field
+
+        delta.alter.add_columns([_delta_field(schema.field(n)) for n in added])
+        delta = DeltaTable(table.uri)
+    now = int(time.time() * 1000)
+    removes = [RemoveAction(logged[path][0], True, now) for path in touched]
+    # the new files hold the rewritten files' kept rows again: rows inserted are the difference
+    inserted = sum(rows for _, rows in adds) - sum(logged[path][1] for path in touched)
+    properties = CommitProperties(custom_metadata={
+        "hopsml.added_columns": ",".join(added), "hopsml.operation": "SPARK INSERT",
+        "hopsml.inserted": str(inserted), "hopsml.updated": str(sum(touched.values()))})
+    delta.create_write_transaction([*(add for add, _ in adds), *removes], mode="append", schema=schema,
+                                   partition_by=partitions or None, commit_properties=properties)
+    return table.commits(1)[0]
+
+
+@contextlib.contextmanager
+def _micros(spark: Any) -> Iterator[None]:
+    """Timestamps written as Parquet's TIMESTAMP_MICROS (Delta's timestamp), not Spark's default INT96."""
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def _moved(staging: str, root: str, partitions: Sequence[str]) -> list[tuple[Any, int]]:
+    """Spark's Parquet files moved from `staging` into the table's own folders (`column=value/`, as delta-rs
+    lays them out), each with its Delta add action and row count (from its footer)."""
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+
+    out = []
+    for folder, _, names in os.walk(staging):
+        for name in sorted(n for n in names if n.endswith(".parquet") and not n.startswith((".", "_"))):
+            relative = os.path.relpath(folder, staging)
+            parts = [] if relative == "." else relative.split(os.sep)
+            values = {}
+            for part in parts:
+                column, _, value = part.partition("=")
+                value = urllib.parse.unquote(value)
+                values[column] = None if value == _NULL_PARTITION else value
+            if sorted(values) != sorted(partitions):
+                raise FeatureStoreError(f"Spark wrote {os.path.join(relative, name)}, outside the partitions "
+                                        f"{partitions}")
+            target_dir = os.path.join(root, *parts)
+            os.makedirs(target_dir, exist_ok=True)
+            target = os.path.join(target_dir, name)
+            os.replace(os.path.join(folder, name), target)
+            rows = pq.read_metadata(target).num_rows
+            stat = os.stat(target)
+            path = "/".join([*parts, name])
+            out.append((AddAction(path, stat.st_size, values, int(stat.st_mtime * 1000), True,
+                                  json.dumps({"numRecords": rows})), rows))
+    return out
+
+
+def _logged(delta: Any, root: str) -> dict[str, tuple[str, int]]:
+    """Each file of the table's newest version, by its local path: its path as the log names it, its rows."""
+    import pyarrow as pa
+
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return {}
+    paths, rows = actions.column("path").to_pylist(), actions.column("num_records").to_pylist()
+    return {os.path.normpath(uri): (path, int(count or 0))
+            for uri, path, count in zip(delta.file_uris(), paths, rows)}
+
+
+def _local(uri: str) -> str:
+    """A file path as Spark's _metadata.file_path gives it (file:/..., escaped) made a plain local path."""
+    parsed = urllib.parse.urlparse(uri)
+    return os.path.normpath(urllib.parse.unquote(parsed.path if parsed.scheme else uri))
+
+
+def statistics(frame: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """Statistics of a Spark DataFrame in stats.py's form (count, missing, min/max/mean/std, histogram; top
+    values and distinct counts of the rest), by Spark jobs: what the driver gets back are the aggregates."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, DateType, NumericType, StringType, TimestampType
+
+    from hopsml.data import stats as dataset_stats
+
+    wanted = config.get("columns") or frame.columns
+    kinds = {f.name: f.dataType for f in frame.schema.fields if f.name in wanted}
+    numeric = [c for c, k in kinds.items() if isinstance(k, (NumericType, BooleanType))]
+    categorical = [c for c, k in kinds.items() if isinstance(k, StringType)]
+    times = [c for c, k in kinds.items() if isinstance(k, (TimestampType, DateType))]
+    split = frame.select(*[F.col(f"`{c}`").cast("double").alias(c) if c in numeric else F.col(f"`{c}`")
+                           for c in kinds]).withColumn("__split", F.lit("all"))
+    table, _, _ = dataset_stats.table_stats_and_counts(split, "__split", ["all"], numeric, categorical)
+    out: dict[str, Any] = {}
+    for column in table["columns"]:
+        summary = dict(column["splits"]["all"])
+        summary["kind"] = column["type"]
+        if column["type"] == "numeric" and config.get("histograms", True) and "histogram" in summary:
+            summary["histogram"]["counts"] = _histogram(split, column["name"], summary["histogram"]["edges"])
+        elif column["type"] == "numeric":
+            summary.pop("histogram", None)
+        summary.pop("median", None)
+        out[column["name"]] = summary
+    if times:
+        bounds = split.agg(*[F.count(c).alias(f"{c}__n") for c in times], *[F.min(c).alias(f"{c}__lo") for c in times],
+                           *[F.max(c).alias(f"{c}__hi") for c in times]).first()
+        rows = table["rows"]["all"]
+        for c in times:
+            out[c] = {"count": bounds[f"{c}__n"], "missing": rows - bounds[f"{c}__n"], "kind": "time",
+                      **({"min": str(_utc(bounds[f"{c}__lo"])), "max": str(_utc(bounds[f"{c}__hi"]))}
+                         if bounds[f"{c}__n"] else {})}
+    return {"rows": table["rows"]["all"], "columns": {c: out[c] for c in kinds if c in out}}
+
+
+def _histogram(frame: Any, column: str, edges: Sequence[float]) -> list[int]:
+    """Counts of `column` in the buckets of `edges` (the last closed), by one Spark job."""
+    from pyspark.sql import functions as F
+
+    width = (edges[-1] - edges[0]) / (len(edges) - 1) or 1.0
+    bucket = F.least(F.greatest(F.floor((F.col(column) - edges[0]) / width), F.lit(0)), F.lit(len(edges) - 2))
+    counts = [0] * (len(edges) - 1)
+    for row in frame.where(F.col(column).isNotNull()).groupBy(bucket.alias("b")).count().collect():
+        counts[int(row["b"])] = int(row["count"])
+    return counts
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is None:   # Spark hands timestamps in local time
+        return value.astimezone(dt.timezone.utc)
+    return value
