@@ -1,7 +1,8 @@
 """Point-in-time training data and inserts of the feature store, against the plain ways, side by side in one run.
 
     python bench/feature_store.py [--labels 10000,100000,1000000] [--groups 3] [--ratio 10] [--repeat 3]
-                                  [--master local[*]] [--engines duckdb,spark,plain]
+                                  [--master local[*]] [--engines duckdb,spark,plain] [--feast-python PATH]
+                                  [--feast-limit 900] [--feast-memory-gib 7]
 
 (a) Point-in-time training data: `--labels` label rows (a key and an event time) joined with `--groups` feature
 groups holding `--ratio` times as many rows in all, each label row getting each group's newest row of its key
@@ -13,8 +14,25 @@ at or before its time. Timed, each on the same data and the same Spark session, 
   non-null value of each feature over a window ordered by time (`last(..., ignorenulls=True)`), per group.
 
 The three answers are compared (the same rows, the same values). Prints seconds and label rows/s of each, and
-the ratios spark/plain (target: at most 1.5) and duckdb/spark (target: under 1 below 10M rows). Feast's local
-offline store is not measured here (it needs its own environment).
+the ratios spark/plain (target: at most 1.5) and duckdb/spark (target: under 1 below 10M rows).
+
+* feast: Feast's local offline store (provider local, the file/Dask store) on the same rows written as Parquet,
+  `get_historical_features(...).to_df()` timed by bench/feast_pit.py in the environment of `--feast-python`
+  (default: $HOPSML_BENCH_FEAST_PYTHON; Feast is no hopsml dependency, so its column is skipped without it), each
+  call in its own process capped at `--feast-memory-gib` of address space and `--feast-limit` seconds, a breach
+  printed as "out of memory at N GiB" or "> S s". Prints feast/duckdb and feast/spark (target: at least 5 at 1M
+  label rows). Both sides take a group row whose time equals the label's (`<=`) and compare times in UTC; Feast's
+  file store leaves out a label row that has rows of its key in a group but none at or before its time, where
+  hopsml keeps it with nulls, so its answer is checked against hopsml's rows without nulls and the rows it left
+  out are counted. Feast is handed the label rows in memory (read before its timer), hopsml reads its label group.
+
+The figures in docs/benchmarks.md:
+
+    python3 -m venv venv-feast && venv-feast/bin/pip install feast==0.67.0
+    export HOPSML_BENCH_FEAST_PYTHON=venv-feast/bin/python
+    python bench/feature_store.py --labels 10000,100000 --repeat 3 --master "local[2]"
+    python bench/feature_store.py --labels 300000 --repeat 1 --master "local[2]"
+    python bench/feature_store.py --labels 1000000 --repeat 1 --master "local[2]"
 
 (b) Inserts: `--labels` rows of 8 columns from pandas into a new group (one commit, statistics included), against
 writing the same rows as one Parquet file with pyarrow. Prints rows/s of both and their ratio.
@@ -29,6 +47,8 @@ import datetime as dt
 import functools
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,6 +62,7 @@ from hopsml.cluster import session
 from hopsml.featurestore.store import FeatureStore
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+FEAST_DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "feast_pit.py")
 
 
 def frames(labels: int, groups: int, ratio: int, seed: int = 0) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
@@ -104,6 +125,55 @@ def same(a: pd.DataFrame, b: pd.DataFrame) -> bool:
                 and (left["ts"] == right["ts"]).all())
 
 
+def feast_version(python: str | None) -> str | None:
+    """Feast's version in that environment, or None when it has none (the Feast column is then skipped)."""
+    if not python or not os.path.exists(python):
+        return None
+    done = subprocess.run([python, "-c", "import feast; print(feast.__version__)"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def feast_once(root: str, label_path: str, group_paths: list[str], args: argparse.Namespace
+               ) -> tuple[float | str, float, pd.DataFrame | None]:
+    """One Feast call in a process of its own, capped, so running out of memory or time is a figure, not a crash."""
+    workdir = tempfile.mkdtemp(dir=root, prefix="feast-")
+    out = os.path.join(workdir, "answer.parquet")
+    cap = int(args.feast_memory_gib * 2**30)
+    with open(os.path.join(workdir, "stderr.txt"), "w+") as err:
+        # prlimit, not preexec_fn: forking a process that runs Py4J threads must not run Python before exec
+        proc = subprocess.Popen(["prlimit", f"--as={cap}", args.feast_python, FEAST_DRIVER, workdir, label_path,
+                                 out, *group_paths], stdout=subprocess.PIPE, stderr=err, text=True)
+        proc.stdout.readline()  # "ready": Feast imported and the repository applied; the limit counts from here
+        try:
+            stdout, _ = proc.communicate(timeout=args.feast_limit)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return f"> {args.feast_limit:g} s", 0.0, None
+        err.seek(0)
+        tail = err.read()[-3000:]
+    if proc.returncode == 0:
+        seconds, peak_gib = stdout.split()[-2:]
+        return float(seconds), float(peak_gib), pd.read_parquet(out)
+    if proc.returncode == 3 or any(m in tail for m in ("MemoryError", "bad_alloc", "Cannot allocate memory")):
+        return f"out of memory at {args.feast_memory_gib:g} GiB", 0.0, None
+    print(f"Feast failed (exit {proc.returncode}); its last output:\n{tail}", file=sys.stderr)
+    return f"failed ({proc.returncode})", 0.0, None
+
+
+def feast(root: str, label_path: str, group_paths: list[str], args: argparse.Namespace
+          ) -> tuple[float | str, float, pd.DataFrame | None]:
+    """Feast's median of --repeat calls and its largest peak; the first call over a cap ends the row."""
+    times, peaks, answer = [], [], None
+    for _ in range(args.repeat):
+        seconds, peak_gib, answer = feast_once(root, label_path, group_paths, args)
+        if isinstance(seconds, str):
+            return seconds, 0.0, None
+        times.append(seconds)
+        peaks.append(peak_gib)
+    return statistics.median(times), max(peaks), answer
+
+
 def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, engines: list[str]) -> str:
     """One row of (a): the same training data by each engine, timed, and whether they agree."""
     fs = FeatureStore(config.load(environ={}, root=root, project=f"bench{labels}", master=args.master))
@@ -127,12 +197,28 @@ def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, 
                else functools.partial(query.read, read_options={"engine": engine}))
         seconds[engine], answers[engine] = median_time(run, args.repeat)
     agree = all(same(answers[engines[0]], answers[e]) for e in engines[1:])
+    feast_seconds, feast_same, left_out = "skipped", "-", "-"
+    if args.feast_version:
+        feast_seconds, peak_gib, theirs = feast(root, label_path, group_paths, args)
+        if theirs is not None:
+            seconds["feast"] = feast_seconds
+            ours = answers[engines[0]]
+            feast_same, left_out = str(same(ours.dropna(), theirs)), str(len(ours) - len(theirs))
+
+    over_limit = isinstance(feast_seconds, str) and feast_seconds.startswith(">")
+    if over_limit:
+        seconds["feast"] = args.feast_limit
 
     def ratio(a: str, b: str) -> str:
-        return f"{seconds[a] / seconds[b]:.2f}" if a in seconds and b in seconds else "-"
+        bound = ">" if a == "feast" and over_limit else ""
+        return f"{bound}{seconds[a] / seconds[b]:.2f}" if a in seconds and b in seconds else "-"
 
+    if isinstance(feast_seconds, float):
+        feast_seconds = f"{feast_seconds:.2f} (peak {peak_gib:.1f} GiB)"
     return (f"{labels:>9} {labels * args.ratio:>11} " + " ".join(f"{seconds[e]:>9.2f}" for e in engines)
-            + f" {ratio('spark', 'plain'):>12} {ratio('duckdb', 'spark'):>13} {str(agree):>5}")
+            + f" {ratio('spark', 'plain'):>12} {ratio('duckdb', 'spark'):>13} {str(agree):>5}"
+            + f" {ratio('feast', 'duckdb'):>13} {ratio('feast', 'spark'):>12} {feast_same:>11} {left_out:>9}"
+            + f" {feast_seconds}")
 
 
 def inserts(root: str, rows: int, args: argparse.Namespace) -> str:
@@ -166,15 +252,24 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--engines", default="duckdb,spark,plain")
+    parser.add_argument("--feast-python", default=os.environ.get("HOPSML_BENCH_FEAST_PYTHON"),
+                        help="python of an environment with Feast (default: $HOPSML_BENCH_FEAST_PYTHON)")
+    parser.add_argument("--feast-limit", type=float, default=900, help="seconds one Feast call may take")
+    parser.add_argument("--feast-memory-gib", type=float, default=7, help="address space a Feast call may take")
     args = parser.parse_args()
+    args.feast_version = feast_version(args.feast_python)
     engines = args.engines.split(",")
     sizes = [int(n) for n in args.labels.split(",")]
     root = tempfile.mkdtemp(prefix="hopsml-bench-fs-")
     spark = session.get_or_create(config.load(environ={}, root=root, project="bench", master=args.master))
     print(f"load average before: {os.getloadavg()[0]:.1f}; Spark {spark.version} on {args.master}")
+    print(f"Feast {args.feast_version} ({args.feast_python}), each call capped at {args.feast_memory_gib:g} GiB and "
+          f"{args.feast_limit:g} s" if args.feast_version else
+          f"Feast skipped: no Feast in --feast-python / $HOPSML_BENCH_FEAST_PYTHON ({args.feast_python or 'unset'})")
     print("(a) point-in-time training data")
     print(f"{'labels':>9} {'group rows':>11} " + " ".join(f"{e + ' s':>9}" for e in engines)
-          + f" {'spark/plain':>12} {'duckdb/spark':>13} {'same':>5}")
+          + f" {'spark/plain':>12} {'duckdb/spark':>13} {'same':>5}"
+          + f" {'feast/duckdb':>13} {'feast/spark':>12} {'feast same':>11} {'left out':>9} feast s")
     for labels in sizes:
         print(point_in_time(spark, root, labels, args, engines), flush=True)
     print("(b) inserts from pandas, one commit, against pyarrow writing one Parquet file")
