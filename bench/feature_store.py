@@ -35,7 +35,9 @@ The figures in docs/benchmarks.md:
     python bench/feature_store.py --labels 1000000 --repeat 1 --master "local[2]"
 
 (b) Inserts: `--labels` rows of 8 columns from pandas into a new group (one commit, statistics included), against
-writing the same rows as one Parquet file with pyarrow. Prints rows/s of both and their ratio.
+writing the same rows as one Parquet file with pyarrow; and the same rows as a Spark DataFrame (cached, so the
+source is not timed) inserted by Spark's tasks (checks and statistics as Spark jobs), against Spark writing them
+as plain Parquet (`df.write.parquet`). Prints rows/s of each and the ratios (insert time / plain time).
 
 With `--repeat N` every timing is the median of N runs (a shared machine's speed drifts).
 """
@@ -221,8 +223,8 @@ def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, 
             + f" {feast_seconds}")
 
 
-def inserts(root: str, rows: int, args: argparse.Namespace) -> str:
-    """One row of (b): a new group's first insert against pyarrow writing the same rows as one Parquet file."""
+def inserts(spark: Any, root: str, rows: int, args: argparse.Namespace) -> str:
+    """One row of (b): a new group's first insert against plain Parquet, from pandas and from Spark."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -241,7 +243,20 @@ def inserts(root: str, rows: int, args: argparse.Namespace) -> str:
 
     ours, _ = median_time(insert, args.repeat)
     theirs, _ = median_time(parquet, args.repeat)
-    return f"{rows:>9} {rows / ours:>14,.0f} {rows / theirs:>15,.0f} {ours / theirs:>6.2f}"
+    spark_frame = spark.createDataFrame(frame).repartition(2).cache()
+    spark_frame.count()
+
+    def spark_insert() -> None:
+        fs.create_feature_group(f"t{next(count)}", primary_key=["id"], event_time="ts").insert(spark_frame)
+
+    def spark_parquet() -> None:
+        spark_frame.write.mode("overwrite").parquet(os.path.join(root, f"plain-spark-{rows}"))
+
+    by_spark, _ = median_time(spark_insert, args.repeat)
+    plain_spark, _ = median_time(spark_parquet, args.repeat)
+    spark_frame.unpersist()
+    return (f"{rows:>9} {rows / ours:>14,.0f} {rows / theirs:>15,.0f} {ours / theirs:>6.2f}"
+            f" {rows / by_spark:>14,.0f} {rows / plain_spark:>15,.0f} {by_spark / plain_spark:>6.2f}")
 
 
 def main() -> None:
@@ -272,10 +287,12 @@ def main() -> None:
           + f" {'feast/duckdb':>13} {'feast/spark':>12} {'feast same':>11} {'left out':>9} feast s")
     for labels in sizes:
         print(point_in_time(spark, root, labels, args, engines), flush=True)
-    print("(b) inserts from pandas, one commit, against pyarrow writing one Parquet file")
-    print(f"{'rows':>9} {'insert rows/s':>14} {'parquet rows/s':>15} {'ratio':>6}")
+    print("(b) inserts, one commit, from pandas against pyarrow writing one Parquet file, and from Spark against "
+          "Spark writing Parquet")
+    print(f"{'rows':>9} {'pandas rows/s':>14} {'pyarrow rows/s':>15} {'ratio':>6} {'Spark rows/s':>14} "
+          f"{'plain rows/s':>15} {'ratio':>6}")
     for rows in sizes:
-        print(inserts(root, rows, args), flush=True)
+        print(inserts(spark, root, rows, args), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -51,18 +51,20 @@ def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, par
     if missing:
         raise FeatureStoreError(f"feature group {group!r}: the batch has no column {missing[0]!r} (its columns: "
                                 f"{', '.join(frame.columns)})")
-    nulls = frame.agg(*[F.sum(F.col(c).isNull().cast("long")).alias(c) for c in needed]).first()
+    # one job: the rows per key, summed into the nulls per key column and the keys seen more than once
+    per_key = frame.groupBy(*needed).count()
+    found = per_key.agg(*[F.sum(F.when(F.col(c).isNull(), F.col("count")).otherwise(0)).alias(c) for c in needed],
+                        F.sum((F.col("count") > 1).cast("long")).alias("__repeated")).first()
     for column in needed:
-        if nulls[column]:
+        if found[column]:
             what = "event time" if column == event_time else "primary key"
             raise FeatureStoreError(f"feature group {group!r}: {what} column {column!r} is missing in "
-                                    f"{nulls[column]} rows; every row needs one")
-    repeated = frame.groupBy(*needed).count().where("count > 1")
-    first = repeated.limit(1).collect()
-    if first:
-        shown = {c: first[0][c] for c in needed}
-        raise FeatureStoreError(f"feature group {group!r}: {repeated.count()} keys appear more than once in the "
-                                f"batch, e.g. {shown} ({first[0]['count']} rows); a batch may hold each (primary "
+                                    f"{found[column]} rows; every row needs one")
+    if found["__repeated"]:
+        first = per_key.where("count > 1").limit(1).collect()[0]
+        shown = {c: first[c] for c in needed}
+        raise FeatureStoreError(f"feature group {group!r}: {found['__repeated']} keys appear more than once in the "
+                                f"batch, e.g. {shown} ({first['count']} rows); a batch may hold each (primary "
                                 "key, event time) once")
     if event_time:
         frame = frame.withColumn(event_time, _event_time(frame, event_time, group))
@@ -253,12 +255,13 @@ def statistics(frame: Any, config: dict[str, Any]) -> dict[str, Any]:
     for column in table["columns"]:
         summary = dict(column["splits"]["all"])
         summary["kind"] = column["type"]
-        if column["type"] == "numeric" and config.get("histograms", True) and "histogram" in summary:
-            summary["histogram"]["counts"] = _histogram(split, column["name"], summary["histogram"]["edges"])
-        elif column["type"] == "numeric":
+        if column["type"] == "numeric" and not config.get("histograms", True):
             summary.pop("histogram", None)
         summary.pop("median", None)
         out[column["name"]] = summary
+    edges = {c: s["histogram"]["edges"] for c, s in out.items() if "histogram" in s}
+    for column, counts in _histograms(split, edges).items():
+        out[column]["histogram"]["counts"] = counts
     if times:
         bounds = split.agg(*[F.count(c).alias(f"{c}__n") for c in times], *[F.min(c).alias(f"{c}__lo") for c in times],
                            *[F.max(c).alias(f"{c}__hi") for c in times]).first()
@@ -270,16 +273,23 @@ def statistics(frame: Any, config: dict[str, Any]) -> dict[str, Any]:
     return {"rows": table["rows"]["all"], "columns": {c: out[c] for c in kinds if c in out}}
 
 
-def _histogram(frame: Any, column: str, edges: Sequence[float]) -> list[int]:
-    """Counts of `column` in the buckets of `edges` (the last closed), by one Spark job."""
+def _histograms(frame: Any, edges: dict[str, Sequence[float]]) -> dict[str, list[int]]:
+    """Each column's counts in the buckets of its `edges` (the last closed), all in one Spark job."""
     from pyspark.sql import functions as F
 
-    width = (edges[-1] - edges[0]) / (len(edges) - 1) or 1.0
-    bucket = F.least(F.greatest(F.floor((F.col(column) - edges[0]) / width), F.lit(0)), F.lit(len(edges) - 2))
-    counts = [0] * (len(edges) - 1)
-    for row in frame.where(F.col(column).isNotNull()).groupBy(bucket.alias("b")).count().collect():
-        counts[int(row["b"])] = int(row["count"])
-    return counts
+    if not edges:
+        return {}
+    cells = []
+    for column, bounds in edges.items():
+        width = (bounds[-1] - bounds[0]) / (len(bounds) - 1) or 1.0
+        bucket = F.least(F.greatest(F.floor((F.col(f"`{column}`") - bounds[0]) / width), F.lit(0)),
+                         F.lit(len(bounds) - 2)).cast("int")
+        cells.append(F.struct(F.lit(column).alias("c"), F.when(F.col(f"`{column}`").isNotNull(), bucket).alias("b")))
+    exploded = frame.select(F.explode(F.array(*cells)).alias("cell")).where("cell.b IS NOT NULL")
+    out = {column: [0] * (len(bounds) - 1) for column, bounds in edges.items()}
+    for row in exploded.groupBy("cell.c", "cell.b").count().collect():
+        out[row["c"]][int(row["b"])] = int(row["count"])
+    return out
 
 
 def _utc(value: Any) -> Any:
