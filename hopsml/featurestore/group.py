@@ -45,7 +45,8 @@ class FeatureGroup:
         self.created = created
         self.expectation_suite = expectations.suite_of(expectation_suite)
         self.ttl = ttl_seconds(ttl, self.key)
-        self.table = GroupTable(store.table_uri(self.name, self.version), self.keys(), self.key, self.partition_key)
+        self.table = GroupTable(store.table_location(self.name, self.version), self.keys(), self.key,
+                                self.partition_key)
 
     # --- identity and metadata -------------------------------------------------------------------------
     @property
@@ -179,7 +180,10 @@ class FeatureGroup:
             raise FeatureStoreError("overwrite=True would drop the group's history; create a new version instead")
         run_validation = bool((validation_options or {}).get("run_validation", True))
         if spark_insert.is_spark(features):
-            return None, self.commit_spark(features, validate=run_validation)[1]
+            if not self.table.remote:
+                return None, self.commit_spark(features, validate=run_validation)[1]
+            log.info("feature group %s lives under a remote root: the Spark batch is committed from the driver",
+                     self.key)
         return None, self.commit(frames.to_arrow(features), validate=run_validation)[1]
 
     def commit(self, batch: pa.Table, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:

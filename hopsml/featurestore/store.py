@@ -20,7 +20,7 @@ from hopsml.fs import Storage
 if TYPE_CHECKING:
     from hopsml.featurestore.group import FeatureGroup
     from hopsml.featurestore.query import Query
-    from hopsml.featurestore.table import Commit
+    from hopsml.featurestore.table import Commit, Location
     from hopsml.featurestore.transformations import TransformationFunction
     from hopsml.featurestore.view import FeatureView
 
@@ -38,12 +38,11 @@ class FeatureStore:
         return f"FeatureStore({self.name!r})"
 
     # --- where things are -------------------------------------------------------------------------------
-    def table_uri(self, name: str, version: int) -> str:
-        path = self.storage.local_path(layout.feature_group_dir(self.project, name, version))
-        if path is None:
-            raise FeatureStoreError(f"the feature store needs a local or shared-folder root for now; the root "
-                                    f"{self.storage.uri()} is remote (HDFS and S3 tables are not written yet)")
-        return path
+    def table_location(self, name: str, version: int) -> Location:
+        """Where group `name` version `version` keeps its Delta table (a local folder, S3 or HDFS)."""
+        from hopsml.featurestore.table import Location
+
+        return Location.of(self.storage, layout.feature_group_dir(self.project, name, version))
 
     def _record(self, name: str, version: int) -> str:
         return layout.join(layout.feature_group_dir(self.project, name, version), layout.GROUP_RECORD)
@@ -64,8 +63,11 @@ class FeatureStore:
         return path
 
     def group_lock(self, group: FeatureGroup) -> contextlib.AbstractContextManager[None]:
-        """Held while an insert commits and rewrites the group's definition (one process at a time)."""
-        return folder_lock(self.table_uri(group.name, group.version))
+        """Held while an insert commits and rewrites the group's definition (one process at a time). A remote
+        table has no lock: there Delta's commit (a conditional write) refuses a conflicting commit, retried."""
+        if group.table.remote:
+            return contextlib.nullcontext()
+        return folder_lock(group.table.uri)
 
     def save_view(self, view: FeatureView) -> None:
         self.storage.write_json(self._view_record(view.name, view.version), view.to_dict())

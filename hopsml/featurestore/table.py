@@ -73,24 +73,79 @@ def wallclock_ms(value: Any) -> int:
                                 "a string such as '2024-05-01 12:00:00'") from None
 
 
-class GroupTable:
-    """The Delta table at `uri` (a local folder) of a group keyed by `keys` (primary key + event time),
-    partitioned by `partition_by` (folders `column=value/`, Hive's layout, which Spark, DuckDB and Arrow read)."""
+@dataclass(frozen=True)
+class Location:
+    """Where a Delta table lies: its URI for delta-rs with the object store's options, and, for a remote root,
+    the pyarrow filesystem hopsml reads its files with (None: a local folder)."""
 
-    def __init__(self, uri: str, keys: Sequence[str], name: str, partition_by: Sequence[str] = ()) -> None:
-        self.uri, self.keys, self.name, self.partition_by = uri, list(keys), name, list(partition_by)
+    uri: str
+    options: dict[str, str] | None = None
+    filesystem: Any = None
+
+    @classmethod
+    def of(cls, storage: Any, rel: str) -> Location:
+        """The location of root-relative `rel` under `storage` (a hopsml.fs.Storage): a local folder, S3 (the
+        root's endpoint, region and keys given to delta-rs, commits made safe by S3's conditional writes) or
+        HDFS (delta-rs speaks to the namenode itself)."""
+        import urllib.parse
+
+        local = storage.local_path(rel)
+        if local is not None:
+            return cls(local)
+        parsed = urllib.parse.urlparse(storage.root)
+        query = dict(urllib.parse.parse_qsl(parsed.query))
+        if parsed.scheme in ("s3", "s3a"):
+            options = {"conditional_put": "etag"}
+            if "endpoint_override" in query:
+                scheme = query.get("scheme", "https")
+                options["AWS_ENDPOINT_URL"] = f"{scheme}://{query['endpoint_override']}"
+                if scheme == "http":
+                    options["AWS_ALLOW_HTTP"] = "true"
+            for key, name in (("region", "AWS_REGION"), ("access_key", "AWS_ACCESS_KEY_ID"),
+                              ("secret_key", "AWS_SECRET_ACCESS_KEY"), ("session_token", "AWS_SESSION_TOKEN")):
+                if key in query:
+                    options[name] = query[key]
+            return cls("s3://" + storage.path(rel).lstrip("/"), options, storage.fs)
+        if parsed.scheme in ("hdfs", "viewfs"):
+            return cls(f"{parsed.scheme}://{parsed.netloc}/{storage.path(rel).lstrip('/')}", {}, storage.fs)
+        raise FeatureStoreError(f"feature groups cannot live under a {parsed.scheme}:// root: use a local folder, "
+                                "s3:// or hdfs://")
+
+    def path(self, uri: str) -> str:
+        """A file URI of the table (as delta-rs lists it) as a path of `filesystem` (or a local path)."""
+        import urllib.parse
+
+        if self.filesystem is None:
+            return uri
+        parsed = urllib.parse.urlparse(uri)
+        return urllib.parse.unquote(f"{parsed.netloc}{parsed.path}" if parsed.scheme.startswith("s3")
+                                    else parsed.path)
+
+
+class GroupTable:
+    """The Delta table at `location` of a group keyed by `keys` (primary key + event time), partitioned by
+    `partition_by` (folders `column=value/`, Hive's layout, which Spark, DuckDB and Arrow read)."""
+
+    def __init__(self, location: Location | str, keys: Sequence[str], name: str, partition_by: Sequence[str] = ()
+                 ) -> None:
+        self.location = location if isinstance(location, Location) else Location(location)
+        self.uri, self.keys, self.name, self.partition_by = self.location.uri, list(keys), name, list(partition_by)
+
+    @property
+    def remote(self) -> bool:
+        return self.location.filesystem is not None
 
     def exists(self) -> bool:
         from deltalake import DeltaTable
 
-        return bool(DeltaTable.is_deltatable(self.uri))
+        return bool(DeltaTable.is_deltatable(self.uri, storage_options=self.location.options))
 
     def _table(self, version: int | None = None) -> Any:
         from deltalake import DeltaTable
 
         if not self.exists():
             raise FeatureStoreError(f"feature group {self.name!r} has no data yet: insert a DataFrame first")
-        return DeltaTable(self.uri, version=version)
+        return DeltaTable(self.uri, version=version, storage_options=self.location.options)
 
     def schema(self) -> pa.Schema | None:
         import pyarrow as pa
@@ -108,7 +163,7 @@ class GroupTable:
             try:
                 if not self.exists():
                     write_deltalake(self.uri, batch, mode="append", partition_by=self.partition_by or None,
-                                    commit_properties=properties)
+                                    commit_properties=properties, storage_options=self.location.options)
                 else:
                     table = self._table()
                     if added:
@@ -165,9 +220,12 @@ class GroupTable:
         table = self._table(version)
         schema = pa.schema(table.schema().to_arrow())
         partitions = self.partitioning(version)
+        files = [self.location.path(uri) for uri in table.file_uris()]
+        filesystem = self.location.filesystem
         if not partitions:
-            return pads.dataset(list(table.file_uris()), schema=schema, format="parquet")
-        return pads.dataset(list(table.file_uris()), schema=schema, format="parquet", partition_base_dir=self.uri,
+            return pads.dataset(files, schema=schema, format="parquet", filesystem=filesystem)
+        return pads.dataset(files, schema=schema, format="parquet", filesystem=filesystem,
+                            partition_base_dir=self.location.path(self.uri),
                             partitioning=pads.partitioning(pa.schema(partitions), flavor="hive"))
 
     def partitioning(self, version: int | None = None) -> list[pa.Field]:
@@ -194,16 +252,22 @@ class GroupTable:
 
     def spark(self, spark: Any, version: int | None = None) -> Any:
         """The rows at `version` as a Spark DataFrame, read from the version's Parquet files."""
-        files = self.files(version)
+        files = [_hadoop(f) for f in self.files(version)]
         schema = _spark_schema(self._table(version))
         if not files:
             return spark.createDataFrame([], schema=schema)
         # the table's schema: partition values keep their types ('007' stays a string), older files get nulls
-        return spark.read.schema(schema).option("basePath", self.uri).parquet(*files)
+        return spark.read.schema(schema).option("basePath", _hadoop(self.uri)).parquet(*files)
 
     def files(self, version: int | None = None) -> list[str]:
         """The Parquet files of the table at `version`: what Spark reads (no Delta jars needed)."""
         return list(self._table(version).file_uris())
+
+
+def _hadoop(uri: str) -> str:
+    """A URI as Spark's Hadoop filesystems name it: S3 is s3a:// (Hadoop's S3A connector, which the cluster's
+    Spark must have: hadoop-aws)."""
+    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
 
 
 def _quoted(name: str) -> str:
