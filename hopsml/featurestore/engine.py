@@ -1,7 +1,10 @@
 """The two engines that answer a query, with one answer: DuckDB for data one machine holds (no JVM; its ASOF
 JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs in Spark, nothing is collected
-on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by default DuckDB below
-SPARK_ABOVE_ROWS rows in all the query's groups, Spark above.
+on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by default DuckDB up to
+SPARK_ABOVE_ROWS rows in all the query's groups (REMOTE_SPARK_ABOVE_ROWS under an S3 or HDFS root, where DuckDB
+joins the versions in memory), Spark above. DuckDB streams and spills, and on one machine it was 24x faster than
+Spark at 11M rows (bench/feature_store.py, 1.7 GiB peak for the whole bench process); Spark is for what outgrows
+one machine.
 
 Point in time, both ways: a left row with event time t gets, from each joined group that has an event time,
 the row of its key with the newest event time <= t (nulls when there is none; an inner join drops the row);
@@ -17,7 +20,8 @@ from hopsml.errors import FeatureStoreError
 if TYPE_CHECKING:
     from hopsml.featurestore.query import Query
 
-SPARK_ABOVE_ROWS = 10_000_000
+SPARK_ABOVE_ROWS = 100_000_000
+REMOTE_SPARK_ABOVE_ROWS = 10_000_000
 ENGINES = ("duckdb", "spark")
 
 
@@ -32,7 +36,8 @@ def choose(query: Query, read_options: dict[str, Any] | None, dataframe_type: st
     if dataframe_type == "spark":
         return "spark"
     rows = sum(group.table.row_count(versions(query)[group.key]) for group in query.groups())
-    return "spark" if rows > SPARK_ABOVE_ROWS else "duckdb"
+    remote = any(group.table.remote for group in query.groups())
+    return "spark" if rows > (REMOTE_SPARK_ABOVE_ROWS if remote else SPARK_ABOVE_ROWS) else "duckdb"
 
 
 def versions(query: Query) -> dict[str, int]:
