@@ -69,6 +69,19 @@ class TransformationFunction:
         return [base]
 
     @property
+    def hopsworks_udf(self) -> TransformationFunction:
+        """hsfs 4's view of a view's function (`tf.hopsworks_udf.function_name`, ...): the function itself."""
+        return self
+
+    @property
+    def function_name(self) -> str:
+        return self.name
+
+    @property
+    def transformation_features(self) -> list[str]:
+        return list(self.features)
+
+    @property
     def transformation_statistics(self) -> dict[str, dict[str, Any]]:
         return {name: dict(values) for name, values in self.statistics.items()}
 

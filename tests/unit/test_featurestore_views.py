@@ -170,3 +170,27 @@ def test_a_created_training_dataset_is_a_dataset_every_reader_reads(project):
     fv.train_test_split(test_size=0.2, seed=1)   # a version that is not written out
     with pytest.raises(FeatureStoreError, match="was not written out"):
         fv.training_dataset_name(version + 1)
+
+
+def test_hsml_schemas_and_hsfs_names_as_hopsworks_tutorials_import_them(project, tmp_path):
+    from hopsml.hopsworks.hsfs.feature import Feature
+    from hopsml.hopsworks.hsml.model_schema import ModelSchema
+    from hopsml.hopsworks.hsml.schema import Schema
+
+    fs, fg, fv = _view(project, transformation_functions=[min_max_scaler("amount")])
+    X_train, X_test, y_train, y_test = fv.train_test_split(test_size=0.2, seed=1)
+    schema = ModelSchema(input_schema=Schema(X_train), output_schema=Schema(y_train))
+    assert schema.to_dict()["input_schema"]["columnar_schema"][0] == {"name": str(X_train.columns[0]),
+                                                                      "type": str(X_train.dtypes.iloc[0])}
+    assert Schema(np.zeros((3, 2), dtype=np.float32)).to_dict() == {"tensor_schema": {"type": "float32",
+                                                                                    "shape": [3, 2]}}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.txt").write_text("1")
+    model = project.get_model_registry().sklearn.create_model("fraud", model_schema=schema, feature_view=fv)
+    model.save(str(tmp_path / "m"))
+    again = project.get_model_registry().get_model("fraud", model.version)
+    assert again.model_schema["output_schema"] == {"columnar_schema": [{"name": "fraud", "type": "int64"}]}
+    function = fv.transformation_functions[0]
+    assert (function.hopsworks_udf.function_name, function.hopsworks_udf.transformation_features,
+            function.output_column_names) == ("min_max_scaler", ["amount"], ["min_max_scaler_amount_"])
+    assert isinstance(fg.amount, Feature)
