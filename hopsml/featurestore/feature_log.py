@@ -22,13 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import frames
-from hopsml.featurestore.store import folder_lock
+from hopsml.featurestore.table import folder_lock
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
-
-    from hopsml.featurestore.view import FeatureView
 
 META = ("log_id", "log_time", "training_dataset_version", "model_name", "model_version")
 AUTO_FILES = 500      # log() materializes the buffer once it holds this many files ...
@@ -39,7 +37,7 @@ _FILES_KEY = "hopsml.log_files"
 class FeatureLog:
     """The log of one feature view version (see the module docstring)."""
 
-    def __init__(self, view: FeatureView) -> None:
+    def __init__(self, view: Any) -> None:   # its FeatureView (view.py imports this module)
         self.view = view
         self.folder = view.store.log_uri(view.name, view.version)
         self.table_uri = os.path.join(self.folder, "table")
@@ -235,7 +233,7 @@ def transformed_columns(columns: Sequence[str], functions: Sequence[Any]) -> lis
     return out
 
 
-def visible_columns(view: FeatureView, columns: Sequence[str]) -> list[str]:
+def visible_columns(view: Any, columns: Sequence[str]) -> list[str]:
     """`columns` without the left group's primary key and event time (what get_batch_data returns)."""
     left = view.query.left
     hidden = {*left.primary_key, *([left.event_time] if left.event_time else [])}

@@ -9,8 +9,7 @@ commit in `_statistics/<commit>.json` beside it (Delta readers and VACUUM leave 
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
@@ -67,6 +66,8 @@ class FeatureStore:
         table has no lock: there Delta's commit (a conditional write) refuses a conflicting commit, retried."""
         if group.table.remote:
             return contextlib.nullcontext()
+        from hopsml.featurestore.table import folder_lock
+
         return folder_lock(group.table.uri)
 
     def save_view(self, view: FeatureView) -> None:
@@ -337,20 +338,6 @@ def _check_options(options: dict[str, Any]) -> None:
             raise FeatureStoreError(f"unknown argument {key!r} for a feature group")
         if key == "time_travel_format" and value and str(value).upper() not in ("DELTA", "HUDI"):
             raise FeatureStoreError(f"time_travel_format={value!r}: hopsml's groups are Delta Lake tables")
-
-
-@contextlib.contextmanager
-def folder_lock(folder: str) -> Iterator[None]:
-    """An exclusive lock on a local folder (its `_lock` file), across processes, for one commit at a time."""
-    import fcntl
-
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "_lock"), "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _known(groups: list[tuple[str, int]]) -> str:

@@ -11,9 +11,11 @@ says the insert did not land.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -262,6 +264,20 @@ class GroupTable:
     def files(self, version: int | None = None) -> list[str]:
         """The Parquet files of the table at `version`: what Spark reads (no Delta jars needed)."""
         return list(self._table(version).file_uris())
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str) -> Iterator[None]:
+    """An exclusive lock on a local folder (its `_lock` file), across processes, for one commit at a time."""
+    import fcntl
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "_lock"), "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _hadoop(uri: str) -> str:
