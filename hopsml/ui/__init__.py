@@ -1,5 +1,5 @@
 """`hopsml ui`: a local, read-only web view of a project root (experiments, searches, datasets,
-models), served by Flask. `create_app(settings)` builds the application; `serve` runs it.
+the feature store, models), served by Flask. `create_app(settings)` builds the application; `serve` runs it.
 
 Importing this package does not import Flask; `create_app` does.
 """

@@ -22,6 +22,7 @@ from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.ui import charts, servings, views
 from hopsml.ui import datasets as dataset_views
+from hopsml.ui import featurestore as fs_views
 from hopsml.ui.hosts import HostPolicy
 from hopsml.ui.notebook import render_notebook
 
@@ -171,10 +172,29 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
         return render_template("dataset.html", project=project, v=dataset_views.dataset_view(storage, project, name),
                                threshold=dataset_views.SKEW_THRESHOLD)
 
+    @app.route("/p/<project>/featurestore/")
+    def featurestore(project: str) -> str:
+        views.check_project(storage, project)
+        return render_template("featurestore.html", project=project, v=fs_views.overview(settings, project))
+
+    @app.route("/p/<project>/featurestore/groups/<name>/<int:version>")
+    def feature_group(project: str, name: str, version: int) -> str:
+        views.check_project(storage, project)
+        view = fs_views.group_view(settings, project, name, version, request.args.get("commit", type=int))
+        return render_template("feature_group.html", project=project, v=view)
+
+    @app.route("/p/<project>/featurestore/views/<name>/<int:version>")
+    def feature_view(project: str, name: str, version: int) -> str:
+        views.check_project(storage, project)
+        return render_template("feature_view.html", project=project, v=fs_views.view_page(settings, project, name,
+                                                                                           version))
+
     @app.route("/p/<project>/models/")
     def models(project: str) -> str:
         views.check_project(storage, project)
-        return render_template("models.html", project=project, rows=views.model_rows(storage, project),
+        rows = views.model_rows(storage, project)
+        lineage = {f"{m['name']}:{m['version']}": m for m in fs_views.model_lineage(storage, project, rows)}
+        return render_template("models.html", project=project, rows=rows, lineage=lineage,
                                servings=servings.servings_by_model(settings, project))
 
     @app.route("/p/<project>/servings/")
