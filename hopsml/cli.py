@@ -297,7 +297,7 @@ def _shown_settings(settings: config.Settings) -> list[tuple[str, str]]:
     values = []
     for name, *_ in config.describe():
         value = getattr(settings, name)
-        if name == "root":
+        if name in ("root", "online_store"):
             value = redact_uri(value)
         elif name == "spark_conf":
             value = redact_conf(value)

@@ -87,6 +87,16 @@ def _parse_remote(value: Any) -> str:
     return text
 
 
+def _parse_online_store(value: Any) -> str:
+    """Where online-enabled feature groups keep their newest rows: '' (SQLite in the project), sqlite:///path, or
+    mysql://user:password@host:port/database (MySQL, MariaDB or RonDB)."""
+    text = str(value).strip()
+    if text and not text.startswith(("sqlite://", "mysql://", "mariadb://")):
+        raise ValueError("must be empty (SQLite in the project), sqlite:///path/to/file.db or "
+                         "mysql://user:password@host:3306/database")
+    return text
+
+
 def is_ip_address(text: str) -> bool:
     """Whether the network_interface setting names an IP address rather than an interface."""
     import ipaddress
@@ -214,6 +224,10 @@ _FIELDS: dict[str, _Field] = {
                              "auto (NCCL where every rank has its own GPU, else through host memory), nccl or host"),
     "user": _Field(_parse_text, lambda: "", "the user name recorded in experiments and models; empty: the login "
                    "name"),
+    "online_store": _Field(_parse_online_store, lambda: "", "where online-enabled feature groups keep their newest "
+                           "row per key for feature vectors: empty (SQLite in the project's feature store, no server), "
+                           "sqlite:///path.db, or mysql://user:password@host:3306/database (MySQL, MariaDB or RonDB, "
+                           "which several serving hosts share)", "empty: SQLite in the project"),
     "port_range": _Field(_parse_port_range, lambda: None, "ports (low-high, e.g. 40000-40100) the ranks' "
                          "listeners, their framework ports and the driver channel take, for firewalls (each rank takes "
                          "2-3, the driver 1 per running experiment); empty: any free port"),
@@ -251,6 +265,7 @@ class Settings(_RunFields):
     shared_root: bool
     check_versions: bool
     ship_environment: bool
+    online_store: str
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:
@@ -261,6 +276,7 @@ class Settings(_RunFields):
         the values of Spark settings whose names say they are secret hidden."""
         shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
         shown["root"] = redact_uri(self.root)
+        shown["online_store"] = redact_uri(self.online_store)
         shown["spark_conf"] = redact_conf(self.spark_conf)
         return f"Settings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 

@@ -1,5 +1,6 @@
 """The feature store commands of the ``hopsml`` CLI: ``fs insert`` (a CSV or Parquet file into a group),
-``fs groups list|show``, ``fs views list|show`` and ``fs training-datasets list``.
+``fs groups list|show``, ``fs views list|show``, ``fs training-datasets list``, and for the online store
+``fs sync`` (repair a group's online rows), ``fs check-online`` (online against offline) and ``fs vector``.
 
 ``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one that was
 parsed and returns the text to print.
@@ -43,6 +44,22 @@ def add_commands(subparsers: Any) -> None:
                                              + ("commits" if kind == "groups" else "training datasets"))
         show.add_argument("name")
         show.add_argument("version", nargs="?", type=int, help="default: the newest")
+    sync = actions.add_parser("sync", help="make an online-enabled group's online rows the newest per key of its "
+                                           "offline table (repairs the online side)")
+    sync.add_argument("name")
+    sync.add_argument("version", nargs="?", type=int, help="default: the newest")
+    check = actions.add_parser("check-online", help="compare a view's online feature vectors with the offline "
+                                                    "point-in-time rows at now, per feature")
+    check.add_argument("view")
+    check.add_argument("version", nargs="?", type=int, help="the view's version (default: the newest)")
+    check.add_argument("--sample", type=int, default=100, help="keys to check (default 100)")
+    check.add_argument("--seed", type=int, help="the sample's seed (default: a new sample each time)")
+    vector = actions.add_parser("vector", help="print a view's feature vector for one entry")
+    vector.add_argument("view")
+    vector.add_argument("keys", nargs="+", metavar="KEY=VALUE", help="the serving keys' values")
+    vector.add_argument("--version", type=int, help="the view's version (default: the newest)")
+    vector.add_argument("--untransformed", action="store_true", help="the values before the transformation "
+                                                                     "functions")
     datasets = actions.add_parser("training-datasets", help="the training dataset versions of a feature view")
     verbs = datasets.add_subparsers(dest="fs_verb", required=True)
     lister = verbs.add_parser("list", help="every training dataset version of a view")
@@ -60,7 +77,54 @@ def run(args: Any, settings: config.Settings) -> str:
         return groups_list(store) if args.fs_verb == "list" else group_show(store, args.name, args.version)
     if args.fs_action == "views":
         return views_list(store) if args.fs_verb == "list" else view_show(store, args.name, args.version)
+    if args.fs_action == "sync":
+        group = store.get_feature_group(args.name, args.version)
+        return f"online store of feature group {group.key!r}: {group.sync_online()} rows, the newest per key"
+    if args.fs_action == "check-online":
+        return check_online(store, args.view, args.version, args.sample, args.seed)
+    if args.fs_action == "vector":
+        return vector(store, args.view, args.version, args.keys, not args.untransformed)
     return training_datasets(store, args.view, args.version)
+
+
+def check_online(store: FeatureStore, name: str, version: int | None, sample: int, seed: int | None) -> str:
+    from hopsml.featurestore import vectors
+
+    report = vectors.check(store.get_feature_view(name, version), sample, seed)
+    rows = [{"feature": feature, "mismatches": report["features"][feature],
+             "transformed": report["transformed"].get(feature)} for feature in report["features"]]
+    rows += [{"feature": column, "mismatches": None, "transformed": count}
+             for column, count in report["transformed"].items() if column not in report["features"]]
+    lines = [f"view {report['view']}: {report['checked']} keys, online against offline at {report['at'][:19]}: "
+             + ("no mismatch" if not report["mismatches"] else f"{report['mismatches']} mismatches"),
+             format_table(rows, ("feature", "mismatches", "transformed"))]
+    lines += [f"  {e['entry']} {e['feature']}: online {e['online']!r}, offline {e['offline']!r}"
+              for e in report["examples"][:10]]
+    if report["mismatches"]:
+        raise FeatureStoreError("\n".join(lines) + "\nrepair the online side with: hopsml fs sync GROUP")
+    return "\n".join(lines)
+
+
+def vector(store: FeatureStore, name: str, version: int | None, keys: list[str], transform: bool) -> str:
+    view = store.get_feature_view(name, version)
+    entry = {}
+    for item in keys:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise FeatureStoreError(f"{item!r}: give each serving key as KEY=VALUE ({', '.join(view.serving_keys)})")
+        entry[key] = _typed(value)
+    frame = view.get_feature_vector(entry, return_type="pandas", transform=transform)
+    return format_fields([(column, repr(frame[column].iloc[0])) for column in frame.columns])
+
+
+def _typed(text: str) -> Any:
+    """A key's value as typed on the command line: a whole number, a decimal, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def insert(store: FeatureStore, name: str, path: str, version: int | None, primary_key: str | None,
@@ -104,7 +168,8 @@ def group_show(store: FeatureStore, name: str, version: int | None) -> str:
     group = store.get_feature_group(name, version)
     head = format_fields([("group", group.key), ("description", group.description),
                           ("primary key", ", ".join(group.primary_key)), ("event time", group.event_time),
-                          ("online enabled", str(group.online_enabled)), ("table", group.table.uri)])
+                          ("online enabled", str(group.online_enabled)), ("table", group.table.uri),
+                          *([("online rows", str(store.online().count(group)))] if group.online_enabled else [])])
     features = format_table([{"feature": f.name, "type": frames.type_name(f.type), "description": f.description or None}
                              for f in group.features], ("feature", "type", "description"))
     commits = format_table([{"commit": c.version, "committed": c.committed_on.isoformat()[:23],

@@ -200,6 +200,8 @@ class FeatureGroup:
         with self.store.group_lock(self):
             commit = self.table.commit(batch, added)
             self._committed(commit, batch.schema)
+        if self.online_enabled:
+            self._write_online(batch, commit)
         if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
             after = batch if commit.version == 0 else self.table.read(commit.version)
             self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
@@ -216,10 +218,35 @@ class FeatureGroup:
         with self.store.group_lock(self):
             commit = spark_insert.write(self.table, frame, schema, added)
             self._committed(commit, schema)
+        if self.online_enabled:   # the newest row per key only reaches the driver, for the online store
+            self._write_online(spark_insert.newest_per_key(frame, self.primary_key, self.event_time), commit)
         if self.statistics_config["enabled"]:
             after = self.table.spark(frame.sparkSession, commit.version)
             self.store.save_statistics(self, commit, spark_insert.statistics(after, self.statistics_config))
         return commit, report
+
+    def _write_online(self, batch: pa.Table, commit: Commit) -> None:
+        """The batch's newest row per key into the online store, after its offline commit; a failure says what
+        each side holds and how to repair."""
+        from hopsml.featurestore.online import store_errors
+
+        failures: tuple[type[BaseException], ...] = (FeatureStoreError, *store_errors())
+        try:
+            self.store.online().write(self, batch)
+        except failures as error:
+            raise FeatureStoreError(f"feature group {self.key!r}: the offline table holds the batch (commit "
+                                    f"{commit.version}), but the online store did not take it ({error}); the online "
+                                    f"side has the rows of earlier inserts. Repair it from the offline table with: "
+                                    f"hopsml fs sync {self.name} {self.version}") from None
+
+    def sync_online(self) -> int:
+        """Make the online store hold the newest row per key of the offline table (what `hopsml fs sync` does
+        after an online write failed, or after enabling the online side); the rows written."""
+        if not self.online_enabled:
+            raise FeatureStoreError(f"feature group {self.key!r} is not online enabled (online_enabled=True "
+                                    "when it is created)")
+        self._check_saved()
+        return int(self.store.online().write(self, self.table.read(), replace=True))
 
     def _need_primary_key(self) -> None:
         if not self.primary_key:

@@ -196,12 +196,18 @@ class Query:
     def output_columns(self) -> list[str]:
         """The columns the query returns, in order (a joined feature with a name already taken gets the
         join's prefix, as Hopsworks does, else the right group's name and an underscore)."""
+        return [name for name, _, _ in self.column_sources()]
+
+    def column_sources(self) -> list[tuple[str, Any, str]]:
+        """(output column, the group it comes from, its feature name there), in output order."""
+        out = [(name, self.left, name) for name in self.features]
         names = list(self.features)
         for join in self.joins:
             for name in join.query.features:
                 if name not in join.right_on:  # the right side's key equals the left's on every matched row
                     names.append(_joined_name(name, names, join))
-        return names
+                    out.append((names[-1], join.query.left, name))
+        return out
 
     def read(self, online: bool = False, dataframe_type: str = "default", read_options: dict[str, Any] | None = None
              ) -> Any:

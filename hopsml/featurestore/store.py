@@ -18,6 +18,7 @@ from hopsml.fs import Storage
 
 if TYPE_CHECKING:
     from hopsml.featurestore.group import FeatureGroup
+    from hopsml.featurestore.online import OnlineStore
     from hopsml.featurestore.query import Query
     from hopsml.featurestore.table import Commit, Location
     from hopsml.featurestore.transformations import TransformationFunction
@@ -60,6 +61,12 @@ class FeatureStore:
             raise FeatureStoreError(f"feature logging needs a local or shared-folder root for now; the root "
                                     f"{self.storage.uri()} is remote")
         return path
+
+    def online(self) -> OnlineStore:
+        """The project's online store (the `online_store` setting; SQLite in the feature store by default)."""
+        from hopsml.featurestore.online import open_store
+
+        return open_store(self.settings, self.storage)
 
     def group_lock(self, group: FeatureGroup) -> contextlib.AbstractContextManager[None]:
         """Held while an insert commits and rewrites the group's definition (one process at a time). A remote

@@ -40,6 +40,7 @@ class FeatureView:
         self.labels = [label.lower() for label in labels]
         self._transformations = list(transformation_functions)
         self._scoring: int | None = None
+        self._serving: int | None = None
         columns = query.output_columns()
         for label in self.labels:
             if label not in columns:
@@ -225,14 +226,59 @@ class FeatureView:
         return [c for c in columns if c in self.labels or any(c.startswith(f"{t.name}_{label}_")
                                                               for t in self._transformations for label in self.labels)]
 
-    def get_feature_vector(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("the online store (feature vectors for serving)", "use get_batch_data() meanwhile")
+    # --- serving: feature vectors from the online store (vectors.py) -----------------------------------
+    def init_serving(self, training_dataset_version: int | None = None, **_: Any) -> None:
+        """Transform feature vectors with the statistics of this training dataset version (the newest when
+        None); the model's own version is the one to give."""
+        versions = self.store.training_dataset_versions(self)
+        if training_dataset_version is None:
+            if self._transformations and not versions:
+                raise FeatureStoreError(f"feature view {self.key!r} has no training dataset yet: its transformation "
+                                        "functions are fitted on one (train_test_split or training_data)")
+            self._serving = versions[-1] if versions else None
+            return
+        if int(training_dataset_version) not in versions:
+            raise FeatureStoreError(f"feature view {self.key!r} has no training dataset version "
+                                    f"{training_dataset_version}; its versions: {versions}")
+        self._serving = int(training_dataset_version)
 
-    def get_feature_vectors(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("the online store (feature vectors for serving)", "use get_batch_data() meanwhile")
+    @property
+    def serving_keys(self) -> list[str]:
+        from hopsml.featurestore import vectors
 
-    def init_serving(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("the online store (init_serving)", "use init_batch_scoring() and get_batch_data()")
+        return vectors.serving_keys(self)
+
+    def serving_functions(self) -> list[TransformationFunction]:
+        """The transformation functions fitted on the serving version (init_serving), else the batch-scoring
+        one, else the newest training dataset version."""
+        if not self._transformations:
+            return []
+        version = self._serving if self._serving is not None else self._scoring
+        if version is None:
+            self.init_serving()
+            version = self._serving
+        return self._fitted(int(version or 0))
+
+    def get_feature_vector(self, entry: dict[str, Any], passed_features: dict[str, Any] | None = None,
+                           return_type: str = "list", allow_missing: bool = False, transform: bool = True,
+                           **_: Any) -> Any:
+        """One entry's feature vector (see vectors.py): the features the model was trained on, in order."""
+        frame = self._vectors([entry], [passed_features or {}], allow_missing, transform)
+        return _vector_as(frame, return_type, single=True)
+
+    def get_feature_vectors(self, entry: list[dict[str, Any]], passed_features: list[dict[str, Any]] | None = None,
+                            return_type: str = "list", allow_missing: bool = False, transform: bool = True,
+                            **_: Any) -> Any:
+        """Several entries' vectors, one lookup per group for all of them."""
+        frame = self._vectors(entry, passed_features, allow_missing, transform)
+        return _vector_as(frame, return_type, single=False)
+
+    def _vectors(self, entries: list[dict[str, Any]], passed: list[dict[str, Any]] | None, allow_missing: bool,
+                 transform: bool) -> pd.DataFrame:
+        from hopsml.featurestore import vectors
+
+        frame = vectors.vectors(self, entries, passed, allow_missing)
+        return _transform(frame, self.serving_functions()) if transform else frame
 
     def transform(self, feature_vector: Any, **_: Any) -> Any:
         """Untransformed features (a DataFrame) transformed as the batch-scoring training dataset version's
@@ -436,6 +482,20 @@ def _transform(frame: pd.DataFrame, functions: Sequence[TransformationFunction])
     for function in functions:
         frame = function.apply(frame)
     return frame
+
+
+def _vector_as(frame: pd.DataFrame, return_type: str, single: bool) -> Any:
+    """Vectors as hsfs returns them: 'list' (values, or a list of them), 'pandas', 'polars' or 'numpy'."""
+    kind = return_type.lower()
+    if kind == "list":
+        rows = frame.astype(object).where(frame.notna(), None).values.tolist()
+        return rows[0] if single else rows
+    if kind == "numpy":
+        array = frame.to_numpy()
+        return array[0] if single else array
+    if kind in ("pandas", "polars"):
+        return _as(frame, kind)
+    raise FeatureStoreError(f"return_type {return_type!r}: 'list', 'pandas', 'polars' or 'numpy'")
 
 
 def _as(frame: pd.DataFrame, dataframe_type: str) -> Any:

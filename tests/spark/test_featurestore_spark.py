@@ -110,3 +110,11 @@ def test_spark_tasks_write_the_files_and_an_update_rewrites_only_the_files_it_to
         fg.insert(spark.createDataFrame(pd.DataFrame({"Id": [9], "ts": [pd.Timestamp("2024-05-02", tz="UTC")],
                                                       "Amount": ["x"], "country": ["SE"]})))
     assert fg.table.commits()[0].version == third.version               # the refused batch left no commit
+
+
+def test_a_spark_insert_into_an_online_group_writes_the_newest_row_per_key_online(fs, spark):
+    ts = [pd.Timestamp("2024-05-01", tz="UTC") + pd.Timedelta(hours=h) for h in (0, 3, 1)]
+    fg = fs.create_feature_group("limits", primary_key=["id"], event_time="ts", online_enabled=True)
+    fg.insert(spark.createDataFrame(pd.DataFrame({"id": [1, 1, 2], "ts": ts, "limit": [1.0, 3.0, 2.0]})))
+    rows = fs.online().read(fg, [(1,), (2,)], fg.table.schema())
+    assert (rows[(1,)]["limit"], rows[(2,)]["limit"]) == (3.0, 2.0)   # key 1: the later of its two rows

@@ -1,0 +1,406 @@
+"""The online store: the newest row per primary key of each online-enabled feature group, which feature vectors
+are read from at serving time. One interface, two stores: SQLite (embedded, the default: one file in the project's
+feature store, no server) and MySQL/MariaDB (networked, which several serving hosts share; RonDB, Hopsworks' own
+online store, speaks the same protocol). The `online_store` setting chooses.
+
+Each group version is one table `<project>__<name>_<version>` keyed by the group's primary key, holding its
+features and the event time (epoch microseconds). A write keeps the row with the later event time, so an older
+backfill never overwrites a newer value; the same event time again is an update, as offline. `replace` (`hopsml
+fs sync`) makes the table the newest row per key of an offline version, in one transaction. Credentials come from
+the setting and appear in no record, log or error (errors show the URL without them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from hopsml.errors import FeatureStoreError
+from hopsml.redact import redact_uri
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+EVENT_US = "__event_us"    # the event time as epoch microseconds: what a write compares
+ONLINE_FILE = "_online.sqlite"
+_BATCH = 1000              # rows per statement
+
+
+class OnlineStore:
+    """One online store (see the module docstring); `dialect` says how its SQL differs."""
+
+    dialect = ""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({redact_uri(self.url)!r})"
+
+    # --- what the dialects differ in --------------------------------------------------------------------
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _mark(self) -> str:
+        return "?"
+
+    def _column_type(self, kind: pa.DataType, key: bool) -> str:
+        raise NotImplementedError
+
+    def _upsert(self, table: str, columns: Sequence[str], keys: Sequence[str], timed: bool) -> str:
+        raise NotImplementedError
+
+    def _tables(self, cursor: Any) -> set[str]:
+        raise NotImplementedError
+
+    def _columns(self, cursor: Any, table: str) -> list[str]:
+        raise NotImplementedError
+
+    def _q(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    # --- connections ------------------------------------------------------------------------------------
+    def connection(self) -> Any:
+        """This thread's connection (a serving answers from several threads)."""
+        found = getattr(self._local, "connection", None)
+        if found is None:
+            try:
+                found = self._connect()
+            except store_errors() as error:   # name the store without its credentials
+                raise FeatureStoreError(f"cannot reach the online store {redact_uri(self.url)}: "
+                                        f"{_without(str(error), self.url)}") from None
+            self._local.connection = found
+        return found
+
+    def close(self) -> None:
+        found = getattr(self._local, "connection", None)
+        if found is not None:
+            found.close()
+            self._local.connection = None
+
+    # --- writing ----------------------------------------------------------------------------------------
+    def write(self, group: Any, batch: pa.Table, replace: bool = False) -> int:
+        """The newest row per key of `batch` (a group's rows, offline types) written, unless the store holds a
+        later one; with `replace`, the table holds exactly these rows afterwards. Returns the rows written."""
+        newest = newest_per_key(batch, group.primary_key, group.event_time)
+        table = table_name(group)
+        keys = list(group.primary_key)
+        columns = [*newest.column_names, *([EVENT_US] if group.event_time else [])]
+        rows = _rows(newest, group.event_time)
+        connection = self.connection()
+        cursor = connection.cursor()
+        try:
+            self._ensure(cursor, table, newest.schema, keys, bool(group.event_time))
+            if replace:
+                cursor.execute(f"DELETE FROM {self._q(table)}")
+            sql = self._upsert(table, columns, keys, bool(group.event_time))
+            for start in range(0, len(rows), _BATCH):
+                cursor.executemany(sql, rows[start:start + _BATCH])
+            connection.commit()
+        except Exception:
+            connection.rollback()
+            raise
+        finally:
+            cursor.close()
+        return len(rows)
+
+    def _ensure(self, cursor: Any, table: str, schema: pa.Schema, keys: Sequence[str], timed: bool) -> None:
+        """The group's table, created or given the batch's new columns."""
+        if table not in self._tables(cursor):
+            columns = [f"{self._q(f.name)} {self._column_type(f.type, f.name in keys)}" for f in schema]
+            if timed:
+                columns.append(f"{self._q(EVENT_US)} BIGINT NOT NULL")
+            cursor.execute(f"CREATE TABLE {self._q(table)} ({', '.join(columns)}, "
+                           f"PRIMARY KEY ({', '.join(self._q(k) for k in keys)}))")
+            return
+        present = set(self._columns(cursor, table))
+        for field in schema:
+            if field.name not in present:
+                cursor.execute(f"ALTER TABLE {self._q(table)} ADD COLUMN {self._q(field.name)} "
+                               f"{self._column_type(field.type, False)}")
+
+    # --- reading ----------------------------------------------------------------------------------------
+    def read(self, group: Any, keys: Sequence[Sequence[Any]], schema: pa.Schema
+             ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """The stored rows of the given primary-key values (a tuple per key, in the group's key order), by key;
+        values in the offline types of `schema`. A key with no row is left out."""
+        table = table_name(group)
+        names = [f.name for f in schema]
+        pk = list(group.primary_key)
+        out: dict[tuple[Any, ...], dict[str, Any]] = {}
+        cursor = self.connection().cursor()
+        try:
+            if table not in self._tables(cursor):
+                return out
+            present = set(self._columns(cursor, table))
+            wanted = [n for n in names if n in present]
+            for start in range(0, len(keys), _BATCH):
+                chunk = [tuple(as_stored(v) for v in key) for key in keys[start:start + _BATCH]]
+                if len(pk) == 1:
+                    where = f"{self._q(pk[0])} IN ({', '.join([self._mark()] * len(chunk))})"
+                    params: list[Any] = [key[0] for key in chunk]
+                else:
+                    one = "(" + " AND ".join(f"{self._q(k)} = {self._mark()}" for k in pk) + ")"
+                    where = " OR ".join([one] * len(chunk))
+                    params = [v for key in chunk for v in key]
+                cursor.execute(f"SELECT {', '.join(self._q(n) for n in wanted)} FROM {self._q(table)} "
+                               f"WHERE {where}", params)
+                for row in cursor.fetchall():
+                    record = dict(zip(wanted, row))
+                    values = {n: _loaded(record.get(n), schema.field(n).type) for n in names}
+                    out[tuple(as_stored(values[k]) for k in pk)] = values
+            return out
+        finally:
+            cursor.close()
+
+    def count(self, group: Any) -> int | None:
+        """Rows in the group's table (None: it has none yet)."""
+        table = table_name(group)
+        cursor = self.connection().cursor()
+        try:
+            if table not in self._tables(cursor):
+                return None
+            cursor.execute(f"SELECT COUNT(*) FROM {self._q(table)}")
+            return int(cursor.fetchone()[0])
+        finally:
+            cursor.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement and commit it (what tests do behind the store's back)."""
+        connection = self.connection()
+        cursor = connection.cursor()
+        try:
+            cursor.execute(sql, list(params))
+            connection.commit()
+        finally:
+            cursor.close()
+
+    def drop(self, group: Any) -> None:
+        cursor = self.connection().cursor()
+        try:
+            if table_name(group) in self._tables(cursor):
+                cursor.execute(f"DROP TABLE {self._q(table_name(group))}")
+            self.connection().commit()
+        finally:
+            cursor.close()
+
+
+class SQLiteStore(OnlineStore):
+    """The embedded store: one SQLite file (WAL, so readers never wait for a writer)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, url: str, path: str) -> None:
+        super().__init__(url)
+        self.path = path
+
+    def _connect(self) -> Any:
+        import sqlite3
+
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        return connection
+
+    def _column_type(self, kind: pa.DataType, key: bool) -> str:
+        import pyarrow as pa
+
+        if pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind):
+            return "INTEGER"
+        if pa.types.is_floating(kind):
+            return "REAL"
+        return "TEXT"
+
+    def _upsert(self, table: str, columns: Sequence[str], keys: Sequence[str], timed: bool) -> str:
+        names = ", ".join(self._q(c) for c in columns)
+        changed = ", ".join(f"{self._q(c)} = excluded.{self._q(c)}" for c in columns if c not in keys)
+        newer = f" WHERE excluded.{self._q(EVENT_US)} >= {self._q(table)}.{self._q(EVENT_US)}" if timed else ""
+        action = f"DO UPDATE SET {changed}{newer}" if changed else "DO NOTHING"
+        return (f"INSERT INTO {self._q(table)} ({names}) VALUES ({', '.join('?' * len(columns))}) "
+                f"ON CONFLICT ({', '.join(self._q(k) for k in keys)}) {action}")
+
+    def _tables(self, cursor: Any) -> set[str]:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {row[0] for row in cursor.fetchall()}
+
+    def _columns(self, cursor: Any, table: str) -> list[str]:
+        cursor.execute(f"PRAGMA table_info({self._q(table)})")
+        return [row[1] for row in cursor.fetchall()]
+
+
+class MySQLStore(OnlineStore):
+    """A MySQL, MariaDB or RonDB server (PyMySQL, pure Python), for stores several hosts share."""
+
+    dialect = "mysql"
+
+    def _connect(self) -> Any:
+        import urllib.parse
+
+        try:
+            import pymysql
+        except ImportError:
+            raise FeatureStoreError("a mysql:// online store needs PyMySQL: pip install 'hopsml[online]'") from None
+        parts = urllib.parse.urlsplit(self.url)
+        return pymysql.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
+                               user=urllib.parse.unquote(parts.username or "root"),
+                               password=urllib.parse.unquote(parts.password or ""),
+                               database=parts.path.lstrip("/") or None, connect_timeout=10, read_timeout=60,
+                               write_timeout=60, autocommit=False, charset="utf8mb4")
+
+    def _mark(self) -> str:
+        return "%s"
+
+    def _q(self, name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    def _column_type(self, kind: pa.DataType, key: bool) -> str:
+        import pyarrow as pa
+
+        if pa.types.is_integer(kind) or pa.types.is_timestamp(kind):
+            return "BIGINT"
+        if pa.types.is_boolean(kind):
+            return "TINYINT"
+        if pa.types.is_floating(kind):
+            return "DOUBLE"
+        return "VARCHAR(255)" if key else "TEXT"
+
+    def _upsert(self, table: str, columns: Sequence[str], keys: Sequence[str], timed: bool) -> str:
+        names = ", ".join(self._q(c) for c in columns)
+        event = self._q(EVENT_US)
+        # MySQL assigns left to right, each seeing the ones before: the event time is compared, so set last
+        changed = [c for c in columns if c not in keys and c != EVENT_US] + ([EVENT_US] if timed else [])
+        if timed:
+            sets = ", ".join(f"{self._q(c)} = IF(VALUES({event}) >= {event}, VALUES({self._q(c)}), {self._q(c)})"
+                             for c in changed)
+        else:
+            sets = ", ".join(f"{self._q(c)} = VALUES({self._q(c)})" for c in changed)
+        update = f" ON DUPLICATE KEY UPDATE {sets}" if sets else \
+            f" ON DUPLICATE KEY UPDATE {self._q(keys[0])} = {self._q(keys[0])}"
+        return f"INSERT INTO {self._q(table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))}){update}"
+
+    def _tables(self, cursor: Any) -> set[str]:
+        cursor.execute("SHOW TABLES")
+        return {row[0] for row in cursor.fetchall()}
+
+    def _columns(self, cursor: Any, table: str) -> list[str]:
+        cursor.execute(f"SHOW COLUMNS FROM {self._q(table)}")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What a store's driver raises (DB-API errors of sqlite3 and PyMySQL, network errors)."""
+    import sqlite3
+
+    errors: list[type[BaseException]] = [sqlite3.Error, OSError]
+    try:
+        import pymysql
+
+        errors.append(pymysql.err.Error)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+_OPEN: dict[tuple[str, str], OnlineStore] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_store(settings: Any, storage: Any) -> OnlineStore:
+    """The project's online store, as the `online_store` setting names it (one per process and URL)."""
+    from hopsml import layout
+
+    url = settings.online_store
+    if not url:
+        local = storage.local_path(layout.join(layout.feature_store_dir(settings.project), ONLINE_FILE))
+        if local is None:
+            raise FeatureStoreError("online-enabled feature groups under a remote root need an online_store setting: "
+                                    "mysql://user:password@host:3306/database (shared by the serving hosts) or "
+                                    "sqlite:///path/online.db")
+        url = f"sqlite:///{local}"
+    with _OPEN_LOCK:
+        found = _OPEN.get((settings.project, url))
+        if found is None:
+            if url.startswith("sqlite://"):
+                found = SQLiteStore(url, url[len("sqlite://"):])
+            else:
+                found = MySQLStore(url)
+            _OPEN[(settings.project, url)] = found
+        return found
+
+
+def newest_per_key(table: pa.Table, keys: Sequence[str], event_time: str | None) -> pa.Table:
+    """One row per key: the one with the latest event time (the last given when times tie or there are none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return table
+    order = pa.array(range(table.num_rows), pa.int64())
+    indexed = table.append_column("__row", order)
+    sort = [(event_time, "descending")] if event_time else []
+    ranked = indexed.sort_by([*sort, ("__row", "descending")])
+    first = ranked.group_by(list(keys), use_threads=False).aggregate([("__row", "first")])
+    kept = pc.is_in(ranked.column("__row"), value_set=first.column("__row_first"))
+    return ranked.filter(kept).drop_columns(["__row"])
+
+
+def table_name(group: Any) -> str:
+    """The group's table: `<project>__<name>_<version>`, so projects can share one database."""
+    return f"{group.store.project}__{group.name}_{group.version}"
+
+
+def _rows(table: pa.Table, event_time: str | None) -> list[tuple[Any, ...]]:
+    columns = [[as_stored(v) for v in table.column(name).to_pylist()] for name in table.column_names]
+    if event_time:
+        columns.append([_micros(v) for v in table.column(event_time).to_pylist()])
+    return list(zip(*columns))
+
+
+def _micros(value: dt.datetime) -> int:
+    return int(value.timestamp() * 1_000_000) if value.tzinfo else \
+        int(value.replace(tzinfo=dt.timezone.utc).timestamp() * 1_000_000)
+
+
+def as_stored(value: Any) -> Any:
+    """A value as a store column holds it: times as epoch microseconds, dates as ISO text, booleans as 0/1."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, dt.datetime):
+        return _micros(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):   # a numpy scalar
+        return as_stored(value.item())
+    return value
+
+
+def _loaded(value: Any, kind: pa.DataType) -> Any:
+    """A stored value back in the group's offline type."""
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_timestamp(kind):
+        return dt.datetime.fromtimestamp(int(value) / 1_000_000, dt.timezone.utc)
+    if pa.types.is_date(kind):
+        return dt.date.fromisoformat(str(value))
+    if pa.types.is_boolean(kind):
+        return bool(value)
+    if pa.types.is_floating(kind):
+        return float(value)
+    if pa.types.is_integer(kind):
+        return int(value)
+    return value
+
+
+def _without(text: str, url: str) -> str:
+    """An error text without the URL's password (drivers may quote what they were given)."""
+    import urllib.parse
+
+    password = urllib.parse.urlsplit(url).password
+    return text.replace(password, "***") if password else text
