@@ -150,6 +150,13 @@ class TransformationFunction:
                    dict(record.get("statistics") or {}), tuple(record.get("aliases") or ()))
 
 
+def apply_all(frame: pd.DataFrame, functions: Sequence[TransformationFunction]) -> pd.DataFrame:
+    """`frame` through each function in turn (training data, batch data and feature vectors alike)."""
+    for function in functions:
+        frame = function.apply(frame)
+    return frame
+
+
 def describe(values: pd.Series) -> dict[str, Any]:
     """The statistics a transformation may read of one feature: min, max, mean, stddev, the 100 percentiles
     (numbers) and the sorted unique values (any type)."""

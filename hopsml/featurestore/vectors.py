@@ -168,9 +168,9 @@ def check(view: Any, sample: int = 100, seed: int | None = None, now: dt.datetim
     functions = view.serving_functions()
     pairs = [("features", online, offline)]
     if functions:
-        from hopsml.featurestore.view import _transform
+        from hopsml.featurestore.transformations import apply_all
 
-        pairs.append(("transformed", _transform(online.copy(), functions), _transform(offline.copy(), functions)))
+        pairs.append(("transformed", apply_all(online.copy(), functions), apply_all(offline.copy(), functions)))
     for kind, got, want in pairs:
         for column in want.columns:
             differs = [i for i in range(len(want)) if not _same(got[column].iloc[i], want[column].iloc[i])]

@@ -20,7 +20,7 @@ from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import engine
 from hopsml.featurestore.query import Query
 from hopsml.featurestore.table import wallclock_ms
-from hopsml.featurestore.transformations import TransformationFunction
+from hopsml.featurestore.transformations import TransformationFunction, apply_all
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -278,7 +278,7 @@ class FeatureView:
         from hopsml.featurestore import vectors
 
         frame = vectors.vectors(self, entries, passed, allow_missing)
-        return _transform(frame, self.serving_functions()) if transform else frame
+        return apply_all(frame, self.serving_functions()) if transform else frame
 
     def transform(self, feature_vector: Any, **_: Any) -> Any:
         """Untransformed features (a DataFrame) transformed as the batch-scoring training dataset version's
@@ -288,7 +288,7 @@ class FeatureView:
         if self._transformations and self._scoring is None:
             self.init_batch_scoring()
         frame = feature_vector if isinstance(feature_vector, pd.DataFrame) else pd.DataFrame(feature_vector)
-        return _transform(frame, self.transformation_functions)
+        return apply_all(frame, self.transformation_functions)
 
     # --- feature logging (feature_log.py) ---------------------------------------------------------------
     @property
@@ -385,7 +385,7 @@ class FeatureView:
                   "transformation_functions": [f.to_dict() for f in fitted], "labels": self.labels,
                   "rows": {name: int(len(frame)) for name, frame in frames.items()}, **fields}
         version = self.store.save_training_dataset(self, record)
-        return version, {name: _transform(frame, fitted) for name, frame in frames.items()}
+        return version, {name: apply_all(frame, fitted) for name, frame in frames.items()}
 
     def _read_version(self, version: int, read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
         record = self.store.read_training_dataset(self, version)
@@ -393,7 +393,7 @@ class FeatureView:
         frames = _split(self._rows(pinned, record.get("start_time"), record.get("end_time"), read_options),
                         record["split"], self.query)
         fitted = self._fitted(version)
-        return {name: _transform(frame, fitted) for name, frame in frames.items()}
+        return {name: apply_all(frame, fitted) for name, frame in frames.items()}
 
     def _fitted(self, version: int) -> list[TransformationFunction]:
         record = self.store.read_training_dataset(self, version)
@@ -476,12 +476,6 @@ def _split(frame: pd.DataFrame, split: dict[str, Any], query: Query) -> dict[str
             mask &= (times < pd.Timestamp(end, unit="ms", tz="UTC")).to_numpy()
         out[name] = frame[mask].reset_index(drop=True)
     return out
-
-
-def _transform(frame: pd.DataFrame, functions: Sequence[TransformationFunction]) -> pd.DataFrame:
-    for function in functions:
-        frame = function.apply(frame)
-    return frame
 
 
 def _vector_as(frame: pd.DataFrame, return_type: str, single: bool) -> Any:

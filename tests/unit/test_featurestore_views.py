@@ -145,7 +145,7 @@ def test_views_refuse_what_they_cannot_give(project):
         fv.get_train_test_split(9)
     with pytest.raises(FeatureStoreError, match="no feature view 'other'"):
         fs.get_feature_view("other")
-    with pytest.raises(FeatureStoreError, match="the online store .* is not in hopsml yet"):
+    with pytest.raises(FeatureStoreError, match="'orders_1' is not online enabled"):
         fv.get_feature_vector({"customerid": 1})
 
 
