@@ -273,6 +273,13 @@ class FeatureView:
         frame = self._vectors(entry, passed_features, allow_missing, transform)
         return _vector_as(frame, return_type, single=False)
 
+    def get_inference_helper(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._not_yet("inference helper columns", "select those columns as features, or pass them along "
+                            "with the entry")
+
+    def get_inference_helpers(self, *args: Any, **kwargs: Any) -> Any:
+        return self.get_inference_helper(*args, **kwargs)
+
     def _vectors(self, entries: list[dict[str, Any]], passed: list[dict[str, Any]] | None, allow_missing: bool,
                  transform: bool) -> pd.DataFrame:
         from hopsml.featurestore import vectors
