@@ -20,6 +20,7 @@ from typing import Any
 from hopsml import config
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.store import FeatureStore
+from hopsml.hopsworks.deployments import ModelServing
 from hopsml.hopsworks.registry import ModelRegistry
 
 
@@ -43,9 +44,8 @@ class Project:
     def get_model_registry(self) -> ModelRegistry:
         return ModelRegistry(self.settings)
 
-    def get_model_serving(self) -> Any:
-        raise FeatureStoreError("project.get_model_serving() comes with serving deployments; use hopsml.serving "
-                                "meanwhile")
+    def get_model_serving(self) -> ModelServing:
+        return ModelServing(self.settings)
 
 
 def login(host: str | None = None, port: int = 443, project: str | None = None, api_key_value: str | None = None,

@@ -51,6 +51,17 @@ class Model:
                            record)
         return self
 
+    def deploy(self, name: str | None = None, description: str | None = None, script_file: str | None = None,
+               resources: Any = None, inference_logger: Any = None, inference_batcher: Any = None,
+               **options: Any) -> Any:
+        """A deployment of this version (saved, not started: `deployment.start()`), as hsml's `model.deploy`."""
+        from hopsml.hopsworks.deployments import ModelServing
+
+        predictor = ModelServing(self._settings).create_predictor(
+            self, name=name, script_file=script_file, resources=resources, inference_logger=inference_logger,
+            inference_batcher=inference_batcher, **options)
+        return predictor.deploy()
+
     def _hsml(self) -> dict[str, Any]:
         storage = Storage(self._settings.root)
         path = layout.join(layout.model_dir(self._settings.project, self.name, int(self.version or 0)), HSML_RECORD)

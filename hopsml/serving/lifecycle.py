@@ -329,6 +329,7 @@ def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, 
                                                                     started=states.now()))
     ready_r, ready_w = os.pipe()
     env = {**os.environ, "HOPSML_ROOT": settings.root, "HOPSML_PROJECT": project, READY_FD_ENV: str(ready_w),
+           **({"HOPSML_ONLINE_STORE": settings.online_store} if settings.online_store else {}),
            "HOPSML_SERVING_LOG": path}
     env.pop(inference_log.LOG_ENV, None)
     if d.logs_inferences:

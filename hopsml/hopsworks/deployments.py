@@ -1,0 +1,199 @@
+"""hsml's model serving over hopsml's servings: `project.get_model_serving()`, `ms.create_predictor(model,
+script_file=...)`, `ms.create_deployment(predictor)`, `model.deploy(...)`, `ms.get_deployment(name)`, and a
+deployment's `save`, `start`, `stop`, `get_state`, `predict`, `get_logs` and `delete`. Each is a call of
+`hopsml.serving` (create_or_update, start, stop, ...) under hsml's names; hops' own `serving` API is unchanged.
+
+A predictor script is hsml's (and hops'): a `Predict` class with `predict(self, inputs)`, which may open the
+project with `hopsworks.login()` and look features up with `fv.get_feature_vector(...)`; the serving's
+instances run with the project's root, project and online store, so it finds them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from hopsml import config, layout
+from hopsml.fs import Storage
+from hopsml.serving import lifecycle
+from hopsml.serving.definition import ServingError
+
+
+@dataclass
+class Resources:
+    """hsml's resources: here only the number of instances counts (one process each)."""
+
+    num_instances: int = 1
+    requests: Any = None
+    limits: Any = None
+
+
+@dataclass
+class InferenceLogger:
+    """hsml's inference logger: which parts of each request the serving's inference log keeps."""
+
+    mode: str = "ALL"   # "ALL", "MODEL_INPUTS", "PREDICTIONS" or "NONE"
+    kafka_topic: Any = None
+
+
+@dataclass
+class InferenceBatcher:
+    """hsml's batcher: requests grouped up to `max_batch_size`, waiting at most `max_latency` milliseconds."""
+
+    enabled: bool = True
+    max_batch_size: int | None = None
+    max_latency: int | None = None
+    timeout: int | None = None
+
+
+@dataclass
+class PredictorState:
+    """What `deployment.get_state()` says: its status ('Running', 'Stopped', 'Starting', 'Failed') and why."""
+
+    status: str
+    reason: str | None = None
+    available_predictor_instances: int = 0
+
+
+@dataclass
+class Predictor:
+    """A model version to serve, with its script, resources, logger and batcher (not yet a deployment)."""
+
+    model_name: str
+    model_version: int
+    name: str
+    script_file: str | None = None
+    resources: Resources | None = None
+    inference_logger: InferenceLogger | None = None
+    inference_batcher: InferenceBatcher | None = None
+    settings: config.Settings | None = None
+
+    def deploy(self) -> Deployment:
+        """A deployment of this predictor, saved (not started)."""
+        return Deployment(self).save()
+
+
+class Deployment:
+    """A deployment: a hopsml serving named `name`."""
+
+    def __init__(self, predictor: Predictor, name: str | None = None) -> None:
+        self.predictor = predictor
+        self.name = name or predictor.name
+        self._settings = predictor.settings or config.load()
+
+    def __repr__(self) -> str:
+        return f"Deployment(name={self.name!r}, model={self.predictor.model_name!r}, " \
+               f"version={self.predictor.model_version})"
+
+    @property
+    def model_name(self) -> str:
+        return self.predictor.model_name
+
+    @property
+    def model_version(self) -> int:
+        return self.predictor.model_version
+
+    def save(self, await_update: int | None = None) -> Deployment:
+        p = self.predictor
+        batcher = p.inference_batcher
+        lifecycle.create_or_update(
+            self.name, layout.model_versions_dir(self._settings.project, p.model_name), "PYTHON",
+            model_version=p.model_version, predictor=_script(self._settings, p.script_file),
+            inference_logging=(p.inference_logger.mode if p.inference_logger else "ALL"),
+            instances=(p.resources.num_instances if p.resources else 1),
+            batching_enabled=bool(batcher and batcher.enabled),
+            max_batch_size=batcher.max_batch_size if batcher and batcher.enabled else None,
+            batch_timeout_micros=(batcher.max_latency * 1000 if batcher and batcher.enabled and batcher.max_latency
+                                  else None), settings=self._settings)
+        return self
+
+    def start(self, await_running: int | None = 300) -> None:
+        lifecycle.start(self.name, timeout_s=float(await_running or 300), settings=self._settings)
+
+    def stop(self, await_stopped: int | None = None) -> None:
+        lifecycle.stop(self.name, settings=self._settings)
+
+    def get_state(self) -> PredictorState:
+        serving = lifecycle.get(self.name, self._settings)
+        return PredictorState(str(serving.status), serving.status.reason, serving.available_instances)
+
+    def is_running(self) -> bool:
+        return self.get_state().status == "Running"
+
+    def is_stopped(self) -> bool:
+        return self.get_state().status == "Stopped"
+
+    def predict(self, data: Any = None, inputs: Any = None) -> Any:
+        """hsml's predict: `inputs` (a list of instances) or `data` (the request body, {"instances": [...]})."""
+        if (data is None) == (inputs is None):
+            raise ServingError("predict takes data= (the request body) or inputs= (the instances), one of them")
+        body = data if data is not None else {"instances": inputs if isinstance(inputs, list) else [inputs]}
+        return lifecycle.make_inference_request(self.name, body, settings=self._settings)
+
+    def get_logs(self, component: str = "predictor", tail: int = 10) -> str:
+        """The last `tail` lines of the serving's log (printed, as hsml does, and returned)."""
+        path = lifecycle.log_path(self._settings, self._settings.project, self.name)
+        text = lifecycle.log_tail(path, tail)
+        print(text)
+        return text
+
+    def delete(self, force: bool = False) -> None:
+        if force and self.get_state().status in ("Running", "Starting"):
+            self.stop()
+        lifecycle.delete(self.name, settings=self._settings)
+
+
+class ModelServing:
+    """`project.get_model_serving()`."""
+
+    def __init__(self, settings: config.Settings) -> None:
+        self._settings = settings
+
+    def create_predictor(self, model: Any, name: str | None = None, script_file: str | None = None,
+                         resources: Resources | dict[str, Any] | None = None,
+                         inference_logger: InferenceLogger | str | None = None,
+                         inference_batcher: InferenceBatcher | bool | None = None, **_: Any) -> Predictor:
+        if isinstance(resources, dict):
+            resources = Resources(num_instances=int(resources.get("num_instances", 1)))
+        if isinstance(inference_logger, str):
+            inference_logger = InferenceLogger(mode=inference_logger)
+        if isinstance(inference_batcher, bool):
+            inference_batcher = InferenceBatcher(enabled=inference_batcher)
+        if model.version is None:
+            raise ServingError(f"model {model.name!r} is not saved yet: model.save(path) first")
+        return Predictor(model.name, int(model.version), name or model.name, script_file, resources, inference_logger,
+                         inference_batcher, self._settings)
+
+    def create_deployment(self, predictor: Predictor, name: str | None = None, **_: Any) -> Deployment:
+        return Deployment(predictor, name)
+
+    def get_deployment(self, name: str) -> Deployment:
+        serving = lifecycle.get(name, self._settings)
+        return Deployment(Predictor(serving.model_name, serving.model_version, name, serving.predictor,
+                                    settings=self._settings), name)
+
+    def get_deployments(self, model: Any = None, status: str | None = None) -> list[Deployment]:
+        found = [self.get_deployment(s.name) for s in lifecycle.get_all(self._settings)
+                 if model is None or s.model_name == model.name]
+        return [d for d in found if status is None or d.get_state().status.lower() == status.lower()]
+
+
+def _script(settings: config.Settings, script_file: str | None) -> str | None:
+    """A predictor script as the serving takes it: a project path ('Resources/predict.py'); hsml's absolute
+    '/Projects/<project>/...' form is made project-relative, and a file outside the root is uploaded to
+    Resources/ first."""
+    if script_file is None:
+        return None
+    prefix = f"/{layout.project_dir(settings.project)}/"
+    if script_file.startswith(prefix):
+        return script_file[len(prefix):]
+    storage = Storage(settings.root)
+    project_local = storage.local_path(layout.project_dir(settings.project))
+    if os.path.isabs(script_file) and os.path.isfile(script_file):
+        if project_local and os.path.commonpath([project_local, script_file]) == project_local:
+            return os.path.relpath(script_file, project_local)
+        target = layout.join(layout.project_dir(settings.project), "Resources", os.path.basename(script_file))
+        storage.upload(script_file, target)
+        return layout.join("Resources", os.path.basename(script_file))
+    return script_file

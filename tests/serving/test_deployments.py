@@ -1,0 +1,92 @@
+"""Deployments as hsml has them, on hopsml's serving: a model trained on a feature view's training dataset is
+deployed with `model.deploy(script_file=...)`, its hsml-style predictor looks each request's features up
+online with `fv.get_feature_vector`, and the answers are the model's on the training transform of the online
+rows; the deployment starts, answers, reports its state and logs, stops and is deleted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import settings_for
+
+pytest.importorskip("deltalake")
+
+PREDICTOR = textwrap.dedent("""
+    import os
+
+    import joblib
+
+    from hopsml import hopsworks
+
+
+    class Predict:
+        def __init__(self):
+            project = hopsworks.login()
+            self.fv = project.get_feature_store().get_feature_view("limits", 1)
+            self.fv.init_serving(1)
+            self.model = joblib.load(os.path.join(os.environ["MODEL_FILES_PATH"], "model.joblib"))
+
+        def predict(self, inputs):
+            entries = [{"customer": int(row[0])} for row in inputs]
+            vectors = self.fv.get_feature_vectors(entries, return_type="numpy")
+            return self.model.predict(vectors.astype(float)).tolist()
+""")
+
+
+def test_a_deployment_whose_predictor_looks_features_up_online(tmp_path, monkeypatch):
+    import joblib
+    from sklearn.linear_model import LinearRegression
+
+    from hopsml import hopsworks
+    from hopsml.hopsworks.deployments import InferenceLogger, Resources
+    from hopsml.hopsworks.hsfs.builtin_transformations import min_max_scaler
+
+    settings = settings_for(tmp_path / "root")
+    monkeypatch.setenv("HOPSML_ROOT", settings.root)
+    project = hopsworks.login(project="test")
+    fs = project.get_feature_store()
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    rng = np.random.default_rng(0)
+    profiles = fs.create_feature_group("profiles", primary_key=["customer"], event_time="ts", online_enabled=True)
+    profiles.insert(pd.DataFrame({"customer": range(40), "ts": [t0] * 40, "income": rng.normal(50, 10, 40),
+                                  "age": rng.integers(20, 70, 40)}))
+    spend = fs.create_feature_group("spend", primary_key=["customer"], event_time="ts")
+    spend.insert(pd.DataFrame({"customer": range(40), "ts": [t0 + dt.timedelta(days=1)] * 40,
+                               "target": rng.normal(0, 1, 40)}))
+    view = fs.create_feature_view("limits", query=spend.select(["customer", "ts", "target"]).join(
+        profiles.select(["income", "age"])), labels=["target"], transformation_functions=[min_max_scaler("income")])
+    features, labels = view.training_data()
+    fitted = LinearRegression().fit(features.to_numpy(dtype=float), labels["target"])
+    (tmp_path / "model").mkdir()
+    joblib.dump(fitted, tmp_path / "model" / "model.joblib")
+    model = project.get_model_registry().sklearn.create_model("limits", feature_view=view, training_dataset_version=1)
+    model.save(str(tmp_path / "model"))
+    script = tmp_path / "predict_limits.py"
+    script.write_text(PREDICTOR)
+
+    deployment = model.deploy(name="limits", script_file=str(script), resources=Resources(num_instances=1),
+                              inference_logger=InferenceLogger(mode="ALL"))
+    ms = project.get_model_serving()
+    assert ms.get_deployment("limits").model_version == model.version
+    assert deployment.get_state().status == "Stopped"
+    deployment.start(await_running=300)
+    try:
+        assert deployment.is_running()
+        answer = deployment.predict(inputs=[[3], [17]])
+        view.init_serving(1)
+        expected = fitted.predict(view.get_feature_vectors([{"customer": 3}, {"customer": 17}],
+                                                           return_type="numpy").astype(float))
+        assert np.allclose(answer["predictions"], expected)
+        with pytest.raises(Exception, match="no online row for \\{'customer': 99\\}"):
+            deployment.predict(data={"instances": [[99]]})
+        assert "no online row" in deployment.get_logs(tail=200)   # the failed request's error is in its log
+        assert [d.name for d in ms.get_deployments(model)] == ["limits"]
+    finally:
+        deployment.stop()
+    assert deployment.is_stopped()
+    deployment.delete()
+    assert ms.get_deployments() == []
