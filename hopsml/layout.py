@@ -51,6 +51,7 @@ OUTPUTS = ".outputs.json"
 METRIC = ".metric"
 MODEL_RECORD = "model.json"
 MODEL_DONE = "_SUCCESS"
+HSML_RECORD = "hsml.json"   # what hsml records of a version beyond model.json: its feature view, training dataset
 DATASETS_USED = "datasets.json"
 TIMELINE = "timeline"  # the run's timeline: one part per rank and the merged trace
 TIMELINE_TRACE = "trace.json"

@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from hopsml import layout
+from hopsml import layout, request_notes
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import engine
 from hopsml.featurestore.query import Query
@@ -285,7 +285,10 @@ class FeatureView:
         from hopsml.featurestore import vectors
 
         frame = vectors.vectors(self, entries, passed, allow_missing)
-        return apply_all(frame, self.serving_functions()) if transform else frame
+        frame = apply_all(frame, self.serving_functions()) if transform else frame
+        if transform:   # inside a serving's request: its inference log keeps the vectors the model got
+            request_notes.note(inputs={"instances": frame.astype(object).where(frame.notna(), None).values.tolist()})
+        return frame
 
     def transform(self, feature_vector: Any, **_: Any) -> Any:
         """Untransformed features (a DataFrame) transformed as the batch-scoring training dataset version's

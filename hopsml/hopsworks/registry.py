@@ -15,7 +15,7 @@ from hopsml.fs import Storage
 from hopsml.model import registry
 
 FRAMEWORKS = ("python", "sklearn", "tensorflow", "torch", "llm")
-HSML_RECORD = "hsml.json"
+HSML_RECORD = layout.HSML_RECORD
 
 
 class Model:

@@ -16,7 +16,6 @@ kept: 'MODEL_INPUTS' (request and inputs), 'PREDICTIONS' (response), 'ALL' (both
 
 from __future__ import annotations
 
-import contextvars
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from hopsml import request_notes
 from hopsml.errors import HopsmlError
 
 if TYPE_CHECKING:
@@ -82,17 +82,13 @@ class _Record:
 
 
 _POLL_S = 0.05   # how often the writer takes the records that have come
-_seen: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("hopsml_inference_seen",
-                                                                               default=None)
 
 
 def record(**seen: Any) -> None:
     """Note, for the log's record of the request being answered, what the app read or made: its rows (the
     writer then need not parse the JSON again) and the model's inputs after the transformer (`inputs`).
-    Nothing when the log is off."""
-    holder = _seen.get()
-    if holder is not None:
-        holder.update(seen)
+    Nothing when the log is off (see hopsml.request_notes)."""
+    request_notes.note(**seen)
 
 
 class RecordingTransformer:
@@ -322,12 +318,8 @@ class LoggedApp:
             return await self.app.handle(request)
         started = time.time()
         clock = time.perf_counter()
-        holder: dict[str, Any] = {}   # the app notes its rows and the model's inputs here (`record`)
-        token = _seen.set(holder)
-        try:
+        with request_notes.noting() as holder:   # the app notes its rows and the model's inputs (`record`)
             status, body = await self.app.handle(request)
-        finally:
-            _seen.reset(token)
         self.logger.put(_Record(started, status, (time.perf_counter() - clock) * 1000.0, request.body,
                                 holder.get("inputs"), body, holder.get("rows")))
         return status, body

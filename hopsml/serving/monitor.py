@@ -123,10 +123,22 @@ def _binned(values: np.ndarray, edges: Sequence[float]) -> list[int]:
 
 
 # --- what training saw -------------------------------------------------------------------------------
-def _dataset_of(mv: registry.ModelVersion, given: str | None) -> str:
+def _dataset_of(mv: registry.ModelVersion, given: str | None, storage: Storage, project: str) -> str:
+    """The dataset the model was trained on: given, else from the run that made it, else the training dataset
+    its hsml record names (a feature view's, when it was written out)."""
     if given is not None:
         return given
     tables = [d for d in mv.datasets if d.get("kind") in (None, "table", "training_dataset")]
+    hsml = layout.join(layout.model_dir(project, mv.name, mv.version), layout.HSML_RECORD)
+    if not tables and storage.exists(hsml):
+        record = storage.read_json(hsml)
+        view, version = record.get("feature_view") or {}, record.get("training_dataset_version")
+        if view and version:
+            path = layout.join(layout.training_datasets_dir(project, view["name"], view["version"]), str(version),
+                               layout.TRAINING_DATASET_RECORD)
+            written = storage.read_json(path).get("dataset") if storage.exists(path) else None
+            if written:
+                return str(written)
     if not tables:
         named = ", ".join(str(d.get("name")) for d in mv.datasets) or "none"
         raise ServingError(f"model {mv.name} version {mv.version} names no table dataset it was trained on (its "
@@ -327,7 +339,7 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
                            f"{d.inference_logging!r}, topic_name={d.topic_name!r}), so there is nothing to compare; "
                            f"turn it on: create_or_update({serving_name!r}, ..., inference_logging='ALL')")
     mv = registry.get_model(d.model_name, d.model_version, settings=settings)
-    name = _dataset_of(mv, dataset)
+    name = _dataset_of(mv, dataset, storage, project)
     ddir, manifest = ds.open_dataset(storage, project, name)
     if manifest.get("kind") == "training_dataset" and storage.exists(ddir.stats_json):
         stats = storage.read_json(ddir.stats_json)

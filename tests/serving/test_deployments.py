@@ -1,7 +1,8 @@
 """Deployments as hsml has them, on hopsml's serving: a model trained on a feature view's training dataset is
 deployed with `model.deploy(script_file=...)`, its hsml-style predictor looks each request's features up
 online with `fv.get_feature_vector`, and the answers are the model's on the training transform of the online
-rows; the deployment starts, answers, reports its state and logs, stops and is deleted."""
+rows; the deployment starts, answers, reports its state and logs, stops and is deleted; its inference log kept
+the vectors the model got, which serving.monitor compares with the training dataset's statistics."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ PREDICTOR = textwrap.dedent("""
         def __init__(self):
             project = hopsworks.login()
             self.fv = project.get_feature_store().get_feature_view("limits", 1)
-            self.fv.init_serving(1)
+            self.fv.init_serving(1)   # the training dataset version the model was trained on
             self.model = joblib.load(os.path.join(os.environ["MODEL_FILES_PATH"], "model.joblib"))
 
         def predict(self, inputs):
@@ -59,11 +60,13 @@ def test_a_deployment_whose_predictor_looks_features_up_online(tmp_path, monkeyp
                                "target": rng.normal(0, 1, 40)}))
     view = fs.create_feature_view("limits", query=spend.select(["customer", "ts", "target"]).join(
         profiles.select(["income", "age"])), labels=["target"], transformation_functions=[min_max_scaler("income")])
-    features, labels = view.training_data()
+    version, _ = view.create_training_data()       # written out: the statistics serving.monitor reads
+    features, labels = view.get_training_data(version)
     fitted = LinearRegression().fit(features.to_numpy(dtype=float), labels["target"])
     (tmp_path / "model").mkdir()
     joblib.dump(fitted, tmp_path / "model" / "model.joblib")
-    model = project.get_model_registry().sklearn.create_model("limits", feature_view=view, training_dataset_version=1)
+    registry = project.get_model_registry()
+    model = registry.sklearn.create_model("limits", feature_view=view, training_dataset_version=version)
     model.save(str(tmp_path / "model"))
     script = tmp_path / "predict_limits.py"
     script.write_text(PREDICTOR)
@@ -88,5 +91,12 @@ def test_a_deployment_whose_predictor_looks_features_up_online(tmp_path, monkeyp
     finally:
         deployment.stop()
     assert deployment.is_stopped()
+    # the inference log kept the vectors the model got, so monitoring compares them with the training dataset
+    from hopsml.serving import monitor
+
+    report = monitor("limits", settings=settings)
+    assert report["dataset"]["name"] == view.training_dataset_name(version)
+    assert [f["name"] for f in report["features"]] == ["age", "min_max_scaler_income_"]
+    assert report["rows"] == 2 and report["preprocessing"]["ok"], report
     deployment.delete()
     assert ms.get_deployments() == []
