@@ -33,7 +33,8 @@ class FeatureGroup:
                  primary_key: Sequence[str] = (), event_time: str | None = None,
                  partition_key: Sequence[str] = (), online_enabled: bool = False,
                  statistics_config: Any = None, features: Sequence[dict[str, Any]] = (),
-                 created: str | None = None, expectation_suite: Any = None, ttl: Any = None) -> None:
+                 created: str | None = None, expectation_suite: Any = None, ttl: Any = None,
+                 online_synced: str | None = None) -> None:
         self.store, self.name, self.version = store, layout.validate_name(name, "feature group name"), int(version)
         self.description = description or ""
         self.primary_key = [k.lower() for k in primary_key]
@@ -45,6 +46,7 @@ class FeatureGroup:
         self.created = created
         self.expectation_suite = expectations.suite_of(expectation_suite)
         self.ttl = ttl_seconds(ttl, self.key)
+        self.online_synced = online_synced   # when `sync_online` last rewrote the online rows
         self.table = GroupTable(store.table_location(self.name, self.version), self.keys(), self.key,
                                 self.partition_key)
 
@@ -93,7 +95,7 @@ class FeatureGroup:
                 "partition_key": self.partition_key, "online_enabled": self.online_enabled,
                 "statistics_config": self.statistics_config, "features": self._features, "created": self.created,
                 "expectation_suite": self.expectation_suite.to_dict() if self.expectation_suite else None,
-                "ttl": self.ttl}
+                "ttl": self.ttl, "online_synced": self.online_synced}
 
     def __repr__(self) -> str:
         return f"FeatureGroup({self.name!r}, {self.version}, primary_key={self.primary_key}, " \
@@ -246,7 +248,12 @@ class FeatureGroup:
             raise FeatureStoreError(f"feature group {self.key!r} is not online enabled (online_enabled=True "
                                     "when it is created)")
         self._check_saved()
-        return int(self.store.online().write(self, self.table.read(), replace=True))
+        import datetime as dt
+
+        written = int(self.store.online().write(self, self.table.read(), replace=True))
+        self.online_synced = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.store.save_group(self)
+        return written
 
     def _need_primary_key(self) -> None:
         if not self.primary_key:

@@ -137,7 +137,7 @@ class FeatureStore:
                             online_enabled=record.get("online_enabled", False),
                             statistics_config=record.get("statistics_config"), features=record.get("features") or [],
                             created=record.get("created"), expectation_suite=record.get("expectation_suite"),
-                            ttl=record.get("ttl"))
+                            ttl=record.get("ttl"), online_synced=record.get("online_synced"))
 
     def get_feature_group(self, name: str, version: int | None = None) -> FeatureGroup:
         """Group `name` at `version` (the newest when None)."""

@@ -120,7 +120,25 @@ def group_view(settings: config.Settings, project: str, name: str, version: int,
                                  "compute_statistics() computes them)")
     view["reports"], view["reports_total"] = validation_reports(storage, project,
                                                                 layout.join(folder, layout.GROUP_VALIDATION))
+    if record is not None and record.get("online_enabled"):
+        view["online"] = online_side(store, name, version, record)
     return view
+
+
+def online_side(store: FeatureStore, name: str, version: int, record: dict[str, Any]) -> dict[str, Any]:
+    """An online-enabled group's online rows and last sync, or why the store cannot be read (never a crash)."""
+    from hopsml.errors import FeatureStoreError
+    from hopsml.featurestore.online import store_errors
+    from hopsml.redact import redact_uri
+
+    out: dict[str, Any] = {"synced": short_time(record.get("online_synced")) if record.get("online_synced") else None,
+                           "store": redact_uri(store.settings.online_store) or "SQLite in the project"}
+    failures: tuple[type[BaseException], ...] = (FeatureStoreError, *store_errors())
+    try:
+        out["rows"] = store.online().count(store.get_feature_group(name, version))
+    except failures as exc:
+        out["problem"] = str(exc)
+    return out
 
 
 def _commits(store: FeatureStore, name: str, version: int) -> tuple[list[dict[str, Any]], str | None]:

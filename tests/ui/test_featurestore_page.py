@@ -277,3 +277,15 @@ def test_a_group_page_in_chromium_draws_its_charts_without_errors_and_follows_a_
             assert errors == [] and driver.execute_script("return window.hacked") is None
         finally:
             driver.quit()
+
+
+def test_an_online_group_page_shows_its_online_rows_and_last_sync(store):
+    fs = hopsworks.login(project=PROJECT).get_feature_store()
+    limits = fs.create_feature_group("limits", primary_key=["customerid"], event_time="ts", online_enabled=True)
+    limits.insert(pd.DataFrame({"customerid": [1, 1, 2], "ts": [T0, T0 + dt.timedelta(hours=1), T0],
+                                "limit": [1.0, 2.0, 3.0]}))
+    page = _get(store, f"/p/{PROJECT}/featurestore/groups/limits/1")
+    assert "SQLite in the project: 2 rows" in page and "last synced" not in page
+    limits.sync_online()
+    assert "SQLite in the project: 2 rows, last synced" in _get(store, f"/p/{PROJECT}/featurestore/groups/limits/1")
+    assert 'id="online-side"' not in _get(store, f"/p/{PROJECT}/featurestore/groups/orders/1")
