@@ -287,7 +287,9 @@ class FeatureView:
         frame = vectors.vectors(self, entries, passed, allow_missing)
         frame = apply_all(frame, self.serving_functions()) if transform else frame
         if transform:   # inside a serving's request: its inference log keeps the vectors the model got
-            request_notes.note(inputs={"instances": frame.astype(object).where(frame.notna(), None).values.tolist()})
+            numbers = frame.astype({c: "int64" for c in frame.columns if frame[c].dtype == bool})   # as training's
+            request_notes.note(inputs={"instances": numbers.astype(object).where(numbers.notna(), None)
+                                       .values.tolist()})
         return frame
 
     def transform(self, feature_vector: Any, **_: Any) -> Any:
