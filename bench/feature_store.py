@@ -1,8 +1,11 @@
-"""Point-in-time training data and inserts of the feature store, against the plain ways, side by side in one run.
+"""Point-in-time training data and inserts of the feature store, and (`--online`) feature vectors from the online
+store, against the plain ways and Feast, side by side in one run.
 
     python bench/feature_store.py [--labels 10000,100000,1000000] [--groups 3] [--ratio 10] [--repeat 3]
                                   [--master local[*]] [--engines duckdb,spark,plain] [--feast-python PATH]
                                   [--feast-limit 900] [--feast-memory-gib 7]
+    python bench/feature_store.py --online [--online-keys 100000] [--online-calls 10000] [--online-threads 1,16]
+                                  [--repeat 3] [--feast-python PATH] [--e2e-clients 1,64] [--e2e-seconds 5] [--no-e2e]
 
 (a) Point-in-time training data: `--labels` label rows (a key and an event time) joined with `--groups` feature
 groups holding `--ratio` times as many rows in all, each label row getting each group's newest row of its key
@@ -40,6 +43,39 @@ source is not timed) inserted by Spark's tasks (checks and statistics as Spark j
 as plain Parquet (`df.write.parquet`). Prints rows/s of each and the ratios (insert time / plain time).
 
 With `--repeat N` every timing is the median of N runs (a shared machine's speed drifts).
+
+With `--online` only the online part runs (bench/feature_store_online.py), no Spark:
+
+(c) Feature vectors: `--online-keys` keys of one group (three floats, two integers, a string) inserted into an
+online-enabled group (the offline commit and the online write) and materialized by Feast 0.67 into its SQLite
+online store (provider local; bench/feast_online.py in the environment of `--feast-python`, a process of its own
+answering requests on stdin). Timed on the same key sequences, each side alike (`feast_online.timed`: the calls
+spread over 1 and 16 threads of one process, each thread's first calls untimed): `--online-calls` single lookups
+and a twentieth as many of 100 keys each, by
+
+* Feast: `store.get_online_features(features=[...], entity_rows=[{"id": k}, ...]).to_dict()`;
+* hopsml sqlite: `fv.init_serving(1)`, then `fv.get_feature_vector({"id": k})` and `fv.get_feature_vectors([...])`
+  (return_type "list", a min-max scaler and a label encoder fitted on training dataset version 1 applied; the
+  default `online_store`, SQLite in the project), and the same with `transform=False`;
+* hopsml mariadb: the same on a MariaDB server started for the run as the tests start one (tests/mariadb.py;
+  skipped, saying so, where MariaDB is not installed), `online_store=mysql://...`.
+
+The untransformed values of 200 sampled keys are compared with the inserted rows on every side first. Prints p50
+and p99 latency, calls/s and vectors/s per case (median of `--repeat` rounds, the sides taking turns in each),
+and the ratios Feast / hopsml sqlite and MariaDB / SQLite (targets: Feast's p99 at least 3x hopsml's at 1 and
+100 keys; MariaDB within 2x of SQLite).
+
+(d) End to end (unless `--no-e2e`): a linear model trained on the view's training dataset, deployed twice as hsml
+deploys (`model.deploy(script_file=...)`): a predictor that looks the request's key up with
+`fv.get_feature_vectors(..., return_type="numpy")`, and one that is given the transformed vector in the request.
+Loaded by 1 and 64 keep-alive clients (`--e2e-clients`; bench/serving.py's client and `measure`: the two take
+turns, median of `--repeat` runs of `--e2e-seconds`), one key per request, the same request over and over. Prints
+req/s, p50/p99 and the server's CPU per request of each, and the lookup's cost per request (the difference of
+the medians, and of the CPU per request).
+
+The figures in docs/benchmarks.md:
+
+    python bench/feature_store.py --online --repeat 3 --feast-python venv-feast/bin/python
 """
 
 from __future__ import annotations
@@ -271,8 +307,21 @@ def main() -> None:
                         help="python of an environment with Feast (default: $HOPSML_BENCH_FEAST_PYTHON)")
     parser.add_argument("--feast-limit", type=float, default=900, help="seconds one Feast call may take")
     parser.add_argument("--feast-memory-gib", type=float, default=7, help="address space a Feast call may take")
+    parser.add_argument("--online", action="store_true", help="only the online part: (c) and (d)")
+    parser.add_argument("--online-keys", type=int, default=100_000)
+    parser.add_argument("--online-calls", type=int, default=10_000,
+                        help="single lookups per case; a twentieth as many calls of 100 keys")
+    parser.add_argument("--online-threads", default="1,16", help="concurrent callers")
+    parser.add_argument("--e2e-clients", default="1,64", help="concurrent clients of the deployments")
+    parser.add_argument("--e2e-seconds", type=float, default=5.0)
+    parser.add_argument("--no-e2e", action="store_true", help="leave out (d), the deployments")
     args = parser.parse_args()
     args.feast_version = feast_version(args.feast_python)
+    if args.online:
+        from feature_store_online import run
+
+        run(args)
+        return
     engines = args.engines.split(",")
     sizes = [int(n) for n in args.labels.split(",")]
     root = tempfile.mkdtemp(prefix="hopsml-bench-fs-")

@@ -8,6 +8,11 @@ features and the event time (epoch microseconds). A write keeps the row with the
 backfill never overwrites a newer value; the same event time again is an update, as offline. `replace` (`hopsml
 fs sync`) makes the table the newest row per key of an offline version, in one transaction. Credentials come from
 the setting and appear in no record, log or error (errors show the URL without them).
+
+Reads at serving time go through a `Reader`: the table's columns are looked up once, its SQL made once per number
+of keys and its values' conversions chosen once, so a lookup is one statement. A write, drop or statement made
+here starts a new generation, which tells the readers of this process to look again; a table dropped or changed
+elsewhere shows as an error of the statement, after which a reader is made anew.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
@@ -37,6 +42,7 @@ class OnlineStore:
     def __init__(self, url: str) -> None:
         self.url = url
         self._local = threading.local()
+        self.generation = 0     # readers made before a write, drop or statement here look the table up again
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({redact_uri(self.url)!r})"
@@ -62,6 +68,9 @@ class OnlineStore:
 
     def _q(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
+
+    def _begin(self, connection: Any) -> None:
+        """Open the transaction a write commits (sqlite3 opens one itself before the first change)."""
 
     # --- connections ------------------------------------------------------------------------------------
     def connection(self) -> Any:
@@ -92,6 +101,7 @@ class OnlineStore:
         columns = [*newest.column_names, *([EVENT_US] if group.event_time else [])]
         rows = _rows(newest, group.event_time)
         connection = self.connection()
+        self._begin(connection)
         cursor = connection.cursor()
         try:
             self._ensure(cursor, table, newest.schema, keys, bool(group.event_time))
@@ -106,6 +116,7 @@ class OnlineStore:
             raise
         finally:
             cursor.close()
+            self.generation += 1
         return len(rows)
 
     def _ensure(self, cursor: Any, table: str, schema: pa.Schema, keys: Sequence[str], timed: bool) -> None:
@@ -128,34 +139,19 @@ class OnlineStore:
              ) -> dict[tuple[Any, ...], dict[str, Any]]:
         """The stored rows of the given primary-key values (a tuple per key, in the group's key order), by key;
         values in the offline types of `schema`. A key with no row is left out."""
-        table = table_name(group)
         names = [f.name for f in schema]
-        pk = list(group.primary_key)
-        out: dict[tuple[Any, ...], dict[str, Any]] = {}
+        return {key: dict(zip(names, values)) for key, values in self.reader(group, schema)(keys).items()}
+
+    def reader(self, group: Any, schema: pa.Schema, names: Sequence[str] | None = None) -> Reader:
+        """A reader of the group's table as it is now: the values of `names` (default: all of `schema`) by key."""
+        table = table_name(group)
         cursor = self.connection().cursor()
         try:
-            if table not in self._tables(cursor):
-                return out
-            present = set(self._columns(cursor, table))
-            wanted = [n for n in names if n in present]
-            for start in range(0, len(keys), _BATCH):
-                chunk = [tuple(as_stored(v) for v in key) for key in keys[start:start + _BATCH]]
-                if len(pk) == 1:
-                    where = f"{self._q(pk[0])} IN ({', '.join([self._mark()] * len(chunk))})"
-                    params: list[Any] = [key[0] for key in chunk]
-                else:
-                    one = "(" + " AND ".join(f"{self._q(k)} = {self._mark()}" for k in pk) + ")"
-                    where = " OR ".join([one] * len(chunk))
-                    params = [v for key in chunk for v in key]
-                cursor.execute(f"SELECT {', '.join(self._q(n) for n in wanted)} FROM {self._q(table)} "
-                               f"WHERE {where}", params)
-                for row in cursor.fetchall():
-                    record = dict(zip(wanted, row))
-                    values = {n: _loaded(record.get(n), schema.field(n).type) for n in names}
-                    out[tuple(as_stored(values[k]) for k in pk)] = values
-            return out
+            present = self._columns(cursor, table) if table in self._tables(cursor) else None
         finally:
             cursor.close()
+        return Reader(self, table, list(group.primary_key), schema,
+                      [f.name for f in schema] if names is None else list(names), present)
 
     def count(self, group: Any) -> int | None:
         """Rows in the group's table (None: it has none yet)."""
@@ -178,6 +174,7 @@ class OnlineStore:
             connection.commit()
         finally:
             cursor.close()
+            self.generation += 1
 
     def drop(self, group: Any) -> None:
         cursor = self.connection().cursor()
@@ -187,6 +184,83 @@ class OnlineStore:
             self.connection().commit()
         finally:
             cursor.close()
+            self.generation += 1
+
+
+class Reader:
+    """Rows by primary key from one group's table as it was when made (see the module docstring): `reader(keys)`
+    gives, for each key that has a row, the values of `names` in the offline types of the schema, a name the table
+    lacks as None. `complete` says the table has every one of them (a reader worth keeping)."""
+
+    def __init__(self, store: OnlineStore, table: str, keys: Sequence[str], schema: pa.Schema, names: Sequence[str],
+                 present: Sequence[str] | None) -> None:
+        self.store, self.table, self.generation = store, table, store.generation
+        self.exists = present is not None
+        there = set(present or ())
+        self.complete = self.exists and all(n in there for n in names)
+        wanted = [n for n in dict.fromkeys(names) if n in there]
+        selected = [*wanted, *[k for k in keys if k not in wanted]]
+        types = {f.name: f.type for f in schema}
+        self._selected = selected
+        self._loads = [(i, load) for i, load in enumerate(_loader(types[n]) if n in types else None for n in selected)
+                       if load is not None]
+        at = {n: i for i, n in enumerate(selected)}
+        self._picks = [at.get(n, -1) for n in names]
+        self._width = len(names)
+        self._direct = self._picks == list(range(len(names)))   # the names lead the selected columns, in order
+        self._keys = [at[k] for k in keys]
+        plain = all(k in types and _plain_key(types[k]) for k in keys)   # a loaded key is as_stored already
+        self._key = self._keys[0] if plain and len(keys) == 1 else None
+        self._plain = plain
+        self._statements: dict[int, str] = {}
+
+    def current(self) -> bool:
+        """Made since the store's last write, drop or statement in this process."""
+        return self.generation == self.store.generation
+
+    def __call__(self, keys: Sequence[Sequence[Any]]) -> dict[tuple[Any, ...], Sequence[Any]]:
+        out: dict[tuple[Any, ...], Sequence[Any]] = {}
+        if not self.exists:
+            return out
+        loads, picks, width, direct, one = self._loads, self._picks, self._width, self._direct, self._key
+        cursor = self.store.connection().cursor()
+        try:
+            for start in range(0, len(keys), _BATCH):
+                chunk = keys[start:start + _BATCH]
+                cursor.execute(self._statement(len(chunk)),
+                               [v if type(v) in _AS_STORED else as_stored(v) for key in chunk for v in key])
+                for row in cursor.fetchall():
+                    if loads:
+                        row = list(row)
+                        for i, load in loads:
+                            if row[i] is not None:
+                                row[i] = load(row[i])
+                    key = (row[one],) if one is not None else self._key_of(row)
+                    out[key] = row[:width] if direct else tuple(row[i] if i >= 0 else None for i in picks)
+            return out
+        finally:
+            cursor.close()
+
+    def _key_of(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        if self._plain:
+            return tuple(row[i] for i in self._keys)
+        return tuple(as_stored(row[i]) for i in self._keys)
+
+    def _statement(self, count: int) -> str:
+        found = self._statements.get(count)
+        if found is None:
+            store, keys = self.store, [self._selected[i] for i in self._keys]
+            if len(keys) == 1:
+                where = f"{store._q(keys[0])} IN ({', '.join([store._mark()] * count)})"
+            else:
+                one = "(" + " AND ".join(f"{store._q(k)} = {store._mark()}" for k in keys) + ")"
+                where = " OR ".join([one] * count)
+            found = f"SELECT {', '.join(store._q(n) for n in self._selected)} FROM {store._q(self.table)} WHERE {where}"
+            self._statements[count] = found
+        return found
+
+
+_AS_STORED = (int, str, float)   # types as_stored gives back as they are
 
 
 class SQLiteStore(OnlineStore):
@@ -250,7 +324,12 @@ class MySQLStore(OnlineStore):
                                user=urllib.parse.unquote(parts.username or "root"),
                                password=urllib.parse.unquote(parts.password or ""),
                                database=parts.path.lstrip("/") or None, connect_timeout=10, read_timeout=60,
-                               write_timeout=60, autocommit=False, charset="utf8mb4")
+                               write_timeout=60, autocommit=True, charset="utf8mb4")
+
+    def _begin(self, connection: Any) -> None:
+        # reads run outside transactions (autocommit), so each sees the rows committed before it: a read inside
+        # one would see only what was there at its first read, whatever other hosts wrote since
+        connection.begin()
 
     def _mark(self) -> str:
         return "%s"
@@ -379,23 +458,34 @@ def as_stored(value: Any) -> Any:
     return value
 
 
-def _loaded(value: Any, kind: pa.DataType) -> Any:
-    """A stored value back in the group's offline type."""
+def _loader(kind: pa.DataType) -> Callable[[Any], Any] | None:
+    """What turns a stored (non-null) value back into the group's offline type; None: it is that already (both
+    drivers give int and float for the INTEGER/BIGINT and REAL/DOUBLE columns made for integers and floats)."""
     import pyarrow as pa
 
-    if value is None:
-        return None
     if pa.types.is_timestamp(kind):
-        return dt.datetime.fromtimestamp(int(value) / 1_000_000, dt.timezone.utc)
+        return _from_micros
     if pa.types.is_date(kind):
-        return dt.date.fromisoformat(str(value))
+        return _from_iso
     if pa.types.is_boolean(kind):
-        return bool(value)
-    if pa.types.is_floating(kind):
-        return float(value)
-    if pa.types.is_integer(kind):
-        return int(value)
-    return value
+        return bool
+    return None
+
+
+def _from_micros(value: Any) -> dt.datetime:
+    return dt.datetime.fromtimestamp(int(value) / 1_000_000, dt.timezone.utc)
+
+
+def _from_iso(value: Any) -> dt.date:
+    return dt.date.fromisoformat(str(value))
+
+
+def _plain_key(kind: pa.DataType) -> bool:
+    """Whether a key column's loaded value is already what `as_stored` makes of it (integers, floats, text)."""
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
+                or pa.types.is_large_string(kind))
 
 
 def _without(text: str, url: str) -> str:

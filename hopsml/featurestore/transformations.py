@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import importlib
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -192,6 +193,8 @@ def _builtin(name: str, values: pd.Series, stats: Mapping[str, Any]) -> Any:
                                             stats["percentiles"][74] - stats["percentiles"][24])}[name]
         return pd.Series(primitives.scaled(column, center, spread).to_numpy(zero_copy_only=False), index=values.index)
     categories = list(stats.get("unique_values") or [])
+    if pa.types.is_null(column.type) and categories:   # only missing values (one vector's): typed as the categories
+        column = column.cast(pa.array(categories).type)
     index = primitives.category_index(column, categories, missing=None)
     if name == "label_encoder":
         return pd.Series(index.to_pandas(), index=values.index)
@@ -264,3 +267,116 @@ one_hot_encoder = _make_builtin("one_hot_encoder")
 
 def builtins() -> list[TransformationFunction]:
     return [min_max_scaler, standard_scaler, robust_scaler, label_encoder, one_hot_encoder]
+
+
+# --- feature vectors at serving time: the built-ins over plain Python values ---------------------------------
+# A vector's column as pandas types it (vectors.shaped): "int" (int64), "int32", "float" (float64, None for
+# missing), "bool", "object" (booleans and None), "str" (text and None) or "none" (only None).
+_NUMBERS = ("int", "int32", "float", "bool", "object", "none")
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """A fitted built-in over one column of plain Python values: the values and kinds `apply` gives on a pandas
+    frame, value for value. `run` answers None where only the pandas path knows the answer (it then runs)."""
+
+    function: TransformationFunction
+    names: tuple[str, ...]                  # its output columns
+    center: float = 0.0
+    spread: float = 1.0
+    categories: Mapping[Any, int] = field(default_factory=dict)
+    category_type: type | None = None       # the one Python type of the categories (None: there are none)
+
+    def run(self, values: list[Any], kind: str) -> list[tuple[list[Any], str]] | None:
+        """(output values, their kind) per output column, for the input column `values` of `kind`."""
+        name = self.function.name
+        if name in _NUMERIC:
+            if kind not in _NUMBERS:
+                return None
+            return [([_scaled(v, self.center, self.spread) for v in values], "float")]
+        found = self.categories
+        if found and not _matches(kind, self.category_type):
+            return None
+        index = [None if v is None else found.get(v, -1) for v in values]
+        if name == "label_encoder":
+            if None in index:   # a missing value: pandas makes the column float
+                return [([None if i is None else float(i) for i in index], "float")]
+            return [(index, "int32")]
+        return [([i == at for i in index], "bool") for at in range(len(found))]
+
+
+def row_steps(functions: Sequence[TransformationFunction]) -> list[RowStep] | None:
+    """`functions` as steps over plain values, or None when one of them is not a fitted built-in of one feature
+    (a user function takes pandas Series): then vectors are transformed on pandas."""
+    steps = []
+    for function in functions:
+        step = _row_step(function)
+        if step is None:
+            return None
+        steps.append(step)
+    return steps
+
+
+def _row_step(function: TransformationFunction) -> RowStep | None:
+    """The step of one function, with what `_builtin` reads of its statistics; None where `apply` would fail."""
+    if function.fn is not None or function.name not in BUILTINS or len(function.features) != 1:
+        return None
+    stats = function.statistics.get(function.features[0])
+    if not stats:
+        return None
+    try:
+        names = tuple(function.output_column_names)
+    except FeatureStoreError:
+        return None
+    if not names:
+        return None
+    if function.name in _NUMERIC:
+        try:
+            if "mean" not in stats:
+                return None
+            if function.name == "min_max_scaler":
+                center, spread = stats["min"], stats["max"] - stats["min"]
+            elif function.name == "standard_scaler":
+                center, spread = stats["mean"], stats["stddev"]
+            else:
+                center, spread = stats["percentiles"][49], stats["percentiles"][74] - stats["percentiles"][24]
+        except (KeyError, IndexError, TypeError):
+            return None
+        if not isinstance(center, float) or not isinstance(spread, float):
+            return None
+        return RowStep(function, names[:1], center=center, spread=spread)
+    categories = list(stats.get("unique_values") or [])
+    kinds = {type(c) for c in categories}
+    if len(kinds) > 1 or kinds - {str, int, bool} or len({str(c) for c in categories}) != len(categories):
+        return None
+    if function.name == "one_hot_encoder" and len(names) != len(categories):
+        return None
+    found: dict[Any, int] = {}
+    for at, category in enumerate(categories):
+        found.setdefault(category, at)
+    return RowStep(function, names if function.name == "one_hot_encoder" else names[:1], categories=found,
+                   category_type=kinds.pop() if kinds else None)
+
+
+def _matches(kind: str, category_type: type | None) -> bool:
+    """Whether Arrow matches a column of this kind against the categories as a dict lookup does."""
+    if kind == "none":
+        return True
+    if category_type is str:
+        return kind == "str"
+    if category_type is int:
+        return kind == "int"
+    return category_type is bool and kind in ("bool", "object")
+
+
+def _scaled(value: Any, center: float, spread: float) -> float | None:
+    """`primitives.scaled` of one value: (x - center) / spread in doubles (IEEE's division by zero too), NaN as
+    missing."""
+    if value is None:
+        return None
+    x = float(value) - center
+    if spread == 0.0:
+        out = math.nan if x == 0.0 or x != x else math.copysign(math.inf, x) * math.copysign(1.0, spread)
+    else:
+        out = x / spread
+    return None if out != out else out

@@ -4,6 +4,12 @@ of that key, in the columns the view's training data has (labels, and the left g
 out), passed-in features overriding stored ones, transformed with the statistics fitted on the serving training
 dataset version. One lookup per group for a whole batch of entries.
 
+A view keeps a `Plan` while it serves: its columns and groups worked out once, each group's offline schema and a
+reader of its online table (one statement per lookup, which SQLite keeps prepared; online.py says when a reader
+is made again). A vector is built on plain Python values (`shaped`, with the built-in transformations'
+`RowStep`s), typed as the pandas frame of the general path would type it, so that path (a pandas return type, a
+user transformation function, a time or a mixed column) gives the same answer; the tests compare the two.
+
 `check` compares the online side with the offline one: for sampled keys, the vector built from the online rows
 against the vector built from the offline tables as they are now (each group's newest row per key with an event
 time at or before now), untransformed and transformed, mismatches counted per feature.
@@ -18,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.online import as_stored, store_errors
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,57 +60,244 @@ def vectors(view: Any, entries: Sequence[Mapping[str, Any]], passed: Sequence[Ma
     group's rows by key (the online store's by default)."""
     import pandas as pd
 
-    wanted = columns(view)
-    entries = [{str(k).lower(): v for k, v in entry.items()} for entry in entries]
-    passed_rows = [{str(k).lower(): v for k, v in (p or {}).items()} for p in (passed or [{}] * len(entries))]
-    if len(passed_rows) != len(entries):
-        raise FeatureStoreError(f"feature view {view.key!r}: {len(passed_rows)} passed_features for {len(entries)} "
-                                "entries; give one dict per entry")
-    sources = view.query.column_sources()
-    out: list[dict[str, Any]] = [{} for _ in entries]
-    for group, keys, names in _plans(view):
-        needed = [(column, feature) for column, source, feature in sources if source is group and column in wanted]
-        if not needed or all(all(c in p for c, _ in needed) for p in passed_rows):
-            continue   # nothing of this group in the vector, or every value of it passed in
-        if rows_of is None and not group.online_enabled:
-            missing = sorted({c for p in passed_rows for c, _ in needed if c not in p})
-            raise FeatureStoreError(f"feature view {view.key!r}: feature group {group.key!r} is not online enabled, "
-                                    f"so its features ({', '.join(missing)}) must be given in passed_features (or "
-                                    "create the group with online_enabled=True)")
-        if set(keys) != set(group.primary_key):
-            raise FeatureStoreError(f"feature view {view.key!r}: group {group.key!r} is joined on {keys}, not on its "
-                                    f"primary key {group.primary_key}, so it cannot be looked up by key online")
-        wanted_keys = [_key(view, entry, keys, names, group) for entry in entries]
-        found = (rows_of or _online(view))(group, sorted(set(wanted_keys), key=repr))
-        for index, key in enumerate(wanted_keys):
-            row = found.get(key)
-            if row is None and not allow_missing:
-                shown = dict(zip(group.primary_key, key))
-                raise FeatureStoreError(f"feature view {view.key!r}: no online row for {shown} in feature group "
-                                        f"{group.key!r}; check the key, insert it, or pass allow_missing=True "
-                                        "(its features are then None)")
-            for column, feature in needed:
-                out[index][column] = None if row is None else row.get(feature)
-    for index, given in enumerate(passed_rows):
-        out[index].update({k: v for k, v in given.items() if k in wanted})
-    return pd.DataFrame(out, columns=wanted)
+    plan = Plan(view)
+    return pd.DataFrame(plan.fetch(entries, passed, allow_missing, rows_of), columns=plan.wanted)
 
 
-def _key(view: Any, entry: Mapping[str, Any], keys: Sequence[str], names: Sequence[str], group: Any
-         ) -> tuple[Any, ...]:
-    """The group's primary-key values an entry names (by the left-side name of a join key, or the group's own)."""
-    values = {}
-    for key, name in zip(keys, names):
-        if name in entry:
-            values[key] = entry[name]
-        elif key in entry:
-            values[key] = entry[key]
-        else:
-            raise FeatureStoreError(f"feature view {view.key!r}: the entry {dict(entry)} has no {name!r}; its "
-                                    f"serving keys are {serving_keys(view)}")
-    from hopsml.featurestore.online import as_stored
+class Plan:
+    """What a view's vectors take, worked out once (a view keeps it while it serves): the columns, each group's
+    key and features, and per group its offline schema and a reader of its online table (see `fetch`)."""
 
-    return tuple(as_stored(values[k]) for k in group.primary_key)
+    def __init__(self, view: Any) -> None:
+        self.view = view
+        self.wanted = columns(view)
+        self.position = {c: i for i, c in enumerate(self.wanted)}
+        sources = view.query.column_sources()
+        self.groups = [_GroupPlan(group, keys, names, [(c, f) for c, source, f in sources
+                                                       if source is group and c in self.position], self.position)
+                       for group, keys, names in _plans(view)]
+        self._store: Any = None
+
+    def fetch(self, entries: Sequence[Mapping[str, Any]], passed: Sequence[Mapping[str, Any]] | None,
+              allow_missing: bool, rows_of: Any = None) -> list[list[Any]]:
+        """The untransformed vectors of `entries` as lists in `wanted`'s order: what `vectors` puts in its frame."""
+        view = self.view
+        entries = [{str(k).lower(): v for k, v in entry.items()} for entry in entries]
+        passed_rows = [{str(k).lower(): v for k, v in p.items()} if p else _NOTHING for p in passed] if passed \
+            else [_NOTHING] * len(entries)
+        if len(passed_rows) != len(entries):
+            raise FeatureStoreError(f"feature view {view.key!r}: {len(passed_rows)} passed_features for "
+                                    f"{len(entries)} entries; give one dict per entry")
+        given = any(passed_rows)
+        width = len(self.wanted)
+        out: list[list[Any]] = [[None] * width for _ in entries]
+        for plan in self.groups:
+            group = plan.group
+            if not plan.columns or not entries or given and all(all(c in p for c in plan.columns)
+                                                                  for p in passed_rows):
+                continue   # nothing of this group in the vector, or every value of it passed in
+            if rows_of is None and not group.online_enabled:
+                missing = sorted({c for p in passed_rows for c in plan.columns if c not in p})
+                raise FeatureStoreError(f"feature view {view.key!r}: feature group {group.key!r} is not online "
+                                        f"enabled, so its features ({', '.join(missing)}) must be given in "
+                                        "passed_features (or create the group with online_enabled=True)")
+            if not plan.by_primary_key:
+                raise FeatureStoreError(f"feature view {view.key!r}: group {group.key!r} is joined on {plan.keys}, "
+                                        f"not on its primary key {group.primary_key}, so it cannot be looked up by "
+                                        "key online")
+            key_of = plan.key
+            wanted_keys = [key_of(view, entry) for entry in entries]
+            unique = list(dict.fromkeys(wanted_keys)) if len(wanted_keys) > 1 else wanted_keys
+            found = self._online(plan, unique) if rows_of is None else \
+                {key: [row.get(f) for f in plan.features] for key, row in rows_of(group, unique).items()}
+            positions, span = plan.positions, plan.span
+            for vector, key in zip(out, wanted_keys):
+                row = found.get(key)
+                if row is None:
+                    if not allow_missing:
+                        shown = dict(zip(group.primary_key, key))
+                        raise FeatureStoreError(f"feature view {view.key!r}: no online row for {shown} in feature "
+                                                f"group {group.key!r}; check the key, insert it, or pass "
+                                                "allow_missing=True (its features are then None)")
+                elif span is not None:
+                    vector[span[0]:span[1]] = row
+                else:
+                    for at, value in zip(positions, row):
+                        vector[at] = value
+        if given:
+            position = self.position
+            for vector, values in zip(out, passed_rows):
+                for name, value in values.items():
+                    where = position.get(name)
+                    if where is not None:
+                        vector[where] = value
+        return out
+
+    def _online(self, plan: _GroupPlan, keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Sequence[Any]]:
+        """The group's online rows of `keys`: its features' values by key. The offline schema and the reader are
+        kept while they serve; the schema is read again while it lacks one of the features (a column added
+        since), the reader made again after a write here or when its statement fails (the table changed)."""
+        if self._store is None:
+            self._store = self.view.store.online()
+        schema = plan.schema
+        if schema is None or not plan.typed:
+            schema = plan.group.table.schema()
+            if schema is None:
+                return {}
+            plan.schema, plan.typed, plan.reader = schema, all(f in schema.names for f in plan.features), None
+        reader, kept = plan.reader, True
+        if reader is None or not reader.current():
+            reader, kept = self._store.reader(plan.group, schema, plan.features), False
+            plan.reader = reader if reader.complete else None
+        try:
+            return reader(keys)
+        except store_errors():
+            if not kept:
+                raise
+            plan.reader = None   # made before the table changed behind this process's back: once more, anew
+            return self._store.reader(plan.group, schema, plan.features)(keys)
+
+
+_NOTHING: Mapping[str, Any] = {}   # an entry's passed features when it has none (never written to)
+
+
+class _GroupPlan:
+    """One group of a view's query as its vectors read it: the columns it gives (and where in the vector) and their
+    feature names there, the key columns and the entry names their values come from, and what `Plan._online`
+    keeps of it."""
+
+    def __init__(self, group: Any, keys: list[str], names: list[str], needed: list[tuple[str, str]],
+                 position: Mapping[str, int]) -> None:
+        self.group, self.keys, self.names = group, keys, names
+        self.columns = [c for c, _ in needed]
+        self.features = [f for _, f in needed]
+        self.positions = [position[c] for c in self.columns]
+        first = self.positions[0] if self.positions else 0
+        self.span = (first, first + len(self.positions)) \
+            if self.positions == list(range(first, first + len(self.positions))) else None
+        self.by_primary_key = set(keys) == set(group.primary_key)
+        self._one = (names[0], keys[0]) if len(keys) == 1 and list(group.primary_key) == keys else None
+        self.schema: Any = None
+        self.typed = False      # the schema has every one of the features
+        self.reader: Any = None
+
+    def key(self, view: Any, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The group's primary-key values an entry names (by the left-side name of a join key, or the group's own),
+        as a store column holds them."""
+        if self._one is not None:
+            name, key = self._one
+            if name in entry:
+                value = entry[name]
+            elif key in entry:
+                value = entry[key]
+            else:
+                raise FeatureStoreError(f"feature view {view.key!r}: the entry {dict(entry)} has no {name!r}; its "
+                                        f"serving keys are {serving_keys(view)}")
+            return (value if type(value) in _AS_IS else as_stored(value),)
+        values = {}
+        for key, name in zip(self.keys, self.names):
+            if name in entry:
+                values[key] = entry[name]
+            elif key in entry:
+                values[key] = entry[key]
+            else:
+                raise FeatureStoreError(f"feature view {view.key!r}: the entry {dict(entry)} has no {name!r}; its "
+                                        f"serving keys are {serving_keys(view)}")
+        return tuple(v if type(v) in _AS_IS else as_stored(v) for v in (values[k] for k in self.group.primary_key))
+
+
+_AS_IS = (int, str)   # key values as_stored gives back unchanged
+
+
+def shaped(wanted: Sequence[str], rows: list[list[Any]], steps: Sequence[Any] | None, return_type: str,
+           single: bool, logged: bool) -> tuple[Any, list[list[Any]] | None] | None:
+    """What `get_feature_vector(s)` answers for `rows` (of `Plan.fetch`) after the transformation `steps`
+    (`transformations.row_steps`), computed on plain values, with (when `logged`) the vectors as a serving's
+    inference log keeps them: the values and types the pandas frame gives, without building one. None where only
+    the pandas path knows the answer: a return type other than 'list' or 'numpy', a value it alone types (times,
+    dates, numpy scalars, mixed columns), a user transformation function (`steps` None)."""
+    kind = return_type.lower()
+    if steps is None or not rows or kind not in ("list", "numpy"):
+        return None
+    columns: dict[str, list[Any]] = {}
+    kinds: dict[str, str] = {}
+    if len(rows) == 1:
+        for name, value in zip(wanted, rows[0]):
+            typed_as = _KIND.get(type(value))
+            if typed_as is None or typed_as == "int" and not _INT64[0] <= value < _INT64[1]:
+                return None
+            columns[name], kinds[name] = [None if typed_as == "float" and value != value else value], typed_as
+    else:
+        for name, values in zip(wanted, zip(*rows)):
+            typed = _typed(values)
+            if typed is None:
+                return None
+            columns[name], kinds[name] = typed
+    for step in steps:
+        feature = step.function.features[0]
+        if feature not in columns:
+            return None
+        outputs = step.run(columns[feature], kinds[feature])
+        if outputs is None:
+            return None
+        for dropped in step.function.drop:
+            columns.pop(dropped, None)
+            kinds.pop(dropped, None)
+        for name, (values, typed_as) in zip(step.names, outputs):
+            columns[name], kinds[name] = values, typed_as
+    if not columns:
+        return None
+    out = [[column[0] for column in columns.values()]] if len(rows) == 1 else \
+        [list(row) for row in zip(*columns.values())]
+    kept = None
+    if logged:   # a copy: what the caller does with its answer is not what the model got
+        bools = [i for i, k in enumerate(kinds.values()) if k == "bool"]
+        kept = [list(row) for row in out]
+        for row in kept:
+            for i in bools:
+                row[i] = int(row[i])
+    if kind == "list":
+        return (out[0] if single else out), kept
+    import numpy as np
+
+    found = set(kinds.values())
+    if not found <= {"int", "int32", "float"}:
+        return None
+    array = np.array(out, dtype=np.float64 if "float" in found else np.int32 if found == {"int32"} else np.int64)
+    return (array[0] if single else array), kept
+
+
+_KIND = {float: "float", int: "int", bool: "bool", str: "str", type(None): "none"}
+_INT64 = (-2**63, 2**63)
+
+
+def _typed(column: Sequence[Any]) -> tuple[list[Any], str] | None:
+    """A column's values and kind as pandas types a frame's column built from them (see transformations.RowStep):
+    integers with a missing value or a float become floats, NaN is missing; None where pandas alone would know."""
+    values = list(column)
+    types = set(map(type, values))
+    if len(types) == 1:
+        only = types.pop()
+        if only is float:
+            total = sum(values)
+            if total != total:   # a NaN among them (or infinities of both signs)
+                values = [None if v != v else v for v in values]
+            return values, "float"
+        if only is int:
+            return (values, "int") if _INT64[0] <= min(values) and max(values) < _INT64[1] else None
+        typed_as = _KIND.get(only)
+        return None if typed_as is None else (values, typed_as)
+    missing = type(None) in types
+    types.discard(type(None))
+    if types <= {int, float}:
+        if int in types and not all(_INT64[0] <= v < _INT64[1] for v in values if type(v) is int):
+            return None
+        return [None if v is None or v != v else float(v) for v in values], "float"
+    if types == {bool}:
+        return values, "object" if missing else "bool"
+    if types == {str}:
+        return values, "str"
+    return None
 
 
 def _online(view: Any) -> Any:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import layout, request_notes
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import engine
+from hopsml.featurestore import engine, vectors
 from hopsml.featurestore.query import Query
 from hopsml.featurestore.table import wallclock_ms
-from hopsml.featurestore.transformations import TransformationFunction, apply_all
+from hopsml.featurestore.transformations import TransformationFunction, apply_all, row_steps
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +41,8 @@ class FeatureView:
         self._transformations = list(transformation_functions)
         self._scoring: int | None = None
         self._serving: int | None = None
+        self._serving_fitted: tuple[int, list[TransformationFunction], Any] | None = None  # per serving version
+        self._vector_plan: Any = None   # vectors.Plan, made on the first feature vector
         columns = query.output_columns()
         for label in self.labels:
             if label not in columns:
@@ -244,34 +246,40 @@ class FeatureView:
 
     @property
     def serving_keys(self) -> list[str]:
-        from hopsml.featurestore import vectors
-
         return vectors.serving_keys(self)
 
     def serving_functions(self) -> list[TransformationFunction]:
         """The transformation functions fitted on the serving version (init_serving), else the batch-scoring
         one, else the newest training dataset version."""
+        return list(self._serving_steps()[0])
+
+    def _serving_steps(self) -> tuple[list[TransformationFunction], Any]:
+        """The serving version's fitted functions and their steps over plain values (None: pandas applies them),
+        read from its training dataset record once per version."""
         if not self._transformations:
-            return []
+            return [], []
         version = self._serving if self._serving is not None else self._scoring
         if version is None:
             self.init_serving()
             version = self._serving
-        return self._fitted(int(version or 0))
+        version = int(version or 0)
+        cached = self._serving_fitted
+        if cached is None or cached[0] != version:
+            functions = self._fitted(version)
+            cached = self._serving_fitted = (version, functions, row_steps(functions))
+        return cached[1], cached[2]
 
     def get_feature_vector(self, entry: dict[str, Any], passed_features: dict[str, Any] | None = None,
                            return_type: str = "list", allow_missing: bool = False, transform: bool = True,
                            **_: Any) -> Any:
         """One entry's feature vector (see vectors.py): the features the model was trained on, in order."""
-        frame = self._vectors([entry], [passed_features or {}], allow_missing, transform)
-        return _vector_as(frame, return_type, single=True)
+        return self._vectors([entry], [passed_features or {}], allow_missing, transform, return_type, single=True)
 
     def get_feature_vectors(self, entry: list[dict[str, Any]], passed_features: list[dict[str, Any]] | None = None,
                             return_type: str = "list", allow_missing: bool = False, transform: bool = True,
                             **_: Any) -> Any:
         """Several entries' vectors, one lookup per group for all of them."""
-        frame = self._vectors(entry, passed_features, allow_missing, transform)
-        return _vector_as(frame, return_type, single=False)
+        return self._vectors(entry, passed_features, allow_missing, transform, return_type, single=False)
 
     def get_inference_helper(self, *args: Any, **kwargs: Any) -> Any:
         raise self._not_yet("inference helper columns", "select those columns as features, or pass them along "
@@ -281,16 +289,29 @@ class FeatureView:
         return self.get_inference_helper(*args, **kwargs)
 
     def _vectors(self, entries: list[dict[str, Any]], passed: list[dict[str, Any]] | None, allow_missing: bool,
-                 transform: bool) -> pd.DataFrame:
-        from hopsml.featurestore import vectors
+                 transform: bool, return_type: str, single: bool) -> Any:
+        """The vectors as return_type has them: on plain values where they give the pandas path's answer
+        (vectors.shaped), else through a pandas frame."""
+        plan = self._vector_plan
+        if plan is None:
+            plan = self._vector_plan = vectors.Plan(self)
+        rows = plan.fetch(entries, passed, allow_missing)
+        functions, steps = self._serving_steps() if transform else ([], [])
+        fast = vectors.shaped(plan.wanted, rows, steps, return_type, single, logged=transform)
+        if fast is not None:
+            answer, logged = fast
+            if transform:   # inside a serving's request: its inference log keeps the vectors the model got
+                request_notes.note(inputs={"instances": logged})
+            return answer
+        import pandas as pd
 
-        frame = vectors.vectors(self, entries, passed, allow_missing)
-        frame = apply_all(frame, self.serving_functions()) if transform else frame
-        if transform:   # inside a serving's request: its inference log keeps the vectors the model got
+        frame = pd.DataFrame(rows, columns=plan.wanted)
+        frame = apply_all(frame, functions) if transform else frame
+        if transform:
             numbers = frame.astype({c: "int64" for c in frame.columns if frame[c].dtype == bool})   # as training's
             request_notes.note(inputs={"instances": numbers.astype(object).where(numbers.notna(), None)
                                        .values.tolist()})
-        return frame
+        return _vector_as(frame, return_type, single)
 
     def transform(self, feature_vector: Any, **_: Any) -> Any:
         """Untransformed features (a DataFrame) transformed as the batch-scoring training dataset version's

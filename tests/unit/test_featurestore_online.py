@@ -2,7 +2,9 @@
 newest row per key in the same insert (a backfill never overwrites a newer value), feature vectors are the
 training features of a key with the training statistics' transforms, an online write that fails fails the insert
 saying what each side holds, `hopsml fs sync` repairs, and the consistency check finds no mismatch after inserts,
-backfills, upserts and repairs, and finds the ones made behind the store's back."""
+backfills, upserts and repairs, and finds the ones made behind the store's back. The serving path built on plain
+values gives the pandas path's values and types, reads its training dataset record once per version, and keeps
+up with new columns, values written by another connection and a table changed behind its back."""
 
 from __future__ import annotations
 
@@ -171,3 +173,163 @@ def test_the_cli_prints_vectors_and_checks(tmp_path, capsys):
     fs.online().execute('UPDATE "p__profiles_1" SET "limit" = 5 WHERE "customer" = 1')
     assert cli.main([*args, "check-online", "limits"]) != 0
     assert "1 mismatches" in capsys.readouterr().err
+
+
+# --- the serving path: plain values give what the pandas frame gives, and what it keeps stays current -------------
+def _traits(fs):
+    """A group whose columns have every kind a vector types: floats, integers, text, booleans, and missing values."""
+    traits = fs.create_feature_group("traits", primary_key=["customer"], event_time="ts", online_enabled=True)
+    traits.insert(pd.DataFrame({"customer": [1, 2, 3, 4], "ts": [at(0)] * 4, "score": [0.5, None, 2.5, -1.0],
+                                "visits": [3, 10, 7, 0], "tier": ["gold", "silver", None, "gold"],
+                                "vip": [True, False, True, False], "flat": [1.0] * 4}))
+    orders = fs.create_feature_group("orders", primary_key=["order_id"], event_time="ts")
+    orders.insert(pd.DataFrame({"order_id": range(8), "customer": [1, 2, 3, 4] * 2, "ts": [at(h) for h in range(1, 9)],
+                                "amount": [5.0, 7.5, 1.0, 20.0, 3.0, 9.0, 2.5, 4.0], "fraud": [0, 1] * 4}))
+    return traits, orders
+
+
+def _reference(view, entries, passed, allow_missing, transform, return_type, single):
+    """The pandas path the plain-value one stands in for: the frame, the functions on it, _vector_as, the log."""
+    from hopsml import request_notes
+    from hopsml.featurestore.transformations import apply_all
+    from hopsml.featurestore.view import _vector_as
+
+    frame = vectors.vectors(view, entries, passed, allow_missing)
+    if transform:
+        frame = apply_all(frame, view.serving_functions())
+    numbers = frame.astype({c: "int64" for c in frame.columns if frame[c].dtype == bool})
+    logged = numbers.astype(object).where(numbers.notna(), None).values.tolist() if transform else None
+    with request_notes.noting():
+        answer = _vector_as(frame, return_type, single)
+    return answer, logged
+
+
+def _identical(a, b):
+    import numpy as np
+
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and all(
+            _identical(x, y) for x, y in zip(a.ravel().tolist(), b.ravel().tolist()))
+    if isinstance(a, list) or isinstance(b, list):
+        return type(a) is type(b) and len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a:
+        return b != b
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("functions", ["scalers", "encoders"])
+def test_vectors_on_plain_values_are_the_pandas_paths_values_and_types(fs, functions):
+    from hopsml import request_notes
+    from hopsml.hopsworks.hsfs.builtin_transformations import one_hot_encoder, robust_scaler, standard_scaler
+
+    traits, orders = _traits(fs)
+    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(
+        traits.select(["score", "visits", "tier", "vip", "flat"]), on=["customer"])
+    chosen = ([standard_scaler("score"), min_max_scaler("visits"), label_encoder("tier"), robust_scaler("amount"),
+               min_max_scaler("flat")]   # no spread: x / 0 as IEEE has it, NaN missing
+              if functions == "scalers" else
+              [one_hot_encoder("tier"), label_encoder("vip"), label_encoder("visits"), min_max_scaler("score")])
+    view = fs.create_feature_view(f"mixed_{functions}", query=query, labels=["fraud"],
+                                  transformation_functions=chosen)
+    view.train_test_split(test_size=0.25, seed=3)
+    view.init_serving(1)
+    cases = [
+        ([{"customer": 1}], [{"amount": 5.0}]),
+        ([{"customer": 2}], [{"amount": 4}]),                                  # an integer into a float feature
+        ([{"customer": 3}], [{"amount": None}]),                               # missing values, stored and passed
+        ([{"customer": 4}], [{"amount": 1.5, "tier": "platinum"}]),            # a category training never saw
+        ([{"customer": c} for c in (1, 2, 3, 4, 1)], [{"amount": float(c)} for c in range(5)]),
+        ([{"customer": 1}, {"customer": 9}], [{"amount": 1.0}, {"amount": 2.0}]),   # allow_missing: ints turn float
+        ([{"customer": 2}, {"customer": 4}], [{"amount": 1.0, "visits": None}, {"amount": 2.0}]),
+        ([{"customer": 1}, {"customer": 3}], [{"amount": 1.0, "flat": 2.0}, {"amount": 2.0, "flat": -3}]),
+    ]
+    for entries, passed in cases:
+        for transform in (True, False):
+            for return_type in ("list", "numpy"):
+                for single in ((True, False) if len(entries) == 1 else (False,)):
+                    missing = any(e["customer"] == 9 for e in entries)
+                    want, logged = _reference(view, entries, passed, missing, transform, return_type, single)
+                    with request_notes.noting() as note:
+                        got = (view.get_feature_vector(entries[0], passed[0], return_type, missing, transform)
+                               if single else
+                               view.get_feature_vectors(entries, passed, return_type, missing, transform))
+                    assert _identical(got, want), (entries, passed, transform, return_type, got, want)
+                    if transform:
+                        assert _identical(note["inputs"]["instances"], logged), (entries, passed, return_type)
+    plan = vectors.Plan(view)   # the common cases are answered without pandas
+    _, steps = view._serving_steps()
+    assert steps is not None
+    for entries, passed in cases[:2]:
+        assert vectors.shaped(plan.wanted, plan.fetch(entries, passed, False), steps, "list", True, True) is not None
+
+
+def test_vectors_keep_what_pandas_alone_types_on_the_pandas_path(fs):
+    from hopsml.hopsworks.hsfs import udf
+
+    @udf(float)
+    def doubled(score):
+        return score * 2
+
+    traits, _ = _traits(fs)
+    traits.insert(pd.DataFrame({"customer": [5], "ts": [at(1)], "score": [1.0], "visits": [1], "tier": ["gold"],
+                                "vip": [True], "seen": [at(3)]}))   # a new column: a time
+    timed = fs.create_feature_view("timed", query=traits.select(["score", "seen"]))
+    assert timed.get_feature_vector({"customer": 5}) == [1.0, pd.Timestamp(at(3))]
+    assert timed.get_feature_vector({"customer": 1}) == [0.5, None]
+    own = fs.create_feature_view("own", query=traits.select(["score", "visits"]),
+                                 transformation_functions=[doubled("score")])
+    own.training_data()
+    assert own.get_feature_vector({"customer": 3}) == [2.5, 7, 5.0]   # a udf keeps its input unless it drops it
+    assert _identical(own.get_feature_vectors([{"customer": 3}, {"customer": 4}], return_type="numpy"),
+                      _reference(own, [{"customer": 3}, {"customer": 4}], None, False, True, "numpy", False)[0])
+
+
+def test_a_serving_reads_its_training_dataset_record_once_and_takes_a_new_version(fs, monkeypatch):
+    profiles = _profiles(fs)
+    orders, view = _view(fs, profiles)
+    reads = []
+    original = fs.read_training_dataset
+    monkeypatch.setattr(fs, "read_training_dataset", lambda v, n: reads.append(n) or original(v, n))
+    view.init_serving(1)
+    first = view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0})
+    for _ in range(3):
+        assert view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0}) == first
+    assert reads == [1]                                                # not once per vector
+    profiles.insert(pd.DataFrame({"customer": [4], "ts": [at(3)], "country": ["NO"], "limit": [1000.0]}))
+    orders.insert(pd.DataFrame({"order_id": [6], "customer": [4], "ts": [at(8)], "amount": [1.0], "fraud": [1]}))
+    view.train_test_split(test_size=0.3, seed=1)                       # version 2: the limits now reach 1000
+    view.init_serving(2)
+    second = view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0})
+    stats = view.serving_functions()[0].transformation_statistics["limit"]
+    assert stats["max"] == 1000.0 and reads == [1, 2]
+    assert second[1] == pytest.approx((150.0 - stats["min"]) / (stats["max"] - stats["min"])) != first[1]
+    view.init_serving(1)
+    assert view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0}) == first
+
+
+def test_a_serving_sees_new_columns_new_values_and_tables_changed_behind_its_back(fs):
+    from hopsml.featurestore.online import MySQLStore, SQLiteStore
+
+    profiles = _profiles(fs)
+    view = fs.create_feature_view("limits", query=profiles.select(["country", "limit"]))
+    assert view.get_feature_vector({"customer": 1}) == ["DE", 150.0]
+    profiles.insert(pd.DataFrame({"customer": [1, 4], "ts": [at(6), at(6)], "country": ["FI", "PL"],
+                                  "limit": [160.0, 40.0], "segment": ["b2b", "b2c"]}))   # a new column
+    assert view.get_feature_vector({"customer": 1}) == ["FI", 160.0]   # the same view, after the schema changed
+    assert view.get_feature_vectors([{"customer": 4}, {"customer": 2}]) == [["PL", 40.0], ["FR", 80.0]]
+    wider = fs.create_feature_view("limits", version=2, query=profiles.select(["country", "limit", "segment"]))
+    assert wider.get_feature_vector({"customer": 4}) == ["PL", 40.0, "b2c"]
+    assert wider.get_feature_vector({"customer": 2}) == ["FR", 80.0, None]   # stored before the column was
+    online = fs.online()   # another process's connection: this store's readers hear nothing of what it does
+    other = SQLiteStore(online.url, online.path) if online.dialect == "sqlite" else MySQLStore(online.url)
+    table, mark = online._q(table_name(profiles)), "%s" if online.dialect == "mysql" else "?"
+    try:
+        other.execute(f"UPDATE {table} SET {online._q('limit')} = 5 WHERE {online._q('customer')} = {mark}", [1])
+        assert view.get_feature_vector({"customer": 1}) == ["FI", 5.0]      # a new value, at once
+        other.execute(f"ALTER TABLE {table} RENAME TO {online._q('moved')}")
+        with pytest.raises(FeatureStoreError, match=r"no online row for \{'customer': 1\}"):
+            view.get_feature_vector({"customer": 1})                     # the table is gone: no rows, no crash
+        other.execute(f"ALTER TABLE {online._q('moved')} RENAME TO {table}")
+        assert view.get_feature_vector({"customer": 1}) == ["FI", 5.0]
+    finally:
+        other.close()
