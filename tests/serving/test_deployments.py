@@ -48,6 +48,7 @@ def test_a_deployment_whose_predictor_looks_features_up_online(tmp_path, monkeyp
 
     settings = settings_for(tmp_path / "root")
     monkeypatch.setenv("HOPSML_ROOT", settings.root)
+    monkeypatch.setenv("HOPSML_PROJECT", "test")   # login(project=) sets it for the process: undone after the test
     project = hopsworks.login(project="test")
     fs = project.get_feature_store()
     t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
