@@ -24,13 +24,14 @@ import numpy as np
 import pandas as pd
 
 from hopsml import config
+from hopsml.featurestore import online
 from hopsml.featurestore.store import FeatureStore
 from hopsml.hopsworks.hsfs.builtin_transformations import label_encoder, min_max_scaler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FEAST_DRIVER = os.path.join(HERE, "feast_online.py")
 FEATURES = ["x0", "x1", "x2", "n0", "n1", "city"]
-SIDES = ("feast sqlite", "hopsml sqlite", "hopsml sqlite, no transform", "hopsml mariadb")
+SIDES = ("feast sqlite", "hopsml sqlite", "hopsml sqlite, no transform", "hopsml mariadb", "hopsml mariadb, pymysql")
 
 sys.path.insert(0, HERE)
 from feast_online import timed  # noqa: E402  (beside this file; standard library only)
@@ -177,7 +178,13 @@ def measure_all(root: str, args: argparse.Namespace) -> None:
             views.update({"hopsml sqlite": served, "hopsml sqlite, no transform": served})
             if url:
                 views["hopsml mariadb"], seconds = hopsml_view(root, "onlinemdb", url, rows)
-                print(f"hopsml insert of {keys:,} rows (offline commit + MariaDB): {seconds:.2f} s")
+                driver = online.mysql_driver().__name__
+                print(f"hopsml insert of {keys:,} rows (offline commit + MariaDB, {driver}): {seconds:.2f} s")
+                if driver != "pymysql":   # the pure-Python driver too, on the same table
+                    fs = FeatureStore(config.load(environ={}, root=root, project="onlinemdb",
+                                                  online_store=f"{url}?driver=pymysql"))
+                    views["hopsml mariadb, pymysql"] = fs.get_feature_view("vectors", 1)
+                    views["hopsml mariadb, pymysql"].init_serving(1)
             if feast:
                 print(f"Feast {args.feast_version}: materialize of {keys:,} rows into its SQLite store: "
                       f"{feast.materialize_s:.2f} s")
@@ -188,8 +195,9 @@ def measure_all(root: str, args: argparse.Namespace) -> None:
         finally:
             if feast:
                 feast.close()
-            if "hopsml mariadb" in views:
-                views["hopsml mariadb"].store.online().close()
+            for side in ("hopsml mariadb", "hopsml mariadb, pymysql"):
+                if side in views:
+                    views[side].store.online().close()
     if not args.no_e2e:
         end_to_end(root, views["hopsml sqlite"], args)
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")

@@ -185,6 +185,9 @@ class FeatureStore:
                                          partition_key, statistics_config, **options)
 
     def delete_group(self, group: FeatureGroup) -> None:
+        """The group's folder and, when it is online enabled, its online table."""
+        if group.online_enabled:
+            self.online().drop(group)
         self.storage.delete(layout.feature_group_dir(self.project, group.name, group.version))
 
     def run_query(self, query: Query, dataframe_type: str = "default", read_options: dict[str, Any] | None = None
@@ -222,7 +225,8 @@ class FeatureStore:
         return FeatureView(self, record["name"], record["version"], from_dict(record["query"], self._group_by_key),
                            record.get("labels") or [],
                            [TransformationFunction.from_dict(f) for f in record.get("transformation_functions", [])],
-                           record.get("description", ""), record.get("created"), record.get("logging"))
+                           record.get("description", ""), record.get("created"), record.get("logging"),
+                           record.get("inference_helper_columns") or (), record.get("training_helper_columns") or ())
 
     def create_feature_view(self, name: str, query: Query, version: int | None = None, description: str = "",
                             labels: Sequence[str] | None = None,
@@ -249,7 +253,8 @@ class FeatureStore:
                                         "building a view on it")
         view = FeatureView(self, name, version, query, labels or [], transformation_functions or [], description,
                            dt.datetime.now(dt.timezone.utc).isoformat(),
-                           {"enabled": bool(options.get("logging_enabled")), "paused": False})
+                           {"enabled": bool(options.get("logging_enabled")), "paused": False},
+                           options.get("inference_helper_columns") or (), options.get("training_helper_columns") or ())
         self.save_view(view)
         return view
 

@@ -39,9 +39,9 @@ def serving_keys(view: Any) -> list[str]:
 
 
 def columns(view: Any) -> list[str]:
-    """A vector's columns before transformation: what the view's training features are."""
+    """A vector's columns before transformation: what the view's training features are (no helper columns)."""
     left = view.query.left
-    hidden = {*left.primary_key, *([left.event_time] if left.event_time else [])}
+    hidden = {*left.primary_key, *([left.event_time] if left.event_time else []), *view.helper_columns}
     return [c for c in view.features if c not in view.labels and c not in hidden]
 
 
@@ -66,11 +66,12 @@ def vectors(view: Any, entries: Sequence[Mapping[str, Any]], passed: Sequence[Ma
 
 class Plan:
     """What a view's vectors take, worked out once (a view keeps it while it serves): the columns, each group's
-    key and features, and per group its offline schema and a reader of its online table (see `fetch`)."""
+    key and features, and per group its offline schema and a reader of its online table (see `fetch`). `wanted`:
+    other columns than the vector's (the view's inference helper columns)."""
 
-    def __init__(self, view: Any) -> None:
+    def __init__(self, view: Any, wanted: Sequence[str] | None = None) -> None:
         self.view = view
-        self.wanted = columns(view)
+        self.wanted = list(wanted) if wanted is not None else columns(view)
         self.position = {c: i for i, c in enumerate(self.wanted)}
         sources = view.query.column_sources()
         self.groups = [_GroupPlan(group, keys, names, [(c, f) for c, source, f in sources

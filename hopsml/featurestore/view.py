@@ -33,7 +33,8 @@ class FeatureView:
 
     def __init__(self, store: Any, name: str, version: int, query: Query, labels: Sequence[str] = (),
                  transformation_functions: Sequence[TransformationFunction] = (), description: str = "",
-                 created: str | None = None, logging: dict[str, Any] | None = None) -> None:
+                 created: str | None = None, logging: dict[str, Any] | None = None,
+                 inference_helper_columns: Sequence[str] = (), training_helper_columns: Sequence[str] = ()) -> None:
         self.store, self.name, self.version = store, layout.validate_name(name, "feature view name"), int(version)
         self.query, self.description, self.created = query, description, created
         self._logging = {"enabled": False, "paused": False, **(logging or {})}
@@ -43,7 +44,23 @@ class FeatureView:
         self._serving: int | None = None
         self._serving_fitted: tuple[int, list[TransformationFunction], Any] | None = None  # per serving version
         self._vector_plan: Any = None   # vectors.Plan, made on the first feature vector
+        self._helper_plan: Any = None   # the one of the inference helper columns
+        self.inference_helper_columns = [c.lower() for c in inference_helper_columns]
+        self.training_helper_columns = [c.lower() for c in training_helper_columns]
         columns = query.output_columns()
+        for kind, helpers in (("inference", self.inference_helper_columns),
+                              ("training", self.training_helper_columns)):
+            for column in helpers:
+                if column not in columns:
+                    raise FeatureStoreError(f"feature view {name!r}: {kind} helper column {column!r} is not among "
+                                            f"the query's features ({', '.join(columns)}); select it in the query")
+                if column in self.labels:
+                    raise FeatureStoreError(f"feature view {name!r}: {column!r} is a label, so it cannot also be "
+                                            f"a {kind} helper column")
+        both = set(self.inference_helper_columns) & set(self.training_helper_columns)
+        if both:
+            raise FeatureStoreError(f"feature view {name!r}: {sorted(both)} named both an inference and a training "
+                                    "helper column; give each column one role")
         for label in self.labels:
             if label not in columns:
                 raise FeatureStoreError(f"feature view {name!r}: label {label!r} is not among the query's features "
@@ -77,7 +94,15 @@ class FeatureView:
 
         return {"name": self.name, "version": self.version, "description": self.description, "labels": self.labels,
                 "query": to_dict(self.query), "created": self.created,
-                "transformation_functions": [f.to_dict() for f in self._transformations], "logging": self._logging}
+                "transformation_functions": [f.to_dict() for f in self._transformations], "logging": self._logging,
+                "inference_helper_columns": self.inference_helper_columns,
+                "training_helper_columns": self.training_helper_columns}
+
+    @property
+    def helper_columns(self) -> list[str]:
+        """Columns the query selects that are not model features: kept out of training data, batch data and
+        feature vectors unless asked for (hsfs's inference and training helper columns)."""
+        return [*self.inference_helper_columns, *self.training_helper_columns]
 
     def get_batch_query(self) -> Query:
         return self.query
@@ -85,53 +110,59 @@ class FeatureView:
     # --- training data ----------------------------------------------------------------------------------
     def training_data(self, start_time: Any = None, end_time: Any = None, description: str = "",
                       read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                      event_time: bool = False, dataframe_type: str = "default", **_: Any
+                      event_time: bool = False, dataframe_type: str = "default",
+                      training_helper_columns: bool = False, **_: Any
                       ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         """(features, labels) of the whole window, as a new training dataset version."""
         frames = self._new_version({"type": "none"}, start_time, end_time, description, read_options)[1]
-        return self._shaped(frames["train"], primary_key, event_time, dataframe_type)
+        return self._shaped(frames["train"], primary_key, event_time, dataframe_type, training_helper_columns)
 
     def train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
                          test_start: Any = "", test_end: Any = "", description: str = "", seed: int | None = None,
                          read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                         event_time: bool = False, dataframe_type: str = "default", **_: Any) -> tuple[Any, ...]:
+                         event_time: bool = False, dataframe_type: str = "default",
+                         training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
         """X_train, X_test, y_train, y_test: split at random (`test_size`, `seed`) or by event time ranges."""
         split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
                             {"test": test_size}, seed)
         frames = self._new_version(split, None, None, description, read_options)[1]
-        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type)
+        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type,
+                               training_helper_columns)
 
     def train_validation_test_split(self, validation_size: float | None = None, test_size: float | None = None,
                                     train_start: Any = "", train_end: Any = "", validation_start: Any = "",
                                     validation_end: Any = "", test_start: Any = "", test_end: Any = "",
                                     description: str = "", seed: int | None = None,
                                     read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                                    event_time: bool = False, dataframe_type: str = "default", **_: Any
-                                    ) -> tuple[Any, ...]:
+                                    event_time: bool = False, dataframe_type: str = "default",
+                                    training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
         """X_train, X_val, X_test, y_train, y_val, y_test."""
         split = _split_spec({"train": (train_start, train_end), "validation": (validation_start, validation_end),
                              "test": (test_start, test_end)}, {"validation": validation_size, "test": test_size}, seed)
         frames = self._new_version(split, None, None, description, read_options)[1]
-        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type)
+        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type,
+                               training_helper_columns)
 
     def get_training_data(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
                           primary_key: bool = False, event_time: bool = False, dataframe_type: str = "default",
-                          **_: Any) -> tuple[Any, Any]:
+                          training_helper_columns: bool = False, **_: Any) -> tuple[Any, Any]:
         frames = self._read_version(training_dataset_version, read_options)
-        return self._shaped(frames["train"], primary_key, event_time, dataframe_type)
+        return self._shaped(frames["train"], primary_key, event_time, dataframe_type, training_helper_columns)
 
     def get_train_test_split(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
                              primary_key: bool = False, event_time: bool = False, dataframe_type: str = "default",
-                             **_: Any) -> tuple[Any, ...]:
+                             training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
         frames = self._read_version(training_dataset_version, read_options)
-        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type)
+        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type,
+                               training_helper_columns)
 
     def get_train_validation_test_split(self, training_dataset_version: int,
                                         read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                                        event_time: bool = False, dataframe_type: str = "default", **_: Any
-                                        ) -> tuple[Any, ...]:
+                                        event_time: bool = False, dataframe_type: str = "default",
+                                        training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
         frames = self._read_version(training_dataset_version, read_options)
-        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type)
+        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type,
+                               training_helper_columns)
 
     def get_training_datasets(self) -> list[dict[str, Any]]:
         return [self.store.read_training_dataset(self, v) for v in self.store.training_dataset_versions(self)]
@@ -151,8 +182,9 @@ class FeatureView:
 
     def get_batch_data(self, start_time: Any = None, end_time: Any = None, read_options: dict[str, Any] | None = None,
                        primary_key: bool = False, event_time: bool = False, transformed: bool = True,
-                       dataframe_type: str = "default", **_: Any) -> Any:
-        """The view's features (no labels) for the window, transformed as its training data was."""
+                       dataframe_type: str = "default", inference_helpers: bool = False, **_: Any) -> Any:
+        """The view's features (no labels) for the window, transformed as its training data was; with its
+        inference helper columns when `inference_helpers`."""
         frame = self._rows(self.query, start_time, end_time, read_options)
         if transformed and self._transformations:
             if self._scoring is None:
@@ -160,7 +192,8 @@ class FeatureView:
             for function in self._fitted(self._scoring or 0):
                 frame = function.apply(frame)
         frame = frame.drop(columns=[c for c in self.labels if c in frame.columns])
-        return _as(self._visible(frame, primary_key, event_time), dataframe_type)
+        kept = self.inference_helper_columns if inference_helpers else ()
+        return _as(self._visible(frame, primary_key, event_time, kept), dataframe_type)
 
     def delete(self) -> None:
         self.store.delete_view(self)
@@ -171,29 +204,33 @@ class FeatureView:
 
     def create_training_data(self, start_time: Any = None, end_time: Any = None, description: str = "",
                              read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                             event_time: bool = False, shards: int | None = None, **_: Any) -> tuple[int, None]:
+                             event_time: bool = False, shards: int | None = None,
+                             training_helper_columns: bool = False, **_: Any) -> tuple[int, None]:
         """Write the training data out as a prepared dataset (`materialize.py`); returns (version, None: no job)."""
         return self._materialized({"type": "none"}, start_time, end_time, description, read_options, primary_key,
-                                  event_time, shards)
+                                  event_time, shards, training_helper_columns)
 
     def create_train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
                                 test_start: Any = "", test_end: Any = "", description: str = "",
                                 seed: int | None = None, read_options: dict[str, Any] | None = None,
                                 primary_key: bool = False, event_time: bool = False, shards: int | None = None,
-                                **_: Any) -> tuple[int, None]:
+                                training_helper_columns: bool = False, **_: Any) -> tuple[int, None]:
         """train_test_split's rows written out as a prepared dataset with splits 'train' and 'test'."""
         split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
                             {"test": test_size}, seed)
-        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards)
+        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards,
+                                  training_helper_columns)
 
     def create_train_validation_test_split(self, validation_size: float | None = None,
                                            test_size: float | None = None, description: str = "",
                                            seed: int | None = None, read_options: dict[str, Any] | None = None,
                                            primary_key: bool = False, event_time: bool = False,
-                                           shards: int | None = None, **_: Any) -> tuple[int, None]:
+                                           shards: int | None = None, training_helper_columns: bool = False,
+                                           **_: Any) -> tuple[int, None]:
         split = _split_spec({"train": ("", ""), "validation": ("", ""), "test": ("", "")},
                             {"validation": validation_size, "test": test_size}, seed)
-        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards)
+        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards,
+                                  training_helper_columns)
 
     def training_dataset_name(self, training_dataset_version: int) -> str:
         """The prepared dataset a created training dataset version was written to (`hopsml.data.reader(name)`)."""
@@ -206,7 +243,7 @@ class FeatureView:
 
     def _materialized(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
                       read_options: dict[str, Any] | None, primary_key: bool, event_time: bool,
-                      shards: int | None) -> tuple[int, None]:
+                      shards: int | None, training_helpers: bool) -> tuple[int, None]:
         from hopsml.featurestore import materialize
 
         upcoming = (self.store.training_dataset_versions(self) or [0])[-1] + 1
@@ -215,7 +252,8 @@ class FeatureView:
         if version != upcoming:  # another process took that number: the dataset's name follows the version
             name = materialize.dataset_name(self.name, self.version, version)
             self.store.update_training_dataset(self, version, dataset=name)
-        visible = {n: self._visible(frame, primary_key, event_time) for n, frame in frames.items()}
+        helpers = self.training_helper_columns if training_helpers else ()
+        visible = {n: self._visible(frame, primary_key, event_time, helpers) for n, frame in frames.items()}
         left = self.query.left
         keys = [k for k in left.keys() if any(k in frame.columns for frame in visible.values())]
         materialize.write(self.store.storage, self.store.project, name, visible, self._label_columns(visible),
@@ -281,12 +319,28 @@ class FeatureView:
         """Several entries' vectors, one lookup per group for all of them."""
         return self._vectors(entry, passed_features, allow_missing, transform, return_type, single=False)
 
-    def get_inference_helper(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._not_yet("inference helper columns", "select those columns as features, or pass them along "
-                            "with the entry")
+    def get_inference_helper(self, entry: dict[str, Any], return_type: str = "pandas", **_: Any) -> Any:
+        """One entry's inference helper columns from the online store: a one-row frame, or a dict."""
+        return self._helpers([entry], return_type, single=True)
 
-    def get_inference_helpers(self, *args: Any, **kwargs: Any) -> Any:
-        return self.get_inference_helper(*args, **kwargs)
+    def get_inference_helpers(self, entry: list[dict[str, Any]], return_type: str = "pandas", **_: Any) -> Any:
+        """Several entries' inference helper columns: a frame (one row per entry), or a list of dicts."""
+        return self._helpers(entry, return_type, single=False)
+
+    def _helpers(self, entries: list[dict[str, Any]], return_type: str, single: bool) -> Any:
+        if not self.inference_helper_columns:
+            raise FeatureStoreError(f"feature view {self.key!r} has no inference helper columns; create the view "
+                                    "with inference_helper_columns=[...] (columns its query selects)")
+        plan = self._helper_plan
+        if plan is None:
+            plan = self._helper_plan = vectors.Plan(self, self.inference_helper_columns)
+        rows = plan.fetch(entries, None, allow_missing=False)
+        if return_type.lower() == "dict":
+            dicts = [dict(zip(plan.wanted, row)) for row in rows]
+            return dicts[0] if single else dicts
+        import pandas as pd
+
+        return _as(pd.DataFrame(rows, columns=plan.wanted), return_type)
 
     def _vectors(self, entries: list[dict[str, Any]], passed: list[dict[str, Any]] | None, allow_missing: bool,
                  transform: bool, return_type: str, single: bool) -> Any:
@@ -432,24 +486,29 @@ class FeatureView:
         record = self.store.read_training_dataset(self, version)
         return [TransformationFunction.from_dict(f) for f in record.get("transformation_functions", [])]
 
-    def _visible(self, frame: pd.DataFrame, primary_key: bool, event_time: bool) -> pd.DataFrame:
+    def _visible(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, helpers: Sequence[str] = ()
+                 ) -> pd.DataFrame:
+        """`frame` without what the caller did not ask for: the left group's key and event time, and the helper
+        columns other than `helpers`."""
         left = self.query.left
         hidden = {*([] if primary_key else left.primary_key), *([] if event_time or not left.event_time
-                                                                 else [left.event_time])}
+                                                                 else [left.event_time]),
+                  *[c for c in self.helper_columns if c not in helpers]}
         if event_time and left.event_time:
             hidden.discard(left.event_time)  # asked for, even when it is part of the key
         return frame.drop(columns=[c for c in frame.columns if c in hidden and c not in self.labels])
 
-    def _shaped(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, dataframe_type: str
-                ) -> tuple[Any, Any]:
-        frame = self._visible(frame, primary_key, event_time)
+    def _shaped(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, dataframe_type: str,
+                training_helpers: bool = False) -> tuple[Any, Any]:
+        frame = self._visible(frame, primary_key, event_time, self.training_helper_columns if training_helpers else ())
         labels = self._label_columns({"": frame})
         features = frame.drop(columns=labels)
         return _as(features, dataframe_type), (_as(frame[labels], dataframe_type) if labels else None)
 
     def _split_out(self, frames: dict[str, pd.DataFrame], names: Sequence[str], primary_key: bool, event_time: bool,
-                   dataframe_type: str) -> tuple[Any, ...]:
-        shaped = [self._shaped(frames[name], primary_key, event_time, dataframe_type) for name in names]
+                   dataframe_type: str, training_helpers: bool = False) -> tuple[Any, ...]:
+        shaped = [self._shaped(frames[name], primary_key, event_time, dataframe_type, training_helpers)
+                  for name in names]
         return (*[x for x, _ in shaped], *[y for _, y in shaped])
 
 

@@ -333,3 +333,65 @@ def test_a_serving_sees_new_columns_new_values_and_tables_changed_behind_its_bac
         assert view.get_feature_vector({"customer": 1}) == ["FI", 5.0]
     finally:
         other.close()
+
+
+def test_helper_columns_stay_out_of_training_and_vectors_and_are_served_on_request(fs):
+    profiles = fs.create_feature_group("cards", primary_key=["customer"], event_time="ts", online_enabled=True)
+    profiles.insert(pd.DataFrame({"customer": [1, 2], "ts": [at(0), at(1)], "expiry": ["2027-01", "2026-05"],
+                                  "segment": ["a", "b"], "limit": [100.0, 80.0]}))
+    orders = fs.create_feature_group("payments", primary_key=["order_id"], event_time="ts")
+    orders.insert(pd.DataFrame({"order_id": range(4), "customer": [1, 2, 1, 2], "ts": [at(h) for h in (6, 6, 7, 7)],
+                                "amount": [10.0, 20.0, 30.0, 40.0], "fraud": [0, 1, 0, 1]}))
+    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(
+        profiles.select(["expiry", "segment", "limit"]), on=["customer"])
+    view = fs.create_feature_view("pay", query=query, labels=["fraud"], inference_helper_columns=["expiry"],
+                                  training_helper_columns=["segment"])
+    view = fs.get_feature_view("pay", 1)                 # the roles are kept with the view
+    assert (view.inference_helper_columns, view.training_helper_columns) == (["expiry"], ["segment"])
+    X, y = view.training_data()
+    assert list(X.columns) == ["amount", "limit"] and list(y.columns) == ["fraud"]
+    X, _ = view.get_training_data(1, training_helper_columns=True)
+    assert list(X.columns) == ["amount", "segment", "limit"]
+    assert list(view.get_batch_data().columns) == ["amount", "limit"]
+    assert list(view.get_batch_data(inference_helpers=True).columns) == ["amount", "expiry", "limit"]
+    view.init_serving(1)
+    assert view.get_feature_vector({"customer": 2}, passed_features={"amount": 5.0}) == [5.0, 80.0]
+    assert view.get_inference_helper({"customer": 2}, return_type="dict") == {"expiry": "2026-05"}
+    helpers = view.get_inference_helpers([{"customer": 1}, {"customer": 2}])
+    assert helpers["expiry"].tolist() == ["2027-01", "2026-05"]
+    with pytest.raises(FeatureStoreError, match=r"no online row for \{'customer': 7\}"):
+        view.get_inference_helper({"customer": 7})
+    with pytest.raises(FeatureStoreError, match="inference helper column 'nope' is not among the query's features"):
+        fs.create_feature_view("bad", query=query, inference_helper_columns=["nope"])
+    with pytest.raises(FeatureStoreError, match="'fraud' is a label"):
+        fs.create_feature_view("bad", query=query, labels=["fraud"], training_helper_columns=["fraud"])
+    _, plain = _view(fs, _profiles(fs))
+    with pytest.raises(FeatureStoreError, match="has no inference helper columns"):
+        plain.get_inference_helper({"customer": 1})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", ["pymysql", "mysqlclient"])
+def test_text_keys_differ_by_case_and_spaces_with_either_driver_and_deleting_drops_the_online_table(
+        mariadb_url, tmp_path, driver):
+    pytest.importorskip({"pymysql": "pymysql", "mysqlclient": "MySQLdb"}[driver])
+    fs = FeatureStore(config.load(environ={}, root=str(tmp_path / "root"), project=f"drv{driver}",
+                                  online_store=f"{mariadb_url}?driver={driver}"))
+    _text_keys_then_delete(fs)
+    fs.online().close()
+
+
+def test_text_keys_differ_by_case_and_spaces_and_deleting_drops_the_online_table(fs):
+    _text_keys_then_delete(fs)
+
+
+def _text_keys_then_delete(fs):
+    users = fs.create_feature_group("users", primary_key=["user"], event_time="ts", online_enabled=True)
+    names = ["ann", "Ann", "ann ", "åsa"]
+    users.insert(pd.DataFrame({"user": names, "ts": [at(0)] * 4, "score": [1.0, 2.0, 3.0, 4.0]}))
+    view = fs.create_feature_view("scores", query=users.select(["user", "score"]))
+    view.init_serving()
+    assert view.get_feature_vectors([{"user": n} for n in names]) == [[1.0], [2.0], [3.0], [4.0]]
+    assert fs.online().count(users) == 4
+    users.delete()
+    assert fs.online().count(users) is None       # no table left behind in the online store
