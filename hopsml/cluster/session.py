@@ -36,7 +36,7 @@ from hopsml.cluster import shipping
 from hopsml.cluster.handle import SparkHandle
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
-from hopsml.redact import redact_uri
+from hopsml.redact import is_secret, redact_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -282,16 +282,18 @@ def _start_context(conf: Mapping[str, str]) -> None:
 
     if SparkContext._gateway is not None:  # an earlier start in this process: its JVM serves again
         return
-    spark_conf = SparkConf()
+    spark_conf, launch_conf = SparkConf(), SparkConf()
     for key, value in conf.items():
         spark_conf.set(key, value)
+        if not is_secret(key, value):   # launch_gateway puts its settings on the JVM's command line, which
+            launch_conf.set(key, value)  # every local user sees; the context gets the secrets over the gateway
     read_fd, write_fd = os.pipe()
     # Read from the first byte on: a JVM that fails to start says why on stderr, and a full pipe
     # would stall a JVM that writes much before its gateway is up.
     threading.Thread(target=_StderrFilter((JVM_INCUBATOR_WARNING,)).pump, args=(read_fd,),
                      name="hopsml-spark-stderr", daemon=True).start()
     try:
-        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": write_fd})
+        gateway = launch_gateway(launch_conf, popen_kwargs={"stderr": write_fd})
     finally:
         os.close(write_fd)  # the JVM holds its own copy; the reader ends when the JVM does
     SparkContext(conf=spark_conf, gateway=gateway)

@@ -32,7 +32,7 @@ from hopsml import config, layout, skeleton
 from hopsml.errors import ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import ExperimentDir
-from hopsml.redact import redact_uri
+from hopsml.redact import public_conf
 from hopsml.tracking import versioning
 from hopsml.tracking.heartbeat import Heartbeat, age_text, iso, last_beat
 
@@ -171,14 +171,10 @@ class BrokenRecord:
     run_id: int = 0
 
 
-_SECRET_WORDS = ("secret", "password", "token", "credential", "key")
-
-
 def public_spark_conf(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Spark settings worth recording: anything that looks like a secret left out, and credentials
-    taken out of URIs (``s3a://key:secret@bucket/...``)."""
-    return {k: redact_uri(v) if isinstance(v, str) else v for k, v in sorted(pairs)
-            if not any(word in k.lower() for word in _SECRET_WORDS)}
+    """Spark settings worth recording: secrets (by name or by shape) left out, and credentials taken out of
+    URIs (``s3a://key:secret@bucket/...``)."""
+    return {k: str(v) for k, v in public_conf(dict(pairs)).items()}
 
 
 def claim_run_dir(storage: Storage, project: str, app_id: str) -> ExperimentDir:
