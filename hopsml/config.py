@@ -190,7 +190,8 @@ _FIELDS: dict[str, _Field] = {
                      "instead of starting Spark on the master",
                      "$SPARK_REMOTE, else empty"),
     "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
-    "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs (the console stays quiet)"),
+    "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs (the console stays quiet)",
+                      "<root>/logs for a local root, else ~/.hopsml/logs"),
     "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts: k=v,k=v or a "
                          "JSON object in the environment, the [spark] table in the file"),
     "sync_interval_s": _Field(_parse_seconds, lambda: 5.0, "seconds between copies of a running task's "
@@ -414,4 +415,15 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     if "spark_conf" in from_file and sources["spark_conf"] != f"settings file {conf_path}":
         # Spark settings merge: file values first, env/argument values on top.
         values["spark_conf"] = {**_parse_spark_conf(from_file["spark_conf"]), **values["spark_conf"]}
+    if sources["log_dir"] == "default":   # the logs stay with a local root (a root per test keeps its own)
+        local = _local_root(values["root"])
+        if local is not None:
+            values["log_dir"] = os.path.join(local, "logs")
     return Settings(**values, sources=sources)
+
+
+def _local_root(root: str) -> str | None:
+    """The folder of a local root (a path or file://), None for a remote one."""
+    if root.startswith("file://"):
+        return root[len("file://"):]
+    return None if "://" in root else os.path.expanduser(root)

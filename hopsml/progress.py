@@ -162,9 +162,10 @@ class SparkProgress:
 
 
 @contextmanager
-def spark_progress(spark: Any, description: str, enabled: bool = True,
-                   steps: int | None = None) -> Iterator[SparkProgress]:
-    """Show the progress of the Spark work inside the block; quiet when not `enabled`.
+def spark_progress(spark: Any, description: str, enabled: bool = True, steps: int | None = None,
+                   since: float | None = None) -> Iterator[SparkProgress]:
+    """Show the progress of the Spark work inside the block; quiet when not `enabled`. `since` (a
+    time.monotonic() value) is when the work began, if before the block: the time shown counts from it.
 
     `spark` is a hopsml.cluster.handle.SparkHandle. With ``steps`` the display counts the steps the block
     announces with ``progress.step(name)`` (a fixed total); without, it counts finished Spark tasks, with
@@ -175,9 +176,15 @@ def spark_progress(spark: Any, description: str, enabled: bool = True,
     bar = progress_bar(total=steps, desc=description, unit="step" if steps else "task" if tracker else None,
                        disable=not enabled, leave=False)
     progress = SparkProgress(bar, steps)
+    if since is not None:   # both bars keep their start as a number of seconds
+        earlier = max(0.0, time.monotonic() - since)
+        if isinstance(bar, LineProgress):
+            bar._started -= earlier
+        elif hasattr(bar, "start_t"):
+            bar.start_t -= earlier
+    seen: dict[int, tuple[int, int]] = {}
 
     def poll() -> None:
-        seen: dict[int, tuple[int, int]] = {}
         while tracker is not None and not stop.wait(_POLL_S):
             progress._tasks_done(*_task_counts(tracker, group, seen))
 
@@ -191,4 +198,6 @@ def spark_progress(spark: Any, description: str, enabled: bool = True,
         finally:
             stop.set()
             thread.join(timeout=10 * _POLL_S)
+            if tracker is not None and not thread.is_alive():   # the tasks that finished since the last poll
+                progress._tasks_done(*_task_counts(tracker, group, seen))
             bar.close()

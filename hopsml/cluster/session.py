@@ -51,6 +51,14 @@ _QUIET_DEFAULTS = {
     # Barrier stages without enough slots fail in seconds instead of retrying for ~10 minutes.
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
+    # A notebook's driver lives for days: Spark keeps 1,000 finished jobs, stages and SQL executions for its UI
+    # and 100 classes of generated code, which grow the heap by hundreds of MiB that look like a leak. The UI
+    # still shows the last ones; tests/spark/test_data_tables_memory.py holds the heap flat with these.
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "10000",
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.sql.codegen.cache.maxEntries": "20",
 }
 # On a cluster the session starts before its executors have registered; searches and barrier stages size
 # themselves by the slots there are when they start, so wait (Spark's 30 s at most) for all that were asked for.

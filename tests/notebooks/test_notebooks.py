@@ -15,9 +15,17 @@ def test_notebook_runs_and_is_versioned(path, root, monkeypatch, tmp_path):
     # Jupyter tells a kernel its notebook through JPY_SESSION_NAME; do the same.
     monkeypatch.setenv("JPY_SESSION_NAME", str(path))
     monkeypatch.setenv("HOPSML_LOG_DIR", str(tmp_path / "logs"))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))   # the kernel's temporary folder: what it leaves there is seen
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(notebook, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("hopsml-samples-")], "samples left behind"
+    datasets = root / "Projects" / "test" / "Datasets"
+    made = {p.name for p in datasets.iterdir()} if datasets.exists() else set()
+    assert not made & {"digits", "iris"}, "a notebook took the quickstart's dataset names, so a quickstart " \
+        "after it would refuse to prepare them"
 
     streams = [out.get("text", "") for cell in notebook.cells for out in cell.get("outputs", [])
                if out.get("output_type") == "stream"]

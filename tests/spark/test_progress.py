@@ -21,3 +21,17 @@ def test_a_bar_of_steps_keeps_its_total(spark):
             totals.append((progress.bar.total, progress.bar.n))
     assert totals == [(3, 0), (3, 1), (3, 2)]
     assert progress.bar.n == 3
+
+
+def test_the_last_line_counts_every_task_and_the_time_since_the_work_began(spark, monkeypatch, capsys):
+    import time
+
+    from hopsml import progress
+
+    monkeypatch.setattr(progress, "display_kind", lambda stream=None: "lines")
+    began = time.monotonic() - 30.0                 # the work began before the block (a listing, a session)
+    with spark_progress(SparkHandle.of(spark), "quick", since=began):
+        spark.sparkContext.parallelize(range(10), 3).count()   # done before the first poll
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("quick: done (3 tasks, ")
+    assert float(last.rsplit(", ", 1)[1].split()[0]) >= 30.0

@@ -20,6 +20,10 @@ def test_precedence_argument_over_env_over_file_over_default(tmp_path):
     assert settings.num_workers == 5 and settings.source("num_workers") == "argument"
     assert settings.spark_conf == {"spark.a": "1", "spark.b": "2"}
     assert settings.source("log_dir") == "default"
+    assert settings.log_dir == "/env/root/logs"          # Spark's logs stay with a local root
+    assert config.load({}, root="file:///data/r").log_dir == "/data/r/logs"
+    assert config.load({}, root="s3://bucket/r").log_dir == "~/.hopsml/logs"   # no local folder to keep them in
+    assert config.load({"HOPSML_LOG_DIR": "/var/l"}, root="/data/r").log_dir == "/var/l"
 
 
 def test_defaults_without_any_source():

@@ -83,7 +83,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
                            max_file_mb=max_file_mb)
     settings = settings or config.load()
     storage = Storage(settings.root)
-    started = time.perf_counter()
+    started, began = time.perf_counter(), time.monotonic()
     ds.check_writable(storage, settings.project, dataset, options.overwrite)  # before Spark starts
     scanned = scan_images(src, options.glob)
     listed = time.perf_counter()
@@ -106,7 +106,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
     count = max(1, min(count, len(listing)))
 
     with ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
-            spark_progress(handle, f"prepare images '{dataset}'"):
+            spark_progress(handle, f"prepare images '{dataset}'", since=began):
         transformer = Transformer(options, labels, storage, stage, count, src)
         chunks = deal([path for path, _ in listing], count)
         tasks_started = time.perf_counter()
