@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hopsml import config, layout, run_catalog
@@ -249,6 +250,23 @@ def _reason(trial: dict[str, Any], limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+@contextlib.contextmanager
+def samples_folder(settings: config.Settings) -> Iterator[str]:
+    """The folder the quickstart writes its samples to, removed afterwards: the same path every time for a user
+    and project, since the image records keep each file's path, so that samples prepared again are the same
+    bytes and runs on an earlier quickstart's datasets can still be rerun."""
+    import getpass
+    import shutil
+
+    folder = os.path.join(tempfile.gettempdir(), f"hopsml-samples-{getpass.getuser()}-{settings.project}")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder, mode=0o700)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def quickstart(settings: config.Settings, overwrite: bool = False) -> str:
     """Train the digits model as a versioned experiment and show where it went.
 
@@ -259,7 +277,7 @@ def quickstart(settings: config.Settings, overwrite: bool = False) -> str:
 
     print(f"hopsml quickstart: project {settings.project!r} under {Storage(settings.root).uri()}")
     print("\n0. prepare the bundled data with Spark (digits as image files, iris as a CSV table)")
-    with tempfile.TemporaryDirectory(prefix="hopsml-samples-") as workdir:   # the datasets are all that is kept
+    with samples_folder(settings) as workdir:   # the datasets are all that is kept
         for summary in data_commands.prepare_samples(settings, workdir, overwrite=overwrite):
             print(f"   {summary}")
     print("\n1. one training run (experiment.launch)")

@@ -77,3 +77,23 @@ def test_prep_tabular_of_only_rejected_rows_exits_non_zero(spark, root, tmp_path
     err = capsys.readouterr().err
     assert "all 2 rows" in err and "--skip-rows" in err
     assert cli.main(["datasets", "show", "bad"]) == 1
+
+
+def test_samples_prepared_again_are_the_same_bytes_so_earlier_runs_stay_rerunnable(spark, root):
+    """The quickstart's samples folder is the same each time (the image records keep each file's path), so
+    `hopsml quickstart --overwrite` prepares the same dataset fingerprints, and is gone afterwards."""
+    import json
+    import os
+
+    from hopsml import config
+    from hopsml.data import commands
+
+    settings = config.load()
+    prints = []
+    for _ in range(2):
+        with cli.samples_folder(settings) as workdir:
+            commands.prepare_samples(settings, workdir, limit=40, overwrite=True)
+        prints.append({name: json.loads((root / "Projects" / "test" / "Datasets" / name / "dataset.json")
+                                        .read_text())["fingerprints"]["dataset"] for name in ("digits", "iris")})
+    assert prints[0] == prints[1]
+    assert not os.path.exists(workdir)
