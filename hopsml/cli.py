@@ -20,6 +20,7 @@ from hopsml.data import commands as data_commands
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.featurestore import commands as fs_commands
 from hopsml.fs import Storage
+from hopsml.jobs import commands as jobs_commands
 from hopsml.model import commands as model_commands
 from hopsml.redact import redact_conf, redact_uri
 from hopsml.serving import commands as serving_commands
@@ -393,6 +394,7 @@ def _parser() -> argparse.ArgumentParser:
     model_commands.add_commands(commands)
     fs_commands.add_commands(commands)
     serving_commands.add_commands(commands)
+    jobs_commands.add_commands(commands)
     ui_commands.add_commands(commands)
     return parser
 
@@ -417,6 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = fs_commands.run(args, settings)
         elif args.command in serving_commands.COMMANDS:
             output = serving_commands.run(args, settings)
+        elif args.command in jobs_commands.COMMANDS:
+            output = jobs_commands.run(args, settings)
         elif args.command in ui_commands.COMMANDS:
             output = ui_commands.run(args, settings)
         elif args.action == "list":

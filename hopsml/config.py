@@ -191,7 +191,7 @@ _FIELDS: dict[str, _Field] = {
                      "$SPARK_REMOTE, else empty"),
     "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
     "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs (the console stays quiet)",
-                      "<root>/logs for a local root, else ~/.hopsml/logs"),
+                      "logs/ in a local root, else ~/.hopsml/logs"),
     "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts: k=v,k=v or a "
                          "JSON object in the environment, the [spark] table in the file"),
     "sync_interval_s": _Field(_parse_seconds, lambda: 5.0, "seconds between copies of a running task's "
@@ -232,6 +232,28 @@ _FIELDS: dict[str, _Field] = {
     "port_range": _Field(_parse_port_range, lambda: None, "ports (low-high, e.g. 40000-40100) the ranks' "
                          "listeners, their framework ports and the driver channel take, for firewalls (each rank takes "
                          "2-3, the driver 1 per running experiment); empty: any free port"),
+    "serving_max_connections": _Field(_parse_int, lambda: 1000, "open connections a serving instance keeps; one "
+                                      "more closes the oldest idle one (else the oldest unfinished request), or is "
+                                      "refused with 503"),
+    "serving_max_headers": _Field(_parse_int, lambda: 100, "headers a request to a serving may have (more: 431)"),
+    "serving_max_header_bytes": _Field(_parse_int, lambda: 8192, "bytes of one request header line, name and value "
+                                       "(more: 431)"),
+    "serving_max_url_bytes": _Field(_parse_int, lambda: 8192, "bytes of a request's URL (more: 414)"),
+    "serving_max_head_bytes": _Field(_parse_int, lambda: 65536, "bytes of a request's whole head, request line and "
+                                     "headers (more: 431)"),
+    "serving_request_timeout_s": _Field(_parse_seconds, lambda: 30.0, "seconds a serving waits for a whole request, "
+                                        "head and body, from its first byte (a slow or stalled client gets 408 and "
+                                        "is closed; bytes that trickle in do not extend it)"),
+    "serving_log_max_bytes": _Field(_parse_int, lambda: 10 << 20, "bytes of a serving's own log before it is "
+                                    "rotated (<name>.log.1, .2, ...)"),
+    "serving_log_backups": _Field(_parse_int, lambda: 3, "rotated files of a serving's own log that are kept"),
+    "inference_log_max_bytes": _Field(_parse_int, lambda: 1 << 30, "bytes of one serving's inference log; the "
+                                      "oldest files are dropped (and counted) beyond it"),
+    "inference_log_max_age_s": _Field(_parse_seconds, lambda: 7 * 86400.0, "seconds an inference log file is kept; "
+                                      "older ones are dropped (and counted)"),
+    "inference_log_max_record_bytes": _Field(_parse_int, lambda: 1 << 20, "bytes of a request or an answer kept "
+                                             "in one inference log record (a longer one keeps its first bytes and "
+                                             "its size); a rejected request (4xx) keeps 1 KiB at most"),
 }
 
 
@@ -267,6 +289,17 @@ class Settings(_RunFields):
     check_versions: bool
     ship_environment: bool
     online_store: str
+    serving_max_connections: int
+    serving_max_headers: int
+    serving_max_header_bytes: int
+    serving_max_url_bytes: int
+    serving_max_head_bytes: int
+    serving_request_timeout_s: float
+    serving_log_max_bytes: int
+    serving_log_backups: int
+    inference_log_max_bytes: int
+    inference_log_max_age_s: float
+    inference_log_max_record_bytes: int
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:

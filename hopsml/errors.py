@@ -129,6 +129,22 @@ class CollectiveError(HopsmlError, RuntimeError):
         return _collective_error, (str(self), self.peer, self.kind)
 
 
+class JobError(HopsmlError, RuntimeError):
+    """A named job or one of its executions cannot do what was asked (missing, failed, timed out); the message
+    names the job and the execution, and a failed execution's message ends with the last lines of its logs."""
+
+    def __init__(self, message: str, *, job: str | None = None, execution: int | None = None,
+                 log_tail: str = "") -> None:
+        super().__init__(message + (f"\n\nLast log lines:\n{log_tail.rstrip()}" if log_tail.strip() else ""))
+        self.job = job
+        self.execution = execution
+        self.log_tail = log_tail
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only fields survive pickling (an Airflow worker may pickle the error)
+        return _job_error, (str(self), self.job, self.execution)
+
+
 class NotInRunError(HopsmlError, RuntimeError):
     """A function meant for use inside a running experiment was called outside one."""
 
@@ -143,3 +159,7 @@ class TrialStopped(BaseException):
 
 def _collective_error(message: str, peer: int | None, kind: str | None) -> CollectiveError:
     return CollectiveError(message, peer=peer, kind=kind)
+
+
+def _job_error(message: str, job: str | None, execution: int | None) -> JobError:
+    return JobError(message, job=job, execution=execution)

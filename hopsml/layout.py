@@ -525,3 +525,123 @@ def training_datasets_dir(project: str, view: str, view_version: int) -> str:
     """
     return join(project_dir(project), TRAINING_DATASETS,
                 f"{validate_name(view, 'feature view name')}_{validate_version(view_version)}")
+
+
+# --- named jobs and their executions ---------------------------------------------------------------------
+JOBS = "Jobs"
+JOB_RECORD = "job.json"
+JOB_EXECUTIONS = "executions"
+EXECUTION_RECORD = "execution.json"
+EXECUTION_STDOUT = "stdout.log"
+EXECUTION_STDERR = "stderr.log"
+EXECUTION_NOTES = "produced.jsonl"       # one line per object the execution produced (execution_notes.py)
+EXECUTION_HEARTBEAT = ".heartbeat"       # rewritten by the execution's runner while it runs
+EXECUTION_PROGRAM_STEM = "program"       # the app as it ran: program.py or program.ipynb
+EXECUTION_NOTEBOOK = "executed.ipynb"    # a notebook job's notebook with its outputs
+
+
+def jobs_dir(project: str) -> str:
+    """`Jobs/`: one folder per named job of the project.
+
+    >>> jobs_dir("demo")
+    'Projects/demo/Jobs'
+    """
+    return join(project_dir(project), JOBS)
+
+
+def validate_execution_id(execution_id: object) -> int:
+    """An execution id: a whole number from 1 up (also given as text, as on the command line).
+
+    >>> validate_execution_id("2")
+    2
+    """
+    try:
+        return validate_version(execution_id)
+    except InvalidNameError:
+        raise InvalidNameError(f"invalid execution id {execution_id!r}: executions are numbered 1, 2, 3, ... "
+                               "as 'hopsml jobs show NAME' lists them") from None
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """`Projects/<project>/Jobs/<name>/`: the job's definition and its executions.
+
+    >>> job = JobDir.of("demo", "nightly")
+    >>> job.record
+    'Projects/demo/Jobs/nightly/job.json'
+    >>> job.execution(3).record
+    'Projects/demo/Jobs/nightly/executions/3/execution.json'
+    >>> job.execution(3).stdout
+    'Projects/demo/Jobs/nightly/executions/3/stdout.log'
+    """
+
+    path: str
+
+    @classmethod
+    def of(cls, project: str, name: str) -> JobDir:
+        return cls(join(jobs_dir(project), validate_name(name, "job name")))
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def record(self) -> str:
+        return join(self.path, JOB_RECORD)
+
+    @property
+    def secrets(self) -> str:
+        """The job's secret Spark settings, apart from job.json and readable by its owner only."""
+        return join(self.path, "secrets.json")
+
+    @property
+    def executions(self) -> str:
+        return join(self.path, JOB_EXECUTIONS)
+
+    def execution(self, execution_id: int) -> ExecutionDir:
+        return ExecutionDir(join(self.path, JOB_EXECUTIONS, str(validate_execution_id(execution_id))))
+
+
+@dataclass(frozen=True)
+class ExecutionDir:
+    """One execution of a job: its record, its two logs, what it produced, the program as it ran."""
+
+    path: str
+
+    @property
+    def id(self) -> int:
+        return int(posixpath.basename(self.path))
+
+    @property
+    def record(self) -> str:
+        return join(self.path, EXECUTION_RECORD)
+
+    @property
+    def stdout(self) -> str:
+        return join(self.path, EXECUTION_STDOUT)
+
+    @property
+    def stderr(self) -> str:
+        return join(self.path, EXECUTION_STDERR)
+
+    @property
+    def notes(self) -> str:
+        return join(self.path, EXECUTION_NOTES)
+
+    @property
+    def heartbeat(self) -> str:
+        return join(self.path, EXECUTION_HEARTBEAT)
+
+    @property
+    def notebook(self) -> str:
+        return join(self.path, EXECUTION_NOTEBOOK)
+
+    def program(self, suffix: str) -> str:
+        """'program.py' or 'program.ipynb'.
+
+        >>> ExecutionDir("Projects/demo/Jobs/j/executions/1").program(".ipynb")
+        'Projects/demo/Jobs/j/executions/1/program.ipynb'
+        """
+        if suffix not in (".ipynb", ".py"):
+            raise InvalidNameError(f"a job's program is a .ipynb or .py file, not {suffix!r}")
+        return join(self.path, EXECUTION_PROGRAM_STEM + suffix)

@@ -15,6 +15,7 @@ from hopsml import config
 from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
+from hopsml.records import BROKEN, BrokenRecordError
 from hopsml.redact import redact_uri
 
 COMMANDS = ("prep", "datasets")
@@ -166,21 +167,25 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
 def datasets_list(settings: config.Settings) -> str:
     """A table of the finished datasets: name, kind, rows per split, rejected, created."""
     storage = Storage(settings.root)
-    rows = []
-    for name in ds.list_names(storage, settings.project):
-        try:
-            manifest = storage.read_json(ds.DatasetDir.of(settings.project, name).manifest)
-        except (OSError, ValueError):
+    rows: list[dict[str, Any]] = []
+    broken: list[str] = []
+    for name, manifest in ds.scan(storage, settings.project):
+        if isinstance(manifest, BrokenRecordError):
+            rows.append({"name": name, "kind": BROKEN})
+            broken.append(f"{name}: {BROKEN}: {manifest.reason}")
             continue
-        counts = manifest.get("counts", {})
+        counts = manifest.get("counts") or {}
         rows.append({"name": name, "kind": manifest.get("kind"),
-                     "rows": ",".join(f"{k}={v['rows']}" for k, v in manifest.get("splits", {}).items()),
+                     "rows": ",".join(f"{k}={v.get('rows')}" for k, v in manifest["splits"].items()),
                      "rejected": counts.get("rejected"), "skipped": counts.get("skipped"),
                      "created": (manifest.get("created") or "")[:19],
                      "source": redact_uri(manifest["source"]) if isinstance(manifest.get("source"), str) else None})
     if not rows:
         return f"no datasets in project {settings.project!r} under {storage.uri()}"
-    return format_table(rows, ("name", "kind", "rows", "rejected", "skipped", "created", "source"))
+    table = format_table(rows, ("name", "kind", "rows", "rejected", "skipped", "created", "source"))
+    if broken:
+        table += "\n\nrecords that cannot be read ('hopsml datasets show NAME' says more):\n" + "\n".join(broken)
+    return table
 
 
 def datasets_clean(settings: config.Settings, *, dry_run: bool = False, older_than_s: float | None = None) -> str:

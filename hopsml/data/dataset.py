@@ -29,18 +29,23 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hopsml import config, layout
+from hopsml import config, execution_notes, layout
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import DATASET_HEARTBEAT as HEARTBEAT
 from hopsml.layout import DATASET_STAGING as STAGING
 from hopsml.layout import DATASET_SUCCESS as SUCCESS
 from hopsml.layout import DatasetDir
+from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.tracking.heartbeat import Heartbeat, age_text, last_beat
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+# What a listing needs of dataset.json at its top level (manifest.Manifest checks what readers need).
+MANIFEST_SHAPE = Shape(layout.DATASET_MANIFEST, required=("splits",),
+                       types={"fields": (dict,), "splits": (dict,), "counts": (dict,), "kind": (str,), "name": (str,),
+                              "created": (str,), "source": (str,), "labels": (list,), "options": (dict,)})
 
 
 class DatasetError(HopsmlError, ValueError):
@@ -216,6 +221,7 @@ def _commit(storage: Storage, stage: DatasetDir, final: DatasetDir, overwrite: b
         storage.move_dir(final.path, old)
     storage.move_dir(stage.path, final.path)
     storage.write_text(final.success, now() + "\n")  # the last file of a complete dataset
+    execution_notes.note("dataset", name=final.name, path=storage.uri(final.path))
     if old is not None:
         storage.delete(old)
 
@@ -228,7 +234,35 @@ def open_dataset(storage: Storage, project: str, name: str) -> tuple[DatasetDir,
         raise DatasetNotFoundError(
             f"no finished dataset {name!r} in project {project!r} under {storage.uri()} "
             f"(finished datasets: {known}); prepare it with 'hopsml prep images|tabular'")
-    return ddir, storage.read_json(ddir.manifest)
+    return ddir, read_manifest(storage, ddir)
+
+
+def read_manifest(storage: Storage, ddir: DatasetDir) -> dict[str, Any]:
+    """A dataset's dataset.json through the guarded reader, each split an object; BrokenRecordError (naming the
+    file and the reason) when it is not a manifest this hopsml can read."""
+    manifest = read_record(storage, ddir.manifest, MANIFEST_SHAPE)
+    for split, entry in manifest["splits"].items():
+        if not isinstance(entry, dict):
+            reason = f"{layout.DATASET_MANIFEST} split {split!r} is not an object"
+            raise BrokenRecordError(f"{reason}. The record is {storage.uri(ddir.manifest)}: prepare the dataset "
+                                    "again, or remove its folder if it is of no use", reason=reason)
+    return manifest
+
+
+def scan(storage: Storage, project: str) -> list[tuple[str, dict[str, Any] | BrokenRecordError]]:
+    """Every finished dataset of a project, sorted by name, with its manifest or the reason it cannot be read
+    (so a listing shows it as BROKEN rather than failing, or leaving it out)."""
+    found: list[tuple[str, dict[str, Any] | BrokenRecordError]] = []
+    for name in list_names(storage, project):
+        ddir = DatasetDir.of(project, name)
+        try:
+            found.append((name, read_manifest(storage, ddir)))
+        except BrokenRecordError as exc:
+            found.append((name, exc))
+        except StorageError as exc:
+            reason = f"{layout.DATASET_MANIFEST} cannot be read: {exc}"
+            found.append((name, BrokenRecordError(reason, reason=reason)))
+    return found
 
 
 def list_names(storage: Storage, project: str) -> list[str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
+from hopsml.records import read_record
 
 __all__ = ["Manifest", "open_manifest"]
 
@@ -98,7 +99,7 @@ class Manifest:
 
     @classmethod
     def read(cls, storage: Storage, rel: str) -> Manifest:
-        return cls.from_json(storage.read_json(rel), storage.uri(rel))
+        return cls.from_json(read_record(storage, rel, ds.MANIFEST_SHAPE), storage.uri(rel))
 
 
 def open_manifest(storage: Storage, project: str, name: str) -> tuple[ds.DatasetDir, Manifest]:

@@ -15,6 +15,7 @@ from hopsml.cli_tables import format_fields, format_table, pairs
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import frames
 from hopsml.featurestore.store import FeatureStore
+from hopsml.records import BROKEN, BrokenRecordError
 
 COMMANDS = ("fs",)
 
@@ -150,8 +151,13 @@ def insert(store: FeatureStore, name: str, path: str, version: int | None, prima
 
 
 def groups_list(store: FeatureStore) -> str:
-    rows = []
-    for group in store.get_feature_groups():
+    rows: list[dict[str, Any]] = []
+    broken: list[str] = []
+    for name, version, group in store.scan_groups():
+        if isinstance(group, BrokenRecordError):
+            rows.append({"name": name, "version": version, "description": BROKEN})
+            broken.append(f"{name} version {version}: {BROKEN}: {group.reason}")
+            continue
         commits = group.table.commits()
         rows.append({"name": group.name, "version": group.version, "primary key": ",".join(group.primary_key),
                      "event time": group.event_time, "features": len(group.features), "commits": len(commits),
@@ -160,8 +166,14 @@ def groups_list(store: FeatureStore) -> str:
     if not rows:
         return (f"no feature groups in project {store.project!r}: insert one with hopsml fs insert NAME FILE "
                 "--primary-key COLUMN")
-    return format_table(rows, ("name", "version", "primary key", "event time", "features", "commits", "last commit",
-                               "description"))
+    table = format_table(rows, ("name", "version", "primary key", "event time", "features", "commits", "last commit",
+                                "description"))
+    return table + _broken_lines(broken)
+
+
+def _broken_lines(broken: list[str]) -> str:
+    """Below a listing: the records it could not read, and why."""
+    return "\n\nrecords that cannot be read:\n" + "\n".join(broken) if broken else ""
 
 
 def group_show(store: FeatureStore, name: str, version: int | None) -> str:
@@ -180,12 +192,20 @@ def group_show(store: FeatureStore, name: str, version: int | None) -> str:
 
 
 def views_list(store: FeatureStore) -> str:
-    rows = [{"name": v.name, "version": v.version, "labels": ", ".join(v.labels) or None,
-             "features": len(v.features), "groups": ", ".join(g.key for g in v.query.groups()),
-             "training datasets": len(store.training_dataset_versions(v))} for v in store.get_feature_views()]
+    rows: list[dict[str, Any]] = []
+    broken: list[str] = []
+    for name, version, v in store.scan_views():
+        if isinstance(v, BrokenRecordError):
+            rows.append({"name": name, "version": version, "labels": BROKEN})
+            broken.append(f"{name} version {version}: {BROKEN}: {v.reason}")
+            continue
+        rows.append({"name": v.name, "version": v.version, "labels": ", ".join(v.labels) or None,
+                     "features": len(v.features), "groups": ", ".join(g.key for g in v.query.groups()),
+                     "training datasets": len(store.training_dataset_versions(v))})
     if not rows:
         return f"no feature views in project {store.project!r}"
-    return format_table(rows, ("name", "version", "labels", "features", "groups", "training datasets"))
+    return format_table(rows, ("name", "version", "labels", "features", "groups", "training datasets")) + _broken_lines(
+        broken)
 
 
 def view_show(store: FeatureStore, name: str, version: int | None) -> str:

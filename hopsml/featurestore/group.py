@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from hopsml import layout
+from hopsml import execution_notes, layout
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import expectations, frames, spark_insert, stats
 from hopsml.featurestore.query import Feature, Query
@@ -270,6 +270,7 @@ class FeatureGroup:
         if self.created is None:
             self.created = commit.committed_on.isoformat()
         self.store.save_group(self)
+        execution_notes.note("featuregroup", name=self.name, version=self.version, commit=commit.version)
 
     def _validated(self, batch: pa.Table) -> dict[str, Any] | None:
         """The batch checked against the group's expectation suite: the report (None without one); a STRICT

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hopsml import config, layout
 from hopsml.errors import FeatureStoreError
 from hopsml.fs import Storage
+from hopsml.records import BrokenRecordError, Shape, read_record
 
 if TYPE_CHECKING:
     from hopsml.featurestore.group import FeatureGroup
@@ -23,6 +24,16 @@ if TYPE_CHECKING:
     from hopsml.featurestore.table import Commit, Location
     from hopsml.featurestore.transformations import TransformationFunction
     from hopsml.featurestore.view import FeatureView
+
+
+# What a group's and a view's record must hold before the SDK's objects are made of them.
+GROUP_SHAPE = Shape(layout.GROUP_RECORD, required=("name", "version"),
+                    types={"name": (str,), "version": (int,), "description": (str,), "primary_key": (list,),
+                           "event_time": (str,), "partition_key": (list,), "online_enabled": (bool,),
+                           "features": (list,), "created": (str,)})
+VIEW_SHAPE = Shape(layout.VIEW_RECORD, required=("name", "version", "query"),
+                   types={"name": (str,), "version": (int,), "query": (dict,), "labels": (list,),
+                          "transformation_functions": (list,), "description": (str,), "created": (str,)})
 
 
 class FeatureStore:
@@ -130,7 +141,7 @@ class FeatureStore:
     def _load(self, name: str, version: int) -> FeatureGroup:
         from hopsml.featurestore.group import FeatureGroup
 
-        record = self.storage.read_json(self._record(name, version))
+        record = read_record(self.storage, self._record(name, version), GROUP_SHAPE)
         return FeatureGroup(self, record["name"], record["version"], description=record.get("description", ""),
                             primary_key=record.get("primary_key") or [], event_time=record.get("event_time"),
                             partition_key=record.get("partition_key") or [],
@@ -154,6 +165,20 @@ class FeatureStore:
 
     def get_feature_groups(self, name: str | None = None) -> list[FeatureGroup]:
         return [self._load(n, v) for n, v in self.group_names() if name is None or n == name]
+
+    def scan_groups(self) -> list[tuple[str, int, FeatureGroup | BrokenRecordError]]:
+        """Every saved group version: the group, or why its record cannot be read (a listing shows it as
+        BROKEN and goes on with the others)."""
+        found: list[tuple[str, int, FeatureGroup | BrokenRecordError]] = []
+        for name, version in self.group_names():
+            try:
+                found.append((name, version, self._load(name, version)))
+            except BrokenRecordError as exc:
+                found.append((name, version, exc))
+            except (FeatureStoreError, KeyError, TypeError, ValueError) as exc:   # fields the group refuses
+                reason = f"{layout.GROUP_RECORD} cannot be loaded: {exc}"
+                found.append((name, version, BrokenRecordError(reason, reason=reason)))
+        return found
 
     def create_feature_group(self, name: str, version: int | None = None, description: str = "",
                              online_enabled: bool = False, primary_key: Sequence[str] | None = None,
@@ -221,7 +246,7 @@ class FeatureStore:
         from hopsml.featurestore.transformations import TransformationFunction
         from hopsml.featurestore.view import FeatureView
 
-        record = self.storage.read_json(self._view_record(name, version))
+        record = read_record(self.storage, self._view_record(name, version), VIEW_SHAPE)
         return FeatureView(self, record["name"], record["version"], from_dict(record["query"], self._group_by_key),
                            record.get("labels") or [],
                            [TransformationFunction.from_dict(f) for f in record.get("transformation_functions", [])],
@@ -269,6 +294,19 @@ class FeatureStore:
 
     def get_feature_views(self, name: str | None = None) -> list[FeatureView]:
         return [self._load_view(n, v) for n, v in self.view_names() if name is None or n == name]
+
+    def scan_views(self) -> list[tuple[str, int, FeatureView | BrokenRecordError]]:
+        """Every saved view version: the view, or why its record cannot be read (shown as BROKEN)."""
+        found: list[tuple[str, int, FeatureView | BrokenRecordError]] = []
+        for name, version in self.view_names():
+            try:
+                found.append((name, version, self._load_view(name, version)))
+            except BrokenRecordError as exc:
+                found.append((name, version, exc))
+            except (FeatureStoreError, KeyError, TypeError, ValueError) as exc:   # a query naming what is not there
+                reason = f"{layout.VIEW_RECORD} cannot be loaded: {exc}"
+                found.append((name, version, BrokenRecordError(reason, reason=reason)))
+        return found
 
     def get_or_create_feature_view(self, name: str, query: Query, version: int | None = None, description: str = "",
                                    labels: Sequence[str] | None = None,

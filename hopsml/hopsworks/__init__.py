@@ -21,6 +21,7 @@ from hopsml import config
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.store import FeatureStore
 from hopsml.hopsworks.deployments import ModelServing
+from hopsml.hopsworks.jobs import JobApi
 from hopsml.hopsworks.registry import ModelRegistry
 
 
@@ -46,6 +47,10 @@ class Project:
 
     def get_model_serving(self) -> ModelServing:
         return ModelServing(self.settings)
+
+    def get_job_api(self) -> JobApi:
+        """The project's named jobs under hopsworks' names (create_job, get_job, get_jobs, exists)."""
+        return JobApi(self.settings)
 
 
 def login(host: str | None = None, port: int = 443, project: str | None = None, api_key_value: str | None = None,

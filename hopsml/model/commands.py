@@ -18,6 +18,7 @@ from typing import Any
 from hopsml import config
 from hopsml.cli_tables import format_table, pairs
 from hopsml.model import inference, registry
+from hopsml.records import BROKEN, BrokenRecordError
 
 COMMANDS = ("models", "predict")
 
@@ -76,12 +77,22 @@ def load_function(spec: str) -> Callable[..., Any]:
 
 def models_list(settings: config.Settings) -> str:
     """Every model with its latest version; metrics with 4 significant digits, never cut off."""
-    rows = [{"name": mv.name, "latest": mv.version, "versions": len(registry.versions(mv.name, settings)),
-             "metrics": pairs(mv.metrics or None), "created": (mv.created or "")[:19].replace("T", " "),
-             "experiment": (mv.experiment or {}).get("id")} for mv in registry.list_models(settings)]
+    rows: list[dict[str, Any]] = []
+    broken: list[str] = []
+    for name, latest, mv in registry.scan_models(settings):
+        if isinstance(mv, BrokenRecordError):
+            rows.append({"name": name, "latest": latest, "metrics": BROKEN})
+            broken.append(f"{name} version {latest}: {BROKEN}: {mv.reason}")
+            continue
+        rows.append({"name": mv.name, "latest": mv.version, "versions": len(registry.versions(mv.name, settings)),
+                     "metrics": pairs(mv.metrics or None), "created": (mv.created or "")[:19].replace("T", " "),
+                     "experiment": (mv.experiment or {}).get("id")})
     if not rows:
         return f"no models in project {settings.project!r}; export one with hopsml.model.export(path, name)"
-    return format_table(rows, ("name", "latest", "versions", "metrics", "created", "experiment"), uncut=("metrics",))
+    table = format_table(rows, ("name", "latest", "versions", "metrics", "created", "experiment"), uncut=("metrics",))
+    if broken:
+        table += "\n\nrecords that cannot be read ('hopsml models show NAME VERSION' says more):\n" + "\n".join(broken)
+    return table
 
 
 def models_show(settings: config.Settings, name: str, version: str | None) -> str:

@@ -24,11 +24,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from hopsml import config, layout
+from hopsml import config, execution_notes, layout
 from hopsml.errors import ModelError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import ModelDir
 from hopsml.model.quantize import check_method, quantize_files, recorded_test_split
+from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.search.space import Direction, SearchSpaceError
 from hopsml.tracking import lineage
 from hopsml.tracking.run_context import RunContext, current_or_none
@@ -123,11 +124,42 @@ def _model_names(storage: Storage, project: str) -> list[str]:
     return sorted(names)
 
 
+# What model.json must hold for a ModelVersion to be made of it.
+MODEL_SHAPE = Shape(layout.MODEL_RECORD, required=("name", "version"),
+                    types={"name": (str,), "version": (int,), "project": (str,), "metrics": (dict,), "files": (list,),
+                           "datasets": (list,), "experiment": (dict,), "description": (str,), "created": (str,),
+                           "user": (str,), "quantization": (dict,)})
+
+
 def _read(storage: Storage, project: str, name: str, version: int) -> ModelVersion:
+    """One version's record through the guarded reader; BrokenRecordError saying why when it cannot be read."""
     mdir = ModelDir.of(project, name, version)
-    data = storage.read_json(mdir.record)
+    try:
+        data = read_record(storage, mdir.record, MODEL_SHAPE)
+    except StorageError as exc:
+        reason = f"{layout.MODEL_RECORD} cannot be read: {exc}"
+        raise BrokenRecordError(f"model {name} version {version} is BROKEN: {reason}", reason=reason) from exc
+    data.setdefault("project", project)
     data["path"] = storage.uri(mdir.path)  # where it is now, even if the root moved
     return ModelVersion.from_dict(data)
+
+
+def read_version(storage: Storage, project: str, name: str, version: int) -> ModelVersion:
+    """A finished version's record, or BrokenRecordError with the reason (for listings that go on)."""
+    return _read(storage, project, name, version)
+
+
+def scan_models(settings: config.Settings | None = None) -> list[tuple[str, int, ModelVersion | BrokenRecordError]]:
+    """The latest version of every model, by name: its record, or why it cannot be read (listed as BROKEN)."""
+    storage, project = _where(settings, current_or_none())
+    found: list[tuple[str, int, ModelVersion | BrokenRecordError]] = []
+    for name in _model_names(storage, project):
+        latest = _version_numbers(storage, project, name)[-1]
+        try:
+            found.append((name, latest, _read(storage, project, name, latest)))
+        except BrokenRecordError as exc:
+            found.append((name, latest, exc))
+    return found
 
 
 def _unknown_model(storage: Storage, project: str, name: str) -> ModelNotFoundError:
@@ -392,6 +424,7 @@ def _commit(storage: Storage, stage: str, mv: ModelVersion, project: str, overwr
             mv.version += 1
             continue
         storage.write_text(final.done, _now() + "\n")  # the last file of a complete version
+        execution_notes.note("model", name=mv.name, version=mv.version, path=mv.path)
         if old is not None:
             storage.delete(old)
         return

@@ -12,6 +12,7 @@ from typing import Any
 
 from hopsml import config
 from hopsml.cli_tables import format_table
+from hopsml.records import BROKEN, BrokenRecordError
 from hopsml.serving import definition as defs
 from hopsml.serving import lifecycle
 
@@ -76,14 +77,24 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                                              settings=settings)
         return f"serving {serving.name} (id {serving.id}) serves {serving.model_name} version {serving.model_version}"
     if action == "list":
-        rows = [{"name": s.name, "id": s.id, "status": s.status, "model": f"{s.model_name}:{s.model_version}",
-                 "instances": f"{s.available_instances}/{s.requested_instances}",
-                 "endpoint": f"http://{s.internal_ips[0]}:{s.internal_port}" if s.internal_ips else None,
-                 "restarts": len(s.restarts)} for s in lifecycle.get_all(settings)]
+        rows: list[dict[str, Any]] = []
+        broken: list[str] = []
+        for name, s in lifecycle.scan_all(settings):
+            if isinstance(s, BrokenRecordError):
+                rows.append({"name": name, "status": BROKEN})
+                broken.append(f"{name}: {BROKEN}: {s.reason}")
+                continue
+            rows.append({"name": s.name, "id": s.id, "status": s.status, "model": f"{s.model_name}:{s.model_version}",
+                         "instances": f"{s.available_instances}/{s.requested_instances}",
+                         "endpoint": f"http://{s.internal_ips[0]}:{s.internal_port}" if s.internal_ips else None,
+                         "restarts": len(s.restarts)})
         if not rows:
             return (f"no servings in project {settings.project!r}; "
                     "create one with 'hopsml serving create NAME Models/MODEL'")
-        return format_table(rows, ("name", "id", "status", "model", "instances", "endpoint", "restarts"))
+        table = format_table(rows, ("name", "id", "status", "model", "instances", "endpoint", "restarts"))
+        if broken:
+            table += "\n\nrecords that cannot be read ('hopsml serving status NAME' says more):\n" + "\n".join(broken)
+        return table
     if action == "monitor":
         from hopsml.serving.monitor import KS_THRESHOLD, PSI_THRESHOLD, monitor, report_text
 
@@ -112,4 +123,6 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
     line = f"\ninference log: {folder} ({traffic['requests']} requests"
     if traffic.get("latency_ms"):
         line += f", latency p50 {traffic['latency_ms']['p50']:.2f} ms, p99 {traffic['latency_ms']['p99']:.2f} ms"
+    if traffic.get("expired"):
+        line += f"; {traffic['expired']['records']} older records dropped to keep it under its bounds"
     return _status_text(serving) + line + ")"

@@ -17,8 +17,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from hopsml import layout
-from hopsml.errors import HopsmlError
+from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
+from hopsml.records import BrokenRecordError, Shape, read_record
 
 TENSORFLOW_SERVING = "TENSORFLOW_SERVING"
 PYTHON = "PYTHON"
@@ -179,7 +180,39 @@ def read(storage: Storage, project: str, name: str) -> ServingDefinition:
         known = ", ".join(names(storage, project)) or "none"
         raise ServingNotFound(f"no serving {name!r} in project {project!r} (servings: {known}); create it with "
                               "hopsml.serving.create_or_update(name, 'Models/<model>', 'PYTHON')")
-    return ServingDefinition.from_dict(storage.read_json(sdir.definition))
+    return _parse(storage, sdir.definition)
+
+
+# What serving.json must hold before a ServingDefinition is made of it (which checks the rest).
+DEFINITION_SHAPE = Shape(layout.SERVING_DEFINITION, required=("name", "model_path", "model_name", "model_version"),
+                         types={"name": (str,), "model_path": (str,), "model_name": (str,), "model_version": (int,),
+                                "id": (int,), "instances": (int,), "predictor": (str,), "transformer": (str,),
+                                "host": (str,), "port": (int,)})
+
+
+def _parse(storage: Storage, rel: str) -> ServingDefinition:
+    """The definition at `rel` through the guarded reader; BrokenRecordError naming the file and the reason."""
+    data = read_record(storage, rel, DEFINITION_SHAPE)
+    try:
+        return ServingDefinition.from_dict(data)
+    except (TypeError, ServingError) as exc:
+        reason = f"{layout.SERVING_DEFINITION} does not define a serving: {exc}"
+        raise BrokenRecordError(f"{reason}. The record is {storage.uri(rel)}: create the serving again with "
+                                "hopsml.serving.create_or_update, or remove its folder", reason=reason) from None
+
+
+def scan(storage: Storage, project: str) -> list[tuple[str, ServingDefinition | BrokenRecordError]]:
+    """Every serving of the project by name: its definition, or why it cannot be read (listed as BROKEN)."""
+    found: list[tuple[str, ServingDefinition | BrokenRecordError]] = []
+    for name in names(storage, project):
+        try:
+            found.append((name, _parse(storage, layout.ServingDir.of(project, name).definition)))
+        except BrokenRecordError as exc:
+            found.append((name, exc))
+        except StorageError as exc:
+            reason = f"{layout.SERVING_DEFINITION} cannot be read: {exc}"
+            found.append((name, BrokenRecordError(reason, reason=reason)))
+    return found
 
 
 def write(storage: Storage, project: str, definition: ServingDefinition) -> None:
@@ -198,4 +231,4 @@ def names(storage: Storage, project: str) -> list[str]:
 
 def next_id(storage: Storage, project: str) -> int:
     """An id for a new serving: one more than the largest in the project (hops' ids are integers)."""
-    return max((read(storage, project, n).id for n in names(storage, project)), default=0) + 1
+    return max((d.id for _, d in scan(storage, project) if isinstance(d, ServingDefinition)), default=0) + 1

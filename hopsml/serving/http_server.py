@@ -8,6 +8,13 @@ most on after the model. It keeps what HTTP clients rely on: keep-alive (HTTP/1.
 requests answered in order, chunked bodies, `Expect: 100-continue`, HEAD, a 400 for what does not parse, a
 413 as soon as a body is known to be over the limit, idle connections closed after `keep_alive_s`, and on
 SIGTERM a graceful stop: no new connections, requests being answered finish (up to `grace_s`).
+
+A client may be hostile: `Limits` bounds what one request and one instance hold, as nginx and uvicorn do. A
+head over its limits gets 431 (header count, line or total size) or 414 (URL), counted as the bytes come (the
+parser keeps a header whole, so the bytes are fed to it a slice at a time while a head is open); a request must
+arrive whole, head and body, within `request_timeout_s` of its first byte (408), however its bytes trickle; an
+idle connection's keep-alive time is not reset by stray bytes; and past `max_connections` the oldest idle
+connection is closed to make room (else the one whose request has waited longest; else the newcomer gets 503).
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ log = logging.getLogger(__name__)
 
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_FULL = b'{"error": "this serving instance has as many connections open as it takes; try again"}'
 _PIPELINE_DEPTH = 16     # parsed requests queued on one connection before it stops reading
-_STALLED_S = 60.0        # a request begun but not finished for this long (a client that stalls) is dropped
+_HEAD_SLICE = 8192       # bytes fed to the parser at a time while a head is open: the head is counted per slice
+_CLOSE_GRACE_S = 5.0     # a closed connection whose client reads nothing is aborted after this long
 
 
 class Request(NamedTuple):
@@ -53,15 +62,37 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one request and one instance may hold (the `serving_*` settings; defaults as nginx's and uvicorn's
+    order of magnitude)."""
+
+    max_headers: int = 100
+    max_header_bytes: int = 8192
+    max_url_bytes: int = 8192
+    max_head_bytes: int = 65536
+    request_timeout_s: float = 30.0
+    max_connections: int = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("max_headers", "max_header_bytes", "max_url_bytes", "max_head_bytes", "max_connections"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be positive, not {self.request_timeout_s!r}")
+
+
 class _Server:
     """What the connections share: the handler, the limits, the clock for the Date header, the open ones."""
 
     def __init__(self, handler: Handler, max_body_bytes: int, keep_alive_s: float,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, limits: Limits) -> None:
         self.handler = handler
         self.loop = loop   # kept: asyncio.get_running_loop() costs a getpid() system call each time
         self.max_body_bytes = max_body_bytes
         self.keep_alive_s = keep_alive_s
+        self.limits = limits
         self.connections: set[_Connection] = set()
         self.stopping = False
         self.date = b""
@@ -74,8 +105,22 @@ class _Server:
         self.heads = {}
         now = time.monotonic()
         for connection in list(self.connections):
-            if connection.expired(now):
-                connection.transport.close()
+            connection.check(now)
+
+    def make_room(self) -> bool:
+        """At the connection cap: close the oldest idle connection, else the one whose request has waited
+        longest for its bytes; False when every connection is being answered (the newcomer is refused)."""
+        idle = [c for c in self.connections if c.idle()]
+        if idle:
+            victim = min(idle, key=lambda c: c.idle_since)
+        else:
+            waiting = [c for c in self.connections if c.in_message and c.running is None and not c.queue]
+            if not waiting:
+                return False
+            victim = min(waiting, key=lambda c: c.began)
+        self.connections.discard(victim)
+        victim.transport.abort()
+        return True
 
     def head(self, status: int, length: int, close: bool) -> bytes:
         key = (status, length, close)
@@ -112,8 +157,13 @@ class _Connection(asyncio.Protocol):
         self.writing_paused = False
         self.reading_paused = False
         self.broken = False            # a request could not be parsed: nothing after it is read
-        self.active = time.monotonic()
+        self.idle_since = time.monotonic()   # the connection opened or its last answer went out
+        self.began = 0.0               # when the request being read began (its deadline counts from here)
+        self.closing_since = 0.0
         self.in_message = False
+        self.head_open = False         # a request's head is being read
+        self.head_bytes = 0            # bytes fed while it was open (counted per slice: at most a slice over)
+        self.header_count = 0
         self.continue_due = False      # a 100 Continue to send once the answers before it are out
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
@@ -125,6 +175,11 @@ class _Connection(asyncio.Protocol):
     # --- the transport's calls ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if len(self.server.connections) >= self.server.limits.max_connections and not self.server.make_room():
+            self.broken = True
+            self.transport.write(self.server.head(503, len(_FULL), True) + _FULL)
+            self.transport.close()
+            return
         self.server.connections.add(self)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -137,9 +192,26 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.broken:
             return
-        self.active = time.monotonic()
         try:
-            self.parser.feed_data(data)
+            if self.in_message and not self.head_open:   # a body: fed whole (its size is counted as it comes)
+                self.parser.feed_data(data)
+                return
+            limit = self.server.limits.max_head_bytes
+            start = 0
+            while start < len(data) and not self.broken:
+                piece = data if start == 0 and len(data) <= _HEAD_SLICE else data[start:start + _HEAD_SLICE]
+                started_open = self.head_open
+                self.parser.feed_data(piece)
+                start += len(piece)
+                if self.head_open:
+                    # a head that began inside this slice counts the whole slice: an overcount of less than one
+                    # slice, so the refusal below means the head is truly over the limit
+                    self.head_bytes = self.head_bytes + len(piece) if started_open else len(piece)
+                    if self.head_bytes > limit + _HEAD_SLICE:
+                        self._break(431, f"the request's head is over this serving's limit of {limit} bytes")
+                elif self.in_message and start < len(data):   # the head ended and a body follows: fed whole
+                    self.parser.feed_data(data[start:])
+                    return
         except httptools.HttpParserUpgrade:
             self._break(400, "protocol upgrades are not served here: send plain HTTP/1.1 requests")
         except httptools.HttpParserError as exc:
@@ -152,24 +224,60 @@ class _Connection(asyncio.Protocol):
         self.writing_paused = False
         self._next()
 
-    def expired(self, now: float) -> bool:
+    def idle(self) -> bool:
+        return not self.in_message and self.running is None and not self.queue and not self.broken
+
+    def check(self, now: float) -> None:
+        """Close the connection when it has been idle past keep-alive, or its request is not whole within the
+        deadline (408); abort it when its client has read nothing of the last answer for a while."""
+        if self.transport.is_closing():
+            if not self.closing_since:
+                self.closing_since = now
+            elif now - self.closing_since > _CLOSE_GRACE_S:
+                self.transport.abort()
+            return
         if self.running is not None or self.queue:
-            return False
-        return now - self.active > (_STALLED_S if self.in_message else self.server.keep_alive_s)
+            return
+        if self.in_message:
+            timeout = self.server.limits.request_timeout_s
+            if now - self.began > timeout:
+                self._break(408, f"the request did not arrive whole within {timeout:g} s of its first byte")
+        elif now - self.idle_since > self.server.keep_alive_s:
+            self.transport.close()
 
     # --- httptools' calls -----------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self.in_message = True
+        self.head_open = True
+        self.began = time.monotonic()
+        self.head_bytes = self.header_count = 0
         self._url, self._headers, self._chunks, self._size = b"", [], [], 0
         self._refused, self._answered = None, False
 
     def on_url(self, url: bytes) -> None:
+        if self.broken:
+            return
+        if len(self._url) + len(url) > self.server.limits.max_url_bytes:
+            self._break(414, f"the URL is over this serving's limit of {self.server.limits.max_url_bytes} bytes; "
+                             "send the inputs in the body")
+            return
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        if self.broken:
+            return
+        limits = self.server.limits
+        self.header_count += 1
+        if self.header_count > limits.max_headers:
+            self._break(431, f"the request has more than this serving's limit of {limits.max_headers} headers")
+        elif len(name) + len(value) > limits.max_header_bytes:
+            self._break(431, f"the header {name[:40].decode('latin-1')!r} is over this serving's limit of "
+                             f"{limits.max_header_bytes} bytes")
+        else:
+            self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        self.head_open = False
         if self.broken:
             return
         limit = self.server.max_body_bytes
@@ -234,8 +342,13 @@ class _Connection(asyncio.Protocol):
             self._answered = True
 
     def _break(self, status: int, message: str) -> None:
-        """The bytes are not HTTP: answer after what is queued, then close; nothing more is read."""
+        """The bytes are not HTTP (or over a limit): answer after what is queued, then close; nothing more is
+        read, and what was gathered of the request is let go."""
+        if self.broken:
+            return
         self.broken = True
+        self.head_open = False
+        self._url, self._headers, self._chunks = b"", [], []
         self.queue.append(_Parsed(None, False, False, (status, error_body(message))))
         self._next()
 
@@ -270,7 +383,7 @@ class _Connection(asyncio.Protocol):
         if self.transport.is_closing():
             return
         close = close or self.server.stopping
-        self.active = time.monotonic()   # keep-alive counts from the answer, not from the request
+        self.idle_since = time.monotonic()   # keep-alive counts from the answer, not from the request
         head = self.server.head(status, len(body), close)
         self.transport.write(head if head_only else head + body)
         if close:
@@ -288,7 +401,8 @@ def _path(url: bytes) -> str:
 
 
 async def serve(handler: Handler, sock: socket.socket, max_body_bytes: int, on_ready: Callable[[], Any] | None = None,
-                keep_alive_s: float = 5.0, grace_s: float = 5.0, stop: asyncio.Event | None = None) -> None:
+                keep_alive_s: float = 5.0, grace_s: float = 5.0, stop: asyncio.Event | None = None,
+                limits: Limits | None = None) -> None:
     """Answer on `sock` (bound and listening) until SIGTERM or SIGINT (or `stop` is set), then stop
     gracefully: no new connections, idle ones closed, the requests being answered given `grace_s`."""
     loop = asyncio.get_running_loop()
@@ -300,7 +414,7 @@ async def serve(handler: Handler, sock: socket.socket, max_body_bytes: int, on_r
             signals.append(signum)
         except (RuntimeError, ValueError):   # not the main thread: `stop` alone stops it
             pass
-    state = _Server(handler, max_body_bytes, keep_alive_s, loop)
+    state = _Server(handler, max_body_bytes, keep_alive_s, loop, limits or Limits())
     listener = await loop.create_server(lambda: _Connection(state), sock=sock, backlog=2048)
     if on_ready is not None:
         on_ready()

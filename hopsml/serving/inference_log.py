@@ -10,8 +10,15 @@ renamed, so a reader sees whole files only. An instance killed with SIGKILL lose
 
 Columns: time (UTC), serving, model_name, model_version, instance, status, latency_ms, rows, request (the
 body as sent, JSON text), inputs (what the model got after the transformer, JSON; as `request` without
-one), response (JSON text), dropped (records dropped before this one). `inference_logging` picks what is
-kept: 'MODEL_INPUTS' (request and inputs), 'PREDICTIONS' (response), 'ALL' (both).
+one), response (JSON text), dropped (records dropped before this one), request_bytes (the body's size as sent)
+and truncated (whether request, inputs or response were cut). `inference_logging` picks what is kept:
+'MODEL_INPUTS' (request and inputs), 'PREDICTIONS' (response), 'ALL' (both).
+
+A client must not fill the disk through it. A record keeps at most `max_record_bytes` of each text, and a
+rejected request (4xx) only its first `REJECTED_PREFIX` bytes (its status and size say what it was); the
+folder is held under `max_bytes` and `max_age_s`, each writer dropping the oldest files after it writes one,
+and counting what it dropped (files, records, bytes) in `expired-<instance>.json`, which `summary` adds up. The
+folder is the serving's user's alone (0700, files 0600).
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ log = logging.getLogger(__name__)
 
 LOG_ENV = "HOPSML_INFERENCE_LOG"
 BATCHES_PREFIX = "batches-"
+EXPIRED_PREFIX = "expired-"
+REJECTED_PREFIX = 1024    # bytes of a rejected (4xx) request's body kept in its record
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
 MODES = ("MODEL_INPUTS", "PREDICTIONS", "ALL")
 
 
@@ -59,6 +70,9 @@ class LogOptions:
     roll_bytes: int = 8 << 20
     roll_seconds: float = 30.0
     queue_size: int = 10000
+    max_bytes: int = 1 << 30
+    max_age_s: float = 7 * 86400.0
+    max_record_bytes: int = 1 << 20
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -79,6 +93,8 @@ class _Record:
     inputs: Any
     response: bytes
     rows: int | None = None   # the rows the app read; None: counted from the JSON when written
+    size: int = 0             # the request body's size as sent (`request` may be its first bytes only)
+    truncated: bool = False
 
 
 _POLL_S = 0.05   # how often the writer takes the records that have come
@@ -146,9 +162,10 @@ class InferenceLogger:
         self.dropped = 0
         self.batch_sizes: Counter[int] = Counter()
         self.files = 0
+        self.expired = {"files": 0, "records": 0, "bytes": 0}
         self._tag = f"i{instance}-p{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._stopping = threading.Event()
-        os.makedirs(options.folder, exist_ok=True)
+        private_folder(options.folder)
         self._thread = threading.Thread(target=self._run, name="inference-log", daemon=True)
         if start:
             self.start()
@@ -202,6 +219,10 @@ class InferenceLogger:
                     log.exception("inference log: cannot write %d records to %s", rows, self.options.folder)
             chunks, rows, size, since = [], 0, 0, time.monotonic()
             self._write_batches()
+            try:
+                self._retain()
+            except Exception:  # logged; the serving goes on answering
+                log.exception("inference log: cannot drop old files from %s", self.options.folder)
 
         while True:
             stop = self._stopping.wait(_POLL_S)
@@ -229,10 +250,15 @@ class InferenceLogger:
         count = len(records)
         keep_inputs = opts.mode in ("MODEL_INPUTS", "ALL")
         keep_outputs = opts.mode in ("PREDICTIONS", "ALL")
+        cap = opts.max_record_bytes
         requests = [r.request.decode("utf-8", errors="replace") for r in records] if keep_inputs else None
+        truncated = [r.truncated for r in records]
         if requests is not None and any(r.inputs is not None for r in records):
-            inputs: list[str] | None = [_json(r.inputs) if r.inputs is not None else requests[i]
-                                        for i, r in enumerate(records)]
+            made = [_json(r.inputs) if r.inputs is not None else requests[i] for i, r in enumerate(records)]
+            for i, text in enumerate(made):
+                if len(text) > cap:
+                    made[i], truncated[i] = text[:cap], True
+            inputs: list[str] | None = made
         else:
             inputs = requests
         counted = [r.rows if r.rows is not None else _request_rows(inputs[i] if inputs is not None else None)
@@ -252,6 +278,8 @@ class InferenceLogger:
             "inputs": request_column if inputs is requests else pa.array(inputs, pa.string()),
             "response": pa.array([r.response.decode("utf-8", errors="replace") for r in records], pa.string())
             if keep_outputs else pa.nulls(count, pa.string()),
+            "request_bytes": pa.array([r.size for r in records], pa.int64()),
+            "truncated": pa.array(truncated, pa.bool_()),
         })
 
     def _write(self, chunks: list[pa.RecordBatch], dropped: int) -> None:
@@ -259,23 +287,76 @@ class InferenceLogger:
         import pyarrow.parquet as pq
 
         table = pa.Table.from_batches(chunks)
-        table = table.append_column("dropped", pa.array([dropped] + [0] * (table.num_rows - 1), pa.int64()))
+        table = table.add_column(table.schema.get_field_index("response") + 1, "dropped",
+                                 pa.array([dropped] + [0] * (table.num_rows - 1), pa.int64()))
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         name = f"part-{stamp}-{self._tag}-{self.files:05d}.parquet"
         tmp = os.path.join(self.options.folder, f".{name}.tmp")
         pq.write_table(table, tmp, compression="zstd")
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, os.path.join(self.options.folder, name))
         self.files += 1
+
+    def _retain(self) -> None:
+        """Drop the folder's oldest files (any instance's) while it is over `max_bytes` or they are older than
+        `max_age_s`, and count them; another instance may drop a file first, which is then not counted here."""
+        import pyarrow.parquet as pq
+
+        opts = self.options
+        found = []
+        for path in files(opts.folder):
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:
+                continue
+            found.append((path, info.st_size, info.st_mtime))
+        total, now = sum(size for _, size, _ in found), time.time()
+        dropped = {"files": 0, "records": 0, "bytes": 0}
+        for path, size, mtime in found:   # oldest first: names begin with the time they were written
+            if total <= opts.max_bytes and now - mtime <= opts.max_age_s:
+                break
+            try:
+                records = pq.read_metadata(path).num_rows
+            except (OSError, ValueError):
+                records = 0
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                total -= size
+                continue
+            total -= size
+            dropped["files"] += 1
+            dropped["records"] += records
+            dropped["bytes"] += size
+        if not dropped["files"]:
+            return
+        for key, value in dropped.items():
+            self.expired[key] += value
+        log.info("inference log: dropped %d old files (%d records, %d bytes) to keep %s under %d bytes and %.0f s",
+                 dropped["files"], dropped["records"], dropped["bytes"], opts.folder, opts.max_bytes, opts.max_age_s)
+        _write_json(os.path.join(opts.folder, f"{EXPIRED_PREFIX}{self._tag}.json"), self.expired)
 
     def _write_batches(self) -> None:
         """The instance's model-call sizes so far, one small JSON file per instance process."""
         if not self.batch_sizes:
             return
-        path = os.path.join(self.options.folder, f"{BATCHES_PREFIX}{self._tag}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump({str(k): v for k, v in sorted(self.batch_sizes.items())}, out)
-        os.replace(tmp, path)
+        _write_json(os.path.join(self.options.folder, f"{BATCHES_PREFIX}{self._tag}.json"),
+                    {str(k): v for k, v in sorted(self.batch_sizes.items())})
+
+
+def private_folder(folder: str) -> None:
+    """Make `folder` (and what is missing above it) readable by its owner only; an existing one is narrowed."""
+    os.makedirs(folder, mode=FOLDER_MODE, exist_ok=True)
+    os.chmod(folder, FOLDER_MODE)
+
+
+def _write_json(path: str, value: Any) -> None:
+    """A small JSON file written whole (under a temporary name, then renamed), readable by its owner only."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with open(fd, "w", encoding="utf-8") as out:
+        json.dump(value, out)
+    os.replace(tmp, path)
 
 
 def _json(value: Any) -> str:
@@ -320,8 +401,14 @@ class LoggedApp:
         clock = time.perf_counter()
         with request_notes.noting() as holder:   # the app notes its rows and the model's inputs (`record`)
             status, body = await self.app.handle(request)
-        self.logger.put(_Record(started, status, (time.perf_counter() - clock) * 1000.0, request.body,
-                                holder.get("inputs"), body, holder.get("rows")))
+        limit = self.logger.options.max_record_bytes
+        rejected = 400 <= status < 500   # what it was is told by its status, size and first bytes
+        raw, cap = request.body, min(limit, REJECTED_PREFIX) if rejected else limit
+        kept = raw if len(raw) <= cap else raw[:cap]
+        answer = body if len(body) <= limit else body[:limit]
+        self.logger.put(_Record(started, status, (time.perf_counter() - clock) * 1000.0, kept,
+                                None if rejected else holder.get("inputs"), answer, holder.get("rows"),
+                                len(raw), kept is not raw or answer is not body))
         return status, body
 
 
@@ -363,6 +450,22 @@ def batch_sizes(folder: str) -> dict[int, int]:
     return dict(sorted(total.items()))
 
 
+def expired_counts(folder: str) -> dict[str, int]:
+    """What retention dropped from the log, over every instance process: files, records and bytes."""
+    total: Counter[str] = Counter({"files": 0, "records": 0, "bytes": 0})
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(EXPIRED_PREFIX) and n.endswith(".json")]
+    except FileNotFoundError:
+        return dict(total)
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as stream:
+                total.update({k: int(v) for k, v in json.load(stream).items()})
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read %s: %s", name, exc)
+    return dict(total)
+
+
 def summary(folder: str) -> dict[str, Any]:
     """Requests, errors, request rate, latency p50/p99 and batch sizes of the log (for status and the page)."""
     import numpy as np
@@ -375,6 +478,9 @@ def summary(folder: str) -> dict[str, Any]:
     status = np.asarray(table.column("status").to_numpy(zero_copy_only=False))
     times = np.asarray(table.column("time").cast("int64").to_numpy(zero_copy_only=False), dtype=np.float64) / 1e6
     span = float(times.max() - times.min())
+    expired = expired_counts(folder)
+    if expired["files"]:
+        out["expired"] = expired
     out.update(errors=int((status >= 400).sum()), first=_iso(times.min()), last=_iso(times.max()),
                requests_per_s=float(table.num_rows / span) if span > 0 else None,
                latency_ms={"p50": float(np.percentile(latency, 50)), "p99": float(np.percentile(latency, 99)),
@@ -393,4 +499,4 @@ def _schema() -> Mapping[str, Any]:
     return {"time": pa.timestamp("us", tz="UTC"), "serving": pa.string(), "model_name": pa.string(),
             "model_version": pa.int32(), "instance": pa.int16(), "status": pa.int16(), "latency_ms": pa.float64(),
             "rows": pa.int32(), "request": pa.string(), "inputs": pa.string(), "response": pa.string(),
-            "dropped": pa.int64()}
+            "dropped": pa.int64(), "request_bytes": pa.int64(), "truncated": pa.bool_()}

@@ -39,6 +39,7 @@ class InstanceSpec:
     max_body_bytes: int
     threads: int
     batching: dict[str, int] | None = None
+    limits: dict[str, float] | None = None   # http_server.Limits' fields (the serving_* settings)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -104,7 +105,8 @@ def main() -> int:
     # collector's full passes, which took 90 ms each with a torch model loaded and stalled every request then
     gc.freeze()
     try:   # until SIGTERM: then the requests being answered finish (5 s at most)
-        http_server.run(app.handle, socket.socket(fileno=spec.socket_fd), spec.max_body_bytes, on_ready=ready)
+        http_server.run(app.handle, socket.socket(fileno=spec.socket_fd), spec.max_body_bytes, on_ready=ready,
+                        limits=http_server.Limits(**(spec.limits or {})))  # type: ignore[arg-type]
     finally:
         if logger is not None:  # what is queued is written before the instance ends
             logger.close()

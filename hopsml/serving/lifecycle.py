@@ -22,16 +22,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopsml import config, layout
+from hopsml import config, execution_notes, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.model import registry
+from hopsml.records import BrokenRecordError, inside
 from hopsml.serving import definition as defs
 from hopsml.serving import inference_log
 from hopsml.serving import state as states
 from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
 from hopsml.serving.processes import Proc, wait_gone, wait_port_closed
-from hopsml.serving.supervisor import READY_FD_ENV, STOP_GRACE_S, script_rel
+from hopsml.serving.supervisor import READY_FD_ENV, SERVER_SETTINGS, STOP_GRACE_S, private_file, script_rel
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Serving:
     internal_path: str | None
     restarts: list[states.Restart] = field(default_factory=list)
     log: str = ""
+    failing_instances: list[states.Restart] = field(default_factory=list)   # given up on after crashing
 
 
 def _where(settings: config.Settings | None) -> tuple[Storage, str, config.Settings]:
@@ -114,6 +116,20 @@ def log_path(settings: config.Settings, project: str, name: str) -> str:
     if local is None:
         local = os.path.join(os.path.expanduser(settings.log_dir), "serving", project, f"{name}.log")
     return local
+
+
+def recorded_log(settings: config.Settings, project: str, name: str, st: states.ServerState) -> str:
+    """The log server.json names when it lies inside the project's folder or the log_dir setting; a path that
+    leads elsewhere is refused (a hand-edited record must not show another file's tail) for the serving's own."""
+    own = log_path(settings, project, name)
+    if not st.log:
+        return own
+    found = inside(st.log, [Storage(settings.root).local_path(layout.project_dir(project)), settings.log_dir])
+    if found is None:
+        log.warning("serving %s: server.json names the log %r, outside the project and the log_dir setting; "
+                    "showing %s instead", name, st.log, own)
+        return own
+    return found
 
 
 def inference_log_path(settings: config.Settings, project: str, name: str) -> str:
@@ -138,7 +154,7 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
 
 def status_of(settings: config.Settings, project: str, name: str, st: states.ServerState) -> Status:
     """The truthful status: the recorded state, checked against the supervisor's process."""
-    path = st.log or log_path(settings, project, name)
+    path = recorded_log(settings, project, name, st)
     supervisor = st.supervisor_proc
     alive = supervisor is not None and supervisor.alive()
     if st.state in (states.STARTING, states.RUNNING, states.STOPPING) and not alive:
@@ -147,6 +163,8 @@ def status_of(settings: config.Settings, project: str, name: str, st: states.Ser
         return Status(states.FAILED, reason, log_tail(path))
     if st.state == states.FAILED:
         return Status(states.FAILED, st.reason, log_tail(path))
+    if st.state == states.RUNNING and st.failing:   # serving on its healthy instances; the reason names the others
+        return Status(states.RUNNING, st.reason)
     return Status(st.state)
 
 
@@ -169,12 +187,20 @@ def _view(settings: config.Settings, project: str, d: ServingDefinition) -> Serv
                    port=st.port if running else None, internal_ips=[host] if running else [],
                    internal_port=str(st.port) if running else None,
                    internal_path=f"/v1/models/{d.name}" if running else None, restarts=list(st.restarts),
-                   log=st.log or log_path(settings, project, d.name))
+                   log=recorded_log(settings, project, d.name, st),
+                   failing_instances=list(st.failing) if running else [])
 
 
 def get_all(settings: config.Settings | None = None) -> list[Serving]:
     storage, project, settings = _where(settings)
     return [_view(settings, project, defs.read(storage, project, n)) for n in defs.names(storage, project)]
+
+
+def scan_all(settings: config.Settings | None = None) -> list[tuple[str, Serving | BrokenRecordError]]:
+    """Every serving by name, or why its serving.json cannot be read: listings show it as BROKEN and go on."""
+    storage, project, settings = _where(settings)
+    return [(name, d if isinstance(d, BrokenRecordError) else _view(settings, project, d))
+            for name, d in defs.scan(storage, project)]
 
 
 def get(serving_name: str, settings: config.Settings | None = None) -> Serving:
@@ -260,6 +286,7 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     if was_running:
         stop(serving_name, settings=settings)
     defs.write(storage, project, d)
+    execution_notes.note("serving", name=serving_name, model=name, version=mv.version)
     log.info("serving %s %s for model %s version %d", serving_name, "updated" if old else "created", name,
              mv.version)
     if was_running:
@@ -324,22 +351,25 @@ def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, 
             raise ServingError(f"the script {script!r} of serving {serving_name!r} no longer exists at "
                                f"{storage.uri(script_rel(project, d, script))}; put it back or redefine the serving")
     path = log_path(settings, project, serving_name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    inference_log.private_folder(os.path.dirname(path))   # the logs hold what clients sent: the user's alone
     states.write(storage, project, serving_name, states.ServerState(state=states.STARTING, host=d.host, log=path,
                                                                     started=states.now()))
     ready_r, ready_w = os.pipe()
     env = {**os.environ, "HOPSML_ROOT": settings.root, "HOPSML_PROJECT": project, READY_FD_ENV: str(ready_w),
            **({"HOPSML_ONLINE_STORE": settings.online_store} if settings.online_store else {}),
-           "HOPSML_SERVING_LOG": path}
+           "HOPSML_SERVING_LOG": path,
+           **{config.ENV_PREFIX + name.upper(): str(getattr(settings, name)) for name in SERVER_SETTINGS}}
     env.pop(inference_log.LOG_ENV, None)
     if d.logs_inferences:
         folder = inference_log_path(settings, project, serving_name)
-        os.makedirs(folder, exist_ok=True)
+        inference_log.private_folder(folder)
         env[inference_log.LOG_ENV] = inference_log.LogOptions(
             folder=folder, mode=d.inference_logging or "ALL", serving=d.name, model_name=d.model_name,
             model_version=d.model_version, roll_bytes=d.inference_log_roll_bytes,
-            roll_seconds=float(d.inference_log_roll_seconds), queue_size=d.inference_log_queue).to_env()
-    with open(path, "ab") as log_file:
+            roll_seconds=float(d.inference_log_roll_seconds), queue_size=d.inference_log_queue,
+            max_bytes=settings.inference_log_max_bytes, max_age_s=settings.inference_log_max_age_s,
+            max_record_bytes=settings.inference_log_max_record_bytes).to_env()
+    with open(path, "ab", opener=private_file) as log_file:
         log_file.write(f"--- {states.now()} starting serving {serving_name}\n".encode())
         log_file.flush()
         # a launcher starts the supervisor and exits at once: the supervisor is nobody's child here, so no

@@ -13,9 +13,10 @@ little more than its JSON and the model's call.
                                                       -> {"model_name", "model_version", "outputs": [...]}
 
 Failures answer {"error": "..."}: 4xx for what the client sent (malformed JSON, wrong shape or dtype,
-an unknown model or version, a wrong method; the server itself answers 413 for a body over the limit and
-400 for what is not HTTP), 500 when the model raises (logged with its traceback). The app keeps serving
-after each.
+an unknown model or version, a wrong method, JSON nested deeper than 1024 levels, NaN or Infinity that the
+model refuses; the server itself answers 413 for a body over the limit and 400 for what is not HTTP), 500 when
+the model raises (logged with its traceback, once per kind of failure a minute: `repeats`). The app keeps
+serving after each.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import orjson
 from hopsml.serving.http_server import Answer, Request
 from hopsml.serving.inference_log import record
 from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
+from hopsml.serving.repeats import RepeatedFailures
 
 if TYPE_CHECKING:
     from hopsml.serving.batching import Batcher
@@ -44,6 +46,7 @@ V2_TYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uin
             "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
             "FP32": "float32", "FP64": "float64", "BYTES": "object"}
 NUMPY_V2 = {numpy_type: v2 for v2, numpy_type in V2_TYPES.items()}
+MAX_JSON_DEPTH = 1024   # orjson's limit; the json module, which reads NaN, is held to it too
 
 
 class ModelApp:
@@ -58,6 +61,7 @@ class ModelApp:
         self.batcher = batcher
         # the paths nearly every request takes, known without parsing
         self.predict_paths = {f"{PREFIX}{name}:predict", f"{PREFIX}{name}/versions/{version}:predict"}
+        self.failures = RepeatedFailures(log)
 
     async def handle(self, request: Request) -> Answer:
         """The answer to one request: its status and JSON body."""
@@ -65,8 +69,10 @@ class ModelApp:
             status, body = await self._answer(request)
         except RequestError as exc:
             status, body = exc.status, {"error": str(exc)}
-        except Exception as exc:  # the model's own failure: answered, logged, server stays up
-            log.exception("serving %s: %s %s failed", self.name, request.method, request.path)
+        except NonFiniteRefused as exc:
+            status, body = 400, {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001  # the model's failure: answered, logged once per kind
+            self.failures.exception("serving %s: %s %s failed", exc, self.name, request.method, request.path)
             status, body = 500, {"error": f"the model raised {type(exc).__name__}: {exc}"}
         try:
             return status, _dumps(body)
@@ -131,6 +137,9 @@ class ModelApp:
     def _json_body(self, request: Request, example: str) -> dict[str, Any]:
         try:
             body = _loads(request.body)
+        except RecursionError:
+            raise RequestError(f"the body's JSON is nested deeper than {MAX_JSON_DEPTH} levels; send e.g. "
+                               f"{example}") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise RequestError(f"the body is not valid JSON ({exc}); send e.g. {example}") from None
         if not isinstance(body, dict):
@@ -150,10 +159,14 @@ class ModelApp:
             raise RequestError(f"\"instances\" must be a list of rows, not a JSON {type(inputs).__name__}")
         if isinstance(inputs, list):
             record(rows=len(inputs))
-        if self.batcher is not None:
-            result = await self.batcher.predict(inputs)  # JSON-ready already, made so on the model thread
-        else:
-            result = to_json_ready(self.servable.predict(inputs))
+        try:
+            if self.batcher is not None:
+                result = await self.batcher.predict(inputs)  # JSON-ready already, made so on the model thread
+            else:
+                result = to_json_ready(self.servable.predict(inputs))
+        except Exception as exc:
+            _refuse_non_finite(request.body, exc)
+            raise
         answer = {"predictions" if has_rows else "outputs": result}
         if self.transformer is not None:
             answer = self.transformer.postprocess(answer)
@@ -216,7 +229,11 @@ class ModelApp:
         rows = inputs.tolist() if isinstance(inputs, np.ndarray) else inputs  # as v1 passes them (scripts get lists)
         if isinstance(rows, list):
             record(rows=len(rows))
-        result = await self.batcher.predict(rows) if self.batcher is not None else self.servable.predict(rows)
+        try:
+            result = await self.batcher.predict(rows) if self.batcher is not None else self.servable.predict(rows)
+        except Exception as exc:
+            _refuse_non_finite(request.body, exc)
+            raise
         outputs = result.items() if isinstance(result, dict) else [("output-0", result)]
         answer: dict[str, Any] = {"model_name": self.name, "model_version": str(self.version),
                                   "outputs": [self._v2_output(str(k), v) for k, v in outputs]}
@@ -278,13 +295,41 @@ def _v2_tensor(tensor: dict[str, Any]) -> np.ndarray:
         raise RequestError(f"input {name!r} cannot be read as {datatype} of shape {shape} ({exc})") from None
 
 
+class NonFiniteRefused(Exception):
+    """The request held NaN or Infinity and the model failed on it: the client's input, so a 400."""
+
+
+def _refuse_non_finite(raw: bytes, exc: Exception) -> None:
+    """Raise NonFiniteRefused when the model failed (`exc`) on a request that holds NaN or Infinity, which JSON
+    itself does not allow (TF Serving reads them; a model may take them or not)."""
+    if b"NaN" in raw or b"Infinity" in raw:
+        _, non_finite = _loads_noting(raw)
+        if non_finite:
+            raise NonFiniteRefused(f"the inputs hold NaN or Infinity, which this model does not take "
+                                   f"({type(exc).__name__}: {exc}); send finite numbers") from None
+
+
 def _loads(raw: bytes) -> Any:
     """A request's JSON: orjson (a tenth of the json module's time for a row of floats), else the json module,
-    which also reads the NaN and Infinity that Python's json.dumps writes, and names what is wrong."""
+    which also reads the NaN and Infinity that Python's json.dumps writes, and names what is wrong. Nesting
+    deeper than MAX_JSON_DEPTH raises RecursionError, from either."""
+    return _loads_noting(raw)[0]
+
+
+def _loads_noting(raw: bytes) -> tuple[Any, bool]:
+    """The JSON and whether it held NaN or Infinity."""
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
+        return orjson.loads(raw), False
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise RecursionError(str(exc)) from None
+    seen: list[str] = []
+
+    def constant(name: str) -> float:
+        seen.append(name)
+        return float(name)
+
+    return json.loads(raw, parse_constant=constant), bool(seen)
 
 
 def _dumps(body: Any) -> bytes:

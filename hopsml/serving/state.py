@@ -13,6 +13,7 @@ from typing import Any
 from hopsml import layout
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
+from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.serving.processes import Proc
 
 STARTING = "Starting"
@@ -47,6 +48,7 @@ class ServerState:
     instances: list[dict[str, int] | None] = field(default_factory=list)
     available: int = 0
     restarts: list[Restart] = field(default_factory=list)
+    failing: list[Restart] = field(default_factory=list)   # instances given up on (crashing), with why
     started: str | None = None
     updated: str | None = None
     log: str = ""
@@ -66,7 +68,14 @@ class ServerState:
         names = set(cls.__dataclass_fields__)
         out = cls(**{k: v for k, v in data.items() if k in names})
         out.restarts = [Restart(**r) if isinstance(r, dict) else r for r in out.restarts]
+        out.failing = [Restart(**r) if isinstance(r, dict) else r for r in out.failing]
         return out
+
+
+# What server.json must hold: the types its readers rely on (a process is an object, the log a path).
+STATE_SHAPE = Shape(layout.SERVING_STATE, types={
+    "state": (str,), "reason": (str,), "host": (str,), "port": (int,), "supervisor": (dict,), "instances": (list,),
+    "available": (int,), "restarts": (list,), "started": (str,), "updated": (str,), "log": (str,)})
 
 
 def read(storage: Storage, project: str, name: str) -> ServerState:
@@ -76,9 +85,27 @@ def read(storage: Storage, project: str, name: str) -> ServerState:
     if not storage.exists(rel):
         return ServerState()
     try:
-        return ServerState.from_dict(storage.read_json(rel))
+        return ServerState.from_dict(_checked(read_record(storage, rel, STATE_SHAPE)))
+    except BrokenRecordError as exc:
+        return ServerState(state=STARTING, reason=f"server.json cannot be read: {exc.reason}")
     except (StorageError, ValueError, TypeError) as exc:
         return ServerState(state=STARTING, reason=f"server.json cannot be read: {exc}")
+
+
+def _is_proc(value: Any) -> bool:
+    return (isinstance(value, dict) and all(isinstance(value.get(k), int) and not isinstance(value.get(k), bool)
+                                            for k in ("pid", "started")))
+
+
+def _checked(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` when its processes and restarts have the shape `ServerState` reads, else BrokenRecordError."""
+    procs = ([data["supervisor"]] if data.get("supervisor") else []) + [i for i in data.get("instances") or [] if i]
+    if not all(_is_proc(p) for p in procs):
+        raise BrokenRecordError(f"{layout.SERVING_STATE} names a process without a whole-number pid and start time")
+    restarts = data.get("restarts") or []
+    if not all(isinstance(r, dict) and set(r) == {"instance", "time", "reason"} for r in restarts):
+        raise BrokenRecordError(f"{layout.SERVING_STATE} has a restart that is not {{instance, time, reason}}")
+    return data
 
 
 def write(storage: Storage, project: str, name: str, state: ServerState) -> None:

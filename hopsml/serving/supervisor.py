@@ -7,6 +7,12 @@ and project in HOPSML_ROOT and HOPSML_PROJECT, its output going to the serving's
 starter once, on the pipe whose descriptor is in HOPSML_SERVING_READY_FD: one JSON line, Running (with the
 port) or Failed (why). SIGTERM stops it: the instances get SIGTERM, then SIGKILL after a grace period, and
 the state Stopped.
+
+An instance that keeps crashing is given up on alone: its healthy siblings go on answering, the state names it
+(`failing`, and the reason of a Running serving), and it is tried again after `RETRY_GIVEN_UP_S`; the serving
+fails only when no instance is left. The log that every process here writes to (opened by the starter, in
+append mode) is rotated by size: copied to `<log>.1` and truncated in place (logrotate's copytruncate), since
+the instances hold it open.
 """
 
 from __future__ import annotations
@@ -39,10 +45,17 @@ READY_FD_ENV = "HOPSML_SERVING_READY_FD"
 START_TIMEOUT_S = 300.0
 STOP_GRACE_S = 5.0
 RESTART_WINDOW_S = 60.0
-MAX_RESTARTS_IN_WINDOW = 10
-# An instance that crashes this many times in a row without becoming ready again is not restarted: with the
+MAX_RESTARTS_IN_WINDOW = 10     # crashes of one instance within the window before it is given up on
+# An instance that crashes this many times in a row without becoming ready again is given up on: with the
 # back-off (5 s at most) crashes at once would otherwise come slower than MAX_RESTARTS_IN_WINDOW a minute.
 MAX_CRASHES_IN_A_ROW = 5
+RETRY_GIVEN_UP_S = 300.0        # an instance given up on is started again after this long (the cause may pass)
+LOG_CHECK_S = 0.5               # how often the log's size is checked for rotation
+# the settings that the server's processes read (passed to them in HOPSML_* variables by the starter)
+SERVER_SETTINGS = ("serving_max_connections", "serving_max_headers", "serving_max_header_bytes",
+                   "serving_max_url_bytes", "serving_max_head_bytes", "serving_request_timeout_s",
+                   "serving_log_max_bytes", "serving_log_backups")
+LOG_MODE = 0o600
 # How often a running server checks that its definition still exists: one whose project was deleted stops.
 ORPHAN_CHECK_S = 5.0
 ORPHAN_CHECK_REMOTE_S = 60.0
@@ -66,6 +79,32 @@ class Instance:
     restarts: list[float] = field(default_factory=list)
 
 
+def private_file(path: str, flags: int) -> int:
+    """An `open` opener: the file readable by its owner only (an existing one is narrowed too)."""
+    fd = os.open(path, flags, LOG_MODE)
+    os.fchmod(fd, LOG_MODE)
+    return fd
+
+
+def rotate_log(path: str, max_bytes: int, backups: int) -> bool:
+    """When `path` is over `max_bytes`: shift `<path>.1..` up (the last dropped), copy it to `<path>.1` and
+    truncate it in place, so that the processes appending to it write on at its start. A line written during the
+    copy may be lost, as with logrotate's copytruncate. True if it rotated."""
+    try:
+        if os.path.getsize(path) <= max_bytes:
+            return False
+    except OSError:
+        return False
+    for number in range(backups - 1, 0, -1):
+        older = f"{path}.{number}"
+        if os.path.exists(older):
+            os.replace(older, f"{path}.{number + 1}")
+    with open(path, "rb") as source, open(f"{path}.1", "wb", opener=private_file) as copy:
+        shutil.copyfileobj(source, copy, 1 << 20)
+    os.truncate(path, 0)
+    return True
+
+
 def exit_reason(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -80,7 +119,9 @@ class Supervisor:
     """Runs the instances of one serving until told to stop."""
 
     def __init__(self, storage: Storage, project: str, definition: defs.ServingDefinition, log_path: str,
-                 ready_fd: int | None) -> None:
+                 ready_fd: int | None, settings: config.Settings | None = None) -> None:
+        self.settings = settings or config.load(environ={})   # defaults of the serving_* limits
+        self.log_path = log_path
         self.storage = storage
         self.project = project
         self.definition = definition
@@ -167,7 +208,7 @@ class Supervisor:
                             model_dir=self.model_dir, predictor=self.predictor, transformer=self.transformer,
                             socket_fd=self.sock.fileno(), ready_fd=ready_w, supervisor=os.getpid(),
                             max_body_bytes=self.definition.max_body_bytes, threads=threads,
-                            batching=self.definition.batching())
+                            batching=self.definition.batching(), limits=self.http_limits())
         env = {**os.environ, SPEC_ENV: spec.to_env()}
         env.pop(READY_FD_ENV, None)
         popen = subprocess.Popen([sys.executable, "-c", INSTANCE_MAIN], env=env, stdin=subprocess.DEVNULL,
@@ -180,6 +221,22 @@ class Supervisor:
         self.state.instances[index] = Proc.of(popen.pid).to_dict()
         log.info("instance %d started (pid %d)", index, popen.pid)
         return instance
+
+    def http_limits(self) -> dict[str, float]:
+        """What one request and one instance may hold (http_server.Limits), from the settings."""
+        s = self.settings
+        return {"max_headers": s.serving_max_headers, "max_header_bytes": s.serving_max_header_bytes,
+                "max_url_bytes": s.serving_max_url_bytes, "max_head_bytes": s.serving_max_head_bytes,
+                "request_timeout_s": s.serving_request_timeout_s, "max_connections": s.serving_max_connections}
+
+    def rotate(self) -> None:
+        if not self.log_path:
+            return
+        try:
+            if rotate_log(self.log_path, self.settings.serving_log_max_bytes, self.settings.serving_log_backups):
+                log.info("log rotated (over %d bytes)", self.settings.serving_log_max_bytes)
+        except OSError as exc:
+            log.warning("cannot rotate the log %s: %s", self.log_path, exc)
 
     def forget(self, instance: Instance) -> None:
         for fd in (instance.ready_r, instance.pidfd):
@@ -248,17 +305,23 @@ class Supervisor:
         self.report({"state": states.RUNNING, "port": self.state.port})
 
     def serve(self) -> None:
-        """Restart crashed instances until SIGTERM (or the serving's definition is deleted); too many crashes in
-        a minute, or an instance that crashes MAX_CRASHES_IN_A_ROW times without becoming ready, fail the
-        serving."""
+        """Restart crashed instances until SIGTERM (or the serving's definition is deleted). An instance that
+        crashes more than MAX_RESTARTS_IN_WINDOW times in a minute, or MAX_CRASHES_IN_A_ROW times without becoming
+        ready, is given up on (tried again after RETRY_GIVEN_UP_S) while the others serve; when every instance is
+        given up on, the serving fails."""
         pending: dict[int, float] = {}  # index -> when to restart it
-        history: list[float] = []
+        history: dict[int, list[float]] = {}   # index -> its crashes within the window
         in_a_row: dict[int, int] = {}   # index -> crashes since it was last ready
+        given_up: dict[int, str] = {}   # index -> why
         every = ORPHAN_CHECK_S if self.storage.local_path() is not None else ORPHAN_CHECK_REMOTE_S
         next_check = time.monotonic() + every
+        next_rotation = time.monotonic()
         while True:
-            wake = min([next_check, *pending.values()])
+            wake = min([next_check, next_rotation, *pending.values()])
             timeout = max(0.0, wake - time.monotonic())
+            if time.monotonic() >= next_rotation:
+                next_rotation = time.monotonic() + LOG_CHECK_S
+                self.rotate()
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + every
                 if self.definition_gone():
@@ -271,20 +334,33 @@ class Supervisor:
                     self.on_ready(index)
                     if self.instances[index].ready:
                         in_a_row[index] = 0
+                        if given_up.pop(index, None) is not None:
+                            log.info("instance %d is ready again after it was given up on", index)
+                            self.note_failing(given_up)
                     self.save()
                     continue
                 reason = self.on_exit(index)
-                in_a_row[index] = in_a_row.get(index, 0) + 1
-                if in_a_row[index] > MAX_CRASHES_IN_A_ROW:
-                    raise RuntimeError(f"{reason}; instance {index} crashed {in_a_row[index]} times in a row without "
-                                       "becoming ready, so it is not restarted again: see the log")
                 now = time.monotonic()
-                history = [t for t in history if now - t < RESTART_WINDOW_S] + [now]
-                if len(history) > MAX_RESTARTS_IN_WINDOW:
-                    raise RuntimeError(f"{reason}; {len(history)} crashes within {RESTART_WINDOW_S:.0f} s, so it "
-                                       "is not restarted again: see the log")
-                self.state.restarts.append(states.Restart(index, states.now(), reason))
-                pending[index] = now + min(5.0, 0.1 * 2 ** (len(history) - 1))
+                in_a_row[index] = in_a_row.get(index, 0) + 1
+                crashes = history[index] = [t for t in history.get(index, []) if now - t < RESTART_WINDOW_S] + [now]
+                why = None
+                if in_a_row[index] > MAX_CRASHES_IN_A_ROW:
+                    why = f"crashed {in_a_row[index]} times in a row without becoming ready"
+                elif len(crashes) > MAX_RESTARTS_IN_WINDOW:
+                    why = f"crashed {len(crashes)} times within {RESTART_WINDOW_S:.0f} s"
+                if why is None:
+                    self.state.restarts.append(states.Restart(index, states.now(), reason))
+                    pending[index] = now + min(5.0, 0.1 * 2 ** (len(crashes) - 1))
+                else:
+                    given_up[index] = f"{reason}; instance {index} {why}, so it is not restarted for " \
+                                      f"{RETRY_GIVEN_UP_S:.0f} s: see the log"
+                    log.error("%s", given_up[index])
+                    in_a_row[index], history[index] = 0, []
+                    if len(given_up) == self.definition.instances:
+                        raise RuntimeError("every instance crashed too often: " + "; ".join(
+                            given_up[i] for i in sorted(given_up)))
+                    pending[index] = now + RETRY_GIVEN_UP_S
+                    self.note_failing(given_up)
                 self.save()
             for index, when in list(pending.items()):
                 if when <= time.monotonic():
@@ -292,6 +368,12 @@ class Supervisor:
                     self.spawn(index)
                     log.info("instance %d restarted (restart %d)", index, len(self.state.restarts))
                     self.save()
+
+    def note_failing(self, given_up: dict[int, str]) -> None:
+        """Record the instances given up on: the state's `failing` list, and the reason of the Running serving."""
+        self.state.failing = [states.Restart(i, states.now(), given_up[i]) for i in sorted(given_up)]
+        self.state.reason = (f"{len(given_up)} of {self.definition.instances} instances failing: "
+                             + "; ".join(given_up[i] for i in sorted(given_up))) if given_up else None
 
     def definition_gone(self) -> bool:
         """Whether the serving's definition was deleted; a root that cannot be reached now does not count."""
@@ -375,7 +457,7 @@ def main() -> int:
     storage = Storage(settings.root)
     definition = defs.read(storage, settings.project, name)
     log_path = os.environ.get("HOPSML_SERVING_LOG", "")
-    return Supervisor(storage, settings.project, definition, log_path, ready_fd).run()
+    return Supervisor(storage, settings.project, definition, log_path, ready_fd, settings).run()
 
 
 if __name__ == "__main__":

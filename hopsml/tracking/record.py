@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -28,10 +27,12 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Literal
 
-from hopsml import config, layout, skeleton
+from hopsml import config, execution_notes, layout, skeleton
 from hopsml.errors import ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import ExperimentDir
+from hopsml.records import BROKEN, BrokenRecordError, Shape
+from hopsml.records import read_record as read_guarded
 from hopsml.redact import public_conf
 from hopsml.tracking import versioning
 from hopsml.tracking.heartbeat import Heartbeat, age_text, iso, last_beat
@@ -40,16 +41,7 @@ log = logging.getLogger(__name__)
 _claim_lock = threading.Lock()
 
 FORMAT_VERSION = 1   # of experiment.json; records without the field are version 1
-BROKEN = "BROKEN"    # the state `hopsml experiments list` shows for a record it cannot read
 HEARTBEAT = ".heartbeat"   # in the experiment folder, rewritten by the driver while the run is RUNNING
-
-
-class BrokenRecordError(HopsmlError, ValueError):
-    """An experiment.json exists but is not a record this hopsml can read; `reason` says why."""
-
-    def __init__(self, message: str, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason or message
 
 
 class State(str, Enum):
@@ -158,6 +150,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "function": (str,), "description": (str,), "hyperparameters": (dict,), "executors": (int,),
     "gpus_per_executor": (int,), "error": (str,), "traceback": (str,), "direction": (str,),
     "heartbeat_s": (int, float), "rerun_of": (str,), "rerun_differences": (list,), "reproduced": (dict,)}
+_SHAPE = Shape("experiment.json")   # its fields are checked by ExperimentRecord.from_dict
 
 
 @dataclass
@@ -249,6 +242,7 @@ class ExperimentRun:
         run._start_heartbeat(heartbeat_s if heartbeat_s is not None else config.value("heartbeat_s"))
         try:
             run.save()
+            execution_notes.note("experiment", id=exp_dir.id, name=name)
             run._version(resources, fn, modules or {})
             run.save()
         except BaseException:
@@ -316,17 +310,12 @@ class ExperimentRun:
 
 
 def _load(storage: Storage, record_path: str) -> ExperimentRecord:
-    """The record at `record_path`, or BrokenRecordError with the reason it cannot be read."""
+    """The record at `record_path`, or BrokenRecordError with the reason it cannot be read (through the one
+    guarded reader: size and depth capped, so one bad record cannot take a listing down)."""
     try:
-        raw = storage.read_bytes(record_path)
+        data = read_guarded(storage, record_path, _SHAPE)
     except StorageError as exc:
         raise BrokenRecordError(f"experiment.json cannot be read: {exc}") from exc
-    if not raw.strip():
-        raise BrokenRecordError("experiment.json is empty")
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:  # also UnicodeDecodeError
-        raise BrokenRecordError(f"experiment.json is not valid JSON ({exc}); it was probably cut short") from exc
     return ExperimentRecord.from_dict(data)
 
 

@@ -20,7 +20,7 @@ from flask import Flask, Response, jsonify, render_template, request, url_for
 from hopsml import config, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
-from hopsml.ui import charts, servings, views
+from hopsml.ui import charts, jobs, servings, views
 from hopsml.ui import datasets as dataset_views
 from hopsml.ui import featurestore as fs_views
 from hopsml.ui.hosts import HostPolicy
@@ -28,6 +28,10 @@ from hopsml.ui.notebook import render_notebook
 
 log = logging.getLogger(__name__)
 
+# No inline script or style, no plugins or frames, no <base>, forms only to this view. CSP has no directive that
+# forbids a <meta http-equiv=refresh> (navigate-to never shipped; `sandbox` blocks it only without allow-scripts,
+# which ui.js needs), so that navigation is kept out by escaping: every value reaches a page through markupsafe's
+# escape (Jinja's autoescape, and charts.py / notebook.py for the markup they build).
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
@@ -206,6 +210,21 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
     def serving(project: str, name: str) -> str:
         views.check_project(storage, project)
         return render_template("serving.html", project=project, v=servings.serving_view(settings, project, name))
+
+    @app.route("/p/<project>/jobs/")
+    def jobs_list(project: str) -> str:
+        views.check_project(storage, project)
+        return render_template("jobs.html", project=project, rows=jobs.job_rows(settings, project))
+
+    @app.route("/p/<project>/jobs/<name>")
+    def job(project: str, name: str) -> str:
+        views.check_project(storage, project)
+        return render_template("job.html", project=project, v=jobs.job_view(settings, project, name))
+
+    @app.route("/p/<project>/jobs/<name>/executions/<int:execution_id>/<any(stdout, stderr):stream>")
+    def job_log(project: str, name: str, execution_id: int, stream: str) -> Response:
+        views.check_project(storage, project)
+        return Response(jobs.log_text(settings, project, name, execution_id, stream), mimetype="text/plain")
 
     @app.route("/p/<project>/models/<name>/<int:version>/files/<path:rel>")
     def model_file(project: str, name: str, version: int, rel: str) -> Response:

@@ -57,10 +57,16 @@ def _text(x: float, y: float, text: Any, anchor: str = "start", size: int = 11, 
             f"{escape(str(text))}</text>")
 
 
+def _title(text: Any) -> str:
+    """An SVG <title> (the tooltip): the whole text composed first, then escaped once, so no part of it (a metric
+    name, a search's optimization key, a trial's label) can close the element and add markup after it."""
+    return f"<title>{escape(str(text))}</title>"
+
+
 def _frame(width: int, height: int, kind: str, points: int, title: str | None, body: list[str]) -> Markup:
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart {kind}" data-points="{points}" '
             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">')
-    label = f"<title>{escape(title)}</title>" if title else ""
+    label = _title(title) if title else ""
     return Markup(head + label + "".join(body) + "</svg>")
 
 
@@ -104,10 +110,10 @@ def line_chart(series: Mapping[str, Sequence[tuple[Any, Any]]], title: str | Non
         dash = ' stroke-dasharray="5 3"' if name in dashed else ""
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
         body.append(f'<polyline class="series" data-name="{escape(name)}" points="{coords}" fill="none" '
-                    f'stroke="{stroke}" stroke-width="1.8"{dash}><title>{escape(name)}</title></polyline>')
+                    f'stroke="{stroke}" stroke-width="1.8"{dash}>{_title(name)}</polyline>')
         for x, y in pts if len(pts) <= 40 else pts[-1:]:
             body.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.2" fill="{stroke}">'
-                        f"<title>{escape(name)} {escape(x_label)} {fmt(x)}: {fmt(y)}</title></circle>")
+                        f"{_title(f'{name} {x_label} {fmt(x)}: {fmt(y)}')}</circle>")
         if index < 8:
             y = plot_bottom + 28 + 14 * index
             body.append(f'<line x1="{left}" y1="{y - 4}" x2="{left + 16}" y2="{y - 4}" stroke="{stroke}" '
@@ -226,10 +232,10 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
             stroke = colour(0)
         dash = ' stroke-dasharray="5 3"' if row.get("state") == "EARLY_STOPPED" else ""
         widthpx = 3.2 if row is best else 1.6
+        tip = f"{row.get('label')}: {metric} {fmt(row.get('metric'))} ({row.get('state')})"
         body.append(f'<polyline class="trial" data-state="{escape(str(row.get("state")))}" points="{" ".join(pts)}" '
                     f'fill="none" stroke="{stroke}" stroke-width="{widthpx}"{dash}>'
-                    f'<title>{escape(str(row.get("label")))}: {metric} {fmt(row.get("metric"))} '
-                    f'({escape(str(row.get("state")))})</title></polyline>')
+                    f"{_title(tip)}</polyline>")
     body += labels
     body.append(_legend(metric, direction, metric_pos if graded else None, left, height - 22))
     return _frame(width, height, "parallel", drawn, f"hyperparameters vs {metric}", body)
@@ -246,8 +252,8 @@ def _legend(metric: str, direction: str, metric_pos: Any, x: float, y: float) ->
         for step in range(5):
             frac = step / 4
             items.append(f'<rect class="swatch" x="{x + step * 14:.1f}" y="{y}" width="14" height="10" '
-                         f'fill="{_metric_colour(frac)}"><title>{escape(metric)} '
-                         f'{fmt(worst + frac * (best - worst))}</title></rect>')
+                         f'fill="{_metric_colour(frac)}">{_title(f"{metric} {fmt(worst + frac * (best - worst))}")}'
+                         '</rect>')
         x += 5 * 14 + 4
         items.append(_text(x, y + 9, f"{fmt(best)} (best)", size=10))
         x += 12 + 6 * len(f"{fmt(best)} (best)")
@@ -295,8 +301,8 @@ def histograms(parts: Mapping[str, tuple[Sequence[float], Sequence[int]]], title
         x0, x1 = sx(lo), sx(hi)
         share = density * ((hi - lo) or 1.0)
         body.append(f'<rect class="bar" x="{x0 + 1:.1f}" y="{top + plot_h - h:.1f}" width="{max(x1 - x0 - 2, 1):.1f}" '
-                    f'height="{h:.1f}" fill="{fill}" fill-opacity="0.45" stroke="{fill}"><title>{escape(split)} '
-                    f"[{fmt(lo)}, {fmt(hi)}): {share:.1%} ({count})</title></rect>")
+                    f'height="{h:.1f}" fill="{fill}" fill-opacity="0.45" stroke="{fill}">'
+                    f"{_title(f'{split} [{fmt(lo)}, {fmt(hi)}): {share:.1%} ({count})')}</rect>")
     body.append(_text(left, height - bottom + 12, fmt(x_low), size=10))
     body.append(_text(width - right, height - bottom + 12, fmt(x_high), "end", 10))
     body += _split_legend(list(parts), left, height, ' fill-opacity="0.6"')
@@ -336,6 +342,6 @@ def category_bars(counts: Mapping[str, Sequence[Sequence[Any]]], width: int = 30
             fill = SPLIT_COLOURS.get(split, colour(j + 3))
             w = share / peak * (width - label_w - 40)
             body.append(f'<rect class="bar" x="{label_w}" y="{y + j * 8}" width="{w:.1f}" height="7" fill="{fill}">'
-                        f"<title>{escape(split)} {escape(value)}: {share:.1%}</title></rect>")
+                        f"{_title(f'{split} {value}: {share:.1%}')}</rect>")
     body += _split_legend(list(shares), label_w, height)
     return _frame(width, height, "bars", len(order), None, body)

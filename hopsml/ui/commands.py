@@ -44,12 +44,13 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _make_server(settings: config.Settings, host: str, port: int, allow_hosts: Sequence[str] = ()) -> Any:
-    """werkzeug's threaded server on a socket bound here, so a taken port is an error we word
+    """The view's server (server.py) on a socket bound here, so a taken port is an error we word
     (werkzeug itself would exit the process); it answers the Host names of `HostPolicy.for_server`."""
     try:
-        from werkzeug.serving import get_sockaddr, make_server, select_address_family
+        from werkzeug.serving import get_sockaddr, select_address_family
 
         from hopsml.ui.app import create_app
+        from hopsml.ui.server import make_server
     except ImportError as exc:
         raise HopsmlError(f"hopsml ui needs Flask 3 ({exc}): pip install \"flask>=3\"") from exc
     family = select_address_family(host, port)
@@ -59,7 +60,7 @@ def _make_server(settings: config.Settings, host: str, port: int, allow_hosts: S
         sock.bind(get_sockaddr(host, port, family))
         sock.listen(128)
         app = create_app(settings, HostPolicy.for_server(host, sock.getsockname()[1], allow_hosts))
-        return make_server(host, port, app, threaded=True, fd=sock.fileno())
+        return make_server(host, port, app, sock.fileno())
     except OSError as exc:
         raise HopsmlError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): pass another --port, or "
                           "--port 0 for any free one") from exc

@@ -14,6 +14,7 @@ from hopsml.data import dataset as ds
 from hopsml.data.manifest import Manifest
 from hopsml.errors import HopsmlError, InvalidNameError, StorageError
 from hopsml.fs import Storage
+from hopsml.records import BROKEN, BrokenRecordError
 from hopsml.ui.views import NotFound, short_time
 
 log = logging.getLogger(__name__)
@@ -67,16 +68,15 @@ def top_values(column: dict[str, Any], splits: list[str]) -> dict[str, list[list
 
 
 def dataset_rows(storage: Storage, project: str) -> list[dict[str, Any]]:
+    """Every finished dataset; one whose dataset.json cannot be read is a BROKEN row with the reason."""
     rows: list[dict[str, Any]] = []
-    for name in ds.list_names(storage, project):
-        try:
-            manifest = storage.read_json(ds.DatasetDir.of(project, name).manifest)
-        except (StorageError, ValueError) as exc:
-            rows.append({"name": name, "problem": f"dataset.json cannot be read: {exc}"})
+    for name, manifest in ds.scan(storage, project):
+        if isinstance(manifest, BrokenRecordError):
+            rows.append({"name": name, "kind": BROKEN, "problem": manifest.reason})
             continue
         rows.append({"name": name, "kind": manifest.get("kind"), "created": short_time(manifest.get("created")),
                      "counts": manifest.get("counts") or {},
-                     "splits": {s: (v or {}).get("rows") for s, v in (manifest.get("splits") or {}).items()}})
+                     "splits": {s: v.get("rows") for s, v in manifest["splits"].items()}})
     return rows
 
 
@@ -87,6 +87,10 @@ def dataset_view(storage: Storage, project: str, name: str) -> dict[str, Any]:
         raise NotFound(str(exc)) from None
     except ds.DatasetNotFoundError as exc:
         raise NotFound(str(exc)) from None
+    except BrokenRecordError as exc:
+        return {"name": name, "broken": exc.reason, "message": str(exc), "manifest": {}, "counts": {}, "stats": None,
+                "rejected": [], "rejected_total": 0, "thumbnails": {}, "uri": storage.uri(ds.DatasetDir.of(project,
+                                                                                                          name).path)}
     view: dict[str, Any] = {"name": name, "manifest": manifest, "uri": storage.uri(ddir.path),
                             "counts": manifest.get("counts") or {}, "stats": None, "rejected": [],
                             "rejected_total": 0, "thumbnails": {}}

@@ -22,6 +22,7 @@ from hopsml.featurestore.store import FeatureStore
 from hopsml.featurestore.table import GroupTable
 from hopsml.fs import Storage
 from hopsml.hopsworks.registry import HSML_RECORD
+from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.ui.views import NotFound, check_inside, model_rows, short_time
 
 log = logging.getLogger(__name__)
@@ -36,14 +37,12 @@ def _store(settings: config.Settings, project: str) -> FeatureStore:
 def _read(storage: Storage, project: str, path: str) -> tuple[dict[str, Any] | None, str | None]:
     """(the record, None), or (None, why not) naming the file by its path in the project."""
     try:
-        data = storage.read_json(check_inside(storage, path))
-        if not isinstance(data, dict):
-            raise ValueError(f"a JSON object was expected, not {type(data).__name__}")
-        return data, None
+        return read_record(storage, check_inside(storage, path), Shape(posixpath.basename(path))), None
     except (HopsmlError, ValueError) as exc:
         name = posixpath.relpath(path, layout.project_dir(project))
-        log.warning("%s of project %s cannot be read: %s", name, project, exc)
-        return None, f"{name} cannot be read: {exc}"
+        why = exc.reason if isinstance(exc, BrokenRecordError) else str(exc)
+        log.warning("%s of project %s cannot be read: %s", name, project, why)
+        return None, f"{name} cannot be read: {why}"
 
 
 def _numbered(storage: Storage, folder: str, suffix: str = "") -> list[int]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from hopsml import config
 from hopsml.errors import HopsmlError
+from hopsml.records import BROKEN, BrokenRecordError
 from hopsml.serving import definition as defs
 from hopsml.serving import inference_log, lifecycle
 from hopsml.serving.monitor import last_report
@@ -23,9 +24,14 @@ def _settings(settings: config.Settings, project: str) -> config.Settings:
 
 
 def serving_rows(settings: config.Settings, project: str) -> list[dict[str, Any]]:
-    """Every serving of the project with its status, model and endpoint."""
-    rows = []
-    for serving in lifecycle.get_all(_settings(settings, project)):
+    """Every serving of the project with its status, model and endpoint; one whose serving.json cannot be read is
+    a BROKEN row with the reason."""
+    rows: list[dict[str, Any]] = []
+    for name, serving in lifecycle.scan_all(_settings(settings, project)):
+        if isinstance(serving, BrokenRecordError):
+            rows.append({"name": name, "status": BROKEN, "reason": serving.reason, "model": None, "version": None,
+                         "instances": "", "endpoint": None, "restarts": 0, "batching": None, "broken": True})
+            continue
         rows.append({"name": serving.name, "status": str(serving.status), "reason": serving.status.reason,
                      "model": serving.model_name, "version": serving.model_version,
                      "instances": f"{serving.available_instances}/{serving.requested_instances}",
@@ -40,6 +46,8 @@ def servings_by_model(settings: config.Settings, project: str) -> dict[str, list
     out: dict[str, list[str]] = {}
     try:
         for row in serving_rows(settings, project):
+            if row.get("broken"):
+                continue
             out.setdefault(f"{row['model']}:{row['version']}", []).append(row["name"])
     except HopsmlError as exc:
         log.warning("cannot list the servings of %s: %s", project, exc)
@@ -54,7 +62,7 @@ def serving_view(settings: config.Settings, project: str, name: str) -> dict[str
     here = _settings(settings, project)
     try:
         serving = lifecycle.get(defs.check_name(name), here)
-    except defs.ServingError as exc:
+    except (defs.ServingError, BrokenRecordError) as exc:
         raise NotFound(str(exc)) from None
     folder = lifecycle.get_inference_log(name, here)
     traffic = inference_log.summary(folder) if folder is not None else None

@@ -448,15 +448,13 @@ def model_rows(storage: Storage, project: str) -> list[dict[str, Any]]:
         except InvalidNameError:
             continue
         for number in reversed(numbers):
-            mdir = layout.ModelDir.of(project, name, number)
             try:
-                data = storage.read_json(mdir.record)
-            except (StorageError, ValueError) as exc:
-                out.append({"name": name, "version": number, "problem": f"model.json cannot be read: {exc}"})
+                mv = registry.read_version(storage, project, name, number)
+            except records.BrokenRecordError as exc:
+                out.append({"name": name, "version": number, "problem": f"{records.BROKEN}: {exc.reason}"})
                 continue
-            experiment = data.get("experiment") if isinstance(data.get("experiment"), dict) else None
-            out.append({"name": name, "version": number, "metrics": data.get("metrics") or {},
-                        "description": data.get("description"), "created": short_time(data.get("created")),
-                        "user": data.get("user"), "experiment": experiment,
-                        "datasets": data.get("datasets") or [], "files": data.get("files") or []})
+            out.append({"name": name, "version": number, "metrics": mv.metrics or {},
+                        "description": mv.description, "created": short_time(mv.created),
+                        "user": mv.user, "experiment": mv.experiment,
+                        "datasets": mv.datasets or [], "files": mv.files or []})
     return out

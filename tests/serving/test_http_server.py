@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import read_answers
 
-from hopsml.serving.http_server import Request, serve
+from hopsml.serving.http_server import Limits, Request, serve
 
 
 async def handler(request: Request) -> tuple[int, bytes]:
@@ -139,3 +139,91 @@ def test_a_graceful_stop_finishes_the_answer_in_flight_and_takes_no_new_connecti
         assert headers["connection"] == "close" and closed(sock)
         stopping.join(10)
     assert server.sock.fileno() == -1   # its own listening socket closed (a freed port could be anyone's)
+
+
+# --- a hostile client: limits on the head, a deadline for the whole request, a cap on connections ---------------
+class LimitedServer(Server):
+    """`serve` with small limits, so that each is reached with a few bytes."""
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stop_event = asyncio.Event()
+        limits = Limits(max_headers=20, max_header_bytes=1000, max_url_bytes=2000, max_head_bytes=8000,
+                        request_timeout_s=1.0, max_connections=4)
+        await serve(handler, self.sock, max_body_bytes=1000, on_ready=self.ready.set, keep_alive_s=30.0,
+                    grace_s=5.0, stop=self.stop_event, limits=limits)
+
+
+@pytest.fixture
+def limited():
+    running = LimitedServer()
+    yield running
+    if running.thread.is_alive():
+        running.stop()
+
+
+def refused_with(server: Server, raw: bytes) -> tuple[str, str]:
+    """Send `raw` (as far as the server reads it) and return the answer's status line and error."""
+    with server.connect() as sock:
+        try:
+            sock.sendall(raw)
+        except OSError:   # the server closed while the rest was being sent: the answer is already there
+            pass
+        ((status, headers, body),) = read_answers(sock, 1)
+        assert headers["connection"] == "close" and closed(sock)
+        return status, json.loads(body)["error"]
+
+
+def test_heads_over_the_limits_get_431_or_414_and_the_connection_closes(limited):
+    many = b"GET /a HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(21)) + b"\r\n"
+    assert refused_with(limited, many)[0].startswith("HTTP/1.1 431 ")
+    long_line = b"GET /a HTTP/1.1\r\nX-Big: " + b"v" * 1200 + b"\r\n\r\n"
+    status, error = refused_with(limited, long_line)
+    assert status.startswith("HTTP/1.1 431 ") and "x-big" in error.lower()
+    long_url = b"GET /" + b"q" * 3000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert refused_with(limited, long_url)[0].startswith("HTTP/1.1 414 ")
+    big_head = b"GET /a HTTP/1.1\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 900) for i in range(19))
+    status, error = refused_with(limited, big_head + b"\r\n")
+    assert status.startswith("HTTP/1.1 431 ") and "head" in error
+    huge = b"GET /a HTTP/1.1\r\nX-Big: " + b"v" * (32 << 20)   # never finished: refused as it comes
+    assert refused_with(limited, huge)[0].startswith("HTTP/1.1 431 ")
+    with limited.connect() as sock:   # the limits leave ordinary requests alone
+        sock.sendall(post("/fine", b"{}", extra="X-A: " + "v" * 900 + "\r\n"))
+        assert read_answers(sock, 1)[0][0] == "HTTP/1.1 200 OK"
+
+
+def test_a_request_that_trickles_in_gets_408_at_its_deadline_however_its_bytes_come(limited):
+    with limited.connect() as sock:
+        started = time.monotonic()
+        sock.sendall(b"POST /slow HTTP/1.1\r\nHost: x\r\n")
+        answer = b""
+        while time.monotonic() - started < 10 and b"\r\n\r\n" not in answer:
+            try:
+                sock.sendall(b"X")   # a byte at a time: each used to restart the clock
+            except OSError:
+                break
+            sock.settimeout(0.2)
+            try:
+                answer += sock.recv(4096)
+            except TimeoutError:
+                pass
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+        assert time.monotonic() - started < 9   # the 1 s deadline, not each byte's, closed it
+    with limited.connect() as sock:   # stray bytes between requests do not keep an idle connection either
+        sock.sendall(post("/one", b"{}"))
+        read_answers(sock, 1)
+
+
+def test_past_the_connection_cap_the_oldest_idle_connection_makes_room(limited):
+    idle = [limited.connect() for _ in range(4)]
+    for sock in idle:   # each answered once, oldest first: then idle
+        sock.sendall(post("/one", b"{}"))
+        read_answers(sock, 1)
+    with limited.connect() as newcomer:
+        newcomer.sendall(post("/new", b"{}"))
+        assert read_answers(newcomer, 1)[0][0] == "HTTP/1.1 200 OK"
+        assert closed(idle[0])   # the oldest idle one was closed for it
+        idle[1].sendall(post("/two", b"{}"))   # the others are still served
+        assert read_answers(idle[1], 1)[0][0] == "HTTP/1.1 200 OK"
+    for sock in idle:
+        sock.close()

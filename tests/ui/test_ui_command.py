@@ -80,3 +80,56 @@ def test_without_allow_host_a_foreign_name_is_refused(root):
     with ui_server(env) as base:
         assert _status(base, "hops.example.org")[0] in (403, 421)
         assert _status(base, base[len("http://"):].rstrip("/"))[0] == 200
+
+
+def test_stalled_and_trickling_connections_are_closed_and_bounded_while_others_are_answered(root, monkeypatch):
+    """A client that sends nothing, or a byte now and then, no longer holds a thread for ever: the head has a
+    deadline from its first read (trickled bytes do not extend it), and connections past the cap get 503."""
+    import threading
+    import time
+
+    from hopsml import config
+    from hopsml.ui import commands, server
+
+    (root / "Projects" / "test" / "Experiments").mkdir(parents=True)
+    monkeypatch.setattr(server, "HEAD_DEADLINE_S", 1.0)
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 8)
+    ui = commands._make_server(config.load(), "127.0.0.1", 0)
+    threading.Thread(target=ui.serve_forever, daemon=True).start()
+    port = ui.port
+    try:
+        trickling = socket.create_connection(("127.0.0.1", port), timeout=60)
+        trickling.sendall(b"GET / HTTP/1.1\r\n")
+        stalled = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(6)]
+        closed_at = None
+        for _ in range(600):   # a byte every 50 ms: each would reset a per-read timeout
+            try:
+                trickling.sendall(b"X")
+                if trickling.recv(1, socket.MSG_DONTWAIT) == b"":
+                    closed_at = True
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed_at = True
+                break
+            time.sleep(0.05)
+        assert closed_at, "a trickling client kept its connection"
+        for sock in stalled:
+            assert sock.recv(1) == b""                          # each closed by the deadline too
+        crowd = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(8)]
+        extra = socket.create_connection(("127.0.0.1", port), timeout=60)
+        assert extra.recv(200).startswith(b"HTTP/1.1 503")      # one past the cap: answered and closed
+        for sock in crowd:
+            sock.close()
+        for _ in range(200):
+            if ui.open_connections == 0:
+                break
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as response:
+            assert response.status == 200                       # the view answers the others
+        for sock in [trickling, *stalled, extra]:
+            sock.close()
+    finally:
+        ui.shutdown()
+        ui.server_close()

@@ -16,15 +16,15 @@ PACKAGE_DIR = os.path.dirname(hopsml.__file__)
 # Lowest first: a module may import its own room (package or top-level module) and the rooms of its layer
 # or any layer below, never a room above.
 LAYERS: list[set[str]] = [
-    {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices", "request_notes"},
-    {"layout", "fs", "net", "config"},
+    {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices", "request_notes", "execution_notes"},
+    {"layout", "fs", "net", "config", "records"},
     {"formats", "skeleton", "hdfs_file"},
     {"tracking", "timeline", "run_catalog", "tensorboard", "checkpoint", "hdfs"},
     {"cluster", "search", "numpy_helper", "pandas_helper"},
     {"collective", "data"},
     {"launcher", "torch"},
     {"runs", "model", "featurestore"},
-    {"serving", "experiment", "util", "hopsworks"},
+    {"serving", "experiment", "util", "hopsworks", "jobs"},
     {"experiments", "examples", "ui"},
     {"cli"},
 ]

@@ -1,0 +1,267 @@
+"""Named jobs: create, find and run them (hopsworks' `project.get_job_api()` and Job names).
+
+    from hopsml import jobs
+    job = jobs.create_job("nightly", "pipelines/nightly.py", args="--days 7",
+                          spark_conf={"spark.executor.memory": "2g"})
+    execution = job.run()                    # waits; job.run(await_termination=False) returns at once
+    execution.success, execution.exit_code, execution.produced
+    out, err = execution.download_logs()
+
+A job is kept in the project (`Jobs/<name>/job.json`), each run in `Jobs/<name>/executions/<id>/`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hopsml import config, layout
+from hopsml.errors import InvalidNameError, JobError, StorageError
+from hopsml.fs import Storage
+from hopsml.jobs import launch
+from hopsml.jobs.definition import PYSPARK, JobDefinition, job_kind, parse_args, parse_spark_conf, resolve_app
+from hopsml.jobs.execution import LIVE, Execution
+from hopsml.redact import HIDDEN, is_secret
+
+
+class Job:
+    """One named job of a project (hopsworks' Job)."""
+
+    def __init__(self, definition: JobDefinition, settings: config.Settings) -> None:
+        self.definition = definition
+        self.settings = settings
+        self.storage = Storage(settings.root)
+        self.dir = layout.JobDir.of(settings.project, definition.name)
+
+    def __repr__(self) -> str:
+        return f"Job({self.name!r}, {self.job_type!r})"
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def app_path(self) -> str:
+        return self.definition.app_path
+
+    @property
+    def kind(self) -> str:
+        """'python' (a script) or 'notebook'."""
+        return self.definition.kind
+
+    @property
+    def job_type(self) -> str:
+        """PYSPARK (under spark-submit) or PYTHON (no JVM), as hopsworks names job types."""
+        return self.definition.job_type
+
+    @property
+    def default_args(self) -> list[str]:
+        return list(self.definition.default_args)
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        return dict(self.definition.spark_conf)
+
+    @property
+    def description(self) -> str:
+        return self.definition.description
+
+    @property
+    def created(self) -> str:
+        return self.definition.created
+
+    @property
+    def creation_time(self) -> str:
+        return self.definition.created
+
+    @property
+    def creator(self) -> str:
+        return self.definition.creator
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The job's configuration as hopsworks writes it: appPath, defaultArgs, jobType and the Spark settings."""
+        return {**self.definition.config, "jobType": self.job_type, "appPath": self.app_path,
+                "defaultArgs": " ".join(_quoted(self.default_args)), **self.spark_conf}
+
+    # --- running --------------------------------------------------------------------------------------------
+    def run(self, args: str | Sequence[str] | None = None, await_termination: bool = True,
+            timeout: float | None = None, *, exclusive: bool = False) -> Execution:
+        """Run the job once: a new execution with `args` (a list, or a string split as a shell would; None: the
+        job's default arguments). With `await_termination` this process waits for the end and returns the ended
+        execution (see `success`; a failed run is returned, not raised), and if this process ends first the run is
+        stopped and recorded LOST; `timeout` seconds without an end stop it (KILLED) and raise JobError. Without,
+        it returns the RUNNING execution at once, and the run goes on by itself. `exclusive` refuses to start
+        while another execution of the job is running (by default runs may overlap, as on hopsworks)."""
+        words = parse_args(args)
+        execution = launch.start(self.definition, self.default_args if words is None else words, self.settings,
+                                 owned=await_termination, exclusive=exclusive)
+        if not await_termination:
+            return execution
+        try:
+            return execution.await_termination(timeout)
+        except JobError:
+            execution.stop()
+            raise JobError(f"execution {execution.id} of job {self.name!r} did not end within {timeout:g} s and "
+                           f"was stopped ({execution.state})", job=self.name, execution=execution.id,
+                           log_tail=execution.log_tail()) from None
+        except BaseException:   # KeyboardInterrupt: the awaited run ends with its caller
+            execution.stop()
+            raise
+
+    def get_executions(self) -> list[Execution]:
+        """Every execution of the job, newest first."""
+        found = []
+        for number in sorted(self._ids(), reverse=True):
+            try:
+                found.append(self.get_execution(number))
+            except JobError:
+                continue   # claimed moments ago, its record not yet written
+        return found
+
+    def get_execution(self, execution_id: int) -> Execution:
+        """Execution `execution_id` (1, 2, 3, ... per job); JobError naming it when the job has none such."""
+        number = layout.validate_execution_id(execution_id)
+        return Execution.load(self.storage, self.settings.project, self.name, number, self.settings.lost_after_s)
+
+    def get_last_execution(self) -> Execution | None:
+        """The newest execution, None before the first run."""
+        executions = self.get_executions()
+        return executions[0] if executions else None
+
+    def get_state(self) -> str:
+        """The state of the newest execution (INITIALIZING, RUNNING, FINISHED, FAILED, KILLED, LOST)."""
+        return self._last().state
+
+    def get_final_state(self) -> str:
+        """The final status of the newest execution: UNDEFINED while it runs, then SUCCEEDED, FAILED or KILLED."""
+        return self._last().final_status
+
+    def _last(self) -> Execution:
+        last = self.get_last_execution()
+        if last is None:
+            raise JobError(f"job {self.name!r} has no executions yet: run it with job.run() or "
+                           f"'hopsml jobs run {self.name}'", job=self.name)
+        return last
+
+    def _ids(self) -> list[int]:
+        return [int(rel.rsplit("/", 1)[-1]) for rel in self.storage.ls(self.dir.executions)
+                if rel.rsplit("/", 1)[-1].isdigit() and int(rel.rsplit("/", 1)[-1]) > 0]
+
+    # --- keeping it ---------------------------------------------------------------------------------------
+    def save(self) -> Job:
+        """job.json, with secret Spark settings (by name or by shape) shown as *** and their values kept in
+        secrets.json beside it, mode 0600: job.json is read by whoever reads the project."""
+        record = self.definition.to_dict()
+        secret = {k: v for k, v in self.definition.spark_conf.items() if is_secret(k, v)}
+        record["spark_conf"] = {k: HIDDEN if k in secret else v for k, v in self.definition.spark_conf.items()}
+        if secret:
+            local = self.storage.local_path(self.dir.secrets)
+            if local is None:
+                raise JobError(f"job {self.name!r}: secret Spark settings ({', '.join(sorted(secret))}) are kept "
+                               "only under a local root; under an HDFS or S3 root give them in the spark_conf setting "
+                               "(HOPSML_SPARK_CONF or conf/hopsml.toml) of the host that runs the job", job=self.name)
+            self.storage.makedirs(self.dir.path)
+            fd = os.open(local + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(secret, out)
+            os.chmod(local + ".tmp", 0o600)
+            os.replace(local + ".tmp", local)
+        elif self.storage.exists(self.dir.secrets):
+            self.storage.delete(self.dir.secrets)
+        self.storage.write_json(self.dir.record, record)
+        return self
+
+    def delete(self) -> None:
+        """Delete the job and its executions' records and logs; refused while one of them runs."""
+        running = [e for e in self.get_executions() if e.state in LIVE]
+        if running:
+            raise JobError(f"job {self.name!r} has a running execution ({running[0].id}): stop it first with "
+                           f"'hopsml jobs stop {self.name} {running[0].id}'", job=self.name, execution=running[0].id)
+        self.storage.delete(self.dir.path)
+
+
+def _quoted(words: Sequence[str]) -> list[str]:
+    import shlex
+
+    return [shlex.quote(word) for word in words]
+
+
+def _settings(settings: config.Settings | None) -> config.Settings:
+    return settings if settings is not None else config.load()
+
+
+def create_job(name: str, app_path: str, args: str | Sequence[str] | None = None,
+               spark_conf: Mapping[str, Any] | Sequence[str] | None = None, description: str = "",
+               overwrite: bool = False, settings: config.Settings | None = None, *, job_type: str = PYSPARK,
+               extra_config: Mapping[str, Any] | None = None) -> Job:
+    """Create the job `name` that runs `app_path` (a .py script under spark-submit, or an .ipynb notebook in a
+    fresh kernel) with default arguments `args` and Spark settings `spark_conf`. An existing job is an error
+    unless `overwrite` (its definition is replaced, its executions stay). `job_type` PYTHON runs a script by
+    this Python alone, no JVM; `extra_config` keeps further hopsworks settings with the job, unused."""
+    settings = _settings(settings)
+    storage = Storage(settings.root)
+    layout.validate_name(name, "job name")
+    jdir = layout.JobDir.of(settings.project, name)
+    if not overwrite and storage.exists(jdir.record):
+        raise JobError(f"job {name!r} already exists in project {settings.project!r}: pass overwrite=True "
+                       f"(--overwrite) to replace its definition, or choose another name", job=name)
+    path, in_project = resolve_app(storage, settings.project, app_path)
+    definition = JobDefinition(name=name, app_path=path, kind=job_kind(path), job_type=str(job_type).upper(),
+                               app_in_project=in_project, default_args=parse_args(args, "args") or [],
+                               spark_conf=parse_spark_conf(spark_conf), description=description or "",
+                               config=dict(extra_config or {}))
+    if overwrite and storage.exists(jdir.record):
+        definition.created = _read_definition(storage, jdir).created
+    return Job(definition, settings).save()
+
+
+def get_job(name: str, settings: config.Settings | None = None) -> Job:
+    """The job `name`; JobError naming it (and the jobs there are) when the project has none such."""
+    settings = _settings(settings)
+    storage = Storage(settings.root)
+    jdir = layout.JobDir.of(settings.project, name)
+    if not storage.exists(jdir.record):
+        known = ", ".join(job.name for job in get_jobs(settings)) or "none"
+        raise JobError(f"no job {name!r} in project {settings.project!r} (its jobs: {known}); create it with "
+                       f"'hopsml jobs create {name} APP.py' or jobs.create_job", job=name)
+    return Job(_read_definition(storage, jdir), settings)
+
+
+def get_jobs(settings: config.Settings | None = None) -> list[Job]:
+    """Every job of the project, by name."""
+    settings = _settings(settings)
+    storage = Storage(settings.root)
+    found = []
+    for rel in storage.ls(layout.jobs_dir(settings.project)):
+        try:
+            jdir = layout.JobDir.of(settings.project, rel.rsplit("/", 1)[-1])
+        except InvalidNameError:
+            continue
+        if storage.exists(jdir.record):
+            found.append(Job(_read_definition(storage, jdir), settings))
+    return sorted(found, key=lambda job: job.name)
+
+
+def job_exists(name: str, settings: config.Settings | None = None) -> bool:
+    settings = _settings(settings)
+    return Storage(settings.root).exists(layout.JobDir.of(settings.project, name).record)
+
+
+def _read_definition(storage: Storage, jdir: layout.JobDir) -> JobDefinition:
+    try:
+        data = storage.read_json(jdir.record)
+    except (StorageError, ValueError) as exc:
+        raise JobError(f"cannot read job {jdir.name!r} ({storage.uri(jdir.record)}): {exc}", job=jdir.name) from None
+    definition = JobDefinition.from_dict(data, storage.uri(jdir.record))
+    if HIDDEN in definition.spark_conf.values():   # the secret settings' values, kept apart (Job.save)
+        local = storage.local_path(jdir.secrets)
+        try:
+            with open(local or "", encoding="utf-8") as given:
+                definition.spark_conf.update(json.load(given))
+        except (OSError, ValueError) as exc:
+            raise JobError(f"job {jdir.name!r}: its secret Spark settings cannot be read from "
+                           f"{storage.uri(jdir.secrets)} ({exc}); recreate the job with them", job=jdir.name) from None
+    return definition
