@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 TAIL_BYTES = 64 << 10        # of a log shown at first; the page then follows it from there
 PROGRAM_BYTES = 4 << 20      # largest versioned notebook or script rendered
+PREVIEW_BYTES = 256 << 10    # of a text file a page shows (conda.yml): the rest is a link to the file
+METRICS_BYTES = 16 << 20     # of metrics.jsonl a page reads: the newest, when the file is larger
+CHART_POINTS = 2000          # per metric on a chart: a longer series is thinned evenly, its last point kept
 MAX_LOGS = 50                # logs a run page follows (a search has one per trial)
 MAX_CHART_POINTS = 300       # per line of a system chart: a long run's samples are thinned to this, peaks kept
 # The system metrics a run samples (hopsml.timeline.system), in the order the timeline page charts them.
@@ -157,18 +160,46 @@ def read_tail(storage: Storage, rel: str, offset: int | None = None, limit: int 
 
 
 def metric_series(storage: Storage, rel: str) -> dict[str, list[tuple[float, float]]]:
-    """metrics.jsonl as {name: [(step, value), ...]}; empty when there is none."""
+    """metrics.jsonl as {name: [(step, value), ...]}, at most CHART_POINTS per name, from the newest
+    METRICS_BYTES of the file; empty when there is none."""
     if not storage.exists(rel) or not storage.contains(rel):
         return {}
+    size = int(storage.info(rel).size or 0)
+    start = max(0, size - METRICS_BYTES)
+    with storage.open_input(check_inside(storage, rel), seekable=True) as stream:
+        stream.seek(start)
+        data = stream.read(METRICS_BYTES)
+    text = data.decode("utf-8", errors="replace")
+    if start > 0:   # a line cut by the window's start is not a metric
+        text = text.split("\n", 1)[1] if "\n" in text else ""
     series: dict[str, list[tuple[float, float]]] = {}
-    for index, row in enumerate(read_metrics(storage.read_text(rel))):
+    for index, row in enumerate(read_metrics(text)):
         if not isinstance(row, dict) or "name" not in row:
             continue
         value = _num(row.get("value"))
         step = _num(row.get("step"))
         if value is not None:
             series.setdefault(str(row["name"]), []).append((step if step is not None else index, value))
-    return series
+    return {name: thinned(points, CHART_POINTS) for name, points in series.items()}
+
+
+def thinned(points: list[Any], most: int) -> list[Any]:
+    """At most `most` of `points`, evenly spaced, the first and the last kept.
+
+    >>> thinned(list(range(10)), 4), thinned([1, 2], 4)
+    ([0, 3, 6, 9], [1, 2])
+    """
+    if len(points) <= most:
+        return points
+    last = len(points) - 1
+    return [points[round(i * last / (most - 1))] for i in range(most)]
+
+
+def preview(storage: Storage, rel: str) -> dict[str, Any]:
+    """The first PREVIEW_BYTES of a text file, and whether there is more (the page links the whole file)."""
+    with storage.open_input(check_inside(storage, rel)) as stream:
+        data = stream.read(PREVIEW_BYTES + 1)
+    return {"text": data[:PREVIEW_BYTES].decode("utf-8", errors="replace"), "cut": len(data) > PREVIEW_BYTES}
 
 
 def _is_log(rel: str) -> bool:
@@ -261,8 +292,9 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
                 logs=[f.rel for f in files if _is_log(f.rel)][:MAX_LOGS],
                 record_json=json.dumps(data, indent=2, default=str))
     names = {f.rel for f in files}
-    view["environment"] = (storage.read_text(check_inside(storage, exp.environment))
-                           if layout.ENVIRONMENT in names else None)
+    view["environment"] = preview(storage, exp.environment) if layout.ENVIRONMENT in names else None
+    cut = any(f.rel == posixpath.basename(exp.metrics) and f.size > METRICS_BYTES for f in files)
+    view["metrics_cut_mib"] = METRICS_BYTES >> 20 if cut else 0   # the charts show the newest that many MiB
     view["python_environment"] = environment.described(storage, project, rec)
     view["program"] = None
     for suffix in (".ipynb", ".py"):

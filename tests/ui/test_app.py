@@ -239,3 +239,25 @@ def test_skew_is_the_largest_share_difference():
                          "test": {"top": [["a", 9], ["b", 1]], "count": 10}}}
     assert datasets.column_skew(column, ["train", "test"]) == pytest.approx(0.4)
     assert datasets.column_skew(column, ["train"]) is None
+
+
+def test_a_run_with_huge_metrics_and_environment_files_gets_a_bounded_page(root, monkeypatch):
+    """A run page of a 100 MB metrics.jsonl and a 100 MB conda.yml was a 115 MB page: now the charts hold at most
+    CHART_POINTS points of the newest METRICS_BYTES, and conda.yml a preview with a link to the whole file."""
+    from hopsml.ui import views
+
+    monkeypatch.setattr(views, "METRICS_BYTES", 1 << 20)   # the same limits, at a size a test writes quickly
+    monkeypatch.setattr(views, "PREVIEW_BYTES", 64 << 10)
+    storage = Storage(str(root))
+    run = records.ExperimentRun.start(storage, PROJECT, "local-1700000000001", name="huge", fn=_train,
+                                      hyperparameters={"lr": 0.1})
+    lines = "".join(json.dumps({"step": s, "name": "loss", "value": 1 / (s + 1)}) + "\n" for s in range(60_000))
+    storage.write_text(run.dir.metrics, lines)                      # ~3 MB: three times the window
+    storage.write_text(run.dir.environment, "dependencies:\n" + "  - pkg==1.0\n" * 40_000)   # ~0.5 MB
+    run.finish(metric=0.9)
+    app = create_app(config.load(environ={}, root=str(root), project=PROJECT))
+    page = app.test_client().get(f"/p/{PROJECT}/runs/{run.id}").get_data(as_text=True)
+    assert len(page) < 400_000                                       # not the files' megabytes
+    assert f'data-points="{views.CHART_POINTS}"' in page             # thinned to the chart's points
+    assert "the charts show its newest 1 MiB" in page
+    assert "The first 64 KiB; the whole file:" in page and "files/conda.yml" in page
