@@ -192,8 +192,15 @@ def _view(settings: config.Settings, project: str, d: ServingDefinition) -> Serv
 
 
 def get_all(settings: config.Settings | None = None) -> list[Serving]:
-    storage, project, settings = _where(settings)
-    return [_view(settings, project, defs.read(storage, project, n)) for n in defs.names(storage, project)]
+    """Every serving that can be read; one whose serving.json cannot is left out with a warning naming it and
+    why (`hopsml serving list` shows it as BROKEN), so one bad record does not hide the others."""
+    servings = []
+    for name, found in scan_all(settings):
+        if isinstance(found, BrokenRecordError):
+            log.warning("serving %r left out: %s", name, found)
+        else:
+            servings.append(found)
+    return servings
 
 
 def scan_all(settings: config.Settings | None = None) -> list[tuple[str, Serving | BrokenRecordError]]:

@@ -141,6 +141,9 @@ def test_a_bad_serving_json_is_listed_as_broken(root, capsys):
     assert "deep: BROKEN: serving.json is nested deeper than 64 levels" in out
     assert "wrong: BROKEN: serving.json does not define a serving: model_server 'NOPE'" in out
     assert defs.next_id(storage, PROJECT) == 2   # creating another serving still works
+    from hopsml import serving
+
+    assert [s.name for s in serving.get_all()] == ["good"]   # hops' get_all leaves the broken ones out
 
 
 def test_a_bad_server_json_reads_as_unreadable_not_a_crash(root, capsys):
