@@ -134,11 +134,12 @@ class JobError(HopsmlError, RuntimeError):
     names the job and the execution, and a failed execution's message ends with the last lines of its logs."""
 
     def __init__(self, message: str, *, job: str | None = None, execution: int | None = None,
-                 log_tail: str = "") -> None:
+                 log_tail: str = "", reason: str | None = None) -> None:
         super().__init__(message + (f"\n\nLast log lines:\n{log_tail.rstrip()}" if log_tail.strip() else ""))
         self.job = job
         self.execution = execution
         self.log_tail = log_tail
+        self.reason = reason or message   # in a few words, what a listing shows
 
     def __reduce__(self) -> tuple[object, ...]:
         # keyword-only fields survive pickling (an Airflow worker may pickle the error)

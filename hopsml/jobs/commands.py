@@ -15,7 +15,8 @@ from hopsml.cli_tables import format_fields, format_table
 from hopsml.errors import JobError
 from hopsml.jobs.definition import JOB_TYPES, PYSPARK
 from hopsml.jobs.execution import Execution, describe_produced
-from hopsml.jobs.job import create_job, get_job, get_jobs
+from hopsml.jobs.job import Job, create_job, get_job, scan_jobs
+from hopsml.records import BROKEN
 
 COMMANDS = ("jobs",)
 EXECUTION_COLUMNS = ("id", "state", "final_status", "exit", "start", "duration_s", "args", "produced")
@@ -94,8 +95,11 @@ def _row(execution: Execution) -> dict[str, Any]:
 
 
 def jobs_list(settings: config.Settings) -> str:
-    rows = []
-    for job in get_jobs(settings):
+    rows: list[dict[str, Any]] = []
+    for name, job in scan_jobs(settings):
+        if not isinstance(job, Job):
+            rows.append({"name": name, "state": BROKEN, "app": job.reason})
+            continue
         last = job.get_last_execution()
         rows.append({"name": job.name, "kind": job.kind, "type": job.job_type, "app": job.app_path,
                      "last": last.id if last else None, "state": last.state if last else None,

@@ -23,6 +23,7 @@ from typing import Any
 from hopsml import execution_notes, layout
 from hopsml.errors import JobError, StorageError
 from hopsml.fs import Storage
+from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.serving.processes import Proc, wait_gone
 from hopsml.tracking.heartbeat import age_text, last_beat
 
@@ -360,21 +361,22 @@ class Execution:
         return sorted(found)
 
 
+EXECUTION_SHAPE = Shape("execution.json", required=("id", "state"),
+                        types={"id": (int,), "state": (str,), "args": (list,), "produced": (list,)})
+
+
 def _read(storage: Storage, edir: layout.ExecutionDir, job_name: str) -> dict[str, Any]:
     try:
-        data = storage.read_json(edir.record)
+        data = read_record(storage, edir.record, EXECUTION_SHAPE)
+    except BrokenRecordError as exc:
+        raise JobError(f"the record of execution {edir.id} of job {job_name!r} cannot be read: {exc}",
+                       job=job_name, execution=edir.id, reason=exc.reason) from None
     except StorageError:
         if not storage.exists(edir.record):
             raise JobError(f"job {job_name!r} has no execution {edir.id} (no {storage.uri(edir.record)}); "
                            f"'hopsml jobs show {job_name}' lists its executions", job=job_name,
                            execution=edir.id) from None
         raise
-    except ValueError as exc:
-        raise JobError(f"the record of execution {edir.id} of job {job_name!r} ({storage.uri(edir.record)}) is "
-                       f"not JSON: {exc}", job=job_name, execution=edir.id) from None
-    if not isinstance(data, dict):
-        raise JobError(f"the record of execution {edir.id} of job {job_name!r} ({storage.uri(edir.record)}) is not "
-                       "a JSON object", job=job_name, execution=edir.id)
     return data
 
 

@@ -23,6 +23,7 @@ from hopsml.fs import Storage
 from hopsml.jobs import launch
 from hopsml.jobs.definition import PYSPARK, JobDefinition, job_kind, parse_args, parse_spark_conf, resolve_app
 from hopsml.jobs.execution import LIVE, Execution
+from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.redact import HIDDEN, is_secret
 
 
@@ -242,7 +243,7 @@ def get_jobs(settings: config.Settings | None = None) -> list[Job]:
             continue
         if storage.exists(jdir.record):
             found.append(Job(_read_definition(storage, jdir), settings))
-    return sorted(found, key=lambda job: job.name)
+    return sorted(found, key=lambda job: job.name)   # scan_jobs: the ones that cannot be read, too
 
 
 def job_exists(name: str, settings: config.Settings | None = None) -> bool:
@@ -250,10 +251,35 @@ def job_exists(name: str, settings: config.Settings | None = None) -> bool:
     return Storage(settings.root).exists(layout.JobDir.of(settings.project, name).record)
 
 
+JOB_SHAPE = Shape("job.json", required=("name", "app_path", "kind"),
+                  types={"name": (str,), "app_path": (str,), "kind": (str,), "default_args": (list,),
+                         "spark_conf": (dict,), "config": (dict,)})
+
+
+def scan_jobs(settings: config.Settings | None = None) -> list[tuple[str, Job | BrokenRecordError]]:
+    """Every job by name, or why its job.json cannot be read: listings show it as BROKEN and go on."""
+    settings = _settings(settings)
+    storage = Storage(settings.root)
+    found: list[tuple[str, Job | BrokenRecordError]] = []
+    for rel in storage.ls(layout.jobs_dir(settings.project)):
+        try:
+            jdir = layout.JobDir.of(settings.project, rel.rsplit("/", 1)[-1])
+        except InvalidNameError:
+            continue
+        if storage.exists(jdir.record):
+            try:
+                found.append((jdir.name, Job(_read_definition(storage, jdir), settings)))
+            except JobError as exc:
+                found.append((jdir.name, BrokenRecordError(str(exc), reason=exc.reason)))
+    return sorted(found, key=lambda pair: pair[0])
+
+
 def _read_definition(storage: Storage, jdir: layout.JobDir) -> JobDefinition:
     try:
-        data = storage.read_json(jdir.record)
-    except (StorageError, ValueError) as exc:
+        data = read_record(storage, jdir.record, JOB_SHAPE)
+    except BrokenRecordError as exc:
+        raise JobError(f"job {jdir.name!r} cannot be read: {exc}", job=jdir.name, reason=exc.reason) from None
+    except StorageError as exc:
         raise JobError(f"cannot read job {jdir.name!r} ({storage.uri(jdir.record)}): {exc}", job=jdir.name) from None
     definition = JobDefinition.from_dict(data, storage.uri(jdir.record))
     if HIDDEN in definition.spark_conf.values():   # the secret settings' values, kept apart (Job.save)

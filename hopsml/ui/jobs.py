@@ -9,8 +9,10 @@ from typing import Any
 
 from hopsml import config
 from hopsml.errors import HopsmlError, JobError
-from hopsml.jobs import get_job, get_jobs
+from hopsml.jobs import Job, get_job
 from hopsml.jobs.execution import Execution, describe_produced
+from hopsml.jobs.job import scan_jobs
+from hopsml.records import BROKEN
 
 LOG_LINES = 200   # of a log, on its own page
 PAGE_TAIL_LINES = 40   # of the newest execution's logs, on the job's page
@@ -27,7 +29,10 @@ def _time(stamp: str | None) -> str | None:
 def job_rows(settings: config.Settings, project: str) -> list[dict[str, Any]]:
     """Every job of the project with its newest execution."""
     rows = []
-    for job in get_jobs(_settings(settings, project)):
+    for name, job in scan_jobs(_settings(settings, project)):
+        if not isinstance(job, Job):
+            rows.append({"name": name, "state": BROKEN, "description": job.reason, "broken": True})
+            continue
         last = job.get_last_execution()
         rows.append({"name": job.name, "kind": job.kind, "type": job.job_type, "app": job.app_path,
                      "description": job.description, "executions": len(job.get_executions()),

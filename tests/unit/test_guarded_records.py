@@ -196,3 +196,22 @@ def test_a_log_path_in_server_json_outside_the_project_is_refused(root, tmp_path
     states.write(storage, PROJECT, "good", states.ServerState(state=states.FAILED, reason="crashed", log=str(inside)))
     code, out = _cli(capsys, "serving", "logs", "good")
     assert code == 0 and "the serving's own last line" in out, out
+
+
+def test_a_bad_job_json_is_listed_as_broken(root, tmp_path, capsys):
+    from hopsml import jobs
+
+    app = tmp_path / "app.py"
+    app.write_text("print('hi')\n")
+    jobs.create_job("good", str(app), job_type="PYTHON")
+    storage = Storage(str(root))
+    storage.write_bytes(layout.JobDir.of(PROJECT, "deep").record, DEEP)
+    code, out = _cli(capsys, "jobs", "list")
+    assert code == 0, out
+    assert any(line.startswith("good ") for line in out.splitlines()), out
+    assert "deep" in out and "BROKEN" in out and "job.json is nested deeper than 64 levels" in out
+    from hopsml import config
+    from hopsml.ui import create_app
+
+    page = create_app(config.load()).test_client().get(f"/p/{PROJECT}/jobs/").get_data(as_text=True)
+    assert 'data-id="deep" data-state="BROKEN"' in page and 'data-id="good"' in page
