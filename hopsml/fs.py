@@ -380,6 +380,8 @@ class Storage:
         except OSError as exc:
             if _name_too_long(exc):
                 raise self._unreachable("creating", rel, exc) from exc
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._write_error(rel, exc) from exc
             raise StorageError(f"cannot create {self.uri(rel)}: {exc}. Check that the root "
                                f"{self.uri()!r} exists and is writable, or set HOPSML_ROOT") from exc
 
@@ -486,7 +488,25 @@ class Storage:
         except StorageError:
             raise
         except OSError as exc:
-            raise StorageError(f"cannot write {self.uri(rel)}: {exc}") from exc
+            raise self._write_error(rel, exc, len(data)) from exc
+
+    def _write_error(self, rel: str, exc: OSError, size: int | None = None) -> StorageError:
+        """The error of a failed write: for a full disk (or quota) one sentence naming the file, its folder, the
+        space free there and the bytes the write needed, and what to do."""
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) and "No space left on device" not in str(exc):
+            return StorageError(f"cannot write {self.uri(rel)}: {exc}")
+        folder = posixpath.dirname(rel)
+        local = self.local_path(folder)
+        free = ""
+        if local is not None:
+            try:
+                free = f" ({_mib(shutil.disk_usage(local).free)} free there)"
+            except OSError:
+                pass
+        needed = f"; the write needed {_mib(size)}" if size is not None else ""
+        return StorageError(f"no space left on the disk of {self.uri(folder)}{free} to write "
+                            f"{posixpath.basename(rel)}{needed}: free some space there, or move the root "
+                            "(HOPSML_ROOT) to a disk with room")
 
     def write_text(self, rel: str, text: str) -> None:
         self.write_bytes(rel, text.encode("utf-8"))
@@ -503,7 +523,7 @@ class Storage:
             with self.fs.open_output_stream(self.path(rel)) as stream:
                 stream.write(data)
         except OSError as exc:
-            raise StorageError(f"cannot write {self.uri(rel)}: {exc}") from exc
+            raise self._write_error(rel, exc, len(data)) from exc
 
     def append_text(self, rel: str, text: str) -> None:
         """Append to a file (metrics): local and HDFS append in place; S3 cannot and rewrites."""
@@ -614,3 +634,14 @@ class Storage:
             self.fs.delete_dir(self.path(rel))
         elif self.exists(rel):
             self.fs.delete_file(self.path(rel))
+
+
+def _mib(size: int | None) -> str:
+    """A size as a person reads it.
+
+    >>> _mib(512), _mib(3 << 20)
+    ('512 bytes', '3.0 MiB')
+    """
+    if size is None:
+        return "an unknown size"
+    return f"{size} bytes" if size < 1 << 20 else f"{size / (1 << 20):.1f} MiB"
