@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hopsml import config, layout, run_catalog
+from hopsml.airflow import commands as pipeline_commands
 from hopsml.cli_tables import format_fields, format_table, number, pairs
 from hopsml.cluster import shipping
 from hopsml.data import commands as data_commands
@@ -395,6 +396,7 @@ def _parser() -> argparse.ArgumentParser:
     fs_commands.add_commands(commands)
     serving_commands.add_commands(commands)
     jobs_commands.add_commands(commands)
+    pipeline_commands.add_commands(commands)
     ui_commands.add_commands(commands)
     return parser
 
@@ -421,6 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             output = serving_commands.run(args, settings)
         elif args.command in jobs_commands.COMMANDS:
             output = jobs_commands.run(args, settings)
+        elif args.command in pipeline_commands.COMMANDS:
+            output = pipeline_commands.run(args, settings)
         elif args.command in ui_commands.COMMANDS:
             output = ui_commands.run(args, settings)
         elif args.action == "list":

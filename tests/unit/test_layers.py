@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"launcher", "torch"},
     {"runs", "model", "featurestore"},
     {"serving", "experiment", "util", "hopsworks", "jobs"},
-    {"experiments", "examples", "ui"},
+    {"experiments", "examples", "ui", "airflow"},
     {"cli"},
 ]
 

@@ -1,0 +1,47 @@
+"""The pipeline commands of the ``hopsml`` CLI: ``pipelines dag MODEL`` writes the Airflow DAG that re-runs what
+produced the model's current version, from its recorded lineage (lineage.py).
+
+``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one that was parsed and
+returns the text to print. Neither needs Airflow installed: the file is written here, Airflow runs it elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hopsml import config
+from hopsml.airflow import lineage
+from hopsml.airflow.steps import StepError
+
+COMMANDS = ("pipelines",)
+
+
+def add_commands(subparsers: Any) -> None:
+    pipelines = subparsers.add_parser("pipelines", help="Airflow pipelines of the project's steps")
+    actions = pipelines.add_subparsers(dest="pipelines_action", required=True)
+    dag = actions.add_parser("dag", help="write the Airflow DAG that re-runs what produced a model's current "
+                                         "version, from its lineage")
+    dag.add_argument("model", help="the model's name")
+    dag.add_argument("--schedule", help="a cron expression or preset (@daily), or 'none' (default: on the upstream "
+                                        "feature groups' Assets, else manual)")
+    dag.add_argument("--output", "-o", help="the file to write (default: print it); e.g. $AIRFLOW_HOME/dags/x.py")
+    dag.add_argument("--dag-id", help="the DAG's id (default: retrain_<model>)")
+    dag.add_argument("--serving", help="the serving to update and gate (default: the one serving the model, if any)")
+    dag.add_argument("--force", action="store_true", help="replace an existing --output file")
+
+
+def run(args: Any, settings: config.Settings) -> str:
+    source = lineage.dag_source(settings, args.model, schedule=args.schedule, dag_id=args.dag_id,
+                                serving_name=args.serving)
+    if not args.output:
+        return source
+    path = os.path.abspath(os.path.expanduser(args.output))
+    if os.path.exists(path) and not args.force:
+        raise StepError(f"{path} exists already (perhaps with your edits); pass --force to replace it or choose "
+                        "another --output")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(source)
+    os.replace(path + ".tmp", path)
+    return f"wrote {path}: the DAG {args.dag_id or 'retrain_' + lineage._var(args.model)} re-runs model {args.model!r}"
