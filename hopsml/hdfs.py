@@ -137,6 +137,19 @@ def _from_uri(text: str, storage: Storage) -> str | None:
 def _resolve(path: Any, project: str | None = None) -> tuple[Storage, str]:
     """(storage, root-relative path) for any path form the module accepts."""
     storage, project_dir = _context(project)
+    return storage, _root_relative(path, storage, project_dir)
+
+
+def root_relative(path: Any, storage: Storage, project: str) -> str:
+    """The root-relative path that any path form hdfs accepts names, for `storage`'s root and `project`: a
+    project-relative path, 'Projects/<p>/...', '/Projects/<p>/...', hdfs:// (or hopsfs://, s3://, file://) URIs
+    of the root, and what `project_path()`/`abs_path()` return under any root. The one resolver every entry
+    point that takes a project path shares (serving, models, prepare); InvalidPathError for a path outside
+    the root."""
+    return _root_relative(path, storage, layout.project_dir(project))
+
+
+def _root_relative(path: Any, storage: Storage, project_dir: str) -> str:
     text = _text(path)
     if "://" in text or text.lower().startswith(("file:", "hdfs:", "hopsfs:")):
         rel = _from_uri(text, storage)
@@ -154,7 +167,7 @@ def _resolve(path: Any, project: str | None = None) -> tuple[Storage, str]:
             f"{redact_uri(text)!r} is not under the hopsml root {storage.uri()}. Give a path relative to the project "
             f"({storage.uri(project_dir)}), an absolute path inside the root, or /Projects/<project>/...; "
             "copy local files in with hdfs.copy_to_hdfs(local_path, folder)")
-    return storage, rel
+    return rel
 
 
 def _require(storage: Storage, rel: str, original: Any) -> Entry:

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from hopsml import config, layout
+from hopsml import config, hdfs, layout
 from hopsml.fs import Storage
 from hopsml.serving import lifecycle
 from hopsml.serving.definition import ServingError
@@ -180,20 +180,16 @@ class ModelServing:
 
 
 def _script(settings: config.Settings, script_file: str | None) -> str | None:
-    """A predictor script as the serving takes it: a project path ('Resources/predict.py'); hsml's absolute
-    '/Projects/<project>/...' form is made project-relative, and a file outside the root is uploaded to
-    Resources/ first."""
-    if script_file is None:
-        return None
-    prefix = f"/{layout.project_dir(settings.project)}/"
-    if script_file.startswith(prefix):
-        return script_file[len(prefix):]
+    """A predictor script as the serving takes it: any path form `hdfs` reads (the serving resolves it, as
+    hsml's '/Projects/<project>/...'); a local file outside the root is uploaded to the project's Resources/
+    first, since the serving's hosts read the root."""
+    if script_file is None or not (os.path.isabs(script_file) and os.path.isfile(script_file)):
+        return script_file
     storage = Storage(settings.root)
-    project_local = storage.local_path(layout.project_dir(settings.project))
-    if os.path.isabs(script_file) and os.path.isfile(script_file):
-        if project_local and os.path.commonpath([project_local, script_file]) == project_local:
-            return os.path.relpath(script_file, project_local)
+    try:
+        hdfs.root_relative(script_file, storage, settings.project)
+        return script_file   # inside the root already
+    except hdfs.InvalidPathError:
         target = layout.join(layout.project_dir(settings.project), "Resources", os.path.basename(script_file))
         storage.upload(script_file, target)
         return layout.join("Resources", os.path.basename(script_file))
-    return script_file

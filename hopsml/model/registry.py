@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from hopsml import config, execution_notes, layout
+from hopsml import config, execution_notes, hdfs, layout
 from hopsml.errors import ModelError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import ModelDir
@@ -270,14 +270,11 @@ def _source(storage: Storage, project: str, model_path: str) -> tuple[str | None
         if root_local and (local + os.sep).startswith(root_local.rstrip(os.sep) + os.sep):
             return local, os.path.relpath(local, root_local).replace(os.sep, "/")
         return local, None
-    prefix = storage.uri().rstrip("/") + "/"
-    if text.startswith(prefix):
-        rel = text[len(prefix):]
-    elif text.strip("/").startswith(layout.PROJECTS + "/"):
-        rel = text.strip("/")
-    else:
-        rel = layout.join(layout.project_dir(project), text.strip("/"))
-    if not text.strip("/") or not storage.exists(rel):
+    try:   # any path form hdfs reads: project-relative, /Projects/<p>/..., hdfs://, the root's URIs
+        rel = hdfs.root_relative(text, storage, project) if text.strip("/") else ""
+    except hdfs.InvalidPathError as exc:
+        raise ModelError(f"model_path {model_path!r} does not exist locally, and {exc}") from None
+    if not rel or not storage.exists(rel):
         raise ModelError(f"model_path {model_path!r} does not exist, neither locally nor under "
                          f"{storage.uri()}; save the model first and pass the file or folder it went to")
     return None, rel

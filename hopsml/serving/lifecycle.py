@@ -285,10 +285,10 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                 inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue),
         **made)
     for script in (predictor, transformer):
-        if script is not None and not storage.exists(script_rel(project, d, script)):
-            raise ServingError(f"the script {script!r} does not exist at {storage.uri(script_rel(project, d, script))};"
-                               " give a file name in the model's version folder or a project path such as "
-                               "'Resources/predictor.py'")
+        where = script_rel(storage, project, d, script) if script is not None else None
+        if where is not None and not storage.exists(where):
+            raise ServingError(f"the script {script!r} does not exist at {storage.uri(where)}; give a file name in the "
+                               "model's version folder or a project path such as 'Resources/predictor.py'")
     was_running = old is not None and get_status(serving_name, settings) in (states.RUNNING, states.STARTING)
     if was_running:
         stop(serving_name, settings=settings)
@@ -354,9 +354,10 @@ def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, 
         return get(serving_name, settings)
     _check_model(storage, project, d.model_name, d.model_version, settings)
     for script in (d.predictor, d.transformer):
-        if script is not None and not storage.exists(script_rel(project, d, script)):
+        where = script_rel(storage, project, d, script) if script is not None else None
+        if where is not None and not storage.exists(where):
             raise ServingError(f"the script {script!r} of serving {serving_name!r} no longer exists at "
-                               f"{storage.uri(script_rel(project, d, script))}; put it back or redefine the serving")
+                               f"{storage.uri(where)}; put it back or redefine the serving")
     path = log_path(settings, project, serving_name)
     inference_log.private_folder(os.path.dirname(path))   # the logs hold what clients sent: the user's alone
     states.write(storage, project, serving_name, states.ServerState(state=states.STARTING, host=d.host, log=path,

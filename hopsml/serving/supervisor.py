@@ -30,7 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from hopsml import config, layout
+from hopsml import config, hdfs, layout
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
 from hopsml.model import registry
@@ -178,7 +178,7 @@ class Supervisor:
     def _script(self, path: str | None) -> str | None:
         if path is None:
             return None
-        rel = script_rel(self.project, self.definition, path)
+        rel = script_rel(self.storage, self.project, self.definition, path)
         local = self.storage.local_path(rel)
         if local is not None:
             return local
@@ -432,20 +432,19 @@ class Supervisor:
         return code
 
 
-def script_rel(project: str, definition: defs.ServingDefinition, path: str) -> str:
+def script_rel(storage: Storage, project: str, definition: defs.ServingDefinition, path: str) -> str:
     """A predictor or transformer script as a root-relative path: a bare file name is looked up in the model's
-    version folder, other paths are project paths ('Resources/predict.py', '/Projects/p/...', hdfs://...)."""
-    text = path.strip()
-    if "://" in text:
-        text = "/" + text.split("://", 1)[1].split("/", 1)[-1]
-    parts = [p for p in text.split("/") if p and p != "."]
-    if ".." in parts or not parts:
+    version folder; any other path is read as `hdfs` reads it (hdfs.root_relative: 'Resources/predict.py',
+    '/Projects/p/...', hdfs://..., and what hdfs.project_path() and abs_path() return under any root)."""
+    text = path.strip() if isinstance(path, str) else ""
+    if not text or text in (".", "..") or text.endswith("/"):
         raise defs.ServingError(f"script path {path!r} must be a file name in the model version or a project path")
-    if len(parts) == 1:
-        return layout.join(layout.model_dir(project, definition.model_name, definition.model_version), parts[0])
-    if parts[0] == layout.PROJECTS:
-        return layout.join(*parts)
-    return layout.join(layout.project_dir(project), *parts)
+    if "/" not in text and ":" not in text:
+        return layout.join(layout.model_dir(project, definition.model_name, definition.model_version), text)
+    try:
+        return hdfs.root_relative(text, storage, project)
+    except hdfs.InvalidPathError as exc:
+        raise defs.ServingError(f"script path {path!r}: {exc}") from None
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ from hopsml.data.images.listing import deal, scan_images
 from hopsml.data.images.options import DEFAULT_GLOB, TARGET_SHARD_BYTES, ImageOptions, arrow_schema, label_of, unischema
 from hopsml.data.images.transformer import Transformer
 from hopsml.data.manifest import Manifest
+from hopsml.data.sources import resolve_source
 from hopsml.fs import Storage
 from hopsml.progress import spark_progress
 from hopsml.redact import redact_uri
@@ -85,6 +86,7 @@ def prepare_images(src: str, dataset: str, *, resize: tuple[int, int] | None = (
     storage = Storage(settings.root)
     started, began = time.perf_counter(), time.monotonic()
     ds.check_writable(storage, settings.project, dataset, options.overwrite)  # before Spark starts
+    src = resolve_source(src, settings)
     scanned = scan_images(src, options.glob)
     listed = time.perf_counter()
     listing = scanned.files

@@ -17,6 +17,7 @@ from hopsml.cluster import preflight
 from hopsml.cluster.handle import SparkHandle
 from hopsml.data import dataset as ds
 from hopsml.data.manifest import Manifest
+from hopsml.data.sources import resolve_source
 from hopsml.data.tables.csv import HINT, check_source, column_names, csv_source, is_number, read_text
 from hopsml.data.tables.inference import Inference, infer_types, one_row
 from hopsml.data.tables.options import (
@@ -83,6 +84,7 @@ def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
     settings = settings or config.load()
     storage = Storage(settings.root)
     ds.check_writable(storage, settings.project, dataset, options.overwrite)  # before Spark starts
+    src = resolve_source(src, settings)
     check_source(src)
     spark = spark or session.get_or_create(settings)
     session.check_session(settings, spark)  # also for a session passed in
