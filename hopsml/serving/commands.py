@@ -34,6 +34,14 @@ def add_commands(subparsers: Any) -> None:
     create.add_argument("--transformer", help="transformer script (a Transformer class), as --predictor")
     create.add_argument("--host", help=f"address to listen on (default {defs.DEFAULT_HOST}: only this machine)")
     create.add_argument("--port", type=int, help="port to listen on (default 0: any free one at each start)")
+    create.add_argument("--batching", action="store_true", default=None,
+                        help="batch requests together as TF Serving's batcher does (batching_enabled)")
+    create.add_argument("--max-batch-size", type=int, help="rows a batch holds at most (with --batching)")
+    create.add_argument("--batch-timeout-micros", type=int,
+                        help="how long a batch waits for more rows, in microseconds (with --batching)")
+    create.add_argument("--inference-logging", choices=("ALL", "MODEL_INPUTS", "PREDICTIONS", "NONE"),
+                        help="what the inference log keeps of each request (default ALL)")
+    create.add_argument("--max-body-bytes", type=int, help="larger requests get 413")
     for action, text in (("start", "start the serving's server (it keeps running after this command)"),
                          ("stop", "stop the server: no process or port is left"),
                          ("status", "status, endpoint, instances, restarts; the reason and log lines if it failed"),
@@ -71,10 +79,15 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
     """Run the parsed serving command; returns what to print."""
     action = args.serving_action
     if action == "create":
+        logging_mode = {"NONE": None, None: "ALL"}.get(args.inference_logging, args.inference_logging)
         serving = lifecycle.create_or_update(args.name, args.model, args.model_server, args.version,
                                              instances=args.instances, predictor=args.predictor,
                                              transformer=args.transformer, host=args.host, port=args.port,
-                                             settings=settings)
+                                             batching_enabled=bool(args.batching),
+                                             inference_logging=logging_mode,
+                                             max_batch_size=args.max_batch_size,
+                                             batch_timeout_micros=args.batch_timeout_micros,
+                                             max_body_bytes=args.max_body_bytes, settings=settings)
         return f"serving {serving.name} (id {serving.id}) serves {serving.model_name} version {serving.model_version}"
     if action == "list":
         rows: list[dict[str, Any]] = []

@@ -262,3 +262,18 @@ def test_a_server_whose_serving_was_deleted_by_hand_stops_by_itself(settings, tm
         for proc in procs:
             proc.signal(signal.SIGKILL)
     assert wait_for(lambda: port_free(host, port), "the port to be released")
+
+
+def test_the_cli_create_takes_the_batching_logging_and_body_knobs_the_python_api_has(settings, tmp_path):
+    export_sklearn(settings, tmp_path / "model")
+    _cli(settings, "serving", "create", "knobs", "Models/iris", "--batching", "--max-batch-size", "16",
+         "--batch-timeout-micros", "2000", "--inference-logging", "PREDICTIONS", "--max-body-bytes", "4096")
+    made = lifecycle.get("knobs", settings)
+    assert (made.batching_enabled, made.inference_logging) == (True, "PREDICTIONS")
+    from hopsml.fs import Storage
+    from hopsml.serving import definition as defs
+
+    stored = defs.read(Storage(settings.root), settings.project, "knobs")
+    assert (stored.max_batch_size, stored.batch_timeout_micros, stored.max_body_bytes) == (16, 2000, 4096)
+    _cli(settings, "serving", "create", "quiet", "Models/iris", "--inference-logging", "NONE")
+    assert lifecycle.get("quiet", settings).inference_logging is None
