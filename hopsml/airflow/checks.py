@@ -23,7 +23,11 @@ LOG_TAIL_LINES = 40
 
 
 class ExecutionFailed(HopsmlError, RuntimeError):
-    """A job execution ended without success; the message carries its log's last lines."""
+    """A job execution ended without success; the message carries its log's last lines, `ref` the execution."""
+
+    def __init__(self, message: str, ref: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.ref = dict(ref or {})
 
 
 def _jobs() -> Any:
@@ -44,7 +48,7 @@ def check_finished(execution: Any, lines: int = LOG_TAIL_LINES) -> dict[str, Any
     if not execution.success:
         raise ExecutionFailed(f"execution {execution.id} of job {execution.job_name!r} ended {execution.state} "
                               f"({execution.final_status}, exit code {execution.exit_code}); the last lines of "
-                              f"its log:\n{execution.log_tail(lines)}")
+                              f"its log:\n{execution.log_tail(lines)}", execution_ref(execution))
     return execution_ref(execution)
 
 
@@ -52,6 +56,22 @@ def start_job(settings: config.Settings, job_name: str, args: str | Sequence[str
     """A new execution of job `job_name`, not awaited. `exclusive` refuses a second one while one runs, so a
     retried task never runs the job twice at once."""
     return _job(settings, job_name).run(args=args, await_termination=False, exclusive=True)
+
+
+def run_job(settings: config.Settings, job_name: str, args: str | Sequence[str] | None, timeout_s: float
+            ) -> dict[str, Any]:
+    """Run job `job_name` owned by this process and wait for its end, up to `timeout_s`: if the task is killed
+    (its worker too, by SIGKILL), the job's runner stops the app and records the execution LOST, so no run
+    goes on without its task; `exclusive`, so a retried task never runs beside its killed try. The reference of
+    the execution that succeeded; ExecutionFailed with its log's last lines otherwise (also past `timeout_s`,
+    the run stopped)."""
+    job = _job(settings, job_name)
+    try:
+        execution = job.run(args=args, await_termination=True, timeout=timeout_s, exclusive=True)
+    except HopsmlError as exc:   # JobError: stopped at the deadline, or another run of the job is going on
+        number = getattr(exc, "execution", None)
+        raise ExecutionFailed(str(exc), {"job": job_name, "execution_id": number} if number else None) from None
+    return check_finished(execution)
 
 
 def _job(settings: config.Settings, job_name: str) -> Any:

@@ -87,9 +87,11 @@ class HopsmlOperator(BaseOperator):
 
 class HopsmlJobOperator(HopsmlOperator):
     """Run hopsml job `job_name` with `args`; with `wait_for_completion` wait up to `timeout_s` and fail with the
-    execution's log tail when it does not succeed. Each try starts a new execution, never two at once; killing
-    the task stops its execution. XCom: the execution's id, state and what it produced; each produced object
-    gets an event through the AssetAlias `hopsml://<project>/jobs/<job>/produced`."""
+    execution's log tail when it does not succeed. Each try starts a new execution, never two at once; the
+    awaited execution belongs to the task, so killing the task (or its worker) stops it and records it LOST.
+    Without waiting the execution runs on by itself (a JobExecutionSensor awaits it). XCom: the execution's id,
+    state and what it produced; each produced object gets an event through the AssetAlias
+    `hopsml://<project>/jobs/<job>/produced`."""
 
     template_fields: Sequence[str] = ("job_name", "args")
     ui_color = "#d9ecd0"
@@ -98,7 +100,6 @@ class HopsmlJobOperator(HopsmlOperator):
                  timeout_s: float = 24 * 3600.0, **kwargs: Any) -> None:
         self.job_name, self.args = job_name, args
         self.wait_for_completion, self.timeout_s = wait_for_completion, float(timeout_s)
-        self._execution: Any = None
         super().__init__(**kwargs)
         self.outlets.append(AssetAlias(assets.job(self.project_name, job_name) + "/produced"))
 
@@ -106,17 +107,11 @@ class HopsmlJobOperator(HopsmlOperator):
         return [assets.job(self.project_name, self.job_name)]
 
     def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
-        self._execution = checks.start_job(settings, self.job_name, self.args)
-        log.info("job %s: execution %s started", self.job_name, self._execution.id)
-        if not self.wait_for_completion:
-            return steps.Step(checks.execution_ref(self._execution))
-        ref = checks.await_job(self._execution, self.timeout_s)
-        return checks.job_step(settings, ref)
-
-    def on_kill(self) -> None:
-        if self._execution is not None and self._execution.success is None:
-            log.info("job %s: stopping execution %s", self.job_name, self._execution.id)
-            self._execution.stop()
+        if self.wait_for_completion:   # owned by this task: it ends with the task, whatever kills it
+            return checks.job_step(settings, checks.run_job(settings, self.job_name, self.args, self.timeout_s))
+        execution = checks.start_job(settings, self.job_name, self.args)
+        log.info("job %s: execution %s started", self.job_name, execution.id)
+        return steps.Step(checks.execution_ref(execution))
 
 
 class PrepareDatasetOperator(HopsmlOperator):
@@ -324,7 +319,7 @@ class HopsworksLaunchOperator(HopsmlJobOperator):
             if not self.ignore_failure:
                 raise
             log.warning("%s (ignore_failure=True)", exc)
-            return steps.Step(checks.execution_ref(self._execution))
+            return steps.Step(exc.ref)
 
 
 __all__ = ["BestModelOperator", "CreateServingOperator", "ExperimentOperator", "FeatureGroupInsertOperator",
