@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("airflow.sdk")  # not "airflow": this folder, tests/airflow, would pass for it
+pytest.importorskip("airflow.sdk")   # the provider runs where the airflow extra is installed
 
 from conftest import PROJECT, airflow, dags_folder
 
@@ -26,7 +26,7 @@ def test_the_lineage_dag_of_a_model_trained_on_a_feature_view_reproduces_it(proj
     frame = load_iris(as_frame=True).frame.rename(columns=lambda c: c.replace(" (cm)", "").replace(" ", "_"))
     frame.insert(0, "flower", range(len(frame)))
     store = FeatureStore(settings)
-    group = store.create_feature_group("flowers", primary_key=["flower"])
+    group = store.create_feature_group("petals", primary_key=["flower"])
     group.insert(pd.DataFrame(frame))
     store.create_feature_view("flowerview", query=group.select_all(), labels=["target"])
     made = steps.create_training_dataset(settings, "flowerview", test_size=0.2, seed=3).ref
@@ -41,7 +41,7 @@ def test_the_lineage_dag_of_a_model_trained_on_a_feature_view_reproduces_it(proj
     commands.add_commands(parser.add_subparsers(dest="command"))
     commands.run(parser.parse_args(["pipelines", "dag", "viewmodel", "-o", str(path)]), settings)
     source = path.read_text()
-    for part in ("TrainingDatasetOperator(", "'flowerview'", f"Asset('hopsml://{PROJECT}/featuregroups/flowers/1')",
+    for part in ("TrainingDatasetOperator(", "'flowerview'", f"Asset('hopsml://{PROJECT}/featuregroups/petals/1')",
                  'training_dataset_flowerview.output["dataset"]'):
         assert part in source, part
     done = airflow("dags", "test", "retrain_viewmodel")

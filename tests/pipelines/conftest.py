@@ -20,8 +20,8 @@ PROJECT = "pipes"
 
 
 def _airflow_installed() -> bool:
-    """Whether Airflow is installed, without importing it (it reads AIRFLOW_HOME when imported): a namespace
-    package, this very folder found as "airflow" through tests/ on the path, has no origin."""
+    """Whether Airflow is installed, without importing it (it reads AIRFLOW_HOME when imported); a namespace
+    package of that name found elsewhere on the path has no origin."""
     spec = importlib.util.find_spec("airflow")
     return spec is not None and spec.origin is not None
 
