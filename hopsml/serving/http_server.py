@@ -47,14 +47,28 @@ _CLOSE_GRACE_S = 5.0     # a closed connection whose client reads nothing is abo
 
 class Request(NamedTuple):
     """One whole request: the method, the path (percent-decoded, without the query) and the body (a named
-    tuple: made for every request, in half the time a frozen dataclass takes)."""
+    tuple: made for every request, in half the time a frozen dataclass takes); `json_length`: the
+    Inference-Header-Content-Length header of KServe v2's binary tensor extension (-1 without one)."""
 
     method: str
     path: str
     body: bytes
+    json_length: int = -1
 
 
-Answer = tuple[int, bytes]          # status, JSON body
+class BinaryBody(bytes):
+    """An answer's body of KServe v2's binary tensor extension: a JSON head of `json_length` bytes, then raw
+    tensor bytes (sent as application/octet-stream with the Inference-Header-Content-Length header)."""
+
+    json_length: int
+
+    def __new__(cls, head: bytes, data: bytes) -> BinaryBody:
+        body = super().__new__(cls, head + data)
+        body.json_length = len(head)
+        return body
+
+
+Answer = tuple[int, bytes]          # status, JSON body (or a BinaryBody)
 Handler = Callable[[Request], Awaitable[Answer]]
 
 
@@ -323,7 +337,12 @@ class _Connection(asyncio.Protocol):
                 self.transport.close()
         else:
             body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-            self.queue.append(_Parsed(Request(method, _path(self._url), body), keep_alive, method == "HEAD"))
+            request = Request(method, _path(self._url), body)
+            if method == "POST":   # a binary v2 request names the length of its JSON head
+                for name, value in self._headers:
+                    if name == b"inference-header-content-length":
+                        request = request._replace(json_length=_length(value))
+            self.queue.append(_Parsed(request, keep_alive, method == "HEAD"))
         self._chunks = []
         if len(self.queue) >= _PIPELINE_DEPTH and not self.reading_paused:
             self.reading_paused = True
@@ -385,9 +404,17 @@ class _Connection(asyncio.Protocol):
         close = close or self.server.stopping
         self.idle_since = time.monotonic()   # keep-alive counts from the answer, not from the request
         head = self.server.head(status, len(body), close)
+        if type(body) is BinaryBody:
+            head = head.replace(b"content-type: application/json", b"content-type: application/octet-stream\r\n"
+                                b"inference-header-content-length: %d" % body.json_length, 1)
         self.transport.write(head if head_only else head + body)
         if close:
             self.transport.close()
+
+
+def _length(value: bytes) -> int:
+    """A header's whole number, -1 when it is not one (the app says what is wrong)."""
+    return int(value) if value.strip().isdigit() else -2
 
 
 def _path(url: bytes) -> str:

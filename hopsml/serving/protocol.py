@@ -10,6 +10,7 @@ little more than its JSON and the model's call.
     GET  /v2, /v2/models/<name>[/versions/<v>]       server and model metadata (inputs, outputs, versions)
     GET  /v2/models/<name>[/versions/<v>]/ready       {"name": ..., "ready": true}
     POST /v2/models/<name>[/versions/<v>]/infer       {"inputs": [{"name", "shape", "datatype", "data"}]}
+                                                      (or a JSON head and raw tensor bytes: the binary extension)
                                                       -> {"model_name", "model_version", "outputs": [...]}
 
 Failures answer {"error": "..."}: 4xx for what the client sent (malformed JSON, wrong shape or dtype,
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from hopsml.serving.http_server import Answer, Request
+from hopsml.serving.http_server import Answer, BinaryBody, Request
 from hopsml.serving.inference_log import record
 from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
 from hopsml.serving.repeats import RepeatedFailures
@@ -74,6 +75,8 @@ class ModelApp:
         except Exception as exc:  # noqa: BLE001  # the model's failure: answered, logged once per kind
             self.failures.exception("serving %s: %s %s failed", exc, self.name, request.method, request.path)
             status, body = 500, {"error": f"the model raised {type(exc).__name__}: {exc}"}
+        if type(body) is BinaryBody:
+            return status, body
         try:
             return status, _dumps(body)
         except TypeError as exc:   # what the model (or the transformer) returned is not JSON
@@ -135,8 +138,9 @@ class ModelApp:
                 "metadata": {"signature_def": {"signature_def": self.servable.signature()}}}
 
     def _json_body(self, request: Request, example: str) -> dict[str, Any]:
+        raw = request.body if request.json_length < 0 else request.body[:request.json_length]
         try:
-            body = _loads(request.body)
+            body = _loads(raw)
         except RecursionError:
             raise RequestError(f"the body's JSON is nested deeper than {MAX_JSON_DEPTH} levels; send e.g. "
                                f"{example}") from None
@@ -212,10 +216,16 @@ class ModelApp:
 
     async def _v2_infer(self, request: Request) -> Any:
         example = '{"inputs": [{"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+        if request.json_length < -1 or request.json_length > len(request.body):
+            raise RequestError("the Inference-Header-Content-Length header must be the byte length of the body's JSON "
+                               f"head (at most the body's {len(request.body)} bytes)")
         body = self._json_body(request, example)
+        tensors = body.get("inputs")
+        if request.json_length >= 0 and isinstance(tensors, list):
+            _binary_inputs(tensors, memoryview(request.body)[request.json_length:])
         if self.transformer is not None:
             body = self.transformer.preprocess(body)
-        tensors = body.get("inputs")
+            tensors = body.get("inputs")
         if not isinstance(tensors, list) or not tensors or not all(isinstance(t, dict) for t in tensors):
             raise RequestError(f"\"inputs\" must be a list of tensors, each {{\"name\", \"shape\", \"datatype\", "
                                f"\"data\"}}; send e.g. {example}")
@@ -241,7 +251,7 @@ class ModelApp:
             answer["id"] = body["id"]
         if self.transformer is not None:
             answer = self.transformer.postprocess(answer)
-        return answer
+        return _binary_outputs(answer, body)
 
     def _v2_output(self, name: str, value: Any) -> dict[str, Any]:
         """One v2 output tensor: its shape, type and row-major data."""
@@ -274,6 +284,72 @@ class ModelApp:
         return [list(row) for row in zip(*columns)]
 
 
+def _binary_inputs(tensors: list[Any], data: memoryview) -> None:
+    """KServe v2's binary tensor extension: each input whose parameters give a `binary_data_size` takes that many
+    bytes of what follows the JSON head, in the inputs' order, as its data (BYTES: each element a 4-byte
+    little-endian length and its bytes)."""
+    at = 0
+    for tensor in tensors:
+        size = (tensor.get("parameters") or {}).get("binary_data_size") if isinstance(tensor, dict) else None
+        if size is None:
+            continue
+        name = tensor.get("name", "an input")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0 or at + size > len(data):
+            raise RequestError(f"input {name!r}: binary_data_size {size!r} does not fit the {len(data) - at} bytes "
+                               "left after the JSON head")
+        chunk, at = data[at:at + size], at + size
+        datatype = tensor.get("datatype")
+        if datatype == "BYTES":
+            items, offset = [], 0
+            while offset + 4 <= len(chunk):
+                length = int.from_bytes(chunk[offset:offset + 4], "little")
+                items.append(bytes(chunk[offset + 4:offset + 4 + length]).decode("utf-8", "replace"))
+                offset += 4 + length
+            tensor["data"] = items
+        elif datatype in V2_TYPES:
+            dtype = np.dtype(V2_TYPES[datatype])
+            if size % dtype.itemsize:
+                raise RequestError(f"input {name!r}: {size} bytes are not whole {datatype} values")
+            tensor["data"] = np.frombuffer(chunk, dtype=dtype.newbyteorder("<")).astype(dtype)
+    if at != len(data):
+        raise RequestError(f"{len(data) - at} bytes after the JSON head belong to no input; give each binary input "
+                           "\"parameters\": {\"binary_data_size\": N}")
+
+
+def _binary_outputs(answer: Any, body: dict[str, Any]) -> Any:
+    """The answer as the request asked for its outputs: only those it names in "outputs" (all without one), and
+    as raw bytes after a JSON head (a BinaryBody) where it asks for binary data (an output's
+    `parameters.binary_data`, or the request's `parameters.binary_data_output`)."""
+    wanted = body.get("outputs")
+    every = bool((body.get("parameters") or {}).get("binary_data_output"))
+    if not isinstance(answer, dict) or not isinstance(answer.get("outputs"), list) or (not wanted and not every):
+        return answer
+    outputs = {str(o.get("name")): o for o in answer["outputs"] if isinstance(o, dict)}
+    binary: set[str] = set(outputs) if every else set()
+    if isinstance(wanted, list) and wanted:
+        names = [str(w.get("name")) for w in wanted if isinstance(w, dict)]
+        unknown = [n for n in names if n not in outputs]
+        if unknown:
+            raise RequestError(f"output {unknown[0]!r} is not one of this model's outputs ({', '.join(outputs)})")
+        answer["outputs"] = [outputs[n] for n in names]
+        binary |= {str(w.get("name")) for w in wanted if isinstance(w, dict)
+                   and (w.get("parameters") or {}).get("binary_data", every)}
+    if not binary:
+        return answer
+    chunks = []
+    for output in answer["outputs"]:
+        if output["name"] not in binary:
+            continue
+        if output["datatype"] == "BYTES":
+            raw = b"".join(len(e).to_bytes(4, "little") + e for e in (str(v).encode() for v in output["data"]))
+        else:
+            raw = np.asarray(output["data"], dtype=np.dtype(V2_TYPES[output["datatype"]]).newbyteorder("<")).tobytes()
+        output.pop("data")
+        output["parameters"] = {**(output.get("parameters") or {}), "binary_data_size": len(raw)}
+        chunks.append(raw)
+    return BinaryBody(_dumps(answer), b"".join(chunks))
+
+
 def _v2_tensor(tensor: dict[str, Any]) -> np.ndarray:
     """A v2 input tensor as a numpy array of its shape: data flat (row-major) or nested, as the protocol allows."""
     name = tensor.get("name", "an input")
@@ -283,8 +359,9 @@ def _v2_tensor(tensor: dict[str, Any]) -> np.ndarray:
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                               for d in shape):
         raise RequestError(f"input {name!r} needs \"shape\": a list of whole numbers, e.g. [1, 4]")
-    if not isinstance(data, list):
-        raise RequestError(f"input {name!r} needs \"data\": a list of values (flat, row-major, or nested)")
+    if not isinstance(data, (list, np.ndarray)):
+        raise RequestError(f"input {name!r} needs \"data\": a list of values (flat, row-major, or nested), or "
+                           "\"parameters\": {\"binary_data_size\": N} with the Inference-Header-Content-Length header")
     try:
         array = np.asarray(data, dtype=V2_TYPES[datatype])
         size = int(np.prod(shape)) if shape else 1

@@ -92,3 +92,51 @@ def test_v2_infer_with_batching_keeps_each_requests_rows(settings, tmp_path):
             assert out["shape"] == [2, 3] and out["datatype"] == "FP32"
             np.testing.assert_allclose(np.array(out["data"]).reshape(2, 3), want[2 * i:2 * i + 2], rtol=1e-5,
                                        atol=1e-6)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_tritons_own_http_client_gets_the_models_answers_in_binary_and_json(settings, tmp_path, batching):
+    """tritonclient sends its inputs as binary tensor data by default (a JSON head, then raw bytes, the length of
+    the head in Inference-Header-Content-Length), which was answered 400 ('the body is not valid JSON'); binary
+    and JSON inputs and outputs now give the model's answers, with and without batching."""
+    httpclient = pytest.importorskip("tritonclient.http")
+    fitted = export_sklearn(settings, tmp_path / "model")
+    lifecycle.create_or_update("iris", "Models/iris", "PYTHON", batching_enabled=batching, settings=settings)
+    x = iris()[0][::7]
+    want = fitted.predict(x)
+    with running(settings, "iris") as serving:
+        client = httpclient.InferenceServerClient(f"{serving.internal_ips[0]}:{serving.internal_port}")
+        assert client.is_server_live() and client.is_model_ready("iris")
+        for binary_in, binary_out in ((True, True), (True, False), (False, True), (False, False)):
+            tensor = httpclient.InferInput("input-0", list(x.shape), "FP64")
+            tensor.set_data_from_numpy(x, binary_data=binary_in)
+            result = client.infer("iris", [tensor], outputs=[
+                httpclient.InferRequestedOutput("output-0", binary_data=binary_out)])
+            np.testing.assert_array_equal(result.as_numpy("output-0"), want)
+        tensor = httpclient.InferInput("input-0", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x.astype(np.float32))
+        np.testing.assert_array_equal(client.infer("iris", [tensor]).as_numpy("output-0"), want)   # all outputs
+        with pytest.raises(Exception, match="not one of this model's outputs"):
+            client.infer("iris", [tensor], outputs=[httpclient.InferRequestedOutput("probabilities")])
+        client.close()
+
+
+def test_malformed_binary_requests_get_a_400_naming_the_problem(settings, tmp_path):
+    import json
+    import urllib.error
+    import urllib.request
+
+    export_sklearn(settings, tmp_path / "model")
+    lifecycle.create_or_update("iris", "Models/iris", "PYTHON", settings=settings)
+    head = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": 16}}]}).encode()
+    cases = [(head + b"\0" * 8, len(head), "binary_data_size 16 does not fit the 8 bytes"),
+             (head + b"\0" * 20, len(head), "4 bytes after the JSON head belong to no input"),
+             (head + b"\0" * 16, len(head) + 99, "Inference-Header-Content-Length header must be")]
+    with running(settings, "iris") as serving:
+        for body, length, words in cases:
+            request = urllib.request.Request(v2_url(serving, "/models/iris/infer"), body, method="POST",
+                                             headers={"Inference-Header-Content-Length": str(length)})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=60)
+            assert refused.value.code == 400 and words in json.loads(refused.value.read())["error"]
