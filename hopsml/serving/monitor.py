@@ -207,8 +207,10 @@ def _references(stats: Mapping[str, Any], transform: Mapping[str, Any], split: s
 
 
 # --- what serving got --------------------------------------------------------------------------------
-def _rows_of(text: str | None) -> list[list[Any]]:
-    """The feature rows of one logged request ('instances' rows or 'inputs' columns); [] if it has none."""
+def _rows_of(text: str | None, names: Sequence[str] = ()) -> list[list[Any]]:
+    """The feature rows of one logged request ('instances' rows or 'inputs' columns); [] if it has none. A row
+    of named features (TF Serving's {"name": value} form) is put in the order of `names`, the training
+    features."""
     if not text:
         return []
     try:
@@ -226,7 +228,8 @@ def _rows_of(text: str | None) -> list[list[Any]]:
         return []
     if not isinstance(rows, list):
         return []
-    return [r if isinstance(r, list) else [r] for r in rows if isinstance(r, (list, int, float))]
+    return [[r.get(n) for n in names] if isinstance(r, dict) else r if isinstance(r, list) else [r]
+            for r in rows if isinstance(r, (list, dict, int, float))]
 
 
 def _numbers(rows: list[list[Any]], column: int) -> np.ndarray:
@@ -359,7 +362,8 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
                 if s == 200 and t]
     references = _references(stats, transform, split)
     width = len(references)
-    rows = [row for text in answered for row in _rows_of(text)]
+    names = [ref["name"] for ref in references]
+    rows = [row for text in answered for row in _rows_of(text, names)]
     widths = sorted({len(r) for r in rows})
     problems: list[str] = []
     if rows and widths != [width]:

@@ -237,8 +237,8 @@ class ModelApp:
             inputs = self._columns({k: v.reshape(len(v), -1)[:, 0].tolist() if v.ndim else v.tolist()
                                     for k, v in arrays.items()})
         rows = inputs.tolist() if isinstance(inputs, np.ndarray) else inputs  # as v1 passes them (scripts get lists)
-        if isinstance(rows, list):
-            record(rows=len(rows))
+        if isinstance(rows, list):   # the log keeps the rows the model got, so the monitor reads v2 as v1
+            record(rows=len(rows), inputs={"instances": rows})
         try:
             result = await self.batcher.predict(rows) if self.batcher is not None else self.servable.predict(rows)
         except Exception as exc:

@@ -171,3 +171,29 @@ def test_a_model_trained_on_a_feature_views_training_dataset_is_monitored_agains
     shifted[:, 3] += 2.0                                 # the scaled petal length, two standard deviations up
     _serve(settings, "fvshifted", shifted)
     assert monitor("fvshifted", settings=settings)["drifted"] == ["standard_scaler_petal_length_"]
+
+
+def test_kserve_v2_requests_json_and_binary_are_monitored_as_v1_rows_are(trained):
+    """v2 tensors were logged as they came (a list of tensors, or binary bytes) and the monitor saw no rows in
+    them; the rows the model got are logged now, so the training rows served over v2 show no drift."""
+    httpclient = pytest.importorskip("tritonclient.http")
+    root, features, _ = trained
+    settings = settings_for(root)
+    lifecycle.create_or_update("overv2", "Models/iris", "PYTHON", inference_log_roll_seconds=3600, settings=settings)
+    half = len(features) // 2
+    with running(settings, "overv2") as serving:
+        url = f"http://{serving.internal_ips[0]}:{serving.internal_port}/v2/models/overv2/infer"
+        for start in range(0, half, 25):
+            chunk = features[start:min(start + 25, half)]
+            status, _ = http("POST", url, {"inputs": [{"name": "input-0", "shape": list(chunk.shape),
+                                                       "datatype": "FP64", "data": chunk.ravel().tolist()}]})
+            assert status == 200
+        client = httpclient.InferenceServerClient(f"{serving.internal_ips[0]}:{serving.internal_port}")
+        for start in range(half, len(features), 25):
+            tensor = httpclient.InferInput("input-0", list(features[start:start + 25].shape), "FP64")
+            tensor.set_data_from_numpy(features[start:start + 25])   # binary, as the client sends by default
+            client.infer("overv2", [tensor])
+        client.close()
+    report = monitor("overv2", settings=settings)
+    assert report["rows"] == len(features) and report["drifted"] == []
+    assert report["preprocessing"] == {"ok": True, "problems": []}
