@@ -396,6 +396,11 @@ class ServingDir:
         """The last skew and drift report of `hopsml.serving.monitor`."""
         return join(self.path, "monitor.json")
 
+    @property
+    def canary_report(self) -> str:
+        """The last decision on the serving's canary (promoted, rolled back, waiting) and why."""
+        return join(self.path, "canary.json")
+
 
 def servings_dir(project: str) -> str:
     """`Serving/`: one folder per serving of the project."""

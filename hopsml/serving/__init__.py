@@ -16,7 +16,9 @@ run (the Kafka topic and its partitions and replicas, `kserve`,
 and recorded, and change nothing here; the transformer runs inside each instance. What hops sent to the Kafka
 topic (`inference_logging`: 'MODEL_INPUTS', 'PREDICTIONS' or 'ALL', the default) goes to the serving's
 inference log, Parquet files in `Logs/Serving/<name>/inference/`; `monitor(name)` compares its inputs with the
-training dataset. Importing this package starts nothing.
+training dataset. A serving may hold a canary version beside the stable one (`canary_version=`,
+`canary_traffic_percent=`): `promote`, `rollback`, and `canary_gate(name)`, which decides on what the canary's
+traffic looked like (canary.py). Importing this package starts nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from hopsml.serving.canary import gate as canary_gate
+from hopsml.serving.canary import promote, rollback
 from hopsml.serving.definition import MODEL_SERVERS, PYTHON, TENSORFLOW_SERVING, ServingError, ServingNotFound
 from hopsml.serving.lifecycle import (
     InferenceError,
@@ -147,4 +151,4 @@ __all__ = ["MODEL_SERVERS", "PYTHON", "TENSORFLOW_SERVING", "InferenceError", "K
            "get_kafka_topic",
            "get_model_name", "get_model_path", "get_model_server", "get_model_version", "get_predictor",
            "get_predictor_resource_config", "get_serving_tool", "get_status", "get_transformer",
-           "make_inference_request", "monitor", "start", "stop"]
+           "make_inference_request", "monitor", "start", "stop", "canary_gate", "promote", "rollback"]

@@ -42,11 +42,23 @@ def add_commands(subparsers: Any) -> None:
     create.add_argument("--inference-logging", choices=("ALL", "MODEL_INPUTS", "PREDICTIONS", "NONE"),
                         help="what the inference log keeps of each request (default ALL)")
     create.add_argument("--max-body-bytes", type=int, help="larger requests get 413")
+    create.add_argument("--canary-version", type=int,
+                        help="another version served beside --version, taking --canary-percent of the requests")
+    create.add_argument("--canary-percent", type=int, help="percent of the requests sent to the canary (default 10)")
     for action, text in (("start", "start the serving's server (it keeps running after this command)"),
                          ("stop", "stop the server: no process or port is left"),
                          ("status", "status, endpoint, instances, restarts; the reason and log lines if it failed"),
-                         ("delete", "stop it and remove its definition (its log stays)")):
+                         ("delete", "stop it and remove its definition (its log stays)"),
+                         ("promote", "the canary version becomes the stable one"),
+                         ("rollback", "drop the canary: the stable version takes every request")):
         actions.add_parser(action, help=text).add_argument("name")
+    gate = actions.add_parser("canary-gate", help="promote the canary if, over the last window, its served features "
+                                                  "do not skew from its training data and its predictions, errors "
+                                                  "and p99 hold up against the stable version's; else roll it back")
+    gate.add_argument("name")
+    gate.add_argument("--window", type=float, default=3600.0, help="seconds of traffic to judge (default 3600)")
+    gate.add_argument("--min-requests", type=int, default=50, help="canary requests needed to decide (default 50)")
+    gate.add_argument("--dry-run", action="store_true", help="decide and record, but change nothing")
     actions.add_parser("list", help="every serving of the project with its status")
     watch = actions.add_parser("monitor", help="drift and training-serving skew: the logged inputs against the "
                                                "training dataset's statistics (JSON report in the serving's folder)")
@@ -87,8 +99,24 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                                              inference_logging=logging_mode,
                                              max_batch_size=args.max_batch_size,
                                              batch_timeout_micros=args.batch_timeout_micros,
-                                             max_body_bytes=args.max_body_bytes, settings=settings)
-        return f"serving {serving.name} (id {serving.id}) serves {serving.model_name} version {serving.model_version}"
+                                             max_body_bytes=args.max_body_bytes,
+                                             canary_version=args.canary_version,
+                                             canary_traffic_percent=args.canary_percent, settings=settings)
+        canary_text = (f", canary version {serving.canary_version} at {serving.canary_traffic_percent}%"
+                       if serving.canary_version is not None else "")
+        return (f"serving {serving.name} (id {serving.id}) serves {serving.model_name} version "
+                f"{serving.model_version}{canary_text}")
+    if action in ("promote", "rollback", "canary-gate"):
+        from hopsml.serving import canary
+
+        if action == "canary-gate":
+            report = canary.gate(args.name, window_s=args.window, min_requests=args.min_requests,
+                                 act=not args.dry_run, settings=settings)
+        else:
+            getattr(canary, action)(args.name, settings=settings)
+            report = canary.last_decision(args.name, settings) or {}
+        return (f"{args.name}: canary version {report.get('canary')} {report.get('decision')}"
+                + "".join(f"\n  {reason}" for reason in report.get("reasons", [])))
     if action == "list":
         rows: list[dict[str, Any]] = []
         broken: list[str] = []

@@ -83,6 +83,8 @@ class ServingDefinition:
     inference_log_roll_seconds: int = 10
     inference_log_roll_bytes: int = 8 << 20
     inference_log_queue: int = 10000
+    canary_version: int | None = None     # a second version of the model, served beside model_version (stable)
+    canary_traffic_percent: int = 0       # of the requests that name no version, sent to the canary
     creator: str = field(default_factory=lambda: os.environ.get("HOPSML_USER") or getpass.getuser())
     created: str = field(default_factory=_now)
 
@@ -102,6 +104,18 @@ class ServingDefinition:
                                   ("inference_log_queue", self.inference_log_queue, 1)):
             if isinstance(number, bool) or not isinstance(number, int) or number < low:
                 raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
+        if self.canary_version is not None:
+            if isinstance(self.canary_version, bool) or not isinstance(self.canary_version, int) or \
+                    self.canary_version < 1:
+                raise ServingError(f"canary_version must be a model version (1 or more), not {self.canary_version!r}")
+            if self.canary_version == self.model_version:
+                raise ServingError(f"canary_version {self.canary_version} is the stable version itself; give another "
+                                   "version of the model")
+        percent = self.canary_traffic_percent
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+            raise ServingError(f"canary_traffic_percent must be a whole number from 0 to 100, not {percent!r}")
+        if percent and self.canary_version is None:
+            raise ServingError(f"canary_traffic_percent={percent} needs a canary_version")
         if not 0 <= self.port <= 65535:
             raise ServingError(f"port {self.port} is not a port: give 1-65535, or 0 for any free one")
         if self.transformer_instances is not None and (isinstance(self.transformer_instances, bool) or not

@@ -95,6 +95,7 @@ class _Record:
     rows: int | None = None   # the rows the app read; None: counted from the JSON when written
     size: int = 0             # the request body's size as sent (`request` may be its first bytes only)
     truncated: bool = False
+    version: int | None = None   # the model version that answered (a canary's); None: the serving's
 
 
 _POLL_S = 0.05   # how often the writer takes the records that have come
@@ -269,7 +270,8 @@ class InferenceLogger:
             "time": pa.array([int(r.time * 1e6) for r in records], pa.int64()).cast(schema["time"]),
             "serving": pa.repeat(pa.scalar(opts.serving, pa.string()), count),
             "model_name": pa.repeat(pa.scalar(opts.model_name, pa.string()), count),
-            "model_version": pa.repeat(pa.scalar(opts.model_version, pa.int32()), count),
+            "model_version": pa.array([opts.model_version if r.version is None else r.version for r in records],
+                                      pa.int32()),
             "instance": pa.repeat(pa.scalar(self.instance, pa.int16()), count),
             "status": pa.array([r.status for r in records], pa.int16()),
             "latency_ms": pa.array([r.latency_ms for r in records], pa.float64()),
@@ -408,7 +410,7 @@ class LoggedApp:
         answer = body if len(body) <= limit else body[:limit]
         self.logger.put(_Record(started, status, (time.perf_counter() - clock) * 1000.0, kept,
                                 None if rejected else holder.get("inputs"), answer, holder.get("rows"),
-                                len(raw), kept is not raw or answer is not body))
+                                len(raw), kept is not raw or answer is not body, holder.get("version")))
         return status, body
 
 

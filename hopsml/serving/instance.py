@@ -40,6 +40,7 @@ class InstanceSpec:
     threads: int
     batching: dict[str, int] | None = None
     limits: dict[str, float] | None = None   # http_server.Limits' fields (the serving_* settings)
+    canary: dict[str, Any] | None = None    # the canary version: version, percent, model_dir, predictor, transformer
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -66,11 +67,15 @@ def main() -> int:
         LogOptions,
         RecordingTransformer,
     )
-    from hopsml.serving.protocol import ModelApp
+    from hopsml.serving.protocol import ModelApp, VersionRouter
 
+    canary = spec.canary
     try:
         servable = loaders.load(spec.model_dir, spec.predictor, spec.threads)
         transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
+        if canary is not None:
+            canary_servable = loaders.load(canary["model_dir"], canary["predictor"], spec.threads)
+            canary_transformer = loaders.Transformer.load(canary["transformer"]) if canary["transformer"] else None
     except Exception as exc:  # the supervisor records why, so the status can say it
         log.exception("cannot load the model of serving %s", spec.name)
         reason = str(exc) if isinstance(exc, loaders.ServingError) else f"{type(exc).__name__}: {exc}"
@@ -85,20 +90,27 @@ def main() -> int:
     logger = None
     if os.environ.get(LOG_ENV):  # inference logging: the model calls are counted, requests queued for the writer
         logger = InferenceLogger(LogOptions.from_env(os.environ[LOG_ENV]), spec.index)
-        servable = cast(loaders.Servable, CountingServable(servable, logger.batch_sizes))
-        if transformer is not None:
-            transformer = cast(loaders.Transformer, RecordingTransformer(transformer))
-    batcher = None
-    if spec.batching is not None:
-        from hopsml.serving.batching import Batcher, BatchingOptions
 
-        batcher = Batcher(servable, BatchingOptions(**spec.batching))
-        # The model thread needs the GIL between the model's operations. The event loop lets go of it at
-        # every I/O callback and takes it straight back, and each time that resets the waiting thread's
-        # clock, so at the default 5 ms it waited until the loop went idle: the batch computed after the
-        # answers were written, not while. At 10 us it is asked for at once (64 clients: +10% req/s).
-        sys.setswitchinterval(10e-6)
-    app: Any = ModelApp(spec.name, spec.version, servable, transformer, batcher=batcher)
+    def model_app(version: int, servable: Any, transformer: Any) -> ModelApp:
+        if logger is not None:
+            servable = cast(loaders.Servable, CountingServable(servable, logger.batch_sizes))
+            if transformer is not None:
+                transformer = cast(loaders.Transformer, RecordingTransformer(transformer))
+        batcher = None
+        if spec.batching is not None:
+            from hopsml.serving.batching import Batcher, BatchingOptions
+
+            batcher = Batcher(servable, BatchingOptions(**spec.batching))
+            # The model thread needs the GIL between the model's operations. The event loop lets go of it at
+            # every I/O callback and takes it straight back, and each time that resets the waiting thread's
+            # clock, so at the default 5 ms it waited until the loop went idle: the batch computed after the
+            # answers were written, not while. At 10 us it is asked for at once (64 clients: +10% req/s).
+            sys.setswitchinterval(10e-6)
+        return ModelApp(spec.name, version, servable, transformer, batcher=batcher)
+
+    app: Any = model_app(spec.version, servable, transformer)
+    if canary is not None:   # both versions in each instance: the split needs no router in front
+        app = VersionRouter(app, model_app(canary["version"], canary_servable, canary_transformer), canary["percent"])
     if logger is not None:
         app = LoggedApp(app, logger)
     # what loading made (the framework's modules, the model) lives as long as the process: kept out of the

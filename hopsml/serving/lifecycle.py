@@ -101,6 +101,8 @@ class Serving:
     restarts: list[states.Restart] = field(default_factory=list)
     log: str = ""
     failing_instances: list[states.Restart] = field(default_factory=list)   # given up on after crashing
+    canary_version: int | None = None
+    canary_traffic_percent: int = 0
 
 
 def _where(settings: config.Settings | None) -> tuple[Storage, str, config.Settings]:
@@ -188,7 +190,8 @@ def _view(settings: config.Settings, project: str, d: ServingDefinition) -> Serv
                    internal_port=str(st.port) if running else None,
                    internal_path=f"/v1/models/{d.name}" if running else None, restarts=list(st.restarts),
                    log=recorded_log(settings, project, d.name, st),
-                   failing_instances=list(st.failing) if running else [])
+                   failing_instances=list(st.failing) if running else [], canary_version=d.canary_version,
+                   canary_traffic_percent=d.canary_traffic_percent)
 
 
 def get_all(settings: config.Settings | None = None) -> list[Serving]:
@@ -236,8 +239,13 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      max_batch_size: int | None = None, batch_timeout_micros: int | None = None,
                      max_enqueued_batches: int | None = None, inference_log_roll_seconds: int | None = None,
                      inference_log_roll_bytes: int | None = None, inference_log_queue: int | None = None,
+                     canary_version: int | None = None, canary_traffic_percent: int | None = None,
                      settings: config.Settings | None = None) -> Serving:
     """Define (or redefine) a serving; a running one is restarted with the new definition.
+
+    `canary_version`: another version of the model served beside `model_version` (the stable one), taking
+    `canary_traffic_percent` of the requests that name no version (10 by default); `promote`, `rollback` and
+    `canary_gate` end it (canary.py).
 
     hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
     port by default), `max_body_bytes` (larger requests get 413), TF Serving's batching knobs, used with
@@ -267,6 +275,13 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     if storage.exists(layout.ServingDir.of(project, serving_name).definition):
         old = defs.read(storage, project, serving_name)
     previous = old.to_dict() if old is not None else {}
+    if previous.get("model_name") != name or previous.get("canary_version") == mv.version:
+        previous.pop("canary_version", None)          # a canary of another model, or the one now stable: gone
+        previous.pop("canary_traffic_percent", None)
+    if canary_version is not None:
+        _check_model(storage, project, name, canary_version, settings)
+        if canary_traffic_percent is None and previous.get("canary_version") is None:
+            canary_traffic_percent = 10
     made: dict[str, Any] = {"creator": old.creator, "created": old.created} if old is not None else {}
     d = ServingDefinition(
         name=serving_name, model_path=layout.model_versions_dir(project, name), model_name=name,
@@ -282,7 +297,8 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
         **_kept(previous, max_body_bytes=max_body_bytes, max_batch_size=max_batch_size,
                 batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches,
                 inference_log_roll_seconds=inference_log_roll_seconds,
-                inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue),
+                inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue,
+                canary_version=canary_version, canary_traffic_percent=canary_traffic_percent),
         **made)
     for script in (predictor, transformer):
         where = script_rel(storage, project, d, script) if script is not None else None

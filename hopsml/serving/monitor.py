@@ -328,10 +328,13 @@ def _untransformed_rows(references: Sequence[Mapping[str, Any]], rows: list[list
 # --- the report --------------------------------------------------------------------------------------
 def monitor(serving_name: str, dataset: str | None = None, *, split: str = "train",
             psi_threshold: float = PSI_THRESHOLD, ks_threshold: float = KS_THRESHOLD, write: bool = True,
+            version: int | None = None, since: datetime | None = None,
             settings: config.Settings | None = None) -> dict[str, Any]:
     """Compare the serving's logged inputs with the training dataset's statistics: drift per feature (PSI,
     KS, Jensen-Shannon), flags over the thresholds, and the training-serving preprocessing check. Returns the
-    report and (with `write`) keeps it as `Serving/<name>/monitor.json`. `dataset` overrides the lineage."""
+    report and (with `write`) keeps it as `Serving/<name>/monitor.json`. `dataset` overrides the lineage;
+    `version` looks at one model version's requests (a canary's) against its own training data, `since` at
+    the requests logged from then on."""
     settings = settings or config.load()
     storage, project = Storage(settings.root), settings.project
     d = defs.read(storage, project, serving_name)
@@ -341,7 +344,8 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
         raise ServingError(f"serving {serving_name!r} logs no inferences (inference_logging="
                            f"{d.inference_logging!r}, topic_name={d.topic_name!r}), so there is nothing to compare; "
                            f"turn it on: create_or_update({serving_name!r}, ..., inference_logging='ALL')")
-    mv = registry.get_model(d.model_name, d.model_version, settings=settings)
+    served = d.model_version if version is None else int(version)
+    mv = registry.get_model(d.model_name, served, settings=settings)
     name = _dataset_of(mv, dataset, storage, project)
     ddir, manifest = ds.open_dataset(storage, project, name)
     if manifest.get("kind") == "training_dataset" and storage.exists(ddir.stats_json):
@@ -357,9 +361,11 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
         raise ServingError(f"dataset {name!r} has no split {split!r} in its statistics; it has "
                            f"{', '.join(stats.get('splits', []))}")
     folder = inference_log_path(settings, project, serving_name)
-    table = inference_log.read(folder, ["status", "inputs"])
-    answered = [t for s, t in zip(table.column("status").to_pylist(), table.column("inputs").to_pylist())
-                if s == 200 and t]
+    table = inference_log.read(folder, ["time", "model_version", "status", "inputs"])
+    keep = [s == 200 and bool(t) and (version is None or v == served) and (since is None or w >= since)
+            for s, t, v, w in zip(table.column("status").to_pylist(), table.column("inputs").to_pylist(),
+                                  table.column("model_version").to_pylist(), table.column("time").to_pylist())]
+    answered = [t for t, k in zip(table.column("inputs").to_pylist(), keep) if k]
     references = _references(stats, transform, split)
     width = len(references)
     names = [ref["name"] for ref in references]
@@ -384,7 +390,7 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
                         "much); records reach the log every inference_log_roll_seconds and at stop")
     drifted = [f["name"] for f in features if f.get("drift")]
     report: dict[str, Any] = {
-        "serving": serving_name, "model": {"name": d.model_name, "version": d.model_version},
+        "serving": serving_name, "model": {"name": d.model_name, "version": served},
         "dataset": {"name": name, "split": split, "rows": stats.get("rows", {}).get(split)},
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "inference_log": folder,
         "requests": len(answered), "rows": len(rows),

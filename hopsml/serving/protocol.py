@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -282,6 +283,39 @@ class ModelApp:
         if any(not isinstance(c, list) or len(c) != len(columns[0]) for c in columns):
             raise RequestError("each named input must be a list with one value per row, all of the same length")
         return [list(row) for row in zip(*columns)]
+
+
+class VersionRouter:
+    """A stable and a canary version of one model behind one port: a request that names a version
+    (`/versions/<v>`) or a label (`/labels/stable` or `/labels/canary`, as TF Serving labels versions) goes to
+    it; the others go to the canary `percent` times in a hundred, at random, else to the stable one. Which
+    version answered is noted for the inference log, so each version's requests are measured apart."""
+
+    def __init__(self, stable: ModelApp, canary: ModelApp, percent: int) -> None:
+        self.stable, self.canary, self.percent = stable, canary, percent
+        self.by_version = {stable.version: stable, canary.version: canary}
+        self.labels = {"stable": stable.version, "canary": canary.version}
+        self._random = random.Random()
+
+    async def handle(self, request: Request) -> Answer:
+        path = request.path
+        app = None
+        if "/labels/" in path:
+            head, _, rest = path.partition("/labels/")
+            label, sep, tail = rest.partition("/") if "/" in rest else rest.partition(":")
+            version = self.labels.get(label)
+            if version is None:
+                return 404, _dumps({"error": f"no label {label!r}: this serving's labels are stable (version "
+                                             f"{self.stable.version}) and canary (version {self.canary.version})"})
+            request = request._replace(path=f"{head}/versions/{version}{sep}{tail}")
+            app = self.by_version[version]
+        elif "/versions/" in request.path:
+            number = path.partition("/versions/")[2].split("/", 1)[0].split(":", 1)[0]
+            app = self.by_version.get(int(number)) if number.isdigit() else None
+        if app is None:
+            app = self.canary if self._random.random() * 100 < self.percent else self.stable
+        record(version=app.version)
+        return await app.handle(request)
 
 
 def _binary_inputs(tensors: list[Any], data: memoryview) -> None:

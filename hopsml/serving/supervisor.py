@@ -17,6 +17,7 @@ the instances hold it open.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from hopsml import config, hdfs, layout
 from hopsml.errors import StorageError
@@ -164,25 +166,37 @@ class Supervisor:
 
     # --- the model's files ---------------------------------------------------------------------------
     def resolve_files(self) -> None:
-        """Local paths of the model version and the scripts (downloaded when the root is remote)."""
+        """Local paths of the model version and the scripts (downloaded when the root is remote), and the
+        canary version's when the serving has one (a script named by file name is its version's own)."""
         d = self.definition
-        mv = registry.get_model(d.model_name, d.model_version, settings=None)
+        self.model_dir = self._model_dir(d.model_version)
+        self.predictor = self._script(d.predictor, d.model_version, self.model_dir)
+        self.transformer = self._script(d.transformer, d.model_version, self.model_dir)
+        self.canary: dict[str, Any] | None = None
+        if d.canary_version is not None:
+            folder = self._model_dir(d.canary_version)
+            self.canary = {"version": d.canary_version, "percent": d.canary_traffic_percent, "model_dir": folder,
+                           "predictor": self._script(d.predictor, d.canary_version, folder),
+                           "transformer": self._script(d.transformer, d.canary_version, folder)}
+
+    def _model_dir(self, version: int) -> str:
+        d = self.definition
+        mv = registry.get_model(d.model_name, version, settings=None)
         local = self.storage.local_path(layout.model_dir(self.project, mv.name, mv.version))
         if local is None:  # HDFS or S3: a private copy, removed when the server ends
-            self.downloaded = tempfile.mkdtemp(prefix=f"hopsml-serving-{d.name}-")
+            if self.downloaded is None:
+                self.downloaded = tempfile.mkdtemp(prefix=f"hopsml-serving-{d.name}-")
             local = registry.download_model(mv.name, mv.version, local_dir=self.downloaded)
-        self.model_dir = local
-        self.predictor = self._script(d.predictor)
-        self.transformer = self._script(d.transformer)
+        return local
 
-    def _script(self, path: str | None) -> str | None:
+    def _script(self, path: str | None, version: int, model_dir: str) -> str | None:
         if path is None:
             return None
-        rel = script_rel(self.storage, self.project, self.definition, path)
+        rel = script_rel(self.storage, self.project, dataclasses.replace(self.definition, model_version=version), path)
         local = self.storage.local_path(rel)
         if local is not None:
             return local
-        target = os.path.join(self.model_dir, ".scripts", os.path.basename(rel))
+        target = os.path.join(model_dir, ".scripts", os.path.basename(rel))
         return self.storage.download(rel, target)
 
     # --- instances -----------------------------------------------------------------------------------
@@ -208,7 +222,7 @@ class Supervisor:
                             model_dir=self.model_dir, predictor=self.predictor, transformer=self.transformer,
                             socket_fd=self.sock.fileno(), ready_fd=ready_w, supervisor=os.getpid(),
                             max_body_bytes=self.definition.max_body_bytes, threads=threads,
-                            batching=self.definition.batching(), limits=self.http_limits())
+                            batching=self.definition.batching(), limits=self.http_limits(), canary=self.canary)
         env = {**os.environ, SPEC_ENV: spec.to_env()}
         env.pop(READY_FD_ENV, None)
         popen = subprocess.Popen([sys.executable, "-c", INSTANCE_MAIN], env=env, stdin=subprocess.DEVNULL,

@@ -13,6 +13,7 @@ from hopsml.errors import HopsmlError
 from hopsml.records import BROKEN, BrokenRecordError
 from hopsml.serving import definition as defs
 from hopsml.serving import inference_log, lifecycle
+from hopsml.serving.canary import last_decision
 from hopsml.serving.monitor import last_report
 from hopsml.serving.monitor import monitor as run_monitor
 
@@ -91,5 +92,5 @@ def serving_view(settings: config.Settings, project: str, name: str) -> dict[str
         features.append({**feature, "chart": chart})
     return {"serving": serving, "status": str(serving.status), "reason": serving.status.reason,
             "log_tail": serving.status.log_tail, "folder": folder, "traffic": traffic, "report": report,
-            "problem": problem, "features": features,
+            "problem": problem, "features": features, "canary": last_decision(name, here),
             "batch_sizes": sorted((traffic or {}).get("batch_sizes", {}).items())}
