@@ -3,7 +3,8 @@
 Which loader is chosen by the files (or by a predictor script, which then does everything itself):
 scikit-learn and other pickled models (`.joblib`, `.pkl`, `.pickle`), PyTorch (`.pt`, `.pth`: TorchScript,
 else a pickled `nn.Module`, int8 ones included), Keras (`.keras`), TFLite (`.tflite`, as int8 export writes it
-for Keras), a TensorFlow SavedModel folder, hops-style predictor scripts
+for Keras), ONNX (`.onnx`, run by onnxruntime: what skl2onnx, torch.onnx and onnxmltools write), a TensorFlow
+SavedModel folder, hops-style predictor scripts
 (a `Predict` class with `predict(self, inputs)`) and transformer scripts (a `Transformer` with
 `preprocess(self, inputs)` and `postprocess(self, outputs)`).
 Frameworks are imported by the loader that needs them, in the serving's instance process only.
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 PICKLE_SUFFIXES = (".joblib", ".pkl", ".pickle")
 TORCH_SUFFIXES = (".pt", ".pth")
 KERAS_SUFFIXES = (".keras", ".h5")
+ONNX_SUFFIXES = (".onnx",)
 TFLITE_SUFFIXES = (".tflite",)
 SAVED_MODEL = "saved_model.pb"
 _NOT_MODEL_FILES = {layout.MODEL_RECORD, layout.MODEL_DONE}
@@ -265,6 +267,42 @@ class TFLiteModel(Servable):
             return np.array(self.interpreter.get_tensor(self.output_index))
 
 
+class OnnxModel(Servable):
+    """An ONNX graph run by onnxruntime: its one input fed the rows (as the graph's element type), its first
+    output returned (a classifier's labels, as skl2onnx writes them; a regressor's or a network's values)."""
+
+    kind = "onnx"
+    _TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64",
+              "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool"}
+
+    def __init__(self, path: str, threads: int) -> None:
+        try:
+            import onnxruntime
+        except ImportError:
+            raise ServingError(f"{os.path.basename(path)} is an ONNX model: install onnxruntime to serve it "
+                               "(pip install onnxruntime)") from None
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1:
+            raise ServingError(f"{os.path.basename(path)} takes {len(inputs)} inputs "
+                               f"({', '.join(i.name for i in inputs)}); this server feeds one: serve it with a "
+                               "predictor script")
+        self.input_name = inputs[0].name
+        self.input_dtype = self._TYPES.get(inputs[0].type, "float32")
+        dims = list(inputs[0].shape)[1:]
+        self.input_shape = tuple(d if isinstance(d, int) and d > 0 else None for d in dims)
+        self.output_name = self.session.get_outputs()[0].name
+
+    def prepare(self, inputs: Any) -> np.ndarray:
+        return self.array(inputs, self.input_dtype)
+
+    def call(self, prepared: Any) -> Any:
+        return self.session.run([self.output_name], {self.input_name: prepared})[0]
+
+
 class SavedModel(Servable):
     """A TensorFlow SavedModel folder, called through its `serving_default` signature (as TF Serving does)."""
 
@@ -371,7 +409,8 @@ def detect(model_dir: str) -> tuple[str, str]:
     candidates += [(kind, f) for f in files for kind, suffixes in (("sklearn", PICKLE_SUFFIXES),
                                                                     ("pytorch", TORCH_SUFFIXES),
                                                                     ("keras", KERAS_SUFFIXES),
-                                                                    ("tflite", TFLITE_SUFFIXES))
+                                                                    ("tflite", TFLITE_SUFFIXES),
+                                                                    ("onnx", ONNX_SUFFIXES))
                    if f.lower().endswith(suffixes) and not any(f.startswith(d + "/") for d in saved if d != ".")]
     if len(candidates) == 1:
         return candidates[0]
@@ -379,7 +418,7 @@ def detect(model_dir: str) -> tuple[str, str]:
         raise ServingError(f"no servable model file in {model_dir} (files: {', '.join(files) or 'none'}); export a "
                            f"scikit-learn or pickled model ({', '.join(PICKLE_SUFFIXES)}), a PyTorch model "
                            f"({', '.join(TORCH_SUFFIXES)}), a Keras model ({', '.join(KERAS_SUFFIXES)}), "
-                           "a TFLite file or a "
+                           "an ONNX model (.onnx), a TFLite file or a "
                            "TensorFlow SavedModel folder, or pass predictor='<script>.py' with a Predict class")
     raise ServingError(f"{model_dir} holds several model files ({', '.join(f for _, f in candidates)}); pass "
                        "predictor='<script>.py' with a Predict class that loads the one to serve")
@@ -398,6 +437,8 @@ def load(model_dir: str, predictor: str | None = None, threads: int = 1) -> Serv
         return TorchModel(path, threads)
     if kind == "tflite":
         return TFLiteModel(path, threads)
+    if kind == "onnx":
+        return OnnxModel(path, threads)
     if kind in ("keras", "tensorflow"):
         _tensorflow_threads(threads)
         return KerasModel(path) if kind == "keras" else SavedModel(os.path.normpath(path))

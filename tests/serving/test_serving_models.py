@@ -191,3 +191,32 @@ def test_tensorflow_models_answer_as_the_model_itself(settings, tmp_path, form):
         np.testing.assert_allclose(np.array(body["predictions"]), want, rtol=1e-5, atol=1e-6)
         status, body = http("POST", base_url(serving) + ":predict", {"inputs": [[1.0, 2.0, 3.0]]})
         assert status == 400 and "shape 4" in body["error"]
+
+
+def test_an_onnx_model_is_served_by_onnxruntime_as_the_model_answers(settings, tmp_path):
+    """A scikit-learn pipeline converted with skl2onnx (the way ONNX models usually reach a registry) and exported
+    as model.onnx: the serving runs it with onnxruntime, and its answers are the pipeline's own."""
+    pytest.importorskip("onnxruntime")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = load_iris(return_X_y=True)
+    pipeline = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y)
+    onnx = skl2onnx.convert_sklearn(pipeline, initial_types=[("input", FloatTensorType([None, 4]))],
+                                    options={id(pipeline[-1]): {"zipmap": False}})
+    (tmp_path / "model.onnx").write_bytes(onnx.SerializeToString())
+    registry.export(str(tmp_path / "model.onnx"), "onnxiris", settings=settings)
+    lifecycle.create_or_update("onnxiris", "Models/onnxiris", "PYTHON", settings=settings)
+    with running(settings, "onnxiris") as serving:
+        rows = x[::5].astype(np.float32)
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": rows.tolist()})
+        assert status == 200, body
+        assert body["predictions"] == pipeline.predict(rows).tolist()
+        status, meta = http("GET", base_url(serving) + "/metadata")
+        assert meta["metadata"]["signature_def"]["signature_def"]["serving_default"]["kind"] == "onnx"
+        status, body = http("POST", base_url(serving) + ":predict", {"instances": [[1.0, 2.0]]})
+        assert status == 400 and "shape 4" in body["error"]
