@@ -268,39 +268,56 @@ class TFLiteModel(Servable):
 
 
 class OnnxModel(Servable):
-    """An ONNX graph run by onnxruntime: its one input fed the rows (as the graph's element type), its first
-    output returned (a classifier's labels, as skl2onnx writes them; a regressor's or a network's values)."""
+    """An ONNX graph run by onnxruntime, its first output answered (a classifier's labels, as skl2onnx and
+    onnxmltools write them; a regressor's or a network's values). One input takes the rows (as the input's
+    element type); several inputs of one value each (onnxmltools' Spark ML pipelines: a column each) take a row's
+    values in their order, or a row of named values."""
 
     kind = "onnx"
     _TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64",
-              "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool"}
+              "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool",
+              "tensor(string)": "object"}
 
     def __init__(self, path: str, threads: int) -> None:
         try:
             import onnxruntime
         except ImportError:
             raise ServingError(f"{os.path.basename(path)} is an ONNX model: install onnxruntime to serve it "
-                               "(pip install onnxruntime)") from None
+                               "(pip install 'hopsml[onnx]')") from None
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         inputs = self.session.get_inputs()
-        if len(inputs) != 1:
-            raise ServingError(f"{os.path.basename(path)} takes {len(inputs)} inputs "
-                               f"({', '.join(i.name for i in inputs)}); this server feeds one: serve it with a "
-                               "predictor script")
-        self.input_name = inputs[0].name
-        self.input_dtype = self._TYPES.get(inputs[0].type, "float32")
-        dims = list(inputs[0].shape)[1:]
-        self.input_shape = tuple(d if isinstance(d, int) and d > 0 else None for d in dims)
+        self.columns = [(i.name, self._TYPES.get(i.type, "float32")) for i in inputs]
+        if len(inputs) == 1:
+            self.input_dtype = self.columns[0][1]
+            self.input_shape = tuple(d if isinstance(d, int) and d > 0 else None for d in list(inputs[0].shape)[1:])
+        else:
+            odd = [i.name for i in inputs if list(i.shape)[1:] not in ([1], [None], ["None"])]
+            if odd:
+                raise ServingError(f"{os.path.basename(path)} takes {len(inputs)} inputs, and {', '.join(odd)} "
+                                   "hold more than one value per row: serve it with a predictor script")
+            self.feature_names = [name for name, _ in self.columns]
+            self.input_shape = (len(inputs),)
+            self.input_dtype = "float32" if all(t != "object" for _, t in self.columns) else "object"
         self.output_name = self.session.get_outputs()[0].name
 
-    def prepare(self, inputs: Any) -> np.ndarray:
-        return self.array(inputs, self.input_dtype)
+    def prepare(self, inputs: Any) -> Any:
+        if len(self.columns) == 1:
+            return {self.columns[0][0]: self.array(inputs, self.columns[0][1])}
+        rows = self.rows(inputs)
+        width = len(self.columns)
+        if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != width for r in rows):
+            raise RequestError(f"each row must have shape {width} (the model's inputs: "
+                               f"{', '.join(self.feature_names or [])}), or name them")
+        try:
+            return {name: np.asarray([[r[j]] for r in rows], dtype=kind) for j, (name, kind) in enumerate(self.columns)}
+        except (ValueError, TypeError) as exc:
+            raise RequestError(f"rows cannot be read as the model's inputs ({exc})") from None
 
     def call(self, prepared: Any) -> Any:
-        return self.session.run([self.output_name], {self.input_name: prepared})[0]
+        return self.session.run([self.output_name], prepared)[0]
 
 
 class SavedModel(Servable):
