@@ -7,11 +7,13 @@
 
 PyTorch modules (`torch.save(model)`) get dynamic int8 quantization of their Linear and LSTM layers
 (`torch.ao.quantization.quantize_dynamic`) and are saved the same way; Keras models become a TFLite file
-with post-training dynamic-range quantization. The version records, under `quantization`, the size before
-and after and the accuracy (or mean squared error) of both models: on `eval_data` when given, else on the
-`test` split of the table dataset the model's lineage names (its `features` and `label`), else nothing,
-with the reason. A quantized version is served like any other (`.pth` by the PyTorch loader, `.tflite` by
-the TFLite one).
+with post-training dynamic-range quantization; ONNX models get onnxruntime's dynamic int8 quantization
+(`onnxruntime.quantization.quantize_dynamic`). The version records, under `quantization`, the size before
+and after, the accuracy (or mean squared error) of both models and the latency of one batch on each (the median
+of five calls on up to 256 rows, on this machine): on `eval_data` when given, else on the `test` split of the
+table dataset the model's lineage names (its `features` and `label`), else nothing, with the reason. A
+quantized version is served like any other (`.pth` by the PyTorch loader, `.tflite` by the TFLite one, `.onnx`
+by onnxruntime).
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ log = logging.getLogger(__name__)
 METHODS = ("int8",)
 TORCH_SUFFIXES = (".pt", ".pth")
 KERAS_SUFFIXES = (".keras", ".h5")
+ONNX_SUFFIXES = (".onnx",)
 TFLITE_FILE = "model.tflite"
+LATENCY_ROWS = 256   # the batch one latency is measured on
+LATENCY_CALLS = 5
 TEST_SPLIT = "test"
 CALLER_DATA = "eval_data passed by the caller"
 EVAL_CHUNK = 4096  # rows per model call when evaluating, so a large test split does not need all its outputs at once
@@ -64,14 +69,14 @@ def _model_file(folder: str) -> str:
     for here, _, files in os.walk(folder):
         for name in files:
             rel = os.path.relpath(os.path.join(here, name), folder).replace(os.sep, "/")
-            if rel not in _REGISTRY_FILES and name.lower().endswith(TORCH_SUFFIXES + KERAS_SUFFIXES):
+            if rel not in _REGISTRY_FILES and name.lower().endswith(TORCH_SUFFIXES + KERAS_SUFFIXES + ONNX_SUFFIXES):
                 found.append(rel)
     if len(found) == 1:
         return found[0]
     if not found:
         raise ModelError(f"nothing to quantize in {folder}: int8 export takes a PyTorch module saved with "
-                         f"torch.save(model) ({', '.join(TORCH_SUFFIXES)}) or a Keras model "
-                         f"({', '.join(KERAS_SUFFIXES)})")
+                         f"torch.save(model) ({', '.join(TORCH_SUFFIXES)}), a Keras model "
+                         f"({', '.join(KERAS_SUFFIXES)}) or an ONNX model (.onnx)")
     raise ModelError(f"{folder} holds several model files ({', '.join(sorted(found))}); export the one to "
                      "quantize on its own")
 
@@ -159,7 +164,8 @@ def _evaluation(before: np.ndarray, after: np.ndarray, labels: np.ndarray, sourc
                                                      np.asarray(before, dtype="float64"))))}
 
 
-Outputs = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # inputs -> (the original's, the int8 model's)
+Model = Callable[[np.ndarray], np.ndarray]   # rows -> outputs
+Outputs = tuple[Model, Model]                # the original model, the int8 one
 
 
 def _torch_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
@@ -184,13 +190,14 @@ def _torch_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
         quantized = quantize_dynamic(model, {torch.nn.Linear, torch.nn.LSTM}, dtype=torch.qint8)
     torch.save(quantized, dst)
 
-    def outputs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        with torch.inference_mode():
-            rows = torch.from_numpy(x)
-            return model(rows).numpy(), quantized(rows).numpy()
+    def run(module: Any) -> Model:
+        def call(x: np.ndarray) -> np.ndarray:
+            with torch.inference_mode():
+                return module(torch.from_numpy(x)).numpy()
+        return call
 
     return {"framework": "pytorch", "scheme": "dynamic int8 weights of Linear and LSTM layers "
-                                              "(torch.ao.quantization.quantize_dynamic)"}, outputs
+                                              "(torch.ao.quantization.quantize_dynamic)"}, (run(model), run(quantized))
 
 
 def _keras_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
@@ -203,10 +210,38 @@ def _keras_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
     with open(dst, "wb") as out:
         out.write(converter.convert())
 
-    def outputs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(model(x, training=False)), run_tflite(dst, x)
+    return {"framework": "keras", "scheme": "TFLite post-training dynamic-range quantization (int8 weights)"}, (
+        lambda x: np.asarray(model(x, training=False)), lambda x: run_tflite(dst, x))
 
-    return {"framework": "keras", "scheme": "TFLite post-training dynamic-range quantization (int8 weights)"}, outputs
+
+def _onnx_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
+    try:
+        import onnxruntime
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError:
+        raise ModelError("int8 export of an ONNX model needs onnxruntime: pip install 'hopsml[onnx]'") from None
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+
+    def run(path: str) -> Model:
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        name, output = session.get_inputs()[0].name, session.get_outputs()[0].name
+        kind = {"tensor(float)": np.float32, "tensor(double)": np.float64}.get(session.get_inputs()[0].type)
+        return lambda x: np.asarray(session.run([output], {name: x.astype(kind) if kind else x})[0])
+
+    return {"framework": "onnx", "scheme": "onnxruntime dynamic quantization (int8 weights)"}, (run(src), run(dst))
+
+
+def _latency_ms(model: Model, x: np.ndarray) -> float:
+    """The median time of LATENCY_CALLS calls on `x`, after one untimed call."""
+    import time
+
+    model(x)
+    times = []
+    for _ in range(LATENCY_CALLS):
+        began = time.perf_counter()
+        model(x)
+        times.append((time.perf_counter() - began) * 1000.0)
+    return round(float(np.median(times)), 4)
 
 
 def tflite_interpreter(path: str, threads: int = 1) -> Any:
@@ -257,6 +292,9 @@ def quantize_files(source: str, method: str = "int8", eval_data: Any = None, *, 
         if rel.lower().endswith(TORCH_SUFFIXES):
             target_rel = rel
             how, outputs = _torch_int8(src, os.path.join(out, *rel.split("/")))
+        elif rel.lower().endswith(ONNX_SUFFIXES):
+            target_rel = rel
+            how, outputs = _onnx_int8(src, os.path.join(out, *rel.split("/")))
         else:
             target_rel = (rel.rpartition("/")[0] + "/" if "/" in rel else "") + TFLITE_FILE
             how, outputs = _keras_int8(src, os.path.join(out, *target_rel.split("/")))
@@ -271,10 +309,14 @@ def quantize_files(source: str, method: str = "int8", eval_data: Any = None, *, 
                 None, reason="no eval_data was given; pass eval_data=(x_test, y_test) to record the accuracy change")
         if data.arrays is not None:
             x, labels = data.arrays
+            original, int8 = outputs
             try:
-                parts = [outputs(x[start:start + EVAL_CHUNK]) for start in range(0, len(x), EVAL_CHUNK)]
-                before_out = np.concatenate([np.asarray(p[0]) for p in parts])
-                after_out = np.concatenate([np.asarray(p[1]) for p in parts])
+                chunks = [x[start:start + EVAL_CHUNK] for start in range(0, len(x), EVAL_CHUNK)]
+                before_out = np.concatenate([np.asarray(original(c)) for c in chunks])
+                after_out = np.concatenate([np.asarray(int8(c)) for c in chunks])
+                batch = x[:LATENCY_ROWS]
+                record["latency_ms"] = {"rows": int(len(batch)), "before": _latency_ms(original, batch),
+                                        "after": _latency_ms(int8, batch)}
             except Exception as exc:  # only for the recorded split: the caller's own data fails loudly
                 if given:
                     raise
