@@ -5,6 +5,7 @@ the root's own URI, so a hops notebook's `prepare_table("Resources/iris.csv", ..
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit, urlunsplit
 
 from hopsml import config, hdfs
 from hopsml.fs import Storage
@@ -24,11 +25,20 @@ def resolve_source(src: str, settings: config.Settings) -> str:
     """
     if not isinstance(src, str) or not src.strip():
         return src
-    if "://" not in src and os.path.exists(os.path.expanduser(src.removeprefix("file:"))):
+    if "://" in src:   # a URI names its place (and carries its options); only the Hopsworks namespace does not
+        if not src.lower().startswith(("hdfs:///", "hopsfs:///")):
+            return src
+    elif os.path.exists(os.path.expanduser(src.removeprefix("file:"))):
         return src
     storage = Storage(settings.root)
     try:
         rel = hdfs.root_relative(src, storage, settings.project)
     except hdfs.InvalidPathError:
         return src
-    return storage.uri(rel) if rel and storage.exists(rel) else src
+    if not rel or not storage.exists(rel):
+        return src
+    local = storage.local_path(rel)
+    if local is not None:
+        return local
+    root = urlsplit(settings.root)   # the root's own URI, its endpoint and credentials options kept
+    return urlunsplit((root.scheme, root.netloc, root.path.rstrip("/") + "/" + rel, root.query, root.fragment))
