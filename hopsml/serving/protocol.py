@@ -295,13 +295,16 @@ class VersionRouter:
         self.stable, self.canary, self.percent = stable, canary, percent
         self.by_version = {stable.version: stable, canary.version: canary}
         self.labels = {"stable": stable.version, "canary": canary.version}
+        self._model = f"/models/{stable.name}"
         self._random = random.Random()
 
     async def handle(self, request: Request) -> Answer:
         path = request.path
         app = None
-        if "/labels/" in path:
-            head, _, rest = path.partition("/labels/")
+        model = self._model
+        if model + "/labels/" in path:
+            head, _, rest = path.partition(model + "/labels/")
+            head += model
             label, sep, tail = rest.partition("/") if "/" in rest else rest.partition(":")
             version = self.labels.get(label)
             if version is None:
@@ -309,8 +312,8 @@ class VersionRouter:
                                              f"{self.stable.version}) and canary (version {self.canary.version})"})
             request = request._replace(path=f"{head}/versions/{version}{sep}{tail}")
             app = self.by_version[version]
-        elif "/versions/" in request.path:
-            number = path.partition("/versions/")[2].split("/", 1)[0].split(":", 1)[0]
+        elif model + "/versions/" in path:
+            number = path.partition(model + "/versions/")[2].split("/", 1)[0].split(":", 1)[0]
             app = self.by_version.get(int(number)) if number.isdigit() else None
         if app is None:
             app = self.canary if self._random.random() * 100 < self.percent else self.stable
