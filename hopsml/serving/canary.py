@@ -41,15 +41,17 @@ MAX_P99_RATIO = 1.5
 def promote(serving_name: str, settings: config.Settings | None = None) -> lifecycle.Serving:
     """The canary version becomes the stable one (all requests); a running serving restarts with it."""
     d = _with_canary(serving_name, settings)
+    serving = _redefine(serving_name, d, d.canary_version, settings)
     _decided(serving_name, d, "promoted", ["promoted by hand"], {}, settings)
-    return _redefine(serving_name, d, d.canary_version, settings)
+    return serving
 
 
 def rollback(serving_name: str, settings: config.Settings | None = None) -> lifecycle.Serving:
     """The canary is dropped: the stable version takes every request again (a running serving restarts)."""
     d = _with_canary(serving_name, settings)
+    serving = _redefine(serving_name, d, d.model_version, settings)
     _decided(serving_name, d, "rolled back", ["rolled back by hand"], {}, settings)
-    return _redefine(serving_name, d, d.model_version, settings)
+    return serving
 
 
 def gate(serving_name: str, *, window_s: float = 3600.0, min_requests: int = MIN_REQUESTS,
@@ -99,10 +101,11 @@ def gate(serving_name: str, *, window_s: float = 3600.0, min_requests: int = MIN
     if not reasons:
         reasons = [f"over {canary['requests']} canary requests: no skew from its training data, predictions as the "
                    "stable version's, error rate and p99 latency as good"]
-    report = _decided(serving_name, d, decision, reasons, figures, settings)
-    if act:
+    if act:   # carried out first: the record says what was done
         _redefine(serving_name, d, d.canary_version if decision == "promoted" else d.model_version, settings)
-    return report
+    else:
+        decision += " (dry run: nothing changed)"
+    return _decided(serving_name, d, decision, reasons, figures, settings)
 
 
 def last_decision(serving_name: str, settings: config.Settings | None = None) -> dict[str, Any] | None:
