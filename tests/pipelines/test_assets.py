@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("airflow.sdk")   # the provider runs where the airflow extra is installed
 
-from conftest import PROJECT, asset_events, run_dag, task_states, xcom
+from conftest import PROJECT, asset_events, dags_folder, run_dag, task_states, xcom
 
 from hopsml.airflow import steps
 
@@ -48,8 +48,6 @@ def _queued(dag_id: str) -> int:
 
 
 def test_a_feature_group_commit_triggers_the_dag_scheduled_on_its_asset(project, tmp_path):
-    from conftest import dags_folder
-
     csv = tmp_path / "flowers.csv"
     csv.write_text("id,petal_length\n1,1.4\n2,4.7\n")
     (dags_folder() / "on_flowers.py").write_text(DOWNSTREAM.replace("PROJECT", PROJECT))

@@ -6,7 +6,7 @@ data, recording why. Real servers, real HTTP, real models."""
 from __future__ import annotations
 
 import pytest
-from conftest import base_url, http, running
+from conftest import base_url, http, running, settings_for
 
 from hopsml.model import registry
 from hopsml.serving import inference_log, lifecycle
@@ -68,7 +68,6 @@ def versions(tmp_path_factory, spark):
     exported from a run that read the train split, so each version's lineage names the dataset."""
     import joblib
     import numpy as np
-    from conftest import settings_for
     from sklearn.linear_model import LogisticRegression
 
     from hopsml import layout
@@ -99,8 +98,6 @@ def _traffic(serving, rows, path: str = ":predict") -> None:
 
 
 def test_the_gate_promotes_a_canary_whose_traffic_is_clean(versions):
-    from conftest import settings_for
-
     from hopsml.serving import canary
 
     root, features = versions
@@ -121,8 +118,6 @@ def test_the_gate_promotes_a_canary_whose_traffic_is_clean(versions):
 
 
 def test_the_gate_rolls_back_a_canary_whose_served_features_skew_and_says_why(versions):
-    from conftest import settings_for
-
     from hopsml.serving import canary
 
     root, features = versions
