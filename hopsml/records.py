@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
 
 __all__ = ["BROKEN", "BrokenRecordError", "MAX_DEPTH", "MAX_RECORD_BYTES", "Shape", "inside", "parse_record",
-           "read_record"]
+           "read_or_broken", "read_record"]
 
+T = TypeVar("T")
 BROKEN = "BROKEN"                 # the state a listing shows for a record it cannot read
 MAX_RECORD_BYTES = 16 << 20       # no record hopsml writes comes near this; a larger file is not one of them
 MAX_DEPTH = 64                    # levels of nesting; hopsml's own records use fewer than 10
@@ -130,6 +131,18 @@ def read_record(storage: Storage, rel: str, shape: Shape, *, max_bytes: int = MA
         return parse_record(raw, shape, max_depth=max_depth)
     except BrokenRecordError as exc:
         raise _broken(storage, rel, exc.reason) from None
+
+
+def read_or_broken(read: Callable[[], T], file_name: str) -> T | BrokenRecordError:
+    """What `read()` gives, or why it could not (a storage failure said as a BrokenRecordError too): what a
+    listing keeps for each record, to show it or show it as BROKEN."""
+    try:
+        return read()
+    except BrokenRecordError as exc:
+        return exc
+    except StorageError as exc:
+        reason = f"{file_name} cannot be read: {exc}"
+        return BrokenRecordError(reason, reason=reason)
 
 
 def _broken(storage: Storage, rel: str, reason: str) -> BrokenRecordError:

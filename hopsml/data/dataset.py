@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from hopsml import config, execution_notes, layout
@@ -36,7 +37,7 @@ from hopsml.layout import DATASET_HEARTBEAT as HEARTBEAT
 from hopsml.layout import DATASET_STAGING as STAGING
 from hopsml.layout import DATASET_SUCCESS as SUCCESS
 from hopsml.layout import DatasetDir
-from hopsml.records import BrokenRecordError, Shape, read_record
+from hopsml.records import BrokenRecordError, Shape, read_or_broken, read_record
 from hopsml.tracking.heartbeat import Heartbeat, age_text, last_beat
 
 log = logging.getLogger(__name__)
@@ -255,13 +256,7 @@ def scan(storage: Storage, project: str) -> list[tuple[str, dict[str, Any] | Bro
     found: list[tuple[str, dict[str, Any] | BrokenRecordError]] = []
     for name in list_names(storage, project):
         ddir = DatasetDir.of(project, name)
-        try:
-            found.append((name, read_manifest(storage, ddir)))
-        except BrokenRecordError as exc:
-            found.append((name, exc))
-        except StorageError as exc:
-            reason = f"{layout.DATASET_MANIFEST} cannot be read: {exc}"
-            found.append((name, BrokenRecordError(reason, reason=reason)))
+        found.append((name, read_or_broken(partial(read_manifest, storage, ddir), layout.DATASET_MANIFEST)))
     return found
 
 

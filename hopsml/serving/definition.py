@@ -14,12 +14,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from hopsml import layout
-from hopsml.errors import HopsmlError, StorageError
+from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
-from hopsml.records import BrokenRecordError, Shape, read_record
+from hopsml.records import BrokenRecordError, Shape, read_or_broken, read_record
 
 TENSORFLOW_SERVING = "TENSORFLOW_SERVING"
 PYTHON = "PYTHON"
@@ -219,13 +220,8 @@ def scan(storage: Storage, project: str) -> list[tuple[str, ServingDefinition | 
     """Every serving of the project by name: its definition, or why it cannot be read (listed as BROKEN)."""
     found: list[tuple[str, ServingDefinition | BrokenRecordError]] = []
     for name in names(storage, project):
-        try:
-            found.append((name, _parse(storage, layout.ServingDir.of(project, name).definition)))
-        except BrokenRecordError as exc:
-            found.append((name, exc))
-        except StorageError as exc:
-            reason = f"{layout.SERVING_DEFINITION} cannot be read: {exc}"
-            found.append((name, BrokenRecordError(reason, reason=reason)))
+        rel = layout.ServingDir.of(project, name).definition
+        found.append((name, read_or_broken(partial(_parse, storage, rel), layout.SERVING_DEFINITION)))
     return found
 
 
