@@ -191,6 +191,7 @@ def measure_all(root: str, args: argparse.Namespace) -> None:
             check(views, feast, rows)
             figures = rounds(views, feast, jobs, threads, args.repeat)
             report(figures, jobs, threads, [s for s in SIDES if s in views or (s.startswith("feast") and feast)])
+            bare_lookups(views, rows)
             print(f"load average after the vectors: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
         finally:
             if feast:
@@ -201,6 +202,30 @@ def measure_all(root: str, args: argparse.Namespace) -> None:
     if not args.no_e2e:
         end_to_end(root, views["hopsml sqlite"], args)
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+def bare_lookups(views: dict[str, Any], rows: pd.DataFrame, lookups: int = 3000) -> None:
+    """The floor under a networked store: one primary-key SELECT of one row, alone, on each store's table (the
+    same connection the vectors use), against SQLite's in-process lookup; median and p99 of `lookups`."""
+    rng = np.random.default_rng(3)
+    keys = [int(k) for k in rng.integers(0, len(rows), lookups)]
+    print(f"bare primary-key SELECT of one row, {lookups:,} lookups (the round trip under every vector):")
+    for side in ("hopsml sqlite", "hopsml mariadb", "hopsml mariadb, pymysql"):
+        if side not in views:
+            continue
+        store = views[side].store.online()
+        table = online.table_name(views[side].query.left)
+        cursor = store.connection().cursor()
+        sql = f"SELECT * FROM {store._q(table)} WHERE {store._q('id')} = {store._mark()}"
+        times = []
+        for key in keys:
+            began = time.perf_counter()
+            cursor.execute(sql, (key,))
+            cursor.fetchall()
+            times.append((time.perf_counter() - began) * 1000.0)
+        cursor.close()
+        times.sort()
+        print(f"  {side:<28} p50 {times[len(times) // 2]:.3f} ms  p99 {times[int(len(times) * 0.99)]:.3f} ms")
 
 
 def check(views: dict[str, Any], feast: Feast | None, rows: pd.DataFrame) -> None:
