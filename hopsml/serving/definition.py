@@ -86,6 +86,11 @@ class ServingDefinition:
     inference_log_queue: int = 10000
     canary_version: int | None = None     # a second version of the model, served beside model_version (stable)
     canary_traffic_percent: int = 0       # of the requests that name no version, sent to the canary
+    # Scaling with load (KServe's minReplicas/maxReplicas/scaleTarget on concurrency): None = `instances`, fixed.
+    min_instances: int | None = None      # 0: scale to zero after `scale_window_s` without a request
+    max_instances: int | None = None
+    scale_target: float = 10.0            # concurrent requests per instance the autoscaler aims at
+    scale_window_s: float = 30.0          # scaling in (and to zero) looks this far back; out, a tenth of it
     creator: str = field(default_factory=lambda: os.environ.get("HOPSML_USER") or getpass.getuser())
     created: str = field(default_factory=_now)
 
@@ -117,6 +122,7 @@ class ServingDefinition:
             raise ServingError(f"canary_traffic_percent must be a whole number from 0 to 100, not {percent!r}")
         if percent and self.canary_version is None:
             raise ServingError(f"canary_traffic_percent={percent} needs a canary_version")
+        self._check_scaling()
         if not 0 <= self.port <= 65535:
             raise ServingError(f"port {self.port} is not a port: give 1-65535, or 0 for any free one")
         if self.transformer_instances is not None and (isinstance(self.transformer_instances, bool) or not
@@ -135,6 +141,30 @@ class ServingDefinition:
             if not isinstance(config, dict) or "memory" not in config or "cores" not in config:
                 raise ServingError("predictor_resource_config must be a dict with the keys 'memory' and 'cores', "
                                    "e.g. {'memory': 2048, 'cores': 1, 'gpus': 0}")
+
+    def _check_scaling(self) -> None:
+        for what, number, low in (("min_instances", self.min_instances, 0), ("max_instances", self.max_instances, 1)):
+            if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < low):
+                raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
+        low, high = self.scaling_bounds
+        if low > high:
+            raise ServingError(f"min_instances ({low}) is more than max_instances ({high})")
+        for what, value in (("scale_target", self.scale_target), ("scale_window_s", self.scale_window_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ServingError(f"{what} must be a number above 0, not {value!r}")
+
+    @property
+    def scaling_bounds(self) -> tuple[int, int]:
+        """(min, max) instances; both `instances` when neither bound is given, and `instances` standing in for the
+        bound not given (so `max_instances=4` alone scales between `instances` and 4)."""
+        low = self.instances if self.min_instances is None else self.min_instances
+        high = max(self.instances, low) if self.max_instances is None else self.max_instances
+        return low, high
+
+    @property
+    def autoscaled(self) -> bool:
+        low, high = self.scaling_bounds
+        return high > low
 
     def batching(self) -> dict[str, int] | None:
         """TF Serving's batching knobs when batching is enabled, else None."""

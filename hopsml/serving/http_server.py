@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import unquote
 
 import httptools
@@ -43,6 +43,7 @@ _FULL = b'{"error": "this serving instance has as many connections open as it ta
 _PIPELINE_DEPTH = 16     # parsed requests queued on one connection before it stops reading
 _HEAD_SLICE = 8192       # bytes fed to the parser at a time while a head is open: the head is counted per slice
 _CLOSE_GRACE_S = 5.0     # a closed connection whose client reads nothing is aborted after this long
+DRAIN_IDLE_S = 1.0       # draining, a connection idle this long is closed (its client sent nothing more)
 
 
 class Request(NamedTuple):
@@ -101,8 +102,9 @@ class _Server:
     """What the connections share: the handler, the limits, the clock for the Date header, the open ones."""
 
     def __init__(self, handler: Handler, max_body_bytes: int, keep_alive_s: float,
-                 loop: asyncio.AbstractEventLoop, limits: Limits) -> None:
+                 loop: asyncio.AbstractEventLoop, limits: Limits, meter: Meter | None = None) -> None:
         self.handler = handler
+        self.meter = meter
         self.loop = loop   # kept: asyncio.get_running_loop() costs a getpid() system call each time
         self.max_body_bytes = max_body_bytes
         self.keep_alive_s = keep_alive_s
@@ -147,6 +149,14 @@ class _Server:
                     status, _REASONS.get(status, b"Unknown"), length, self.date,
                     b"connection: close\r\n" if close else b""))
         return head
+
+
+class Meter(Protocol):
+    """What counts the requests in flight (autoscale.LoadMeter)."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -201,6 +211,10 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        if self.server.meter is not None:
+            for parsed in self.queue:
+                if parsed.request is not None:
+                    self.server.meter.end()
         self.queue.clear()
 
     def data_received(self, data: bytes) -> None:
@@ -343,6 +357,8 @@ class _Connection(asyncio.Protocol):
                     if name == b"inference-header-content-length":
                         request = request._replace(json_length=_length(value))
             self.queue.append(_Parsed(request, keep_alive, method == "HEAD"))
+            if self.server.meter is not None:
+                self.server.meter.begin()
         self._chunks = []
         if len(self.queue) >= _PIPELINE_DEPTH and not self.reading_paused:
             self.reading_paused = True
@@ -394,6 +410,8 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # the handler answers its own failures; this is the last resort
             log.exception("%s %s failed", parsed.request.method, parsed.request.path)
             status, body = 500, error_body(f"the server failed: {type(exc).__name__}: {exc}")
+        if self.server.meter is not None:
+            self.server.meter.end()
         self.running = None
         self._write(status, body, close=not parsed.keep_alive, head_only=parsed.head_only)
         self._next()
@@ -429,19 +447,32 @@ def _path(url: bytes) -> str:
 
 async def serve(handler: Handler, sock: socket.socket, max_body_bytes: int, on_ready: Callable[[], Any] | None = None,
                 keep_alive_s: float = 5.0, grace_s: float = 5.0, stop: asyncio.Event | None = None,
-                limits: Limits | None = None) -> None:
+                limits: Limits | None = None, meter: Meter | None = None) -> None:
     """Answer on `sock` (bound and listening) until SIGTERM or SIGINT (or `stop` is set), then stop
-    gracefully: no new connections, idle ones closed, the requests being answered given `grace_s`."""
+    gracefully: no new connections, idle ones closed, the requests being answered given `grace_s`. A `meter`
+    is told when each request has arrived whole and when it is answered (the load an autoscaler reads: a request
+    waiting behind a busy model counts, as it does at Knative's queue proxy).
+
+    SIGUSR1 drains instead (an instance scaled in while its siblings serve on): no new connections, and each open
+    one is answered until its next answer (sent with `connection: close`, so its client reconnects to a sibling) or
+    until it has been idle for DRAIN_IDLE_S: a client that keeps sending loses no request."""
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
+    draining = False
+
+    def drain() -> None:
+        nonlocal draining
+        draining = True
+        stop.set()
+
     signals = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum, action in ((signal.SIGTERM, stop.set), (signal.SIGINT, stop.set), (signal.SIGUSR1, drain)):
         try:
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, action)
             signals.append(signum)
         except (RuntimeError, ValueError):   # not the main thread: `stop` alone stops it
             pass
-    state = _Server(handler, max_body_bytes, keep_alive_s, loop, limits or Limits())
+    state = _Server(handler, max_body_bytes, keep_alive_s, loop, limits or Limits(), meter)
     listener = await loop.create_server(lambda: _Connection(state), sock=sock, backlog=2048)
     if on_ready is not None:
         on_ready()
@@ -460,9 +491,11 @@ async def serve(handler: Handler, sock: socket.socket, max_body_bytes: int, on_r
         ticker.cancel()
         listener.close()
         state.stopping = True   # answers from now on close their connection
-        deadline = loop.time() + grace_s
+        deadline = loop.time() + grace_s + (DRAIN_IDLE_S if draining else 0.0)
         while True:
-            busy = [c for c in state.connections if c.running is not None or c.queue]
+            now = time.monotonic()
+            busy = [c for c in state.connections if c.running is not None or c.queue or
+                    (draining and (c.in_message or now - c.idle_since < DRAIN_IDLE_S))]
             for connection in list(state.connections):
                 if connection not in busy:
                     connection.transport.close()

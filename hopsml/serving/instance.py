@@ -41,6 +41,7 @@ class InstanceSpec:
     batching: dict[str, int] | None = None
     limits: dict[str, float] | None = None   # http_server.Limits' fields (the serving_* settings)
     canary: dict[str, Any] | None = None    # the canary version: version, percent, model_dir, predictor, transformer
+    load_fd: int | None = None               # an autoscaled serving's load file (autoscale.py): this instance's slot
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -116,9 +117,14 @@ def main() -> int:
     # what loading made (the framework's modules, the model) lives as long as the process: kept out of the
     # collector's full passes, which took 90 ms each with a torch model loaded and stalled every request then
     gc.freeze()
-    try:   # until SIGTERM: then the requests being answered finish (5 s at most)
+    meter = None
+    if spec.load_fd is not None:
+        from hopsml.serving.autoscale import LoadMeter
+
+        meter = LoadMeter(spec.load_fd, spec.index)
+    try:   # until SIGTERM (the requests being answered finish, 5 s at most) or SIGUSR1 (drained: scaled in)
         http_server.run(app.handle, socket.socket(fileno=spec.socket_fd), spec.max_body_bytes, on_ready=ready,
-                        limits=http_server.Limits(**(spec.limits or {})))  # type: ignore[arg-type]
+                        limits=http_server.Limits(**(spec.limits or {})), meter=meter)  # type: ignore[arg-type]
     finally:
         if logger is not None:  # what is queued is written before the instance ends
             logger.close()

@@ -103,6 +103,7 @@ class Serving:
     failing_instances: list[states.Restart] = field(default_factory=list)   # given up on after crashing
     canary_version: int | None = None
     canary_traffic_percent: int = 0
+    scaling: list[states.ScaleStep] = field(default_factory=list)   # an autoscaled serving's last steps
 
 
 def _where(settings: config.Settings | None) -> tuple[Storage, str, config.Settings]:
@@ -179,7 +180,8 @@ def _view(settings: config.Settings, project: str, d: ServingDefinition) -> Serv
     return Serving(id=d.id, name=d.name, model_path=d.model_path, model_name=d.model_name,
                    model_version=d.model_version, artifact_version=d.artifact_version, predictor=d.predictor,
                    transformer=d.transformer, model_server=d.model_server, serving_tool=d.serving_tool,
-                   requested_instances=d.instances, available_instances=st.available if running else 0,
+                   requested_instances=st.wanted if d.autoscaled and running else d.instances,
+                   available_instances=st.available if running else 0,
                    available_transformer_instances=(st.available if running else 0) if d.transformer else None,
                    predictor_resource_config=d.predictor_resource_config, creator=d.creator, created=d.created,
                    status=status,
@@ -191,7 +193,7 @@ def _view(settings: config.Settings, project: str, d: ServingDefinition) -> Serv
                    internal_path=f"/v1/models/{d.name}" if running else None, restarts=list(st.restarts),
                    log=recorded_log(settings, project, d.name, st),
                    failing_instances=list(st.failing) if running else [], canary_version=d.canary_version,
-                   canary_traffic_percent=d.canary_traffic_percent)
+                   canary_traffic_percent=d.canary_traffic_percent, scaling=list(st.scaling))
 
 
 def get_all(settings: config.Settings | None = None) -> list[Serving]:
@@ -240,12 +242,19 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      max_enqueued_batches: int | None = None, inference_log_roll_seconds: int | None = None,
                      inference_log_roll_bytes: int | None = None, inference_log_queue: int | None = None,
                      canary_version: int | None = None, canary_traffic_percent: int | None = None,
+                     min_instances: int | None = None, max_instances: int | None = None,
+                     scale_target: float | None = None, scale_window_s: float | None = None,
                      settings: config.Settings | None = None) -> Serving:
     """Define (or redefine) a serving; a running one is restarted with the new definition.
 
     `canary_version`: another version of the model served beside `model_version` (the stable one), taking
     `canary_traffic_percent` of the requests that name no version (10 by default); `promote`, `rollback` and
     `canary_gate` end it (canary.py).
+
+    `min_instances`/`max_instances`: the serving scales between them with its load, aiming at `scale_target`
+    concurrent requests per instance (10) over `scale_window_s` (30 s; bursts scale out within a tenth of it);
+    `min_instances=0` scales to zero after a window without requests and starts again on the next connection
+    (autoscale.py). Without them the serving runs `instances`, fixed.
 
     hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
     port by default), `max_body_bytes` (larger requests get 413), TF Serving's batching knobs, used with
@@ -298,7 +307,9 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                 batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches,
                 inference_log_roll_seconds=inference_log_roll_seconds,
                 inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue,
-                canary_version=canary_version, canary_traffic_percent=canary_traffic_percent),
+                canary_version=canary_version, canary_traffic_percent=canary_traffic_percent,
+                min_instances=min_instances, max_instances=max_instances, scale_target=scale_target,
+                scale_window_s=scale_window_s),
         **made)
     for script in (predictor, transformer):
         where = script_rel(storage, project, d, script) if script is not None else None

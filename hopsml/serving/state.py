@@ -37,6 +37,18 @@ class Restart:
 
 
 @dataclass
+class ScaleStep:
+    """One scaling step of an autoscaled serving: from how many instances to how many, why, and how long the new
+    instances took to answer (the cold start, when it was from zero)."""
+
+    time: str
+    before: int
+    after: int
+    reason: str
+    ready_s: float | None = None
+
+
+@dataclass
 class ServerState:
     """The server's own record; `state` is what the supervisor last knew."""
 
@@ -52,6 +64,8 @@ class ServerState:
     started: str | None = None
     updated: str | None = None
     log: str = ""
+    wanted: int = 0                                        # the instances the autoscaler asks for now
+    scaling: list[ScaleStep] = field(default_factory=list)   # the last steps, newest last
 
     @property
     def supervisor_proc(self) -> Proc | None:
@@ -69,6 +83,7 @@ class ServerState:
         out = cls(**{k: v for k, v in data.items() if k in names})
         out.restarts = [Restart(**r) if isinstance(r, dict) else r for r in out.restarts]
         out.failing = [Restart(**r) if isinstance(r, dict) else r for r in out.failing]
+        out.scaling = [ScaleStep(**r) if isinstance(r, dict) else r for r in out.scaling]
         return out
 
 

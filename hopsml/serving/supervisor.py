@@ -36,6 +36,7 @@ from hopsml import config, hdfs, layout
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
 from hopsml.model import registry
+from hopsml.serving import autoscale
 from hopsml.serving import definition as defs
 from hopsml.serving import state as states
 from hopsml.serving.instance import SPEC_ENV, InstanceSpec
@@ -78,6 +79,7 @@ class Instance:
     pidfd: int
     ready: bool = False
     failure: str | None = None
+    draining: bool = False      # scaled in: answering what it holds, then ending (not a crash)
     restarts: list[float] = field(default_factory=list)
 
 
@@ -130,8 +132,22 @@ class Supervisor:
         self.ready_fd = ready_fd
         self.state = states.ServerState(state=states.STARTING, host=definition.host, started=states.now(),
                                         supervisor=Proc.of(os.getpid()).to_dict(), log=log_path,
-                                        instances=[None] * definition.instances)
+                                        instances=[None] * definition.scaling_bounds[1])
         self.instances: dict[int, Instance] = {}
+        low, high = definition.scaling_bounds
+        self.slots = high       # instance indexes 0 .. max_instances - 1
+        self.wanted = max(low, 1) if definition.autoscaled else definition.instances
+        self.state.wanted = self.wanted
+        self.load_fd: int | None = None
+        self.reader: autoscale.LoadReader | None = None
+        self.autoscaler: autoscale.Autoscaler | None = None
+        self.starting_step: tuple[states.ScaleStep, float, set[int]] | None = None   # the step awaiting its instances
+        if definition.autoscaled:
+            self.load_fd = autoscale.make_load_file(high)
+            self.reader = autoscale.LoadReader(self.load_fd, high)
+            self.autoscaler = autoscale.Autoscaler(autoscale.Policy(low, high, float(definition.scale_target),
+                                                                    float(definition.scale_window_s)),
+                                                   time.monotonic())
         self.selector = selectors.DefaultSelector()
         self.sock: socket.socket | None = None
         self.model_dir = ""
@@ -222,11 +238,15 @@ class Supervisor:
                             model_dir=self.model_dir, predictor=self.predictor, transformer=self.transformer,
                             socket_fd=self.sock.fileno(), ready_fd=ready_w, supervisor=os.getpid(),
                             max_body_bytes=self.definition.max_body_bytes, threads=threads,
-                            batching=self.definition.batching(), limits=self.http_limits(), canary=self.canary)
+                            batching=self.definition.batching(), limits=self.http_limits(), canary=self.canary,
+                            load_fd=self.load_fd)
         env = {**os.environ, SPEC_ENV: spec.to_env()}
         env.pop(READY_FD_ENV, None)
+        if self.reader is not None:
+            self.reader.clear(index)
+        fds = (self.sock.fileno(), ready_w) + ((self.load_fd,) if self.load_fd is not None else ())
         popen = subprocess.Popen([sys.executable, "-c", INSTANCE_MAIN], env=env, stdin=subprocess.DEVNULL,
-                                 pass_fds=(self.sock.fileno(), ready_w), cwd=self.model_dir)
+                                 pass_fds=fds, cwd=self.model_dir)
         os.close(ready_w)
         instance = Instance(index, popen, ready_r, os.pidfd_open(popen.pid))
         self.selector.register(ready_r, selectors.EVENT_READ, ("ready", index))
@@ -266,6 +286,7 @@ class Supervisor:
         if message[:1] == b"R":
             instance.ready = True
             log.info("instance %d ready", index)
+            self.note_started(index)
         elif message[:1] == b"F":
             instance.failure = message[1:].decode("utf-8", errors="replace")
         self.selector.unregister(instance.ready_r)
@@ -296,10 +317,83 @@ class Supervisor:
             out.append((kind, index))
         return out
 
+    # --- scaling -------------------------------------------------------------------------------------
+    def serving_count(self, pending: dict[int, float], given_up: dict[int, str]) -> int:
+        """Instances that serve or are about to: running and not draining, or waiting to be restarted."""
+        return sum(1 for i in self.instances.values() if not i.draining) + \
+            sum(1 for i in pending if i not in given_up and i not in self.instances)
+
+    def scale(self, pending: dict[int, float], given_up: dict[int, str]) -> None:
+        """Read the load and take the autoscaler's step, if it wants one."""
+        assert self.reader is not None and self.autoscaler is not None
+        now = time.monotonic()
+        self.autoscaler.observe(now, *self.reader.read(now))
+        current = self.serving_count(pending, given_up)
+        wanted, why = self.autoscaler.wanted(current, now)
+        if wanted != current:
+            self.step_to(wanted, why, pending, given_up)
+
+    def step_to(self, wanted: int, why: str, pending: dict[int, float], given_up: dict[int, str]) -> None:
+        """Start instances in free slots, or drain the newest ones (they answer what they hold, then end)."""
+        assert self.autoscaler is not None
+        now = time.monotonic()
+        current = self.serving_count(pending, given_up)
+        step = states.ScaleStep(states.now(), current, wanted, why)
+        self.state.scaling = (self.state.scaling + [step])[-50:]
+        log.info("scaling from %d to %d instance(s): %s", current, wanted, why)
+        if wanted > current:
+            free = [i for i in range(self.slots) if i not in self.instances and i not in pending and i not in given_up]
+            started = set(free[:wanted - current])
+            for index in started:
+                self.spawn(index)
+            self.starting_step = (step, now, started)
+        else:
+            for index in sorted(pending, reverse=True):   # a restart not yet made is the cheapest to drop
+                if current > wanted and index not in given_up and index not in self.instances:
+                    del pending[index]
+                    current -= 1
+            for index in sorted(self.instances, reverse=True):
+                instance = self.instances[index]
+                if current > wanted and not instance.draining:
+                    instance.draining = True
+                    instance.popen.send_signal(signal.SIGUSR1)   # the instance drains (http_server.serve)
+                    current -= 1
+        self.wanted = self.state.wanted = wanted
+        self.autoscaler.changed(now)
+        if wanted == 0 and self.sock is not None:   # the next connection wakes the serving (it waits in the backlog)
+            self.selector.register(self.sock, selectors.EVENT_READ, ("wake", -1))
+        self.save()
+
+    def wake(self, pending: dict[int, float], given_up: dict[int, str]) -> None:
+        """A connection arrived at zero instances: start one (the client waits in the backlog: the cold start)."""
+        assert self.sock is not None and self.autoscaler is not None
+        self.selector.unregister(self.sock)
+        self.step_to(max(self.autoscaler.policy.min_instances, 1), "a connection arrived at zero instances",
+                     pending, given_up)
+
+    def note_started(self, index: int) -> None:
+        """An instance became ready: when it was the last of a scaling step's, the step records how long it took."""
+        if self.starting_step is None:
+            return
+        step, began, waiting = self.starting_step
+        waiting.discard(index)
+        if not waiting:
+            step.ready_s = round(time.monotonic() - began, 3)
+            self.starting_step = None
+            log.info("scaled to %d instance(s): ready after %.2f s", step.after, step.ready_s)
+
+    def retire(self, index: int) -> None:
+        """A drained instance ended."""
+        instance = self.instances.pop(index)
+        returncode = instance.popen.wait()
+        self.forget(instance)
+        self.state.instances[index] = None
+        log.info("instance %d (pid %d) drained and ended (%s)", index, instance.popen.pid, exit_reason(returncode))
+
     def start(self) -> None:
         """Start every instance and wait until all are ready; a crash during start fails the serving."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        for index in range(self.definition.instances):
+        for index in range(self.wanted):
             self.spawn(index)
         self.save()
         while not all(i.ready for i in self.instances.values()):
@@ -330,8 +424,9 @@ class Supervisor:
         every = ORPHAN_CHECK_S if self.storage.local_path() is not None else ORPHAN_CHECK_REMOTE_S
         next_check = time.monotonic() + every
         next_rotation = time.monotonic()
+        next_scale = time.monotonic() + autoscale.TICK_S if self.autoscaler is not None else float("inf")
         while True:
-            wake = min([next_check, next_rotation, *pending.values()])
+            wake = min([next_check, next_rotation, next_scale, *pending.values()])
             timeout = max(0.0, wake - time.monotonic())
             if time.monotonic() >= next_rotation:
                 next_rotation = time.monotonic() + LOG_CHECK_S
@@ -343,7 +438,17 @@ class Supervisor:
                                 self.definition.name)
                     self.orphaned = True
                     raise Stop()
+            if time.monotonic() >= next_scale:
+                next_scale = time.monotonic() + autoscale.TICK_S
+                self.scale(pending, given_up)
             for kind, index in self.events(timeout):
+                if kind == "wake":
+                    self.wake(pending, given_up)
+                    continue
+                if kind == "exit" and self.instances[index].draining:
+                    self.retire(index)
+                    self.save()
+                    continue
                 if kind == "ready":
                     self.on_ready(index)
                     if self.instances[index].ready:
@@ -370,7 +475,7 @@ class Supervisor:
                                       f"{RETRY_GIVEN_UP_S:.0f} s: see the log"
                     log.error("%s", given_up[index])
                     in_a_row[index], history[index] = 0, []
-                    if len(given_up) == self.definition.instances:
+                    if len(given_up) >= max(self.wanted, 1):
                         raise RuntimeError("every instance crashed too often: " + "; ".join(
                             given_up[i] for i in sorted(given_up)))
                     pending[index] = now + RETRY_GIVEN_UP_S
@@ -386,7 +491,7 @@ class Supervisor:
     def note_failing(self, given_up: dict[int, str]) -> None:
         """Record the instances given up on: the state's `failing` list, and the reason of the Running serving."""
         self.state.failing = [states.Restart(i, states.now(), given_up[i]) for i in sorted(given_up)]
-        self.state.reason = (f"{len(given_up)} of {self.definition.instances} instances failing: "
+        self.state.reason = (f"{len(given_up)} of {self.wanted} instances failing: "
                              + "; ".join(given_up[i] for i in sorted(given_up))) if given_up else None
 
     def definition_gone(self) -> bool:
@@ -412,7 +517,10 @@ class Supervisor:
                 instance.popen.wait()
             self.forget(instance)
         self.instances.clear()
-        self.state.instances = [None] * self.definition.instances
+        self.state.instances = [None] * self.slots
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
         if self.sock is not None:
             self.sock.close()
             self.sock = None
