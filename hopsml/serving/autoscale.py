@@ -145,11 +145,12 @@ class Autoscaler:
         """How many instances to run now, and why (for the scaling record)."""
         p = self.policy
         stable, requests, span = self.concurrency(p.window_s)
-        panic, _, _ = self.concurrency(max(TICK_S * 2, p.window_s * PANIC_SHARE))
+        panic_s = max(TICK_S * 2, p.window_s * PANIC_SHARE)
+        panic, _, _ = self.concurrency(panic_s)
         floor = max(p.min_instances, 1)
         by_panic = min(p.max_instances, max(floor, math.ceil(panic / p.target - 1e-9)))
         if by_panic > current:
-            return by_panic, f"concurrency {panic:.1f} over the last {p.window_s * PANIC_SHARE:g} s " \
+            return by_panic, f"concurrency {panic:.1f} over the last {panic_s:g} s " \
                              f"(target {p.target:g} per instance)"
         full_window = span >= p.window_s - TICK_S and now - self.started >= p.window_s
         if not full_window:

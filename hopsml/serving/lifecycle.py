@@ -104,6 +104,9 @@ class Serving:
     canary_version: int | None = None
     canary_traffic_percent: int = 0
     scaling: list[states.ScaleStep] = field(default_factory=list)   # an autoscaled serving's last steps
+    min_instances: int | None = None    # set when the serving scales with load (between these bounds)
+    max_instances: int | None = None
+    scale_target: float | None = None
 
 
 def _where(settings: config.Settings | None) -> tuple[Storage, str, config.Settings]:
@@ -193,7 +196,15 @@ def _view(settings: config.Settings, project: str, d: ServingDefinition) -> Serv
                    internal_path=f"/v1/models/{d.name}" if running else None, restarts=list(st.restarts),
                    log=recorded_log(settings, project, d.name, st),
                    failing_instances=list(st.failing) if running else [], canary_version=d.canary_version,
-                   canary_traffic_percent=d.canary_traffic_percent, scaling=list(st.scaling))
+                   canary_traffic_percent=d.canary_traffic_percent, scaling=list(st.scaling),
+                   **_scaling_of(d))
+
+
+def _scaling_of(d: ServingDefinition) -> dict[str, Any]:
+    if not d.autoscaled:
+        return {}
+    low, high = d.scaling_bounds
+    return {"min_instances": low, "max_instances": high, "scale_target": d.scale_target}
 
 
 def get_all(settings: config.Settings | None = None) -> list[Serving]:

@@ -177,6 +177,11 @@ def test_a_serving_scales_out_under_load_and_in_after_it_without_a_failed_reques
     steps = [(step.before, step.after) for step in scaled_in.scaling]
     assert steps[0][0] == 1 and max(after for _, after in steps) == 3 and steps[-1][1] == 1, steps
     assert all(step.ready_s is not None for step in scaled_in.scaling if step.after > step.before)
+    from hopsml.ui import create_app
+
+    page = create_app(settings).test_client().get("/p/test/servings/scaled").get_data(as_text=True)
+    assert "1 to 3 instances, 2 concurrent requests each" in page
+    assert "&rarr; 3: concurrency" in page and "ready after" in page and "&rarr; 1: concurrency" in page
     procs, port, host = recorded(settings, "scaled")
     assert len(procs) == 2   # the supervisor and the one instance left
     lifecycle.stop("scaled", settings=settings)
