@@ -38,6 +38,7 @@ import textwrap
 import time
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -109,8 +110,8 @@ class _Client(asyncio.Protocol):
                 if end < 0:
                     break
                 head = buffer[:end].lower()
-                at = head.find(b"content-length:")
-                length = int(head[at + 15:].split(b"\r\n", 1)[0]) if at >= 0 else 0
+                at = head.find(b"\r\ncontent-length:")   # not inference-header-content-length
+                length = int(head[at + 17:].split(b"\r\n", 1)[0]) if at >= 0 else 0
                 if head[9:12] != b"200":
                     self.errors[0] += 1
                 self.answer_end = end + 4 + length
@@ -227,10 +228,23 @@ def build_models(folder: str, hidden: tuple[int, ...] = HIDDEN) -> dict[str, str
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
     net = torch.nn.Sequential(*layers[:-1]).eval()
     os.makedirs(folder, exist_ok=True)
-    paths = {"mlp": os.path.join(folder, "mlp.pth"), "sklearn": os.path.join(folder, "sklearn.joblib")}
+    paths = {"mlp": os.path.join(folder, "mlp.pth"), "sklearn": os.path.join(folder, "sklearn.joblib"),
+             "digits": os.path.join(folder, "digits.joblib")}
     torch.save(net, paths["mlp"])
     joblib.dump(LogisticRegression(max_iter=300).fit(x, y), paths["sklearn"])
+    joblib.dump(digits_mlp(), paths["digits"])
     return paths
+
+
+def digits_mlp() -> object:
+    """scikit-learn's MLP on its bundled digits (64 features): the model the peer servers are compared on."""
+    from sklearn.datasets import load_digits
+    from sklearn.neural_network import MLPClassifier
+
+    x, y = load_digits(return_X_y=True)
+    model = MLPClassifier(hidden_layer_sizes=(64,), max_iter=300, random_state=0).fit(x, y)
+    del model._random_state   # a numpy Generator: a peer's environment with numpy 1.x (pytriton) could not load it
+    return model
 
 
 def own_call_ms(paths: dict[str, str], row: list[float]) -> dict[str, float]:
@@ -256,7 +270,9 @@ def own_call_ms(paths: dict[str, str], row: list[float]) -> dict[str, float]:
         with torch.inference_mode():
             net(torch.from_numpy(batch32))
 
-    calls = {"mlp": mlp, "sklearn": lambda: model.predict(one64), "mlp per row of 32": mlp32}
+    digits = joblib.load(paths["digits"])
+    calls = {"mlp": mlp, "sklearn": lambda: model.predict(one64), "digits": lambda: digits.predict(one64),
+             "mlp per row of 32": mlp32}
     out = {}
     for name, call in calls.items():
         times = []
@@ -394,7 +410,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mlflow-python", default=None,
                         help="python of an environment with mlflow (default: this one, if mlflow imports)")
     parser.add_argument("--no-mlflow", action="store_true", help="skip MLflow")
-    parser.add_argument("--models", default="mlp,sklearn")
+    parser.add_argument("--models", default="mlp,sklearn,digits")
+    parser.add_argument("--triton-python", default=None,
+                        help="python of an environment with nvidia-pytriton: Triton serves the digits MLP too")
+    parser.add_argument("--ray-python", default=None,
+                        help="python of an environment with ray[serve]: Ray Serve serves the digits MLP beside hopsml")
+    parser.add_argument("--features", action="store_true",
+                        help="also the cost of canary routing, the autoscaler, the v2 paths and inference logging "
+                             "(digits, batched, at the most clients), and the time of a scale-out and a cold start")
     parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)),
                         help="the MLP's hidden layer widths (default %(default)s): what batching can save grows "
                              "with the model's own cost per call")
@@ -422,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         body = json.dumps({"instances": [row]}).encode()
         ceiling = client_ceiling(post("/v1/models/x:predict", body), max(clients), args.seconds)
         print(f"client ceiling ({max(clients)} clients, a server that does no work): {ceiling.rps:.0f} req/s")
+        peers: list[Any] = []
+        if "digits" in models:
+            peers = start_peers(args, paths["digits"], row, work)
         for model in models:
             registry.export(paths[model], model, settings=settings)
             targets = []
@@ -433,12 +459,28 @@ def main(argv: list[str] | None = None) -> int:
                 s = lifecycle.start(serving, settings=settings)
                 targets.append(Target(f"hopsml {serving}", s.internal_ips[0], s.internal_port,
                                       post(f"/v1/models/{serving}:predict", body), body, server_pid(settings, serving)))
-            print(f"hopsml {model}, batching on and off in turns:", flush=True)
+            for server, peer_body in peers if model == "digits" else []:
+                targets.append(Target(server.name, "127.0.0.1", server.port, post(server.path, peer_body), peer_body,
+                                      server.proc.pid))
+            print(f"hopsml {model}, batching on and off{' and the peers' if len(targets) > 2 else ''} in turns:",
+                  flush=True)
             for t, loads in zip(targets, measure(targets, clients, args.seconds, args.repeat).values()):
+                if not t.name.startswith("hopsml "):
+                    results[(model, t.name)] = loads
+                    continue
                 serving = t.name.split()[1]
                 results[(model, serving)] = loads
                 lifecycle.stop(serving, settings=settings)
                 started.remove(serving)
+            if model == "digits":
+                for server, _ in peers:
+                    server.close()
+                peers = []
+        if args.features:
+            from serving_features import feature_costs, scaling_times
+
+            feature_costs(settings, paths["digits"], row, max(clients), args.seconds, args.repeat, results)
+            scaling_times(settings, row)
         python = None if args.no_mlflow else mlflow_python(args.mlflow_python)
         if python is not None:
             saved = os.path.join(work, "mlflow")
@@ -457,12 +499,31 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     server.close()
     finally:
+        for server, _ in peers:
+            server.close()
         for serving in started:
             lifecycle.stop(serving, settings=settings)
         shutil.rmtree(work, ignore_errors=True)
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     report(results, own, clients, models)
     return 0
+
+
+def start_peers(args: argparse.Namespace, model_path: str, row: list[float], work: str) -> list[Any]:
+    """Triton and Ray Serve serving the digits MLP, where their environments are given: (server, body) pairs."""
+    import serving_peers
+
+    peers = []
+    for given, modules, what, start in ((args.triton_python, "pytriton, sklearn", "Triton", serving_peers.triton),
+                                        (args.ray_python, "ray.serve, sklearn", "Ray Serve", serving_peers.ray_serve)):
+        python = serving_peers.peer_python(given, modules, what) if given else None
+        if python is None:
+            if not given:
+                print(f"{what} skipped: give --{what.split()[0].lower()}-python")
+            continue
+        print(f"starting {what} ...", flush=True)
+        peers.append(start(python, model_path, row, os.path.join(work, f"{what.split()[0].lower()}.log")))
+    return peers
 
 
 def report(results: dict[tuple[str, str], dict[int, Load]], own: dict[str, float], clients: list[int],
@@ -472,6 +533,13 @@ def report(results: dict[tuple[str, str], dict[int, Load]], own: dict[str, float
           "1-client p50 within 2 ms of the model's own call)")
     for model in models:
         batched, plain = results.get((model, f"{model}Batched")), results.get((model, f"{model}Plain"))
+        for peer in ("triton", "ray serve"):
+            theirs = results.get((model, peer))
+            if batched and theirs:
+                print(f"  {model}: hopsml batched / {peer} (batching on both): " + ", ".join(
+                    f"{n} clients {batched[n].rps / theirs[n].rps:.2f}x req/s, p99 {batched[n].p99_ms:.2f} vs "
+                    f"{theirs[n].p99_ms:.2f} ms" for n in clients) + (" (target at 64: >= 1.5x, p99 no worse)"
+                                                                       if peer == "triton" else ""))
         mlflow = results.get((model, "mlflow"))
         if batched and plain:
             print(f"  {model}: batched/plain at {top} clients {batched[top].rps / plain[top].rps:.2f}x")
