@@ -45,6 +45,13 @@ def add_commands(subparsers: Any) -> None:
     create.add_argument("--canary-version", type=int,
                         help="another version served beside --version, taking --canary-percent of the requests")
     create.add_argument("--canary-percent", type=int, help="percent of the requests sent to the canary (default 10)")
+    create.add_argument("--min-instances", type=int,
+                        help="scale with load between --min-instances and --max-instances (0: scale to zero when idle)")
+    create.add_argument("--max-instances", type=int, help="the most instances scaling with load may start")
+    create.add_argument("--scale-target", type=float,
+                        help="concurrent requests per instance that scaling aims at (default 10)")
+    create.add_argument("--scale-window", type=float,
+                        help="seconds of load scaling in looks back on (default 30; scaling out, a tenth of it)")
     for action, text in (("start", "start the serving's server (it keeps running after this command)"),
                          ("stop", "stop the server: no process or port is left"),
                          ("status", "status, endpoint, instances, restarts; the reason and log lines if it failed"),
@@ -74,7 +81,8 @@ def add_commands(subparsers: Any) -> None:
 
 
 def _status_text(serving: lifecycle.Serving) -> str:
-    shown = {key: value for key, value in vars(serving).items() if key not in ("status", "restarts", "kafka_topic_dto")}
+    shown = {key: value for key, value in vars(serving).items()
+             if key not in ("status", "restarts", "kafka_topic_dto", "scaling")}
     lines = [f"status: {serving.status}"]
     if serving.internal_path is not None:
         lines.append(f"endpoint: http://{serving.internal_ips[0]}:{serving.internal_port}{serving.internal_path}:predict")
@@ -82,6 +90,11 @@ def _status_text(serving: lifecycle.Serving) -> str:
     if serving.restarts:
         lines += ["", f"restarts ({len(serving.restarts)}):"]
         lines += [f"  {r.time} {r.reason}" for r in serving.restarts]
+    if serving.scaling:
+        lines += ["", f"scaling (the last {min(len(serving.scaling), 10)} steps):"]
+        lines += [f"  {step.time} {step.before} -> {step.after}: {step.reason}"
+                  + (f" (ready after {step.ready_s} s)" if step.ready_s is not None else "")
+                  for step in serving.scaling[-10:]]
     if serving.status.reason:
         lines += ["", f"reason: {serving.status.reason}", "", f"last lines of {serving.log}:", serving.status.log_tail]
     return "\n".join(lines)
@@ -101,11 +114,16 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                                              batch_timeout_micros=args.batch_timeout_micros,
                                              max_body_bytes=args.max_body_bytes,
                                              canary_version=args.canary_version,
-                                             canary_traffic_percent=args.canary_percent, settings=settings)
+                                             canary_traffic_percent=args.canary_percent,
+                                             min_instances=args.min_instances, max_instances=args.max_instances,
+                                             scale_target=args.scale_target, scale_window_s=args.scale_window,
+                                             settings=settings)
         canary_text = (f", canary version {serving.canary_version} at {serving.canary_traffic_percent}%"
                        if serving.canary_version is not None else "")
+        scaling_text = (f", {serving.min_instances} to {serving.max_instances} instances with load"
+                        if serving.max_instances is not None else "")
         return (f"serving {serving.name} (id {serving.id}) serves {serving.model_name} version "
-                f"{serving.model_version}{canary_text}")
+                f"{serving.model_version}{canary_text}{scaling_text}")
     if action in ("promote", "rollback", "canary-gate"):
         from hopsml.serving import canary
 

@@ -277,3 +277,8 @@ def test_the_cli_create_takes_the_batching_logging_and_body_knobs_the_python_api
     assert (stored.max_batch_size, stored.batch_timeout_micros, stored.max_body_bytes) == (16, 2000, 4096)
     _cli(settings, "serving", "create", "quiet", "Models/iris", "--inference-logging", "NONE")
     assert lifecycle.get("quiet", settings).inference_logging is None
+    out = _cli(settings, "serving", "create", "elastic", "Models/iris", "--min-instances", "0", "--max-instances", "3",
+               "--scale-target", "4", "--scale-window", "12")
+    assert "0 to 3 instances with load" in out
+    stored = defs.read(Storage(settings.root), settings.project, "elastic")
+    assert (stored.min_instances, stored.max_instances, stored.scale_target, stored.scale_window_s) == (0, 3, 4, 12)
