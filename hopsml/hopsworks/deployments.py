@@ -68,6 +68,8 @@ class Predictor:
     inference_logger: InferenceLogger | None = None
     inference_batcher: InferenceBatcher | None = None
     settings: config.Settings | None = None
+    canary_version: int | None = None           # another version of the model, served beside model_version
+    canary_traffic_percent: int | None = None   # of the requests that name no version (10 when only a version)
 
     def deploy(self) -> Deployment:
         """A deployment of this predictor, saved (not started)."""
@@ -105,8 +107,50 @@ class Deployment:
             batching_enabled=bool(batcher and batcher.enabled),
             max_batch_size=batcher.max_batch_size if batcher and batcher.enabled else None,
             batch_timeout_micros=(batcher.max_latency * 1000 if batcher and batcher.enabled and batcher.max_latency
-                                  else None), settings=self._settings)
+                                  else None), canary_version=p.canary_version,
+            canary_traffic_percent=p.canary_traffic_percent, settings=self._settings)
+        self._sync_canary()
         return self
+
+    @property
+    def canary_version(self) -> int | None:
+        return self.predictor.canary_version
+
+    @property
+    def canary_traffic_percent(self) -> int | None:
+        return self.predictor.canary_traffic_percent
+
+    def promote(self) -> Deployment:
+        """The canary version becomes the deployment's model version (a running deployment restarts with it)."""
+        from hopsml.serving import canary
+
+        canary.promote(self.name, settings=self._settings)
+        self._sync_canary()
+        return self
+
+    def rollback(self) -> Deployment:
+        """The canary is dropped: the model version takes every request again (a running deployment restarts)."""
+        from hopsml.serving import canary
+
+        canary.rollback(self.name, settings=self._settings)
+        self._sync_canary()
+        return self
+
+    def canary_gate(self, **options: Any) -> dict[str, Any]:
+        """serving.canary_gate for this deployment (window_s=, min_requests=, act=, thresholds): promotes the canary
+        if its traffic held up, else rolls it back; returns the decision and its reasons."""
+        from hopsml.serving import canary
+
+        report = canary.gate(self.name, settings=self._settings, **options)
+        self._sync_canary()
+        return report
+
+    def _sync_canary(self) -> None:
+        """The predictor's versions as the serving now has them (promote and rollback change them)."""
+        serving = lifecycle.get(self.name, self._settings)
+        self.predictor.model_version = serving.model_version
+        self.predictor.canary_version = serving.canary_version
+        self.predictor.canary_traffic_percent = serving.canary_traffic_percent if serving.canary_version else None
 
     def start(self, await_running: int | None = 300) -> None:
         lifecycle.start(self.name, timeout_s=float(await_running or 300), settings=self._settings)
@@ -153,7 +197,11 @@ class ModelServing:
     def create_predictor(self, model: Any, name: str | None = None, script_file: str | None = None,
                          resources: Resources | dict[str, Any] | None = None,
                          inference_logger: InferenceLogger | str | None = None,
-                         inference_batcher: InferenceBatcher | bool | None = None, **_: Any) -> Predictor:
+                         inference_batcher: InferenceBatcher | bool | None = None,
+                         canary_version: Any = None, canary_traffic_percent: int | None = None,
+                         **_: Any) -> Predictor:
+        """hsml's create_predictor; `canary_version` (a version number, or a saved version of the same model) and
+        `canary_traffic_percent` are hopsml's, as create_or_update takes them."""
         if isinstance(resources, dict):
             resources = Resources(num_instances=int(resources.get("num_instances", 1)))
         if isinstance(inference_logger, str):
@@ -162,8 +210,16 @@ class ModelServing:
             inference_batcher = InferenceBatcher(enabled=inference_batcher)
         if model.version is None:
             raise ServingError(f"model {model.name!r} is not saved yet: model.save(path) first")
+        if canary_version is not None and not isinstance(canary_version, int):
+            if getattr(canary_version, "name", model.name) != model.name or getattr(canary_version, "version",
+                                                                                   None) is None:
+                raise ServingError(f"canary_version must be a version of model {model.name!r} (a number, or a "
+                                   f"saved version of it), not {canary_version!r}")
+            canary_version = int(canary_version.version)
+        if canary_traffic_percent is not None and canary_version is None:
+            raise ServingError(f"canary_traffic_percent={canary_traffic_percent} needs a canary_version")
         return Predictor(model.name, int(model.version), name or model.name, script_file, resources, inference_logger,
-                         inference_batcher, self._settings)
+                         inference_batcher, self._settings, canary_version, canary_traffic_percent)
 
     def create_deployment(self, predictor: Predictor, name: str | None = None, **_: Any) -> Deployment:
         return Deployment(predictor, name)
@@ -171,7 +227,9 @@ class ModelServing:
     def get_deployment(self, name: str) -> Deployment:
         serving = lifecycle.get(name, self._settings)
         return Deployment(Predictor(serving.model_name, serving.model_version, name, serving.predictor,
-                                    settings=self._settings), name)
+                                    settings=self._settings, canary_version=serving.canary_version,
+                                    canary_traffic_percent=(serving.canary_traffic_percent
+                                                            if serving.canary_version is not None else None)), name)
 
     def get_deployments(self, model: Any = None, status: str | None = None) -> list[Deployment]:
         found = [self.get_deployment(s.name) for s in lifecycle.get_all(self._settings)

@@ -1,4 +1,5 @@
-"""The serving commands of the ``hopsml`` CLI: ``serving create|start|stop|list|status|logs|monitor|delete``.
+"""The serving commands of the ``hopsml`` CLI: ``serving create|start|stop|list|status|logs|monitor|delete``,
+``promote|rollback|canary-gate`` and ``export-kserve``.
 
 ``add_commands(subparsers)`` adds them to the CLI's parser; ``run(args, settings)`` runs the one that
 was parsed and returns the text to print.
@@ -66,6 +67,17 @@ def add_commands(subparsers: Any) -> None:
     gate.add_argument("--window", type=float, default=3600.0, help="seconds of traffic to judge (default 3600)")
     gate.add_argument("--min-requests", type=int, default=50, help="canary requests needed to decide (default 50)")
     gate.add_argument("--dry-run", action="store_true", help="decide and record, but change nothing")
+    kserve = actions.add_parser("export-kserve", help="write a KServe InferenceService manifest for the serving "
+                                                      "(versions, batcher, canary, scaling, logger) and the model "
+                                                      "layout its storageUri reads")
+    kserve.add_argument("name")
+    kserve.add_argument("--out", help="folder to write (default ./kserve-NAME)")
+    kserve.add_argument("--storage-uri", help="where the version folders will be uploaded, e.g. s3://bucket/path "
+                                              "(default pvc://hopsml-models/NAME)")
+    kserve.add_argument("--namespace", help="the manifest's Kubernetes namespace (default: none, kubectl's)")
+    kserve.add_argument("--logger-url", help="where KServe's logger sends requests (default: KServe's broker)")
+    kserve.add_argument("--image", help="the custom predictor's image, for a serving with a predictor script")
+    kserve.add_argument("--overwrite", action="store_true", help="replace manifests and version folders there")
     actions.add_parser("list", help="every serving of the project with its status")
     watch = actions.add_parser("monitor", help="drift and training-serving skew: the logged inputs against the "
                                                "training dataset's statistics (JSON report in the serving's folder)")
@@ -135,6 +147,15 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
             report = canary.last_decision(args.name, settings) or {}
         return (f"{args.name}: canary version {report.get('canary')} {report.get('decision')}"
                 + "".join(f"\n  {reason}" for reason in report.get("reasons", [])))
+    if action == "export-kserve":
+        from hopsml.serving.kserve import export_kserve
+
+        done = export_kserve(args.name, args.out or f"kserve-{args.name}", storage_uri=args.storage_uri,
+                             namespace=args.namespace, logger_url=args.logger_url, image=args.image,
+                             overwrite=args.overwrite, settings=settings)
+        lines = [f"InferenceService {done.name}: {', '.join(done.manifests)}"]
+        lines += [f"  version {v}: upload {done.layouts[v]} to {done.storage_uris[v]}" for v in done.layouts]
+        return "\n".join(lines + [f"  {note}" for note in done.notes])
     if action == "list":
         rows: list[dict[str, Any]] = []
         broken: list[str] = []

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import settings_for
+from own_processes import processes_of_this_test
 
 pytest.importorskip("deltalake")
 
@@ -101,3 +102,66 @@ def test_a_deployment_whose_predictor_looks_features_up_online(tmp_path, monkeyp
     assert report["rows"] == 2 and report["preprocessing"]["ok"], report
     deployment.delete()
     assert ms.get_deployments() == []
+
+
+def test_a_deployment_with_a_canary_splits_promotes_and_rolls_back(tmp_path, monkeypatch):
+    """hsml has no canary arguments: hopsml's deployments take create_or_update's (`canary_version`,
+    `canary_traffic_percent`) on model.deploy / create_predictor, and `promote()` / `rollback()` end the canary of
+    a started deployment, which restarts with the version it keeps."""
+    import joblib
+    from sklearn.dummy import DummyClassifier
+
+    from hopsml import hopsworks
+    from hopsml.serving.definition import ServingError
+
+    settings = settings_for(tmp_path / "root")
+    monkeypatch.setenv("HOPSML_ROOT", settings.root)
+    monkeypatch.setenv("HOPSML_PROJECT", "test")
+    project = hopsworks.login(project="test")
+    registry = project.get_model_registry()
+    versions = []
+    for answer in (0, 1):   # version 1 answers 0 for every row, version 2 answers 1
+        folder = tmp_path / f"v{answer}"
+        folder.mkdir()
+        joblib.dump(DummyClassifier(strategy="constant", constant=answer).fit([[0.0]] * 2, [answer, 1 - answer]),
+                    folder / "model.joblib")
+        model = registry.sklearn.create_model("const")
+        model.save(str(folder))
+        versions.append(model)
+    v1, v2 = versions
+    ms = project.get_model_serving()
+    with pytest.raises(ServingError, match="needs a canary_version"):
+        ms.create_predictor(v1, canary_traffic_percent=20)
+    with pytest.raises(ServingError, match="no version 9|version 9"):
+        v1.deploy(name="const", canary_version=9)
+
+    deployment = v1.deploy(name="const", canary_version=v2, canary_traffic_percent=30)   # a model version, or 2
+    assert (deployment.model_version, deployment.canary_version, deployment.canary_traffic_percent) == (1, 2, 30)
+    found = ms.get_deployment("const")
+    assert (found.model_version, found.canary_version, found.canary_traffic_percent) == (1, 2, 30)
+    before = processes_of_this_test()
+    deployment.start(await_running=300)
+    try:
+        answers = [deployment.predict(inputs=[[1.0]])["predictions"][0] for _ in range(300)]
+        assert 50 <= sum(answers) <= 130            # about 30% to the canary (90 expected; 4 sigma either side)
+        deployment.promote()                         # version 2 takes every request; the deployment restarted
+        assert deployment.is_running()
+        assert (deployment.model_version, deployment.canary_version) == (2, None)
+        assert {deployment.predict(inputs=[[1.0]])["predictions"][0] for _ in range(40)} == {1}
+
+        again = ms.create_predictor(v2, name="const", canary_version=1, canary_traffic_percent=50).deploy()
+        assert again.is_running() and (again.model_version, again.canary_version) == (2, 1)
+        assert {again.predict(inputs=[[1.0]])["predictions"][0] for _ in range(100)} == {0, 1}
+        again.rollback()                             # the canary (version 1) is dropped: version 2 answers alone
+        assert (again.model_version, again.canary_version, again.canary_traffic_percent) == (2, None, None)
+        assert {again.predict(inputs=[[1.0]])["predictions"][0] for _ in range(40)} == {1}
+        with pytest.raises(ServingError, match="has no canary"):
+            again.promote()
+    finally:
+        deployment.stop()
+    assert deployment.is_stopped()
+    assert not processes_of_this_test() - before
+    from hopsml.serving import canary
+
+    assert canary.last_decision("const", settings)["decision"] == "rolled back"
+    deployment.delete()
