@@ -51,6 +51,12 @@ def add_commands(subparsers: Any) -> None:
     create.add_argument("--max-instances", type=int, help="the most instances scaling with load may start")
     create.add_argument("--scale-target", type=float,
                         help="concurrent requests per instance that scaling aims at (default 10)")
+    create.add_argument("--models", nargs="*", metavar="MODEL",
+                        help="other registered models this serving also answers for, each loaded on its first request "
+                             "(with no names: the versions of its own model)")
+    create.add_argument("--max-loaded-models", type=int, help="with --models: models kept loaded at most")
+    create.add_argument("--max-models-memory-mb", type=float,
+                        help="with --models: MiB the loaded models may take (the least recently used go first)")
     create.add_argument("--scale-window", type=float,
                         help="seconds of load scaling in looks back on (default 30; scaling out, a tenth of it)")
     for action, text in (("start", "start the serving's server (it keeps running after this command)"),
@@ -129,7 +135,8 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                                              canary_traffic_percent=args.canary_percent,
                                              min_instances=args.min_instances, max_instances=args.max_instances,
                                              scale_target=args.scale_target, scale_window_s=args.scale_window,
-                                             settings=settings)
+                                             models=args.models, max_loaded_models=args.max_loaded_models,
+                                             max_models_memory_mb=args.max_models_memory_mb, settings=settings)
         canary_text = (f", canary version {serving.canary_version} at {serving.canary_traffic_percent}%"
                        if serving.canary_version is not None else "")
         scaling_text = (f", {serving.min_instances} to {serving.max_instances} instances with load"

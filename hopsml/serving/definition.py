@@ -91,6 +91,11 @@ class ServingDefinition:
     max_instances: int | None = None
     scale_target: float = 10.0            # concurrent requests per instance the autoscaler aims at
     scale_window_s: float = 30.0          # scaling in (and to zero) looks this far back; out, a tenth of it
+    # Several models per server (multiplex.py): other registry models its instances also answer for, by name, each
+    # loaded on its first request; the least recently used evicted past either bound. None: one model, as hops.
+    models: list[str] | None = None
+    max_loaded_models: int | None = None
+    max_models_memory_mb: float | None = None
     creator: str = field(default_factory=lambda: os.environ.get("HOPSML_USER") or getpass.getuser())
     created: str = field(default_factory=_now)
 
@@ -123,6 +128,7 @@ class ServingDefinition:
         if percent and self.canary_version is None:
             raise ServingError(f"canary_traffic_percent={percent} needs a canary_version")
         self._check_scaling()
+        self._check_models()
         if not 0 <= self.port <= 65535:
             raise ServingError(f"port {self.port} is not a port: give 1-65535, or 0 for any free one")
         if self.transformer_instances is not None and (isinstance(self.transformer_instances, bool) or not
@@ -152,6 +158,30 @@ class ServingDefinition:
         for what, value in (("scale_target", self.scale_target), ("scale_window_s", self.scale_window_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ServingError(f"{what} must be a number above 0, not {value!r}")
+
+    def _check_models(self) -> None:
+        if self.models is not None:
+            if not isinstance(self.models, list) or not all(isinstance(m, str) for m in self.models):
+                raise ServingError(f"models must be a list of registered model names, not {self.models!r}")
+            for name in self.models:
+                layout.validate_name(name, "model name")
+            if self.model_name in self.models:
+                raise ServingError(f"models lists {self.model_name!r}, the serving's own model: its versions are "
+                                   f"served already, at /v1/models/{self.name}/versions/<v>")
+            if len(set(self.models)) != len(self.models):
+                raise ServingError(f"models lists a model twice: {self.models!r}")
+            if self.canary_version is not None:
+                raise ServingError("a canary needs a serving of one model; with models=[...] each version is "
+                                   f"served at /v1/models/{self.name}/versions/<v> instead")
+        elif self.max_loaded_models is not None or self.max_models_memory_mb is not None:
+            raise ServingError("max_loaded_models and max_models_memory_mb bound a serving of several models: give "
+                               "models=[...] too")
+        most = self.max_loaded_models
+        if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
+            raise ServingError(f"max_loaded_models must be a whole number of at least 1, not {most!r}")
+        memory = self.max_models_memory_mb
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0):
+            raise ServingError(f"max_models_memory_mb must be a number of MiB above 0, not {memory!r}")
 
     @property
     def scaling_bounds(self) -> tuple[int, int]:

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -42,6 +43,9 @@ class InstanceSpec:
     limits: dict[str, float] | None = None   # http_server.Limits' fields (the serving_* settings)
     canary: dict[str, Any] | None = None    # the canary version: version, percent, model_dir, predictor, transformer
     load_fd: int | None = None               # an autoscaled serving's load file (autoscale.py): this instance's slot
+    models: dict[str, Any] | None = None     # several models: name -> default version and each version's files
+    max_models: int | None = None
+    max_models_bytes: int | None = None
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -68,31 +72,13 @@ def main() -> int:
         LogOptions,
         RecordingTransformer,
     )
-    from hopsml.serving.protocol import ModelApp, VersionRouter
-
-    canary = spec.canary
-    try:
-        servable = loaders.load(spec.model_dir, spec.predictor, spec.threads)
-        transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
-        if canary is not None:
-            canary_servable = loaders.load(canary["model_dir"], canary["predictor"], spec.threads)
-            canary_transformer = loaders.Transformer.load(canary["transformer"]) if canary["transformer"] else None
-    except Exception as exc:  # the supervisor records why, so the status can say it
-        log.exception("cannot load the model of serving %s", spec.name)
-        reason = str(exc) if isinstance(exc, loaders.ServingError) else f"{type(exc).__name__}: {exc}"
-        os.write(spec.ready_fd, b"F" + reason.encode("utf-8", errors="replace")[:4000])
-        return 1
-
-    def ready() -> None:
-        os.write(spec.ready_fd, b"R")
-        os.close(spec.ready_fd)
-        log.info("serving %s version %d: ready", spec.name, spec.version)
+    from hopsml.serving.protocol import ModelApp
 
     logger = None
     if os.environ.get(LOG_ENV):  # inference logging: the model calls are counted, requests queued for the writer
         logger = InferenceLogger(LogOptions.from_env(os.environ[LOG_ENV]), spec.index)
 
-    def model_app(version: int, servable: Any, transformer: Any) -> ModelApp:
+    def model_app(name: str, version: int, servable: Any, transformer: Any) -> ModelApp:
         if logger is not None:
             servable = cast(loaders.Servable, CountingServable(servable, logger.batch_sizes))
             if transformer is not None:
@@ -107,16 +93,28 @@ def main() -> int:
             # clock, so at the default 5 ms it waited until the loop went idle: the batch computed after the
             # answers were written, not while. At 10 us it is asked for at once (64 clients: +10% req/s).
             sys.setswitchinterval(10e-6)
-        return ModelApp(spec.name, version, servable, transformer, batcher=batcher)
+        return ModelApp(name, version, servable, transformer, batcher=batcher)
 
-    app: Any = model_app(spec.version, servable, transformer)
-    if canary is not None:   # both versions in each instance: the split needs no router in front
-        app = VersionRouter(app, model_app(canary["version"], canary_servable, canary_transformer), canary["percent"])
+    try:
+        app: Any = several_models(spec, model_app) if spec.models is not None else one_model(spec, model_app)
+    except Exception as exc:  # the supervisor records why, so the status can say it
+        log.exception("cannot load the model of serving %s", spec.name)
+        reason = str(exc) if isinstance(exc, loaders.ServingError) else f"{type(exc).__name__}: {exc}"
+        os.write(spec.ready_fd, b"F" + reason.encode("utf-8", errors="replace")[:4000])
+        return 1
+
+    def ready() -> None:
+        os.write(spec.ready_fd, b"R")
+        os.close(spec.ready_fd)
+        log.info("serving %s version %d: ready", spec.name, spec.version)
+
     if logger is not None:
         app = LoggedApp(app, logger)
     # what loading made (the framework's modules, the model) lives as long as the process: kept out of the
-    # collector's full passes, which took 90 ms each with a torch model loaded and stalled every request then
-    gc.freeze()
+    # collector's full passes, which took 90 ms each with a torch model loaded and stalled every request then;
+    # not with several models, which come and go (a frozen evicted model's cycles would never be freed)
+    if spec.models is None:
+        gc.freeze()
     meter = None
     if spec.load_fd is not None:
         from hopsml.serving.autoscale import LoadMeter
@@ -129,6 +127,49 @@ def main() -> int:
         if logger is not None:  # what is queued is written before the instance ends
             logger.close()
     return 0
+
+
+MakeApp = Callable[[str, int, Any, Any], Any]
+
+
+def one_model(spec: InstanceSpec, model_app: MakeApp) -> Any:
+    """The serving's model, and its canary beside it when it has one (the split needs no router in front)."""
+    from hopsml.serving import loaders
+    from hopsml.serving.protocol import VersionRouter
+
+    servable = loaders.load(spec.model_dir, spec.predictor, spec.threads)
+    transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
+    app = model_app(spec.name, spec.version, servable, transformer)
+    canary = spec.canary
+    if canary is not None:
+        canary_servable = loaders.load(canary["model_dir"], canary["predictor"], spec.threads)
+        canary_transformer = loaders.Transformer.load(canary["transformer"]) if canary["transformer"] else None
+        app = VersionRouter(app, model_app(spec.name, canary["version"], canary_servable, canary_transformer),
+                            canary["percent"])
+    return app
+
+
+def several_models(spec: InstanceSpec, model_app: MakeApp) -> Any:
+    """A multiplexer over the catalog the supervisor resolved, the serving's own model loaded before it answers."""
+    from hopsml.serving.multiplex import ModelMultiplexer, ModelSource
+
+    catalog: dict[str, Any] = spec.models or {}
+
+    def resolve(name: str, version: int | None) -> ModelSource:
+        model = catalog[name]
+        number = model["default"] if version is None else version
+        files = model["versions"].get(str(number))
+        if files is None:
+            raise LookupError(f"its versions here are {', '.join(sorted(model['versions'], key=int))}")
+        return ModelSource(name, number, **files)
+
+    def make(source: ModelSource, servable: Any, transformer: Any) -> Any:
+        return model_app(source.name, source.version, servable, transformer)
+
+    mux = ModelMultiplexer(resolve, catalog.keys, make, max_models=spec.max_models,
+                           max_memory_bytes=spec.max_models_bytes, threads=spec.threads)
+    mux.preload(spec.name)
+    return mux
 
 
 if __name__ == "__main__":

@@ -255,7 +255,8 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      canary_version: int | None = None, canary_traffic_percent: int | None = None,
                      min_instances: int | None = None, max_instances: int | None = None,
                      scale_target: float | None = None, scale_window_s: float | None = None,
-                     settings: config.Settings | None = None) -> Serving:
+                     models: list[str] | None = None, max_loaded_models: int | None = None,
+                     max_models_memory_mb: float | None = None, settings: config.Settings | None = None) -> Serving:
     """Define (or redefine) a serving; a running one is restarted with the new definition.
 
     `canary_version`: another version of the model served beside `model_version` (the stable one), taking
@@ -266,6 +267,11 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     concurrent requests per instance (10) over `scale_window_s` (30 s; bursts scale out within a tenth of it);
     `min_instances=0` scales to zero after a window without requests and starts again on the next connection
     (autoscale.py). Without them the serving runs `instances`, fixed.
+
+    `models`: other registered models the serving's instances answer for too (at `/v1/models/<model>`), and every
+    version of each (`/versions/<v>`, its own model's too), each loaded on its first request; past
+    `max_loaded_models` or `max_models_memory_mb` the least recently used is evicted (multiplex.py). `models=[]`
+    serves the versions of the serving's own model that way.
 
     hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
     port by default), `max_body_bytes` (larger requests get 413), TF Serving's batching knobs, used with
@@ -320,7 +326,8 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                 inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue,
                 canary_version=canary_version, canary_traffic_percent=canary_traffic_percent,
                 min_instances=min_instances, max_instances=max_instances, scale_target=scale_target,
-                scale_window_s=scale_window_s),
+                scale_window_s=scale_window_s, models=models, max_loaded_models=max_loaded_models,
+                max_models_memory_mb=max_models_memory_mb),
         **made)
     for script in (predictor, transformer):
         where = script_rel(storage, project, d, script) if script is not None else None

@@ -189,15 +189,36 @@ class Supervisor:
         self.predictor = self._script(d.predictor, d.model_version, self.model_dir)
         self.transformer = self._script(d.transformer, d.model_version, self.model_dir)
         self.canary: dict[str, Any] | None = None
+        self.catalog: dict[str, Any] | None = None
+        if d.models is not None:
+            self.catalog = self.model_catalog()
         if d.canary_version is not None:
             folder = self._model_dir(d.canary_version)
             self.canary = {"version": d.canary_version, "percent": d.canary_traffic_percent, "model_dir": folder,
                            "predictor": self._script(d.predictor, d.canary_version, folder),
                            "transformer": self._script(d.transformer, d.canary_version, folder)}
 
-    def _model_dir(self, version: int) -> str:
+    def model_catalog(self) -> dict[str, Any]:
+        """What a serving of several models may load, by the name its requests use (the serving's own model by the
+        serving's name): each version's local files (downloaded at the start from a remote root), and the default
+        version (the serving's model_version; the newest of another model)."""
         d = self.definition
-        mv = registry.get_model(d.model_name, version, settings=None)
+        catalog: dict[str, Any] = {}
+        for served, model in [(d.name, d.model_name), *((m, m) for m in d.models or [])]:
+            numbers = [mv.version for mv in registry.versions(model, settings=None)]
+            own = model == d.model_name
+            versions = {}
+            for number in numbers:
+                folder = self._model_dir(number, model)
+                versions[str(number)] = {"model_dir": folder,
+                                         "predictor": self._script(d.predictor, number, folder) if own else None,
+                                         "transformer": self._script(d.transformer, number, folder) if own else None}
+            catalog[served] = {"default": d.model_version if own else max(numbers), "versions": versions}
+        return catalog
+
+    def _model_dir(self, version: int, model: str | None = None) -> str:
+        d = self.definition
+        mv = registry.get_model(model or d.model_name, version, settings=None)
         local = self.storage.local_path(layout.model_dir(self.project, mv.name, mv.version))
         if local is None:  # HDFS or S3: a private copy, removed when the server ends
             if self.downloaded is None:
@@ -239,7 +260,9 @@ class Supervisor:
                             socket_fd=self.sock.fileno(), ready_fd=ready_w, supervisor=os.getpid(),
                             max_body_bytes=self.definition.max_body_bytes, threads=threads,
                             batching=self.definition.batching(), limits=self.http_limits(), canary=self.canary,
-                            load_fd=self.load_fd)
+                            load_fd=self.load_fd, models=self.catalog, max_models=self.definition.max_loaded_models,
+                            max_models_bytes=(int(self.definition.max_models_memory_mb * 2**20)
+                                              if self.definition.max_models_memory_mb is not None else None))
         env = {**os.environ, SPEC_ENV: spec.to_env()}
         env.pop(READY_FD_ENV, None)
         if self.reader is not None:

@@ -199,7 +199,9 @@ def test_a_serving_scales_to_zero_and_the_next_connection_waits_for_its_cold_sta
     assert lifecycle.get_status("scaled", settings) == "Running"
     again = lifecycle.make_inference_request("scaled", [[5.1, 3.5, 1.4, 0.2]], settings=settings)
     assert again == {"predictions": [0]}
-    woken = lifecycle.get("scaled", settings)
+    # the supervisor records the step's time once it has seen the instance ready (maybe after the answer went out)
+    woken = wait_for(lambda: (s := lifecycle.get("scaled", settings)).scaling[-1].ready_s is not None and s,
+                     "the cold start to be recorded")
     cold = woken.scaling[-1]
     assert (cold.before, cold.after) == (0, 1) and "connection arrived" in cold.reason
     assert cold.ready_s is not None and cold.ready_s > 0
