@@ -1,7 +1,7 @@
 """What each serving feature costs, for `bench/serving.py --features`: the digits MLP served batched, one instance,
-against the same serving with one feature more (a canary split, the autoscaler's metering, the v2 JSON and binary
-paths, inference logging off), all started at once and loaded in turns; then the time a scale-out step takes to its
-new instance's first answer, and a cold start from zero."""
+against the same serving with one feature more (a canary split, the autoscaler's metering, several models per
+server, the v2 JSON and binary paths, inference logging off), all started at once and loaded in turns; then the
+time a scale-out step takes to its new instance's first answer, and a cold start from zero."""
 
 from __future__ import annotations
 
@@ -31,12 +31,13 @@ def feature_costs(settings: Any, model_path: str, row: list[float], clients: int
 
     registry.export(model_path, "digitsF", settings=settings)
     registry.export(model_path, "digitsF", settings=settings)   # version 2, the canary: the same model
+    registry.export(model_path, "digitsB", settings=settings)   # another model beside it on a server of several
     v1 = json.dumps({"instances": [row]}).encode()
     v2 = json.dumps({"inputs": [{"name": "x", "shape": [1, len(row)], "datatype": "FP64", "data": row}]}).encode()
     variants: list[tuple[str, dict[str, Any], str]] = [
         ("base", {}, "v1"), ("canary50", {"canary_version": 2, "canary_traffic_percent": 50}, "v1"),
         ("autoscaler", {"min_instances": 1, "max_instances": 2, "scale_target": 1e6}, "v1"),
-        ("nolog", {"inference_logging": None}, "v1")]
+        ("nolog", {"inference_logging": None}, "v1"), ("models", {"models": ["digitsB"]}, "v1")]
     targets, started = [], []
     try:
         for name, extra, _ in variants:

@@ -9,7 +9,8 @@ column and the instance's log) rather than slowing requests. Each file is writte
 renamed, so a reader sees whole files only. An instance killed with SIGKILL loses what it had not written.
 
 Columns: time (UTC), serving, model_name, model_version, instance, status, latency_ms, rows, request (the
-body as sent, JSON text), inputs (what the model got after the transformer, JSON; as `request` without
+body as sent, JSON text; a KServe v2 binary request's tensor bytes are put into its JSON head as each input's
+`data`), inputs (what the model got after the transformer, JSON; as `request` without
 one), response (JSON text), dropped (records dropped before this one), request_bytes (the body's size as sent)
 and truncated (whether request, inputs or response were cut). `inference_logging` picks what is kept:
 'MODEL_INPUTS' (request and inputs), 'PREDICTIONS' (response), 'ALL' (both).
@@ -96,6 +97,7 @@ class _Record:
     size: int = 0             # the request body's size as sent (`request` may be its first bytes only)
     truncated: bool = False
     version: int | None = None   # the model version that answered (a canary's); None: the serving's
+    head: int = -1            # a KServe v2 binary request's JSON head length (-1: the body is all JSON)
 
 
 _POLL_S = 0.05   # how often the writer takes the records that have come
@@ -252,7 +254,7 @@ class InferenceLogger:
         keep_inputs = opts.mode in ("MODEL_INPUTS", "ALL")
         keep_outputs = opts.mode in ("PREDICTIONS", "ALL")
         cap = opts.max_record_bytes
-        requests = [r.request.decode("utf-8", errors="replace") for r in records] if keep_inputs else None
+        requests = [_request_text(r) for r in records] if keep_inputs else None
         truncated = [r.truncated for r in records]
         if requests is not None and any(r.inputs is not None for r in records):
             made = [_json(r.inputs) if r.inputs is not None else requests[i] for i, r in enumerate(records)]
@@ -372,6 +374,54 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+# KServe v2 tensor types as numpy reads their little-endian bytes (protocol.V2_TYPES; BYTES apart)
+_V2_NUMPY = {"BOOL": "bool", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1",
+             "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8"}
+
+
+def _request_text(record: _Record) -> str:
+    """The request as the log keeps it: its text, or for a KServe v2 binary request (a JSON head and raw tensor
+    bytes) the head with each binary input's values put in as its `data`, so the log holds what the client sent
+    as JSON, read as the JSON form is. A cut or malformed binary request keeps its head alone."""
+    raw = record.request
+    if record.head < 0 or record.head > len(raw):
+        return raw.decode("utf-8", errors="replace")
+    head = raw[:record.head].decode("utf-8", errors="replace")
+    try:
+        body = json.loads(head)
+        tensors = body.get("inputs") if isinstance(body, dict) else None
+        if not isinstance(tensors, list) or len(raw) < record.size:   # cut: its tensor bytes are not all here
+            return head
+        data, at = memoryview(raw)[record.head:], 0
+        for tensor in tensors:
+            parameters = tensor.get("parameters") if isinstance(tensor, dict) else None
+            if not isinstance(parameters, dict):
+                continue
+            size = parameters.get("binary_data_size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or at + size > len(data):
+                continue
+            chunk, at = data[at:at + size], at + size
+            if tensor.get("datatype") == "BYTES":
+                items, offset = [], 0
+                while offset + 4 <= len(chunk):
+                    length = int.from_bytes(chunk[offset:offset + 4], "little")
+                    items.append(bytes(chunk[offset + 4:offset + 4 + length]).decode("utf-8", "replace"))
+                    offset += 4 + length
+                tensor["data"] = items
+            elif tensor.get("datatype") in _V2_NUMPY:
+                import numpy as np
+
+                tensor["data"] = np.frombuffer(chunk, dtype=_V2_NUMPY[tensor["datatype"]]).tolist()
+            else:
+                continue
+            del parameters["binary_data_size"]
+            if not parameters:
+                del tensor["parameters"]
+        return json.dumps(body)
+    except (ValueError, TypeError, AttributeError):
+        return head
+
+
 def _request_rows(text: str | None) -> int | None:
     """Rows of a request: len(instances), or of the first column of inputs; None when it is not JSON."""
     if not text:
@@ -410,7 +460,8 @@ class LoggedApp:
         answer = body if len(body) <= limit else body[:limit]
         self.logger.put(_Record(started, status, (time.perf_counter() - clock) * 1000.0, kept,
                                 None if rejected else holder.get("inputs"), answer, holder.get("rows"),
-                                len(raw), kept is not raw or answer is not body, holder.get("version")))
+                                len(raw), kept is not raw or answer is not body, holder.get("version"),
+                                request.json_length))
         return status, body
 
 
