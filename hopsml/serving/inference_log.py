@@ -98,6 +98,7 @@ class _Record:
     truncated: bool = False
     version: int | None = None   # the model version that answered (a canary's); None: the serving's
     head: int = -1            # a KServe v2 binary request's JSON head length (-1: the body is all JSON)
+    model: str | None = None  # on a server of several models, the name the request asked for (the serving's: its own)
 
 
 _POLL_S = 0.05   # how often the writer takes the records that have come
@@ -271,7 +272,8 @@ class InferenceLogger:
         return pa.RecordBatch.from_pydict({
             "time": pa.array([int(r.time * 1e6) for r in records], pa.int64()).cast(schema["time"]),
             "serving": pa.repeat(pa.scalar(opts.serving, pa.string()), count),
-            "model_name": pa.repeat(pa.scalar(opts.model_name, pa.string()), count),
+            "model_name": pa.array([opts.model_name if r.model in (None, opts.serving) else r.model
+                                    for r in records], pa.string()),
             "model_version": pa.array([opts.model_version if r.version is None else r.version for r in records],
                                       pa.int32()),
             "instance": pa.repeat(pa.scalar(self.instance, pa.int16()), count),
@@ -461,7 +463,7 @@ class LoggedApp:
         self.logger.put(_Record(started, status, (time.perf_counter() - clock) * 1000.0, kept,
                                 None if rejected else holder.get("inputs"), answer, holder.get("rows"),
                                 len(raw), kept is not raw or answer is not body, holder.get("version"),
-                                request.json_length))
+                                request.json_length, holder.get("model")))
         return status, body
 
 

@@ -486,10 +486,12 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
     name = _dataset_of(mv, dataset, storage, project)
     stats, transform, fitted, references = _training(storage, project, name, split, settings)
     folder = inference_log_path(settings, project, serving_name)
-    table = inference_log.read(folder, ["time", "model_version", "status", "request", "inputs"])
-    keep = [s == 200 and bool(t) and (version is None or v == served) and (since is None or w >= since)
-            for s, t, v, w in zip(table.column("status").to_pylist(), table.column("inputs").to_pylist(),
-                                  table.column("model_version").to_pylist(), table.column("time").to_pylist())]
+    table = inference_log.read(folder, ["time", "model_name", "model_version", "status", "request", "inputs"])
+    keep = [s == 200 and bool(t) and m == d.model_name and (version is None or v == served) and
+            (since is None or w >= since)    # a server of several models logs the others' requests too
+            for s, t, m, v, w in zip(table.column("status").to_pylist(), table.column("inputs").to_pylist(),
+                                     table.column("model_name").to_pylist(), table.column("model_version").to_pylist(),
+                                     table.column("time").to_pylist())]
     answered = [(r, t) for r, t, k in zip(table.column("request").to_pylist(), table.column("inputs").to_pylist(),
                                           keep) if k]
     width = len(references)

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from hopsml.request_notes import note
 from hopsml.serving import loaders
 from hopsml.serving.definition import ServingError
 from hopsml.serving.http_server import Answer, Request
@@ -164,6 +165,7 @@ class ModelMultiplexer:
         entry = self._fast.get(request.path)
         if entry is None:
             return await self._route(request)
+        note(model=entry.source.name, version=entry.source.version)   # for the inference log, when it is on
         entry.last_used = _monotonic()
         entry.in_flight += 1
         try:
@@ -201,6 +203,7 @@ class ModelMultiplexer:
         if entry.app is None and status_only:
             return _answer(200, self._unloaded_status(entry, path))
         entry.in_flight += 1
+        note(model=entry.source.name, version=entry.source.version)
         try:
             app = entry.app if entry.app is not None else await self._loaded_app(entry)
             entry.last_used = _monotonic()
