@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -63,6 +64,7 @@ def gate(serving_name: str, *, window_s: float = 3600.0, min_requests: int = MIN
     'rolled back' or 'waiting' (too few canary requests); with `act` the decision is carried out. Returns the
     decision with its reasons and figures, as `canary.json` keeps it."""
     settings = settings or config.load()
+    started = time.perf_counter()
     d = _with_canary(serving_name, settings)
     since = datetime.now(timezone.utc) - timedelta(seconds=window_s)
     folder = lifecycle.inference_log_path(settings, settings.project, serving_name)
@@ -97,6 +99,7 @@ def gate(serving_name: str, *, window_s: float = 3600.0, min_requests: int = MIN
     if stable["p99_ms"] and canary["p99_ms"] > max_p99_ratio * stable["p99_ms"]:
         reasons.append(f"the canary's p99 latency {canary['p99_ms']:.2f} ms is over {max_p99_ratio:g}x the stable "
                        f"version's {stable['p99_ms']:.2f} ms")
+    figures["decision_ms"] = round((time.perf_counter() - started) * 1e3, 1)   # reading the log and judging it
     decision = "rolled back" if reasons else "promoted"
     if not reasons:
         reasons = [f"over {canary['requests']} canary requests: no skew from its training data, predictions as the "
