@@ -36,8 +36,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from hopsml import request_notes
 from hopsml.errors import HopsmlError
+from hopsml.serving.loaders import RequestError
+from hopsml.serving.v2_binary import binary_inputs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -376,11 +380,6 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-# KServe v2 tensor types as numpy reads their little-endian bytes (protocol.V2_TYPES; BYTES apart)
-_V2_NUMPY = {"BOOL": "bool", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1",
-             "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8"}
-
-
 def _request_text(record: _Record) -> str:
     """The request as the log keeps it: its text, or for a KServe v2 binary request (a JSON head and raw tensor
     bytes) the head with each binary input's values put in as its `data`, so the log holds what the client sent
@@ -388,40 +387,21 @@ def _request_text(record: _Record) -> str:
     raw = record.request
     if record.head < 0 or record.head > len(raw):
         return raw.decode("utf-8", errors="replace")
-    head = raw[:record.head].decode("utf-8", errors="replace")
+    head = raw[:record.head]
     try:
-        body = json.loads(head)
+        body = orjson.loads(head)
         tensors = body.get("inputs") if isinstance(body, dict) else None
         if not isinstance(tensors, list) or len(raw) < record.size:   # cut: its tensor bytes are not all here
-            return head
-        data, at = memoryview(raw)[record.head:], 0
+            return head.decode("utf-8", errors="replace")
+        binary_inputs(tensors, memoryview(raw)[record.head:])
         for tensor in tensors:
             parameters = tensor.get("parameters") if isinstance(tensor, dict) else None
-            if not isinstance(parameters, dict):
-                continue
-            size = parameters.get("binary_data_size")
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0 or at + size > len(data):
-                continue
-            chunk, at = data[at:at + size], at + size
-            if tensor.get("datatype") == "BYTES":
-                items, offset = [], 0
-                while offset + 4 <= len(chunk):
-                    length = int.from_bytes(chunk[offset:offset + 4], "little")
-                    items.append(bytes(chunk[offset + 4:offset + 4 + length]).decode("utf-8", "replace"))
-                    offset += 4 + length
-                tensor["data"] = items
-            elif tensor.get("datatype") in _V2_NUMPY:
-                import numpy as np
-
-                tensor["data"] = np.frombuffer(chunk, dtype=_V2_NUMPY[tensor["datatype"]]).tolist()
-            else:
-                continue
-            del parameters["binary_data_size"]
-            if not parameters:
+            if isinstance(parameters, dict) and parameters.pop("binary_data_size", None) is not None and \
+                    not parameters:
                 del tensor["parameters"]
-        return json.dumps(body)
-    except (ValueError, TypeError, AttributeError):
-        return head
+        return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain).decode()
+    except (RequestError, orjson.JSONDecodeError, TypeError, AttributeError):
+        return head.decode("utf-8", errors="replace")
 
 
 def _request_rows(text: str | None) -> int | None:

@@ -34,6 +34,7 @@ from hopsml.serving.http_server import Answer, BinaryBody, Request
 from hopsml.serving.inference_log import record
 from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
 from hopsml.serving.repeats import RepeatedFailures
+from hopsml.serving.v2_binary import NUMPY_V2, V2_TYPES, binary_inputs
 
 if TYPE_CHECKING:
     from hopsml.serving.batching import Batcher
@@ -43,11 +44,6 @@ log = logging.getLogger(__name__)
 PREFIX = "/v1/models/"
 V2 = "/v2"
 V2_MODELS = "/v2/models/"
-# KServe v2 tensor types <-> numpy
-V2_TYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
-            "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
-            "FP32": "float32", "FP64": "float64", "BYTES": "object"}
-NUMPY_V2 = {numpy_type: v2 for v2, numpy_type in V2_TYPES.items()}
 MAX_JSON_DEPTH = 1024   # orjson's limit; the json module, which reads NaN, is held to it too
 
 
@@ -223,7 +219,7 @@ class ModelApp:
         body = self._json_body(request, example)
         tensors = body.get("inputs")
         if request.json_length >= 0 and isinstance(tensors, list):
-            _binary_inputs(tensors, memoryview(request.body)[request.json_length:])
+            binary_inputs(tensors, memoryview(request.body)[request.json_length:])
         if self.transformer is not None:
             body = self.transformer.preprocess(body)
             tensors = body.get("inputs")
@@ -319,38 +315,6 @@ class VersionRouter:
             app = self.canary if self._random.random() * 100 < self.percent else self.stable
         record(version=app.version)
         return await app.handle(request)
-
-
-def _binary_inputs(tensors: list[Any], data: memoryview) -> None:
-    """KServe v2's binary tensor extension: each input whose parameters give a `binary_data_size` takes that many
-    bytes of what follows the JSON head, in the inputs' order, as its data (BYTES: each element a 4-byte
-    little-endian length and its bytes)."""
-    at = 0
-    for tensor in tensors:
-        size = (tensor.get("parameters") or {}).get("binary_data_size") if isinstance(tensor, dict) else None
-        if size is None:
-            continue
-        name = tensor.get("name", "an input")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0 or at + size > len(data):
-            raise RequestError(f"input {name!r}: binary_data_size {size!r} does not fit the {len(data) - at} bytes "
-                               "left after the JSON head")
-        chunk, at = data[at:at + size], at + size
-        datatype = tensor.get("datatype")
-        if datatype == "BYTES":
-            items, offset = [], 0
-            while offset + 4 <= len(chunk):
-                length = int.from_bytes(chunk[offset:offset + 4], "little")
-                items.append(bytes(chunk[offset + 4:offset + 4 + length]).decode("utf-8", "replace"))
-                offset += 4 + length
-            tensor["data"] = items
-        elif datatype in V2_TYPES:
-            dtype = np.dtype(V2_TYPES[datatype])
-            if size % dtype.itemsize:
-                raise RequestError(f"input {name!r}: {size} bytes are not whole {datatype} values")
-            tensor["data"] = np.frombuffer(chunk, dtype=dtype.newbyteorder("<")).astype(dtype)
-    if at != len(data):
-        raise RequestError(f"{len(data) - at} bytes after the JSON head belong to no input; give each binary input "
-                           "\"parameters\": {\"binary_data_size\": N}")
 
 
 def _binary_outputs(answer: Any, body: dict[str, Any]) -> Any:
