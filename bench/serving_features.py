@@ -35,7 +35,8 @@ def feature_costs(settings: Any, model_path: str, row: list[float], clients: int
     v1 = json.dumps({"instances": [row]}).encode()
     v2 = json.dumps({"inputs": [{"name": "x", "shape": [1, len(row)], "datatype": "FP64", "data": row}]}).encode()
     variants: list[tuple[str, dict[str, Any], str]] = [
-        ("base", {}, "v1"), ("canary50", {"canary_version": 2, "canary_traffic_percent": 50}, "v1"),
+        ("base", {}, "v1"), ("canary10", {"canary_version": 2, "canary_traffic_percent": 10}, "v1"),
+        ("canary50", {"canary_version": 2, "canary_traffic_percent": 50}, "v1"),
         ("autoscaler", {"min_instances": 1, "max_instances": 2, "scale_target": 1e6}, "v1"),
         ("nolog", {"inference_logging": None}, "v1"), ("models", {"models": ["digitsB"]}, "v1")]
     targets, started = [], []
