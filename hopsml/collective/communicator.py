@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from hopsml.collective import gpu, host, shm
+from hopsml.collective import gpu, host, native, shm
 from hopsml.collective.device import DevicePath, local_problem
 from hopsml.collective.exchange import SMALL_BYTES, Sink, exchange, matches
 from hopsml.collective.failure import Failure
@@ -41,7 +41,7 @@ from hopsml.collective.handshake import connect_peers
 from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.paths import SEGMENT_BYTES, AllreducePath, choose
 from hopsml.collective.peers import Peer
-from hopsml.collective.protocol import OPS, Header, check_headers, describe_array
+from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
 from hopsml.collective.ring import Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered
 from hopsml.collective.transport import PeerLost
 from hopsml.errors import CollectiveError, SettingsError
@@ -112,6 +112,10 @@ class Communicator:
         self.timeline: Any = None  # a hopsml.timeline Recorder while the rank records its timeline
         self._op_bytes = 0
         self._peers_in = 0  # when the current op's last peer header came in (only while recording)
+        # the compiled same-host exchange (all ranks on this host, every one with the module): `native`
+        self._small: native.SmallArea | None = group.small if group is not None and group.size == size else None
+        # (dtype, shape, op) -> packed header (seq 0), dtype code, op code: a small all-reduce seen before
+        self._fast: dict[tuple[Any, ...], tuple[bytes, int, int]] = {}
 
     def attach_timeline(self, recorder: Any) -> None:
         """Record every collective op into `recorder` (a hopsml.timeline Recorder); None stops recording."""
@@ -153,7 +157,10 @@ class Communicator:
         peers: dict[int, Peer] = dict(tcp)
         try:
             peers, hosts = shm.attach_same_host(rank, size, tcp, chosen)
-            group, grouped = host.attach(rank, size, peers, hosts, chosen.timeout_s, shm.send_text, shm.recv_text)
+            compiled = chosen.native and any(isinstance(p, shm.ShmPeer) for p in peers.values()) and \
+                native.available()
+            group, grouped = host.attach(rank, size, peers, hosts, chosen.timeout_s, shm.send_text, shm.recv_text,
+                                         compiled)
             return cls(rank, size, peers, chosen, group, hosts, grouped)
         except PeerLost as lost:
             for peer in peers.values():
@@ -178,6 +185,24 @@ class Communicator:
     def shared_memory_peers(self) -> list[int]:
         """The ranks this rank exchanges data with through shared memory (same host); the others use TCP."""
         return sorted(r for r, peer in self._peers.items() if isinstance(peer, shm.ShmPeer))
+
+    @property
+    def small_path(self) -> str:
+        """How headers and small all-reduces go: 'compiled' (the compiled same-host exchange, `native`),
+        'shm' (messages over the shared-memory rings, in Python) or 'tcp'."""
+        if self._small is not None:
+            return "compiled"
+        return "shm" if self._peers and len(self.shared_memory_peers) == len(self._peers) else "tcp"
+
+    def native_profile(self, enable: bool | None = None) -> dict[str, int] | None:
+        """The compiled exchange's time split, for benchmarks: `enable` True starts timing (and zeroes the totals),
+        False stops it; returns the totals so far (calls and copy/wait/reduce nanoseconds), None without the
+        compiled exchange. Off (the default) it costs one branch per call."""
+        if self._small is None:
+            return None
+        if enable is not None:
+            self._small.group.set_profile(enable)
+        return cast(dict[str, int], self._small.group.profile())
 
     @property
     def device_path(self) -> str | None:
@@ -251,7 +276,11 @@ class Communicator:
 
     def _exchange(self, header: Header, payload: memoryview | None = None, sink: Sink | None = None) -> list[Header]:
         """Send our header (and inline payload) to every peer and read theirs (see `exchange.exchange`)."""
-        headers = exchange(self._peers, self._rank, self._size, header, self._worker, self._on_failure, payload, sink)
+        if self._small is not None:
+            headers = self._small.exchange(header, payload, sink, self._peers, self._worker, self._on_failure)
+        else:
+            headers = exchange(self._peers, self._rank, self._size, header, self._worker, self._on_failure, payload,
+                               sink)
         if self.timeline is not None:
             self._peers_in, self._op_bytes = perf_counter_ns(), header.nbytes
         return headers
@@ -296,6 +325,16 @@ class Communicator:
         """Combine the array over all ranks with op ('sum', 'mean', 'min', 'max'); in place for numpy and
         cupy arrays, which are returned. Anything else is converted to a new numpy array, which is returned.
         'mean' of integers is rounded down (floor division)."""
+        if self._small is not None and type(array) is np.ndarray and self.timeline is None and \
+                self._failed.message is None and not self._closed:
+            given = cast(np.ndarray, array)
+            entry = self._fast.get((given.dtype, given.shape, op))
+            if entry is not None:  # the compiled exchange does it all; anything unusual comes back here
+                self._seq += 1
+                status = self._native_call(given, entry, "allreduce")
+                if status == native.REDUCED:
+                    return cast(ArrayT, array)
+                self._seq -= 1  # INELIGIBLE: nothing was published (not contiguous, read-only): the general way
         if gpu.is_device_array(array):
             if self.timeline is not None:
                 return self._timed_device("allreduce", lambda: self._device.allreduce(array, op))
@@ -311,6 +350,11 @@ class Communicator:
         desc = _describe(arr.dtype, arr.shape)
         self._allreduce_flat("allreduce", flat.view(np.uint8) if not problem else np.empty(0, np.uint8),
                              [(flat.dtype, 0, flat.size)], op, desc, problem)
+        if self._small is not None and not problem and contiguous and arr.nbytes <= SMALL_BYTES and \
+                arr.dtype in native.DTYPE_CODES and len(self._fast) < 256:
+            header = Header("allreduce", 0, desc, op, -1, arr.nbytes, inline=arr.nbytes)
+            self._fast[(arr.dtype, arr.shape, op)] = (header.pack(), native.DTYPE_CODES[arr.dtype],
+                                                      native.OP_CODES[op])
         if not contiguous:
             arr[...] = flat.reshape(arr.shape)
         return cast(ArrayT, arr)
@@ -379,6 +423,46 @@ class Communicator:
                                 perf_counter_ns())
         return result
 
+    def _native_call(self, array: np.ndarray, entry: tuple[bytes, int, int], kind: str) -> int:
+        """A small all-reduce through the compiled exchange, outside `_operation` (its failure handling is here):
+        REDUCED, INELIGIBLE (nothing published), else it raises as the general way does."""
+        small = cast(native.SmallArea, self._small)
+        try:
+            status = small.group.allreduce(array, entry[0], self._seq, entry[1], entry[2])
+        except BaseException:
+            self._label = f"{kind} #{self._seq}"
+            self._failed.interrupted(self._label)
+            raise
+        if status == native.REDUCED or status == native.INELIGIBLE:
+            return cast(int, status)
+        self._label = f"{kind} #{self._seq}"
+        try:
+            if status < 0:
+                raise small.lost(status)
+            flat = array.reshape(-1)
+            header = Header.unpack_fixed(entry[0][:FIXED_SIZE])
+            desc = entry[0][FIXED_SIZE:].decode("utf-8", "replace")
+            assert header is not None
+            self._native_rest(replace(header[0], seq=self._seq, desc=desc), flat.view(np.uint8),
+                              [(flat.dtype, 0, flat.size)], op=header[0].op)
+        except PeerLost as lost:
+            raise self._failed.error(self._failed.from_peer(lost, self._label)) from None
+        return native.REDUCED
+
+    def _native_rest(self, header: Header, raw: np.ndarray, layout: Layout, op: str) -> None:
+        """After the compiled exchange published and waited but did not combine (the headers differ, or a dtype it
+        does not combine): check the headers from the slots and combine with numpy, in rank order."""
+        small = cast(native.SmallArea, self._small)
+        nbytes = raw.size
+        stride = -(-nbytes // _ALIGN) * _ALIGN
+        rows = self._scratch.get("rows", self._size * stride)[:self._size * stride].reshape(self._size, stride)
+
+        def sink(rank: int, theirs: Header) -> memoryview | None:
+            return rows[rank, :nbytes].data if theirs.inline == nbytes else None
+
+        check_headers(small.read(header, header.pack(), sink))
+        reduce_rank_ordered(raw, layout, rows, op, self._rank, self._size)
+
     def _allreduce_flat(self, kind: str, raw: np.ndarray, layout: Layout, op: str, desc: str,
                         problem: str) -> None:
         """All-reduce the regions `layout` of the contiguous byte array `raw` in place."""
@@ -396,6 +480,18 @@ class Communicator:
                 for dtype, offset, count in layout:
                     self._path.allreduce(raw[offset:offset + count * dtype.itemsize].view(dtype), op)
                 return
+            area = self._small
+            if area is not None and not problem and len(layout) == 1 and self.timeline is None:
+                dtype = layout[0][0]
+                status = area.group.allreduce(raw, header.pack(), -1, native.DTYPE_CODES.get(dtype, -1),
+                                              native.OP_CODES[op])
+                if status == native.REDUCED:
+                    return
+                if status < 0:
+                    raise area.lost(status)
+                if status == native.EXCHANGED:
+                    self._native_rest(header, raw, layout, op)
+                    return
             stride = -(-nbytes // _ALIGN) * _ALIGN
             rows = self._scratch.get("rows", self._size * stride)[:self._size * stride].reshape(self._size, stride)
 

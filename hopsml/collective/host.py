@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hopsml.collective import shm
+from hopsml.collective import native, shm
 from hopsml.collective.peers import Peer
 from hopsml.collective.ring import UFUNCS, finisher
 from hopsml.collective.transport import PeerLost
@@ -69,7 +69,11 @@ def _control_bytes(size: int) -> int:
 
 
 def segment_size(size: int, slot_bytes: int) -> int:
-    """The segment: control page(s), the result area, then one slot per rank."""
+    """The segment: control page(s), the result area, one slot per rank, then the small area (`native`)."""
+    return _small_at(size, slot_bytes) + native.small_area_bytes(size)
+
+
+def _small_at(size: int, slot_bytes: int) -> int:
     return _control_bytes(size) + (size + 1) * slot_bytes
 
 
@@ -97,6 +101,12 @@ class HostGroup:
                        for i in range(size)]
         self._round = 0
         self._shut = False
+        self.small: native.SmallArea | None = None  # the compiled small exchange, once every member agreed
+
+    def enable_small(self) -> None:
+        """Start the compiled small exchange (`native`): every member calls it, or none."""
+        self.small = native.SmallArea(self._segment, _small_at(self.size, self.slot_bytes), 2 * self.size * _LINE,
+                                      self.members, self.index, self._peers, self.timeout_s)
 
     def _publish(self, kind: int, value: int) -> None:
         shm.fence()  # the data written before is visible before the counter
@@ -204,10 +214,15 @@ class HostGroup:
         if not self._closed[0]:
             self._closed[0] = self._rank + 1
         shm.fence()  # members asleep on this rank's bell wake when the communicator shuts the connections down
+        if self.small is not None:
+            self.small.shutdown()
 
     def close(self) -> None:
         if self._segment.closed:
             return
+        if self.small is not None:
+            self.small.close()
+            self.small = None
         for view in self._my_sleepers:
             view.release()
         del self._counters, self._closed, self._sleepers, self._my_sleepers, self._result, self._slots
@@ -219,7 +234,7 @@ class HostGroup:
 
 def attach(rank: int, size: int, peers: Mapping[int, Peer], hosts: list[str], timeout_s: float,
            send: Callable[[Peer, str], None],
-           recv: Callable[[Peer], str]) -> tuple[HostGroup | None, bool]:
+           recv: Callable[[Peer], str], compiled: bool = False) -> tuple[HostGroup | None, bool]:
     """Set up the segment of this host's ranks, where every pair of them shares memory; every rank calls it.
 
     Returns this rank's group (None when it is alone on its host or the segment could not be made), and
@@ -232,9 +247,14 @@ def attach(rank: int, size: int, peers: Mapping[int, Peer], hosts: list[str], ti
     if len(members) > 1:
         group = _attach_members(rank, members, peers, timeout_s, send, recv)
     ready = group is not None or len(members) == 1
+    mine = ("ready compiled" if compiled and group is not None else "ready") if ready else ""
     for peer in peers.values():
-        send(peer, "ready" if ready else "")
-    everyone_ready = all(recv(peers[r]) == "ready" for r in sorted(peers)) and ready
+        send(peer, mine)
+    answers = {r: recv(peers[r]) for r in sorted(peers)}
+    everyone_ready = all(a.startswith("ready") for a in answers.values()) and ready
+    if group is not None and group.size == size and mine == "ready compiled" and \
+            all(a == "ready compiled" for a in answers.values()):
+        group.enable_small()  # all ranks on this host, all with the compiled exchange: they all start it
     return group, everyone_ready
 
 

@@ -9,6 +9,7 @@ nothing but the options object they were given at connect.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,19 @@ GPU_MODES = ("auto", "nccl", "host")
 SHM_ENV = config.ENV_PREFIX + "COLLECTIVE_SHM"  # false keeps every pair of ranks on TCP
 HOST_ID_ENV = config.ENV_PREFIX + "COLLECTIVE_HOST_ID"  # replaces the host identity; tests fake several hosts
 GPU_MODE_ENV = config.ENV_PREFIX + "GPU_COLLECTIVE"
+# 0/false: the ranks of one host use the pure-Python small exchange even where the compiled one is built (tests
+# and benchmarks compare the two with it); read here, beside the settings, as the one look at the environment
+NATIVE_ENV = config.ENV_PREFIX + "COLLECTIVE_NATIVE"
+
+
+def native_from_environment() -> bool:
+    """Whether the compiled same-host path may be used (NATIVE_ENV, default yes)."""
+    text = os.environ.get(NATIVE_ENV, "").strip().lower()
+    if text in ("", "1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{NATIVE_ENV} is {text!r}; set it to 1 or 0 (0 keeps the pure-Python same-host path)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,7 @@ class CollectiveOptions:
     shared_memory: bool = config.default("collective_shm")
     host_id: str = config.default("collective_host_id")  # empty: the host's own identity
     gpu_mode: str = config.default("gpu_collective")  # auto, nccl or host
+    native: bool = True  # the compiled same-host small exchange where it is built (every rank must agree)
 
     def __post_init__(self) -> None:
         timeout = self.timeout_s
@@ -43,6 +58,8 @@ class CollectiveOptions:
             raise SettingsError(f"shared_memory is {self.shared_memory!r}; pass True or False ({SHM_ENV})")
         if not isinstance(self.host_id, str):
             raise SettingsError(f"host_id is {self.host_id!r}; pass a string, or '' for this host's own identity")
+        if not isinstance(self.native, bool):
+            raise SettingsError(f"native is {self.native!r}; pass True or False ({NATIVE_ENV})")
         if self.gpu_mode not in GPU_MODES:
             raise SettingsError(f"gpu_mode is {self.gpu_mode!r}; pass one of {', '.join(GPU_MODES)} "
                                 f"({GPU_MODE_ENV}; auto: NCCL where every rank has its own GPU)")
@@ -53,7 +70,7 @@ class CollectiveOptions:
         """From a resolved `config.Settings` (the run's snapshot); `timeout_s` overrides its timeout."""
         return cls(timeout_s=timeout_s if timeout_s is not None else settings.collective_timeout_s,
                    shared_memory=settings.collective_shm, host_id=settings.collective_host_id,
-                   gpu_mode=settings.gpu_collective)
+                   gpu_mode=settings.gpu_collective, native=native_from_environment())
 
     @classmethod
     def resolve(cls, timeout_s: float | None = None) -> CollectiveOptions:
@@ -61,4 +78,4 @@ class CollectiveOptions:
         without the launcher."""
         return cls(timeout_s=config.value("collective_timeout_s", timeout_s),
                    shared_memory=config.value("collective_shm"), host_id=config.value("collective_host_id"),
-                   gpu_mode=config.value("gpu_collective"))
+                   gpu_mode=config.value("gpu_collective"), native=native_from_environment())

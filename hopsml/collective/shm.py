@@ -416,6 +416,9 @@ class ShmPeer:
     def signalled(self) -> bool:
         return self._tcp.signalled()
 
+    def control_fd(self) -> int:
+        return self._tcp.control_fd()
+
     def shutdown(self) -> None:
         """Wake any thread of this rank waiting on the rings, and make the peer see the end at once."""
         self._shut = True

@@ -363,6 +363,11 @@ class TcpPeer:
             return None
         return notice[_NOTICE.size:].decode("utf-8", "replace")
 
+    def control_fd(self) -> int:
+        """The control connection's descriptor: readable once the peer aborted, closed or died (compiled waits
+        poll it as `signalled` does)."""
+        return self._ctrl.fileno()
+
     def signalled(self) -> bool:
         """True once the peer wrote an abort notice or closed (its control connection is readable); does not
         block, so a rank can watch its peers while a GPU collective runs."""
