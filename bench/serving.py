@@ -289,7 +289,7 @@ def own_call_ms(paths: dict[str, str], row: list[float]) -> dict[str, float]:
 MLFLOW_SAVE = textwrap.dedent("""
     import sys, joblib, numpy as np, torch, mlflow.pytorch, mlflow.sklearn
     from mlflow.models import infer_signature
-    mlp, sk, out = sys.argv[1:4]
+    mlp, sk, out, digits = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]
     example = np.zeros((1, int(sys.argv[4])), dtype="float32")
     net = torch.load(mlp, weights_only=False)
     with torch.no_grad():
@@ -299,6 +299,10 @@ MLFLOW_SAVE = textwrap.dedent("""
                               pip_requirements=["torch"])
     model = joblib.load(sk)
     mlflow.sklearn.save_model(model, out + "/sklearn",
+                              signature=infer_signature(example.astype("float64"), model.predict(example)),
+                              pip_requirements=["scikit-learn"])
+    model = joblib.load(digits)
+    mlflow.sklearn.save_model(model, out + "/digits",
                               signature=infer_signature(example.astype("float64"), model.predict(example)),
                               pip_requirements=["scikit-learn"])
 """)
@@ -379,7 +383,8 @@ class Target:
 
 def measure(targets: list[Target], clients: list[int], seconds: float, repeat: int) -> dict[str, dict[int, Load]]:
     """Median over `repeat` runs of each client count and target, after checking one answer of each. The
-    targets take turns run by run, so that a change in what else the machine runs falls on all of them."""
+    targets take turns run by run, so that a change in what else the machine runs falls on all of them, and each
+    round starts with the next one."""
     for t in targets:
         if t.check is not None:
             answer = urllib.request.urlopen(urllib.request.Request(
@@ -389,8 +394,8 @@ def measure(targets: list[Target], clients: list[int], seconds: float, repeat: i
     out: dict[str, dict[int, Load]] = {t.name: {} for t in targets}
     for n in clients:
         runs: dict[str, list[Load]] = {t.name: [] for t in targets}
-        for _ in range(repeat):
-            for t in targets:
+        for r in range(repeat):   # each round starts one target later: no target is always first after a pause
+            for t in targets[r % len(targets):] + targets[:r % len(targets)]:
                 runs[t.name].append(run_load(t.host, t.port, t.request, n, seconds, t.pid))
         for t in targets:
             done = runs[t.name]
@@ -484,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         python = None if args.no_mlflow else mlflow_python(args.mlflow_python)
         if python is not None:
             saved = os.path.join(work, "mlflow")
-            done = subprocess.run([python, "-c", MLFLOW_SAVE, paths["mlp"], paths["sklearn"], saved, str(FEATURES)],
+            done = subprocess.run([python, "-c", MLFLOW_SAVE, paths["mlp"], paths["sklearn"], saved, str(FEATURES),
+                                   paths["digits"]],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"saving the models with mlflow failed:\n{done.stderr[-3000:]}")

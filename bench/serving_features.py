@@ -38,16 +38,19 @@ def feature_costs(settings: Any, model_path: str, row: list[float], clients: int
         ("base", {}, "v1"), ("canary10", {"canary_version": 2, "canary_traffic_percent": 10}, "v1"),
         ("canary50", {"canary_version": 2, "canary_traffic_percent": 50}, "v1"),
         ("autoscaler", {"min_instances": 1, "max_instances": 2, "scale_target": 1e6}, "v1"),
-        ("nolog", {"inference_logging": None}, "v1"), ("models", {"models": ["digitsB"]}, "v1")]
+        ("nolog", {"inference_logging": None}, "v1"), ("models", {"models": ["digitsB"]}, "v1"),
+        ("plain", {"batching_enabled": False}, "v1"),
+        ("plain canary10", {"batching_enabled": False, "canary_version": 2, "canary_traffic_percent": 10}, "v1")]
     targets, started = [], []
     try:
         for name, extra, _ in variants:
-            lifecycle.create_or_update(f"f{name}", "Models/digitsF", "PYTHON", model_version=1, batching_enabled=True,
-                                       settings=settings, **extra)
-            started.append(f"f{name}")
-            s = lifecycle.start(f"f{name}", settings=settings)
+            serving = "f" + name.replace(" ", "")
+            lifecycle.create_or_update(serving, "Models/digitsF", "PYTHON", model_version=1,
+                                       settings=settings, **{"batching_enabled": True, **extra})
+            started.append(serving)
+            s = lifecycle.start(serving, settings=settings)
             targets.append(Target(f"hopsml {name}", "127.0.0.1", s.internal_port,
-                                  post(f"/v1/models/f{name}:predict", v1), v1, server_pid(settings, f"f{name}")))
+                                  post(f"/v1/models/{serving}:predict", v1), v1, server_pid(settings, serving)))
         base = targets[0]
         targets += [Target("hopsml v2 JSON", "127.0.0.1", base.port, post("/v2/models/fbase/infer", v2), v2, base.pid),
                     Target("hopsml v2 binary", "127.0.0.1", base.port, binary_request("/v2/models/fbase/infer", row),
@@ -63,10 +66,17 @@ def feature_costs(settings: Any, model_path: str, row: list[float], clients: int
           "split costs < 5%)")
     for name, by_clients in loads.items():
         r = by_clients[clients]
-        line = f"  {name:<18} {r.rps:8.0f} req/s ({r.rps / reference.rps:.2f}x base)  p99 {r.p99_ms:6.2f} ms"
+        line = f"  {name:<22} {r.rps:8.0f} req/s ({r.rps / reference.rps:.2f}x base)  p99 {r.p99_ms:6.2f} ms"
         if triton:
             line += f"  {r.rps / triton[clients].rps:.2f}x Triton (p99 {triton[clients].p99_ms:.2f} ms)"
         print(line)
+
+    def cost(split: str, base: str) -> str:
+        return f"{1 - loads[split][clients].rps / loads[base][clients].rps:+.1%}"
+
+    print(f"  a canary split's cost in req/s: batched 10% {cost('hopsml canary10', 'hopsml base')}, 50% "
+          f"{cost('hopsml canary50', 'hopsml base')}; batching off 10% {cost('hopsml plain canary10', 'hopsml plain')}"
+          " (batched, the canary's batches hold its share of the requests while each model call has its fixed cost)")
 
 
 def scaling_times(settings: Any, row: list[float]) -> None:

@@ -42,6 +42,24 @@ class BatchingOptions:
                 raise ServingError(f"{name} must be a whole number of at least {low}, not {number!r}")
 
 
+class ModelThread:
+    """The thread an instance's models compute on, shared by its batchers (a canary's and the stable version's, or
+    the models of a server of several), with the number of calls on it or queued for it: a lone request is computed
+    on the event loop only when no model of the instance is busy (else it would stall the loop while another
+    version's batch computes: a 10% canary cost a fifth of the throughput that way)."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="model")
+        self.busy = 0
+
+    def prepare(self, servable: Servable) -> None:
+        """A servable's per-thread settings, made on the model thread before its first call there."""
+        self.executor.submit(servable.on_thread)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False)
+
+
 def _rows(prepared: Any) -> int | None:
     """How many rows prepared inputs hold, None when they cannot join a batch (not rows)."""
     if isinstance(prepared, np.ndarray) and prepared.ndim >= 1:
@@ -85,7 +103,7 @@ class Batcher:
     a batch whose first request waited the timeout while
     the model was busy leaves as soon as the model is free."""
 
-    def __init__(self, servable: Servable, options: BatchingOptions) -> None:
+    def __init__(self, servable: Servable, options: BatchingOptions, thread: ModelThread | None = None) -> None:
         self.servable = servable
         self.options = options
         self.queue: deque[tuple[Any, int, asyncio.Future[Any], float]] = deque()
@@ -95,7 +113,16 @@ class Batcher:
         self.arrived = asyncio.Event()
         self.full = asyncio.Event()
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # rows per model call, the latest first
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="model", initializer=servable.on_thread)
+        self.owns_thread = thread is None
+        self.thread = thread or ModelThread()
+        self.thread.prepare(servable)
+
+    def close(self) -> None:
+        """Stop batching (an evicted model): its task ends, and its model thread unless it is shared."""
+        if self.task is not None:
+            self.task.cancel()
+        if self.owns_thread:
+            self.thread.close()
 
     async def predict(self, inputs: Any) -> Any:
         """This request's predictions, JSON-ready (lists and numbers), once its batch has been computed."""
@@ -160,11 +187,16 @@ class Batcher:
         self.batch_sizes.appendleft(sum(sizes))
         joined = _join([item[0] for item in live])
         try:
-            if len(live) == 1 and not self.queue:  # nothing to overlap with: a thread hop would only add latency
-                output = self._compute(joined, sizes)
+            thread = self.thread
+            if len(live) == 1 and not self.queue and not thread.busy:   # nothing to overlap with: a thread hop
+                output = self._compute(joined, sizes)                      # would only add latency
             else:
-                output = await asyncio.get_running_loop().run_in_executor(self.executor, self._compute, joined,
-                                                                          sizes)
+                thread.busy += 1
+                try:
+                    output = await asyncio.get_running_loop().run_in_executor(thread.executor, self._compute,
+                                                                              joined, sizes)
+                finally:
+                    thread.busy -= 1
         except Exception as exc:  # noqa: BLE001 - passed on: each request of the batch answers 500 with it
             for item in live:
                 if not item[2].done():

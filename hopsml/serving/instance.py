@@ -78,6 +78,8 @@ def main() -> int:
     if os.environ.get(LOG_ENV):  # inference logging: the model calls are counted, requests queued for the writer
         logger = InferenceLogger(LogOptions.from_env(os.environ[LOG_ENV]), spec.index)
 
+    model_thread: list[Any] = []
+
     def model_app(name: str, version: int, servable: Any, transformer: Any) -> ModelApp:
         if logger is not None:
             servable = cast(loaders.Servable, CountingServable(servable, logger.batch_sizes))
@@ -85,9 +87,11 @@ def main() -> int:
                 transformer = cast(loaders.Transformer, RecordingTransformer(transformer))
         batcher = None
         if spec.batching is not None:
-            from hopsml.serving.batching import Batcher, BatchingOptions
+            from hopsml.serving.batching import Batcher, BatchingOptions, ModelThread
 
-            batcher = Batcher(servable, BatchingOptions(**spec.batching))
+            if not model_thread:
+                model_thread.append(ModelThread())   # one for every model of the instance
+            batcher = Batcher(servable, BatchingOptions(**spec.batching), model_thread[0])
             # The model thread needs the GIL between the model's operations. The event loop lets go of it at
             # every I/O callback and takes it straight back, and each time that resets the waiting thread's
             # clock, so at the default 5 ms it waited until the loop went idle: the batch computed after the
@@ -111,10 +115,10 @@ def main() -> int:
     if logger is not None:
         app = LoggedApp(app, logger)
     # what loading made (the framework's modules, the model) lives as long as the process: kept out of the
-    # collector's full passes, which took 90 ms each with a torch model loaded and stalled every request then;
-    # not with several models, which come and go (a frozen evicted model's cycles would never be freed)
-    if spec.models is None:
-        gc.freeze()
+    # collector's full passes, which took 90 ms each with a torch model loaded and stalled every request then.
+    # With several models, what the others bring when they load is collected as usual; the serving's own model,
+    # loaded before this, stays in memory if it is evicted (its frozen cycles are never freed: one model at most).
+    gc.freeze()
     meter = None
     if spec.load_fd is not None:
         from hopsml.serving.autoscale import LoadMeter

@@ -475,9 +475,7 @@ def _close(app: Any) -> None:
             return
         batcher = getattr(app, "batcher", None)
         if batcher is not None:
-            if batcher.task is not None:
-                batcher.task.cancel()
-            batcher.executor.shutdown(wait=False)
+            batcher.close()
             return
         app = getattr(app, "app", None)
 
