@@ -300,11 +300,11 @@ MLFLOW_SAVE = textwrap.dedent("""
     model = joblib.load(sk)
     mlflow.sklearn.save_model(model, out + "/sklearn",
                               signature=infer_signature(example.astype("float64"), model.predict(example)),
-                              pip_requirements=["scikit-learn"])
+                              pip_requirements=["scikit-learn"], serialization_format="cloudpickle")
     model = joblib.load(digits)
     mlflow.sklearn.save_model(model, out + "/digits",
                               signature=infer_signature(example.astype("float64"), model.predict(example)),
-                              pip_requirements=["scikit-learn"])
+                              pip_requirements=["scikit-learn"], serialization_format="cloudpickle")
 """)
 
 
