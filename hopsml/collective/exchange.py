@@ -88,7 +88,5 @@ def exchange(peers: Mapping[int, Peer], rank: int, size: int, header: Header, wo
             job.done.wait()
         raise
     if job is not None:
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
+        job.finish()
     return headers

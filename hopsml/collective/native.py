@@ -188,9 +188,7 @@ class SmallArea:
                 job.done.wait()
             raise
         if job is not None:
-            job.done.wait()
-            if job.error is not None:
-                raise job.error
+            job.finish()
 
     def shutdown(self) -> None:
         """This rank aborts: wake every sleeper (the segment's closed word is already set)."""

@@ -52,6 +52,12 @@ class SendJob:
         self.done = threading.Event()
         self.error: BaseException | None = None
 
+    def finish(self) -> None:
+        """Wait until the sends are done, and raise what failed in them."""
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+
 
 class SendWorker:
     """One long-lived thread per communicator that runs the sending half of a collective."""
@@ -150,9 +156,7 @@ def run_pipeline(worker: SendWorker, on_failure: Callable[[PeerLost], None],
         progress.abort()  # the communicator aborts on the way out, which ends the sends
         raise
     if job is not None:
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
+        job.finish()
 
 
 class Scratch:
