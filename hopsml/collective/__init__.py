@@ -4,6 +4,8 @@ Inside a training function run by `experiment.allreduce`::
 
     grads = collective.allreduce(grads, op="mean")          # numpy: TCP ring; cupy: NCCL
     collective.allreduce_many([g1, g2, g3], op="mean")      # fused: one pass for many small arrays
+    handle = collective.allreduce_async(grads)              # in the background, in call order; compute meanwhile
+    grads = handle.wait()
 
 Rendezvous, as the launcher does it in each rank (and tests do with multiprocessing)::
 
@@ -22,6 +24,7 @@ Imports neither pyspark nor cupy; cupy is loaded only when a cupy array reaches 
 from hopsml.collective.active import (
     allgather,
     allreduce,
+    allreduce_async,
     allreduce_many,
     barrier,
     broadcast,
@@ -35,9 +38,10 @@ from hopsml.collective.active import (
 )
 from hopsml.collective.communicator import Communicator
 from hopsml.collective.options import CollectiveOptions
+from hopsml.collective.pending import Handle
 from hopsml.collective.timeout import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
 from hopsml.collective.transport import listen
 
-__all__ = ["CollectiveOptions", "Communicator", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "allgather", "allreduce",
-           "allreduce_many", "barrier", "broadcast", "current", "init", "is_initialized", "listen", "rank", "shutdown",
-           "size", "use"]
+__all__ = ["CollectiveOptions", "Communicator", "DEFAULT_TIMEOUT_S", "Handle", "TIMEOUT_ENV", "allgather", "allreduce",
+           "allreduce_async", "allreduce_many", "barrier", "broadcast", "current", "init", "is_initialized", "listen",
+           "rank", "shutdown", "size", "use"]

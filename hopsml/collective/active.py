@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from hopsml.collective.communicator import Communicator
 from hopsml.collective.options import CollectiveOptions
+from hopsml.collective.pending import Handle
 from hopsml.errors import HopsmlError, NotInRunError
 
 ArrayT = TypeVar("ArrayT")
@@ -106,6 +107,12 @@ def size() -> int:
 def allreduce(array: ArrayT, op: str = "sum") -> ArrayT:
     """Combine `array` over all ranks ('sum', 'mean', 'min', 'max'), in place for numpy/cupy arrays."""
     return current().allreduce(array, op)
+
+
+def allreduce_async(array: ArrayT, op: str = "sum") -> Handle[ArrayT]:
+    """Start an all-reduce in the background; `handle.wait()` gives what `allreduce` would (see
+    `Communicator.allreduce_async`)."""
+    return current().allreduce_async(array, op)
 
 
 def allreduce_many(arrays: Sequence[ArrayT], op: str = "sum") -> list[ArrayT]:

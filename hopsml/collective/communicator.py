@@ -41,6 +41,7 @@ from hopsml.collective.handshake import connect_peers
 from hopsml.collective.options import CollectiveOptions
 from hopsml.collective.paths import SEGMENT_BYTES, AllreducePath, choose
 from hopsml.collective.peers import Peer
+from hopsml.collective.pending import AsyncQueue, Handle
 from hopsml.collective.protocol import FIXED_SIZE, OPS, Header, check_headers, describe_array
 from hopsml.collective.ring import Layout, Scratch, SendWorker, chain_broadcast, reduce_rank_ordered
 from hopsml.collective.transport import PeerLost
@@ -116,6 +117,8 @@ class Communicator:
         self._small: native.SmallArea | None = group.small if group is not None and group.size == size else None
         # (dtype, shape, op) -> packed header (seq 0), dtype code, op code: a small all-reduce seen before
         self._fast: dict[tuple[Any, ...], tuple[bytes, int, int]] = {}
+        self._async: AsyncQueue | None = None  # the background thread of allreduce_async, started on first use
+        self._submitted = 0
 
     def attach_timeline(self, recorder: Any) -> None:
         """Record every collective op into `recorder` (a hopsml.timeline Recorder); None stops recording."""
@@ -230,6 +233,8 @@ class Communicator:
         if self._closed:
             return
         self._closed = True
+        if self._async is not None:
+            self._async.close("the communicator was closed before this asynchronous all-reduce ran")
         self._device.close()
         self._worker.close()
         self._path.close()
@@ -293,6 +298,8 @@ class Communicator:
 
     def barrier(self) -> None:
         """Return once every rank has called barrier()."""
+        if self._async is not None and self._async.busy():
+            self._async.settle("barrier")
         if self._size == 1:
             return
         with self._operation("barrier") as seq:
@@ -300,6 +307,8 @@ class Communicator:
 
     def allgather(self, obj: Any) -> list[Any]:
         """Every rank's picklable object, in rank order (pickles come only from authenticated peers)."""
+        if self._async is not None and self._async.busy():
+            self._async.settle("allgather")
         problem = ""
         try:
             payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -325,6 +334,39 @@ class Communicator:
         """Combine the array over all ranks with op ('sum', 'mean', 'min', 'max'); in place for numpy and
         cupy arrays, which are returned. Anything else is converted to a new numpy array, which is returned.
         'mean' of integers is rounded down (floor division)."""
+        if self._async is not None and self._async.busy():
+            self._async.settle("allreduce")
+        return self._allreduce_now(array, op)
+
+    def allreduce_async(self, array: ArrayT, op: str = "sum") -> Handle[ArrayT]:
+        """Start an all-reduce on the communicator's background thread and return its handle at once.
+
+        The operations run in the order they were submitted (every rank must submit the same sequence), while
+        the caller computes; `handle.wait()` returns what `allreduce(array, op)` would have (the same array,
+        reduced in place for numpy and cupy) or raises its error. Do not touch the array until then. A
+        synchronous collective waits for the pending ones first. cupy arrays: the work queued on the caller's
+        current stream is finished before the reduction reads the array."""
+        if self._async is None:
+            if self._closed:
+                raise CollectiveError("the communicator is closed; collectives only work while the run is active")
+            self._async = AsyncQueue(f"hopsml-collective-async-{self._rank}", 2 * self.timeout_s + 10)
+        self._submitted += 1
+        label = f"allreduce_async #{self._submitted} (rank {self._rank})"
+        if gpu.is_device_array(array):
+            ready = gpu.cupy_module().cuda.Event()
+            ready.record()  # on the caller's current stream: what produced the array
+
+            def run_device() -> ArrayT:
+                ready.synchronize()
+                result = self._allreduce_now(array, op)
+                gpu.cupy_module().cuda.get_current_stream().synchronize()
+                return result
+
+            return self._async.submit(label, run_device)
+        return self._async.submit(label, lambda: self._allreduce_now(array, op))
+
+    def _allreduce_now(self, array: ArrayT, op: str) -> ArrayT:
+        """`allreduce` without waiting for pending asynchronous ones (the background thread runs these)."""
         if self._small is not None and type(array) is np.ndarray and self.timeline is None and \
                 self._failed.message is None and not self._closed:
             given = cast(np.ndarray, array)
@@ -365,6 +407,8 @@ class Communicator:
         Fusion trades a copy into and out of the buffer for a single header exchange and one ring pass
         instead of one per array, which is what makes many small gradients cheap.
         """
+        if self._async is not None and self._async.busy():
+            self._async.settle("allreduce_many")
         given = list(arrays)
         if any(gpu.is_device_array(a) for a in given):
             if self.timeline is not None:
@@ -504,6 +548,8 @@ class Communicator:
     def broadcast(self, array: ArrayT, root: int = 0) -> ArrayT:
         """Overwrite the array on every rank with root's; in place, returned. Every rank passes an array of
         the same dtype and shape."""
+        if self._async is not None and self._async.busy():
+            self._async.settle("broadcast")
         if gpu.is_device_array(array):
             return self._device.broadcast(array, root)
         problem = ""

@@ -4,33 +4,35 @@
 over hopsml's authenticated collectives instead of a second rendezvous:
 
 * rank 0's parameters and buffers are broadcast once, so every rank starts from the same model;
-* the parameters are planned into buckets (about 25 MiB, in reverse order of registration, which is
-  roughly the order backward produces their gradients), identically on every rank;
-* a post-accumulate-grad hook on each parameter counts the bucket's gradients; a full bucket wakes a
-  background thread that reduces the ready buckets in their fixed order (the same collective sequence
-  on every rank) while backward is still computing the earlier layers;
-* ``synchronize()`` reduces, in the same order, whatever the thread has not reached yet (with a single
-  bucket there is no thread at all: nothing to overlap, and no thread switch on the step's critical
-  path); with an optimizer given it runs as the optimizer's step pre-hook, so ``optimizer.step()``
-  always sees averaged gradients.
+* the parameters are planned into buckets in reverse order of registration (roughly the order backward
+  produces their gradients), identically on every rank, as DDP's reducer does: the first bucket small
+  (1 MiB, or about half of a smaller model) so that communication starts early, the others about 25 MiB;
+* a post-accumulate-grad hook on each parameter counts the bucket's gradients; once the buckets up to a
+  full one are complete, their all-reduces start in bucket order (`Communicator.allreduce_async`: the
+  communicator's background thread runs them in submission order, the same sequence on every rank) while
+  backward goes on computing the earlier layers;
+* ``synchronize()`` reduces the last bucket itself (the backward pass is over: nothing left to overlap, and
+  no thread switch on the step's critical path), waits for the others and unpacks them; with an optimizer
+  given it runs as the optimizer's step pre-hook, so ``optimizer.step()`` always sees averaged gradients.
+  The collectives and their order are those of reducing bucket by bucket synchronously, so the results are
+  the same bits.
 
 CPU tensors go to the TCP ring as zero-copy numpy views (``tensor.numpy()``); CUDA tensors as cupy
 arrays over DLPack, reduced with NCCL. A bucket of one contiguous gradient is reduced in place; others
 are packed into one flat buffer per bucket. One backward per step: between ``backward()`` and
-``synchronize()`` the training code must not call other collectives (the background thread uses the
-communicator then).
+``synchronize()`` other collectives of the training code run after the buckets started so far (a synchronous
+collective waits for the pending ones), which is the same order on every rank only if every rank makes them at
+the same point; better to call them after ``optimizer.step()``.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hopsml import collective
-from hopsml.collective.timeout import Timeout
 from hopsml.errors import CollectiveError, HopsmlError, SettingsError
 from hopsml.timeline import span
 from hopsml.timeline.recorder import GRADIENTS
@@ -39,7 +41,7 @@ from hopsml.torch._torch import require
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_MB = 25.0
-_STOP = object()
+DEFAULT_FIRST_BUCKET_MB = 1.0  # DDP's first bucket: small, so that communication starts early in backward
 
 
 def _wire_dtype(torch: Any, dtype: Any) -> Any:
@@ -123,25 +125,38 @@ class _Bucket:
     params: list[Any]
     numel: int
     pending: int = 0
-    events: list[Any] = field(default_factory=list)
     buffer: Any = None
+    flat: Any = None      # what travels: the single gradient itself, or `buffer` packed from the gradients
+    handle: Any = None    # the asynchronous all-reduce of `flat`, while it is in flight
 
 
-def _plan(params: list[Any], bucket_bytes: int) -> list[_Bucket]:
-    """Buckets of consecutive parameters (reverse registration order) of one device and dtype."""
+def _plan(params: list[Any], bucket_bytes: int, first_bytes: int | None) -> list[_Bucket]:
+    """Buckets of consecutive parameters (reverse registration order) of one device and dtype.
+
+    As DDP's reducer assigns them: a bucket closes once it holds at least its cap. The first bucket in reduce
+    order has the small cap `first_bytes` (DDP: 1 MiB), so the first all-reduce starts early in backward; a model
+    smaller than two such buckets is split near its middle, so that its first gradients travel while backward
+    computes the rest. `first_bytes` None: every bucket has the cap `bucket_bytes`."""
+    total = sum(p.numel() * p.element_size() for p in params)
+    cap = bucket_bytes if first_bytes is None else max(1, min(first_bytes, bucket_bytes, total // 2))
     buckets: list[_Bucket] = []
     current: list[Any] = []
     size = 0
-    for param in reversed(params):
-        nbytes = param.numel() * param.element_size()
-        if current and (param.dtype != current[0].dtype or param.device != current[0].device
-                        or size + nbytes > bucket_bytes):
-            buckets.append(_Bucket(current, sum(p.numel() for p in current)))
-            current, size = [], 0
-        current.append(param)
-        size += nbytes
-    if current:
+
+    def close() -> None:
+        nonlocal current, size, cap
         buckets.append(_Bucket(current, sum(p.numel() for p in current)))
+        current, size, cap = [], 0, bucket_bytes
+
+    for param in reversed(params):
+        if current and (param.dtype != current[0].dtype or param.device != current[0].device):
+            close()
+        current.append(param)
+        size += param.numel() * param.element_size()
+        if size >= cap:
+            close()
+    if current:
+        close()
     return buckets
 
 
@@ -149,14 +164,18 @@ class GradientAllReduce:
     """Averages (or sums) a model's gradients over the ranks during backward; see the module text."""
 
     def __init__(self, model: Any, optimizer: Any = None, *, op: str = "mean", bucket_mb: float = DEFAULT_BUCKET_MB,
-                 broadcast: bool = True, root: int = 0, comm: collective.Communicator | None = None) -> None:
+                 first_bucket_mb: float | None = DEFAULT_FIRST_BUCKET_MB, broadcast: bool = True, root: int = 0,
+                 comm: collective.Communicator | None = None) -> None:
         torch = require()
         if op not in ("mean", "sum"):
             raise SettingsError(f"op={op!r}: gradients are combined with 'mean' (the usual) or 'sum'")
         if not bucket_mb > 0:
             raise SettingsError(f"bucket_mb={bucket_mb!r} must be a positive number of MiB (25 is a good start)")
+        if first_bucket_mb is not None and not first_bucket_mb > 0:
+            raise SettingsError(f"first_bucket_mb={first_bucket_mb!r} must be a positive number of MiB (1 is DDP's), "
+                                "or None for no smaller first bucket")
         self._torch = torch
-        self._comm = comm or collective.current()  # the thread below cannot see the caller's context
+        self._comm = comm or collective.current()  # the hooks may run where the caller's context is not set
         self.op = op
         if broadcast:
             broadcast_parameters(model, root, self._comm)
@@ -164,32 +183,27 @@ class GradientAllReduce:
         if any(p.is_sparse for p in params):
             raise SettingsError("sparse parameters are not supported by hopsml.torch; use dense ones or "
                                 "torch.nn.parallel.DistributedDataParallel")
-        self.buckets = _plan(params, int(bucket_mb * (1 << 20)))
-        self._lock = threading.Lock()       # guards the per-step counts
-        self._reducing = threading.Lock()   # one thread at a time reduces, always the next bucket in order
-        self._next = 0
+        self.buckets = _plan(params, int(bucket_mb * (1 << 20)),
+                             None if first_bucket_mb is None else int(first_bucket_mb * (1 << 20)))
+        self._lock = threading.Lock()  # guards the per-step state: hooks may run on autograd's device threads
+        self._next = 0                 # the next bucket to start, in order (the same sequence on every rank)
         self._fired: set[int] = set()
-        self._wake: queue.Queue = queue.Queue()
-        self._error: BaseException | None = None
         self._closed = False
         self._reset_counts()
         self._handles = [param.register_post_accumulate_grad_hook(self._hook(index))
                          for index, bucket in enumerate(self.buckets) for param in bucket.params]
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(lambda *_: self.synchronize()))
-        # With one bucket there is nothing to overlap: synchronize() reduces it without a thread switch.
-        self._thread = None
-        if len(self.buckets) > 1:
-            self._thread = threading.Thread(target=self._run, name="hopsml-torch-gradients", daemon=True)
-            self._thread.start()
         log.debug("gradient all-reduce over %d ranks: %d parameters in %d buckets", self._comm.size,
                   len(params), len(self.buckets))
 
     # --- the backward side -------------------------------------------------------------------
     def _reset_counts(self) -> None:
         self._fired.clear()
+        self._next = 0
         for bucket in self.buckets:
             bucket.pending = len(bucket.params)
+            bucket.handle = bucket.flat = None
 
     def _hook(self, index: int) -> Any:
         def on_gradient(param: Any) -> None:
@@ -204,57 +218,42 @@ class GradientAllReduce:
                                   "once per backward; sum the losses of micro-batches before one backward, or "
                                   "call optimizer.step() / synchronize() between backward calls")
             self._fired.add(id(param))
-            if param.is_cuda:
-                event = self._torch.cuda.Event()
-                event.record()
-                bucket.events.append(event)
             bucket.pending -= 1
-            full = bucket.pending == 0
-        if full and self._thread is not None:
-            self._wake.put(index)
+            if bucket.pending == 0:
+                self._start_ready(len(self.buckets) - 1)
 
     # --- reducing, in bucket order (the same collective sequence on every rank) ---------------
-    def _bucket_ready(self, index: int) -> bool:
-        with self._lock:
-            return self.buckets[index].pending == 0
-
-    def _drain(self) -> None:
-        """Reduce the ready buckets from the next one on, in order; stop at the first one not ready."""
-        while self._next < len(self.buckets) and self._bucket_ready(self._next):
-            if self._error is None:
-                try:
-                    self._reduce(self.buckets[self._next])
-                except BaseException as exc:  # noqa: BLE001 - raised in the training thread by synchronize
-                    self._error = exc
+    def _start_ready(self, stop: int) -> None:
+        """Start the all-reduces of the full buckets from the next one on, in order, up to bucket `stop`
+        (exclusive): the last bucket is reduced by synchronize() itself, without a thread switch. Holds _lock."""
+        while self._next < stop and self.buckets[self._next].pending == 0:
+            bucket = self.buckets[self._next]
+            with span("gradient bucket", GRADIENTS, params=len(bucket.params), numel=bucket.numel):
+                bucket.flat = self._pack(bucket)
+                bucket.handle = self._comm.allreduce_async(_as_array(bucket.flat), self.op)
             self._next += 1
 
-    def _run(self) -> None:
-        while True:
-            if self._wake.get() is _STOP:
-                return
-            with self._reducing:
-                self._drain()
-
-    def _reduce(self, bucket: _Bucket) -> None:
-        with span("gradient bucket", GRADIENTS, params=len(bucket.params), numel=bucket.numel):
-            self._reduce_bucket(bucket)
-
-    def _reduce_bucket(self, bucket: _Bucket) -> None:
+    def _pack(self, bucket: _Bucket) -> Any:
+        """What travels for `bucket`: its one contiguous gradient in place (no copy), else its packed buffer."""
         torch = self._torch
-        for event in bucket.events:
-            event.synchronize()
-        bucket.events.clear()
         grads = [p.grad for p in bucket.params]
-        reduce = lambda array: self._comm.allreduce(array, self.op)  # noqa: E731
         single = grads[0]
         if len(grads) == 1 and single.is_contiguous() and _wire_dtype(torch, single.dtype) == single.dtype:
-            _run_collective(torch, single, reduce)  # in place: no copy at all
-            return
+            return single
         if bucket.buffer is None:
             bucket.buffer = torch.empty(bucket.numel, dtype=_wire_dtype(torch, single.dtype), device=single.device)
-        flat = _flatten(torch, grads, bucket.buffer)
-        _run_collective(torch, flat, reduce)
-        _unflatten_into(flat, grads)
+        return _flatten(torch, grads, bucket.buffer)
+
+    def _finish(self, bucket: _Bucket) -> None:
+        """Wait for the bucket's all-reduce (started, or run now in order) and unpack it into the gradients."""
+        if bucket.handle is not None:
+            bucket.handle.wait()
+        else:
+            bucket.flat = self._pack(bucket)
+            with span("gradient bucket", GRADIENTS, params=len(bucket.params), numel=bucket.numel):
+                _run_collective(self._torch, bucket.flat, lambda array: self._comm.allreduce(array, self.op))
+        if bucket.flat is not bucket.params[0].grad:
+            _unflatten_into(bucket.flat, [p.grad for p in bucket.params])
 
     # --- the training side -------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -271,18 +270,17 @@ class GradientAllReduce:
                     if param.grad is None:
                         param.grad = self._torch.zeros_like(param)
                     self._gradient_ready(index, param)
-        deadline = Timeout(2 * self._comm.timeout_s + 10, "the gradient all-reduce of this step")
-        with span("waiting for gradients", GRADIENTS):
-            if not self._reducing.acquire(timeout=deadline.remaining()):
-                raise deadline.error("the reducing thread did not finish its bucket")
-        try:
-            self._drain()  # every bucket is ready now: whatever the thread has not done, this thread does
-            error, self._error = self._error, None
-            self._next = 0
-            with self._lock:
-                self._reset_counts()
-        finally:
-            self._reducing.release()
+        error: BaseException | None = None
+        with span("waiting for gradients", GRADIENTS), self._lock:
+            for bucket in self.buckets:  # in order: a bucket not started yet runs after those in flight
+                try:
+                    if error is None:
+                        self._finish(bucket)
+                    elif bucket.handle is not None:
+                        bucket.handle.wait()  # collect it, so that no all-reduce of this step is left running
+                except BaseException as exc:  # noqa: BLE001 - the first failure is raised below
+                    error = error or exc
+            self._reset_counts()
         if error is not None:
             if isinstance(error, HopsmlError):
                 raise error
@@ -295,9 +293,6 @@ class GradientAllReduce:
         self._closed = True
         for handle in self._handles:
             handle.remove()
-        if self._thread is not None:
-            self._wake.put(_STOP)
-            self._thread.join(timeout=self._comm.timeout_s)
 
     def __enter__(self) -> GradientAllReduce:
         return self
@@ -307,9 +302,11 @@ class GradientAllReduce:
 
 
 def distribute(model: Any, optimizer: Any = None, *, op: str = "mean", bucket_mb: float = DEFAULT_BUCKET_MB,
-               broadcast: bool = True, root: int = 0) -> GradientAllReduce:
+               first_bucket_mb: float | None = DEFAULT_FIRST_BUCKET_MB, broadcast: bool = True,
+               root: int = 0) -> GradientAllReduce:
     """Make `model` train data-parallel over the ranks of this run (see GradientAllReduce)."""
-    return GradientAllReduce(model, optimizer, op=op, bucket_mb=bucket_mb, broadcast=broadcast, root=root)
+    return GradientAllReduce(model, optimizer, op=op, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb,
+                             broadcast=broadcast, root=root)
 
 
 def parameters_checksum(model: Any) -> str:
@@ -322,4 +319,5 @@ def parameters_checksum(model: Any) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["DEFAULT_BUCKET_MB", "GradientAllReduce", "broadcast_parameters", "distribute", "parameters_checksum"]
+__all__ = ["DEFAULT_BUCKET_MB", "DEFAULT_FIRST_BUCKET_MB", "GradientAllReduce", "broadcast_parameters", "distribute",
+           "parameters_checksum"]

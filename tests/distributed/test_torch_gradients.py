@@ -42,7 +42,7 @@ def _params(model) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
 
 
-def _rank_train(rank: int, size: int, bucket_mb: float) -> dict:
+def _rank_train(rank: int, size: int, bucket_mb: float, first_bucket_mb: float | None = 1.0) -> dict:
     import hopsml.torch as ht
 
     torch.set_num_threads(1)
@@ -51,16 +51,23 @@ def _rank_train(rank: int, size: int, bucket_mb: float) -> dict:
     batches = [(x[s, rank * local:(rank + 1) * local], y[s, rank * local:(rank + 1) * local]) for s in range(STEPS)]
     model = _model(seed=100 + rank)  # different on purpose: the broadcast makes them equal
     syncs = []
-    model = _train(model, batches, lambda m, o: syncs.append(ht.distribute(m, o, bucket_mb=bucket_mb)) or syncs[0])
+
+    def wrap(m, o):
+        syncs.append(ht.distribute(m, o, bucket_mb=bucket_mb, first_bucket_mb=first_bucket_mb))
+        return syncs[0]
+
+    model = _train(model, batches, wrap)
     return {"params": _params(model), "checksum": ht.parameters_checksum(model), "buckets": len(syncs[0].buckets)}
 
 
-@pytest.mark.parametrize("bucket_mb", [25.0, 0.001], ids=["one-bucket", "many-buckets"])
-def test_gradient_allreduce_equals_single_process_on_the_combined_batch(ranks, bucket_mb):
-    results = ranks(_rank_train, 2, bucket_mb, join_s=120)
+# DDP's rule: a bucket closes once it reaches its cap; the default first cap (1 MiB) is at most half the model
+@pytest.mark.parametrize("bucket_mb,first_bucket_mb,buckets", [(25.0, None, 1), (25.0, 1.0, 2), (1e-5, None, 4)],
+                         ids=["one-bucket", "first-bucket-fc-then-conv", "one-tensor-each"])
+def test_gradient_allreduce_equals_single_process_on_the_combined_batch(ranks, bucket_mb, first_bucket_mb, buckets):
+    results = ranks(_rank_train, 2, bucket_mb, first_bucket_mb, join_s=120)
     assert all(r.ok for r in results.values()), {r: (o.error_type, o.error) for r, o in results.items()}
     assert results[0].value["checksum"] == results[1].value["checksum"]  # identical bits on every rank
-    assert results[0].value["buckets"] == (1 if bucket_mb > 1 else 3)  # 1 KiB: [fc bias], [fc weight], [conv]
+    assert results[0].value["buckets"] == buckets
     # Each rank's loss is the mean over its half; the mean of the two gradients is the gradient of the
     # mean over the whole batch, so the ranks follow single-process training on the combined batch.
     x, y = _data()
@@ -134,3 +141,31 @@ def test_imports_without_pyspark_and_says_how_to_get_torch():
             "try:\n    hopsml.torch.init_process_group()\nexcept HopsmlError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert "pip install torch" in out
+
+
+def _rank_overlap(rank: int, size: int) -> dict:
+    x, y = _data()
+    local = GLOBAL_BATCH // size
+    batches = [(x[s, rank * local:(rank + 1) * local], y[s, rank * local:(rank + 1) * local]) for s in range(STEPS)]
+    import hopsml.torch as ht
+
+    torch.set_num_threads(1)
+    out = {}
+    for name, kwargs in {"overlap": {"bucket_mb": 1e-5}, "sync": {"first_bucket_mb": None}}.items():
+        syncs = []
+
+        def wrap(m, o, kwargs=kwargs, syncs=syncs):
+            syncs.append(ht.distribute(m, o, **kwargs))
+            return syncs[0]
+
+        out[name] = _params(_train(_model(seed=100 + rank), batches, wrap))
+        out[name + "_buckets"] = len(syncs[0].buckets)
+    return out
+
+
+def test_gradients_with_overlap_are_the_bits_without(ranks):
+    results = ranks(_rank_overlap, 2, join_s=120)
+    for outcome in results.values():
+        assert outcome.ok, (outcome.error_type, outcome.error)
+        assert outcome.value["overlap_buckets"] == 4 and outcome.value["sync_buckets"] == 1
+        assert outcome.value["overlap"].tobytes() == outcome.value["sync"].tobytes()
