@@ -141,7 +141,8 @@ class Supervisor:
         self.load_fd: int | None = None
         self.reader: autoscale.LoadReader | None = None
         self.autoscaler: autoscale.Autoscaler | None = None
-        self.starting_step: tuple[states.ScaleStep, float, set[int]] | None = None   # the step awaiting its instances
+        # the steps whose new instances are not all ready yet (a burst can take a second step before the first's are)
+        self.starting_steps: list[tuple[states.ScaleStep, float, set[int]]] = []
         if definition.autoscaled:
             self.load_fd = autoscale.make_load_file(high)
             self.reader = autoscale.LoadReader(self.load_fd, high)
@@ -369,7 +370,7 @@ class Supervisor:
             started = set(free[:wanted - current])
             for index in started:
                 self.spawn(index)
-            self.starting_step = (step, now, started)
+            self.starting_steps.append((step, now, started))
         else:
             for index in sorted(pending, reverse=True):   # a restart not yet made is the cheapest to drop
                 if current > wanted and index not in given_up and index not in self.instances:
@@ -396,14 +397,12 @@ class Supervisor:
 
     def note_started(self, index: int) -> None:
         """An instance became ready: when it was the last of a scaling step's, the step records how long it took."""
-        if self.starting_step is None:
-            return
-        step, began, waiting = self.starting_step
-        waiting.discard(index)
-        if not waiting:
-            step.ready_s = round(time.monotonic() - began, 3)
-            self.starting_step = None
-            log.info("scaled to %d instance(s): ready after %.2f s", step.after, step.ready_s)
+        for step, began, waiting in list(self.starting_steps):
+            waiting.discard(index)
+            if not waiting:
+                step.ready_s = round(time.monotonic() - began, 3)
+                self.starting_steps.remove((step, began, waiting))
+                log.info("scaled to %d instance(s): ready after %.2f s", step.after, step.ready_s)
 
     def retire(self, index: int) -> None:
         """A drained instance ended."""
