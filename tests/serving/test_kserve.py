@@ -17,7 +17,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import iris, running
+from conftest import export_torch, iris, running
 
 from hopsml import cli
 from hopsml.model import registry
@@ -322,7 +322,6 @@ def test_onnx_and_torchscript_versions_become_triton_model_repositories(settings
     skl2onnx = pytest.importorskip("skl2onnx")
     torch = pytest.importorskip("torch")
     import onnxruntime
-    from conftest import export_torch
     from skl2onnx.common.data_types import FloatTensorType
     from sklearn.linear_model import LogisticRegression
 
