@@ -320,43 +320,17 @@ def mlflow_python(given: str | None) -> str | None:
     return candidate
 
 
-class MlflowServer:
-    """`mlflow models serve` of one saved model, on a free port, until closed."""
+def mlflow_server(python: str, model_dir: str, log_path: str, check: bytes) -> Any:
+    """`mlflow models serve` of one saved model, on a free port, until closed (a serving_peers.PeerServer)."""
+    import serving_peers
 
-    def __init__(self, python: str, model_dir: str, log_path: str) -> None:
-        with socket.socket() as probe:  # mlflow binds by port number; a free one, taken right away below
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.log = open(log_path, "wb")
-        # its scoring server runs `uvicorn` by name: the environment's bin folder goes first on PATH
-        env = {**os.environ, "MLFLOW_TRACKING_URI": "file://" + os.path.dirname(log_path) + "/mlruns",
-               "PATH": os.path.dirname(python) + os.pathsep + os.environ.get("PATH", "")}
-        self.proc = subprocess.Popen([python, "-m", "mlflow", "models", "serve", "-m", model_dir, "-p",
-                                      str(self.port), "-h", "127.0.0.1", "-w", "1", "--env-manager", "local"],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow models serve exited ({self.proc.returncode}); see {log_path}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        self.close()
-        raise RuntimeError(f"mlflow models serve did not answer /ping within 180 s; see {log_path}")
-
-    def close(self) -> None:
-        import signal
-
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.log.close()
+    (port,) = serving_peers.free_ports(1)   # mlflow binds by port number
+    # its scoring server runs `uvicorn` by name: the environment's bin folder goes first on PATH
+    env = {"MLFLOW_TRACKING_URI": "file://" + os.path.dirname(log_path) + "/mlruns",
+           "PATH": os.path.dirname(python) + os.pathsep + os.environ.get("PATH", "")}
+    return serving_peers.PeerServer("mlflow", [python, "-m", "mlflow", "models", "serve", "-m", model_dir, "-p",
+                                               str(port), "-h", "127.0.0.1", "-w", "1", "--env-manager", "local"],
+                                    port, "/invocations", check, log_path, timeout_s=180, env=env)
 
 
 def server_pid(settings: object, name: str) -> int | None:
@@ -496,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"saving the models with mlflow failed:\n{done.stderr[-3000:]}")
             mbody = json.dumps({"inputs": [row]}).encode()
             for model in models:
-                server = MlflowServer(python, os.path.join(saved, model), os.path.join(work, f"mlflow-{model}.log"))
+                server = mlflow_server(python, os.path.join(saved, model), os.path.join(work, f"mlflow-{model}.log"),
+                                       mbody)
                 try:
                     print(f"mlflow {model}:", flush=True)
                     results[(model, "mlflow")] = measure(
