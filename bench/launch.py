@@ -1,6 +1,8 @@
 """Start-up cost of a distributed run: experiment.allreduce of a function that does nothing, 2 workers,
-warm session, against a bare barrier stage doing one allGather (the floor: Spark polls barrier syncs
-about once a second). Interleaved, median of --reps.
+warm session, against two bare barrier stages: one whose tasks do nothing (the floor) and one whose tasks
+exchange a string with Spark's BarrierTaskContext.allGather (about a second: what a rendezvous through Spark
+costs; hopsml's ranks meet through the driver's channel instead). Interleaved, median of --reps; ratios
+against the allGather stage.
 
     python bench/launch.py [--workers 2] [--reps 5]
 """
@@ -17,12 +19,12 @@ from hopsml import config, experiment
 from hopsml.cluster import session
 
 
-def bare_barrier_stage(sc, workers: int) -> None:
+def bare_barrier_stage(sc, workers: int, gather: bool) -> None:
     def task(_):
         from pyspark import BarrierTaskContext
 
         ctx = BarrierTaskContext.get()
-        yield ctx.allGather(str(ctx.partitionId()))
+        yield ctx.allGather(str(ctx.partitionId())) if gather else ctx.partitionId()
 
     sc.parallelize(range(workers), workers).barrier().mapPartitions(task).collect()
 
@@ -42,7 +44,8 @@ def main() -> None:
     def hopsml_run() -> None:
         experiment.allreduce(noop, name="bench-noop", num_workers=args.workers)
 
-    candidates = {"bare barrier stage + allGather": lambda: bare_barrier_stage(sc, args.workers),
+    candidates = {"bare barrier stage": lambda: bare_barrier_stage(sc, args.workers, gather=False),
+                  "bare barrier stage + allGather": lambda: bare_barrier_stage(sc, args.workers, gather=True),
                   "experiment.allreduce(noop)": hopsml_run}
     for fn in candidates.values():  # warm-up: python workers, imports
         fn()

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from hopsml import layout
+from hopsml import installed, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 
@@ -109,7 +109,7 @@ def describe(prefix: str | None = None, packed: PackedEnvironment | None = None)
 
 def fingerprint(prefix: str) -> str:
     """What identifies the environment: its Python, platform and every installed distribution's version."""
-    names = sorted(f"{d.metadata['Name']}=={d.version}".lower() for d in _distributions(prefix))
+    names = sorted(f"{name}=={version}".lower() for name, version in installed.distributions([_site_packages(prefix)]))
     text = "\n".join([sys.version, platform.platform(terse=True), platform.machine(), _kind(prefix), *names])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

@@ -21,9 +21,11 @@ from hopsml.launcher.messages import (
     Clock,
     Failing,
     Finished,
+    Join,
     Message,
     Metric,
     Output,
+    Peers,
     RankReport,
     Timing,
     decode,
@@ -38,6 +40,27 @@ log = logging.getLogger(__name__)
 
 # How long a stage's cancellation waits for a failing rank that is still copying its files.
 UPLOAD_GRACE_S = 30.0
+
+
+class Rendezvous:
+    """The meeting point of a barrier stage's ranks: each rank's `Join` is held until every rank has joined, then
+    each is answered with everyone's (`Peers`). It replaces Spark's `allGather`, which took a second (a 2-task
+    barrier stage ran in 1.13 s with one, 0.08 s without); this is a round trip. A retried stage's ranks join
+    again: a rank's later join replaces its earlier one (whose task Spark has ended)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[int, tuple[Join, Connection]] = {}
+
+    def join(self, join: Join, connection: Connection) -> None:
+        with self._lock:
+            self._waiting[join.rank] = (join, connection)
+            if set(self._waiting) != set(range(join.world_size)):
+                return
+            waiting, self._waiting = self._waiting, {}
+        answer = to_wire(Peers([waiting[rank][0].info for rank in range(join.world_size)]))
+        for _, peer in waiting.values():
+            peer.send(answer)
 
 
 @dataclass
@@ -57,6 +80,7 @@ class StageMonitor:
     failing: list[RankReport] = field(default_factory=list)  # failures told before the final upload
     upload_grace_s: float = UPLOAD_GRACE_S
     timeline: RunWatch = field(default_factory=RunWatch)  # the ranks' timeline batches: stragglers, system peaks
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)  # where a barrier stage's ranks meet
 
     def __post_init__(self) -> None:
         if self.timeline.announce is None and self.echo:
@@ -91,6 +115,8 @@ class StageMonitor:
             connection.send(to_wire(Clock(message.rank, message.t0, time.time_ns())))
         elif isinstance(message, Timing):
             self.timeline.add(message.rank, message.size, message.ops, message.system)
+        elif isinstance(message, Join) and connection is not None:
+            self.rendezvous.join(message, connection)
 
     def settle(self, collected: Iterable[dict[str, Any]]) -> list[RankReport]:
         """Every task's report once: those the channel brought, then those only Spark's collect() has

@@ -168,7 +168,26 @@ class Timing:
     system: dict[str, float] | None = None
 
 
-Message = Output | Failing | Finished | Metric | Stop | Ready | Assign | Clock | Timing
+@dataclass(frozen=True)
+class Join:
+    """A rank's part of the rendezvous of a barrier stage: what its peers need to reach it (`info`: its listener
+    address, host, GPUs, framework ports)."""
+
+    KIND: ClassVar[str] = "join"
+    rank: int
+    world_size: int
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Peers:
+    """The driver's answer once every rank has joined: each rank's `info`, in rank order."""
+
+    KIND: ClassVar[str] = "peers"
+    everyone: list[dict[str, Any]]
+
+
+Message = Output | Failing | Finished | Metric | Stop | Ready | Assign | Clock | Timing | Join | Peers
 
 
 _TUPLE = "__tuple__"
@@ -235,4 +254,8 @@ def decode(data: dict[str, Any]) -> Message | None:
     if kind == Timing.KIND:
         return Timing(int(data.get("rank") or 0), int(data.get("size") or 1), list(data.get("ops") or []),
                       data.get("system"))
+    if kind == Join.KIND:
+        return Join(int(data.get("rank") or 0), int(data.get("world_size") or 1), dict(data.get("info") or {}))
+    if kind == Peers.KIND:
+        return Peers(list(data.get("everyone") or []))
     return None

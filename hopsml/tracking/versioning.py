@@ -16,6 +16,8 @@ import sys
 import sysconfig
 from typing import Any
 
+from hopsml import installed
+
 log = logging.getLogger(__name__)
 
 _NOTEBOOK_VARIABLES = ("__vsc_ipynb_file__", "__session__")
@@ -83,8 +85,7 @@ def kernel_notebook() -> str | None:
 
 def _pip_environment() -> str:
     """The installed packages in conda's environment-file format (for `conda env create -f`)."""
-    packages = sorted({(dist.metadata["Name"] or "").lower(): dist.version
-                       for dist in importlib.metadata.distributions() if dist.metadata["Name"]}.items())
+    packages = sorted({name.lower(): version for name, version in installed.distributions()}.items())
     name = os.path.basename(sys.prefix) or "hopsml"
     lines = [f"name: {name}", "channels:", "  - defaults", "dependencies:",
              f"  - python={platform.python_version()}", "  - pip", "  - pip:"]

@@ -54,6 +54,14 @@ class Hosts:
             self._ip("-n", ns, "addr", "add", f"{self._addresses[i]}/24", "dev", RANK_INTERFACE)
             self._ip("-n", ns, "link", "set", RANK_INTERFACE, "up")
             self._ip("-n", ns, "link", "set", "lo", "up")
+        # `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: each host's name resolves from the file, as
+        # on a cluster, instead of by a DNS query that the namespace cannot send (Java asks for its own name at start)
+        names = "".join(f"{address} hopsml-host-{i}\n" for i, address in enumerate(self._addresses))
+        for ns in self.namespaces:
+            folder = Path("/etc/netns") / ns
+            folder.mkdir(parents=True, exist_ok=True)
+            self._cleanup.append(["rm", "-rf", str(folder)])
+            (folder / "hosts").write_text(f"127.0.0.1 localhost\n{names}")
 
     @staticmethod
     def _ip(*args: str) -> None:

@@ -69,6 +69,47 @@ def scenario_mismatch(rank: int, size: int) -> tuple[str, float]:
     return message, float(collective.allreduce(np.ones(3))[0])  # still usable after a mismatch
 
 
+def scenario_wait_runs_out(rank: int, size: int, signal_file: str) -> tuple[str, list[float]]:
+    """Rank 1 joins only after rank 0's bounded wait has run out (it waits for the file rank 0 writes then)."""
+    if rank == 1:
+        while not os.path.exists(signal_file):
+            time.sleep(0.01)
+    handle = collective.allreduce_async(np.full(6, rank + 1.0))
+    message = ""
+    if rank == 0:
+        try:
+            handle.wait(timeout=0.2)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            message = f"{type(exc).__name__}: {exc} (done: {handle.done()})"
+        with open(signal_file, "w") as file:
+            file.write("late")
+    return message, handle.wait().tolist()  # the operation went on: waiting again gives its result
+
+
+def scenario_close_with_queued(rank: int, size: int) -> list[str]:
+    """Rank 0 closes its communicator with one all-reduce running (rank 1 is not there yet) and one queued."""
+    collective.allreduce_async(np.ones(8)).wait()
+    if rank == 1:
+        time.sleep(0.5)
+        return []
+    running = collective.allreduce_async(np.ones(8))
+    queued = collective.allreduce_async(np.ones(8))
+    collective.current().close()
+    outcomes = []
+    for handle in (running, queued):
+        try:
+            handle.wait(timeout=0)
+            outcomes.append("no error")
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+    try:
+        collective.allreduce_async(np.ones(8))
+        outcomes.append("accepted after close")
+    except Exception as exc:  # noqa: BLE001 - the test reads it
+        outcomes.append(f"{type(exc).__name__}: {exc}")
+    return outcomes
+
+
 @pytest.mark.parametrize("size", [2, 3])
 def test_async_results_are_the_sync_bits(ranks, size):
     outcomes = ranks(scenario_equal, size, join_s=180)
@@ -97,3 +138,24 @@ def test_a_mismatch_is_raised_by_wait_on_every_rank(ranks):
     assert len(messages) == 1 and next(iter(messages)).startswith("CollectiveError"), messages
     assert "float64[4]" in next(iter(messages)) and "float64[5]" in next(iter(messages))
     assert [outcome.value[1] for outcome in outcomes.values()] == [2.0, 2.0]
+
+
+def test_a_bounded_wait_that_runs_out_leaves_the_operation_going(ranks, tmp_path):
+    outcomes = ranks(scenario_wait_runs_out, 2, str(tmp_path / "rank0-gave-up"))
+    for outcome in outcomes.values():
+        assert outcome.ok, (outcome.error_type, outcome.error)
+        assert outcome.value[1] == [3.0] * 6
+    message = outcomes[0].value[0]
+    assert message.startswith("CollectiveError: allreduce_async #1 (rank 0) did not finish within 0.2 s"), message
+    assert "call wait() again" in message and message.endswith("(done: False)")
+
+
+def test_closing_with_handles_pending_fails_them_and_returns(ranks):
+    outcomes = ranks(scenario_close_with_queued, 2, timeout_s=30.0)
+    assert outcomes[1].ok, (outcomes[1].error_type, outcomes[1].error)
+    assert outcomes[0].ok, (outcomes[0].error_type, outcomes[0].error)
+    running, queued, after = outcomes[0].value
+    assert running.startswith("CollectiveError: "), running  # closed before it ran, or its peer gone with the close
+    assert queued == ("CollectiveError: allreduce_async #3 (rank 0): the communicator was closed before this "
+                      "asynchronous all-reduce ran"), queued
+    assert after.startswith("CollectiveError: allreduce_async") and "the communicator is closed" in after, after

@@ -16,7 +16,8 @@ PACKAGE_DIR = os.path.dirname(hopsml.__file__)
 # Lowest first: a module may import its own room (package or top-level module) and the rooms of its layer
 # or any layer below, never a room above.
 LAYERS: list[set[str]] = [
-    {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices", "request_notes", "execution_notes"},
+    {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices", "request_notes", "execution_notes",
+     "installed"},
     {"layout", "fs", "net", "config", "records"},
     {"formats", "skeleton", "hdfs_file"},
     {"tracking", "timeline", "run_catalog", "tensorboard", "checkpoint", "hdfs"},

@@ -4,8 +4,8 @@ One skeleton (`barrier_task`) for every framework, with a hook object per framew
 hopsml's collective here, TensorFlow in tf_cluster.py) and teardown hooks (torch's process group, from
 hopsml.torch). Each rank binds its collective listener first (and keeps it: no bind-then-release race), reserves
 fresh ports for frameworks with their own servers (TF_CONFIG, MASTER_PORT; see ports.py), exchanges
-addresses with the other ranks in one `BarrierTaskContext.allGather` (it costs about a second, so
-exactly once), pins its GPU, exports the variables other frameworks expect, connects the
+addresses with the other ranks through the driver (`meet`: a round trip, where Spark's
+`BarrierTaskContext.allGather` took a second), pins its GPU, exports the variables other frameworks expect, connects the
 communicator, releases the framework ports and runs the user's function with it.
 """
 
@@ -15,6 +15,8 @@ import dataclasses
 import json
 import logging
 import os
+import queue
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,8 @@ from hopsml import collective, config, devices
 from hopsml.cluster.ports import FrameworkPorts
 from hopsml.collective.options import CollectiveOptions
 from hopsml.errors import ClusterError
+from hopsml.launcher.channel import TaskChannel
+from hopsml.launcher.messages import Join, Peers, decode, to_wire
 from hopsml.launcher.spec import TaskSpec
 from hopsml.launcher.task.function import run_function
 from hopsml.launcher.task.recorded import recorded
@@ -60,15 +64,47 @@ def _assigned_gpus(ctx: Any) -> list[str]:
     return list(resource.addresses) if resource is not None else []
 
 
-def rendezvous(ctx: Any, listener_address: str | None, gpus_per_worker: int, ports: FrameworkPorts) -> RankInfo:
-    """One allGather: every rank's listener address (None without hopsml's collective), host, GPUs,
-    reserved framework port (and rank 0's MASTER_PORT)."""
+def meet(ctx: Any, spec: TaskSpec, mine: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
+    """Every rank's `mine`, in rank order: through the driver's channel (each rank joins, the driver answers
+    once all have), or Spark's allGather where the run has no channel."""
+    if spec.channel_address is None:
+        return [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
+    rank = ctx.partitionId()
+    where = f"{spec.channel_address[0]}:{spec.channel_address[1]}"
+    channel = TaskChannel.connect(spec.channel_address, spec.secret)
+    if channel is None:
+        raise ClusterError(f"rank {rank} cannot reach the driver at {where} to meet its peers: the executors must "
+                           "reach the driver's host (set network_interface / port_range so that they can)")
+    try:
+        channel.send(to_wire(Join(rank, len(ctx.getTaskInfos()), mine)))
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                message = decode(channel.inbox.get(timeout=min(left, 0.5)))
+            except queue.Empty:
+                if channel.ended.is_set():
+                    raise ClusterError(f"rank {rank}: the driver at {where} closed its channel before every rank "
+                                       "had met (the run was stopped)") from None
+                continue
+            if isinstance(message, Peers):
+                return message.everyone
+        raise ClusterError(f"rank {rank} waited {timeout_s:.0f} s for the other ranks to start and meet at the "
+                           "driver: a task of the stage did not start (see the Spark UI), or raise "
+                           "collective_timeout_s")
+    finally:
+        channel.close()
+
+
+def rendezvous(ctx: Any, spec: TaskSpec, listener_address: str | None, gpus_per_worker: int, ports: FrameworkPorts,
+               timeout_s: float) -> RankInfo:
+    """Every rank's listener address (None without hopsml's collective), host, GPUs, reserved framework port
+    (and rank 0's MASTER_PORT), exchanged once (`meet`)."""
     rank = ctx.partitionId()
     host = ports.host
     gpus = _assigned_gpus(ctx)
     mine = {"address": listener_address, "host": host, "gpus": gpus, "master_port": ports.master_port,
             "framework": f"{host}:{ports.framework_port}"}
-    everyone = [json.loads(m) for m in ctx.allGather(json.dumps(mine))]
+    everyone = meet(ctx, spec, mine, timeout_s)
     hosts = [m["host"] for m in everyone]
     local_rank = sum(1 for h in hosts[:rank] if h == host)
     if gpus:
@@ -152,6 +188,10 @@ class RankFramework:
     def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
         raise NotImplementedError
 
+    def timeout_s(self, spec: TaskSpec) -> float:
+        """How long the rank waits for its peers at the rendezvous: the run's collective timeout."""
+        return float(spec.settings.collective_timeout_s)
+
     def on_shutdown(self) -> None:
         """Release what the framework holds."""
 
@@ -175,7 +215,7 @@ def barrier_task(spec: TaskSpec, *, gpus_per_worker: int, framework: Callable[[]
             host = task_host(ctx, network)
             address = hooks.on_start(host, network)
             ports = FrameworkPorts.reserve(host, with_master=ctx.partitionId() == 0, port_range=network.port_range)
-            info = rendezvous(ctx, address, gpus_per_worker, ports)
+            info = rendezvous(ctx, spec, address, gpus_per_worker, ports, hooks.timeout_s(spec))
             export_environment(info, hooks.tf_config(info))
             export_interface(network)
             rank_spec = dataclasses.replace(spec, log_name=f"{LOGS}/worker_{info.rank}.log")
@@ -207,6 +247,9 @@ class CollectiveRank(RankFramework):
     def on_start(self, host: str, network: Network) -> str | None:
         self._listener, address = collective.listen(host, network.port_range)
         return str(address)
+
+    def timeout_s(self, spec: TaskSpec) -> float:
+        return self.options.timeout_s
 
     def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
         listener, fn, options, timeline = self._listener, self.fn, self.options, self.timeline

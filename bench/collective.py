@@ -1,10 +1,10 @@
 """All-reduce bandwidth and latency of hopsml.collective against gloo (torch.distributed) and OpenMPI.
 
-    python bench/allreduce.py                       # 2 and 4 ranks, 4 KiB .. 64 MiB, 5 repetitions
-    python bench/allreduce.py --quick               # a smoke run: small sizes, 2 ranks, 2 repetitions
-    python bench/allreduce.py --python-path         # also hopsml without its compiled same-host path
-    python bench/allreduce.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo --no-mpi
-    python bench/allreduce.py --against /tmp/old --no-gloo --no-mpi   # this checkout vs another one's hopsml
+    python bench/collective.py                       # 2 and 4 ranks, 4 KiB .. 64 MiB, 5 repetitions
+    python bench/collective.py --quick               # a smoke run: small sizes, 2 ranks, 2 repetitions
+    python bench/collective.py --python-path         # also hopsml without its compiled same-host path
+    python bench/collective.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo --no-mpi
+    python bench/collective.py --against /tmp/old --no-gloo --no-mpi   # this checkout vs another one's hopsml
 
 Every system runs as separate processes on one host, started once and kept alive; the runs interleave
 (hopsml, gloo, mpi, hopsml, gloo, mpi, ...) so that all see the same machine state. hopsml's ranks on one
