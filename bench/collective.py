@@ -5,6 +5,7 @@
     python bench/collective.py --python-path         # also hopsml without its compiled same-host path
     python bench/collective.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo --no-mpi
     python bench/collective.py --against /tmp/old --no-gloo --no-mpi   # this checkout vs another one's hopsml
+    python bench/collective.py --hosts 2 --ranks 4 --against /tmp/old --no-gloo --no-mpi   # the two-host path
 
 Every system runs as separate processes on one host, started once and kept alive; the runs interleave
 (hopsml, gloo, mpi, hopsml, gloo, mpi, ...) so that all see the same machine state. hopsml's ranks on one
@@ -21,6 +22,9 @@ After the table, hopsml's per-call cost at the small sizes is split into its par
 own timers (on only for that extra run): copy (header and payload into the slot), wait (until every rank
 published), reduce, and Python (the rest of the call: argument checks, the lookup, the call itself). The load
 average is printed before and after: on a busy machine the wait grows with the other work, the ratios matter.
+`--hosts N` gives hopsml's ranks N host identities (HOPSML_COLLECTIVE_HOST_ID, rank r on host r*N//ranks), so
+that they take the hierarchical path as on N hosts: shared memory within a host, a TCP ring between one leader
+per host (here over loopback, so the figures are the path's own cost, not a network's).
 `--against DIR` adds the hopsml of another source tree (e.g. `git worktree add
 /tmp/old <commit>`) as the baseline "before", run interleaved with this one: a change's effect on a shared
 machine, without the drift between two benchmark runs.
@@ -126,9 +130,11 @@ def _split(nbytes: int, iters: int, allreduce: Callable[[np.ndarray], None],
 
 
 def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, source: str | None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, hosts: int = 1) -> None:
     global _profiled
     os.environ.update(env or {})
+    if hosts > 1:
+        os.environ["HOPSML_COLLECTIVE_HOST_ID"] = f"bench-host-{rank * hosts // size}"
     if source is not None:  # another tree's hopsml: first on the path, before anything imports hopsml
         sys.path.insert(0, source)
     from hopsml import collective
@@ -223,12 +229,13 @@ class Group:
 
 
 def start_hopsml(ctx: mp.context.BaseContext, size: int, source: str | None = None, name: str = "hopsml",
-                 env: dict[str, str] | None = None) -> Group:
+                 env: dict[str, str] | None = None, hosts: int = 1) -> Group:
     from hopsml.cluster import auth
 
     addresses_q = ctx.Queue()
     pipes = [ctx.Pipe() for _ in range(size)]
-    processes = [ctx.Process(target=_hopsml_rank, args=(r, size, addresses_q, pipes[r][1], source, env), daemon=True)
+    processes = [ctx.Process(target=_hopsml_rank, args=(r, size, addresses_q, pipes[r][1], source, env, hosts),
+                                 daemon=True)
                  for r in range(size)]
     for process in processes:
         process.start()
@@ -308,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python-path", action="store_true", help="add hopsml without its compiled same-host "
                         "path (HOPSML_COLLECTIVE_NATIVE=0) as the column 'python'")
     parser.add_argument("--no-split", action="store_true", help="leave out the per-call cost split")
+    parser.add_argument("--hosts", type=int, default=1, help="hopsml's ranks as on this many hosts (the "
+                        "hierarchical path; gloo and OpenMPI stay on one)")
     parser.add_argument("--mpi-rank", nargs=2, metavar=("ADDRESS", "KEY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.mpi_rank:
@@ -330,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
     if against is not None:
         print(f"before: the hopsml of {against}")
-    print(f"hopsml.collective vs {', '.join(baselines) or '(no baseline)'}: float32 sum all-reduce on one host, "
+    where = "one host" if args.hosts <= 1 else f"{args.hosts} simulated hosts (hopsml's ranks; --hosts)"
+    print(f"hopsml.collective vs {', '.join(baselines) or '(no baseline)'}: float32 sum all-reduce on {where}, "
           f"{os.cpu_count()} CPUs, median of {reps} interleaved runs; busbw = bytes/time * 2(n-1)/n")
     print(f"load average before: {_load()}")
     header = f"{'ranks':>5} {'size':>8} {'iters':>5} | {'hopsml/op':>10} {'busbw GB/s':>10}"
@@ -342,13 +352,14 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(header)
         print("-" * len(header))
-        groups = {"hopsml": start_hopsml(ctx, size)}
+        groups = {"hopsml": start_hopsml(ctx, size, hosts=args.hosts)}
         store = None
         try:
             if against is not None:
-                groups["before"] = start_hopsml(ctx, size, against, "before")
+                groups["before"] = start_hopsml(ctx, size, against, "before", hosts=args.hosts)
             if args.python_path:
-                groups["python"] = start_hopsml(ctx, size, None, "python", {"HOPSML_COLLECTIVE_NATIVE": "0"})
+                groups["python"] = start_hopsml(ctx, size, None, "python", {"HOPSML_COLLECTIVE_NATIVE": "0"},
+                                                hosts=args.hosts)
             if use_gloo:
                 groups["gloo"], store = start_gloo(ctx, size)
             if mpiexec:

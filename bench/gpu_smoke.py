@@ -8,7 +8,9 @@ Items, each printed as PASS or FAIL (exit status 1 if any fails):
   2. two ranks on one GPU as two processes on 127.0.0.1 connected by hopsml.collective: they detect the
      shared GPU and take the documented host-staged path (device -> host -> TCP ring -> device) with
      correct results; with HOPSML_GPU_COLLECTIVE=nccl both raise a clear CollectiveError instead of
-     crashing in NCCL;
+     crashing in NCCL; and `allreduce_async` on them: an array still being computed by kernels queued on a
+     side stream when it is submitted (the all-reduce must read their result), and four in flight waited for
+     out of order;
   3. with two or more GPUs: two ranks on GPUs 0 and 1 all-reduce over real NCCL;
   4. a cupy training step: hopsml.examples.digits' SoftmaxRegression on cupy, gradients all-reduced
      over NCCL, matching the same step in numpy;
@@ -123,6 +125,33 @@ def collective_checks(run: Callable[[Any, str], Any], rank: int, size: int) -> l
     return out
 
 
+def async_checks(comm: Any, rank: int, size: int) -> list[tuple[str, str | None]]:
+    """collective.allreduce_async on cupy arrays: ordered after the work queued on the caller's stream, and
+    several in flight at once."""
+    import cupy
+
+    out: list[tuple[str, str | None]] = []
+    inputs = [rank_input(r, "float32", (1024, 1024)) for r in range(size)]
+    with cupy.cuda.Stream(non_blocking=True):
+        x = cupy.zeros((1024, 1024), dtype=cupy.float32)
+        for _ in range(50):  # kernels still queued when the all-reduce is submitted
+            x = x * 0.5 + 0.0
+        x += cupy.asarray(inputs[rank])
+        handle = comm.allreduce_async(x, "sum")
+    result = handle.wait()
+    out.append(("allreduce_async of an array still being computed on a side stream",
+                None if result is x and same(x, expected(inputs, "sum")) else "wrong values (read too early?)"))
+    base = [rank_input(r, "float64") for r in range(size)]
+    arrays = [cupy.asarray(base[rank] * (i + 1)) for i in range(4)]
+    handles = [comm.allreduce_async(a, "max") for a in arrays]
+    for h in reversed(handles):
+        h.wait()
+    wrong = [i for i, a in enumerate(arrays) if not same(a, expected([b * (i + 1) for b in base], "max"))]
+    out.append(("allreduce_async: 4 in flight, waited for out of order",
+                None if not wrong else f"arrays {wrong} differ"))
+    return out
+
+
 def size_one_nccl(report: Report) -> None:
     from hopsml.collective import gpu
 
@@ -231,7 +260,7 @@ def _rank_main(rank: int, size: int, device: int, mode: str, address_q: Any, con
                 else:
                     comm.allreduce(array, op)
 
-            outcome["checks"] = collective_checks(run, rank, size)
+            outcome["checks"] = collective_checks(run, rank, size) + async_checks(comm, rank, size)
             if record:
                 checks, outcome["figures"] = timeline_checks(comm, rank)
                 outcome["checks"] += checks

@@ -11,6 +11,8 @@ after TorchDistributor's shares the machine with its exiting processes, so each 
 * hopsml       experiment.allreduce + hopsml.torch.distribute (gradients through hopsml.collective)
 * ddp-gloo     experiment.allreduce + hopsml.torch.init_process_group + DistributedDataParallel
 * torchdist    pyspark.ml.torch.distributor.TorchDistributor(num_processes=2, local_mode=False) + DDP
+* compute      experiment.allreduce, the same steps with no gradient exchange: the floor of a step on this
+               machine at this moment (under load the step is bound by the CPU share, whatever the collective)
 
 A first untimed round starts Spark's Python workers (hopsml reuses them, as Spark does; TorchDistributor
 starts fresh torchrun processes every run). Step time: each rank times `steps` optimizer steps after
@@ -31,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODES = ("hopsml", "ddp-gloo", "torchdist")
+MODES = ("hopsml", "ddp-gloo", "torchdist", "compute")
 
 
 def run_steps(mode: str, steps: int, warmup: int, batch: int) -> dict[str, Any]:
@@ -48,10 +50,11 @@ def run_steps(mode: str, steps: int, warmup: int, batch: int) -> dict[str, Any]:
     model = build_model(seed=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sync = None
-    if mode == "hopsml":
+    if mode in ("hopsml", "compute"):
         from hopsml import collective
 
-        sync, net, rank = ht.distribute(model, optimizer), model, collective.rank()
+        sync = ht.distribute(model, optimizer) if mode == "hopsml" else None
+        net, rank = model, collective.rank()
 
         def slowest(ms: float) -> float:
             return float(collective.allreduce(torch.tensor([ms], dtype=torch.float64).numpy(), op="max")[0])
@@ -84,7 +87,7 @@ def run_steps(mode: str, steps: int, warmup: int, batch: int) -> dict[str, Any]:
     checksum = ht.parameters_checksum(model)
     if sync is not None:
         sync.close()
-    else:
+    elif mode != "compute":
         # the DDP model first: its reducer freeing the gloo group while holding the GIL can deadlock with
         # the group's worker threads (pytorch/pytorch#56297), the stall this bench once showed
         del step, net
@@ -155,6 +158,7 @@ def main() -> None:
         # TorchDistributor first (its exiting processes slow down whatever runs next), then the two others in
         # alternating order, so that each of them comes right after it in half of the repetitions.
         order = ("torchdist", "hopsml", "ddp-gloo") if rep % 2 == 0 else ("torchdist", "ddp-gloo", "hopsml")
+        order += ("compute",)
         for mode in order:
             try:
                 ms, wall = run_once(mode, args)
@@ -176,6 +180,9 @@ def main() -> None:
     print(f"step time  TorchDistributor / hopsml  = {med_step['torchdist'] / med_step['hopsml']:.2f}x")
     print(f"end-to-end hopsml / TorchDistributor  = {med_wall['hopsml'] / med_wall['torchdist']:.2f}x "
           "(target <= 0.1)")
+    print(f"step time  DDP-gloo / compute only     = {med_step['ddp-gloo'] / med_step['compute']:.2f}x "
+          "(the most any collective could gain over DDP here)")
+    print(f"step time  hopsml / compute only       = {med_step['hopsml'] / med_step['compute']:.2f}x")
 
 
 if __name__ == "__main__":

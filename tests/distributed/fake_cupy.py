@@ -109,8 +109,23 @@ def install(device: str = "fake-gpu-0", behaviour: str = "complete") -> State:
 
     cuda = types.ModuleType("cupy.cuda")
     cuda.nccl, cuda.Event, cuda.Device = nccl, Event, Device
-    cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=0)
-    cuda.Stream = types.SimpleNamespace(null=types.SimpleNamespace(synchronize=lambda: None))
+    class Stream:
+        null = types.SimpleNamespace(synchronize=lambda: None)
+
+        def __init__(self, non_blocking: bool = False) -> None:
+            self.ptr = 0
+
+        def __enter__(self) -> Stream:
+            return self
+
+        def __exit__(self, *exc_info: object) -> None:
+            return None
+
+        def synchronize(self) -> None:
+            pass
+
+    cuda.Stream = Stream
+    cuda.get_current_stream = Stream
     cuda.get_elapsed_time = lambda start, end: (end.at - start.at) * 1e3
     cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1,
                                          getDeviceProperties=lambda i: {"uuid": state.device.encode()})

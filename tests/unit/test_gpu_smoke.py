@@ -67,7 +67,8 @@ def test_with_a_cupy_every_item_runs_and_passes(tmp_path):
     assert not [line for line in lines if line.startswith("FAIL")], done.stdout
     passed = [line for line in lines if line.startswith("PASS ")]
     assert sum("size-1 NCCL" in line for line in passed) == 24
-    assert sum("2 ranks on 1 GPU (host-staged)" in line for line in passed) == 24
+    assert sum("2 ranks on 1 GPU (host-staged)" in line for line in passed) == 26
+    assert sum("(host-staged): allreduce_async" in line for line in passed) == 2
     assert any("HOPSML_GPU_COLLECTIVE=nccl: clear CollectiveError" in line for line in passed)
     assert any(line.startswith("PASS cupy training step") for line in passed)
     assert sum(line.startswith("PASS timeline, 2 ranks") and "timeline:" in line for line in passed) == 2
