@@ -5,8 +5,8 @@ hopsml's collective here, TensorFlow in tf_cluster.py) and teardown hooks (torch
 hopsml.torch). Each rank binds its collective listener first (and keeps it: no bind-then-release race), reserves
 fresh ports for frameworks with their own servers (TF_CONFIG, MASTER_PORT; see ports.py), exchanges
 addresses with the other ranks through the driver (`meet`: a round trip, where Spark's
-`BarrierTaskContext.allGather` took a second), pins its GPU, exports the variables other frameworks expect, connects the
-communicator, releases the framework ports and runs the user's function with it.
+`BarrierTaskContext.allGather` took a second), pins its GPU, exports the variables other frameworks expect,
+connects the communicator, releases the framework ports and runs the user's function with it.
 """
 
 from __future__ import annotations
