@@ -298,8 +298,7 @@ class Communicator:
 
     def barrier(self) -> None:
         """Return once every rank has called barrier()."""
-        if self._async is not None and self._async.busy():
-            self._async.settle("barrier")
+        self._settle_pending("barrier")
         if self._size == 1:
             return
         with self._operation("barrier") as seq:
@@ -307,8 +306,7 @@ class Communicator:
 
     def allgather(self, obj: Any) -> list[Any]:
         """Every rank's picklable object, in rank order (pickles come only from authenticated peers)."""
-        if self._async is not None and self._async.busy():
-            self._async.settle("allgather")
+        self._settle_pending("allgather")
         problem = ""
         try:
             payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -334,9 +332,14 @@ class Communicator:
         """Combine the array over all ranks with op ('sum', 'mean', 'min', 'max'); in place for numpy and
         cupy arrays, which are returned. Anything else is converted to a new numpy array, which is returned.
         'mean' of integers is rounded down (floor division)."""
-        if self._async is not None and self._async.busy():
-            self._async.settle("allreduce")
+        if self._async is not None:  # inline: a 4 KiB all-reduce takes about a microsecond
+            self._settle_pending("allreduce")
         return self._allreduce_now(array, op)
+
+    def _settle_pending(self, what: str) -> None:
+        """Before the synchronous collective `what`: wait for the asynchronous all-reduces submitted before it."""
+        if self._async is not None and self._async.busy():
+            self._async.settle(what)
 
     def allreduce_async(self, array: ArrayT, op: str = "sum") -> Handle[ArrayT]:
         """Start an all-reduce on the communicator's background thread and return its handle at once.
@@ -407,8 +410,7 @@ class Communicator:
         Fusion trades a copy into and out of the buffer for a single header exchange and one ring pass
         instead of one per array, which is what makes many small gradients cheap.
         """
-        if self._async is not None and self._async.busy():
-            self._async.settle("allreduce_many")
+        self._settle_pending("allreduce_many")
         given = list(arrays)
         if any(gpu.is_device_array(a) for a in given):
             if self.timeline is not None:
@@ -548,8 +550,7 @@ class Communicator:
     def broadcast(self, array: ArrayT, root: int = 0) -> ArrayT:
         """Overwrite the array on every rank with root's; in place, returned. Every rank passes an array of
         the same dtype and shape."""
-        if self._async is not None and self._async.busy():
-            self._async.settle("broadcast")
+        self._settle_pending("broadcast")
         if gpu.is_device_array(array):
             return self._device.broadcast(array, root)
         problem = ""

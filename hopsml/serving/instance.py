@@ -78,7 +78,11 @@ def main() -> int:
     if os.environ.get(LOG_ENV):  # inference logging: the model calls are counted, requests queued for the writer
         logger = InferenceLogger(LogOptions.from_env(os.environ[LOG_ENV]), spec.index)
 
-    model_thread: list[Any] = []
+    model_thread = None
+    if spec.batching is not None:
+        from hopsml.serving.batching import Batcher, BatchingOptions, ModelThread
+
+        model_thread = ModelThread()  # one for every model of the instance
 
     def model_app(name: str, version: int, servable: Any, transformer: Any) -> ModelApp:
         if logger is not None:
@@ -87,11 +91,7 @@ def main() -> int:
                 transformer = cast(loaders.Transformer, RecordingTransformer(transformer))
         batcher = None
         if spec.batching is not None:
-            from hopsml.serving.batching import Batcher, BatchingOptions, ModelThread
-
-            if not model_thread:
-                model_thread.append(ModelThread())   # one for every model of the instance
-            batcher = Batcher(servable, BatchingOptions(**spec.batching), model_thread[0])
+            batcher = Batcher(servable, BatchingOptions(**spec.batching), model_thread)
             # The model thread needs the GIL between the model's operations. The event loop lets go of it at
             # every I/O callback and takes it straight back, and each time that resets the waiting thread's
             # clock, so at the default 5 ms it waited until the loop went idle: the batch computed after the
