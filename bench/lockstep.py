@@ -30,6 +30,8 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import argparse
 import multiprocessing as mp
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -95,24 +97,17 @@ def run(wait: str, steps: int, products: int) -> float:
     return max(out)
 
 
-def busy() -> None:
-    while True:
-        pass
-
-
 def measure(load: int, rounds: int, steps: int, products: int) -> dict[str, float]:
-    ctx = mp.get_context("spawn")
-    loops = [ctx.Process(target=busy, daemon=True) for _ in range(load)]
-    for p in loops:
-        p.start()
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
     try:
         times: dict[str, list[float]] = {w: [] for w in WAITS}
         for r in range(rounds):
             for wait in WAITS if r % 2 == 0 else WAITS[::-1]:
                 times[wait].append(run(wait, steps, products))
     finally:
-        for p in loops:
-            p.kill()
+        for loop in loops:
+            loop.kill()
+            loop.wait()
     return {w: statistics.median(v) for w, v in times.items()}
 
 
