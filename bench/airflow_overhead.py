@@ -1,5 +1,5 @@
 """What hopsml's Airflow operators cost over calling the same step directly: seconds per task beyond Airflow's own
-task start. Needs the airflow extra (`pip install "hopsml[airflow]"`).
+task start. Needs the airflow extra (`pip install ".[airflow]"`).
 
     python bench/airflow_overhead.py              # 5 tasks of each kind
     python bench/airflow_overhead.py --tasks 10

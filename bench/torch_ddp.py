@@ -24,7 +24,7 @@ starts fresh torchrun processes every run). Step time: each rank times `steps` o
 `warmup` steps (the slower rank counts); end-to-end: the driver's wall time of the whole call (start of
 the Spark job to the result).
 Medians over the repetitions; ratios: DDP step / hopsml step (target >= 1.5) and hopsml end-to-end /
-TorchDistributor end-to-end (target <= 0.1). Needs torch (pip install "hopsml[bench]").
+TorchDistributor end-to-end (target <= 0.1). Needs torch (pip install ".[bench]").
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The `hopsml` command: look at experiments, and run the quickstart pipeline."""
+"""hopsml: Spark-integrated ML pipelines. Prepare data and features, train data-parallel, search hyperparameters,
+version every experiment, serve and monitor models, and run it all as jobs and Airflow pipelines, in one project
+folder (local, HDFS or S3). `hopsml quickstart` runs the whole path on bundled data."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import hopsml
 from hopsml import config, layout, run_catalog
 from hopsml.airflow import commands as pipeline_commands
 from hopsml.cli_tables import format_fields, format_table, number, pairs
@@ -343,6 +346,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", help="root URI (default: HOPSML_ROOT, conf/hopsml.toml, ~/hopsml)")
     parser.add_argument("--project", help="project name (default: HOPSML_PROJECT, conf/hopsml.toml, demo)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show hopsml's log messages")
+    parser.add_argument("--version", action="version", version=f"hopsml {hopsml.__version__}",
+                        help="print hopsml's version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     exps = commands.add_parser("experiments", help="list and inspect experiments")

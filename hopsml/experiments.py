@@ -197,7 +197,7 @@ def _run_notebook(rec: ExperimentRecord, storage: Storage, exp_dir: ExperimentDi
         from nbclient.exceptions import CellExecutionError
     except ImportError as exc:
         raise HopsmlError(f"rerunning a notebook needs nbclient, nbformat and ipykernel ({exc}): "
-                          "pip install \"hopsml[notebook]\"") from None
+                          "pip install nbclient nbformat ipykernel (hopsml's notebook extra)") from None
     original = rec.program if rec.program and rec.program.endswith(".ipynb") else None
     path = os.path.join(workdir, os.path.basename(original or "program.ipynb"))
     with open(path, "wb") as handle:

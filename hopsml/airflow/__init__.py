@@ -1,4 +1,4 @@
-"""hopsml's Airflow 3 provider (``pip install "hopsml[airflow]"``): operators for a pipeline's steps and jobs,
+"""hopsml's Airflow 3 provider (``pip install ".[airflow]"``): operators for a pipeline's steps and jobs,
 sensors on the project's objects, gates, and the project's objects as Airflow Assets.
 
     from hopsml.airflow import HopsmlJobOperator, ExperimentOperator, MonitorGateOperator, assets

@@ -366,7 +366,7 @@ def _connect(settings: config.Settings, app_name: str) -> SparkSession:
         session = builder.getOrCreate()
     except ImportError as exc:
         raise SettingsError(f"Spark Connect ({settings.remote}, from {settings.source('remote')}) needs its "
-                            f"client's packages: pip install 'hopsml[connect]' ({exc})") from exc
+                            f"client's packages: pip install 'pyspark[connect]' ({exc})") from exc
     check_session(settings, session)
     log.info("connected to Spark %s at %s (%s)", session.version, redact_uri(settings.remote),
              SparkHandle(session).master)

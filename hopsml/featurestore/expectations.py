@@ -171,7 +171,7 @@ def _great_expectations(kind: str, kwargs: Mapping[str, Any] | None = None) -> A
         unread = sorted(set(kwargs or {}) - _OWN_KWARGS - _REPORTING)
         what = f"with {', '.join(unread)}" if kind in _OWN_TYPES and unread else "is not one hopsml checks"
         raise FeatureStoreError(f"expectation {kind!r} {what}: Great Expectations would evaluate it, but it is not "
-                                "installed (pip install 'hopsml[great-expectations]'); hopsml itself checks "
+                                "installed (pip install 'great_expectations>=0.18,<2'); hopsml itself checks "
                                 f"{', '.join(sorted(_OWN_TYPES))}")
     return importlib.import_module("great_expectations")
 

@@ -395,7 +395,7 @@ def mysql_driver(name: str | None = None) -> Any:
             return importlib.import_module(module)
         except ImportError:
             continue
-    raise FeatureStoreError(f"a mysql:// online store needs {name or 'PyMySQL'}: pip install 'hopsml[online]' "
+    raise FeatureStoreError(f"a mysql:// online store needs {name or 'PyMySQL'}: pip install pymysql "
                             "(or mysqlclient, faster, where a C compiler and libmariadb-dev are at hand)")
 
 

@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
         from nbclient.exceptions import CellExecutionError
     except ImportError as exc:
         _print(f"hopsml: a notebook job needs nbclient, nbformat and ipykernel ({exc}): "
-               "pip install \"hopsml[notebook]\"")
+               "pip install nbclient nbformat ipykernel (hopsml's notebook extra)")
         return 2
     path, output, args = argv[0], os.path.join(argv[1], EXECUTION_NOTEBOOK), argv[2:]
     signal.signal(signal.SIGTERM, _on_term)

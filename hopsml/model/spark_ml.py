@@ -31,7 +31,7 @@ def export_spark_ml(pipeline_model: Any, model_name: str, inputs: Any, *, spark:
         from onnxmltools.convert.common.data_types import FloatTensorType, StringTensorType
     except ImportError:
         raise ModelError("exporting a Spark ML model for serving needs onnxmltools: pip install "
-                         "'hopsml[spark-ml]'") from None
+                         "onnxmltools onnxruntime (hopsml's spark-ml extra)") from None
     columns = _columns(inputs)
     _check_stages(pipeline_model)
     if spark is None:

@@ -283,7 +283,7 @@ class OnnxModel(Servable):
             import onnxruntime
         except ImportError:
             raise ServingError(f"{os.path.basename(path)} is an ONNX model: install onnxruntime to serve it "
-                               "(pip install 'hopsml[onnx]')") from None
+                               "(pip install onnxruntime, hopsml's onnx extra)") from None
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

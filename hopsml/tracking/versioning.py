@@ -16,6 +16,7 @@ import sys
 import sysconfig
 from typing import Any
 
+import hopsml
 from hopsml import installed
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ def stack_versions(spark_version: str | None = None) -> dict[str, str | None]:
     """Versions of everything that changes results."""
     return {
         "python": platform.python_version(),
-        "hopsml": _version("hopsml"),
+        "hopsml": _version(hopsml.DISTRIBUTION),
         "spark": spark_version or _version("pyspark"),
         "pyarrow": _version("pyarrow"),
         "numpy": _version("numpy"),

@@ -68,7 +68,7 @@ def test_pickle_of_plain_values_round_trips():
         unischema.Field("x", "complex64")
 
 
-@pytest.mark.skipif(not has_petastorm, reason="petastorm is not installed (hopsml[petastorm])")
+@pytest.mark.skipif(not has_petastorm, reason="petastorm is not installed (the petastorm extra)")
 def test_petastorm_loads_it_as_the_schema_it_would_build_itself():
     from petastorm.codecs import NdarrayCodec, ScalarCodec
     from petastorm.etl.dataset_metadata import depickle_legacy_package_name_compatible
