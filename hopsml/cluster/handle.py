@@ -54,12 +54,12 @@ class SparkHandle:
         """The application's Spark settings."""
         if self.connect:
             return {k: v for k, v in self.session.conf.getAll.items() if v is not None}
-        return dict(self._sc.getConf().getAll())
+        return dict(self._sc._conf.getAll())   # getConf() would copy every entry over py4j first
 
     def conf_get(self, key: str, default: str | None = None) -> str | None:
         if self.connect:
             return self.session.conf.get(key, default)
-        return self._sc.getConf().get(key, default)
+        return self._sc._conf.get(key, default)   # one py4j call; getConf() copies the whole conf
 
     @functools.cached_property
     def app_id(self) -> str:

@@ -135,6 +135,8 @@ def check_spark_security(spark: Any) -> None:
     """Warn (once per Spark application) when an experiment or data job starts on an unprotected cluster
     (`spark`: a session, a SparkContext or a SparkHandle)."""
     handle = SparkHandle.of(spark)
+    if is_local_master(handle.master):   # before reading the conf: every local run would pay its py4j calls
+        return
     message = spark_security_warning(handle.conf(), handle.master)
     if message is not None:
         _warn_once(handle.app_id, message)

@@ -51,8 +51,8 @@ def test_a_protected_cluster_gets_no_warning():
 def test_the_warning_is_logged_once_per_application(caplog):
     caplog.set_level(logging.WARNING, logger=session.log.name)
     conf = spark_conf({"spark.authenticate": "false"})
-    first = SimpleNamespace(getConf=lambda: conf, master="spark://head:7077", applicationId="app-test-1")
-    second = SimpleNamespace(getConf=lambda: conf, master="spark://head:7077", applicationId="app-test-2")
+    first = SimpleNamespace(_conf=conf, master="spark://head:7077", applicationId="app-test-1")
+    second = SimpleNamespace(_conf=conf, master="spark://head:7077", applicationId="app-test-2")
     for sc in (first, first, second):
         session.check_spark_security(sc)
     lines = [r.getMessage() for r in caplog.records if r.name == session.log.name]
@@ -61,6 +61,6 @@ def test_the_warning_is_logged_once_per_application(caplog):
 
 def test_a_job_on_a_local_session_is_not_warned(caplog):
     caplog.set_level(logging.WARNING, logger=session.log.name)
-    local = SimpleNamespace(getConf=lambda: spark_conf({}), master="local[2]", applicationId="local-1")
+    local = SimpleNamespace(_conf=spark_conf({}), master="local[2]", applicationId="local-1")
     session.check_spark_security(local)
     assert not [r for r in caplog.records if r.name == session.log.name]
