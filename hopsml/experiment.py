@@ -18,8 +18,8 @@ from hopsml.errors import HopsmlError
 from hopsml.launcher import seeds
 from hopsml.launcher.task import tf_cluster
 from hopsml.runs import engine
-from hopsml.runs.request import RunRequest, SearchRequest
-from hopsml.runs.search_run import Search, previous_search, recorded, run_search
+from hopsml.runs.request import RunRequest, SearchRequest, SlotPlan
+from hopsml.runs.search_run import previous_search, recorded, run_search
 from hopsml.search import space
 from hopsml.search.asha import SuccessiveHalving, budgets
 from hopsml.search.evolution import DifferentialEvolution, Generations
@@ -145,13 +145,14 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
     _check_workers(num_workers, None)
     if num_workers > 1 and early_stopping:
         raise SearchSpaceError("early_stopping works with trials of one rank; leave it out with num_workers > 1")
-    source, seed = previous_search(resume, "grid", dict(grid_dict)) if resume else (None, seed)
+    settings = config.load()
+    source, seed = previous_search(settings, resume, "grid", dict(grid_dict)) if resume else (None, seed)
     request = SearchRequest.of(RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed,
                                           timeline), dict(grid_dict), direction, optimization_key, "grid",
+                               PointList(combos), SlotPlan(len(combos), num_workers),
                                early_stopping=early_stopping, early_stopping_min_steps=early_stopping_min_steps,
                                resume=source)
-
-    return run_search(request, _points(combos, num_workers))
+    return run_search(request, settings)
 
 
 def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -164,15 +165,17 @@ def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], d
     names in `log_scale` are sampled on a log scale); the same seed gives the same trials.
     `resume=<experiment id>` takes up a search whose driver was killed, as grid_search does (with its seed);
     `timeline` as grid_search."""
-    source, seed = previous_search(resume, "random", dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
+    settings = config.load()
+    source, seed = _resumed(settings, resume, "random", boundary_dict, seed)
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
     request = SearchRequest.of(RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed,
                                           timeline), dict(boundary_dict), direction, optimization_key, "random",
+                               PointList(points), SlotPlan(len(points)),
                                early_stopping=early_stopping, early_stopping_min_steps=early_stopping_min_steps,
                                resume=source,
                                # recorded: the web view draws those axes on a log scale
                                record_fields={"log_scale": list(log_scale or [])})
-    return run_search(request, _points(points))
+    return run_search(request, settings)
 
 
 def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str, Any],
@@ -187,36 +190,29 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
     `resume=<experiment id>` takes up a search whose driver was killed (same space and settings): with its
     seed the generations are proposed again alike, the trials that ended are kept and not run again, the
     ones that were running run again in their folders (from their last checkpoint). `timeline` as grid_search."""
-    source, seed = previous_search(resume, "differential_evolution", dict(boundary_dict)) if resume \
-        else (None, seeds.resolve(seed))
+    settings = config.load()
+    source, seed = _resumed(settings, resume, "differential_evolution", boundary_dict, seed)
     evolution = DifferentialEvolution(space.Space.from_bounds(boundary_dict, log_scale or ()),
                                       population=population, mutation=mutation, crossover=crossover,
                                       direction=Direction.of(direction), seed=seed)
     if not isinstance(generations, int) or generations < 1:
         raise SearchSpaceError(f"generations must be a positive integer, got {generations!r}")
-    best_per_generation: list[float | None] = []
+    best_per_generation: list[float | None] = []   # filled as the generations end, recorded at the end
     request = SearchRequest.of(
         RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
-        dict(boundary_dict), direction, optimization_key, "differential_evolution", resume=source,
-        record_fields={"generations": generations, "population": population,
-                       "best_per_generation": best_per_generation, "log_scale": list(log_scale or [])})
-    def run_generations(search: Search) -> None:
-        scheduler = Generations(evolution, generations, best_per_generation)
-        scheduler.restore(search.adopted)
-        search.run_async(scheduler, total=population * generations)
-
-    return run_search(request, run_generations)
+        dict(boundary_dict), direction, optimization_key, "differential_evolution",
+        Generations(evolution, generations, best_per_generation), SlotPlan(population * generations),
+        resume=source, record_fields={"generations": generations, "population": population,
+                                      "best_per_generation": best_per_generation, "log_scale": list(log_scale or [])})
+    return run_search(request, settings)
 
 
-def _points(points: list[dict[str, Any]], num_workers: int = 1) -> Callable[[Search], None]:
-    """A search of a fixed list of points (grid, random), one job per free slot (a resumed search's ended
-    trials are kept, the ones that were running run again first)."""
-    def run_points(search: Search) -> None:
-        scheduler = PointList(points)
-        scheduler.restore(search.adopted)
-        search.run_async(scheduler, total=len(points), num_workers=num_workers)
-
-    return run_points
+def _resumed(settings: config.Settings, resume: str | None, strategy: str, boundary_dict: dict[str, Any],
+             seed: int | None) -> tuple[Any, int]:
+    """The search `resume=` takes up and its seed, or none and the seed drawn (or given)."""
+    if resume:
+        return previous_search(settings, resume, strategy, dict(boundary_dict))
+    return None, seeds.resolve(seed)
 
 
 @dataclass(frozen=True)
@@ -246,11 +242,11 @@ def _successive_halving(strategy: str, run: RunRequest, boundary_dict: dict[str,
         raise SearchSpaceError(f"{budget!r} is the budget and cannot be in the search space too; "
                                "leave it out of boundary_dict")
     _check_workers(rungs.num_workers, rungs.max_parallel)
-    source, seed = previous_search(resume, strategy, dict(boundary_dict)) if resume \
-        else (None, seeds.resolve(run.seed))
+    settings = config.load()
+    source, seed = _resumed(settings, resume, strategy, boundary_dict, run.seed)
     sampler = rungs.sampler
     if sampler is None:   # TPE, or for a resumed search what it drew with (records before TPE: random)
-        sampler = (recorded(source, "sampler") or "random") if source is not None else "tpe"
+        sampler = (recorded(settings, source, "sampler") or "random") if source is not None else "tpe"
     if sampler not in ("random", "tpe"):
         raise SearchSpaceError(f"sampler must be 'random' or 'tpe' (new configurations drawn as BOHB does), "
                                f"not {sampler!r}")
@@ -268,16 +264,12 @@ def _successive_halving(strategy: str, run: RunRequest, boundary_dict: dict[str,
                                   num_trials=num_trials,
                                   brackets=len(budgets_) if rungs.brackets is None else rungs.brackets, model=model)
 
-    def run_trials(search: Search) -> None:
-        scheduler.restore(search.adopted)
-        search.run_async(scheduler, total=num_trials, num_workers=rungs.num_workers, budget=budget,
-                         max_parallel=rungs.max_parallel)
-
     request = SearchRequest.of(
-        replace(run, seed=seed), dict(boundary_dict), direction, optimization_key, strategy, resume=source,
+        replace(run, seed=seed), dict(boundary_dict), direction, optimization_key, strategy, scheduler,
+        SlotPlan(num_trials, rungs.num_workers, budget, rungs.max_parallel), resume=source,
         record_fields={"budget": budget, "min_budget": rungs.min_budget, "max_budget": rungs.max_budget,
                        "num_trials": num_trials, "log_scale": list(log_scale or [])})
-    return run_search(request, run_trials)
+    return run_search(request, settings)
 
 
 def _check_workers(num_workers: int, max_parallel: int | None) -> None:
@@ -345,19 +337,16 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
     from hopsml.search.tpe import ModelBased
 
     _check_workers(num_workers, max_parallel)
-    source, seed = previous_search(resume, sampler, dict(boundary_dict)) if resume else (None, seeds.resolve(seed))
+    settings = config.load()
+    source, seed = _resumed(settings, resume, sampler, boundary_dict, seed)
     scheduler = ModelBased(space.Space.from_bounds(boundary_dict, log_scale or ()), direction=Direction.of(direction),
                            samples=samples, seed=seed, sampler=sampler, startup_trials=startup_trials)
-
-    def run_trials(search: Search) -> None:
-        scheduler.restore(search.adopted)
-        search.run_async(scheduler, total=samples, num_workers=num_workers, max_parallel=max_parallel)
-
     request = SearchRequest.of(
         RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
-        dict(boundary_dict), direction, optimization_key, sampler, resume=source,
+        dict(boundary_dict), direction, optimization_key, sampler, scheduler,
+        SlotPlan(samples, num_workers, max_parallel=max_parallel), resume=source,
         record_fields={"samples": samples, "log_scale": list(log_scale or [])})
-    return run_search(request, run_trials)
+    return run_search(request, settings)
 
 
 def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, layers: list[str] | None = None,
@@ -378,11 +367,8 @@ def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, la
         raise SearchSpaceError("an ablation study needs features or layers to leave out, e.g. features=['age']")
     _check_workers(num_workers, None)
 
-    def run_trials(search: Search) -> None:
-        search.run_async(PointList([dict(p) for p in points]), total=len(points), num_workers=num_workers)
-        search.record_fields["ablation"] = search.ablation_table()
-
     request = SearchRequest.of(
         RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
-        {"features": list(features or []), "layers": list(layers or [])}, direction, optimization_key, "ablation")
-    return run_search(request, run_trials)
+        {"features": list(features or []), "layers": list(layers or [])}, direction, optimization_key, "ablation",
+        PointList([dict(p) for p in points]), SlotPlan(len(points), num_workers))
+    return run_search(request, config.load())

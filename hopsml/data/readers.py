@@ -446,8 +446,9 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
         raise SettingsError(f"engine={engine!r}: use one of {', '.join(ENGINES)}")
     if engine == "petastorm" and importlib.util.find_spec("petastorm") is None:
         raise SettingsError("engine='petastorm' needs petastorm, which is not installed: install "
-                            "hopsml's petastorm extra (pip install \".[petastorm]\" in its checkout: the stack petastorm 0.13 runs on: pyarrow 14, numpy 1.x, "
-                            "Spark 3.5), or use engine='arrow', which reads the same files")
+                            "hopsml's petastorm extra (pip install \".[petastorm]\" in its checkout: the stack "
+                            "petastorm 0.13 runs on, pyarrow 14, numpy 1.x, Spark 3.5), or use engine='arrow', "
+                            "which reads the same files")
     if int(batch_size) < 1:
         raise SettingsError(f"batch_size={batch_size!r} must be at least 1")
     if device not in ("cpu", "cuda", "gpu"):

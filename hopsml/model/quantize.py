@@ -219,7 +219,8 @@ def _onnx_int8(src: str, dst: str) -> tuple[dict[str, Any], Outputs]:
         import onnxruntime
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError:
-        raise ModelError("int8 export of an ONNX model needs onnxruntime: pip install onnxruntime (hopsml's onnx extra)") from None
+        raise ModelError("int8 export of an ONNX model needs onnxruntime: pip install onnxruntime "
+                         "(hopsml's onnx extra)") from None
     quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
 
     def run(path: str) -> Model:

@@ -23,8 +23,9 @@ from hopsml.launcher.task.rank import CollectiveRank, RankFramework, barrier_tas
 from hopsml.layout import ExperimentDir
 from hopsml.runs import blame, rerun
 from hopsml.runs.request import RunRequest
-from hopsml.runs.search_run import Search
+from hopsml.runs.slot_loop import SlotLoop
 from hopsml.runs.start import Start, check_function, ship
+from hopsml.runs.trials import Trials
 from hopsml.search.scheduler import PointList
 from hopsml.search.space import Direction
 from hopsml.tracking.record import ExperimentRun, ExperimentType
@@ -104,25 +105,24 @@ def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, 
 def _run_executions(spark: SparkHandle, start: Start, run: ExperimentRun, request: RunRequest,
                     runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """launch's list form: every execution in parallel, each in its own folder with its record."""
-    search = Search(spark, run, request.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
-                    optimization_key=request.metric_key or "metric",
-                    direction=Direction.MAX, local_logdir=bool(request.local_logdir), metric_required=False,
-                    unit="execution")
-    executions = PointList(runs)
-    search.run_async(executions, total=len(runs))
-    search.close_progress()
-    trials = sorted(search.trials, key=lambda t: t.index)
-    failed = [t for t in trials if t.state != "FINISHED"]
+    trials = Trials(run, optimization_key=request.metric_key or "metric", direction=Direction.MAX,
+                    metric_required=False, unit="execution")
+    loop = SlotLoop(spark, trials, request.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+                    local_logdir=bool(request.local_logdir))
+    loop.run_async(PointList(runs), total=len(runs))
+    trials.close_progress()
+    ended = sorted(trials.trials, key=lambda t: t.index)
+    failed = [t for t in ended if t.state != "FINISHED"]
     if failed:
         first = failed[0]
-        raise ExperimentFailed(f"{len(failed)} of {len(trials)} executions of experiment {run.id} failed; "
+        raise ExperimentFailed(f"{len(failed)} of {len(ended)} executions of experiment {run.id} failed; "
                                f"the first, {first.params}: {first.error}", traceback=first.traceback or "",
                                logdir=run.logdir)
-    results = [t.outputs for t in trials]
-    metrics = [t.metric for t in trials]
+    results = [t.outputs for t in ended]
+    metrics = [t.metric for t in ended]
     run.finish(metric=metrics[0] if len(metrics) == 1 else None, results=results,
                executions=[{"params": t.params, "logdir": run.storage.uri(t.dir), "metric": t.metric}
-                           for t in trials])
+                           for t in ended])
     return results
 
 

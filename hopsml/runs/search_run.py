@@ -4,16 +4,15 @@ with live progress, early stopping over the authenticated channel, and a summary
 Each trial's function runs in a process of its own (launcher/task/child.py; for the asynchronous searches a
 slot task's worker process, launcher/task/worker.py): a trial that ends its process (os._exit, a segfault, an
 out-of-memory kill) is recorded FAILED with its exit cause and the search goes on; the other trials and
-the shared Python workers are not affected. `Search` is two parts: the trials and their records
-(`trials.Trials`) and the slot loop (`slot_loop.SlotLoop`: one job per free slot, as any `Scheduler` hands them
-out: a fixed list of points for grid and random search, generations for evolution, rungs for ASHA and
-Hyperband, a model for TPE)."""
+the shared Python workers are not affected. A search is two parts: the trials and their records
+(`trials.Trials`) and the slot loop that holds them (`slot_loop.SlotLoop`: one job per free slot, as the request's
+`Scheduler` hands them out: a fixed list of points for grid and random search, generations for evolution, rungs
+for ASHA and Hyperband, a model for TPE)."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from hopsml import config
@@ -23,44 +22,47 @@ from hopsml.layout import ExperimentDir
 from hopsml.runs.request import SearchRequest
 from hopsml.runs.slot_loop import SlotLoop
 from hopsml.runs.start import Start, check_function, ship
+from hopsml.runs.trials import Trials
 from hopsml.search.space import SearchSpaceError
 from hopsml.tracking.record import ExperimentType
 
 log = logging.getLogger(__name__)
 
 
-class Search(SlotLoop):
-    """Runs the trials of one PARALLEL_EXPERIMENTS experiment through a Scheduler."""
-
-
-def run_search(request: SearchRequest, trials: Callable[[Search], Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """What every search verb shares: checks, the experiment record, the trials (`trials` runs them on the
-    Search through its Scheduler), the best result."""
+def run_search(request: SearchRequest, settings: config.Settings) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What every search verb shares: checks, the experiment record, the trials (the request's scheduler hands
+    them out to the slot loop), the best result."""
     asked = request.run
     check_function(asked.train_fn, None, asked.name, asked.versioned_resources)
     ship(asked.train_fn)
-    start = Start.of(config.load(), asked.train_fn, asked.seed)
+    start = Start.of(settings, asked.train_fn, asked.seed)
     spark = start.spark()
     run = start.start_run(spark, asked, type=ExperimentType.PARALLEL_EXPERIMENTS.value, hyperparameters=request.space,
                           direction=request.direction.value, optimization_key=request.optimization_key,
                           metric_key=request.optimization_key, executors=spark.default_parallelism)
     log.info("search %s started: %s", run.id, run.logdir)
     with run:
-        search = Search(spark, run, asked.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
-                        optimization_key=request.optimization_key, direction=request.direction,
-                        early_stopping=request.stopping_rule(), local_logdir=bool(asked.local_logdir),
-                        timeline=bool(asked.timeline))
+        trials = Trials(run, optimization_key=request.optimization_key, direction=request.direction,
+                        early_stopping=request.stopping_rule(), timeline=bool(asked.timeline))
         if request.resume is not None:
-            search.adopt(request.resume)
-        trials(search)
-        best = search.conclude(strategy=request.strategy, **request.record_fields)
+            trials.adopt(request.resume)
+            request.scheduler.restore(trials.adopted)
+        loop = SlotLoop(spark, trials, asked.train_fn, start.snapshot, checks=start.checks, seed=start.seed,
+                        local_logdir=bool(asked.local_logdir), timeline=bool(asked.timeline))
+        plan = request.plan
+        loop.run_async(request.scheduler, total=plan.total, num_workers=plan.num_workers, budget=plan.budget,
+                       max_parallel=plan.max_parallel)
+        fields = dict(request.record_fields)
+        if request.strategy == "ablation":   # each left-out part beside the base
+            fields["ablation"] = trials.ablation_table()
+        best = trials.conclude(strategy=request.strategy, **fields)
     return run.logdir, best.params, best.outputs
 
 
-def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any]) -> tuple[ExperimentDir, int]:
+def previous_search(settings: config.Settings, exp_id: str, strategy: str, space_description: dict[str, Any]
+                    ) -> tuple[ExperimentDir, int]:
     """The search `resume=` names and its seed, checked before anything starts: the same strategy over the
     same space, with a summary of its trials."""
-    settings = config.load()
     storage = Storage(settings.root)
     try:
         source = ExperimentDir.from_id(settings.project, exp_id)
@@ -78,6 +80,6 @@ def previous_search(exp_id: str, strategy: str, space_description: dict[str, Any
     return source, int(record["seed"])
 
 
-def recorded(source: ExperimentDir, key: str) -> Any:
+def recorded(settings: config.Settings, source: ExperimentDir, key: str) -> Any:
     """One field of a search's experiment record (None when it has none): what a resumed search keeps."""
-    return Storage(config.load().root).read_json(source.record).get(key)
+    return Storage(settings.root).read_json(source.record).get(key)

@@ -12,24 +12,32 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hopsml.cluster import preflight
+from hopsml.cluster.handle import SparkHandle
+from hopsml.config import RunSettings
 from hopsml.errors import ClusterError, ExecutorStackError
 from hopsml.launcher.driver import StageMonitor, check_barrier_stage, open_channel, run_stage
 from hopsml.launcher.messages import RankReport
 from hopsml.launcher.spec import TaskSpec
 from hopsml.launcher.task.child import ChildRank
 from hopsml.net import Network
-from hopsml.progress import progress_bar
 from hopsml.runs import blame
 from hopsml.runs.slots import SlotTasks, carries_exactly
-from hopsml.runs.trials import RecordWriter, Trial, TrialDir, TrialRun, Trials
+from hopsml.runs.trials import Trial, TrialDir, TrialRun, Trials
 from hopsml.search.scheduler import Job, Scheduler
-from hopsml.tracking.record import State
 
 log = logging.getLogger(__name__)
 
 
-class SlotLoop(Trials):
-    """A search's trials run one job per free slot, as a `Scheduler` hands them out."""
+class SlotLoop:
+    """Runs the jobs a `Scheduler` hands out on the cluster's free slots, keeping what they did in `trials`."""
+
+    def __init__(self, spark: SparkHandle, trials: Trials, fn: Callable[..., Any], settings: RunSettings, *,
+                 checks: preflight.Preflight | None = None, seed: int | None = None, local_logdir: bool = False,
+                 timeline: bool = False) -> None:
+        self.spark, self.trials, self.fn, self.settings = spark, trials, fn, settings
+        self.run = trials.run
+        self.checks, self.seed, self.local_logdir, self.timeline = checks, seed, local_logdir, timeline
 
     def run_async(self, scheduler: Scheduler, *, total: int, num_workers: int = 1, budget: str | None = None,
                   max_parallel: int | None = None) -> None:
@@ -47,21 +55,18 @@ class SlotLoop(Trials):
         places = max(1, slots // num_workers)
         if max_parallel is not None:
             places = max(1, min(places, max_parallel))
-        if self._bar is None:
-            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit,
-                                     leave=True)
-        self._budgets, self._budget_name = list(scheduler.budgets), budget
         changed = threading.Condition()
         running: dict[int, str] = {}   # slot -> job group of its running job
         stop = threading.Event()
         errors: list[BaseException] = []
-        by_key: dict[int, Trial] = {t.index: t for t in self.trials}   # a resumed search's trials
+        trials = self.trials
+        by_key: dict[int, Trial] = {t.index: t for t in trials.trials}   # a resumed search's trials
         began = time.monotonic()
 
         log_order: list[dict[str, Any]] = []   # every job's start and end, in the order the driver saw them
         # single-rank trials run in long-lived slot tasks: no Spark job or process start per trial
         pool = self._slot_tasks(places) if num_workers == 1 else None
-        self._writer = RecordWriter(self)
+        trials.start(total, list(scheduler.budgets), budget)
 
         def next_job(place: int, ended: tuple[Job, float | None] | None) -> tuple[Job, Trial] | None:
             """Under one lock: tell the scheduler how the slot's job ended, then pick its next job at once
@@ -79,14 +84,13 @@ class SlotLoop(Trials):
                     if job is not None:
                         trial = by_key.get(job.key)
                         if trial is None:
-                            trial = by_key[job.key] = self._new_trial(job.params)
-                            trial.ranks = num_workers
+                            trial = by_key[job.key] = trials.new_trial(job.params, num_workers)
                         trial.state, trial.note = "RUNNING", None
                         running[place] = pool.group if pool is not None else \
                             f"{self.run.id}-trial-{trial.index}-{len(trial.rungs)}"
                         log_order.append({"slot": place, "event": "start", "trial": trial.index, "rung": job.rung,
                                           "t": round(time.monotonic() - began, 3)})
-                        self._summary_changed()   # a driver killed now leaves it RUNNING: resume= runs it again
+                        trials.summary_changed()   # a driver killed now leaves it RUNNING: resume= runs it again
                         return job, trial
                     if not running:
                         break   # nothing runs that could make new work
@@ -129,20 +133,13 @@ class SlotLoop(Trials):
                 self.spark.cancel(group)
             raise
         finally:
-            self._window_s += slots * (time.monotonic() - began)
             if pool is not None:
                 pool.close()
-            self._writer.close()
-            self._writer = None
+            trials.stop(slots * (time.monotonic() - began))
         if errors:
             raise errors[0]
-        self.record_fields.update(scheduler.describe(), parallel_trials=places, num_workers=num_workers,
-                                  jobs=log_order)
-        top = max((t.rung for t in self.trials if t.rung is not None), default=None)
-        for trial in self.trials:
-            self._conclude_trial(trial, budget)
-        if top is not None:
-            self.record_fields["top_rung"] = top
+        trials.conclude_trials({**scheduler.describe(), "parallel_trials": places, "num_workers": num_workers,
+                                "jobs": log_order})
 
     def _slot_tasks(self, places: int) -> SlotTasks:
         """The long-lived slot tasks of an asynchronous search of single-rank trials."""
@@ -151,7 +148,7 @@ class SlotLoop(Trials):
         return SlotTasks(self.spark, self.fn, spec, places, group=f"{self.run.id}-slots", checks=self.checks,
                          network=Network(self.settings.network_interface, self.settings.port_range),
                          description=f"hopsml search '{self.run.record.name}' ({self.run.id}, {places} slot tasks)",
-                         on_metric=self._on_metric)
+                         on_metric=self.trials.on_metric)
 
     def _run_job(self, job: Job, trial: Trial, num_workers: int, budget: str | None, group: str,
                  pool: SlotTasks | None = None, place: int = 0) -> float | None:
@@ -169,7 +166,7 @@ class SlotLoop(Trials):
             report = pool.run(place, trial.index, posixpath.basename(trial.dir), trial.dir, kwargs)
             trial.placements.append({"slot": place, "host": pool.host(place), "start": round(start, 3),
                                      "end": round(time.time(), 3)})
-            return self._record_job(job, trial, [report], [] if report.ok else [report], 1)
+            return self.trials.record_job(job, trial, [report], [] if report.ok else [report], 1)
         monitor = StageMonitor(echo=False, prefix_ranks=num_workers > 1, abort_on_failure=num_workers > 1)
         channel = open_channel(self.spark, monitor, Network(self.settings.network_interface, self.settings.port_range))
         spec = TaskSpec(self.run.storage, trial.dir, channel.address, channel.secret, trial=trial.index,
@@ -194,7 +191,7 @@ class SlotLoop(Trials):
         failures = sorted(monitor.failures() + crashed, key=blame.first_cause)   # the cause first, not its peers
         trial.placements.append({"slot": place, "host": None, "slots": num_workers, "start": round(start, 3),
                                  "end": round(time.time(), 3)})
-        return self._record_job(job, trial, reports, failures, num_workers)
+        return self.trials.record_job(job, trial, reports, failures, num_workers)
 
     def _partition(self, spec: TaskSpec, kwargs: dict[str, Any], num_workers: int
                    ) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
@@ -212,41 +209,3 @@ class SlotLoop(Trials):
         framework = functools.partial(CollectiveRank, functools.partial(fn, **kwargs),
                                       CollectiveOptions.from_settings(self.settings, None), False, self.timeline)
         return barrier_task(spec, gpus_per_worker=0, framework=framework, on_shutdown=(end_rank_group,))
-
-    def _record_job(self, job: Job, trial: Trial, reports: list[RankReport], failures: list[RankReport],
-                    num_workers: int) -> float | None:
-        """Keep what a job did in its trial: the metric of its rung, or which rank failed and why."""
-        by_rank = {r.rank or 0: r for r in reports if r.ok}
-        duration = max((r.duration or 0.0 for r in reports), default=0.0)
-        with self._lock:
-            self.seeded = self.seeded or next((dict(r.seeded) for r in reports if r.seeded), {})
-            self._busy_s += duration * num_workers
-            trial.duration = round((trial.duration or 0.0) + duration, 3)
-            trial.outputs, trial.error, trial.traceback = {}, None, None
-            if failures or 0 not in by_rank or len(reports) < num_workers:
-                first = failures[0] if failures else None
-                if first is not None:
-                    ranked = num_workers > 1 and first.rank is not None
-                    where = f"rank {first.rank} of {num_workers}: " if ranked else ""
-                    trial.error = where + (first.error or "it failed without a message")
-                    trial.traceback = first.traceback or first.tail
-                else:
-                    trial.error = f"only {len(reports)} of {num_workers} ranks reported"
-                trial.state, trial.metric = State.FAILED.value, None
-            else:
-                self._outcome(trial, by_rank[0])
-            if job.rung is not None:
-                trial.rung, trial.budget = job.rung, job.budget
-                trial.rungs.append({"rung": job.rung, "budget": job.budget, "metric": trial.metric,
-                                    "duration": round(duration, 3), "promoted": job.promoted})
-                if trial.state == State.FINISHED.value and job.rung < len(self._budgets) - 1:
-                    # below the top rung: stopped there, unless a promotion takes it further later
-                    trial.state = State.EARLY_STOPPED.value
-                    trial.note = f"stopped at rung {job.rung} ({self._budget_name}={job.budget})"
-            if self._writer is not None:   # off the slot's path: it starts its next job at once
-                self._writer.ended(trial, dict(trial.outputs), trial.metric)
-                return trial.metric
-            self._write_trial(trial.dir, trial.outputs, trial.metric)
-            self._write_summary()
-            self._update_bar()
-            return trial.metric

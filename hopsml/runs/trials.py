@@ -1,6 +1,7 @@
 """A search's trials and their records: each trial's folder, parameters, state and metric, the summary kept up
 to date (.summary.json), TensorBoard's HParams data, the progress bar, a resumed search's adopted trials, and
-the best trial at the end. The slot loop (`slot_loop`) runs the trials."""
+the best trial at the end. The slot loop (`slot_loop.SlotLoop`) holds a `Trials` and runs its jobs; this module
+knows nothing of Spark."""
 
 from __future__ import annotations
 
@@ -9,18 +10,16 @@ import math
 import numbers
 import posixpath
 import threading
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hopsml.cluster import preflight
-from hopsml.cluster.handle import SparkHandle
-from hopsml.config import RunSettings
 from hopsml.errors import ExperimentFailed, StorageError
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.layout import LOGS, ExperimentDir, RunDir, join
+from hopsml.progress import progress_bar
 from hopsml.search.early_stopping import MedianStoppingRule
+from hopsml.search.scheduler import Job
 from hopsml.search.space import Direction
 from hopsml.tracking import hparams as hparams_events
 from hopsml.tracking.record import ExperimentRun, State
@@ -83,15 +82,12 @@ class Trial:
 class Trials:
     """The trials of one PARALLEL_EXPERIMENTS experiment and their records."""
 
-    def __init__(self, spark: SparkHandle, run: ExperimentRun, fn: Callable[..., Any], settings: RunSettings, *,
-                 optimization_key: str, checks: preflight.Preflight | None = None, seed: int | None = None,
-                 direction: Direction, early_stopping: MedianStoppingRule | None = None,
-                 local_logdir: bool = False, metric_required: bool = True, unit: str = "trial",
-                 timeline: bool = False) -> None:
-        self.spark, self.run, self.fn, self.settings, self.checks, self.seed = spark, run, fn, settings, checks, seed
+    def __init__(self, run: ExperimentRun, *, optimization_key: str, direction: Direction,
+                 early_stopping: MedianStoppingRule | None = None, metric_required: bool = True,
+                 unit: str = "trial", timeline: bool = False) -> None:
+        self.run = run
         self.seeded: dict[str, int] = {}
         self.key, self.direction, self.rule = optimization_key, direction, early_stopping
-        self.local_logdir = local_logdir
         self.timeline = timeline   # each trial's function records its timeline (spans, system samples)
         self.metric_required = metric_required  # launch's executions may return no metric at all
         self.unit = unit
@@ -102,10 +98,32 @@ class Trials:
         self.record_fields: dict[str, Any] = {}   # what a strategy adds to the record (rungs, sampler, ...)
         self._busy_s = 0.0      # slot-seconds the trials' functions ran (times their ranks)
         self._window_s = 0.0    # seconds trials were running, times the slots the cluster had
-        self._budgets: list[Any] = []   # the rungs' budgets of a successive-halving search
-        self._budget_name: str | None = None
+        self.budgets: list[Any] = []   # the rungs' budgets of a successive-halving search, lowest first
+        self.budget_name: str | None = None   # the function's parameter that takes them
         self.adopted: list[dict[str, Any]] = []   # the trials a resumed search took over, as recorded
         self._writer: RecordWriter | None = None   # writes an asynchronous search's records off its slots' path
+
+    def new_trial(self, params: dict[str, Any], ranks: int = 1) -> Trial:
+        """A trial of `params` in a folder of its own (numbered when the same parameters come again)."""
+        trial = self._new_trial(params)
+        trial.ranks = ranks
+        return trial
+
+    def start(self, total: int, budgets: list[Any], budget_name: str | None) -> None:
+        """Jobs are about to run: the progress bar (once), the rungs' budgets, and the writer that keeps the
+        records off the slots' path."""
+        if self._bar is None:
+            self._bar = progress_bar(total=total, desc=f"{self.run.record.name} {self.unit}s", unit=self.unit,
+                                     leave=True)
+        self.budgets, self.budget_name = budgets, budget_name
+        self._writer = RecordWriter(self)
+
+    def stop(self, window_s: float) -> None:
+        """The jobs have ended (`window_s`: seconds they ran, times the cluster's slots): write what is left."""
+        self._window_s += window_s
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def _new_trial(self, params: dict[str, Any]) -> Trial:
         base = self.run.dir.trial(params).path
@@ -149,7 +167,8 @@ class Trials:
         if trial.state == State.FINISHED.value and self.rule is not None:
             self.rule.complete(trial.index)
 
-    def _on_metric(self, message: Metric, connection: Connection) -> None:
+    def on_metric(self, message: Metric, connection: Connection) -> None:
+        """A metric a trial logged: the stopping rule hears it, and may stop the trial."""
         value = message.values.get(self.key)
         if self.rule is None or message.trial is None or not isinstance(value, numbers.Real):
             return
@@ -233,7 +252,54 @@ class Trials:
         except Exception as exc:  # noqa: BLE001 - the trial's result matters more than its timeline
             log.warning("the timeline of trial %s could not be merged: %s", trial.dir, exc)
 
-    def _summary_changed(self) -> None:
+    def record_job(self, job: Job, trial: Trial, reports: list[RankReport], failures: list[RankReport],
+                   num_workers: int) -> float | None:
+        """Keep what a job did in its trial: the metric of its rung, or which rank failed and why."""
+        by_rank = {r.rank or 0: r for r in reports if r.ok}
+        duration = max((r.duration or 0.0 for r in reports), default=0.0)
+        with self._lock:
+            self.seeded = self.seeded or next((dict(r.seeded) for r in reports if r.seeded), {})
+            self._busy_s += duration * num_workers
+            trial.duration = round((trial.duration or 0.0) + duration, 3)
+            trial.outputs, trial.error, trial.traceback = {}, None, None
+            if failures or 0 not in by_rank or len(reports) < num_workers:
+                first = failures[0] if failures else None
+                if first is not None:
+                    ranked = num_workers > 1 and first.rank is not None
+                    where = f"rank {first.rank} of {num_workers}: " if ranked else ""
+                    trial.error = where + (first.error or "it failed without a message")
+                    trial.traceback = first.traceback or first.tail
+                else:
+                    trial.error = f"only {len(reports)} of {num_workers} ranks reported"
+                trial.state, trial.metric = State.FAILED.value, None
+            else:
+                self._outcome(trial, by_rank[0])
+            if job.rung is not None:
+                trial.rung, trial.budget = job.rung, job.budget
+                trial.rungs.append({"rung": job.rung, "budget": job.budget, "metric": trial.metric,
+                                    "duration": round(duration, 3), "promoted": job.promoted})
+                if trial.state == State.FINISHED.value and job.rung < len(self.budgets) - 1:
+                    # below the top rung: stopped there, unless a promotion takes it further later
+                    trial.state = State.EARLY_STOPPED.value
+                    trial.note = f"stopped at rung {job.rung} ({self.budget_name}={job.budget})"
+            if self._writer is not None:   # off the slot's path: it starts its next job at once
+                self._writer.ended(trial, dict(trial.outputs), trial.metric)
+                return trial.metric
+            self._write_trial(trial.dir, trial.outputs, trial.metric)
+            self._write_summary()
+            self._update_bar()
+            return trial.metric
+
+    def conclude_trials(self, scheduler_fields: dict[str, Any]) -> None:
+        """After the last job: the strategy's record fields, each trial's HParams session, the top rung."""
+        self.record_fields.update(scheduler_fields)
+        top = max((t.rung for t in self.trials if t.rung is not None), default=None)
+        for trial in self.trials:
+            self._conclude_trial(trial, self.budget_name)
+        if top is not None:
+            self.record_fields["top_rung"] = top
+
+    def summary_changed(self) -> None:
         """The summary is to be written again: now, or by the writer of an asynchronous search."""
         if self._writer is not None:
             self._writer.summary()

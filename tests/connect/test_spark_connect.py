@@ -16,7 +16,7 @@ import pytest
 
 from hopsml.cluster import session
 
-pytest.importorskip("grpc", reason="Spark Connect's client needs the connect extra: pip install ".[connect]"")
+pytest.importorskip("grpc", reason="Spark Connect's client needs the connect extra: pip install '.[connect]'")
 pytestmark = pytest.mark.slow
 
 LIMIT_S = 600  # a hang, not a slow run: each program below takes well under a minute here
