@@ -137,6 +137,14 @@ def two_hosts_or_this_one(tmp_path: Path) -> Iterator[tuple[str, dict[str, str],
             yield url, env, "127.0.0.1", False
 
 
+@pytest.fixture(name="cluster")
+def cluster_fixture(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], str, bool]]:
+    """`two_hosts_or_this_one` as the fixture `cluster`; a test module takes it with `from namespace_hosts import
+    cluster_fixture` (tests/cluster has no conftest.py: a folder sorting before tests/conftest.py must not)."""
+    with two_hosts_or_this_one(tmp_path) as found:
+        yield found
+
+
 def driver_env(url: str, env: dict[str, str], driver_host: str, tmp_path: Path, project: str,
                **spark_conf: str) -> dict[str, str]:
     """The environment of a driver program for the cluster at `url`: the driver on `driver_host` (the bridge's

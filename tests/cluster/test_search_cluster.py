@@ -10,17 +10,12 @@ from pathlib import Path
 
 import namespace_hosts
 import pytest
+from namespace_hosts import cluster_fixture  # noqa: F401 - the fixture `cluster`
 from spark_daemons import run_driver
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    with namespace_hosts.two_hosts_or_this_one(tmp_path) as found:
-        yield found
 
 
 def test_asha_and_distributed_trials_spread_over_two_hosts_and_a_failing_rank_fails_its_trial_alone(cluster, tmp_path):

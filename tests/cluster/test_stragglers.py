@@ -11,17 +11,12 @@ from pathlib import Path
 
 import namespace_hosts
 import pytest
+from namespace_hosts import cluster_fixture  # noqa: F401 - the fixture `cluster`
 from spark_daemons import run_driver
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    with namespace_hosts.two_hosts_or_this_one(tmp_path) as found:
-        yield found
 
 
 def test_the_slow_rank_on_another_host_is_named_with_its_cause_and_a_balanced_run_names_none(cluster, tmp_path):
