@@ -1,0 +1,1 @@
+"""The models the quickstart, the notebooks and the benchmarks train: scikit-learn digits as an MLP and as a CNN."""
