@@ -204,7 +204,7 @@ class Query:
         names = list(self.features)
         for join in self.joins:
             for name in join.query.features:
-                if name not in join.right_on:  # the right side's key equals the left's on every matched row
+                if not repeats_left_key(join, name, self.features):
                     names.append(_joined_name(name, names, join))
                     out.append((names[-1], join.query.left, name))
         return out
@@ -227,6 +227,13 @@ class Query:
 
     def __str__(self) -> str:
         return self.to_string()
+
+
+def repeats_left_key(join: Join, name: str, left_features: Sequence[str]) -> bool:
+    """Whether the joined group's feature `name` is a join key that the left side selects under the same name:
+    equal on every matched row, it is returned once (the left's). A joined key the left does not select is
+    returned (the right's value, null where the join found no row), as Hopsworks returns it."""
+    return any(rk == name and lk == name for lk, rk in zip(join.left_on, join.right_on)) and name in left_features
 
 
 def _joined_name(name: str, taken: list[str], join: Join) -> str:

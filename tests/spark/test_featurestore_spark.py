@@ -49,6 +49,35 @@ def test_spark_and_duckdb_give_the_same_point_in_time_rows(fs, seed):
         _rows(filtered.read(read_options={"engine": "duckdb"}))
 
 
+def test_the_newest_row_wins_even_with_nulls_and_a_row_at_the_label_time_counts(fs):
+    """The newest group row at or before the label's time gives its values, nulls included (not an older row's
+    non-null value); a group row at exactly the label's time counts; a null key matches nothing."""
+    t0 = pd.Timestamp("2026-01-01 00:00", tz="UTC")
+    minute = pd.Timedelta(minutes=1)
+    label = pd.DataFrame({"customer": [1, 1, 2, 3], "ts": [t0 + 10 * minute, t0 + 20 * minute, t0 + 5 * minute,
+                                                           t0 + 5 * minute], "target": [0, 1, 0, 1]})
+    spend = pd.DataFrame({"customer": [1, 1, 2, 3], "ts": [t0, t0 + 15 * minute, t0 + 5 * minute, t0 + 6 * minute],
+                          "spend": [1.0, None, 7.0, 9.0]})
+    groups = {}
+    for name, frame in (("label", label), ("spend", spend)):
+        groups[name] = fs.create_feature_group(name, primary_key=["customer"], event_time="ts")
+        groups[name].insert(frame)
+    query = groups["label"].select_all().join(groups["spend"].select(["spend"]))
+    rows = _rows(query.read(read_options={"engine": "spark"}))
+    assert [(customer, spend) for customer, _, _, spend in rows] == [(1, 1.0), (1, None), (2, 7.0), (3, None)]
+    assert rows == _rows(query.read(read_options={"engine": "duckdb"}))
+    # a joined group's key the left side does not select comes back, the joined row's (null without one), as
+    # Hopsworks returns it; a same-named key the left selects comes back once
+    keyed = groups["label"].select(["ts", "target"]).join(groups["spend"].select_all(), on=["customer"])
+    for engine in ("spark", "duckdb"):
+        frame = keyed.read(read_options={"engine": engine})
+        assert list(frame.columns) == ["ts", "target", "customer", "spend_ts", "spend"], engine
+        matched = sorted(((None if pd.isna(c) else int(c), None if pd.isna(s) else s)
+                          for c, s in zip(frame["customer"], frame["spend"])), key=repr)
+        assert matched == [(1, 1.0), (1, None), (2, 7.0), (None, None)], engine
+    assert list(query.read(read_options={"engine": "spark"}).columns) == ["customer", "ts", "target", "spend"]
+
+
 def test_spark_frames_in_and_out(fs, spark):
     frame = spark.createDataFrame(pd.DataFrame({"Id": [1, 2, 3], "ts": pd.to_datetime(["2024-01-01"] * 3, utc=True),
                                                 "x": [1.5, 2.5, 3.5]}))
