@@ -1,7 +1,7 @@
 """Feature vectors at serving time, as hsfs's `get_feature_vector(s)` gives them: for each entry (the serving
 keys: the left group's primary key, and the keys each joined group is joined on), each group's newest online row
-of that key, in the columns the view's training data has (labels, and the left group's key and event time, left
-out), passed-in features overriding stored ones, transformed with the statistics fitted on the serving training
+of that key, in the columns the view's features have (labels and helper columns left out; a key or event time the
+query selects is a feature, the key's value the entry's), passed-in features overriding stored ones, transformed with the statistics fitted on the serving training
 dataset version. One lookup per group for a whole batch of entries.
 
 A view keeps a `Plan` while it serves: its columns and groups worked out once, each group's offline schema and a
@@ -39,9 +39,9 @@ def serving_keys(view: Any) -> list[str]:
 
 
 def columns(view: Any) -> list[str]:
-    """A vector's columns before transformation: what the view's training features are (no helper columns)."""
-    left = view.query.left
-    hidden = {*left.primary_key, *([left.event_time] if left.event_time else []), *view.helper_columns}
+    """A vector's columns before transformation, as hsfs's vector server has them: the view's features but its
+    labels and helper columns (a primary key or event time the query selects is among them)."""
+    hidden = set(view.helper_columns)
     return [c for c in view.features if c not in view.labels and c not in hidden]
 
 
@@ -74,8 +74,14 @@ class Plan:
         self.wanted = list(wanted) if wanted is not None else columns(view)
         self.position = {c: i for i, c in enumerate(self.wanted)}
         sources = view.query.column_sources()
+        left = view.query.left
+        # the left group's key columns in the vector: the entry names their values, no lookup needed
+        self.from_entry = [(self.position[c], f) for c, source, f in sources
+                           if source is left and f in left.primary_key and c in self.position]
+        given = {f for _, f in self.from_entry}
         self.groups = [_GroupPlan(group, keys, names, [(c, f) for c, source, f in sources
-                                                       if source is group and c in self.position], self.position)
+                                                       if source is group and c in self.position
+                                                       and not (source is left and f in given)], self.position)
                        for group, keys, names in _plans(view)]
         self._store: Any = None
 
@@ -125,6 +131,10 @@ class Plan:
                 else:
                     for at, value in zip(positions, row):
                         vector[at] = value
+        for at, name in self.from_entry:
+            for vector, entry in zip(out, entries):
+                if name in entry:
+                    vector[at] = entry[name]
         if given:
             position = self.position
             for vector, values in zip(out, passed_rows):

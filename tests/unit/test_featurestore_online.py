@@ -55,13 +55,14 @@ def _profiles(fs, **kwargs):
     return group
 
 
-def _view(fs, profiles):
+def _view(fs, profiles, keyed: bool = False):
+    """Orders joined with profiles; `keyed`: the query selects the orders' key and event time (features then)."""
     orders = fs.create_feature_group("orders", primary_key=["order_id"], event_time="ts")
     orders.insert(pd.DataFrame({"order_id": range(6), "customer": [1, 2, 3, 1, 2, 3],
                                 "ts": [at(h) for h in (6, 6, 6, 7, 7, 7)],
                                 "amount": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0], "fraud": [0, 1, 0, 1, 0, 0]}))
-    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(profiles.select(["country", "limit"]),
-                                                                      on=["customer"])
+    selected = ["order_id", "ts", "amount", "fraud"] if keyed else ["amount", "fraud"]
+    query = orders.select(selected).join(profiles.select(["country", "limit"]), on=["customer"])
     view = fs.create_feature_view("fraud", query=query, labels=["fraud"],
                                   transformation_functions=[min_max_scaler("limit"), label_encoder("country")])
     view.train_test_split(test_size=0.3, seed=1)
@@ -87,31 +88,43 @@ def test_the_newest_row_per_key_is_online_and_a_backfill_never_overwrites_it(fs)
 
 def test_feature_vectors_are_the_training_features_with_the_training_transforms(fs):
     profiles = _profiles(fs)
-    orders, view = _view(fs, profiles)
+    orders, view = _view(fs, profiles, keyed=True)
     X_train, X_test, _, _ = view.get_train_test_split(1)
     view.init_serving(1)
     assert view.serving_keys == ["order_id", "customer"]
-    vector = view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0}, return_type="pandas")
+    # the query selects the label group's key and event time, so they are features of the vector, as hsfs has
+    # them: the key's value is the entry's, the time (of a group that is not online) is passed in
+    entry, passed = {"order_id": 7, "customer": 1}, {"amount": 25.0, "ts": at(8)}
+    vector = view.get_feature_vector(entry, passed_features=passed, return_type="pandas")
     assert list(vector.columns) == list(X_train.columns)            # what the model was trained on, in order
     stats = view.serving_functions()[0].transformation_statistics["limit"]
     assert vector["min_max_scaler_limit_"].iloc[0] == pytest.approx((150.0 - stats["min"]) / (stats["max"] -
                                                                                               stats["min"]))
     assert vector["amount"].iloc[0] == 25.0
-    untransformed = view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0}, transform=False)
-    assert untransformed == [25.0, "DE", 150.0]
-    several = view.get_feature_vectors([{"customer": 2}, {"customer": 3}], passed_features=[{"amount": 1.0},
-                                                                                           {"amount": 2.0}],
-                                       return_type="numpy")
-    assert several.shape == (2, len(X_train.columns))
+    untransformed = view.get_feature_vector(entry, passed_features=passed, transform=False)
+    assert untransformed == [7, at(8), 25.0, "DE", 150.0]           # 5 values: the key and time too
+    several = view.get_feature_vectors([{"order_id": 1, "customer": 2}, {"order_id": 2, "customer": 3}],
+                                       passed_features=[{"amount": 1.0, "ts": at(8)}, {"amount": 2.0, "ts": at(8)}],
+                                       return_type="pandas")
+    assert several.shape == (2, len(X_train.columns)) and several["order_id"].tolist() == [1, 2]
     with pytest.raises(FeatureStoreError, match=r"no online row for \{'customer': 9\} in feature group "
                                                 r"'profiles_1'"):
-        view.get_feature_vector({"customer": 9}, passed_features={"amount": 1.0})
-    assert view.get_feature_vector({"customer": 9}, passed_features={"amount": 1.0}, allow_missing=True,
-                                   transform=False) == [1.0, None, None]
-    with pytest.raises(FeatureStoreError, match="'orders_1' is not online enabled, so its features \\(amount\\)"):
-        view.get_feature_vector({"customer": 1})
+        view.get_feature_vector({"order_id": 1, "customer": 9}, passed_features=passed)
+    assert view.get_feature_vector({"order_id": 1, "customer": 9}, passed_features=passed, allow_missing=True,
+                                   transform=False) == [1, at(8), 25.0, None, None]
+    with pytest.raises(FeatureStoreError, match="'orders_1' is not online enabled, so its features \\(amount, ts\\)"):
+        view.get_feature_vector({"order_id": 1, "customer": 1})
     with pytest.raises(FeatureStoreError, match="has no 'customer'"):
-        view.get_feature_vector({"client": 1}, passed_features={"amount": 1.0})
+        view.get_feature_vector({"client": 1}, passed_features=passed)
+    # a vector as a list, a list of them, a dict or a frame, transformed as the vector path transforms it
+    assert view.transform(untransformed) == view.get_feature_vector(entry, passed_features=passed)
+    assert view.transform([untransformed, untransformed]) == [view.get_feature_vector(entry, passed_features=passed)] * 2
+    as_dict = view.transform(dict(zip(vectors.columns(view), untransformed)))
+    assert list(as_dict) == list(X_train.columns) and as_dict["amount"] == 25.0
+    pd.testing.assert_frame_equal(view.transform(pd.DataFrame([untransformed], columns=vectors.columns(view))),
+                                  vector)
+    with pytest.raises(FeatureStoreError, match="a feature vector of 3 values for 5 features"):
+        view.transform([25.0, "DE", 150.0])
 
 
 def test_the_check_finds_no_mismatch_after_each_write_and_finds_a_change_behind_the_stores_back(fs):
@@ -223,7 +236,7 @@ def test_vectors_on_plain_values_are_the_pandas_paths_values_and_types(fs, funct
     from hopsml.hopsworks.hsfs.builtin_transformations import one_hot_encoder, robust_scaler, standard_scaler
 
     traits, orders = _traits(fs)
-    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(
+    query = orders.select(["amount", "fraud"]).join(   # no key or time selected: they are not in the vectors
         traits.select(["score", "visits", "tier", "vip", "flat"]), on=["customer"])
     chosen = ([standard_scaler("score"), min_max_scaler("visits"), label_encoder("tier"), robust_scaler("amount"),
                min_max_scaler("flat")]   # no spread: x / 0 as IEEE has it, NaN missing
@@ -342,20 +355,32 @@ def test_helper_columns_stay_out_of_training_and_vectors_and_are_served_on_reque
     orders = fs.create_feature_group("payments", primary_key=["order_id"], event_time="ts")
     orders.insert(pd.DataFrame({"order_id": range(4), "customer": [1, 2, 1, 2], "ts": [at(h) for h in (6, 6, 7, 7)],
                                 "amount": [10.0, 20.0, 30.0, 40.0], "fraud": [0, 1, 0, 1]}))
-    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(
+    query = orders.select(["ts", "amount", "fraud"]).join(   # the event time selected, the key not
         profiles.select(["expiry", "segment", "limit"]), on=["customer"])
     view = fs.create_feature_view("pay", query=query, labels=["fraud"], inference_helper_columns=["expiry"],
                                   training_helper_columns=["segment"])
     view = fs.get_feature_view("pay", 1)                 # the roles are kept with the view
     assert (view.inference_helper_columns, view.training_helper_columns) == (["expiry"], ["segment"])
+    # hsfs's columns: the selected features (the event time among them) with or without event_time=True, the
+    # key the query does not select only with primary_key=True (or primary_keys=True), by its qualified name
+    key = f"{fs.project}_payments_1_order_id"
     X, y = view.training_data()
-    assert list(X.columns) == ["amount", "limit"] and list(y.columns) == ["fraud"]
+    assert list(X.columns) == ["ts", "amount", "limit"] and list(y.columns) == ["fraud"]
     X, _ = view.get_training_data(1, training_helper_columns=True)
-    assert list(X.columns) == ["amount", "segment", "limit"]
-    assert list(view.get_batch_data().columns) == ["amount", "limit"]
-    assert list(view.get_batch_data(inference_helpers=True).columns) == ["amount", "expiry", "limit"]
+    assert list(X.columns) == ["ts", "amount", "segment", "limit"]
+    X, _ = view.get_training_data(1, primary_key=True, event_time=True)
+    assert list(X.columns) == ["ts", "amount", key, "limit"] and sorted(X[key]) == [0, 1, 2, 3]
+    X_train, X_test, _, _ = view.train_test_split(test_size=0.5, seed=1, primary_keys=True)
+    assert key in X_train.columns and key in X_test.columns
+    assert list(view.get_batch_data().columns) == ["ts", "amount", "limit"]
+    assert list(view.get_batch_data(event_time=True).columns) == ["ts", "amount", "limit"]
+    assert list(view.get_batch_data(primary_key=True).columns) == ["ts", "amount", key, "limit"]
+    assert list(view.get_batch_data(inference_helper_columns=True).columns) == ["ts", "amount", "expiry", "limit"]
+    assert list(view.get_batch_data(inference_helpers=True).columns) == ["ts", "amount", "expiry", "limit"]
+    assert list(view.get_batch_data(transformed=False).columns) == ["ts", "amount", "expiry", "limit"]
     view.init_serving(1)
-    assert view.get_feature_vector({"customer": 2}, passed_features={"amount": 5.0}) == [5.0, 80.0]
+    assert view.get_feature_vector({"customer": 2}, passed_features={"amount": 5.0, "ts": at(9)}) == [at(9), 5.0,
+                                                                                                     80.0]
     assert view.get_inference_helper({"customer": 2}, return_type="dict") == {"expiry": "2026-05"}
     helpers = view.get_inference_helpers([{"customer": 1}, {"customer": 2}])
     assert helpers["expiry"].tolist() == ["2027-01", "2026-05"]
@@ -391,7 +416,7 @@ def _text_keys_then_delete(fs):
     users.insert(pd.DataFrame({"user": names, "ts": [at(0)] * 4, "score": [1.0, 2.0, 3.0, 4.0]}))
     view = fs.create_feature_view("scores", query=users.select(["user", "score"]))
     view.init_serving()
-    assert view.get_feature_vectors([{"user": n} for n in names]) == [[1.0], [2.0], [3.0], [4.0]]
+    assert view.get_feature_vectors([{"user": n} for n in names]) == [[n, float(i)] for i, n in enumerate(names, 1)]
     assert fs.online().count(users) == 4
     users.delete()
     assert fs.online().count(users) is None       # no table left behind in the online store
