@@ -37,6 +37,9 @@ def add_commands(subparsers: Any) -> None:
     insert.add_argument("--columns", help="the column names of a CSV file without a header, comma separated")
     insert.add_argument("--row-number", metavar="COLUMN", help="add a column of row numbers (0, 1, ...) named "
                         "COLUMN, a primary key for a file without one")
+    insert.add_argument("--duplicate-keys", choices=("last", "refuse"), default="last",
+                        help="a key the file repeats: keep its last row, as Hopsworks' upsert does (default), or "
+                        "refuse the file")
     for kind in ("groups", "views"):
         parser = actions.add_parser(kind, help=f"list or show feature {kind}")
         verbs = parser.add_subparsers(dest="fs_verb", required=True)
@@ -73,7 +76,8 @@ def run(args: Any, settings: config.Settings) -> str:
     if args.fs_action == "insert":
         return insert(store, args.group, args.file, args.version, args.primary_key, args.event_time,
                       args.description, args.delimiter, args.skip_rows,
-                      [c.strip() for c in args.columns.split(",")] if args.columns else None, args.row_number)
+                      [c.strip() for c in args.columns.split(",")] if args.columns else None, args.row_number,
+                      args.duplicate_keys)
     if args.fs_action == "groups":
         return groups_list(store) if args.fs_verb == "list" else group_show(store, args.name, args.version)
     if args.fs_action == "views":
@@ -130,7 +134,7 @@ def _typed(text: str) -> Any:
 
 def insert(store: FeatureStore, name: str, path: str, version: int | None, primary_key: str | None,
            event_time: str | None, description: str, delimiter: str = ",", skip_rows: int = 0,
-           columns: list[str] | None = None, row_number: str | None = None) -> str:
+           columns: list[str] | None = None, row_number: str | None = None, duplicate_keys: str = "last") -> str:
     keys = [k.strip() for k in primary_key.split(",") if k.strip()] if primary_key else []
     group = store.get_or_create_feature_group(name, version, description=description, primary_key=keys,
                                               event_time=event_time)
@@ -144,7 +148,8 @@ def insert(store: FeatureStore, name: str, path: str, version: int | None, prima
         if row_number.lower() in (c.lower() for c in table.column_names):
             raise FeatureStoreError(f"--row-number {row_number!r}: {path} has a column of that name already")
         table = table.append_column(row_number, pa.array(range(table.num_rows), pa.int64()))
-    commit = group.commit(table)[0]
+    commit = group.commit(table, duplicates=frames.duplicates_policy({"duplicate_keys": duplicate_keys},
+                                                                     group.key))[0]
     return (f"inserted {table.num_rows} rows of {path} into feature group {group.key!r}: commit {commit.version}, "
             f"{commit.inserted} new, {commit.updated} updated"
             + (f", new columns {', '.join(commit.added_columns)}" if commit.added_columns else ""))

@@ -181,18 +181,20 @@ class FeatureGroup:
         if overwrite:
             raise FeatureStoreError("overwrite=True would drop the group's history; create a new version instead")
         run_validation = bool((validation_options or {}).get("run_validation", True))
+        duplicates = frames.duplicates_policy(write_options, self.key)
         if spark_insert.is_spark(features):
             if not self.table.remote:
-                return None, self.commit_spark(features, validate=run_validation)[1]
+                return None, self.commit_spark(features, validate=run_validation, duplicates=duplicates)[1]
             log.info("feature group %s lives under a remote root: the Spark batch is committed from the driver",
                      self.key)
-        return None, self.commit(frames.to_arrow(features), validate=run_validation)[1]
+        return None, self.commit(frames.to_arrow(features), validate=run_validation, duplicates=duplicates)[1]
 
-    def commit(self, batch: pa.Table, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:
+    def commit(self, batch: pa.Table, validate: bool = True, duplicates: str = frames.KEEP_LAST
+               ) -> tuple[Commit, dict[str, Any] | None]:
         """Check, validate and commit one batch: the commit and the validation report (None without a suite)."""
         batch = frames.lower_names(batch)
         self._need_primary_key()
-        frames.check_batch(batch, self.primary_key, self.event_time, self.key)
+        batch = frames.check_batch(batch, self.primary_key, self.event_time, self.key, duplicates)
         if not self.table.exists():
             frames.check_partition_key(batch, self.partition_key, self.key)
         if self.event_time:
@@ -209,12 +211,13 @@ class FeatureGroup:
             self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
         return commit, report
 
-    def commit_spark(self, frame: Any, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:
+    def commit_spark(self, frame: Any, validate: bool = True, duplicates: str = frames.KEEP_LAST
+                     ) -> tuple[Commit, dict[str, Any] | None]:
         """A Spark DataFrame's rows committed by Spark's tasks (spark_insert.py); its checks and statistics are
         Spark jobs. Only an expectation suite reads the batch on the driver (the checks run on Arrow)."""
         self._need_primary_key()
         frame, schema, added = spark_insert.prepared(frame, self.primary_key, self.event_time, self.partition_key,
-                                                     self.table.schema(), self.key)
+                                                     self.table.schema(), self.key, duplicates)
         report = self._validated(frame.toArrow() if hasattr(frame, "toArrow") else frames.to_arrow(frame.toPandas())
                                  ) if validate and self._validating else None
         with self.store.group_lock(self):

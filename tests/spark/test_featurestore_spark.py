@@ -77,7 +77,7 @@ def test_spark_tasks_write_the_files_and_an_update_rewrites_only_the_files_it_to
 
     fg = fs.create_feature_group("payments", primary_key=["Id"], event_time="ts", partition_key=["country"])
     with pytest.raises(FeatureStoreError, match="2 keys appear more than once"):
-        fg.insert(frame([1, 1, 2, 2], [0, 0, 1, 1], [1.0, 2.0, 3.0, 4.0]))
+        fg.insert(frame([1, 1, 2, 2], [0, 0, 1, 1], [1.0, 2.0, 3.0, 4.0]), write_options={"duplicate_keys": "refuse"})
     assert not fg.table.exists()                  # refused before anything was written
     fg.insert(frame(list(range(100)), [0] * 100, [float(i) for i in range(100)]).repartition(4))
     fg.insert(frame([200, 201], [0, 0], [1.0, 2.0], country="DE"))       # only new keys: files added
