@@ -420,3 +420,31 @@ def _text_keys_then_delete(fs):
     assert fs.online().count(users) == 4
     users.delete()
     assert fs.online().count(users) is None       # no table left behind in the online store
+
+
+def test_a_group_reads_its_online_rows_and_inserts_into_one_store_only(fs):
+    """hsfs's fg.read(online=True), insert(storage='online' | 'offline') and the SDK's None defaults."""
+    profiles = _profiles(fs, foreign_key=None, hudi_precombine_key=None, parents=None)   # the SDK's defaults
+    online = profiles.read(online=True).sort_values("customer").reset_index(drop=True)
+    assert online.to_dict("list") == {"customer": [1, 2, 3], "ts": [at(5), at(1), at(2)],
+                                      "country": ["DE", "FR", "SE"], "limit": [150.0, 80.0, 120.0]}
+    assert profiles.select(["customer", "limit"]).read(online=True)["limit"].sort_values().tolist() == [80.0, 120.0,
+                                                                                                         150.0]
+    assert len(profiles.show(2, online=True)) == 2
+    commits = len(profiles.table.commits())
+    profiles.insert(pd.DataFrame({"customer": [4], "ts": [at(9)], "country": ["NO"], "limit": [9.0]}),
+                    storage="online")
+    assert len(profiles.table.commits()) == commits and 4 not in profiles.read()["customer"].tolist()
+    assert 4 in profiles.read(online=True)["customer"].tolist()
+    profiles.insert(pd.DataFrame({"customer": [5], "ts": [at(9)], "country": ["PL"], "limit": [5.0]}),
+                    storage="offline")
+    assert 5 in profiles.read()["customer"].tolist() and 5 not in profiles.read(online=True)["customer"].tolist()
+    orders, view = _view(fs, profiles)
+    with pytest.raises(FeatureStoreError, match="'orders_1' is not online enabled, so it has no online rows"):
+        orders.read(online=True)
+    with pytest.raises(FeatureStoreError, match="a query with joins, filters or as_of is read offline"):
+        view.query.read(online=True)
+    with pytest.raises(FeatureStoreError, match="the online store holds only the newest row per key"):
+        profiles.read(wallclock_time=at(1), online=True)
+    with pytest.raises(FeatureStoreError, match="stream=True: hopsml has no stream feature groups"):
+        fs.create_feature_group("more", primary_key=["a"], foreign_key=None, stream=True)   # None passes, True not
