@@ -58,6 +58,10 @@ def add_commands(subparsers: Any) -> None:
     check.add_argument("version", nargs="?", type=int, help="the view's version (default: the newest)")
     check.add_argument("--sample", type=int, default=100, help="keys to check (default 100)")
     check.add_argument("--seed", type=int, help="the sample's seed (default: a new sample each time)")
+    check.add_argument("--training-dataset-version", type=int, help="the training dataset version whose recorded "
+                       "statistics the offline side is transformed with (default: the newest, which serving uses)")
+    check.add_argument("--serving-version", type=int, help="the training dataset version the online side is "
+                       "served with (init_serving; default: the newest)")
     vector = actions.add_parser("vector", help="print a view's feature vector for one entry")
     vector.add_argument("view")
     vector.add_argument("keys", nargs="+", metavar="KEY=VALUE", help="the serving keys' values")
@@ -86,16 +90,21 @@ def run(args: Any, settings: config.Settings) -> str:
         group = store.get_feature_group(args.name, args.version)
         return f"online store of feature group {group.key!r}: {group.sync_online()} rows, the newest per key"
     if args.fs_action == "check-online":
-        return check_online(store, args.view, args.version, args.sample, args.seed)
+        return check_online(store, args.view, args.version, args.sample, args.seed, args.training_dataset_version,
+                            args.serving_version)
     if args.fs_action == "vector":
         return vector(store, args.view, args.version, args.keys, not args.untransformed)
     return training_datasets(store, args.view, args.version)
 
 
-def check_online(store: FeatureStore, name: str, version: int | None, sample: int, seed: int | None) -> str:
+def check_online(store: FeatureStore, name: str, version: int | None, sample: int, seed: int | None,
+                 training_dataset_version: int | None = None, serving_version: int | None = None) -> str:
     from hopsml.featurestore import vectors
 
-    report = vectors.check(store.get_feature_view(name, version), sample, seed)
+    view = store.get_feature_view(name, version)
+    if serving_version is not None:
+        view.init_serving(serving_version)
+    report = vectors.check(view, sample, seed, training_dataset_version=training_dataset_version)
     rows = [{"feature": feature, "mismatches": report["features"][feature],
              "transformed": report["transformed"].get(feature)} for feature in report["features"]]
     rows += [{"feature": column, "mismatches": None, "transformed": count}
@@ -106,7 +115,11 @@ def check_online(store: FeatureStore, name: str, version: int | None, sample: in
     lines += [f"  {e['entry']} {e['feature']}: online {e['online']!r}, offline {e['offline']!r}"
               for e in report["examples"][:10]]
     if report["mismatches"]:
-        raise FeatureStoreError("\n".join(lines) + "\nrepair the online side with: hopsml fs sync GROUP")
+        skew = not sum(report["features"].values())
+        raise FeatureStoreError("\n".join(lines) + (
+            "\nthe features agree and their transformed values do not: the serving transforms with other statistics "
+            f"than training dataset version {report.get('training_dataset_version')} recorded (init_serving with "
+            "the version the model was trained on)" if skew else "\nrepair the online side with: hopsml fs sync GROUP"))
     return "\n".join(lines)
 
 

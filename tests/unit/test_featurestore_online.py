@@ -143,7 +143,7 @@ def test_the_check_finds_no_mismatch_after_each_write_and_finds_a_change_behind_
     report = vectors.check(view, seed=1)
     assert report["features"]["limit"] == 2 and report["features"]["country"] == 0   # two orders of customer 3
     assert report["transformed"]["min_max_scaler_limit_"] == 2
-    assert {e["online"] for e in report["examples"]} == {999.0}
+    assert {e["online"] for e in report["examples"] if not e.get("transformed")} == {999.0}
     assert profiles.sync_online() == 3
     assert vectors.check(view, seed=1)["mismatches"] == 0
 
@@ -186,6 +186,40 @@ def test_the_cli_prints_vectors_and_checks(tmp_path, capsys):
     fs.online().execute('UPDATE "p__profiles_1" SET "limit" = 5 WHERE "customer" = 1')
     assert cli.main([*args, "check-online", "limits"]) != 0
     assert "1 mismatches" in capsys.readouterr().err
+
+
+def test_the_check_finds_a_transformation_skew_the_features_do_not_show(fs, capsys, monkeypatch):
+    """The transformed comparison rebuilds the offline side from the training dataset's recorded statistics, apart
+    from the serving's path: a serving whose statistics differ (here: it serves with version 1's, the reference is
+    version 2, fitted after new rows changed the scale) is found though every raw feature agrees."""
+    profiles = _profiles(fs)
+    orders, view = _view(fs, profiles)                  # training dataset version 1
+    assert vectors.check(view, seed=1)["mismatches"] == 0
+    orders.insert(pd.DataFrame({"order_id": [6, 7], "customer": [1, 2], "ts": [at(8), at(8)], "amount": [1.0, 2.0],
+                                "fraud": [0, 1]}))
+    profiles.insert(pd.DataFrame({"customer": [4], "ts": [at(1)], "country": ["IS"], "limit": [1000.0]}))
+    orders.insert(pd.DataFrame({"order_id": [8], "customer": [4], "ts": [at(9)], "amount": [3.0], "fraud": [0]}))
+    view.training_data()                                # version 2: limit's min and max are others
+    view.init_serving(2)
+    before = view.serving_functions()[0].transformation_statistics["limit"]
+    view.init_serving(1)                                # the online side keeps version 1's statistics
+    assert view.serving_functions()[0].transformation_statistics["limit"] != before
+    report = vectors.check(view, seed=1, training_dataset_version=2)
+    assert sum(report["features"].values()) == 0        # the raw features agree
+    assert report["training_dataset_version"] == 2 and report["transformed"]["min_max_scaler_limit_"] > 0
+    assert report["transformed"]["label_encoder_country_"] > 0      # 'IS' is a category version 1 never saw
+    assert any(e.get("transformed") for e in report["examples"])
+    assert vectors.check(view, seed=1, training_dataset_version=1)["mismatches"] == 0   # served as recorded
+    view.init_serving(2)
+    assert vectors.check(view, seed=1)["mismatches"] == 0
+
+    from hopsml import cli
+
+    monkeypatch.setenv("HOPSML_ONLINE_STORE", fs.settings.online_store)   # the command's store is the test's
+    args = ["--root", str(fs.settings.root), "--project", fs.project, "fs", "check-online", "fraud", "--seed", "1"]
+    assert cli.main([*args, "--serving-version", "1"]) != 0
+    assert "transforms with other statistics than training dataset version 2" in capsys.readouterr().err
+    assert cli.main(args) == 0
 
 
 # --- the serving path: plain values give what the pandas frame gives, and what it keeps stays current -------------
