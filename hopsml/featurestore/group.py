@@ -176,7 +176,8 @@ class FeatureGroup:
         if storage not in (None, "online", "offline"):
             raise FeatureStoreError(f"storage={storage!r}: 'online', 'offline' or None (both)")
         if storage == "online":
-            return None, self._insert_online(features, frames.duplicates_policy(write_options, self.key))
+            self._insert_online(features, frames.duplicates_policy(write_options, self.key))
+            return None, None
         if operation not in ("upsert", "insert"):
             raise FeatureStoreError(f"operation {operation!r}: hopsml inserts with 'upsert' (or 'insert')")
         if overwrite:

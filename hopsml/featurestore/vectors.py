@@ -1,8 +1,8 @@
 """Feature vectors at serving time, as hsfs's `get_feature_vector(s)` gives them: for each entry (the serving
 keys: the left group's primary key, and the keys each joined group is joined on), each group's newest online row
 of that key, in the columns the view's features have (labels and helper columns left out; a key or event time the
-query selects is a feature, the key's value the entry's), passed-in features overriding stored ones, transformed with the statistics fitted on the serving training
-dataset version. One lookup per group for a whole batch of entries.
+query selects is a feature, the key's value the entry's), passed-in features overriding stored ones, transformed
+with the statistics fitted on the serving training dataset version. One lookup per group for a whole batch of entries.
 
 A view keeps a `Plan` while it serves: its columns and groups worked out once, each group's offline schema and a
 reader of its online table (one statement per lookup, which SQLite keeps prepared; online.py says when a reader

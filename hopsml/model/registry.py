@@ -3,8 +3,9 @@
 A version folder holds the model's files exactly as given, `.model.json` (name, version, metrics, description,
 who and when, the experiment that produced it, the datasets that experiment read, the files with their sizes)
 and `_SUCCESS`, written last. The record is a dot-file so that a model file named `model.json` (XGBoost's usual
-name) is never overwritten; versions registered when the record was `model.json` are read from there. Export copies into a hidden staging folder beside the
-versions and renames it into place, so a half-copied version is never listed. Semantics follow
+name) is never overwritten; versions registered when the record was `model.json` are read from there. Export
+copies into a hidden staging folder beside the versions and renames it into place, so a half-copied version is
+never listed. Semantics follow
 hops-util-py's `hops.model`: the next integer version when none is given, no silent overwrite.
 """
 

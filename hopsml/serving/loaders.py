@@ -393,7 +393,7 @@ def _init_arguments(cls: type, path: str, what: str) -> dict[str, Any]:
     import inspect
 
     try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]   # after self
+        parameters = list(inspect.signature(cls).parameters.values())   # what cls(...) takes
     except (TypeError, ValueError):
         return {}
     given: dict[str, Any] = {}

@@ -15,7 +15,8 @@ from hopsml.serving.definition import ServingError
 FORMS = {
     "plain": "def __init__(self):\n        self.model = None",
     "model": "def __init__(self, model):\n        self.model = model",
-    "logger_and_model": "def __init__(self, async_logger, model):\n        self.model, self.logger = model, async_logger",
+    "logger_and_model": "def __init__(self, async_logger, model):\n"
+                        "        self.model, self.logger = model, async_logger",
 }
 
 

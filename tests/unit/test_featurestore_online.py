@@ -118,7 +118,8 @@ def test_feature_vectors_are_the_training_features_with_the_training_transforms(
         view.get_feature_vector({"client": 1}, passed_features=passed)
     # a vector as a list, a list of them, a dict or a frame, transformed as the vector path transforms it
     assert view.transform(untransformed) == view.get_feature_vector(entry, passed_features=passed)
-    assert view.transform([untransformed, untransformed]) == [view.get_feature_vector(entry, passed_features=passed)] * 2
+    transformed = view.get_feature_vector(entry, passed_features=passed)
+    assert view.transform([untransformed, untransformed]) == [transformed, transformed]
     as_dict = view.transform(dict(zip(vectors.columns(view), untransformed)))
     assert list(as_dict) == list(X_train.columns) and as_dict["amount"] == 25.0
     pd.testing.assert_frame_equal(view.transform(pd.DataFrame([untransformed], columns=vectors.columns(view))),

@@ -162,7 +162,7 @@ def test_a_created_training_dataset_is_a_dataset_every_reader_reads(project):
     batch = next(iter(train))
     assert sorted(batch) == ["features", "label"]
     features = X_train.drop(columns=["customerid", "ts"])   # the key and time: columns, out of the vector
-    assert batch["features"].shape == (len(X_train), features.shape[1])   # every feature is numeric after the transforms
+    assert batch["features"].shape == (len(X_train), features.shape[1])   # all numeric after the transforms
     assert np.allclose(batch["features"], features.to_numpy(dtype=np.float32))
     assert batch["label"].tolist() == y_train["fraud"].tolist()
     halves = [next(iter(reader(name, rank=r, world_size=2, split="test", shuffle=False, batch_size=1000)))
