@@ -134,7 +134,7 @@ def check_batch(table: pa.Table, primary_key: Sequence[str], event_time: str | N
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    needed = [*primary_key, *([event_time] if event_time else [])]
+    needed = list(dict.fromkeys([*primary_key, *([event_time] if event_time else [])]))   # the time may be a key
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise FeatureStoreError(f"feature group {group!r}: the batch has no column {missing[0]!r} (its columns: "
