@@ -118,3 +118,12 @@ def test_a_spark_insert_into_an_online_group_writes_the_newest_row_per_key_onlin
     fg.insert(spark.createDataFrame(pd.DataFrame({"id": [1, 1, 2], "ts": ts, "limit": [1.0, 3.0, 2.0]})))
     rows = fs.online().read(fg, [(1,), (2,)], fg.table.schema())
     assert (rows[(1,)]["limit"], rows[(2,)]["limit"]) == (3.0, 2.0)   # key 1: the later of its two rows
+
+
+def test_a_spark_batch_that_repeats_a_key_keeps_its_last_row(fs, spark):
+    """As a pandas batch: one row per key, the frame's last (Hopsworks' upsert), by Spark's tasks."""
+    bureau = fs.create_feature_group("bureau", primary_key=["sk_id_bureau"])
+    frame = spark.createDataFrame(pd.DataFrame({"sk_id_bureau": [5, 6, 5, 5], "status": ["C", "X", "0", "1"]}))
+    bureau.insert(frame.coalesce(1))
+    rows = bureau.read().sort_values("sk_id_bureau")
+    assert rows["status"].tolist() == ["1", "X"]
