@@ -146,6 +146,11 @@ class JobError(HopsmlError, RuntimeError):
         return _job_error, (str(self), self.job, self.execution)
 
 
+class NotOfferedError(HopsmlError, NotImplementedError):
+    """A member of the hopsworks SDK (hsfs, hsml, hopsworks) that hopsml does not offer; the message names the member
+    and, where hopsml has one, what to use instead."""
+
+
 class NotInRunError(HopsmlError, RuntimeError):
     """A function meant for use inside a running experiment was called outside one."""
 

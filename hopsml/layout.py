@@ -16,7 +16,7 @@ Pure string functions, no I/O. Paths are relative to the root URI (the storage l
 >>> model_dir("demo", "mnist", 2)
 'Projects/demo/Models/mnist/2'
 >>> ModelDir.of("demo", "mnist", 2).record
-'Projects/demo/Models/mnist/2/model.json'
+'Projects/demo/Models/mnist/2/.model.json'
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ SUMMARY = ".summary.json"
 HPARAMS = ".hparams.json"
 OUTPUTS = ".outputs.json"
 METRIC = ".metric"
-MODEL_RECORD = "model.json"
+MODEL_RECORD = ".model.json"    # hopsml's record of a model version: a dot-file, so no model file takes its name
+LEGACY_MODEL_RECORD = "model.json"   # where versions registered before kept it (read, never written)
 MODEL_DONE = "_SUCCESS"
 HSML_RECORD = "hsml.json"   # what hsml records of a version beyond model.json: its feature view, training dataset
 DATASETS_USED = "datasets.json"
@@ -326,6 +327,11 @@ class ModelDir:
     @property
     def record(self) -> str:
         return join(self.path, MODEL_RECORD)
+
+    @property
+    def legacy_record(self) -> str:
+        """The record of a version registered before it moved to a dot-file (XGBoost's model.json took its name)."""
+        return join(self.path, LEGACY_MODEL_RECORD)
 
     @property
     def done(self) -> str:

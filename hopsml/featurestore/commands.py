@@ -37,6 +37,9 @@ def add_commands(subparsers: Any) -> None:
     insert.add_argument("--columns", help="the column names of a CSV file without a header, comma separated")
     insert.add_argument("--row-number", metavar="COLUMN", help="add a column of row numbers (0, 1, ...) named "
                         "COLUMN, a primary key for a file without one")
+    insert.add_argument("--duplicate-keys", choices=("last", "refuse"), default="last",
+                        help="a key the file repeats: keep its last row, as Hopsworks' upsert does (default), or "
+                        "refuse the file")
     for kind in ("groups", "views"):
         parser = actions.add_parser(kind, help=f"list or show feature {kind}")
         verbs = parser.add_subparsers(dest="fs_verb", required=True)
@@ -55,6 +58,10 @@ def add_commands(subparsers: Any) -> None:
     check.add_argument("version", nargs="?", type=int, help="the view's version (default: the newest)")
     check.add_argument("--sample", type=int, default=100, help="keys to check (default 100)")
     check.add_argument("--seed", type=int, help="the sample's seed (default: a new sample each time)")
+    check.add_argument("--training-dataset-version", type=int, help="the training dataset version whose recorded "
+                       "statistics the offline side is transformed with (default: the newest, which serving uses)")
+    check.add_argument("--serving-version", type=int, help="the training dataset version the online side is "
+                       "served with (init_serving; default: the newest)")
     vector = actions.add_parser("vector", help="print a view's feature vector for one entry")
     vector.add_argument("view")
     vector.add_argument("keys", nargs="+", metavar="KEY=VALUE", help="the serving keys' values")
@@ -73,7 +80,8 @@ def run(args: Any, settings: config.Settings) -> str:
     if args.fs_action == "insert":
         return insert(store, args.group, args.file, args.version, args.primary_key, args.event_time,
                       args.description, args.delimiter, args.skip_rows,
-                      [c.strip() for c in args.columns.split(",")] if args.columns else None, args.row_number)
+                      [c.strip() for c in args.columns.split(",")] if args.columns else None, args.row_number,
+                      args.duplicate_keys)
     if args.fs_action == "groups":
         return groups_list(store) if args.fs_verb == "list" else group_show(store, args.name, args.version)
     if args.fs_action == "views":
@@ -82,16 +90,21 @@ def run(args: Any, settings: config.Settings) -> str:
         group = store.get_feature_group(args.name, args.version)
         return f"online store of feature group {group.key!r}: {group.sync_online()} rows, the newest per key"
     if args.fs_action == "check-online":
-        return check_online(store, args.view, args.version, args.sample, args.seed)
+        return check_online(store, args.view, args.version, args.sample, args.seed, args.training_dataset_version,
+                            args.serving_version)
     if args.fs_action == "vector":
         return vector(store, args.view, args.version, args.keys, not args.untransformed)
     return training_datasets(store, args.view, args.version)
 
 
-def check_online(store: FeatureStore, name: str, version: int | None, sample: int, seed: int | None) -> str:
+def check_online(store: FeatureStore, name: str, version: int | None, sample: int, seed: int | None,
+                 training_dataset_version: int | None = None, serving_version: int | None = None) -> str:
     from hopsml.featurestore import vectors
 
-    report = vectors.check(store.get_feature_view(name, version), sample, seed)
+    view = store.get_feature_view(name, version)
+    if serving_version is not None:
+        view.init_serving(serving_version)
+    report = vectors.check(view, sample, seed, training_dataset_version=training_dataset_version)
     rows = [{"feature": feature, "mismatches": report["features"][feature],
              "transformed": report["transformed"].get(feature)} for feature in report["features"]]
     rows += [{"feature": column, "mismatches": None, "transformed": count}
@@ -102,7 +115,11 @@ def check_online(store: FeatureStore, name: str, version: int | None, sample: in
     lines += [f"  {e['entry']} {e['feature']}: online {e['online']!r}, offline {e['offline']!r}"
               for e in report["examples"][:10]]
     if report["mismatches"]:
-        raise FeatureStoreError("\n".join(lines) + "\nrepair the online side with: hopsml fs sync GROUP")
+        skew = not sum(report["features"].values())
+        raise FeatureStoreError("\n".join(lines) + (
+            "\nthe features agree and their transformed values do not: the serving transforms with other statistics "
+            f"than training dataset version {report.get('training_dataset_version')} recorded (init_serving with "
+            "the version the model was trained on)" if skew else "\nrepair the online side with: hopsml fs sync GROUP"))
     return "\n".join(lines)
 
 
@@ -130,7 +147,7 @@ def _typed(text: str) -> Any:
 
 def insert(store: FeatureStore, name: str, path: str, version: int | None, primary_key: str | None,
            event_time: str | None, description: str, delimiter: str = ",", skip_rows: int = 0,
-           columns: list[str] | None = None, row_number: str | None = None) -> str:
+           columns: list[str] | None = None, row_number: str | None = None, duplicate_keys: str = "last") -> str:
     keys = [k.strip() for k in primary_key.split(",") if k.strip()] if primary_key else []
     group = store.get_or_create_feature_group(name, version, description=description, primary_key=keys,
                                               event_time=event_time)
@@ -144,7 +161,8 @@ def insert(store: FeatureStore, name: str, path: str, version: int | None, prima
         if row_number.lower() in (c.lower() for c in table.column_names):
             raise FeatureStoreError(f"--row-number {row_number!r}: {path} has a column of that name already")
         table = table.append_column(row_number, pa.array(range(table.num_rows), pa.int64()))
-    commit = group.commit(table)[0]
+    commit = group.commit(table, duplicates=frames.duplicates_policy({"duplicate_keys": duplicate_keys},
+                                                                     group.key))[0]
     return (f"inserted {table.num_rows} rows of {path} into feature group {group.key!r}: commit {commit.version}, "
             f"{commit.inserted} new, {commit.updated} updated"
             + (f", new columns {', '.join(commit.added_columns)}" if commit.added_columns else ""))

@@ -1,7 +1,8 @@
 """What an insert is given (a pandas, Polars or PySpark DataFrame, an Arrow table, a CSV or Parquet file) made
 into one Arrow table with the group's names and types, and refused, naming the column and a sample value,
-when it cannot be a batch of the group: a missing or null key or event time, a key repeated in the batch,
-an event time that is not a time, a column whose type differs from the group's.
+when it cannot be a batch of the group: a missing or null key or event time, an event time that is not a time, a
+column whose type differs from the group's. A key the batch repeats keeps its last row, as Hopsworks' upsert does
+(or refuses the batch with the write option duplicate_keys='refuse').
 
 Feature names are lower case, as Hopsworks stores them: `primary_key=["Customer_ID"]` names the DataFrame's
 column as it is spelt there, and the group's feature is `customer_id`. Event times are stored as UTC
@@ -11,13 +12,16 @@ or int64 epoch milliseconds, which Hopsworks accepts too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 EVENT_TIME_TYPE = "timestamp[us, tz=UTC]"
 
@@ -109,11 +113,28 @@ def event_times(table: pa.Table, column: str) -> pa.Table:
     return table.set_column(table.column_names.index(column), column, converted)
 
 
-def check_batch(table: pa.Table, primary_key: Sequence[str], event_time: str | None, group: str) -> None:
-    """Refuse a batch that cannot be inserted: a missing key or time column, a null in one, a repeated key."""
+KEEP_LAST, REFUSE = "last", "refuse"   # what an insert does with a key its batch repeats (write option duplicate_keys)
+
+
+def duplicates_policy(write_options: Mapping[str, Any] | None, group: str) -> str:
+    """The `duplicate_keys` write option: 'last' (the default: one row per key, the batch's last, as Hopsworks'
+    upsert keeps) or 'refuse' (the batch is refused, naming a repeated key)."""
+    chosen = str((write_options or {}).get("duplicate_keys", KEEP_LAST)).lower()
+    if chosen not in (KEEP_LAST, REFUSE):
+        raise FeatureStoreError(f"feature group {group!r}: write option duplicate_keys={chosen!r}: give 'last' (keep "
+                                "the batch's last row per key) or 'refuse' (refuse a batch that repeats a key)")
+    return chosen
+
+
+def check_batch(table: pa.Table, primary_key: Sequence[str], event_time: str | None, group: str,
+                duplicates: str = KEEP_LAST) -> pa.Table:
+    """The batch as it can be inserted: refused for a missing key or time column or a null in one; a (primary key,
+    event time) it holds more than once keeps its last row (logged with the count), or is refused with
+    `duplicates='refuse'`."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    needed = [*primary_key, *([event_time] if event_time else [])]
+    needed = list(dict.fromkeys([*primary_key, *([event_time] if event_time else [])]))   # the time may be a key
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise FeatureStoreError(f"feature group {group!r}: the batch has no column {missing[0]!r} (its columns: "
@@ -126,14 +147,26 @@ def check_batch(table: pa.Table, primary_key: Sequence[str], event_time: str | N
                                     f"{pc.sum(nulls).as_py()} rows (e.g. row {pc.indices_nonzero(nulls)[0].as_py()}); "
                                     "every row needs one")
     if table.num_rows == 0:
-        return
-    counts = table.group_by(needed).aggregate([([], "count_all")])
+        return table
+    row = "__hopsml_row"
+    numbered = table.select(needed).append_column(row, pa.array(range(table.num_rows), pa.int64()))
+    counts = numbered.group_by(needed, use_threads=False).aggregate([([], "count_all"), (row, "max")])
     repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
-    if repeated.num_rows:
-        first = {c: repeated.column(c)[0].as_py() for c in needed}
+    if not repeated.num_rows:
+        return table
+    first = {c: repeated.column(c)[0].as_py() for c in needed}
+    what = "(primary key, event time)" if event_time else "primary key"
+    if duplicates == REFUSE:
         raise FeatureStoreError(f"feature group {group!r}: {repeated.num_rows} keys appear more than once in the "
-                                f"batch, e.g. {first} ({repeated.column('count_all')[0].as_py()} rows); a batch may "
-                                "hold each (primary key, event time) once")
+                                f"batch, e.g. {first} ({repeated.column('count_all')[0].as_py()} rows); the write "
+                                f"option duplicate_keys='refuse' allows each {what} once (leave it out to keep "
+                                "the last row of each)")
+    extra = pc.sum(repeated.column("count_all")).as_py() - repeated.num_rows
+    log.warning("feature group %s: %d keys appear more than once in the batch (e.g. %s): kept the last row of "
+                "each, %d rows left out, as Hopsworks' upsert does (write_options={'duplicate_keys': 'refuse'} "
+                "refuses such a batch)", group, repeated.num_rows, first, extra)
+    kept = pc.sort_indices(counts.column(f"{row}_max"))
+    return table.take(pc.take(counts.column(f"{row}_max"), kept))
 
 
 def check_partition_key(table: pa.Table, partition_key: Sequence[str], group: str) -> None:

@@ -173,26 +173,46 @@ class FeatureGroup:
         for option in write_options or {}:
             if option in _UNSUPPORTED_WRITE:
                 raise FeatureStoreError(f"write option {option!r}: hopsml has no {_UNSUPPORTED_WRITE[option]}")
+        if storage not in (None, "online", "offline"):
+            raise FeatureStoreError(f"storage={storage!r}: 'online', 'offline' or None (both)")
         if storage == "online":
-            raise FeatureStoreError("storage='online' needs the online store, which comes in the next part of "
-                                    "the feature store; insert without storage= to write the offline table")
+            self._insert_online(features, frames.duplicates_policy(write_options, self.key))
+            return None, None
         if operation not in ("upsert", "insert"):
             raise FeatureStoreError(f"operation {operation!r}: hopsml inserts with 'upsert' (or 'insert')")
         if overwrite:
             raise FeatureStoreError("overwrite=True would drop the group's history; create a new version instead")
         run_validation = bool((validation_options or {}).get("run_validation", True))
+        duplicates = frames.duplicates_policy(write_options, self.key)
         if spark_insert.is_spark(features):
             if not self.table.remote:
-                return None, self.commit_spark(features, validate=run_validation)[1]
+                return None, self.commit_spark(features, validate=run_validation, duplicates=duplicates,
+                                               online=storage != "offline")[1]
             log.info("feature group %s lives under a remote root: the Spark batch is committed from the driver",
                      self.key)
-        return None, self.commit(frames.to_arrow(features), validate=run_validation)[1]
+        return None, self.commit(frames.to_arrow(features), validate=run_validation, duplicates=duplicates,
+                                 online=storage != "offline")[1]
 
-    def commit(self, batch: pa.Table, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:
+    def _insert_online(self, features: Any, duplicates: str) -> None:
+        """storage='online': the batch into the online store only (as hsfs writes it), checked as an insert is;
+        the offline table is not changed."""
+        if not self.online_enabled:
+            raise FeatureStoreError(f"feature group {self.key!r} is not online enabled: storage='online' writes "
+                                    "only the online store (create the group with online_enabled=True)")
+        self._need_primary_key()
+        batch = frames.check_batch(frames.lower_names(frames.to_arrow(features)), self.primary_key, self.event_time,
+                                   self.key, duplicates)
+        if self.event_time:
+            batch = frames.event_times(batch, self.event_time)
+        batch, _ = frames.conform(batch, self.table.schema(), self.key)
+        self.store.online().write(self, batch)
+
+    def commit(self, batch: pa.Table, validate: bool = True, duplicates: str = frames.KEEP_LAST,
+               online: bool = True) -> tuple[Commit, dict[str, Any] | None]:
         """Check, validate and commit one batch: the commit and the validation report (None without a suite)."""
         batch = frames.lower_names(batch)
         self._need_primary_key()
-        frames.check_batch(batch, self.primary_key, self.event_time, self.key)
+        batch = frames.check_batch(batch, self.primary_key, self.event_time, self.key, duplicates)
         if not self.table.exists():
             frames.check_partition_key(batch, self.partition_key, self.key)
         if self.event_time:
@@ -202,25 +222,26 @@ class FeatureGroup:
         with self.store.group_lock(self):
             commit = self.table.commit(batch, added)
             self._committed(commit, batch.schema)
-        if self.online_enabled:
+        if self.online_enabled and online:
             self._write_online(batch, commit)
         if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
             after = batch if commit.version == 0 else self.table.read(commit.version)
             self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
         return commit, report
 
-    def commit_spark(self, frame: Any, validate: bool = True) -> tuple[Commit, dict[str, Any] | None]:
+    def commit_spark(self, frame: Any, validate: bool = True, duplicates: str = frames.KEEP_LAST,
+                     online: bool = True) -> tuple[Commit, dict[str, Any] | None]:
         """A Spark DataFrame's rows committed by Spark's tasks (spark_insert.py); its checks and statistics are
         Spark jobs. Only an expectation suite reads the batch on the driver (the checks run on Arrow)."""
         self._need_primary_key()
         frame, schema, added = spark_insert.prepared(frame, self.primary_key, self.event_time, self.partition_key,
-                                                     self.table.schema(), self.key)
+                                                     self.table.schema(), self.key, duplicates)
         report = self._validated(frame.toArrow() if hasattr(frame, "toArrow") else frames.to_arrow(frame.toPandas())
                                  ) if validate and self._validating else None
         with self.store.group_lock(self):
             commit = spark_insert.write(self.table, frame, schema, added)
             self._committed(commit, schema)
-        if self.online_enabled:   # the newest row per key only reaches the driver, for the online store
+        if self.online_enabled and online:   # the newest row per key only reaches the driver, for the online store
             self._write_online(spark_insert.newest_per_key(frame, self.primary_key, self.event_time), commit)
         if self.statistics_config["enabled"]:
             after = self.table.spark(frame.sparkSession, commit.version)
@@ -322,8 +343,14 @@ class FeatureGroup:
 
     def read(self, wallclock_time: Any = None, online: bool = False, dataframe_type: str = "default",
              read_options: dict[str, Any] | None = None) -> Any:
-        """The group's rows (as of `wallclock_time`: the newest commit at or before it)."""
+        """The group's rows (as of `wallclock_time`: the newest commit at or before it); with `online`, the
+        online store's rows (its newest per key), as hsfs reads them."""
         self._check_saved()
+        if online:
+            if wallclock_time is not None:
+                raise FeatureStoreError(f"feature group {self.key!r}: the online store holds only the newest row per "
+                                        "key; read(wallclock_time=...) reads the offline table as it was")
+            return self.select_all().read(True, dataframe_type, read_options)
         return self.select_all().as_of(wallclock_time).read(online, dataframe_type, read_options)
 
     def show(self, n: int, online: bool = False) -> Any:

@@ -154,6 +154,31 @@ class OnlineStore:
         return Reader(self, table, list(group.primary_key), schema,
                       [f.name for f in schema] if names is None else list(names), present)
 
+    def rows(self, group: Any, schema: pa.Schema) -> pa.Table:
+        """Every row the group's table holds (its newest per key), in the offline types of `schema`; no rows when
+        it has no table yet. What `fg.read(online=True)` answers."""
+        import pyarrow as pa
+
+        table = table_name(group)
+        cursor = self.connection().cursor()
+        try:
+            if table not in self._tables(cursor):
+                return schema.empty_table()
+            present = set(self._columns(cursor, table))
+            names = [f.name for f in schema if f.name in present]
+            cursor.execute(f"SELECT {', '.join(self._q(n) for n in names)} FROM {self._q(table)}")
+            fetched = cursor.fetchall()
+        finally:
+            cursor.close()
+        columns = []
+        for at, name in enumerate(names):
+            load = _loader(schema.field(name).type)
+            values = [row[at] for row in fetched]
+            if load is not None:
+                values = [None if v is None else load(v) for v in values]
+            columns.append(pa.array(values, schema.field(name).type))
+        return pa.table(columns, schema=pa.schema([schema.field(n) for n in names]))
+
     def count(self, group: Any) -> int | None:
         """Rows in the group's table (None: it has none yet)."""
         table = table_name(group)
@@ -453,6 +478,38 @@ def newest_per_key(table: pa.Table, keys: Sequence[str], event_time: str | None)
     first = ranked.group_by(list(keys), use_threads=False).aggregate([("__row", "first")])
     kept = pc.is_in(ranked.column("__row"), value_set=first.column("__row_first"))
     return ranked.filter(kept).drop_columns(["__row"])
+
+
+def read_query(query: Any, dataframe_type: str = "default") -> Any:
+    """A query's rows from the online store (`read(online=True)`): the selected features of its group's online
+    rows, the newest per key. A query with joins or filters is refused: its online answer is the view's feature
+    vectors (`fv.get_feature_vectors`)."""
+    group = query.left
+    if query.joins or query.filters or query.wallclock is not None:
+        raise FeatureStoreError(f"feature group {group.key!r}: read(online=True) reads one group's online rows; "
+                                "a query with joins, filters or as_of is read offline (online=False), or as feature "
+                                "vectors of a view (fv.get_feature_vectors)")
+    if not group.online_enabled:
+        raise FeatureStoreError(f"feature group {group.key!r} is not online enabled, so it has no online rows; "
+                                "read(online=False) reads its offline table")
+    schema = group.table.schema()
+    if schema is None:
+        raise FeatureStoreError(f"feature group {group.key!r} has no data yet: insert a DataFrame first")
+    table = group.store.online().rows(group, schema).select(list(query.features))
+    kind = dataframe_type.lower()
+    if kind in ("default", "pandas"):
+        return table.to_pandas()
+    if kind == "polars":
+        import polars as pl
+
+        return pl.from_arrow(table)
+    if kind in ("pyarrow", "arrow"):
+        return table
+    if kind in ("numpy", "python"):
+        frame = table.to_pandas()
+        return frame.to_numpy() if kind == "numpy" else frame.values.tolist()
+    raise FeatureStoreError(f"dataframe_type {dataframe_type!r}: 'default', 'pandas', 'polars', 'pyarrow', 'numpy' "
+                            "or 'python' (a Spark frame of online rows: read them offline)")
 
 
 def table_name(group: Any) -> str:

@@ -213,9 +213,10 @@ class Query:
              ) -> Any:
         """The query's rows: a pandas DataFrame (or Spark's with read_options={'engine': 'spark'} or
         dataframe_type='spark')."""
-        if online:
-            raise FeatureStoreError("online reads come with the online store (read(online=False) reads the "
-                                    "offline tables)")
+        if online:   # the online store's rows of one group (online.py)
+            from hopsml.featurestore.online import read_query
+
+            return read_query(self, dataframe_type)
         return self.left.store.run_query(self, dataframe_type=dataframe_type, read_options=read_options)
 
     def show(self, n: int = 20, online: bool = False) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import time
@@ -29,6 +30,8 @@ from hopsml.featurestore.table import Commit, GroupTable
 if TYPE_CHECKING:
     import pyarrow as pa
 
+log = logging.getLogger(__name__)
+
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
@@ -37,9 +40,11 @@ def is_spark(data: Any) -> bool:
 
 
 def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, partition_key: Sequence[str],
-             schema: pa.Schema | None, group: str) -> tuple[Any, pa.Schema, list[str]]:
+             schema: pa.Schema | None, group: str, duplicates: str = frames.KEEP_LAST
+             ) -> tuple[Any, pa.Schema, list[str]]:
     """The batch checked and in the group's schema (`schema`, None before the first insert), as frames.py checks
-    an Arrow batch, by Spark jobs: (the frame, its Arrow schema, the columns it adds)."""
+    an Arrow batch, by Spark jobs: (the frame, its Arrow schema, the columns it adds). A key the batch repeats
+    keeps its last row in the frame's order (or refuses the batch with duplicates='refuse')."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type
@@ -63,9 +68,21 @@ def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, par
     if found["__repeated"]:
         first = per_key.where("count > 1").limit(1).collect()[0]
         shown = {c: first[c] for c in needed}
-        raise FeatureStoreError(f"feature group {group!r}: {found['__repeated']} keys appear more than once in the "
-                                f"batch, e.g. {shown} ({first['count']} rows); a batch may hold each (primary "
-                                "key, event time) once")
+        what = "(primary key, event time)" if event_time else "primary key"
+        if duplicates == frames.REFUSE:
+            raise FeatureStoreError(f"feature group {group!r}: {found['__repeated']} keys appear more than once in "
+                                    f"the batch, e.g. {shown} ({first['count']} rows); the write option "
+                                    f"duplicate_keys='refuse' allows each {what} once (leave it out to keep the "
+                                    "last row of each)")
+        from pyspark.sql import Window
+
+        log.warning("feature group %s: %d keys appear more than once in the batch (e.g. %s): kept the last row of "
+                    "each, as Hopsworks' upsert does (write_options={'duplicate_keys': 'refuse'} refuses such a "
+                    "batch)", group, found["__repeated"], shown)
+        last = Window.partitionBy(*[F.col(f"`{c}`") for c in needed]).orderBy(F.col("__hopsml_row").desc())
+        frame = (frame.withColumn("__hopsml_row", F.monotonically_increasing_id())
+                 .withColumn("__hopsml_rank", F.row_number().over(last))
+                 .where("__hopsml_rank = 1").drop("__hopsml_rank", "__hopsml_row"))
     if event_time:
         frame = frame.withColumn(event_time, _event_time(frame, event_time, group))
     given = _arrow_schema(frame.schema)

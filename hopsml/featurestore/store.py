@@ -375,11 +375,14 @@ _NOT_HERE = {"stream": "stream feature groups (Kafka)", "embedding_index": "vect
 _LATER = {"features": "a schema given before the first insert (insert a DataFrame: its columns are the schema)",
           "transformation_functions": "on-demand transformation functions on feature groups (give them to the "
           "feature view)"}
-_ACCEPTED = {"time_travel_format", "hudi_precombine_key", "parents", "path", "expectation_suite", "ttl"}
+_ACCEPTED = {"time_travel_format", "hudi_precombine_key", "parents", "path", "expectation_suite", "ttl",
+             "foreign_key"}   # foreign_key: hsfs keeps it as metadata for joins; a join here names its keys itself
 
 
 def _check_options(options: dict[str, Any]) -> None:
     for key, value in options.items():
+        if value is None and (key in _NOT_HERE or key in _LATER or key in _ACCEPTED):
+            continue   # the SDK's default: nothing asked for
         if key in _NOT_HERE and value:
             raise FeatureStoreError(f"{key}={value!r}: hopsml has no {_NOT_HERE[key]}")
         if key in _LATER and value:

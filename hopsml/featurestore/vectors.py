@@ -1,8 +1,8 @@
 """Feature vectors at serving time, as hsfs's `get_feature_vector(s)` gives them: for each entry (the serving
 keys: the left group's primary key, and the keys each joined group is joined on), each group's newest online row
-of that key, in the columns the view's training data has (labels, and the left group's key and event time, left
-out), passed-in features overriding stored ones, transformed with the statistics fitted on the serving training
-dataset version. One lookup per group for a whole batch of entries.
+of that key, in the columns the view's features have (labels and helper columns left out; a key or event time the
+query selects is a feature, the key's value the entry's), passed-in features overriding stored ones, transformed
+with the statistics fitted on the serving training dataset version. One lookup per group for a whole batch of entries.
 
 A view keeps a `Plan` while it serves: its columns and groups worked out once, each group's offline schema and a
 reader of its online table (one statement per lookup, which SQLite keeps prepared; online.py says when a reader
@@ -12,7 +12,10 @@ user transformation function, a time or a mixed column) gives the same answer; t
 
 `check` compares the online side with the offline one: for sampled keys, the vector built from the online rows
 against the vector built from the offline tables as they are now (each group's newest row per key with an event
-time at or before now), untransformed and transformed, mismatches counted per feature.
+time at or before now), untransformed and transformed, mismatches counted per feature. The transformed sides are
+made apart: the online one with the serving's functions, the offline one rebuilt from the training dataset
+version's recorded statistics, so statistics the serving holds that differ from the record (a transformation
+skew) show as mismatches.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ def serving_keys(view: Any) -> list[str]:
 
 
 def columns(view: Any) -> list[str]:
-    """A vector's columns before transformation: what the view's training features are (no helper columns)."""
-    left = view.query.left
-    hidden = {*left.primary_key, *([left.event_time] if left.event_time else []), *view.helper_columns}
+    """A vector's columns before transformation, as hsfs's vector server has them: the view's features but its
+    labels and helper columns (a primary key or event time the query selects is among them)."""
+    hidden = set(view.helper_columns)
     return [c for c in view.features if c not in view.labels and c not in hidden]
 
 
@@ -74,8 +77,14 @@ class Plan:
         self.wanted = list(wanted) if wanted is not None else columns(view)
         self.position = {c: i for i, c in enumerate(self.wanted)}
         sources = view.query.column_sources()
+        left = view.query.left
+        # the left group's key columns in the vector: the entry names their values, no lookup needed
+        self.from_entry = [(self.position[c], f) for c, source, f in sources
+                           if source is left and f in left.primary_key and c in self.position]
+        given = {f for _, f in self.from_entry}
         self.groups = [_GroupPlan(group, keys, names, [(c, f) for c, source, f in sources
-                                                       if source is group and c in self.position], self.position)
+                                                       if source is group and c in self.position
+                                                       and not (source is left and f in given)], self.position)
                        for group, keys, names in _plans(view)]
         self._store: Any = None
 
@@ -125,6 +134,10 @@ class Plan:
                 else:
                     for at, value in zip(positions, row):
                         vector[at] = value
+        for at, name in self.from_entry:
+            for vector, entry in zip(out, entries):
+                if name in entry:
+                    vector[at] = entry[name]
         if given:
             position = self.position
             for vector, values in zip(out, passed_rows):
@@ -338,9 +351,18 @@ def offline_rows_of(now: dt.datetime) -> Any:
     return rows_of
 
 
-def check(view: Any, sample: int = 100, seed: int | None = None, now: dt.datetime | None = None) -> dict[str, Any]:
+def check(view: Any, sample: int = 100, seed: int | None = None, now: dt.datetime | None = None,
+          training_dataset_version: int | None = None) -> dict[str, Any]:
     """Online against offline for up to `sample` entries drawn from the left group's keys: per feature, how many
-    vectors differ (untransformed, and transformed with the serving version's statistics), with examples."""
+    vectors differ, untransformed and transformed, with examples. The two transformed sides are made apart, so a
+    transformation skew shows: the online one as the serving transforms (the view's serving functions, on
+    pandas), the offline one rebuilt from the statistics recorded with `training_dataset_version` (the newest
+    when None), read from its record now, on plain values (`transformations.row_steps`; pandas for a
+    user function)."""
+    import pandas as pd
+
+    from hopsml.featurestore.transformations import TransformationFunction, apply_all, row_steps
+
     now = now or dt.datetime.now(dt.timezone.utc)
     left = view.query.left
     names = serving_keys(view)
@@ -354,29 +376,64 @@ def check(view: Any, sample: int = 100, seed: int | None = None, now: dt.datetim
     def online_rows_of(group: Any, keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         return (from_online if group.online_enabled else from_offline)(group, keys)   # offline-only: the same
 
-    online = vectors(view, chosen, None, allow_missing=True, rows_of=online_rows_of) if chosen else None
-    offline = vectors(view, chosen, None, allow_missing=True, rows_of=from_offline) if chosen else None
+    plan = Plan(view)
     report: dict[str, Any] = {"view": view.key, "checked": len(chosen), "at": now.isoformat(), "features": {},
                               "transformed": {}, "examples": []}
-    if online is None or offline is None:
+    if not chosen:
         return {**report, "mismatches": 0}
-    functions = view.serving_functions()
+    online_rows = plan.fetch(chosen, None, True, online_rows_of)
+    offline_rows = plan.fetch(chosen, None, True, from_offline)
+    online, offline = (pd.DataFrame(rows, columns=plan.wanted) for rows in (online_rows, offline_rows))
     pairs = [("features", online, offline)]
-    if functions:
-        from hopsml.featurestore.transformations import apply_all
-
-        pairs.append(("transformed", apply_all(online.copy(), functions), apply_all(offline.copy(), functions)))
+    serving = view.serving_functions()
+    if serving or view._transformations:
+        version = training_dataset_version
+        if version is None:   # not the serving's own: the reference must not come from the side it checks
+            versions = view.store.training_dataset_versions(view)
+            version = versions[-1] if versions else None
+        if version is None:
+            raise FeatureStoreError(f"feature view {view.key!r} has no training dataset: its transformed vectors "
+                                    "have no statistics to be checked against")
+        report["training_dataset_version"] = int(version)
+        record = view.store.read_training_dataset(view, int(version))
+        recorded = [TransformationFunction.from_dict(f) for f in record.get("transformation_functions", [])]
+        pairs.append(("transformed", apply_all(online.copy(), serving), _rebuilt(plan.wanted, offline_rows,
+                                                                                   offline, recorded, row_steps)))
     for kind, got, want in pairs:
-        for column in want.columns:
+        for column in dict.fromkeys([*want.columns, *got.columns]):
+            if column not in want.columns or column not in got.columns:
+                report[kind][column] = len(chosen)   # a column one side has and the other lacks: all differ
+                continue
             differs = [i for i in range(len(want)) if not _same(got[column].iloc[i], want[column].iloc[i])]
             report[kind][column] = len(differs)
             for i in differs[:3]:
-                if kind == "features":
-                    report["examples"].append({"entry": _plain(chosen[i]), "feature": column,
-                                               "online": _plain(got[column].iloc[i]),
-                                               "offline": _plain(want[column].iloc[i])})
+                report["examples"].append({"entry": _plain(chosen[i]), "feature": column,
+                                           "online": _plain(got[column].iloc[i]),
+                                           "offline": _plain(want[column].iloc[i]),
+                                           **({"transformed": True} if kind == "transformed" else {})})
     report["mismatches"] = sum(report["features"].values()) + sum(report["transformed"].values())
     return report
+
+
+def _rebuilt(wanted: Sequence[str], rows: list[list[Any]], frame: pd.DataFrame, functions: Sequence[Any],
+             row_steps: Any) -> pd.DataFrame:
+    """The offline vectors transformed with `functions` (a training dataset's recorded ones) on plain values, as
+    the steps compute them from the statistics; on pandas where only pandas can (a user function, a time)."""
+    import pandas as pd
+
+    from hopsml.featurestore.transformations import apply_all
+
+    steps = row_steps(functions)
+    made = shaped(wanted, rows, steps, "list", single=False, logged=False) if steps is not None else None
+    if made is None:
+        return apply_all(frame.copy(), functions)
+    names: dict[str, None] = dict.fromkeys(wanted)
+    for step in steps:
+        for dropped in step.function.drop:
+            names.pop(dropped, None)
+        for name in step.names:
+            names[name] = None
+    return pd.DataFrame(made[0], columns=list(names))
 
 
 def _same(a: Any, b: Any) -> bool:

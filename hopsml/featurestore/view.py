@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SPLITS = ("train", "validation", "test")
+_HIDDEN = "__hopsml_hidden__"   # a left key or event time the query does not select, while a frame is being made
+
+
+def qualified_name(project: str, group: Any, column: str) -> str:
+    """hsfs's name of a group's column the view's query does not select (`<project>_<group>_<version>_<column>`),
+    as `primary_key=True` / `event_time=True` add it."""
+    return f"{project}_{group.name}_{group.version}_{column}"
 
 
 class FeatureView:
@@ -108,64 +115,95 @@ class FeatureView:
         return self.query
 
     # --- training data ----------------------------------------------------------------------------------
+    # Which columns come back follows hsfs 4 (feature_view_engine): every feature the query selects, a primary key
+    # or event time among them too; the left group's key and event time it does not select only with
+    # primary_key=True / event_time=True; training helper columns only with training_helper_columns=True; never
+    # the inference helper columns. hsfs's `primary_keys=` spelling is taken as `primary_key=`.
     def training_data(self, start_time: Any = None, end_time: Any = None, description: str = "",
-                      read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                      event_time: bool = False, dataframe_type: str = "default",
-                      training_helper_columns: bool = False, **_: Any
+                      extra_filter: Any = None, statistics_config: Any = None,
+                      read_options: dict[str, Any] | None = None, spine: Any = None, primary_key: bool = False,
+                      event_time: bool = False, training_helper_columns: bool = False,
+                      dataframe_type: str = "default", transformation_context: Any = None, **kwargs: Any
                       ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         """(features, labels) of the whole window, as a new training dataset version."""
-        frames = self._new_version({"type": "none"}, start_time, end_time, description, read_options)[1]
-        return self._shaped(frames["train"], primary_key, event_time, dataframe_type, training_helper_columns)
+        self._supported(spine, transformation_context)
+        frames = self._new_version({"type": "none"}, start_time, end_time, description, read_options,
+                                   extra_filter)[1]
+        return self._shaped(frames["train"], _flag(primary_key, kwargs), event_time, dataframe_type,
+                            training_helper_columns)
 
     def train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
-                         test_start: Any = "", test_end: Any = "", description: str = "", seed: int | None = None,
-                         read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                         event_time: bool = False, dataframe_type: str = "default",
-                         training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
+                         test_start: Any = "", test_end: Any = "", description: str = "", extra_filter: Any = None,
+                         statistics_config: Any = None, read_options: dict[str, Any] | None = None,
+                         spine: Any = None, primary_key: bool = False, event_time: bool = False,
+                         training_helper_columns: bool = False, dataframe_type: str = "default",
+                         transformation_context: Any = None, seed: int | None = None, **kwargs: Any
+                         ) -> tuple[Any, ...]:
         """X_train, X_test, y_train, y_test: split at random (`test_size`, `seed`) or by event time ranges."""
+        self._supported(spine, transformation_context)
         split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
                             {"test": test_size}, seed)
-        frames = self._new_version(split, None, None, description, read_options)[1]
-        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type,
+        frames = self._new_version(split, None, None, description, read_options, extra_filter)[1]
+        return self._split_out(frames, ("train", "test"), _flag(primary_key, kwargs), event_time, dataframe_type,
                                training_helper_columns)
 
     def train_validation_test_split(self, validation_size: float | None = None, test_size: float | None = None,
                                     train_start: Any = "", train_end: Any = "", validation_start: Any = "",
                                     validation_end: Any = "", test_start: Any = "", test_end: Any = "",
-                                    description: str = "", seed: int | None = None,
-                                    read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                                    event_time: bool = False, dataframe_type: str = "default",
-                                    training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
+                                    description: str = "", extra_filter: Any = None, statistics_config: Any = None,
+                                    read_options: dict[str, Any] | None = None, spine: Any = None,
+                                    primary_key: bool = False, event_time: bool = False,
+                                    training_helper_columns: bool = False, dataframe_type: str = "default",
+                                    transformation_context: Any = None, seed: int | None = None, **kwargs: Any
+                                    ) -> tuple[Any, ...]:
         """X_train, X_val, X_test, y_train, y_val, y_test."""
+        self._supported(spine, transformation_context)
         split = _split_spec({"train": (train_start, train_end), "validation": (validation_start, validation_end),
                              "test": (test_start, test_end)}, {"validation": validation_size, "test": test_size}, seed)
-        frames = self._new_version(split, None, None, description, read_options)[1]
-        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type,
-                               training_helper_columns)
+        frames = self._new_version(split, None, None, description, read_options, extra_filter)[1]
+        return self._split_out(frames, ("train", "validation", "test"), _flag(primary_key, kwargs), event_time,
+                               dataframe_type, training_helper_columns)
 
     def get_training_data(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
-                          primary_key: bool = False, event_time: bool = False, dataframe_type: str = "default",
-                          training_helper_columns: bool = False, **_: Any) -> tuple[Any, Any]:
+                          primary_key: bool = False, event_time: bool = False,
+                          training_helper_columns: bool = False, dataframe_type: str = "default",
+                          transformation_context: Any = None, **kwargs: Any) -> tuple[Any, Any]:
+        self._supported(None, transformation_context)
         frames = self._read_version(training_dataset_version, read_options)
-        return self._shaped(frames["train"], primary_key, event_time, dataframe_type, training_helper_columns)
+        return self._shaped(frames["train"], _flag(primary_key, kwargs), event_time, dataframe_type,
+                            training_helper_columns)
 
     def get_train_test_split(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
-                             primary_key: bool = False, event_time: bool = False, dataframe_type: str = "default",
-                             training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
+                             primary_key: bool = False, event_time: bool = False,
+                             training_helper_columns: bool = False, dataframe_type: str = "default",
+                             transformation_context: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+        self._supported(None, transformation_context)
         frames = self._read_version(training_dataset_version, read_options)
-        return self._split_out(frames, ("train", "test"), primary_key, event_time, dataframe_type,
+        return self._split_out(frames, ("train", "test"), _flag(primary_key, kwargs), event_time, dataframe_type,
                                training_helper_columns)
 
     def get_train_validation_test_split(self, training_dataset_version: int,
                                         read_options: dict[str, Any] | None = None, primary_key: bool = False,
-                                        event_time: bool = False, dataframe_type: str = "default",
-                                        training_helper_columns: bool = False, **_: Any) -> tuple[Any, ...]:
+                                        event_time: bool = False, training_helper_columns: bool = False,
+                                        dataframe_type: str = "default", transformation_context: Any = None,
+                                        **kwargs: Any) -> tuple[Any, ...]:
+        self._supported(None, transformation_context)
         frames = self._read_version(training_dataset_version, read_options)
-        return self._split_out(frames, ("train", "validation", "test"), primary_key, event_time, dataframe_type,
-                               training_helper_columns)
+        return self._split_out(frames, ("train", "validation", "test"), _flag(primary_key, kwargs), event_time,
+                               dataframe_type, training_helper_columns)
 
     def get_training_datasets(self) -> list[dict[str, Any]]:
         return [self.store.read_training_dataset(self, v) for v in self.store.training_dataset_versions(self)]
+
+    def _supported(self, spine: Any, transformation_context: Any) -> None:
+        """Refuse what hsfs would use and hopsml cannot, rather than answer without it."""
+        if spine is not None:
+            raise FeatureStoreError(f"feature view {self.key!r}: spine=... (a spine group or DataFrame on the left of "
+                                    "the join) is not offered by hopsml; insert the label rows into a feature group "
+                                    "and make it the left group of the view's query")
+        if transformation_context is not None:
+            raise FeatureStoreError(f"feature view {self.key!r}: transformation_context=... is not offered by hopsml "
+                                    "(its transformation functions take features and statistics only)")
 
     # --- batch scoring ----------------------------------------------------------------------------------
     def init_batch_scoring(self, training_dataset_version: int | None = None) -> None:
@@ -181,10 +219,14 @@ class FeatureView:
         self._scoring = chosen
 
     def get_batch_data(self, start_time: Any = None, end_time: Any = None, read_options: dict[str, Any] | None = None,
-                       primary_key: bool = False, event_time: bool = False, transformed: bool = True,
-                       dataframe_type: str = "default", inference_helpers: bool = False, **_: Any) -> Any:
-        """The view's features (no labels) for the window, transformed as its training data was; with its
-        inference helper columns when `inference_helpers`."""
+                       spine: Any = None, primary_key: bool = False, event_time: bool = False,
+                       inference_helper_columns: bool = False, dataframe_type: str = "default",
+                       transformed: bool = True, transformation_context: Any = None, **kwargs: Any) -> Any:
+        """The view's features (no labels) for the window, transformed as its training data was. As hsfs: with the
+        inference helper columns when `inference_helper_columns` (hopsml's older `inference_helpers=` too) or
+        when not `transformed`; never the training helper columns."""
+        self._supported(spine, transformation_context)
+        helpers_wanted = bool(inference_helper_columns or kwargs.get("inference_helpers") or not transformed)
         frame = self._rows(self.query, start_time, end_time, read_options)
         if transformed and self._transformations:
             if self._scoring is None:
@@ -192,45 +234,74 @@ class FeatureView:
             for function in self._fitted(self._scoring or 0):
                 frame = function.apply(frame)
         frame = frame.drop(columns=[c for c in self.labels if c in frame.columns])
-        kept = self.inference_helper_columns if inference_helpers else ()
-        return _as(self._visible(frame, primary_key, event_time, kept), dataframe_type)
+        kept = self.inference_helper_columns if helpers_wanted else ()
+        return _as(self._visible(frame, _flag(primary_key, kwargs), event_time, kept), dataframe_type)
 
     def delete(self) -> None:
         self.store.delete_view(self)
 
-    # --- what is not here yet: a clear error instead of an AttributeError ------------------------------
-    def _not_yet(self, what: str, instead: str) -> FeatureStoreError:
-        return FeatureStoreError(f"feature view {self.key!r}: {what} is not in hopsml yet; {instead}")
-
-    def create_training_data(self, start_time: Any = None, end_time: Any = None, description: str = "",
+    # --- written out: a prepared dataset per training dataset version (materialize.py) ---------------------
+    def create_training_data(self, start_time: Any = "", end_time: Any = "", storage_connector: Any = None,
+                             location: str = "", description: str = "", extra_filter: Any = None,
+                             data_format: str = "parquet", coalesce: bool = False, seed: int | None = None,
+                             statistics_config: Any = None, write_options: dict[str, Any] | None = None,
+                             spine: Any = None, transformation_context: Any = None, *,
                              read_options: dict[str, Any] | None = None, primary_key: bool = False,
                              event_time: bool = False, shards: int | None = None,
-                             training_helper_columns: bool = False, **_: Any) -> tuple[int, None]:
-        """Write the training data out as a prepared dataset (`materialize.py`); returns (version, None: no job)."""
-        return self._materialized({"type": "none"}, start_time, end_time, description, read_options, primary_key,
-                                  event_time, shards, training_helper_columns)
+                             training_helper_columns: bool = False, **kwargs: Any) -> tuple[int, None]:
+        """Write the training data out as a prepared dataset (`materialize.py`); returns (version, None: no job).
+        hsfs's storage_connector, location, data_format and coalesce have no meaning here (one format, in the
+        project) and are refused when given."""
+        self._written_where(storage_connector, location)
+        self._supported(spine, transformation_context)
+        return self._materialized({"type": "none"}, start_time, end_time, description, read_options,
+                                  _flag(primary_key, kwargs), event_time, shards, training_helper_columns,
+                                  extra_filter)
 
     def create_train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
-                                test_start: Any = "", test_end: Any = "", description: str = "",
-                                seed: int | None = None, read_options: dict[str, Any] | None = None,
-                                primary_key: bool = False, event_time: bool = False, shards: int | None = None,
-                                training_helper_columns: bool = False, **_: Any) -> tuple[int, None]:
+                                test_start: Any = "", test_end: Any = "", storage_connector: Any = None,
+                                location: str = "", description: str = "", extra_filter: Any = None,
+                                data_format: str = "parquet", coalesce: bool = False, seed: int | None = None,
+                                statistics_config: Any = None, write_options: dict[str, Any] | None = None,
+                                spine: Any = None, transformation_context: Any = None, *,
+                                read_options: dict[str, Any] | None = None, primary_key: bool = False,
+                                event_time: bool = False, shards: int | None = None,
+                                training_helper_columns: bool = False, **kwargs: Any) -> tuple[int, None]:
         """train_test_split's rows written out as a prepared dataset with splits 'train' and 'test'."""
+        self._written_where(storage_connector, location)
+        self._supported(spine, transformation_context)
         split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
                             {"test": test_size}, seed)
-        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards,
-                                  training_helper_columns)
+        return self._materialized(split, None, None, description, read_options, _flag(primary_key, kwargs),
+                                  event_time, shards, training_helper_columns, extra_filter)
 
     def create_train_validation_test_split(self, validation_size: float | None = None,
-                                           test_size: float | None = None, description: str = "",
-                                           seed: int | None = None, read_options: dict[str, Any] | None = None,
-                                           primary_key: bool = False, event_time: bool = False,
-                                           shards: int | None = None, training_helper_columns: bool = False,
-                                           **_: Any) -> tuple[int, None]:
-        split = _split_spec({"train": ("", ""), "validation": ("", ""), "test": ("", "")},
-                            {"validation": validation_size, "test": test_size}, seed)
-        return self._materialized(split, None, None, description, read_options, primary_key, event_time, shards,
-                                  training_helper_columns)
+                                           test_size: float | None = None, train_start: Any = "",
+                                           train_end: Any = "", validation_start: Any = "",
+                                           validation_end: Any = "", test_start: Any = "", test_end: Any = "",
+                                           storage_connector: Any = None, location: str = "",
+                                           description: str = "", extra_filter: Any = None,
+                                           data_format: str = "parquet", coalesce: bool = False,
+                                           seed: int | None = None, statistics_config: Any = None,
+                                           write_options: dict[str, Any] | None = None, spine: Any = None,
+                                           transformation_context: Any = None, *,
+                                           read_options: dict[str, Any] | None = None, primary_key: bool = False,
+                                           event_time: bool = False, shards: int | None = None,
+                                           training_helper_columns: bool = False, **kwargs: Any
+                                           ) -> tuple[int, None]:
+        """train_validation_test_split's rows written out, with splits 'train', 'validation' and 'test'."""
+        self._written_where(storage_connector, location)
+        self._supported(spine, transformation_context)
+        split = _split_spec({"train": (train_start, train_end), "validation": (validation_start, validation_end),
+                             "test": (test_start, test_end)}, {"validation": validation_size, "test": test_size}, seed)
+        return self._materialized(split, None, None, description, read_options, _flag(primary_key, kwargs),
+                                  event_time, shards, training_helper_columns, extra_filter)
+
+    def _written_where(self, storage_connector: Any, location: str) -> None:
+        if storage_connector is not None or location:
+            raise FeatureStoreError(f"feature view {self.key!r}: storage_connector=/location= are not offered by "
+                                    "hopsml: a created training dataset is a prepared dataset in the project's "
+                                    "Datasets/ (fv.training_dataset_name(version) names it)")
 
     def training_dataset_name(self, training_dataset_version: int) -> str:
         """The prepared dataset a created training dataset version was written to (`hopsml.data.reader(name)`)."""
@@ -243,19 +314,22 @@ class FeatureView:
 
     def _materialized(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
                       read_options: dict[str, Any] | None, primary_key: bool, event_time: bool,
-                      shards: int | None, training_helpers: bool) -> tuple[int, None]:
+                      shards: int | None, training_helpers: bool, extra_filter: Any = None) -> tuple[int, None]:
         from hopsml.featurestore import materialize
 
         upcoming = (self.store.training_dataset_versions(self) or [0])[-1] + 1
         name = materialize.dataset_name(self.name, self.version, upcoming)
-        version, frames = self._new_version(split, start_time, end_time, description, read_options, dataset=name)
+        version, frames = self._new_version(split, start_time, end_time, description, read_options, extra_filter,
+                                            dataset=name)
         if version != upcoming:  # another process took that number: the dataset's name follows the version
             name = materialize.dataset_name(self.name, self.version, version)
             self.store.update_training_dataset(self, version, dataset=name)
         helpers = self.training_helper_columns if training_helpers else ()
         visible = {n: self._visible(frame, primary_key, event_time, helpers) for n, frame in frames.items()}
         left = self.query.left
-        keys = [k for k in left.keys() if any(k in frame.columns for frame in visible.values())]
+        # the left group's key and event time stay columns of the dataset, out of its `features` vector
+        named = {*left.keys(), *(qualified_name(self.store.project, left, k) for k in left.keys())}
+        keys = [c for c in next(iter(visible.values())).columns if c in named]
         materialize.write(self.store.storage, self.store.project, name, visible, self._label_columns(visible),
                           keys, shards or max(1, self.store.settings.num_workers), f"feature view {self.key}, "
                           f"training dataset version {version}")
@@ -367,15 +441,43 @@ class FeatureView:
                                        .values.tolist()})
         return _vector_as(frame, return_type, single)
 
-    def transform(self, feature_vector: Any, **_: Any) -> Any:
-        """Untransformed features (a DataFrame) transformed as the batch-scoring training dataset version's
-        training split was (the newest version when none is set)."""
+    def transform(self, feature_vector: Any, external: bool | None = None, transformation_context: Any = None,
+                  return_type: str | None = None, **_: Any) -> Any:
+        """Untransformed features transformed with the serving version's statistics (init_serving; else the
+        batch-scoring one; else the newest), as hsfs's `transform`: one vector as a list (in the order of
+        `get_feature_vector(..., transform=False)`), a list of them, a dict of one vector (by feature name), or a
+        DataFrame; answered in the same form unless `return_type` ('list', 'numpy', 'pandas', 'polars') says."""
         import pandas as pd
 
-        if self._transformations and self._scoring is None:
-            self.init_batch_scoring()
-        frame = feature_vector if isinstance(feature_vector, pd.DataFrame) else pd.DataFrame(feature_vector)
-        return apply_all(frame, self.transformation_functions)
+        self._supported(None, transformation_context)
+        columns = vectors.columns(self)
+        single, kind = False, "pandas"
+        if isinstance(feature_vector, pd.DataFrame):
+            frame = feature_vector
+        elif type(feature_vector).__module__.startswith("polars"):
+            frame, kind = feature_vector.to_pandas(), "polars"
+        elif isinstance(feature_vector, dict):
+            frame, single, kind = pd.DataFrame([feature_vector]), True, "dict"
+        elif isinstance(feature_vector, (list, tuple)):
+            rows = [list(v) for v in feature_vector] if feature_vector and all(
+                isinstance(v, (list, tuple)) for v in feature_vector) else [list(feature_vector)]
+            single, kind = not (feature_vector and isinstance(feature_vector[0], (list, tuple))), "list"
+            for row in rows:
+                if len(row) != len(columns):
+                    raise FeatureStoreError(f"feature view {self.key!r}: a feature vector of {len(row)} values for "
+                                            f"{len(columns)} features ({', '.join(columns)}); give them in that "
+                                            "order, as get_feature_vector(..., transform=False) returns them")
+            frame = pd.DataFrame(rows, columns=columns)
+        else:
+            raise FeatureStoreError(f"feature view {self.key!r}: transform takes a list, a list of lists, a dict or "
+                                    f"a DataFrame, not {type(feature_vector).__name__}")
+        frame = frame.rename(columns={c: str(c).lower() for c in frame.columns})
+        out = apply_all(frame, self.serving_functions())
+        wanted = (return_type or kind).lower()
+        if wanted == "dict":
+            records = out.astype(object).where(out.notna(), None).to_dict(orient="records")
+            return records[0] if single else records
+        return _vector_as(out, wanted, single and wanted in ("list", "numpy"))
 
     # --- feature logging (feature_log.py) ---------------------------------------------------------------
     @property
@@ -443,9 +545,13 @@ class FeatureView:
         self.store.save_view(self)
 
     # --- inside ---------------------------------------------------------------------------------------
-    def _rows(self, query: Query, start_time: Any, end_time: Any, read_options: dict[str, Any] | None
-              ) -> pd.DataFrame:
+    def _rows(self, query: Query, start_time: Any, end_time: Any, read_options: dict[str, Any] | None,
+              extra_filter: Any = None) -> pd.DataFrame:
+        """The query's rows ordered by the left group's key and event time, with those of them the query does not
+        select kept under hidden names (`_HIDDEN`): `_visible` adds them when asked for, a time split reads them."""
         left = self.query.left
+        if extra_filter is not None:
+            query = query.filter(extra_filter)
         if left.event_time:
             if start_time not in (None, ""):
                 query = query.filter(left.get_feature(left.event_time) >= _utc(start_time))
@@ -456,15 +562,23 @@ class FeatureView:
                                     f"{left.key!r}")
         kept = list(query.features)
         extra = [k for k in left.keys() if k not in kept]
-        frame = engine.run(dataclasses.replace(query, features=tuple([*kept, *extra])), read_options=read_options)
-        frame = frame.sort_values(left.keys(), kind="stable").reset_index(drop=True)
-        return frame.drop(columns=extra)
+        wider = dataclasses.replace(query, features=tuple([*kept, *extra]))
+        frame = engine.run(wider, read_options=read_options)
+        # the columns by source, so that a joined feature keeps its name when a hidden one of the left group has it
+        named = {(id(group), feature): name for name, group, feature in query.column_sources()}
+        frame.columns = [_HIDDEN + feature if group is query.left and feature in extra else
+                         named.get((id(group), feature), name) for name, group, feature in wider.column_sources()]
+        order = [k if k in kept else _HIDDEN + k for k in left.keys()]
+        return frame.sort_values(order, kind="stable").reset_index(drop=True)
 
     def _new_version(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
-                     read_options: dict[str, Any] | None, **fields: Any) -> tuple[int, dict[str, pd.DataFrame]]:
+                     read_options: dict[str, Any] | None, extra_filter: Any = None, **fields: Any
+                     ) -> tuple[int, dict[str, pd.DataFrame]]:
         commits = engine.versions(self.query)
         pinned = self.query.pin(commits)
-        frames = _split(self._rows(pinned, start_time, end_time, read_options), split, self.query)
+        if extra_filter is not None:   # kept with the version, so that reading it again filters alike
+            fields["extra_filter"] = _stored_filter(self.query, extra_filter)
+        frames = _split(self._rows(pinned, start_time, end_time, read_options, extra_filter), split, self.query)
         fitted = [f.fit(frames["train"]) for f in self._transformations]
         record = {"commits": commits, "split": split, "start_time": _stored_time(start_time),
                   "end_time": _stored_time(end_time), "description": description,
@@ -477,8 +591,9 @@ class FeatureView:
     def _read_version(self, version: int, read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
         record = self.store.read_training_dataset(self, version)
         pinned = self.query.pin({k: int(v) for k, v in record["commits"].items()})
-        frames = _split(self._rows(pinned, record.get("start_time"), record.get("end_time"), read_options),
-                        record["split"], self.query)
+        extra_filter = _loaded_filter(self.store, record["extra_filter"]) if record.get("extra_filter") else None
+        frames = _split(self._rows(pinned, record.get("start_time"), record.get("end_time"), read_options,
+                                   extra_filter), record["split"], self.query)
         fitted = self._fitted(version)
         return {name: apply_all(frame, fitted) for name, frame in frames.items()}
 
@@ -488,15 +603,22 @@ class FeatureView:
 
     def _visible(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, helpers: Sequence[str] = ()
                  ) -> pd.DataFrame:
-        """`frame` without what the caller did not ask for: the left group's key and event time, and the helper
-        columns other than `helpers`."""
+        """`frame` as hsfs returns it: the view's selected features always (a primary key or event time the query
+        selects is a feature); the left group's key and event time that it does not select only when
+        `primary_key` / `event_time` ask, named `<project>_<group>_<version>_<column>` as hsfs names them; helper
+        columns other than `helpers` left out."""
         left = self.query.left
-        hidden = {*([] if primary_key else left.primary_key), *([] if event_time or not left.event_time
-                                                                 else [left.event_time]),
-                  *[c for c in self.helper_columns if c not in helpers]}
-        if event_time and left.event_time:
-            hidden.discard(left.event_time)  # asked for, even when it is part of the key
-        return frame.drop(columns=[c for c in frame.columns if c in hidden and c not in self.labels])
+        renamed, dropped = {}, [c for c in self.helper_columns if c not in helpers and c in frame.columns]
+        for column in left.keys():
+            hidden = _HIDDEN + column
+            if hidden not in frame.columns:
+                continue
+            if primary_key and column in left.primary_key or event_time and column == left.event_time:
+                renamed[hidden] = qualified_name(self.store.project, left, column)
+            else:
+                dropped.append(hidden)
+        dropped += [c for c in frame.columns if c.startswith(_HIDDEN) and c not in renamed and c not in dropped]
+        return frame.drop(columns=dropped).rename(columns=renamed)
 
     def _shaped(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, dataframe_type: str,
                 training_helpers: bool = False) -> tuple[Any, Any]:
@@ -510,6 +632,30 @@ class FeatureView:
         shaped = [self._shaped(frames[name], primary_key, event_time, dataframe_type, training_helpers)
                   for name in names]
         return (*[x for x, _ in shaped], *[y for _, y in shaped])
+
+
+def _flag(primary_key: bool, kwargs: dict[str, Any]) -> bool:
+    """`primary_key=`, or hsfs's other spelling `primary_keys=` (its methods take both)."""
+    return bool(primary_key or kwargs.get("primary_keys"))
+
+
+def _stored_filter(query: Query, condition: Any) -> dict[str, Any]:
+    """An extra filter as a training dataset record keeps it (the query's own filter form)."""
+    from hopsml.featurestore.query import Filter, Logic, to_dict
+
+    if not isinstance(condition, (Filter, Logic)):
+        raise FeatureStoreError("extra_filter takes a condition such as fg.amount > 10 (or a & | of them)")
+    return dict(to_dict(dataclasses.replace(query, joins=(), filters=(condition,)))["filters"][0])
+
+
+def _loaded_filter(store: Any, stored: dict[str, Any]) -> Any:
+    from hopsml.featurestore.query import from_dict
+
+    first = stored
+    while "logic" in first:
+        first = first["left"]
+    record = {"group": first["group"], "features": [], "filters": [stored]}
+    return from_dict(record, store._group_by_key).filters[0]
 
 
 def _utc(value: Any) -> dt.datetime:
@@ -558,7 +704,7 @@ def _split(frame: pd.DataFrame, split: dict[str, Any], query: Query) -> dict[str
     event_time = query.left.event_time
     if not event_time:
         raise FeatureStoreError(f"a time split needs an event time on the left group {query.left.key!r}")
-    times = pd.to_datetime(frame[event_time], utc=True)
+    times = pd.to_datetime(frame[event_time if event_time in frame.columns else _HIDDEN + event_time], utc=True)
     out = {}
     for name, (start, end) in split["ranges"].items():
         mask = np.ones(len(frame), dtype=bool)

@@ -20,6 +20,7 @@ from typing import Any
 from hopsml import config
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.store import FeatureStore
+from hopsml.hopsworks.absent import refusal
 from hopsml.hopsworks.deployments import ModelServing
 from hopsml.hopsworks.jobs import JobApi
 from hopsml.hopsworks.registry import ModelRegistry
@@ -51,6 +52,17 @@ class Project:
     def get_job_api(self) -> JobApi:
         """The project's named jobs under hopsworks' names (create_job, get_job, get_jobs, exists)."""
         return JobApi(self.settings)
+
+    def get_jobs_api(self) -> JobApi:
+        """hopsworks' older name of get_job_api (tutorials still call it)."""
+        return self.get_job_api()
+
+    # hopsworks' services that hopsml does not have: one clear error naming each (absent.py)
+    get_kafka_api = refusal("Project.get_kafka_api")
+    get_opensearch_api = refusal("Project.get_opensearch_api")
+    get_flink_cluster_api = refusal("Project.get_flink_cluster_api")
+    get_git_api = refusal("Project.get_git_api")
+    get_environment_api = refusal("Project.get_environment_api")
 
 
 def login(host: str | None = None, port: int = 443, project: str | None = None, api_key_value: str | None = None,

@@ -22,11 +22,31 @@ from typing import Any
 from hopsml import config as settings_module
 from hopsml import jobs
 from hopsml.errors import JobError
+from hopsml.hopsworks.absent import refusal
 from hopsml.jobs.definition import JOB_TYPES, PYSPARK, parse_spark_conf
 
 _CONFIG_TYPES = {"PYSPARK": "sparkJobConfiguration", "SPARK": "sparkJobConfiguration",
                  "PYTHON": "pythonJobConfiguration"}
 _OWN_KEYS = ("appPath", "defaultArgs", "jobType", "properties")
+
+
+class Job(jobs.Job):
+    """A job as hopsworks' job API returns it: hopsml's Job, and hopsworks' schedule members, which hopsml does not
+    offer (a schedule is an Airflow DAG's, or cron's), each refused by name."""
+
+    @classmethod
+    def of(cls, job: jobs.Job) -> Job:
+        return cls(job.definition, job.settings)
+
+    @property
+    def job_schedule(self) -> None:
+        """hopsworks' schedule of the job: None, as for a job without one (hopsml schedules none)."""
+        return None
+
+    schedule = refusal("Job.schedule")
+    unschedule = refusal("Job.unschedule")
+    resume_schedule = refusal("Job.resume_schedule")
+    pause_schedule = refusal("Job.pause_schedule")
 
 
 class JobApi:
@@ -52,7 +72,7 @@ class JobApi:
                            "properties": ""})
         return config
 
-    def create_job(self, name: str, config: Mapping[str, Any]) -> jobs.Job:
+    def create_job(self, name: str, config: Mapping[str, Any]) -> Job:
         """Create the job `name` from hopsworks' configuration `config`, or replace the definition of the job of
         that name (hopsworks' create-or-update); its app is `config["appPath"]`."""
         if not isinstance(config, Mapping):
@@ -68,18 +88,18 @@ class JobApi:
         if job_type not in JOB_TYPES:
             raise JobError(f"job {name!r}: jobType {config.get('jobType')!r} is not one hopsml runs; use "
                            f"{' or '.join(JOB_TYPES)}", job=name)
-        return jobs.create_job(name, str(app), args=str(config.get("defaultArgs") or ""),
+        return Job.of(jobs.create_job(name, str(app), args=str(config.get("defaultArgs") or ""),
                                spark_conf=spark_properties(config), overwrite=True, settings=self.settings,
                                job_type=job_type,
                                extra_config={k: v for k, v in config.items()
-                                             if k not in _OWN_KEYS and not str(k).startswith("spark.")})
+                                             if k not in _OWN_KEYS and not str(k).startswith("spark.")}))
 
-    def get_job(self, name: str) -> jobs.Job | None:
+    def get_job(self, name: str) -> Job | None:
         """The job `name`, None when the project has none such (as hopsworks returns)."""
-        return jobs.get_job(name, self.settings) if self.exists(name) else None
+        return Job.of(jobs.get_job(name, self.settings)) if self.exists(name) else None
 
-    def get_jobs(self) -> list[jobs.Job]:
-        return jobs.get_jobs(self.settings)
+    def get_jobs(self) -> list[Job]:
+        return [Job.of(job) for job in jobs.get_jobs(self.settings)]
 
     def exists(self, name: str) -> bool:
         return jobs.job_exists(name, self.settings)

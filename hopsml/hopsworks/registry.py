@@ -1,8 +1,8 @@
 """hsml's model registry over hopsml's: `mr.python.create_model(...)`, `model.save(path)`, `mr.get_model(name,
 version)`, `mr.get_best_model(...)`, `model.download()`, `model.get_feature_view()`.
 
-What hsml records beyond hopsml's model.json (the framework, the input example, the model schema, the feature
-view and training dataset version it was trained on) goes in `hsml.json` beside it in the version's folder.
+What hsml records beyond hopsml's record of a version (`.model.json`): the framework, the input example, the model
+schema, the feature view and training dataset version it was trained on, goes in `hsml.json` beside it.
 """
 
 from __future__ import annotations

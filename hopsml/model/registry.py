@@ -1,9 +1,11 @@
 """The model registry: versions of trained models in `Projects/<project>/Models/<name>/<version>/`.
 
-A version folder holds the model's files, `model.json` (name, version, metrics, description, who
-and when, the experiment that produced it, the datasets that experiment read, the files with their
-sizes) and `_SUCCESS`, written last. Export copies into a hidden staging folder beside the
-versions and renames it into place, so a half-copied version is never listed. Semantics follow
+A version folder holds the model's files exactly as given, `.model.json` (name, version, metrics, description,
+who and when, the experiment that produced it, the datasets that experiment read, the files with their sizes)
+and `_SUCCESS`, written last. The record is a dot-file so that a model file named `model.json` (XGBoost's usual
+name) is never overwritten; versions registered when the record was `model.json` are read from there. Export
+copies into a hidden staging folder beside the versions and renames it into place, so a half-copied version is
+never listed. Semantics follow
 hops-util-py's `hops.model`: the next integer version when none is given, no silent overwrite.
 """
 
@@ -135,13 +137,37 @@ def _read(storage: Storage, project: str, name: str, version: int) -> ModelVersi
     """One version's record through the guarded reader; BrokenRecordError saying why when it cannot be read."""
     mdir = ModelDir.of(project, name, version)
     try:
-        data = read_record(storage, mdir.record, MODEL_SHAPE)
+        data = read_record(storage, record_path(storage, mdir), MODEL_SHAPE)
     except StorageError as exc:
         reason = f"{layout.MODEL_RECORD} cannot be read: {exc}"
         raise BrokenRecordError(f"model {name} version {version} is BROKEN: {reason}", reason=reason) from exc
     data.setdefault("project", project)
     data["path"] = storage.uri(mdir.path)  # where it is now, even if the root moved
     return ModelVersion.from_dict(data)
+
+
+def record_path(storage: Storage, mdir: ModelDir) -> str:
+    """Where a version's record is: `.model.json`, or `model.json` for a version registered before the move."""
+    if not storage.exists(mdir.record) and storage.exists(mdir.legacy_record):
+        return mdir.legacy_record
+    return mdir.record
+
+
+def local_record(folder: str) -> ModelVersion | None:
+    """The record a downloaded (or local) version folder holds, None when it has none that can be read."""
+    import json
+
+    for name in (layout.MODEL_RECORD, layout.LEGACY_MODEL_RECORD):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as stream:
+                    data = MODEL_SHAPE.check(json.load(stream))
+                return ModelVersion.from_dict({**data, "path": folder})
+            except (OSError, ValueError, TypeError, BrokenRecordError):
+                if name == layout.MODEL_RECORD:
+                    return None
+    return None
 
 
 def read_version(storage: Storage, project: str, name: str, version: int) -> ModelVersion:
@@ -238,7 +264,7 @@ def download_model(name: str, version: int | str | None = None, project_name: st
     os.makedirs(target, exist_ok=True)
     for entry in mv.files:
         storage.download(mdir.file(entry["path"]), os.path.join(target, *entry["path"].split("/")))
-    storage.download(mdir.record, os.path.join(target, layout.MODEL_RECORD))
+    storage.download(record_path(storage, mdir), os.path.join(target, layout.MODEL_RECORD))
     return target
 
 
@@ -481,6 +507,10 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
         mv.files = _file_list(storage, stage)
         if not mv.files:
             raise ModelError(f"{model_path!r} is an empty folder: there is nothing to export")
+        taken = [f["path"] for f in mv.files if f["path"] in (layout.MODEL_RECORD, layout.MODEL_DONE)]
+        if taken:
+            raise ModelError(f"{model_path!r} holds {taken[0]!r}, the name of the registry's own file in a version "
+                             "folder; rename that file")
         _commit(storage, stage, mv, project, overwrite, pinned)
     except BaseException:
         try:

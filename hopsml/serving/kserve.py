@@ -356,8 +356,10 @@ as hopsml answers them: the transformer's preprocess, Predict().predict(instance
 
 import argparse
 import importlib.util
+import inspect
 import os
 import sys
+import types
 
 import kserve
 
@@ -370,7 +372,16 @@ def _load(path, attr):
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    return getattr(module, attr)()
+    cls = getattr(module, attr)
+    # as hsml's model server: __init__(self), __init__(self, model) or __init__(self, async_logger, model)
+    wanted = inspect.signature(cls.__init__).parameters
+    given = {}
+    if "model" in wanted:
+        given["model"] = types.SimpleNamespace(model_path=os.environ["MODEL_FILES_PATH"],
+                                               model_files_path=os.environ["MODEL_FILES_PATH"])
+    if "async_logger" in wanted:
+        given["async_logger"] = None
+    return cls(**given)
 
 
 def _plain(value):

@@ -367,7 +367,59 @@ def _load_script(path: str, attr: str, what: str) -> Any:
         raise ServingError(f"the {what} script {path} defines no class {attr}; hops' {what} scripts define "
                            f"`class {attr}` "
                            f"({'predict(self, inputs)' if attr == 'Predict' else 'preprocess/postprocess'})")
-    return cls()
+    return cls(**_init_arguments(cls, path, what))
+
+
+@dataclass
+class ServedModel:
+    """The model version a script serves, as hsml's serving hands it to `__init__(self, model)`: its name, version
+    and the folder of its files (`model_files_path`, also MODEL_FILES_PATH)."""
+
+    name: str | None
+    version: int | None
+    model_path: str
+    model_files_path: str
+    record: Any = None   # the registry's ModelVersion, when the folder holds its record
+
+    @property
+    def version_path(self) -> str:
+        return self.model_files_path
+
+
+def _init_arguments(cls: type, path: str, what: str) -> dict[str, Any]:
+    """What hsml's model server passes a script's class: nothing to `__init__(self)`; `model` (the served version)
+    and `async_logger` (hsfs's feature logger, None here: hopsml's serving keeps the inference log itself) to the
+    forms that name them, `__init__(self, model)` and `__init__(self, async_logger, model)`."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())   # what cls(...) takes
+    except (TypeError, ValueError):
+        return {}
+    given: dict[str, Any] = {}
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if parameter.name == "model":
+            given["model"] = served_model(os.environ.get("MODEL_FILES_PATH", ""))
+        elif parameter.name == "async_logger":
+            given["async_logger"] = None
+        elif parameter.default is parameter.empty:
+            raise ServingError(f"the {what} script {path}: {cls.__name__}.__init__ asks for {parameter.name!r}; hsml's "
+                               "model server passes `model` and `async_logger` (or nothing: __init__(self))")
+        if parameter.kind is parameter.POSITIONAL_ONLY and parameter.name in given:
+            raise ServingError(f"the {what} script {path}: {cls.__name__}.__init__ takes {parameter.name!r} "
+                               "positionally only; name it as a plain parameter")
+    return given
+
+
+def served_model(model_dir: str) -> ServedModel:
+    """The version in `model_dir` as `__init__(self, model)` receives it (its record read when it has one)."""
+    from hopsml.model.registry import local_record
+
+    record = local_record(model_dir) if model_dir and os.path.isdir(model_dir) else None
+    return ServedModel(record.name if record else None, record.version if record else None, model_dir, model_dir,
+                       record)
 
 
 class PredictorScript(Servable):

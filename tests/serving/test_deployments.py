@@ -60,7 +60,7 @@ def test_a_deployment_whose_predictor_looks_features_up_online(tmp_path, monkeyp
     spend = fs.create_feature_group("spend", primary_key=["customer"], event_time="ts")
     spend.insert(pd.DataFrame({"customer": range(40), "ts": [t0 + dt.timedelta(days=1)] * 40,
                                "target": rng.normal(0, 1, 40)}))
-    view = fs.create_feature_view("limits", query=spend.select(["customer", "ts", "target"]).join(
+    view = fs.create_feature_view("limits", query=spend.select(["target"]).join(   # key and time not features
         profiles.select(["income", "age"])), labels=["target"], transformation_functions=[min_max_scaler("income")])
     version, _ = view.create_training_data()       # written out: the statistics serving.monitor reads
     features, labels = view.get_training_data(version)

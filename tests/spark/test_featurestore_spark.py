@@ -106,7 +106,7 @@ def test_spark_tasks_write_the_files_and_an_update_rewrites_only_the_files_it_to
 
     fg = fs.create_feature_group("payments", primary_key=["Id"], event_time="ts", partition_key=["country"])
     with pytest.raises(FeatureStoreError, match="2 keys appear more than once"):
-        fg.insert(frame([1, 1, 2, 2], [0, 0, 1, 1], [1.0, 2.0, 3.0, 4.0]))
+        fg.insert(frame([1, 1, 2, 2], [0, 0, 1, 1], [1.0, 2.0, 3.0, 4.0]), write_options={"duplicate_keys": "refuse"})
     assert not fg.table.exists()                  # refused before anything was written
     fg.insert(frame(list(range(100)), [0] * 100, [float(i) for i in range(100)]).repartition(4))
     fg.insert(frame([200, 201], [0, 0], [1.0, 2.0], country="DE"))       # only new keys: files added
@@ -147,3 +147,12 @@ def test_a_spark_insert_into_an_online_group_writes_the_newest_row_per_key_onlin
     fg.insert(spark.createDataFrame(pd.DataFrame({"id": [1, 1, 2], "ts": ts, "limit": [1.0, 3.0, 2.0]})))
     rows = fs.online().read(fg, [(1,), (2,)], fg.table.schema())
     assert (rows[(1,)]["limit"], rows[(2,)]["limit"]) == (3.0, 2.0)   # key 1: the later of its two rows
+
+
+def test_a_spark_batch_that_repeats_a_key_keeps_its_last_row(fs, spark):
+    """As a pandas batch: one row per key, the frame's last (Hopsworks' upsert), by Spark's tasks."""
+    bureau = fs.create_feature_group("bureau", primary_key=["sk_id_bureau"])
+    frame = spark.createDataFrame(pd.DataFrame({"sk_id_bureau": [5, 6, 5, 5], "status": ["C", "X", "0", "1"]}))
+    bureau.insert(frame.coalesce(1))
+    rows = bureau.read().sort_values("sk_id_bureau")
+    assert rows["status"].tolist() == ["1", "X"]

@@ -74,7 +74,7 @@ def test_every_listing_shows_the_broken_record_and_the_good_ones(site):
 
     page = _page(site, f"/p/{PROJECT}/models/")
     assert "goodmodel" in page and "accuracy 0.75" in page
-    assert "BROKEN: model.json is nested deeper than 64 levels" in page
+    assert "BROKEN: .model.json is nested deeper than 64 levels" in page
 
     page = _page(site, f"/p/{PROJECT}/servings/")
     assert 'data-id="good"' in page and 'data-id="deep" data-state="BROKEN"' in page

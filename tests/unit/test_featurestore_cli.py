@@ -80,7 +80,7 @@ def test_a_csv_file_without_a_header_or_a_key_takes_columns_and_row_numbers(root
     iris = pathlib.Path(sklearn.__file__).parent / "datasets" / "data" / "iris.csv"
     names = "sepal_length,sepal_width,petal_length,petal_width,target"
     code, _, err = _run(capsys, "insert", "iris", str(iris), "--skip-rows", "1", "--columns", names,
-                        "--primary-key", names)
+                        "--primary-key", names, "--duplicate-keys", "refuse")
     assert code != 0 and "appear more than once in the batch" in err
     code, _, err = _run(capsys, "insert", "iris", str(iris), "--skip-rows", "1", "--columns", "a,b,c",
                         "--primary-key", "a")

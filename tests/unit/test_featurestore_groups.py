@@ -84,8 +84,6 @@ def test_frames_of_every_kind_and_epoch_millisecond_event_times(fs):
      "primary key column 'customer_id' is missing in 1 rows (e.g. row 1)"),
     (pd.DataFrame({"customer_id": [1, 2], "ts": [T0, None], "amount": [1.0, 2.0]}),
      "event time column 'ts' is missing in 1 rows"),
-    (pd.DataFrame({"customer_id": [7, 7], "ts": [T0, T0], "amount": [1.0, 2.0]}),
-     "1 keys appear more than once in the batch, e.g. {'customer_id': 7"),
     (pd.DataFrame({"customer_id": [1], "ts": ["yesterday"], "amount": [1.0]}),
      "event_time column 'ts' is string, not a time (e.g. 'yesterday')"),
     (pd.DataFrame({"customer_id": [1], "ts": [T0], "amount": ["lots"]}),
@@ -99,6 +97,33 @@ def test_bad_batches_are_refused_and_the_table_stays_as_it_was(fs, batch, messag
         fg.insert(batch)
     assert message in str(refused.value)
     assert fg.table.latest_version() == before and len(fg.read()) == 1
+
+
+def test_a_batch_that_repeats_a_key_keeps_its_last_row_as_hopsworks_upsert_does(fs, caplog):
+    """credit_scores' bureau balances: primary_key=['sk_id_bureau'], no event time, keys repeated in one file.
+    Hopsworks takes the batch (Hudi's record key is the primary key and event time; of equal keys the later row
+    wins), so one row per key lands, the last; the write option duplicate_keys='refuse' keeps the strict check."""
+    bureau = fs.get_or_create_feature_group("bureau_balances", version=1, primary_key=["sk_id_bureau"])
+    batch = pd.DataFrame({"SK_ID_BUREAU": [5, 6, 5, 7, 5, 6], "months_balance": [-3, -1, -2, 0, -1, -4],
+                          "status": ["C", "X", "0", "C", "1", "X"]})
+    with pytest.raises(FeatureStoreError, match="2 keys appear more than once in the batch, e.g. "
+                                                r"\{'sk_id_bureau': 5\} \(3 rows\); the write option "
+                                                "duplicate_keys='refuse'"):
+        bureau.insert(batch, write_options={"duplicate_keys": "refuse"})
+    assert not bureau.table.exists()
+    with caplog.at_level("WARNING", logger="hopsml.featurestore.frames"):
+        bureau.insert(batch)
+    assert "2 keys appear more than once in the batch" in caplog.text and "3 rows left out" in caplog.text
+    rows = bureau.read().sort_values("sk_id_bureau").reset_index(drop=True)
+    assert rows.to_dict("list") == {"sk_id_bureau": [5, 6, 7], "months_balance": [-1, -4, 0],
+                                    "status": ["1", "X", "C"]}
+    # with an event time, the same key at other times is history; only the same (key, time) is a duplicate
+    timed = fs.get_or_create_feature_group("tx", 1, primary_key=["customer_id"], event_time="ts")
+    timed.insert(pd.DataFrame({"customer_id": [7, 7, 7], "ts": [T0, T0, at(1)], "amount": [1.0, 2.0, 3.0]}))
+    assert sorted(timed.read()["amount"]) == [2.0, 3.0]
+    with pytest.raises(FeatureStoreError, match="duplicate_keys='maybe'"):
+        timed.insert(pd.DataFrame({"customer_id": [8], "ts": [T0], "amount": [1.0]}),
+                     write_options={"duplicate_keys": "maybe"})
 
 
 def test_a_new_nullable_column_is_a_recorded_schema_change(fs):

@@ -55,13 +55,14 @@ def _profiles(fs, **kwargs):
     return group
 
 
-def _view(fs, profiles):
+def _view(fs, profiles, keyed: bool = False):
+    """Orders joined with profiles; `keyed`: the query selects the orders' key and event time (features then)."""
     orders = fs.create_feature_group("orders", primary_key=["order_id"], event_time="ts")
     orders.insert(pd.DataFrame({"order_id": range(6), "customer": [1, 2, 3, 1, 2, 3],
                                 "ts": [at(h) for h in (6, 6, 6, 7, 7, 7)],
                                 "amount": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0], "fraud": [0, 1, 0, 1, 0, 0]}))
-    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(profiles.select(["country", "limit"]),
-                                                                      on=["customer"])
+    selected = ["order_id", "ts", "amount", "fraud"] if keyed else ["amount", "fraud"]
+    query = orders.select(selected).join(profiles.select(["country", "limit"]), on=["customer"])
     view = fs.create_feature_view("fraud", query=query, labels=["fraud"],
                                   transformation_functions=[min_max_scaler("limit"), label_encoder("country")])
     view.train_test_split(test_size=0.3, seed=1)
@@ -87,31 +88,44 @@ def test_the_newest_row_per_key_is_online_and_a_backfill_never_overwrites_it(fs)
 
 def test_feature_vectors_are_the_training_features_with_the_training_transforms(fs):
     profiles = _profiles(fs)
-    orders, view = _view(fs, profiles)
+    orders, view = _view(fs, profiles, keyed=True)
     X_train, X_test, _, _ = view.get_train_test_split(1)
     view.init_serving(1)
     assert view.serving_keys == ["order_id", "customer"]
-    vector = view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0}, return_type="pandas")
+    # the query selects the label group's key and event time, so they are features of the vector, as hsfs has
+    # them: the key's value is the entry's, the time (of a group that is not online) is passed in
+    entry, passed = {"order_id": 7, "customer": 1}, {"amount": 25.0, "ts": at(8)}
+    vector = view.get_feature_vector(entry, passed_features=passed, return_type="pandas")
     assert list(vector.columns) == list(X_train.columns)            # what the model was trained on, in order
     stats = view.serving_functions()[0].transformation_statistics["limit"]
     assert vector["min_max_scaler_limit_"].iloc[0] == pytest.approx((150.0 - stats["min"]) / (stats["max"] -
                                                                                               stats["min"]))
     assert vector["amount"].iloc[0] == 25.0
-    untransformed = view.get_feature_vector({"customer": 1}, passed_features={"amount": 25.0}, transform=False)
-    assert untransformed == [25.0, "DE", 150.0]
-    several = view.get_feature_vectors([{"customer": 2}, {"customer": 3}], passed_features=[{"amount": 1.0},
-                                                                                           {"amount": 2.0}],
-                                       return_type="numpy")
-    assert several.shape == (2, len(X_train.columns))
+    untransformed = view.get_feature_vector(entry, passed_features=passed, transform=False)
+    assert untransformed == [7, at(8), 25.0, "DE", 150.0]           # 5 values: the key and time too
+    several = view.get_feature_vectors([{"order_id": 1, "customer": 2}, {"order_id": 2, "customer": 3}],
+                                       passed_features=[{"amount": 1.0, "ts": at(8)}, {"amount": 2.0, "ts": at(8)}],
+                                       return_type="pandas")
+    assert several.shape == (2, len(X_train.columns)) and several["order_id"].tolist() == [1, 2]
     with pytest.raises(FeatureStoreError, match=r"no online row for \{'customer': 9\} in feature group "
                                                 r"'profiles_1'"):
-        view.get_feature_vector({"customer": 9}, passed_features={"amount": 1.0})
-    assert view.get_feature_vector({"customer": 9}, passed_features={"amount": 1.0}, allow_missing=True,
-                                   transform=False) == [1.0, None, None]
-    with pytest.raises(FeatureStoreError, match="'orders_1' is not online enabled, so its features \\(amount\\)"):
-        view.get_feature_vector({"customer": 1})
+        view.get_feature_vector({"order_id": 1, "customer": 9}, passed_features=passed)
+    assert view.get_feature_vector({"order_id": 1, "customer": 9}, passed_features=passed, allow_missing=True,
+                                   transform=False) == [1, at(8), 25.0, None, None]
+    with pytest.raises(FeatureStoreError, match="'orders_1' is not online enabled, so its features \\(amount, ts\\)"):
+        view.get_feature_vector({"order_id": 1, "customer": 1})
     with pytest.raises(FeatureStoreError, match="has no 'customer'"):
-        view.get_feature_vector({"client": 1}, passed_features={"amount": 1.0})
+        view.get_feature_vector({"client": 1}, passed_features=passed)
+    # a vector as a list, a list of them, a dict or a frame, transformed as the vector path transforms it
+    assert view.transform(untransformed) == view.get_feature_vector(entry, passed_features=passed)
+    transformed = view.get_feature_vector(entry, passed_features=passed)
+    assert view.transform([untransformed, untransformed]) == [transformed, transformed]
+    as_dict = view.transform(dict(zip(vectors.columns(view), untransformed)))
+    assert list(as_dict) == list(X_train.columns) and as_dict["amount"] == 25.0
+    pd.testing.assert_frame_equal(view.transform(pd.DataFrame([untransformed], columns=vectors.columns(view))),
+                                  vector)
+    with pytest.raises(FeatureStoreError, match="a feature vector of 3 values for 5 features"):
+        view.transform([25.0, "DE", 150.0])
 
 
 def test_the_check_finds_no_mismatch_after_each_write_and_finds_a_change_behind_the_stores_back(fs):
@@ -130,7 +144,7 @@ def test_the_check_finds_no_mismatch_after_each_write_and_finds_a_change_behind_
     report = vectors.check(view, seed=1)
     assert report["features"]["limit"] == 2 and report["features"]["country"] == 0   # two orders of customer 3
     assert report["transformed"]["min_max_scaler_limit_"] == 2
-    assert {e["online"] for e in report["examples"]} == {999.0}
+    assert {e["online"] for e in report["examples"] if not e.get("transformed")} == {999.0}
     assert profiles.sync_online() == 3
     assert vectors.check(view, seed=1)["mismatches"] == 0
 
@@ -173,6 +187,40 @@ def test_the_cli_prints_vectors_and_checks(tmp_path, capsys):
     fs.online().execute('UPDATE "p__profiles_1" SET "limit" = 5 WHERE "customer" = 1')
     assert cli.main([*args, "check-online", "limits"]) != 0
     assert "1 mismatches" in capsys.readouterr().err
+
+
+def test_the_check_finds_a_transformation_skew_the_features_do_not_show(fs, capsys, monkeypatch):
+    """The transformed comparison rebuilds the offline side from the training dataset's recorded statistics, apart
+    from the serving's path: a serving whose statistics differ (here: it serves with version 1's, the reference is
+    version 2, fitted after new rows changed the scale) is found though every raw feature agrees."""
+    profiles = _profiles(fs)
+    orders, view = _view(fs, profiles)                  # training dataset version 1
+    assert vectors.check(view, seed=1)["mismatches"] == 0
+    orders.insert(pd.DataFrame({"order_id": [6, 7], "customer": [1, 2], "ts": [at(8), at(8)], "amount": [1.0, 2.0],
+                                "fraud": [0, 1]}))
+    profiles.insert(pd.DataFrame({"customer": [4], "ts": [at(1)], "country": ["IS"], "limit": [1000.0]}))
+    orders.insert(pd.DataFrame({"order_id": [8], "customer": [4], "ts": [at(9)], "amount": [3.0], "fraud": [0]}))
+    view.training_data()                                # version 2: limit's min and max are others
+    view.init_serving(2)
+    before = view.serving_functions()[0].transformation_statistics["limit"]
+    view.init_serving(1)                                # the online side keeps version 1's statistics
+    assert view.serving_functions()[0].transformation_statistics["limit"] != before
+    report = vectors.check(view, seed=1, training_dataset_version=2)
+    assert sum(report["features"].values()) == 0        # the raw features agree
+    assert report["training_dataset_version"] == 2 and report["transformed"]["min_max_scaler_limit_"] > 0
+    assert report["transformed"]["label_encoder_country_"] > 0      # 'IS' is a category version 1 never saw
+    assert any(e.get("transformed") for e in report["examples"])
+    assert vectors.check(view, seed=1, training_dataset_version=1)["mismatches"] == 0   # served as recorded
+    view.init_serving(2)
+    assert vectors.check(view, seed=1)["mismatches"] == 0
+
+    from hopsml import cli
+
+    monkeypatch.setenv("HOPSML_ONLINE_STORE", fs.settings.online_store)   # the command's store is the test's
+    args = ["--root", str(fs.settings.root), "--project", fs.project, "fs", "check-online", "fraud", "--seed", "1"]
+    assert cli.main([*args, "--serving-version", "1"]) != 0
+    assert "transforms with other statistics than training dataset version 2" in capsys.readouterr().err
+    assert cli.main(args) == 0
 
 
 # --- the serving path: plain values give what the pandas frame gives, and what it keeps stays current -------------
@@ -223,7 +271,7 @@ def test_vectors_on_plain_values_are_the_pandas_paths_values_and_types(fs, funct
     from hopsml.hopsworks.hsfs.builtin_transformations import one_hot_encoder, robust_scaler, standard_scaler
 
     traits, orders = _traits(fs)
-    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(
+    query = orders.select(["amount", "fraud"]).join(   # no key or time selected: they are not in the vectors
         traits.select(["score", "visits", "tier", "vip", "flat"]), on=["customer"])
     chosen = ([standard_scaler("score"), min_max_scaler("visits"), label_encoder("tier"), robust_scaler("amount"),
                min_max_scaler("flat")]   # no spread: x / 0 as IEEE has it, NaN missing
@@ -342,20 +390,32 @@ def test_helper_columns_stay_out_of_training_and_vectors_and_are_served_on_reque
     orders = fs.create_feature_group("payments", primary_key=["order_id"], event_time="ts")
     orders.insert(pd.DataFrame({"order_id": range(4), "customer": [1, 2, 1, 2], "ts": [at(h) for h in (6, 6, 7, 7)],
                                 "amount": [10.0, 20.0, 30.0, 40.0], "fraud": [0, 1, 0, 1]}))
-    query = orders.select(["order_id", "ts", "amount", "fraud"]).join(
+    query = orders.select(["ts", "amount", "fraud"]).join(   # the event time selected, the key not
         profiles.select(["expiry", "segment", "limit"]), on=["customer"])
     view = fs.create_feature_view("pay", query=query, labels=["fraud"], inference_helper_columns=["expiry"],
                                   training_helper_columns=["segment"])
     view = fs.get_feature_view("pay", 1)                 # the roles are kept with the view
     assert (view.inference_helper_columns, view.training_helper_columns) == (["expiry"], ["segment"])
+    # hsfs's columns: the selected features (the event time among them) with or without event_time=True, the
+    # key the query does not select only with primary_key=True (or primary_keys=True), by its qualified name
+    key = f"{fs.project}_payments_1_order_id"
     X, y = view.training_data()
-    assert list(X.columns) == ["amount", "limit"] and list(y.columns) == ["fraud"]
+    assert list(X.columns) == ["ts", "amount", "limit"] and list(y.columns) == ["fraud"]
     X, _ = view.get_training_data(1, training_helper_columns=True)
-    assert list(X.columns) == ["amount", "segment", "limit"]
-    assert list(view.get_batch_data().columns) == ["amount", "limit"]
-    assert list(view.get_batch_data(inference_helpers=True).columns) == ["amount", "expiry", "limit"]
+    assert list(X.columns) == ["ts", "amount", "segment", "limit"]
+    X, _ = view.get_training_data(1, primary_key=True, event_time=True)
+    assert list(X.columns) == ["ts", "amount", key, "limit"] and sorted(X[key]) == [0, 1, 2, 3]
+    X_train, X_test, _, _ = view.train_test_split(test_size=0.5, seed=1, primary_keys=True)
+    assert key in X_train.columns and key in X_test.columns
+    assert list(view.get_batch_data().columns) == ["ts", "amount", "limit"]
+    assert list(view.get_batch_data(event_time=True).columns) == ["ts", "amount", "limit"]
+    assert list(view.get_batch_data(primary_key=True).columns) == ["ts", "amount", key, "limit"]
+    assert list(view.get_batch_data(inference_helper_columns=True).columns) == ["ts", "amount", "expiry", "limit"]
+    assert list(view.get_batch_data(inference_helpers=True).columns) == ["ts", "amount", "expiry", "limit"]
+    assert list(view.get_batch_data(transformed=False).columns) == ["ts", "amount", "expiry", "limit"]
     view.init_serving(1)
-    assert view.get_feature_vector({"customer": 2}, passed_features={"amount": 5.0}) == [5.0, 80.0]
+    assert view.get_feature_vector({"customer": 2}, passed_features={"amount": 5.0, "ts": at(9)}) == [at(9), 5.0,
+                                                                                                     80.0]
     assert view.get_inference_helper({"customer": 2}, return_type="dict") == {"expiry": "2026-05"}
     helpers = view.get_inference_helpers([{"customer": 1}, {"customer": 2}])
     assert helpers["expiry"].tolist() == ["2027-01", "2026-05"]
@@ -391,7 +451,35 @@ def _text_keys_then_delete(fs):
     users.insert(pd.DataFrame({"user": names, "ts": [at(0)] * 4, "score": [1.0, 2.0, 3.0, 4.0]}))
     view = fs.create_feature_view("scores", query=users.select(["user", "score"]))
     view.init_serving()
-    assert view.get_feature_vectors([{"user": n} for n in names]) == [[1.0], [2.0], [3.0], [4.0]]
+    assert view.get_feature_vectors([{"user": n} for n in names]) == [[n, float(i)] for i, n in enumerate(names, 1)]
     assert fs.online().count(users) == 4
     users.delete()
     assert fs.online().count(users) is None       # no table left behind in the online store
+
+
+def test_a_group_reads_its_online_rows_and_inserts_into_one_store_only(fs):
+    """hsfs's fg.read(online=True), insert(storage='online' | 'offline') and the SDK's None defaults."""
+    profiles = _profiles(fs, foreign_key=None, hudi_precombine_key=None, parents=None)   # the SDK's defaults
+    online = profiles.read(online=True).sort_values("customer").reset_index(drop=True)
+    assert online.to_dict("list") == {"customer": [1, 2, 3], "ts": [at(5), at(1), at(2)],
+                                      "country": ["DE", "FR", "SE"], "limit": [150.0, 80.0, 120.0]}
+    assert profiles.select(["customer", "limit"]).read(online=True)["limit"].sort_values().tolist() == [80.0, 120.0,
+                                                                                                         150.0]
+    assert len(profiles.show(2, online=True)) == 2
+    commits = len(profiles.table.commits())
+    profiles.insert(pd.DataFrame({"customer": [4], "ts": [at(9)], "country": ["NO"], "limit": [9.0]}),
+                    storage="online")
+    assert len(profiles.table.commits()) == commits and 4 not in profiles.read()["customer"].tolist()
+    assert 4 in profiles.read(online=True)["customer"].tolist()
+    profiles.insert(pd.DataFrame({"customer": [5], "ts": [at(9)], "country": ["PL"], "limit": [5.0]}),
+                    storage="offline")
+    assert 5 in profiles.read()["customer"].tolist() and 5 not in profiles.read(online=True)["customer"].tolist()
+    orders, view = _view(fs, profiles)
+    with pytest.raises(FeatureStoreError, match="'orders_1' is not online enabled, so it has no online rows"):
+        orders.read(online=True)
+    with pytest.raises(FeatureStoreError, match="a query with joins, filters or as_of is read offline"):
+        view.query.read(online=True)
+    with pytest.raises(FeatureStoreError, match="the online store holds only the newest row per key"):
+        profiles.read(wallclock_time=at(1), online=True)
+    with pytest.raises(FeatureStoreError, match="stream=True: hopsml has no stream feature groups"):
+        fs.create_feature_group("more", primary_key=["a"], foreign_key=None, stream=True)   # None passes, True not

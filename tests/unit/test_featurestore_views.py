@@ -61,7 +61,7 @@ def test_a_hopsworks_program_runs_unchanged(project, tmp_path):
     X_train, X_test, y_train, y_test = fv.train_test_split(test_size=0.2, seed=7)
     assert len(X_train) + len(X_test) == 200 and 20 <= len(X_test) <= 60
     assert list(y_train.columns) == ["fraud"] and len(y_train) == len(X_train)
-    assert "customerid" not in X_train.columns and "ts" not in X_train.columns  # keys only when asked for
+    assert {"customerid", "ts"} <= set(X_train.columns)  # the query selects them: features, as hsfs keeps them
     assert {"min_max_scaler_amount_", "label_encoder_country_", "age"} <= set(X_train.columns)
     assert "amount" not in X_train.columns  # the scaled output replaces its input
     scaled = X_train["min_max_scaler_amount_"]
@@ -161,8 +161,9 @@ def test_a_created_training_dataset_is_a_dataset_every_reader_reads(project):
     train = reader(name, rank=0, world_size=1, split="train", shuffle=False, batch_size=1000)
     batch = next(iter(train))
     assert sorted(batch) == ["features", "label"]
-    assert batch["features"].shape == (len(X_train), X_train.shape[1])   # every feature is numeric after the transforms
-    assert np.allclose(batch["features"], X_train.to_numpy(dtype=np.float32))
+    features = X_train.drop(columns=["customerid", "ts"])   # the key and time: columns, out of the vector
+    assert batch["features"].shape == (len(X_train), features.shape[1])   # all numeric after the transforms
+    assert np.allclose(batch["features"], features.to_numpy(dtype=np.float32))
     assert batch["label"].tolist() == y_train["fraud"].tolist()
     halves = [next(iter(reader(name, rank=r, world_size=2, split="test", shuffle=False, batch_size=1000)))
               for r in range(2)]

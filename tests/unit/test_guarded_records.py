@@ -117,8 +117,8 @@ def test_a_bad_model_json_is_listed_as_broken(root, capsys):
     code, out = _cli(capsys, "models", "list")
     assert code == 0, out
     assert any(line.startswith("good ") and "accuracy=0.9" in line for line in out.splitlines()), out
-    assert "deep version 1: BROKEN: model.json is nested deeper than 64 levels" in out
-    assert "typed version 2: BROKEN: model.json field 'version' is a string, not a number" in out
+    assert "deep version 1: BROKEN: .model.json is nested deeper than 64 levels" in out
+    assert "typed version 2: BROKEN: .model.json field 'version' is a string, not a number" in out
 
 
 def _serving(storage: Storage, name: str, raw: bytes | None = None) -> None:

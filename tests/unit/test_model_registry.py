@@ -54,7 +54,7 @@ def test_a_folder_exports_its_contents_and_downloads_back(settings, tmp_path):
     local = model.download_model("tf", local_dir=str(tmp_path / "out"))
     assert local == str(tmp_path / "out" / "tf" / "1")
     assert (tmp_path / "out/tf/1/variables/data").read_bytes() == b"x" * 100
-    assert json.loads((tmp_path / "out/tf/1/model.json").read_text())["version"] == 1
+    assert json.loads((tmp_path / "out/tf/1/.model.json").read_text())["version"] == 1
     with pytest.raises(ModelExistsError, match="overwrite=True"):
         model.download_model("tf", 1, local_dir=str(tmp_path / "out"))
     assert model.download_model("tf", 1, local_dir=str(tmp_path / "out"), overwrite=True) == local
@@ -191,4 +191,34 @@ def test_hops_signatures_other_project_and_ignored_synchronous_flags(settings, t
         model.get_model("m")  # not in this project
     assert model.get_model("m", 1, "other").metrics == {"accuracy": 0.5}
     local = model.download_model("m", 1, "other", local_dir=str(tmp_path / "out"))
-    assert sorted(os.listdir(local)) == ["model.json", "model.npz"]
+    assert sorted(os.listdir(local)) == [".model.json", "model.npz"]
+
+
+def test_a_model_file_named_model_json_is_kept_as_written_and_old_versions_still_read(settings, tmp_path):
+    """XGBoost saves `model.json`: the registry's record must not take its place (it is `.model.json`); a version
+    registered when the record was `model.json` is still listed, read and downloaded."""
+    src = tmp_path / "xgb"
+    src.mkdir()
+    user_json = json.dumps({"learner": {"gradient_booster": {"trees": [1, 2, 3]}}, "version": [2, 1, 0]})
+    (src / "model.json").write_text(user_json)
+    mv = model.export(str(src), "churn", metrics={"auc": 0.8})
+    folder = tmp_path / "root" / layout.ModelDir.of("test", "churn", 1).path
+    assert (folder / "model.json").read_text() == user_json            # the user's bytes, untouched
+    assert json.loads((folder / ".model.json").read_text())["name"] == "churn"
+    assert [f["path"] for f in mv.files] == ["model.json"]
+    local = model.download_model("churn", 1, local_dir=str(tmp_path / "out"))
+    assert open(os.path.join(local, "model.json")).read() == user_json
+    # a version written before the move: its record is model.json
+    old = layout.ModelDir.of("test", "legacy", 1)
+    storage = Storage(settings.root)
+    storage.write_bytes(old.file("weights.bin"), b"w")
+    storage.write_json(old.legacy_record, {"name": "legacy", "version": 1, "metrics": {"auc": 0.7},
+                                           "files": [{"path": "weights.bin", "size": 1}]})
+    storage.write_text(old.done, "done\n")
+    assert model.get_model("legacy", 1).metrics == {"auc": 0.7}
+    assert {mv.name for mv in model.list()} == {"churn", "legacy"}
+    local = model.download_model("legacy", 1, local_dir=str(tmp_path / "out"))
+    assert sorted(os.listdir(local)) == [".model.json", "weights.bin"]
+    (src / ".model.json").write_text("{}")
+    with pytest.raises(model.ModelError, match="'.model.json', the name of the registry's own file"):
+        model.export(str(src), "churn")
