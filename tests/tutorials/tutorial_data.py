@@ -383,9 +383,10 @@ def nyc_taxi_fares(folder: Path, rng: np.random.Generator, rides: int = 500) -> 
         frame[f"dropoff_distance_to_{airport}"] = _miles(lat, lon, frame.dropoff_latitude, frame.dropoff_longitude)
     when = pd.to_datetime(frame.pickup_datetime, unit="ms")
     frame["year"], frame["weekday"], frame["hour"] = when.dt.year, when.dt.weekday, when.dt.hour
+    # tolls and total_fare are floats in the real file: the feature pipeline casts its new fares to float64 to match
     fares = pd.DataFrame({"taxi_id": frame.taxi_id, "driver_id": frame.driver_id,
-                          "tolls": rng.integers(0, 6, rides),
-                          "total_fare": np.round(3 + 2.5 * frame.distance + rng.integers(0, 20, rides)).astype(int),
+                          "tolls": rng.integers(0, 6, rides).astype(float),
+                          "total_fare": np.round(3 + 2.5 * frame.distance + rng.integers(0, 20, rides)),
                           "ride_id": ride_ids})
     folder.mkdir(parents=True, exist_ok=True)
     frame.to_csv(folder / "rides500.csv")       # the real files keep pandas' index as their first column
@@ -426,7 +427,9 @@ def loan_approval(folder: Path, rng: np.random.Generator, loans: int = 4000) -> 
         "address": address,
     })
     opened = issued - pd.to_timedelta(rng.integers(3 * 365, 30 * 365, n), unit="D")
-    total_acc = rng.integers(3, 60, n).astype(float)
+    # most applicants have 2-59 accounts, a few up to 150; mort_acc is missing only among the former, as the
+    # pipeline's fill_mort_acc looks the mean up by position (a total above the number of distinct totals fails)
+    total_acc = np.where(rng.random(n) < 0.97, rng.integers(2, 60, n), rng.integers(60, 151, n)).astype(float)
     applicants_df = pd.DataFrame({
         "id": ids,
         "emp_title": _with_missing(rng, _pick(rng, ["Teacher", "Manager", "Registered Nurse", "Driver", "Supervisor"],
@@ -444,7 +447,8 @@ def loan_approval(folder: Path, rng: np.random.Generator, loans: int = 4000) -> 
         "revol_bal": rng.integers(0, 60000, n).astype(float),
         "revol_util": _with_missing(rng, np.round(rng.uniform(0, 110, n), 1), 0.001),
         "total_acc": total_acc,
-        "mort_acc": _with_missing(rng, rng.integers(0, 8, n).astype(float), 0.095),
+        "mort_acc": np.where(total_acc < 60, _with_missing(rng, rng.integers(0, 8, n).astype(float), 0.095),
+                             rng.integers(0, 8, n)),
         "pub_rec_bankruptcies": _with_missing(rng, rng.choice([0.0, 1.0], n, p=[0.88, 0.12]), 0.0014),
     })
     dictionary = pd.DataFrame({
