@@ -17,7 +17,6 @@ import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from hopsml.data.tables import transform as primitives
@@ -83,8 +82,18 @@ class TransformationFunction:
         return list(self.features)
 
     @property
-    def transformation_statistics(self) -> dict[str, dict[str, Any]]:
-        return {name: dict(values) for name, values in self.statistics.items()}
+    def transformation_statistics(self) -> TransformationStatistics:
+        """The fitted statistics as hsfs 4 gives them: `.feature.max` by the function's argument name (the
+        built-ins' argument is `feature`), each with hsfs's attribute names; `["amount"]` is the recorded dict of
+        feature `amount`."""
+        return TransformationStatistics(dict(zip(self._arguments(), self.features)), self.statistics)
+
+    def _arguments(self) -> list[str]:
+        """The function's argument names, in the order of its features (hsfs keys statistics by these)."""
+        if self.fn is None:
+            return ["feature"]
+        params = [p for p in inspect.signature(self.fn).parameters if p != "statistics"]
+        return params[:len(self.features)] + list(self.features[len(params):])
 
     def _categories(self) -> list[Any]:
         values = self.statistics.get(self.features[0], {}).get("unique_values") if self.features else None
@@ -127,14 +136,15 @@ class TransformationFunction:
         if self.fn is not None:
             kwargs = {}
             if "statistics" in inspect.signature(self.fn).parameters:
-                kwargs["statistics"] = SimpleNamespace(**{f: SimpleNamespace(**v) for f, v in self.statistics.items()})
+                kwargs["statistics"] = self.transformation_statistics
             return self.fn(*inputs, **kwargs)
         return _builtin(self.name, inputs[0], self.statistics[self.features[0]])
 
     def to_dict(self) -> dict[str, Any]:
         """What a training dataset version stores of it (a user function by module and name, or pickled)."""
         record: dict[str, Any] = {"name": self.name, "features": list(self.features), "drop": list(self.drop),
-                                  "statistics": self.transformation_statistics, "aliases": list(self.aliases),
+                                  "statistics": {name: dict(values) for name, values in self.statistics.items()},
+                                  "aliases": list(self.aliases),
                                   "output_column_names": self.output_column_names if self.statistics or
                                   not self.needs_statistics else []}
         if self.fn is not None:
@@ -149,6 +159,55 @@ class TransformationFunction:
             raise FeatureStoreError(f"unknown transformation function {record['name']!r}")
         return cls(record["name"], tuple(record.get("features", ())), fn, float, tuple(record.get("drop", ())),
                    dict(record.get("statistics") or {}), tuple(record.get("aliases") or ()))
+
+
+class FeatureStatistics:
+    """One feature's fitted statistics under hsfs's names (`FeatureTransformationStatistics`): `feature_name`,
+    `count`, `num_non_null_values`, `num_null_values`, `completeness`, `min`, `max`, `sum`, `mean`, `stddev`,
+    `percentiles`, `unique_values`, `approx_num_distinct_values`; None where not fitted or not numeric."""
+
+    def __init__(self, feature_name: str, record: Mapping[str, Any]) -> None:
+        present, missing = record.get("count"), record.get("missing")
+        self.feature_name = feature_name
+        self.num_non_null_values, self.num_null_values = present, missing
+        self.count = None if present is None else present + (missing or 0)
+        self.completeness = present / self.count if present is not None and self.count else None
+        self.min, self.max, self.mean = record.get("min"), record.get("max"), record.get("mean")
+        self.stddev, self.percentiles = record.get("stddev"), record.get("percentiles")
+        self.sum = self.mean * present if self.mean is not None and present is not None else None
+        self.unique_values = record.get("unique_values")
+        self.approx_num_distinct_values = None if self.unique_values is None else len(self.unique_values)
+
+    def __repr__(self) -> str:
+        return f"FeatureStatistics({self.feature_name!r}, min={self.min}, max={self.max}, mean={self.mean})"
+
+
+class TransformationStatistics:
+    """A function's statistics as hsfs's `TransformationStatistics`: one attribute per argument of the function
+    (`statistics.feature.max` in the built-ins, `statistics.amount.mean` in `def f(amount, statistics=...)`),
+    whatever feature it is bound to. `stats["<feature>"]` is hopsml's recorded dict of that feature."""
+
+    def __init__(self, arguments: Mapping[str, str], statistics: Mapping[str, Mapping[str, Any]]) -> None:
+        self._arguments = dict(arguments)
+        self._statistics = {name: dict(values) for name, values in statistics.items()}
+        for argument, feature in self._arguments.items():
+            setattr(self, argument, FeatureStatistics(feature, self._statistics.get(feature, {})))
+
+    def __getattr__(self, name: str) -> FeatureStatistics:
+        # a feature's own name works too where it differs from the argument's (only reached when no argument has it)
+        if not name.startswith("_") and name in self.__dict__.get("_statistics", {}):
+            return FeatureStatistics(name, self._statistics[name])
+        raise AttributeError(f"no statistics for {name!r}: the function's arguments are "
+                             f"{', '.join(self.__dict__.get('_arguments', {})) or 'none'}")
+
+    def __getitem__(self, feature: str) -> dict[str, Any]:
+        return self._statistics[feature]
+
+    def __contains__(self, feature: object) -> bool:
+        return feature in self._statistics
+
+    def __repr__(self) -> str:
+        return f"TransformationStatistics({', '.join(f'{a}={f!r}' for a, f in self._arguments.items())})"
 
 
 def apply_all(frame: pd.DataFrame, functions: Sequence[TransformationFunction]) -> pd.DataFrame:
