@@ -144,8 +144,9 @@ class Query:
 
     def join(self, sub_query: Query, on: Sequence[str] | None = None, left_on: Sequence[str] | None = None,
              right_on: Sequence[str] | None = None, join_type: str = "left", prefix: str | None = None) -> Query:
-        """Join `sub_query` on `on` (or `left_on`/`right_on`; by default the right group's primary key, which
-        the left must have), point in time where both sides have an event time."""
+        """Join `sub_query` on `on` (or `left_on`/`right_on`; by default the columns of the right group's primary
+        key that the left group has, as Hopsworks joins on the largest matching part of the primary key), point
+        in time where both sides have an event time."""
         if not isinstance(sub_query, Query):
             raise FeatureStoreError("join() takes a query: fg.select([...]) or fg.select_all()")
         if sub_query.joins:
@@ -159,8 +160,9 @@ class Query:
             if left_on is None or right_on is None or len(left_on) != len(right_on):
                 raise FeatureStoreError("give left_on and right_on together, with as many columns each")
             left_keys, right_keys = [k.lower() for k in left_on], [k.lower() for k in right_on]
-        else:
-            right_keys = list(sub_query.left.primary_key)
+        else:   # as Hopsworks: the largest part of the right group's primary key that the left group has
+            own = self.left.feature_names()
+            right_keys = [k for k in sub_query.left.primary_key if k in own] or list(sub_query.left.primary_key)
             left_keys = right_keys
         own = self.left.feature_names()
         for key in left_keys:

@@ -94,6 +94,18 @@ def test_filters_on_either_side_and_join_errors(fs):
     assert rows.sort_values("customer")["z"].tolist()[0] == 1
 
 
+def test_a_join_without_keys_takes_the_part_of_the_right_primary_key_the_left_has(fs):
+    """As Hopsworks: a group keyed (loan, customer) joins a customer-keyed group on customer alone."""
+    customers = fs.create_feature_group("customers", primary_key=["customer"])
+    customers.insert(pd.DataFrame({"customer": [1, 2], "age": [30, 40]}))
+    loans = fs.create_feature_group("loans", primary_key=["loan", "customer"])
+    loans.insert(pd.DataFrame({"loan": [10, 11, 12], "customer": [1, 1, 2], "amount": [5.0, 6.0, 7.0]}))
+    query = customers.select_all().join(loans.select(["amount"]))
+    assert (query.joins[0].left_on, query.joins[0].right_on) == (("customer",), ("customer",))
+    rows = query.read().sort_values(["customer", "amount"])
+    assert rows[["customer", "amount"]].values.tolist() == [[1, 5.0], [1, 6.0], [2, 7.0]]
+
+
 @pytest.mark.parametrize("seed", [6, 7])
 def test_a_staleness_window_leaves_out_feature_rows_older_than_the_groups_ttl(fs, seed):
     import datetime as dt
