@@ -324,10 +324,15 @@ class FeatureGroup:
             self.get_feature(name)
         return Query(self, tuple(dict.fromkeys(names)))
 
-    def select_except(self, features: Sequence[str | Feature] = ()) -> Query:
-        left_out = {(f.name if isinstance(f, Feature) else str(f)).lower() for f in features}
-        for name in left_out:
-            self.get_feature(name)
+    def select_except(self, features: Sequence[str | Feature] | str = ()) -> Query:
+        """Every feature but `features` (one name may be given as a string). As in hsfs, a name the group does not
+        have leaves nothing out; it is logged, since it is most likely a typo."""
+        listed = [features] if isinstance(features, (str, Feature)) else list(features)
+        left_out = {(f.name if isinstance(f, Feature) else str(f)).lower() for f in listed}
+        unknown = sorted(left_out - set(self.feature_names()))
+        if unknown:
+            log.warning("feature group %s: select_except(%s) names no feature of it (it has %s)", self.key,
+                        ", ".join(map(repr, unknown)), ", ".join(self.feature_names()))
         return Query(self, tuple(n for n in self.feature_names() if n not in left_out))
 
     def select_features(self) -> Query:

@@ -96,6 +96,18 @@ class FeatureView:
             return self._fitted(self._scoring)
         return list(self._transformations)
 
+    @property
+    def _batch_scoring_server(self) -> Any:
+        """What hsfs keeps after `init_batch_scoring` and what programs reach into (the tutorials read its
+        `model_dependent_transformation_functions` to undo a scaling): the functions fitted on that version."""
+        if self._scoring is None:
+            raise FeatureStoreError(f"feature view {self.key!r}: call init_batch_scoring(training_dataset_version) "
+                                    "first")
+        import types
+
+        return types.SimpleNamespace(training_dataset_version=self._scoring,
+                                     model_dependent_transformation_functions=self._fitted(self._scoring))
+
     def to_dict(self) -> dict[str, Any]:
         from hopsml.featurestore.query import to_dict
 
@@ -568,6 +580,12 @@ class FeatureView:
         named = {(id(group), feature): name for name, group, feature in query.column_sources()}
         frame.columns = [_HIDDEN + feature if group is query.left and feature in extra else
                          named.get((id(group), feature), name) for name, group, feature in wider.column_sources()]
+        for name, group, feature in query.column_sources():
+            if name not in frame.columns:   # a joined key the widened query took from the left: the left's value
+                join = next(j for j in query.joins if j.query.left is group)
+                frame[name] = frame[_HIDDEN + join.left_on[join.right_on.index(feature)]]
+        visible = [name for name, _, _ in query.column_sources()]
+        frame = frame[[*visible, *(c for c in frame.columns if c not in visible)]]
         order = [k if k in kept else _HIDDEN + k for k in left.keys()]
         return frame.sort_values(order, kind="stable").reset_index(drop=True)
 

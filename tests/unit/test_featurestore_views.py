@@ -195,3 +195,49 @@ def test_hsml_schemas_and_hsfs_names_as_hopsworks_tutorials_import_them(project,
     assert (function.hopsworks_udf.function_name, function.hopsworks_udf.transformation_features,
             function.output_column_names) == ("min_max_scaler", ["amount"], ["min_max_scaler_amount_"])
     assert isinstance(fg.amount, Feature)
+
+
+def test_batch_scoring_exposes_the_fitted_functions_as_hsfs_does(project):
+    """The churn tutorial's batch inference reads `fv._batch_scoring_server.model_dependent_transformation_functions`
+    after init_batch_scoring, to turn scaled batch columns back into their values."""
+    fs = project.get_feature_store()
+    orders = fs.create_feature_group("orders", primary_key=["customerid"], event_time="ts")
+    orders.insert(_tables()[1])
+    fv = fs.create_feature_view("spend", query=orders.select(["amount", "customerid", "ts"]),
+                                transformation_functions=[min_max_scaler("amount")])
+    with pytest.raises(FeatureStoreError, match="init_batch_scoring"):
+        _ = fv._batch_scoring_server
+    version, _ = fv.create_training_data()
+    fv.init_batch_scoring(version)
+    (function,) = fv._batch_scoring_server.model_dependent_transformation_functions
+    hudf = function.hopsworks_udf
+    assert hudf.function_name == "min_max_scaler" and hudf.transformation_features == ["amount"]
+    stats = hudf.transformation_statistics
+    batch = fv.get_batch_data()
+    restored = batch[hudf.output_column_names[0]].map(lambda x: x * (stats.feature.max - stats.feature.min)
+                                                       + stats.feature.min)
+    raw = orders.read().sort_values(["customerid", "ts"])["amount"].tolist()
+    assert sorted(restored.round(6).tolist()) == sorted(pd.Series(raw).round(6).tolist())
+
+
+def test_a_joined_key_the_left_side_leaves_out_is_a_feature_of_the_training_data(project, caplog):
+    """nyc_taxi_fares' training pipeline: fares.select([...]).join(rides.select_except([...]), on=['ride_id'])
+    selects ride_id through the joined group only; it is in X (the program drops it itself). And select_except as
+    hsfs has it: one name as a string, and a name the group lacks leaves nothing out (logged)."""
+    fs = project.get_feature_store()
+    rides = fs.create_feature_group("rides", primary_key=["ride_id"], event_time="pickup")
+    rides.insert(pd.DataFrame({"ride_id": [1, 2, 3, 4], "pickup": [T0] * 4, "taxi_id": [5, 6, 7, 8],
+                               "passengers": [1, 2, 3, 4]}))
+    fares = fs.create_feature_group("fares", primary_key=["ride_id"], event_time="ts")
+    fares.insert(pd.DataFrame({"ride_id": [1, 2, 3, 4], "ts": [T0 + dt.timedelta(minutes=1)] * 4,
+                               "total_fare": [1.0, 2.0, 3.0, 4.0], "tolls": [0.0, 1.0, 0.0, 1.0]}))
+    query = fares.select(["total_fare", "tolls"]).join(rides.select_except(["taxi_id", "pickup"]), on=["ride_id"])
+    fv = fs.create_feature_view("fares_fv", query=query, labels=["total_fare"])
+    x_train, x_test, y_train, _ = fv.train_test_split(test_size=0.5, seed=1)
+    assert list(x_train.columns) == ["tolls", "ride_id", "passengers"]
+    assert sorted([*x_train["ride_id"], *x_test["ride_id"]]) == [1, 2, 3, 4]
+    assert (x_train["passengers"] == x_train["ride_id"]).all()   # each ride's own row
+    assert rides.select_except("taxi_id").features == ("ride_id", "pickup", "passengers")
+    with caplog.at_level("WARNING", logger="hopsml.featurestore.group"):
+        assert rides.select_except(["no_such"]).features == ("ride_id", "pickup", "taxi_id", "passengers")
+    assert "names no feature" in caplog.text
