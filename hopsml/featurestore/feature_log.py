@@ -168,11 +168,11 @@ class FeatureLog:
         import pandas as pd
         from deltalake import DeltaTable
 
-        from hopsml.featurestore.table import wallclock_ms
+        from hopsml.featurestore.table import Location, logged_files, wallclock_ms
 
         if not DeltaTable.is_deltatable(self.table_uri):
             return pd.DataFrame()
-        files = list(DeltaTable(self.table_uri).file_uris())
+        files = logged_files(DeltaTable(self.table_uri), Location(self.table_uri))
         plain = [c for c in self.view.features if c not in self.view.labels]
         wanted = transformed_columns(plain, self.view.transformation_functions) if transformed else plain
         connection = duckdb.connect()

@@ -53,6 +53,7 @@ class FeatureStore:
         """Where group `name` version `version` keeps its Delta table (a local folder, S3 or HDFS)."""
         from hopsml.featurestore.table import Location
 
+        layout.validate_table_name(name, "feature group name")
         return Location.of(self.storage, layout.feature_group_dir(self.project, name, version))
 
     def _record(self, name: str, version: int) -> str:
@@ -265,6 +266,7 @@ class FeatureStore:
 
         if not isinstance(query, QueryType):
             raise FeatureStoreError("query= takes a query: fg.select([...]) or fg.select_all(), joined as needed")
+        layout.validate_table_name(name, "feature view name")   # its feature log is a Delta table in its folder
         for key in options:
             if key not in ("inference_helper_columns", "training_helper_columns", "logging_enabled"):
                 raise FeatureStoreError(f"unknown argument {key!r} for a feature view")
