@@ -95,10 +95,10 @@ class Location:
         local = storage.local_path(rel)
         refused = sorted({c for c in (local or storage.path(rel)) if c in layout.TABLE_PATH_REFUSED})
         if refused:
+            rule = ", ".join(map(repr, layout.TABLE_PATH_REFUSED))
             raise FeatureStoreError(f"the project root {storage.uri()} holds {', '.join(map(repr, refused))} in its "
                                     "path, where the Delta Lake library cannot keep a feature group's table; move "
-                                    f"the root to a path without any of {', '.join(map(repr, layout.TABLE_PATH_REFUSED))} "
-                                    "(spaces and other Unicode are fine)")
+                                    f"the root to a path without any of {rule} (spaces and other Unicode are fine)")
         if local is not None:
             return cls(local)
         parsed = urllib.parse.urlparse(storage.root)
