@@ -517,6 +517,7 @@ TRAINING_DATASETS = "Training_Datasets"
 GROUP_RECORD = "_group.json"          # beside the group's Delta table: names starting with _ are not table files
 GROUP_STATISTICS = "_statistics"      # <commit>.json: the statistics of the group after that commit
 GROUP_VALIDATION = "_validation"      # <time ns>.json: each validation report of a batch against the suite
+GROUP_AFTER_COMMIT = "_after_commit"  # <time ns>.json: a step after a commit that failed (the commit stands)
 VIEW_RECORD = "view.json"
 VIEW_LOG = "log"                      # beside view.json: the feature log's Delta table, and buffer/ before it
 TRAINING_DATASET_RECORD = "training_dataset.json"

@@ -9,7 +9,9 @@ commit in `_statistics/<commit>.json` beside it (Delta readers and VACUUM leave 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from hopsml.featurestore.transformations import TransformationFunction
     from hopsml.featurestore.view import FeatureView
 
+log = logging.getLogger(__name__)
 
 # What a group's and a view's record must hold before the SDK's objects are made of them.
 GROUP_SHAPE = Shape(layout.GROUP_RECORD, required=("name", "version"),
@@ -88,6 +91,34 @@ class FeatureStore:
         from hopsml.featurestore.table import folder_lock
 
         return folder_lock(group.table.uri)
+
+    @contextlib.contextmanager
+    def after_commit(self, group: FeatureGroup, commit: Commit, step: str) -> Iterator[None]:
+        """Around a step that follows an insert's commit (the group's definition, the online write, statistics):
+        the commit has landed, so a failure is logged and recorded beside the group (`after_commit_problems`, the
+        web view's group page), never raised; a retried insert would insert again."""
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 - any failure: an insert that landed must not look failed
+            log.error("feature group %s: commit %d landed, but %s failed: %s", group.key, commit.version, step, error)
+            path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                               layout.GROUP_AFTER_COMMIT, f"{time.time_ns()}.json")
+            try:
+                self.storage.write_json(path, {"commit": commit.version, "step": step, "error": str(error),
+                                               "committed_on": commit.committed_on.isoformat()})
+            except Exception as unrecorded:  # noqa: BLE001 - e.g. the disk that failed the step; logged above
+                log.error("feature group %s: could not record that %s failed after commit %d: %s", group.key,
+                          step, commit.version, unrecorded)
+
+    def after_commit_problems(self, group: FeatureGroup) -> list[dict[str, Any]]:
+        """The steps after a commit that failed (`after_commit`), oldest first."""
+        folder = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                             layout.GROUP_AFTER_COMMIT)
+        if not self.storage.exists(folder):
+            return []
+        names = sorted((e.name for e in self.storage.walk(folder, recursive=False) if e.name.endswith(".json")),
+                       key=lambda n: int(n[:-5]) if n[:-5].isdigit() else 0)
+        return [dict(self.storage.read_json(layout.join(folder, n))) for n in names]
 
     def save_view(self, view: FeatureView) -> None:
         self.storage.write_json(self._view_record(view.name, view.version), view.to_dict())
