@@ -222,21 +222,22 @@ def _moved(staging: str, root: str, partitions: Sequence[str]) -> list[tuple[Any
             os.replace(os.path.join(folder, name), target)
             rows = pq.read_metadata(target).num_rows
             stat = os.stat(target)
-            path = urllib.parse.quote("/".join([*parts, name]), safe="/=")   # the log's paths are URI-encoded
+            path = "/".join([*parts, name])   # delta-rs encodes it in the log
             out.append((AddAction(path, stat.st_size, values, int(stat.st_mtime * 1000), True,
                                   json.dumps({"numRecords": rows})), rows))
     return out
 
 
 def _logged(delta: Any, table: GroupTable) -> dict[str, tuple[str, int]]:
-    """Each file of the table's newest version, by its local path: its path as the log names it, its rows."""
+    """Each file of the table's newest version, by its local path: its path relative to the table (decoded, as
+    delta-rs takes an action's path: it encodes it in the log), its rows."""
     import pyarrow as pa
 
     actions = pa.table(delta.get_add_actions(flatten=True))
     if not actions.num_rows:
         return {}
     paths, rows = actions.column("path").to_pylist(), actions.column("num_records").to_pylist()
-    return {os.path.normpath(local): (path, int(count or 0))
+    return {os.path.normpath(local): (urllib.parse.unquote(path), int(count or 0))
             for local, path, count in zip(logged_files(delta, table.location), paths, rows)}
 
 
