@@ -27,7 +27,9 @@ from hopsml.ui.views import NotFound, check_inside, model_rows, short_time
 
 log = logging.getLogger(__name__)
 
-MAX_REPORTS = 5   # validation reports shown on a group's page, newest first
+MAX_REPORTS = 5   # validation reports (and failed steps after commits) shown on a group's page, newest first
+AFTER_COMMIT_SHAPE = Shape("after commit record", required=("commit", "step"),
+                           types={"commit": (int,), "step": (str,), "error": (str,)})
 
 
 def _store(settings: config.Settings, project: str) -> FeatureStore:
@@ -106,6 +108,7 @@ def group_view(settings: config.Settings, project: str, name: str, version: int,
     view["uri"] = storage.uri(folder)
     view["versions"] = store.versions(name)
     view["commits"], view["commits_problem"] = _commits(store, name, version)
+    view["after_commit"] = after_commit(storage, project, layout.join(folder, layout.GROUP_AFTER_COMMIT))
     stats_folder = layout.join(folder, layout.GROUP_STATISTICS)
     with_stats = _numbered(storage, stats_folder, ".json")
     for row in view["commits"]:
@@ -140,6 +143,17 @@ def online_side(store: FeatureStore, name: str, version: int, record: dict[str, 
         out["rows"] = store.online().count(store.get_feature_group(name, version))
     except failures as exc:
         out["problem"] = str(exc)
+    return out
+
+
+def after_commit(storage: Storage, project: str, folder: str) -> list[dict[str, Any]]:
+    """The steps after a commit that failed (FeatureStore.after_commit's records), newest first, at most
+    MAX_REPORTS."""
+    out = []
+    for stamp in reversed(_numbered(storage, folder, ".json")[-MAX_REPORTS:]):
+        record, problem = _read(storage, project, layout.join(folder, f"{stamp}.json"), AFTER_COMMIT_SHAPE)
+        out.append({"problem": problem} if record is None else
+                   {"commit": record.get("commit"), "step": record.get("step"), "error": record.get("error")})
     return out
 
 

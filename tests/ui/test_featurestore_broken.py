@@ -101,3 +101,17 @@ def test_a_training_dataset_whose_write_failed_is_listed_incomplete(fs):
     client = create_app(config.load(project=PROJECT)).test_client()
     page = _get(client, f"/p/{PROJECT}/featurestore/views/fraud/1")
     assert page.count("(incomplete: its write did not finish") == 1
+
+
+def test_a_step_that_failed_after_a_commit_is_shown_on_the_group_page(fs, root):
+    folder = root / "Projects" / PROJECT / "FeatureStore" / "orders_1" / layout.GROUP_STATISTICS
+    for old in folder.iterdir():
+        old.unlink()
+    folder.rmdir()
+    folder.write_text("a file where the statistics folder goes")
+    fg = fs.get_feature_group("orders", 1)
+    fg.insert(pd.DataFrame({"id": [5], "ts": [T0], "amount": [5.0], "fraud": [0]}))   # landed: does not raise
+
+    client = create_app(config.load(project=PROJECT)).test_client()
+    page = _get(client, f"/p/{PROJECT}/featurestore/groups/orders/1")
+    assert 'id="after-commit"' in page and "after commit 1, statistics failed (the commit stands)" in page
