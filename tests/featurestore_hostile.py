@@ -67,7 +67,7 @@ def cases(fg: Any) -> list[Any]:
         out += [fg["flag"] == value, fg["flag"] != value]
     at = dt.datetime(2024, 1, 2, 3, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     out += [fg["ts"]._filter(op, at) for op in OPS]
-    out += [fg["ts"] >= dt.datetime(2024, 1, 1, 20), fg["ts"] < dt.datetime(2024, 1, 2)]
+    out += [fg["ts"] >= dt.datetime(2024, 1, 1, 20), fg["ts"] < dt.datetime(2024, 1, 2), fg["ts"] < dt.date(2024, 1, 2)]
     out += [fg[c] == None for c in ("name", "x", "n", "flag")]  # noqa: E711 (the SDK's way to say "is null")
     out += [fg[c] != None for c in ("name", "x", "n", "flag")]  # noqa: E711
     out += [fg["name"].isin([]), fg["x"].isin([None]), (fg["name"] == "a") | (fg["x"] > 0),

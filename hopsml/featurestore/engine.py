@@ -144,6 +144,8 @@ def _fit(value: Any, kind: str, name: str) -> Any:
 
     if value is None or not kind:
         return value
+    if kind == "time" and isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)   # midnight UTC, both engines
     number = isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool)
     if kind in ("float", "number") and number or kind == "string" and isinstance(value, str) \
             or kind == "bool" and isinstance(value, bool) or kind in ("time", "date") and isinstance(value, dt.date):

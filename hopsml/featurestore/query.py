@@ -134,8 +134,9 @@ def _holds(op: str, have: Any, value: Any) -> bool:
         return False
     if op == "like":
         return like_regex(value).fullmatch(have) is not None
-    if isinstance(have, dt.datetime) and isinstance(value, dt.datetime):
-        have, value = _utc(have), _utc(value)
+    if isinstance(have, dt.datetime) and isinstance(value, dt.date):   # a date against a time: its midnight, UTC
+        have = _utc(have)
+        value = _utc(value if isinstance(value, dt.datetime) else dt.datetime(value.year, value.month, value.day))
     result: bool = {"==": have == value, "!=": have != value, "<": have < value, "<=": have <= value,
                     ">": have > value, ">=": have >= value}[op]
     return result

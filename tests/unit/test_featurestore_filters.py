@@ -93,6 +93,8 @@ def test_time_filters_take_iso_strings_and_naive_times_as_utc(hostile):
     for value in ("2024-01-01 05:00", "2024-01-01T05:00:00+00:00", "2024-01-01T07:00:00+02:00",
                   dt.datetime(2024, 1, 1, 5)):
         assert _ids(hostile.filter(hostile["ts"] >= value)) == want
+    midnight = expected(hostile["ts"] < dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc), table)
+    assert _ids(hostile.filter(hostile["ts"] < dt.date(2024, 1, 2))) == midnight == list(range(24))
 
 
 def test_numpy_and_pandas_values_are_plain_values(hostile):
