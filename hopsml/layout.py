@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,12 +79,42 @@ def validate_name(name: str, what: str = "name") -> str:
     """
     if not isinstance(name, str) or not name.strip():
         raise InvalidNameError(f"invalid {what} {name!r}: it must be a non-empty string")
+    unprintable = next((c for c in name if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if unprintable is not None:
+        raise InvalidNameError(f"invalid {what} {name!r}: it holds the control character {unprintable!r} (names "
+                               "become folder names and are printed; spaces and any other Unicode are fine)")
     if "/" in name or "\\" in name or ".." in name or name in (".",) or "\x00" in name:
         raise InvalidNameError(f"invalid {what} {name!r}: it must not contain '/', '\\\\' or '..' "
                                "(it becomes a single folder name); choose a plain name like 'mnist-v2'")
     if len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise InvalidNameError(f"invalid {what} {name[:40]!r}... ({len(name.encode('utf-8'))} bytes): it becomes a "
                                f"folder name, and those are limited, so it may have at most {MAX_NAME_BYTES} bytes")
+    return name
+
+
+# Characters the Delta Lake library (delta-rs) cannot have in a table's path: '[', ']', '|', '^' panic it, a '%'
+# before two hex digits is decoded again, '?' and '#' empty its history. Not in a feature group's or view's name
+# (each is a Delta table's folder), nor in the root that holds them.
+TABLE_PATH_REFUSED = "[]|^%?#"
+
+
+def validate_table_name(name: str, what: str = "name") -> str:
+    """`name` if it is a valid name (`validate_name`) that a Delta table's folder can also have, else
+    InvalidNameError naming the rule.
+
+    >>> validate_table_name("ümlaut 名前")
+    'ümlaut 名前'
+    >>> validate_table_name("a[1]", "feature group name")
+    Traceback (most recent call last):
+    ...
+    hopsml.errors.InvalidNameError: invalid feature group name 'a[1]': it must not contain any of '[', ']', ...
+    """
+    validate_name(name, what)
+    refused = [c for c in TABLE_PATH_REFUSED if c in name]
+    if refused:
+        raise InvalidNameError(f"invalid {what} {name!r}: it must not contain any of "
+                               f"{', '.join(map(repr, TABLE_PATH_REFUSED))} (the Delta Lake library cannot "
+                               "keep a table in such a folder); spaces and any other Unicode are fine")
     return name
 
 
@@ -492,6 +523,7 @@ TRAINING_DATASETS = "Training_Datasets"
 GROUP_RECORD = "_group.json"          # beside the group's Delta table: names starting with _ are not table files
 GROUP_STATISTICS = "_statistics"      # <commit>.json: the statistics of the group after that commit
 GROUP_VALIDATION = "_validation"      # <time ns>.json: each validation report of a batch against the suite
+GROUP_AFTER_COMMIT = "_after_commit"  # <time ns>.json: a step after a commit that failed (the commit stands)
 VIEW_RECORD = "view.json"
 VIEW_LOG = "log"                      # beside view.json: the feature log's Delta table, and buffer/ before it
 TRAINING_DATASET_RECORD = "training_dataset.json"

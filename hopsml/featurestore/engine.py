@@ -95,26 +95,163 @@ def _aliases(query: Query) -> dict[str, str]:
     return {group.key: f"g{i}" for i, group in enumerate(query.groups())}
 
 
-def _filters_sql(query: Query, aliases: dict[str, str], column: Any, timestamp: str) -> list[str]:
-    """The query's filters in SQL; `column(alias, name)` is the expression of a group's column."""
-    from hopsml.featurestore.query import Filter
+# --- filters: values bound, never SQL text (query.py says what each op means) --------------------------------
+_SQL_OPS = {"==": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
-    def render(condition: Any) -> str:
-        if isinstance(condition, Filter):
-            feature = condition.feature
-            alias = aliases.get(feature.group)
-            if alias is None:
+
+def column_kind(arrow_type: str) -> str:
+    """A column's kind from its Arrow type's name: string, float, number, bool, time, date, or '' (unchecked).
+
+    >>> [column_kind(t) for t in ("large_string", "double", "int64", "timestamp[us, tz=UTC]", "date32[day]")]
+    ['string', 'float', 'number', 'time', 'date']
+    """
+    kind = arrow_type.split("[")[0].split("(")[0]
+    if kind in ("string", "large_string", "string_view", "utf8", "large_utf8"):
+        return "string"
+    if kind in ("float", "double", "halffloat", "float16", "float32", "float64"):
+        return "float"
+    if kind.startswith(("int", "uint", "decimal")):
+        return "number"
+    if kind in ("bool", "boolean"):
+        return "bool"
+    if kind.startswith("timestamp"):
+        return "time"
+    if kind.startswith("date"):
+        return "date"
+    return ""
+
+
+def _fitted(condition: Any, kinds: dict[tuple[str, str], str]) -> Any:
+    """The condition with each value checked against its column's kind (`kinds`: (group key, feature) -> kind)
+    and made the value that column compares with; a value that does not fit is refused, naming the column."""
+    from hopsml.featurestore.query import Filter, Logic
+
+    if isinstance(condition, Logic):
+        return Logic(condition.op, _fitted(condition.left, kinds), _fitted(condition.right, kinds))
+    feature = condition.feature
+    kind = kinds.get((feature.group, feature.name), "")
+    if condition.op == "like" and kind not in ("string", ""):
+        raise FeatureStoreError(f"filter on {feature.name!r}: like() compares strings, and {feature.name!r} is a "
+                                f"{kind} column")
+    values = condition.value if condition.op == "in" else [condition.value]
+    fitted = [_fit(v, kind, feature.name) for v in values]
+    return Filter(feature, condition.op, fitted if condition.op == "in" else fitted[0])
+
+
+def _fit(value: Any, kind: str, name: str) -> Any:
+    import datetime as dt
+    import decimal
+
+    if value is None or not kind:
+        return value
+    if kind == "time" and isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)   # midnight UTC, both engines
+    number = isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool)
+    if kind in ("float", "number") and number or kind == "string" and isinstance(value, str) \
+            or kind == "bool" and isinstance(value, bool) or kind in ("time", "date") and isinstance(value, dt.date):
+        return value
+    if kind in ("time", "date") and isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise FeatureStoreError(f"filter on {name!r}: {value[:80]!r} is not a time; give a datetime, a date or an "
+                                    "ISO string such as '2024-05-01 12:00:00'") from None
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+        return parsed.astimezone(dt.timezone.utc) if kind == "time" or parsed.time() != dt.time(0) else parsed.date()
+    shown = repr(value) if not isinstance(value, str) else repr(value[:80])
+    raise FeatureStoreError(f"filter on {name!r}: {shown} ({type(value).__name__}) cannot be compared with a {kind} "
+                            f"column; give a {'number' if kind == 'float' else kind} value")
+
+
+def column_kinds(query: Query) -> dict[tuple[str, str], str]:
+    """(group key, feature) -> its column's kind, for every group the query reads."""
+    return {(group.key, feature.name): column_kind(feature.type) for group in query.groups()
+            for feature in group.features}
+
+
+def duckdb_condition(condition: Any, column: Any, params: list[Any], kinds: dict[tuple[str, str], str]) -> str:
+    """A filter (or an AND/OR of them) as DuckDB SQL: `column(feature)` is the SQL expression of a feature's
+    column; each value is a `?` whose value is appended to `params`, in the text's order."""
+    from hopsml.featurestore.query import Filter, is_nan
+
+    if not isinstance(condition, Filter):
+        left = duckdb_condition(condition.left, column, params, kinds)
+        return f"({left} {condition.op} {duckdb_condition(condition.right, column, params, kinds)})"
+    condition = _fitted(condition, kinds)
+    c, op, value = column(condition.feature), condition.op, condition.value
+    if op == "in":
+        values = [v for v in value if v is not None and not is_nan(v)]
+        params.extend(values)
+        parts = ([f"{c} IN ({', '.join('?' * len(values))})"] if values else []) + \
+            ([f"{c} IS NULL"] if any(v is None for v in value) else [])
+        return f"({' OR '.join(parts)})" if parts else "FALSE"
+    if op == "like":   # DuckDB's LIKE has no escape character unless one is given
+        params.append(value)
+        return f"{c} LIKE ?"
+    if value is None:
+        return f"{c} IS {'NOT ' if op == '!=' else ''}NULL"
+    if is_nan(value):
+        return f"{c} IS NOT NULL" if op == "!=" else "FALSE"
+    params.append(value)
+    if op in (">", ">=") and _floating(condition, kinds, value):   # SQL puts NaN above every number
+        return f"({c} {_SQL_OPS[op]} ? AND NOT isnan({c}))"
+    return f"{c} {_SQL_OPS[op]} ?"
+
+
+def spark_condition(condition: Any, column: Any, kinds: dict[tuple[str, str], str]) -> Any:
+    """A filter (or an AND/OR of them) as a Spark Column: `column(feature)` is the feature's Column; each value
+    is a literal Column, never parsed as SQL."""
+    from pyspark.sql import functions as F
+
+    from hopsml.featurestore.query import Filter, is_nan
+
+    if not isinstance(condition, Filter):
+        left, right = (spark_condition(c, column, kinds) for c in (condition.left, condition.right))
+        return left & right if condition.op == "AND" else left | right
+    condition = _fitted(condition, kinds)
+    c, op, value = column(condition.feature), condition.op, condition.value
+    if op == "in":
+        values = [v for v in value if v is not None and not is_nan(v)]
+        found = c.isin(*[F.lit(v) for v in values]) if values else F.lit(False)
+        return found | c.isNull() if any(v is None for v in value) else found
+    if op == "like":   # Spark's LIKE escapes with a backslash: one in the pattern stands for itself
+        return c.like(value.replace("\\", "\\\\"))
+    if value is None:
+        return c.isNotNull() if op == "!=" else c.isNull()
+    if is_nan(value):
+        return c.isNotNull() if op == "!=" else F.lit(False)
+    literal = F.lit(value)
+    compared = {"==": c == literal, "!=": c != literal, "<": c < literal, "<=": c <= literal, ">": c > literal,
+                ">=": c >= literal}[op]
+    if op in (">", ">=") and _floating(condition, kinds, value):   # Spark puts NaN above every number
+        return compared & ~F.isnan(c)
+    return compared
+
+
+def _floating(condition: Any, kinds: dict[tuple[str, str], str], value: Any) -> bool:
+    """Whether the filter's column may hold NaN: a float column, or one of unknown kind given a float."""
+    kind = kinds.get((condition.feature.group, condition.feature.name), "")
+    return kind == "float" or not kind and isinstance(value, float)
+
+
+def _checked_aliases(query: Query, aliases: dict[str, str]) -> None:
+    for condition in query.filters:
+        for feature in condition.features():
+            if feature.group not in aliases:
                 raise FeatureStoreError(f"the filter on {feature.name!r} reads group {feature.group!r}, which the "
                                         "query does not select from")
-            return condition.sql(column(alias, feature.name), timestamp)
-        return f"({render(condition.left)} {condition.op} {render(condition.right)})"
-
-    return [render(f) for f in query.filters]
 
 
 def duckdb_sql(query: Query) -> str:
-    """The query as DuckDB SQL over one view per group (g0 the left group, g1... the joined ones)."""
+    """The query as DuckDB SQL over one view per group (g0 the left group, g1... the joined ones); each filter
+    value is a `?` (`duckdb_statement` gives the values)."""
+    return duckdb_statement(query)[0]
+
+
+def duckdb_statement(query: Query) -> tuple[str, list[Any]]:
+    """The query's DuckDB SQL and the values of its `?` parameters, in order."""
     aliases = _aliases(query)
+    _checked_aliases(query, aliases)
     left = query.left
     columns = [f"g0.{_q(name)}" for name in query.features]
     taken = list(query.features)
@@ -145,10 +282,13 @@ def duckdb_sql(query: Query) -> str:
         if fresh and join.join_type == "inner":
             where.append(fresh)
     sql = f"SELECT {', '.join(columns)} FROM g0 " + " ".join(joins)
-    where += _filters_sql(query, aliases, lambda alias, name: _windowed(alias, name, windowed), "TIMESTAMPTZ")
+    params: list[Any] = []
+    kinds = column_kinds(query)
+    where += [duckdb_condition(c, lambda f: _windowed(aliases[f.group], f.name, windowed), params, kinds)
+              for c in query.filters]
     if where:
         sql += " WHERE " + " AND ".join(where)
-    return sql
+    return sql, params
 
 
 _DUCKDB_TYPES = {"string": "VARCHAR", "large_string": "VARCHAR", "string_view": "VARCHAR", "int8": "TINYINT",
@@ -193,7 +333,8 @@ def duckdb_arrow(query: Query) -> Any:
                                    f"union_by_name = true{_hive(group.table.partitioning(read[group.key]))})")
             else:   # remote (this DuckDB has no S3 or HDFS reader): the version read by Arrow, into memory
                 connection.register(alias, group.table.dataset(read[group.key]).to_table())
-        relation = connection.sql(duckdb_sql(query))
+        sql, params = duckdb_statement(query)
+        relation = connection.sql(sql, params=params or None)
         # DuckDB 2.x calls it to_arrow_table, 1.x arrow
         fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
         return fetch()
@@ -218,9 +359,10 @@ def spark_frame(query: Query) -> Any:
     left = query.left
     frame = left.table.spark(spark, read[left.key])
     names = {("g0", name): name for name in frame.columns}   # (alias, feature) -> its column in `frame`
-    columns = [F.col(f"`{name}`").alias(name) for name in query.features]
+    columns = [_spark_col("", name).alias(name) for name in query.features]
     taken = list(query.features)
-    filtered = {(c.feature.group, c.feature.name) for c in _conditions(query)}
+    _checked_aliases(query, aliases)
+    filtered = {(f.group, f.name) for condition in query.filters for f in condition.features()}
     for join in query.joins:
         right = join.query.left
         alias = aliases[right.key]
@@ -232,48 +374,32 @@ def spark_frame(query: Query) -> Any:
         if point_in_time:
             frame = _as_of_join(frame, other, join, left.event_time, right, inside, alias)
         else:
-            keys = [F.col(f"`{rk}`").alias(f"__{alias}__key{i}") for i, rk in enumerate(join.right_on)]
-            other = other.select(*keys, *[F.col(f"`{n}`").alias(inside[n]) for n in wanted],
+            keys = [_spark_col("", rk).alias(f"__{alias}__key{i}") for i, rk in enumerate(join.right_on)]
+            other = other.select(*keys, *[_spark_col("", n).alias(inside[n]) for n in wanted],
                                  F.lit(True).alias(f"__{alias}__matched"))
-            condition = [F.col(f"`{lk}`") == F.col(f"`__{alias}__key{i}`") for i, lk in enumerate(join.left_on)]
+            condition = [_spark_col("", lk) == F.col(f"__{alias}__key{i}") for i, lk in enumerate(join.left_on)]
             frame = frame.join(other, _all(condition), "left").drop(*[f"__{alias}__key{i}"
                                                                       for i in range(len(join.right_on))])
         if join.join_type == "inner":
-            frame = frame.where(F.col(f"`__{alias}__matched`").isNotNull())
+            frame = frame.where(F.col(f"__{alias}__matched").isNotNull())
         frame = frame.drop(f"__{alias}__matched")
         names.update({(alias, rk): lk for lk, rk in zip(join.left_on, join.right_on)})
         names.update({(alias, name): column for name, column in inside.items()})
         for name in emitted:
             out = _joined_name(name, taken, join)
             taken.append(out)
-            columns.append(F.col(f"`{inside[name]}`").alias(out))
+            columns.append(_spark_col("", inside[name]).alias(out))
 
-    def column(alias: str, name: str) -> str:
-        if (alias, name) not in names:
-            raise FeatureStoreError(f"the filter on {name!r} reads a column the query does not have")
-        return f"`{names[(alias, name)]}`"
+    def column(feature: Any) -> Any:
+        key = (aliases[feature.group], feature.name)
+        if key not in names:
+            raise FeatureStoreError(f"the filter on {feature.name!r} reads a column the query does not have")
+        return _spark_col("", names[key])
 
-    for where in _filters_sql(query, aliases, column, "TIMESTAMP"):
-        frame = frame.where(F.expr(where))
+    kinds = column_kinds(query)
+    for where in query.filters:
+        frame = frame.where(spark_condition(where, column, kinds))
     return frame.select(*columns)
-
-
-def _conditions(query: Query) -> list[Any]:
-    """Every single-feature filter of the query, out of its and/or trees."""
-    from hopsml.featurestore.query import Filter
-
-    found: list[Any] = []
-
-    def walk(condition: Any) -> None:
-        if isinstance(condition, Filter):
-            found.append(condition)
-        else:
-            walk(condition.left)
-            walk(condition.right)
-
-    for condition in query.filters:
-        walk(condition)
-    return found
 
 
 def _all(terms: list[Any]) -> Any:
@@ -293,22 +419,30 @@ def _as_of_join(frame: Any, other: Any, join: Any, left_time: str, right: Any, i
 
     side, when, carried = f"__{alias}__side", f"__{alias}__t", f"__{alias}__row"
     keys = [f"__{alias}__key{i}" for i in range(len(join.left_on))]
-    fields = [F.col(f"`{name}`").alias(column) for name, column in inside.items()]
-    rows = other.select(*[F.col(f"`{rk}`").alias(k) for rk, k in zip(join.right_on, keys)],
-                        F.col(f"`{right.event_time}`").alias(when), F.lit(0).alias(side),
-                        F.struct(*fields, F.col(f"`{right.event_time}`").alias(when)).alias(carried))
-    labels = frame.select("*", *[F.col(f"`{lk}`").alias(k) for lk, k in zip(join.left_on, keys)],
-                          F.col(f"`{left_time}`").alias(when), F.lit(1).alias(side))
+    fields = [_spark_col("", name).alias(column) for name, column in inside.items()]
+    rows = other.select(*[_spark_col("", rk).alias(k) for rk, k in zip(join.right_on, keys)],
+                        _spark_col("", right.event_time).alias(when), F.lit(0).alias(side),
+                        F.struct(*fields, _spark_col("", right.event_time).alias(when)).alias(carried))
+    labels = frame.select("*", *[_spark_col("", lk).alias(k) for lk, k in zip(join.left_on, keys)],
+                          _spark_col("", left_time).alias(when), F.lit(1).alias(side))
     both = labels.unionByName(rows, allowMissingColumns=True)
     newest = (Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(when), F.col(side))
               .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     both = both.withColumn(carried, F.last(F.col(carried), ignorenulls=True).over(newest))
     found = F.when(_all([F.col(k).isNotNull() for k in keys]), F.col(carried))   # a null key matches nothing
     if right.ttl:   # older than the window counts as none
-        fresh = F.unix_micros(F.col(f"{carried}.{when}")) >= F.unix_micros(F.col(when)) - _ttl_us(right)
+        fresh = F.unix_micros(F.col(carried).getField(when)) >= F.unix_micros(F.col(when)) - _ttl_us(right)
         found = F.when(fresh, found)
     both = both.where(F.col(side) == 1).withColumn(carried, found)
-    out = both.select(*[F.col(f"`{c}`") for c in frame.columns],
-                      *[F.col(f"{carried}.`{column}`").alias(column) for column in inside.values()],
+    out = both.select(*[_spark_col("", c) for c in frame.columns],
+                      *[F.col(carried).getField(column).alias(column) for column in inside.values()],
                       F.when(F.col(carried).isNotNull(), F.lit(True)).alias(f"__{alias}__matched"))
     return out
+
+
+def _spark_col(alias: str, name: str) -> Any:
+    """A column (of a group's alias), named as Spark's col() parses it: a backtick in the name doubled."""
+    from pyspark.sql import functions as F
+
+    quoted = "`" + name.replace("`", "``") + "`"
+    return F.col(f"{alias}.{quoted}" if alias else quoted)

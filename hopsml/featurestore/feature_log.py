@@ -168,11 +168,11 @@ class FeatureLog:
         import pandas as pd
         from deltalake import DeltaTable
 
-        from hopsml.featurestore.table import wallclock_ms
+        from hopsml.featurestore.table import Location, logged_files, wallclock_ms
 
         if not DeltaTable.is_deltatable(self.table_uri):
             return pd.DataFrame()
-        files = list(DeltaTable(self.table_uri).file_uris())
+        files = logged_files(DeltaTable(self.table_uri), Location(self.table_uri))
         plain = [c for c in self.view.features if c not in self.view.labels]
         wanted = transformed_columns(plain, self.view.transformation_functions) if transformed else plain
         connection = duckdb.connect()
@@ -189,14 +189,15 @@ class FeatureLog:
                 where.append(f"epoch_ms(log_time) <= {wallclock_ms(end_time)}")
             if training_dataset_version is not None:
                 where.append(f"training_dataset_version = {int(training_dataset_version)}")
+            params: list[Any] = []
             if model is not None:
-                where.append(f"model_name = '{model[0].replace(chr(39), chr(39) * 2)}' AND model_version = "
-                             f"{int(model[1])}")
+                where.append(f"model_name = ? AND model_version = {int(model[1])}")
+                params.append(str(model[0]))
             if condition is not None:
-                where.extend(_filter_sql(condition, present))
+                where.extend(_filter_sql(condition, present, params))
             sql = (f"SELECT {', '.join(_q(c) for c in keep)} FROM read_parquet([{listed}], union_by_name = true)"
                    + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY log_time, log_id")
-            return connection.execute(sql).df()
+            return connection.execute(sql, params).df()
         finally:
             connection.close()
 
@@ -277,14 +278,13 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _filter_sql(condition: Any, present: Sequence[str]) -> list[str]:
-    from hopsml.featurestore.query import Filter
+def _filter_sql(condition: Any, present: Sequence[str], params: list[Any]) -> list[str]:
+    """The condition in DuckDB SQL, its values `?` parameters appended to `params` (never SQL text)."""
+    from hopsml.featurestore.engine import duckdb_condition
 
-    def render(c: Any) -> str:
-        if isinstance(c, Filter):
-            if c.feature.name not in present:
-                raise FeatureStoreError(f"read_log filter on {c.feature.name!r}: the log has no such column")
-            return c.sql(_q(c.feature.name))
-        return f"({render(c.left)} {c.op} {render(c.right)})"
+    def column(feature: Any) -> str:
+        if feature.name not in present:
+            raise FeatureStoreError(f"read_log filter on {feature.name!r}: the log has no such column")
+        return _q(feature.name)
 
-    return [render(condition)]
+    return [duckdb_condition(condition, column, params, {})]

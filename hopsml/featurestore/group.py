@@ -221,12 +221,15 @@ class FeatureGroup:
         report = self._validated(batch) if validate else None
         with self.store.group_lock(self):
             commit = self.table.commit(batch, added)
-            self._committed(commit, batch.schema)
+            with self.store.after_commit(self, commit, "saving the group's definition"):   # logged, never raised
+                self._committed(commit, batch.schema)
         if self.online_enabled and online:
-            self._write_online(batch, commit)
+            with self.store.after_commit(self, commit, "the online write"):
+                self._write_online(batch, commit)
         if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
-            after = batch if commit.version == 0 else self.table.read(commit.version)
-            self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
+            with self.store.after_commit(self, commit, "statistics"):
+                after = batch if commit.version == 0 else self.table.read(commit.version)
+                self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
         return commit, report
 
     def commit_spark(self, frame: Any, validate: bool = True, duplicates: str = frames.KEEP_LAST,
@@ -240,12 +243,15 @@ class FeatureGroup:
                                  ) if validate and self._validating else None
         with self.store.group_lock(self):
             commit = spark_insert.write(self.table, frame, schema, added)
-            self._committed(commit, schema)
+            with self.store.after_commit(self, commit, "saving the group's definition"):   # logged, never raised
+                self._committed(commit, schema)
         if self.online_enabled and online:   # the newest row per key only reaches the driver, for the online store
-            self._write_online(spark_insert.newest_per_key(frame, self.primary_key, self.event_time), commit)
+            with self.store.after_commit(self, commit, "the online write"):
+                self._write_online(spark_insert.newest_per_key(frame, self.primary_key, self.event_time), commit)
         if self.statistics_config["enabled"]:
-            after = self.table.spark(frame.sparkSession, commit.version)
-            self.store.save_statistics(self, commit, spark_insert.statistics(after, self.statistics_config))
+            with self.store.after_commit(self, commit, "statistics"):
+                after = self.table.spark(frame.sparkSession, commit.version)
+                self.store.save_statistics(self, commit, spark_insert.statistics(after, self.statistics_config))
         return commit, report
 
     def _write_online(self, batch: pa.Table, commit: Commit) -> None:

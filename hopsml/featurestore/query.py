@@ -6,17 +6,38 @@ gets the right side's row of the same key with the newest event time at or befor
 one, and nulls when there is none. `as_of` reads every group as it was at that commit, so rows committed
 later are left out even when their event times are old (a backfill cannot leak into a training set built
 before it).
+
+A filter's value never becomes SQL text: DuckDB gets it as a bound parameter, Spark as a literal Column
+(`engine.py`). Both engines answer as `Filter.holds` says, which is Python's own comparison:
+
+- `==`, `!=`, `<`, `<=`, `>`, `>=` compare as Python compares the two values (strings by code point, which is
+  what both engines do with UTF-8 bytes); a row whose value is null (missing) matches none of them.
+- NaN is IEEE's: it equals nothing, not even NaN, and is neither less nor greater than anything, so `!= nan`
+  holds for every row with a value and the others for none (SQL engines order NaN above every number and let
+  it equal itself; the engines are told otherwise). inf and -inf are ordinary numbers.
+- `== None` is "is null", `!= None` "is not null"; `<`, `<=`, `>`, `>=` with None are refused.
+- `isin(values)`: equal to one of them (NaN to none); a None among them matches the null rows.
+- `like(pattern)`: `%` any run of characters (newlines too), `_` one character, every other character
+  itself (there is no escape character); case-sensitive.
+- A value must fit its column: a number for a numeric column, a string for a string column; a string given
+  for a timestamp or date column is read as an ISO time (`'2024-05-01 12:00'`), naive times are UTC.
+  A value that does not fit, or an integer beyond 64 bits, is refused with the column's name.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hopsml.errors import FeatureStoreError
 
-_OPS = {"==": "=", "!=": "<>", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+OPS = (*COMPARISONS, "in", "like")
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
 
 
 @dataclass(frozen=True)
@@ -52,6 +73,8 @@ class Feature:
         return self._filter(">=", other)
 
     def isin(self, values: Sequence[Any]) -> Filter:
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise FeatureStoreError(f"filter on {self.name!r}: isin() takes a list of values, not {values!r}")
         return Filter(self, "in", list(values))
 
     def like(self, pattern: str) -> Filter:
@@ -63,11 +86,29 @@ class Feature:
 
 @dataclass(frozen=True)
 class Filter:
-    """`feature op value`; `&` and `|` combine filters."""
+    """`feature op value`; `&` and `|` combine filters. The value is checked and made a plain Python value
+    (numpy and pandas scalars too) when the filter is made (see the module docstring for what each op means)."""
 
     feature: Feature
     op: str
     value: Any
+
+    def __post_init__(self) -> None:
+        name = self.feature.name
+        if self.op not in OPS:
+            raise FeatureStoreError(f"filter on {name!r}: operator {self.op!r} is not one of {', '.join(OPS)}")
+        if self.op == "in":
+            if isinstance(self.value, (str, bytes)) or not isinstance(self.value, (list, tuple)):
+                raise FeatureStoreError(f"filter on {name!r}: isin() takes a list of values, not {self.value!r}")
+            object.__setattr__(self, "value", [plain_value(v, name) for v in self.value])
+            return
+        value = plain_value(self.value, name)
+        if self.op == "like" and not isinstance(value, str):
+            raise FeatureStoreError(f"filter on {name!r}: like() takes a string pattern, not {self.value!r}")
+        if value is None and self.op not in ("==", "!="):
+            raise FeatureStoreError(f"filter on {name!r}: {self.op} None compares with a missing value, which has no "
+                                    "order; use == None (is null) or != None (is not null)")
+        object.__setattr__(self, "value", value)
 
     def __and__(self, other: Filter | Logic) -> Logic:
         return Logic("AND", self, other)
@@ -75,19 +116,75 @@ class Filter:
     def __or__(self, other: Filter | Logic) -> Logic:
         return Logic("OR", self, other)
 
-    def sql(self, column: str, timestamp: str = "TIMESTAMPTZ") -> str:
-        """The condition in SQL on `column` (quoted by the caller); `timestamp` is the dialect's keyword for a
-        time-zone-aware literal (DuckDB's TIMESTAMPTZ, Spark's TIMESTAMP)."""
-        if self.op == "in":
-            return f"{column} IN ({', '.join(_literal(v, timestamp) for v in self.value)})"
-        if self.op == "like":
-            return f"{column} LIKE {_literal(self.value, timestamp)}"
-        if self.value is None and self.op in ("==", "!="):
-            return f"{column} IS {'NOT ' if self.op == '!=' else ''}NULL"
-        return f"{column} {_OPS[self.op]} {_literal(self.value, timestamp)}"
-
     def features(self) -> list[Feature]:
         return [self.feature]
+
+    def holds(self, row: dict[str, Any]) -> bool:
+        """Whether the filter holds for `row` (feature name -> value): Python's own answer, which both engines
+        give (the module docstring)."""
+        return _holds(self.op, row.get(self.feature.name), self.value)
+
+
+def _holds(op: str, have: Any, value: Any) -> bool:
+    if op == "in":
+        return any(_holds("==", have, v) for v in value)
+    if value is None:   # == None / != None
+        return (have is None) == (op == "==")
+    if have is None:
+        return False
+    if op == "like":
+        return like_regex(value).fullmatch(have) is not None
+    if isinstance(have, dt.datetime) and isinstance(value, dt.date):   # a date against a time: its midnight, UTC
+        have = _utc(have)
+        value = _utc(value if isinstance(value, dt.datetime) else dt.datetime(value.year, value.month, value.day))
+    result: bool = {"==": have == value, "!=": have != value, "<": have < value, "<=": have <= value,
+                    ">": have > value, ">=": have >= value}[op]
+    return result
+
+
+def like_regex(pattern: str) -> re.Pattern[str]:
+    """A LIKE pattern as a Python regex: `%` any run, `_` one character, everything else itself.
+
+    >>> like_regex("a%_c").fullmatch("ab\\nxc") is not None, like_regex("a.c").fullmatch("abc") is None
+    (True, True)
+    """
+    return re.compile("".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern), re.DOTALL)
+
+
+def plain_value(value: Any, feature: str) -> Any:
+    """A filter value as the plain Python value both engines bind: None, bool, int (64 bits), float (NaN and
+    inf too), Decimal, str, datetime (UTC) or date; numpy and pandas scalars made so; anything else refused."""
+    import decimal
+
+    if value is None or isinstance(value, (bool, str, decimal.Decimal)):
+        return value
+    if type(value).__module__.split(".")[0] in ("numpy", "pandas"):
+        if value != value and not isinstance(value, float) and type(value).__name__ in ("NaTType", "NAType"):
+            return None   # pandas' missing values
+        if hasattr(value, "to_pydatetime"):
+            return plain_value(value.to_pydatetime(), feature)
+        if hasattr(value, "item"):
+            return plain_value(value.item(), feature)
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise FeatureStoreError(f"filter on {feature!r}: {value} is beyond the 64-bit integers the engines compare")
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, dt.datetime):
+        return _utc(value)
+    if isinstance(value, dt.date):
+        return value
+    raise FeatureStoreError(f"filter on {feature!r}: a {type(value).__name__} value ({value!r}) cannot be compared; "
+                            "give a number, a string, a bool, a datetime or a date (or None)")
+
+
+def is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return (value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -95,6 +192,10 @@ class Logic:
     op: str
     left: Filter | Logic
     right: Filter | Logic
+
+    def __post_init__(self) -> None:
+        if self.op not in ("AND", "OR") or not all(isinstance(c, (Filter, Logic)) for c in (self.left, self.right)):
+            raise FeatureStoreError(f"a filter combines two filters with AND or OR, not {self.op!r}")
 
     def __and__(self, other: Filter | Logic) -> Logic:
         return Logic("AND", self, other)
@@ -105,20 +206,10 @@ class Logic:
     def features(self) -> list[Feature]:
         return [*self.left.features(), *self.right.features()]
 
-
-def _literal(value: Any, timestamp: str) -> str:
-    import datetime as dt
-
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, dt.datetime):
-        stamp = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-        return f"{timestamp} '{stamp.astimezone(dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S.%f')}+00:00'"
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    return "'" + str(value).replace("'", "''") + "'"
+    def holds(self, row: dict[str, Any]) -> bool:
+        if self.op == "AND":
+            return self.left.holds(row) and self.right.holds(row)
+        return self.left.holds(row) or self.right.holds(row)
 
 
 @dataclass(frozen=True)
@@ -274,24 +365,24 @@ def from_dict(record: dict[str, Any], group_of: Any) -> Query:
 
 
 def _stored(value: Any) -> Any:
-    import datetime as dt
-
     if isinstance(value, dt.datetime):
         return {"datetime": value.isoformat()}
     if isinstance(value, dt.date):
         return {"date": value.isoformat()}
+    if isinstance(value, float) and not math.isfinite(value):   # JSON has no NaN or inf
+        return {"float": repr(value)}
     if isinstance(value, (list, tuple)):
         return [_stored(v) for v in value]
     return value
 
 
 def _loaded(value: Any) -> Any:
-    import datetime as dt
-
     if isinstance(value, dict) and "datetime" in value:
         return dt.datetime.fromisoformat(value["datetime"])
     if isinstance(value, dict) and "date" in value:
         return dt.date.fromisoformat(value["date"])
+    if isinstance(value, dict) and value.get("float") in ("nan", "inf", "-inf"):
+        return float(value["float"])
     if isinstance(value, list):
         return [_loaded(v) for v in value]
     return value

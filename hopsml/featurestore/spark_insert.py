@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import frames
-from hopsml.featurestore.table import Commit, GroupTable
+from hopsml.featurestore.table import Commit, GroupTable, logged_files, spark_reader
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -162,7 +162,7 @@ def _write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str
 
     spark = frame.sparkSession
     partitions = [f.name for f in table.partitioning()]
-    logged = _logged(DeltaTable(table.uri), table.uri)   # each live file: (its path in the log, its rows)
+    logged = _logged(DeltaTable(table.uri), table)   # each live file: (its path in the log, its rows)
     touched: dict[str, int] = {}                          # file -> how many of its rows the batch updates
     if logged:
         existing = table.spark(spark).select(*table.keys, F.col("_metadata.file_path").alias("__file"))
@@ -170,7 +170,7 @@ def _write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str
         touched = {_local(row["__file"]): int(row["count"]) for row in hits.collect()}
     out = frame
     if touched:
-        kept = (spark.read.schema(frame.schema).option("basePath", table.uri).parquet(*touched)
+        kept = (spark_reader(spark, table.uri).schema(frame.schema).parquet(*touched)
                 .join(frame.select(*table.keys), table.keys, "left_anti"))
         out = kept.unionByName(frame)
     staging = os.path.join(table.uri, f"spark-{uuid.uuid4().hex}")
@@ -239,22 +239,23 @@ def _moved(staging: str, root: str, partitions: Sequence[str]) -> list[tuple[Any
             os.replace(os.path.join(folder, name), target)
             rows = pq.read_metadata(target).num_rows
             stat = os.stat(target)
-            path = "/".join([*parts, name])
+            path = "/".join([*parts, name])   # delta-rs encodes it in the log
             out.append((AddAction(path, stat.st_size, values, int(stat.st_mtime * 1000), True,
                                   json.dumps({"numRecords": rows})), rows))
     return out
 
 
-def _logged(delta: Any, root: str) -> dict[str, tuple[str, int]]:
-    """Each file of the table's newest version, by its local path: its path as the log names it, its rows."""
+def _logged(delta: Any, table: GroupTable) -> dict[str, tuple[str, int]]:
+    """Each file of the table's newest version, by its local path: its path relative to the table (decoded, as
+    delta-rs takes an action's path: it encodes it in the log), its rows."""
     import pyarrow as pa
 
     actions = pa.table(delta.get_add_actions(flatten=True))
     if not actions.num_rows:
         return {}
     paths, rows = actions.column("path").to_pylist(), actions.column("num_records").to_pylist()
-    return {os.path.normpath(uri): (path, int(count or 0))
-            for uri, path, count in zip(delta.file_uris(), paths, rows)}
+    return {os.path.normpath(local): (urllib.parse.unquote(path), int(count or 0))
+            for local, path, count in zip(logged_files(delta, table.location), paths, rows)}
 
 
 def _local(uri: str) -> str:

@@ -9,11 +9,14 @@ commit in `_statistics/<commit>.json` beside it (Delta readers and VACUUM leave 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
-from hopsml.errors import FeatureStoreError
+from hopsml.errors import FeatureStoreError, InvalidNameError
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_record
 
@@ -25,15 +28,57 @@ if TYPE_CHECKING:
     from hopsml.featurestore.transformations import TransformationFunction
     from hopsml.featurestore.view import FeatureView
 
+log = logging.getLogger(__name__)
 
-# What a group's and a view's record must hold before the SDK's objects are made of them.
-GROUP_SHAPE = Shape(layout.GROUP_RECORD, required=("name", "version"),
-                    types={"name": (str,), "version": (int,), "description": (str,), "primary_key": (list,),
-                           "event_time": (str,), "partition_key": (list,), "online_enabled": (bool,),
-                           "features": (list,), "created": (str,)})
-VIEW_SHAPE = Shape(layout.VIEW_RECORD, required=("name", "version", "query"),
-                   types={"name": (str,), "version": (int,), "query": (dict,), "labels": (list,),
-                          "transformation_functions": (list,), "description": (str,), "created": (str,)})
+@dataclass(frozen=True)
+class RecordShape(Shape):
+    """A record's shape with the types inside its lists too: `items` maps a field to the type of its list's items,
+    or to the Shape each of its objects must have (a listing shows a record that breaks it as BROKEN, naming the
+    file and the field; the SDK refuses to load it)."""
+
+    items: Mapping[str, tuple[type, ...] | Shape] = field(default_factory=dict)
+
+    def check(self, data: Any) -> dict[str, Any]:
+        data = super().check(data)
+        for key, kind in self.items.items():
+            for index, item in enumerate(data.get(key) or []):
+                where = f"{key}[{index}]"
+                if isinstance(kind, Shape):
+                    try:
+                        kind.check(item)
+                    except BrokenRecordError as wrong:
+                        raise BrokenRecordError(f"{self.name} field {where!r}: {wrong.reason}") from None
+                elif item is None:
+                    raise BrokenRecordError(f"{self.name} field {where!r} is null")
+                else:
+                    Shape(self.name, required=(where,), types={where: kind}).check({where: item})
+        ttl = data.get("ttl")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
+            raise BrokenRecordError(f"{self.name} field 'ttl' is {ttl!r}, not a positive number of seconds")
+        return data
+
+
+# What a group's, a view's and a training dataset's record must hold before they are shown or made objects of.
+GROUP_SHAPE = RecordShape(
+    layout.GROUP_RECORD, required=("name", "version"),
+    types={"name": (str,), "version": (int,), "description": (str,), "primary_key": (list,), "event_time": (str,),
+           "partition_key": (list,), "online_enabled": (bool,), "features": (list,), "created": (str,),
+           "statistics_config": (dict, bool), "expectation_suite": (dict,), "online_synced": (str,)},
+    items={"primary_key": (str,), "partition_key": (str,),
+           "features": Shape("feature", required=("name", "type"),
+                             types={"name": (str,), "type": (str,), "description": (str,)})})
+VIEW_SHAPE = RecordShape(
+    layout.VIEW_RECORD, required=("name", "version", "query"),
+    types={"name": (str,), "version": (int,), "query": (dict,), "labels": (list,), "transformation_functions": (list,),
+           "description": (str,), "created": (str,), "logging": (dict,), "inference_helper_columns": (list,),
+           "training_helper_columns": (list,)},
+    items={"labels": (str,), "transformation_functions": (dict,), "inference_helper_columns": (str,),
+           "training_helper_columns": (str,)})
+TRAINING_DATASET_SHAPE = RecordShape(
+    layout.TRAINING_DATASET_RECORD,
+    types={"version": (int,), "commits": (dict,), "split": (dict,), "rows": (dict,), "dataset": (str,),
+           "description": (str,), "created": (str,), "transformation_functions": (list,), "labels": (list,),
+           "state": (str,)})
 
 
 class FeatureStore:
@@ -53,6 +98,7 @@ class FeatureStore:
         """Where group `name` version `version` keeps its Delta table (a local folder, S3 or HDFS)."""
         from hopsml.featurestore.table import Location
 
+        layout.validate_table_name(name, "feature group name")
         return Location.of(self.storage, layout.feature_group_dir(self.project, name, version))
 
     def _record(self, name: str, version: int) -> str:
@@ -87,6 +133,34 @@ class FeatureStore:
         from hopsml.featurestore.table import folder_lock
 
         return folder_lock(group.table.uri)
+
+    @contextlib.contextmanager
+    def after_commit(self, group: FeatureGroup, commit: Commit, step: str) -> Iterator[None]:
+        """Around a step that follows an insert's commit (the group's definition, the online write, statistics):
+        the commit has landed, so a failure is logged and recorded beside the group (`after_commit_problems`, the
+        web view's group page), never raised; a retried insert would insert again."""
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 - any failure: an insert that landed must not look failed
+            log.error("feature group %s: commit %d landed, but %s failed: %s", group.key, commit.version, step, error)
+            path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                               layout.GROUP_AFTER_COMMIT, f"{time.time_ns()}.json")
+            try:
+                self.storage.write_json(path, {"commit": commit.version, "step": step, "error": str(error),
+                                               "committed_on": commit.committed_on.isoformat()})
+            except Exception as unrecorded:  # noqa: BLE001 - e.g. the disk that failed the step; logged above
+                log.error("feature group %s: could not record that %s failed after commit %d: %s", group.key,
+                          step, commit.version, unrecorded)
+
+    def after_commit_problems(self, group: FeatureGroup) -> list[dict[str, Any]]:
+        """The steps after a commit that failed (`after_commit`), oldest first."""
+        folder = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                             layout.GROUP_AFTER_COMMIT)
+        if not self.storage.exists(folder):
+            return []
+        names = sorted((e.name for e in self.storage.walk(folder, recursive=False) if e.name.endswith(".json")),
+                       key=lambda n: int(n[:-5]) if n[:-5].isdigit() else 0)
+        return [dict(self.storage.read_json(layout.join(folder, n))) for n in names]
 
     def save_view(self, view: FeatureView) -> None:
         self.storage.write_json(self._view_record(view.name, view.version), view.to_dict())
@@ -265,6 +339,7 @@ class FeatureStore:
 
         if not isinstance(query, QueryType):
             raise FeatureStoreError("query= takes a query: fg.select([...]) or fg.select_all(), joined as needed")
+        layout.validate_table_name(name, "feature view name")   # its feature log is a Delta table in its folder
         for key in options:
             if key not in ("inference_helper_columns", "training_helper_columns", "logging_enabled"):
                 raise FeatureStoreError(f"unknown argument {key!r} for a feature view")
@@ -343,17 +418,35 @@ class FeatureStore:
 
     def update_training_dataset(self, view: FeatureView, version: int, **fields: Any) -> None:
         record = self.read_training_dataset(view, version)
+        record.pop("state", None)   # said when it is read, never stored
         path = layout.join(layout.training_datasets_dir(self.project, view.name, view.version), str(int(version)),
                            layout.TRAINING_DATASET_RECORD)
         self.storage.write_json(path, {**record, **fields})
 
     def read_training_dataset(self, view: FeatureView, version: int) -> dict[str, Any]:
+        """A training dataset version's record, with its `state`: COMPLETE, or INCOMPLETE when it names a
+        written-out dataset that is not there (its record is written before its data, so a write that failed, was
+        killed or is still running leaves one; it is never listed as normal)."""
         path = layout.join(layout.training_datasets_dir(self.project, view.name, view.version), str(int(version)),
                            layout.TRAINING_DATASET_RECORD)
         if not self.storage.exists(path):
             raise FeatureStoreError(f"feature view {view.key!r} has no training dataset version {version}; its "
                                     f"versions: {self.training_dataset_versions(view)}")
-        return dict(self.storage.read_json(path))
+        record = read_record(self.storage, path, TRAINING_DATASET_SHAPE)
+        return {**record, "state": "COMPLETE" if self.dataset_written(record.get("dataset")) else "INCOMPLETE"}
+
+    def dataset_written(self, name: str | None) -> bool:
+        """Whether the prepared dataset `name` a training dataset names is finished (True for none named: the
+        version lives in its record alone)."""
+        from hopsml.data import dataset as ds
+
+        if not name:
+            return True
+        try:
+            ddir = ds.DatasetDir.of(self.project, name)
+        except InvalidNameError:
+            return False
+        return self.storage.exists(ddir.success) and self.storage.exists(ddir.manifest)
 
     def get_transformation_functions(self) -> list[TransformationFunction]:
         from hopsml.featurestore import transformations

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hopsml import layout
 from hopsml.errors import FeatureStoreError
 
 if TYPE_CHECKING:
@@ -92,6 +93,12 @@ class Location:
         import urllib.parse
 
         local = storage.local_path(rel)
+        refused = sorted({c for c in (local or storage.path(rel)) if c in layout.TABLE_PATH_REFUSED})
+        if refused:
+            rule = ", ".join(map(repr, layout.TABLE_PATH_REFUSED))
+            raise FeatureStoreError(f"the project root {storage.uri()} holds {', '.join(map(repr, refused))} in its "
+                                    "path, where the Delta Lake library cannot keep a feature group's table; move "
+                                    f"the root to a path without any of {rule} (spaces and other Unicode are fine)")
         if local is not None:
             return cls(local)
         parsed = urllib.parse.urlparse(storage.root)
@@ -113,15 +120,44 @@ class Location:
         raise FeatureStoreError(f"feature groups cannot live under a {parsed.scheme}:// root: use a local folder, "
                                 "s3:// or hdfs://")
 
-    def path(self, uri: str) -> str:
-        """A file URI of the table (as delta-rs lists it) as a path of `filesystem` (or a local path)."""
+    def base(self) -> str:
+        """The table's folder as a path of `filesystem` (a local path, `bucket/key` on S3, `/path` on HDFS),
+        taken from the URI as it was built (never percent-decoded: a `%` in a name is a `%`)."""
+        if self.filesystem is None:
+            return self.uri
+        scheme, _, rest = self.uri.partition("://")
+        return rest if scheme.startswith("s3") else "/" + rest.partition("/")[2]
+
+    def path(self, logged: str) -> str:
+        """A data file as the Delta log names it (a URI reference relative to the table, percent-encoded, as the
+        protocol has it) as a path of `filesystem`. Not delta-rs' `file_uris()`: those encode the table's
+        folder but not the file's own part, so no decoding of them is right for every name."""
         import urllib.parse
 
+        if "://" in logged:   # an absolute URI (a file outside the table's folder)
+            parsed = urllib.parse.urlparse(logged)
+            path = urllib.parse.unquote(parsed.path)
+            return f"{parsed.netloc}{path}" if parsed.scheme.startswith("s3") else path
+        return self.base().rstrip("/") + "/" + urllib.parse.unquote(logged)
+
+    def hadoop(self, path: str) -> str:
+        """A path of `filesystem` as Spark's Hadoop filesystems name it (S3 is s3a://, Hadoop's S3A connector,
+        which the cluster's Spark must have: hadoop-aws). Not encoded: Hadoop's Path takes the plain string."""
         if self.filesystem is None:
-            return uri
-        parsed = urllib.parse.urlparse(uri)
-        return urllib.parse.unquote(f"{parsed.netloc}{parsed.path}" if parsed.scheme.startswith("s3")
-                                    else parsed.path)
+            return path
+        scheme, _, rest = self.uri.partition("://")
+        if scheme.startswith("s3"):
+            return "s3a://" + path
+        return f"{scheme}://{rest.partition('/')[0]}{path}"
+
+
+def logged_files(table: Any, location: Location) -> list[str]:
+    """The data files of the Delta table `table` (a deltalake.DeltaTable at `location`) as paths of the
+    location's filesystem, what DuckDB, Arrow and Spark open."""
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return [location.path(p) for p in actions.column("path").to_pylist()] if actions.num_rows else []
 
 
 class GroupTable:
@@ -222,12 +258,12 @@ class GroupTable:
         table = self._table(version)
         schema = pa.schema(table.schema().to_arrow())
         partitions = self.partitioning(version)
-        files = [self.location.path(uri) for uri in table.file_uris()]
+        files = logged_files(table, self.location)
         filesystem = self.location.filesystem
         if not partitions:
             return pads.dataset(files, schema=schema, format="parquet", filesystem=filesystem)
         return pads.dataset(files, schema=schema, format="parquet", filesystem=filesystem,
-                            partition_base_dir=self.location.path(self.uri),
+                            partition_base_dir=self.location.base(),
                             partitioning=pads.partitioning(pa.schema(partitions), flavor="hive"))
 
     def partitioning(self, version: int | None = None) -> list[pa.Field]:
@@ -254,16 +290,24 @@ class GroupTable:
 
     def spark(self, spark: Any, version: int | None = None) -> Any:
         """The rows at `version` as a Spark DataFrame, read from the version's Parquet files."""
-        files = [_hadoop(f) for f in self.files(version)]
+        files = [self.location.hadoop(f) for f in self.files(version)]
         schema = _spark_schema(self._table(version))
         if not files:
             return spark.createDataFrame([], schema=schema)
         # the table's schema: partition values keep their types ('007' stays a string), older files get nulls
-        return spark.read.schema(schema).option("basePath", _hadoop(self.uri)).parquet(*files)
+        return spark_reader(spark, self.location.hadoop(self.location.base())).schema(schema).parquet(*files)
 
     def files(self, version: int | None = None) -> list[str]:
-        """The Parquet files of the table at `version`: what Spark reads (no Delta jars needed)."""
-        return list(self._table(version).file_uris())
+        """The Parquet files of the table at `version` as paths of its filesystem (local paths for a local
+        table): what DuckDB and Arrow read (Spark through `location.hadoop`); no Delta jars needed."""
+        return logged_files(self._table(version), self.location)
+
+
+def spark_reader(spark: Any, base: str) -> Any:
+    """Spark's Parquet reader for files of the table at `base`, each path taken as it is: Hadoop would read
+    `[`, `{`, `*`, `?` and `\\` in a folder's name as a glob pattern (`__globPaths__` is Spark's switch for
+    that, which its own file streams use)."""
+    return spark.read.option("basePath", base).option("__globPaths__", "false")
 
 
 @contextlib.contextmanager
@@ -278,12 +322,6 @@ def folder_lock(folder: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _hadoop(uri: str) -> str:
-    """A URI as Spark's Hadoop filesystems name it: S3 is s3a:// (Hadoop's S3A connector, which the cluster's
-    Spark must have: hadoop-aws)."""
-    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
 
 
 def _quoted(name: str) -> str:

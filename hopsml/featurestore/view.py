@@ -318,6 +318,10 @@ class FeatureView:
     def training_dataset_name(self, training_dataset_version: int) -> str:
         """The prepared dataset a created training dataset version was written to (`hopsml.data.reader(name)`)."""
         record = self.store.read_training_dataset(self, training_dataset_version)
+        if record["state"] == "INCOMPLETE":
+            raise FeatureStoreError(f"training dataset version {training_dataset_version} of {self.key!r} is "
+                                    f"incomplete: its dataset {record['dataset']!r} is not there (its write failed, "
+                                    "was killed or is still running, or it was removed); create another version")
         if not record.get("dataset"):
             raise FeatureStoreError(f"training dataset version {training_dataset_version} of {self.key!r} was not "
                                     "written out (it came from train_test_split or training_data); create one with "

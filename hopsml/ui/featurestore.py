@@ -18,7 +18,7 @@ from typing import Any
 from hopsml import config, layout
 from hopsml.data import dataset as ds
 from hopsml.errors import HopsmlError, InvalidNameError
-from hopsml.featurestore.store import FeatureStore
+from hopsml.featurestore.store import GROUP_SHAPE, TRAINING_DATASET_SHAPE, VIEW_SHAPE, FeatureStore
 from hopsml.featurestore.table import GroupTable
 from hopsml.fs import Storage
 from hopsml.hopsworks.registry import HSML_RECORD
@@ -27,17 +27,22 @@ from hopsml.ui.views import NotFound, check_inside, model_rows, short_time
 
 log = logging.getLogger(__name__)
 
-MAX_REPORTS = 5   # validation reports shown on a group's page, newest first
+MAX_REPORTS = 5   # validation reports (and failed steps after commits) shown on a group's page, newest first
+AFTER_COMMIT_SHAPE = Shape("after commit record", required=("commit", "step"),
+                           types={"commit": (int,), "step": (str,), "error": (str,)})
 
 
 def _store(settings: config.Settings, project: str) -> FeatureStore:
     return FeatureStore(dataclasses.replace(settings, project=project))
 
 
-def _read(storage: Storage, project: str, path: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(the record, None), or (None, why not) naming the file by its path in the project."""
+def _read(storage: Storage, project: str, path: str, shape: Shape | None = None
+          ) -> tuple[dict[str, Any] | None, str | None]:
+    """(the record, None), or (None, why not) naming the file by its path in the project; `shape` is what the
+    record must hold (the SDK's own shape for a group's, view's or training dataset's record, so a page never
+    meets a field of the wrong type)."""
     try:
-        return read_record(storage, check_inside(storage, path), Shape(posixpath.basename(path))), None
+        return read_record(storage, check_inside(storage, path), shape or Shape(posixpath.basename(path))), None
     except (HopsmlError, ValueError) as exc:
         name = posixpath.relpath(path, layout.project_dir(project))
         why = exc.reason if isinstance(exc, BrokenRecordError) else str(exc)
@@ -63,7 +68,7 @@ def overview(settings: config.Settings, project: str) -> dict[str, Any]:
     groups = []
     for name, version in store.group_names():
         path = layout.join(layout.feature_group_dir(project, name, version), layout.GROUP_RECORD)
-        groups.append(group_summary(name, version, *_read(storage, project, path)))
+        groups.append(group_summary(name, version, *_read(storage, project, path, GROUP_SHAPE)))
     lineage = model_lineage(storage, project)
     views_ = [view_summary(storage, project, name, version, lineage) for name, version in store.view_names()]
     return {"groups": groups, "views": views_}
@@ -98,11 +103,12 @@ def group_view(settings: config.Settings, project: str, name: str, version: int,
         raise NotFound(str(exc)) from None
     if not store.group_saved(name, version):
         raise NotFound(f"no feature group {name!r} version {version} in project {project!r}")
-    record, problem = _read(storage, project, layout.join(folder, layout.GROUP_RECORD))
+    record, problem = _read(storage, project, layout.join(folder, layout.GROUP_RECORD), GROUP_SHAPE)
     view = group_summary(name, version, record, problem)
     view["uri"] = storage.uri(folder)
     view["versions"] = store.versions(name)
     view["commits"], view["commits_problem"] = _commits(store, name, version)
+    view["after_commit"] = after_commit(storage, project, layout.join(folder, layout.GROUP_AFTER_COMMIT))
     stats_folder = layout.join(folder, layout.GROUP_STATISTICS)
     with_stats = _numbered(storage, stats_folder, ".json")
     for row in view["commits"]:
@@ -137,6 +143,17 @@ def online_side(store: FeatureStore, name: str, version: int, record: dict[str, 
         out["rows"] = store.online().count(store.get_feature_group(name, version))
     except failures as exc:
         out["problem"] = str(exc)
+    return out
+
+
+def after_commit(storage: Storage, project: str, folder: str) -> list[dict[str, Any]]:
+    """The steps after a commit that failed (FeatureStore.after_commit's records), newest first, at most
+    MAX_REPORTS."""
+    out = []
+    for stamp in reversed(_numbered(storage, folder, ".json")[-MAX_REPORTS:]):
+        record, problem = _read(storage, project, layout.join(folder, f"{stamp}.json"), AFTER_COMMIT_SHAPE)
+        out.append({"problem": problem} if record is None else
+                   {"commit": record.get("commit"), "step": record.get("step"), "error": record.get("error")})
     return out
 
 
@@ -204,33 +221,42 @@ def _failure(result: dict[str, Any]) -> str:
 
 # --- views and their training datasets -------------------------------------------------------------------
 def _query_groups(query: dict[str, Any], join: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The groups of a stored query, left first, each with its features and how it is joined."""
+    """The groups of a stored query, left first, each with its features and how it is joined (a part of the
+    wrong type shows as empty: the page names what it can)."""
     key = str(query.get("group") or "")
     name, _, version = key.rpartition("_")
     out = [{"key": key, "name": name, "version": int(version) if version.isdigit() else None,
-            "features": list(query.get("features") or []), "filters": len(query.get("filters") or []),
-            "join": None if join is None else {"type": join.get("join_type"), "left_on": join.get("left_on") or [],
-                                               "right_on": join.get("right_on") or [], "prefix": join.get("prefix")}}]
-    for sub in query.get("joins") or []:
+            "features": _list(query.get("features")), "filters": len(_list(query.get("filters"))),
+            "join": None if join is None else {"type": join.get("join_type"), "left_on": _list(join.get("left_on")),
+                                               "right_on": _list(join.get("right_on")), "prefix": join.get("prefix")}}]
+    for sub in _list(query.get("joins")):
         if isinstance(sub, dict) and isinstance(sub.get("query"), dict):
             out += _query_groups(sub["query"], sub)
     return out
 
 
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _function(record: dict[str, Any]) -> dict[str, Any]:
     """A transformation function as a page shows it; user code is named, never imported or unpickled."""
-    reference = record.get("function") or {}
+    reference = _dict(record.get("function"))
     code = (f"{reference.get('module')}.{reference.get('qualname')}" if reference.get("module")
             else "a pickled function" if reference.get("pickled") else None)
-    return {"name": record.get("name"), "features": list(record.get("features") or []), "code": code,
-            "fitted": sorted((record.get("statistics") or {}).keys())}
+    return {"name": record.get("name"), "features": _list(record.get("features")), "code": code,
+            "fitted": sorted(map(str, _dict(record.get("statistics")).keys()))}
 
 
 def view_summary(storage: Storage, project: str, name: str, version: int, lineage: list[dict[str, Any]]
                  ) -> dict[str, Any]:
     """A view version as its view.json describes it, with its training datasets and the models that name it."""
     path = layout.join(layout.feature_view_dir(project, name, version), layout.VIEW_RECORD)
-    record, problem = _read(storage, project, path)
+    record, problem = _read(storage, project, path, VIEW_SHAPE)
     row: dict[str, Any] = {"name": name, "version": version, "problem": problem}
     row["training_datasets"] = training_datasets(storage, project, name, version, lineage)
     made = {td["dataset"] for td in row["training_datasets"] if td.get("dataset")}
@@ -267,7 +293,7 @@ def training_datasets(storage: Storage, project: str, view: str, version: int, l
         path = layout.join(folder, str(number), layout.TRAINING_DATASET_RECORD)
         if not storage.exists(path):
             continue   # a version being written: its folder is claimed before its record
-        record, problem = _read(storage, project, path)
+        record, problem = _read(storage, project, path, TRAINING_DATASET_SHAPE)
         row: dict[str, Any] = {"version": number, "problem": problem}
         if record is not None:
             commits: dict[str, Any] = record["commits"] if isinstance(record.get("commits"), dict) else {}
@@ -307,6 +333,13 @@ def split_text(split: Any) -> str:
     """
     if not isinstance(split, dict):
         return ""
+    try:
+        return _split_text(split)
+    except (TypeError, ValueError, AttributeError, OverflowError, OSError):   # a hand-edited record's odd values
+        return f"unreadable: {str(split)[:80]}"
+
+
+def _split_text(split: dict[str, Any]) -> str:
     kind = split.get("type")
     if kind == "random":
         sizes = ", ".join(f"{name} {float(size):.0%}" for name, size in (split.get("sizes") or {}).items())

@@ -149,18 +149,21 @@ def test_the_check_finds_no_mismatch_after_each_write_and_finds_a_change_behind_
     assert vectors.check(view, seed=1)["mismatches"] == 0
 
 
-def test_a_failed_online_write_fails_the_insert_and_sync_repairs(tmp_path, capsys):
+def test_a_failed_online_write_is_recorded_not_raised_and_sync_repairs(tmp_path, capsys, caplog):
     pytest.importorskip("pymysql")   # a MySQL store nothing answers on
     root = str(tmp_path / "root")
     down = FeatureStore(config.load(environ={}, root=root, project="p",
                                     online_store="mysql://hopsml:Pa55word@127.0.0.1:1/none"))
     group = down.create_feature_group("profiles", primary_key=["customer"], event_time="ts", online_enabled=True)
-    with pytest.raises(FeatureStoreError) as failed:
-        group.insert(pd.DataFrame({"customer": [1, 2], "ts": [at(0), at(1)], "country": ["SE", "DE"],
-                                   "limit": [1.0, 2.0]}))
-    text = str(failed.value)
+    # the offline commit landed, so the insert does not fail (a retry would insert again): logged and recorded
+    group.insert(pd.DataFrame({"customer": [1, 2], "ts": [at(0), at(1)], "country": ["SE", "DE"],
+                               "limit": [1.0, 2.0]}))
+    problems = down.after_commit_problems(group)
+    assert [(p["commit"], p["step"]) for p in problems] == [(0, "the online write")]
+    text = problems[0]["error"]
     assert "the offline table holds the batch (commit 0)" in text and "hopsml fs sync profiles 1" in text
     assert "Pa55word" not in text and "mysql://127.0.0.1:1/none" in text
+    assert "commit 0 landed, but the online write failed" in caplog.text and "Pa55word" not in caplog.text
     assert len(group.read()) == 2
 
     from hopsml import cli
