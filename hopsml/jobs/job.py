@@ -125,6 +125,18 @@ class Job:
                 continue   # claimed moments ago, its record not yet written
         return found
 
+    def scan_executions(self) -> list[tuple[int, Execution | BrokenRecordError]]:
+        """Every execution newest first, or why its record cannot be read: listings show it as BROKEN (one claimed
+        moments ago, its record not yet written, is left out)."""
+        found: list[tuple[int, Execution | BrokenRecordError]] = []
+        for number in sorted(self._ids(), reverse=True):
+            try:
+                found.append((number, self.get_execution(number)))
+            except JobError as exc:
+                if self.storage.exists(self.dir.execution(number).record):
+                    found.append((number, BrokenRecordError(str(exc), reason=exc.reason)))
+        return found
+
     def get_execution(self, execution_id: int) -> Execution:
         """Execution `execution_id` (1, 2, 3, ... per job); JobError naming it when the job has none such."""
         number = layout.validate_execution_id(execution_id)

@@ -12,7 +12,8 @@ from hopsml.errors import HopsmlError, JobError
 from hopsml.jobs import Job, get_job
 from hopsml.jobs.execution import Execution, describe_produced
 from hopsml.jobs.job import scan_jobs
-from hopsml.records import BROKEN
+from hopsml.records import BROKEN, BrokenRecordError
+from hopsml.redact import redact_conf, redact_words
 
 LOG_LINES = 200   # of a log, on its own page
 PAGE_TAIL_LINES = 40   # of the newest execution's logs, on the job's page
@@ -33,11 +34,13 @@ def job_rows(settings: config.Settings, project: str) -> list[dict[str, Any]]:
         if not isinstance(job, Job):
             rows.append({"name": name, "state": BROKEN, "description": job.reason, "broken": True})
             continue
-        last = job.get_last_execution()
+        scanned = job.scan_executions()
+        number, last = scanned[0] if scanned else (None, None)
+        broken = isinstance(last, BrokenRecordError)
         rows.append({"name": job.name, "kind": job.kind, "type": job.job_type, "app": job.app_path,
-                     "description": job.description, "executions": len(job.get_executions()),
-                     "last_id": last.id if last else None, "state": last.state if last else None,
-                     "start": _time(last.start) if last else None})
+                     "description": job.description, "executions": len(scanned), "last_id": number,
+                     "state": BROKEN if broken else last.state if last else None,
+                     "start": _time(last.start) if isinstance(last, Execution) else None})
     return rows
 
 
@@ -73,12 +76,16 @@ def job_view(settings: config.Settings, project: str, name: str) -> dict[str, An
         job = get_job(name, _settings(settings, project))
     except (JobError, HopsmlError) as exc:
         raise NotFound(str(exc)) from None
-    executions = job.get_executions()
+    scanned = job.scan_executions()
+    newest = scanned[0][1] if scanned else None
+    # job.spark_conf is redacted already (Job.save); redact_conf again in case a job.json was written by hand
     return {"name": job.name, "app": job.app_path, "kind": job.kind, "type": job.job_type,
-            "args": " ".join(job.default_args), "spark_conf": sorted(job.spark_conf.items()),
+            "args": " ".join(redact_words(job.default_args)), "spark_conf": sorted(redact_conf(job.spark_conf).items()),
             "description": job.description, "created": _time(job.created), "creator": job.creator,
-            "executions": [execution_row(project, e) for e in executions],
-            "tail": executions[0].log_tail(PAGE_TAIL_LINES) if executions else ""}
+            "executions": [execution_row(project, e) if isinstance(e, Execution) else
+                           {"id": number, "state": BROKEN, "error": e.reason, "broken": True, "produced": []}
+                           for number, e in scanned],
+            "tail": newest.log_tail(PAGE_TAIL_LINES) if isinstance(newest, Execution) else ""}
 
 
 def log_text(settings: config.Settings, project: str, name: str, execution_id: int, stream: str) -> str:
