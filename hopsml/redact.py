@@ -202,11 +202,19 @@ def redact_conf(conf: Mapping[str, object]) -> dict[str, object]:
 
 
 def public_conf(conf: Mapping[str, object]) -> dict[str, object]:
-    """Settings worth recording: the secret ones left out, credentials taken out of URIs.
+    """Settings worth recording: the secret ones left out, except those whose only secret was a URL's credentials
+    (they are recorded without them).
 
     >>> public_conf({"spark.hadoop.fs.azure.sas.c.a.blob.core.windows.net": "sv=2022&sig=abcdefghijklmnop1234",
-    ...              "spark.executor.cores": "2"})
-    {'spark.executor.cores': '2'}
+    ...              "spark.eventLog.dir": "s3a://AKIAXXX:s3cr3t@logs/spark", "spark.executor.cores": "2"})
+    {'spark.eventLog.dir': 's3a://logs/spark', 'spark.executor.cores': '2'}
     """
-    return {key: redact_uri(value) if isinstance(value, str) else value for key, value in sorted(conf.items())
-            if not is_secret(str(key), value)}
+    kept = {}
+    for key, value in sorted(conf.items()):
+        if not is_secret(str(key), value):
+            kept[key] = redact_uri(value) if isinstance(value, str) else value
+        elif not is_secret_name(str(key)) and isinstance(value, str):
+            shown = redact_value(str(key), value)
+            if isinstance(shown, str) and HIDDEN not in shown:
+                kept[key] = shown
+    return kept

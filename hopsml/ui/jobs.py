@@ -83,7 +83,9 @@ def job_view(settings: config.Settings, project: str, name: str) -> dict[str, An
             "args": " ".join(redact_words(job.default_args)), "spark_conf": sorted(redact_conf(job.spark_conf).items()),
             "description": job.description, "created": _time(job.created), "creator": job.creator,
             "executions": [execution_row(project, e) if isinstance(e, Execution) else
-                           {"id": number, "state": BROKEN, "error": e.reason, "broken": True, "produced": []}
+                           {"id": number, "state": BROKEN, "error": e.reason, "broken": True, "produced": [],
+                            "final_status": None, "exit_code": None, "start": None, "end": None, "duration_s": None,
+                            "args": "", "user": None}
                            for number, e in scanned],
             "tail": newest.log_tail(PAGE_TAIL_LINES) if isinstance(newest, Execution) else ""}
 
