@@ -56,8 +56,9 @@ def is_secret_name(name: str) -> bool:
 
 def _secret_java_option(word: str) -> bool:
     match = _JAVA_OPTION.match(word)
-    return bool(match) and match.group(2) != HIDDEN and (is_secret_name(match.group(1))
-                                                         or bool(SECRET_SHAPES.search(match.group(2))))
+    if match is None or match.group(2) == HIDDEN:
+        return False
+    return is_secret_name(match.group(1)) or bool(SECRET_SHAPES.search(match.group(2)))
 
 
 def looks_secret(value: object) -> bool:

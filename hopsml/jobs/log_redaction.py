@@ -27,7 +27,7 @@ class Pump:
     def __init__(self, fd: int, path: str, known: Iterable[str]) -> None:
         self.fd = fd
         self.known = [value for value in known if value]
-        self.out = open(path, "ab")   # noqa: SIM115 - closed by the thread when the pipe ends
+        self.out = open(path, "ab")
         self.thread = threading.Thread(target=self._run, name=f"hopsml-log-{os.path.basename(path)}", daemon=True)
         self.thread.start()
 

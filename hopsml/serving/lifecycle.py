@@ -424,7 +424,7 @@ def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, 
             max_bytes=settings.inference_log_max_bytes, max_age_s=settings.inference_log_max_age_s,
             max_record_bytes=settings.inference_log_max_record_bytes).to_env()
     try:
-        log_file = open(path, "ab", opener=private_file)   # noqa: SIM115 - closed below, as before
+        log_file = open(path, "ab", opener=private_file)
     except OSError as exc:
         states.write(storage, project, serving_name, states.ServerState(state=states.FAILED, host=d.host, log=path,
                                                                         reason=f"cannot open its log {path}: {exc}"))

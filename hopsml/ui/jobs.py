@@ -36,10 +36,9 @@ def job_rows(settings: config.Settings, project: str) -> list[dict[str, Any]]:
             continue
         scanned = job.scan_executions()
         number, last = scanned[0] if scanned else (None, None)
-        broken = isinstance(last, BrokenRecordError)
         rows.append({"name": job.name, "kind": job.kind, "type": job.job_type, "app": job.app_path,
                      "description": job.description, "executions": len(scanned), "last_id": number,
-                     "state": BROKEN if broken else last.state if last else None,
+                     "state": BROKEN if isinstance(last, BrokenRecordError) else last.state if last else None,
                      "start": _time(last.start) if isinstance(last, Execution) else None})
     return rows
 

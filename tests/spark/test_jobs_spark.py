@@ -6,6 +6,7 @@ shows the job and its executions."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -247,9 +248,10 @@ def test_a_jobs_secret_settings_reach_spark_but_no_command_line_record_log_or_vi
     assert seen == {"secret": True, "env": True, "property": True, "plain": "x", "default": "1s",
                     "on_a_command_line": []}
     assert "the app was given https://ci:***@repo.example.com/maven2 ***" in execution.log()   # redacted as written
-    planted = [word.encode() for word in " ".join(PLANTED.values()).replace("@", " ").replace("=", " ").replace(":", " ").split()
-               if "MARKER" in word]   # the app's own text (program.py) names "MARKER" alone
-    leaks = [str(p) for p in Path(settings.root).rglob("*") if p.is_file() and any(w in p.read_bytes() for w in planted)]
+    words = re.split(r"[\s@=:]+", " ".join(PLANTED.values()))
+    planted = [word.encode() for word in words if "MARKER" in word]   # the app's text (program.py) has "MARKER" alone
+    leaks = [str(p) for p in Path(settings.root).rglob("*")
+             if p.is_file() and any(word in p.read_bytes() for word in planted)]
     assert leaks == [str(Path(settings.root) / "Projects/test/Jobs/secretive/secrets.json")]   # kept apart, 0600
     assert os.stat(leaks[0]).st_mode & 0o777 == 0o600
     shown = jobs.get_job("secretive", settings).spark_conf

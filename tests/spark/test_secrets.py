@@ -83,4 +83,5 @@ def test_secret_settings_reach_spark_but_no_command_line_record_or_file(tmp_path
     recorded = json.loads(record.read_text())["spark_conf"]
     assert recorded.get("spark.hopsml.test.plain") == "visible-setting"
     assert recorded.pop("spark.jars.repositories") == "https://repo.example.com/maven2"   # without its password
+    assert recorded.pop("spark.hopsml.test.jdbc") == "jdbc:postgresql://db:5432/x?user=u"
     assert not set(SECRETS) & set(recorded)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser import artifacts_dir, login, chrome, chromium_paths, ui_server
+from browser import artifacts_dir, chrome, chromium_paths, login, ui_server
 
 from hopsml.fs import Storage
 from hopsml.tracking import record as records

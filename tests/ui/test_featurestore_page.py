@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
-from browser import login, chrome, chromium_paths, ui_server
+from browser import chrome, chromium_paths, login, ui_server
 
 from hopsml import config, layout, model
 from hopsml.data import reader

@@ -184,7 +184,7 @@ def test_the_content_security_policy_allows_no_inline_script_no_base_and_no_fram
 
 
 def test_the_search_page_stays_put_in_a_browser(hostile, root, tmp_path):
-    from browser import login, chrome, chromium_paths, ui_server
+    from browser import chrome, chromium_paths, login, ui_server
 
     paths = chromium_paths()
     if paths is None:

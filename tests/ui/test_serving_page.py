@@ -83,7 +83,7 @@ def test_the_servings_list_the_serving_page_and_the_models_link(served):
 
 
 def test_the_serving_page_in_a_browser(served, tmp_path):
-    from browser import login, artifacts_dir, chrome, chromium_paths, ui_server
+    from browser import artifacts_dir, chrome, chromium_paths, login, ui_server
 
     pytest.importorskip("selenium")
     paths = chromium_paths()

@@ -101,7 +101,7 @@ def test_a_run_without_a_timeline_says_so(site):
 
 @pytest.mark.slow
 def test_the_page_draws_every_rank_in_a_browser(root, tmp_path):
-    from browser import login, artifacts_dir, chrome, chromium_paths, ui_server
+    from browser import artifacts_dir, chrome, chromium_paths, login, ui_server
 
     pytest.importorskip("selenium")
     paths = chromium_paths()

@@ -13,8 +13,7 @@ import pytest
 
 from hopsml import cli, config, jobs
 from hopsml.cluster import private_conf
-from hopsml.redact import (HIDDEN, is_secret, redact_conf, redact_text, redact_value, secret_parts,
-                           split_java_options)
+from hopsml.redact import HIDDEN, is_secret, redact_conf, redact_text, redact_value, secret_parts, split_java_options
 
 PLANTED = {
     "spark.hadoop.fs.s3a.secret.key": "PLANTEDs3secret",
