@@ -92,7 +92,7 @@ def run(args: Any, settings: config.Settings) -> str:
 def _row(execution: Execution) -> dict[str, Any]:
     return {"id": execution.id, "state": execution.state, "final_status": execution.final_status,
             "exit": execution.exit_code, "start": (execution.start or "")[:19].replace("T", " ") or None,
-            "duration_s": execution.duration_s, "args": shlex.join(execution.args) or None,
+            "duration_s": execution.duration_s, "args": shlex.join(redact_words(execution.args)) or None,
             "produced": ", ".join(describe_produced(p) for p in execution.produced) or None}
 
 

@@ -63,7 +63,8 @@ def produced_links(project: str, entry: dict[str, Any]) -> dict[str, Any]:
 def execution_row(project: str, execution: Execution) -> dict[str, Any]:
     return {"id": execution.id, "state": execution.state, "final_status": execution.final_status,
             "exit_code": execution.exit_code, "start": _time(execution.start), "end": _time(execution.end),
-            "duration_s": execution.duration_s, "args": shlex.join(execution.args), "error": execution.error,
+            "duration_s": execution.duration_s, "args": shlex.join(redact_words(execution.args)),
+            "error": execution.error,
             "user": execution.user, "produced": [produced_links(project, p) for p in execution.produced]}
 
 
