@@ -172,7 +172,7 @@ class Job:
         and environment settings) shown redacted and their values kept in secrets.json beside it, mode 0600: job.json
         is read by whoever reads the project. `secrets`: the values of settings the definition shows redacted
         already (kept from secrets.json when a job is replaced)."""
-        if secrets is None and self.definition.secret_keys:   # a job read back: its secrets are in secrets.json
+        if secrets is None and self._secret_keys():   # a job read back: its secrets are in secrets.json
             secrets = self._secrets()
         conf = {**self.definition.spark_conf, **(secrets or {})}
         secret = {k: v for k, v in conf.items() if is_secret(k, v)}
@@ -196,9 +196,17 @@ class Job:
         self.storage.write_json(self.dir.record, record)
         return self
 
+    def _secret_keys(self) -> list[str]:
+        """The settings whose values are in secrets.json (a job.json written before secret_keys: those shown ***)."""
+        if self.definition.secret_keys:
+            return list(self.definition.secret_keys)
+        if not self.storage.exists(self.dir.secrets):
+            return []
+        return [k for k, v in self.definition.spark_conf.items() if v == HIDDEN]
+
     def _secrets(self) -> dict[str, str]:
         """The values of the job's secret settings, from secrets.json (0600, beside job.json)."""
-        keys = self.definition.secret_keys or [k for k, v in self.definition.spark_conf.items() if v == HIDDEN]
+        keys = self._secret_keys()
         if not keys:
             return {}
         local = self.storage.local_path(self.dir.secrets)
@@ -264,7 +272,7 @@ def create_job(name: str, app_path: str, args: str | Sequence[str] | None = None
         definition.created = before.created
         # a value given as the job showed it (job.config read, changed and given back, as on hopsworks) keeps the
         # secret it stands for
-        unchanged = [k for k in before.definition.secret_keys if definition.spark_conf.get(k) == before.spark_conf[k]]
+        unchanged = [k for k in before._secret_keys() if definition.spark_conf.get(k) == before.spark_conf[k]]
         if unchanged:
             kept = {k: v for k, v in before._secrets().items() if k in unchanged}
     return Job(definition, settings).save(kept)

@@ -159,3 +159,22 @@ def test_a_job_whose_only_execution_record_is_broken_shows_it_broken(tmp_path, s
     assert "No executions yet" not in page and 'data-state="BROKEN"' in page
     assert "BROKEN" in client.get("/p/test/jobs/").get_data(as_text=True)
     assert [e.id for e in job.get_executions()] == []   # the API's list: only what can be read
+
+
+def test_a_job_written_before_secret_keys_still_runs_with_its_secrets(tmp_path, settings, root):
+    """A job.json of the earlier format (secret values shown *** and no secret_keys): its secrets are read from
+    secrets.json to run, and a re-creation from what it shows keeps them."""
+    app = tmp_path / "app.py"
+    app.write_text("print('ok')\n")
+    job = jobs.create_job("older", str(app), settings=settings,
+                          spark_conf={"spark.hadoop.fs.s3a.secret.key": "PLANTEDs3secret", "a.b": "1"})
+    record = root / "Projects/test/Jobs/older/job.json"
+    data = json.loads(record.read_text())
+    del data["secret_keys"]
+    record.write_text(json.dumps(data))
+    older = jobs.get_job("older", settings)
+    assert older.spark_conf["spark.hadoop.fs.s3a.secret.key"] == HIDDEN
+    assert older._with_secrets().spark_conf["spark.hadoop.fs.s3a.secret.key"] == "PLANTEDs3secret"
+    again = jobs.create_job("older", job.app_path, spark_conf={**older.spark_conf, "a.b": "2"}, settings=settings,
+                            overwrite=True)
+    assert again._with_secrets().spark_conf == {"spark.hadoop.fs.s3a.secret.key": "PLANTEDs3secret", "a.b": "2"}
