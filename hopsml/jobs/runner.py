@@ -11,6 +11,10 @@ SIGKILL takes the app's leader with it. While the app runs the runner beats a he
 * it has an owner (the process that awaits the run: `job.run(await_termination=True)`) and that process ends
   first, however it ended: the execution is LOST (final status FAILED), since nothing awaits it any more.
 
+The app's stdout and stderr reach `stdout.log` and `stderr.log` through pipes the runner reads, line by line with
+the job's secrets redacted (log_redaction.py); its secret Spark settings reach spark-submit in a private properties
+file (hopsml/cluster/private_conf.py), never on a command line.
+
 The owner is watched through a pidfd on its process, not a parent-death signal, which Linux sends when the
 *thread* that forked ends (a caller's worker thread would kill a run that its process still awaits).
 """
