@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 _MAX_CELL = 40
+# Characters a terminal acts on instead of showing: C0 and C1 controls (an escape sequence can retitle the window,
+# move the cursor or hide text) and the bidirectional overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every control character shown as its escape, so that a name or a message read from a record
+    cannot drive the terminal it is printed on; the characters in `keep` (such as a newline) stay.
+
+    >>> print(printable("job\x1b]0;owned\x07 ok"))
+    job\\x1b]0;owned\\x07 ok
+    """
+    return _CONTROL.sub(lambda m: m.group(0) if m.group(0) in keep else ascii(m.group(0))[1:-1], text)
 
 
 def number(value: Any, digits: int = 4) -> str:
@@ -39,7 +53,7 @@ def cell(value: Any, limit: int | None = _MAX_CELL) -> str:
         value = ",".join(f"{k}={v}" for k, v in value.items()) or "-"
     if isinstance(value, float):
         value = f"{value:.6g}"
-    text = str(value)
+    text = printable(str(value))
     return text if limit is None or len(text) <= limit else text[:limit - 1] + "…"
 
 
@@ -50,7 +64,7 @@ def format_fields(items: Sequence[tuple[str, Any]], indent: str = "  ") -> str:
       state   FINISHED
       metric  accuracy = 0.9444
     """
-    shown = [(k, str(v)) for k, v in items if v is not None and v != ""]
+    shown = [(k, printable(str(v), keep="\n")) for k, v in items if v is not None and v != ""]
     width = max((len(k) for k, _ in shown), default=0)
     return "\n".join(f"{indent}{k.ljust(width)}  {v}".rstrip() for k, v in shown)
 

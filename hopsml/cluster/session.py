@@ -24,6 +24,7 @@ import functools
 import importlib.resources
 import logging
 import os
+import shlex
 import sys
 import threading
 import warnings
@@ -32,11 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hopsml import config
-from hopsml.cluster import shipping
+from hopsml.cluster import private_conf, shipping
 from hopsml.cluster.handle import SparkHandle
 from hopsml.errors import SettingsError
 from hopsml.fs import Storage
-from hopsml.redact import is_secret, redact_uri
+from hopsml.redact import is_secret, redact_bytes, redact_uri, secret_parts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -244,8 +245,8 @@ class _StderrFilter:
     only a partial line that could still become a dropped one waits for its end.
     """
 
-    def __init__(self, dropped: tuple[bytes, ...], out_fd: int = 2) -> None:
-        self._dropped, self._out, self._held = dropped, out_fd, b""
+    def __init__(self, dropped: tuple[bytes, ...], out_fd: int = 2, known: tuple[str, ...] = ()) -> None:
+        self._dropped, self._out, self._held, self._known = dropped, out_fd, b"", known
 
     def feed(self, data: bytes) -> None:
         text = self._held + data
@@ -264,6 +265,7 @@ class _StderrFilter:
         self._held = b""
 
     def _write(self, data: bytes) -> None:
+        data = redact_bytes(data, self._known)   # Spark prints some settings (a repository's URL) as it starts
         try:
             while data:
                 data = data[os.write(self._out, data):]
@@ -293,19 +295,42 @@ def _start_context(conf: Mapping[str, str]) -> None:
     if SparkContext._gateway is not None:  # an earlier start in this process: its JVM serves again
         return
     spark_conf, launch_conf = SparkConf(), SparkConf()
+    secret = {}
     for key, value in conf.items():
-        spark_conf.set(key, value)
-        if not is_secret(key, value):   # launch_gateway puts its settings on the JVM's command line, which
-            launch_conf.set(key, value)  # every local user sees; the context gets the secrets over the gateway
+        spark_conf.set(key, value)   # the context gets every setting over the gateway
+        if is_secret(key, value):
+            secret[key] = value
+        else:
+            launch_conf.set(key, value)
+    # launch_gateway puts its settings on the JVM's command line, which every local user sees: the secret ones
+    # (those that act at the JVM's start too: Java options, package repositories) go in a private properties
+    # file instead (private_conf.py)
+    given = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    if secret and "--properties-file" not in (given or ""):
+        spark_home_conf = os.path.join(os.environ.get("SPARK_HOME", ""), "conf")
+        folder = private_conf.write(secret, os.path.join(os.environ.get("SPARK_CONF_DIR") or spark_home_conf,
+                                                         "spark-defaults.conf"),
+                                    local_master=str(conf.get("spark.master", "")).startswith("local"))
+        atexit.register(private_conf.remove, folder)   # a local-cluster executor may start from it later
+        properties = os.path.join(folder, private_conf.PROPERTIES)
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(properties)} {given or 'pyspark-shell'}"
+    elif secret:
+        log.warning("PYSPARK_SUBMIT_ARGS names a properties file: the secret settings %s reach Spark over its "
+                    "gateway only, after the JVM started", ", ".join(sorted(secret)))
     read_fd, write_fd = os.pipe()
     # Read from the first byte on: a JVM that fails to start says why on stderr, and a full pipe
     # would stall a JVM that writes much before its gateway is up.
-    threading.Thread(target=_StderrFilter((JVM_INCUBATOR_WARNING,)).pump, args=(read_fd,),
+    known = tuple(part for key, value in secret.items() for part in secret_parts(key, value))
+    threading.Thread(target=_StderrFilter((JVM_INCUBATOR_WARNING,), known=known).pump, args=(read_fd,),
                      name="hopsml-spark-stderr", daemon=True).start()
     try:
         gateway = launch_gateway(launch_conf, popen_kwargs={"stderr": write_fd})
     finally:
         os.close(write_fd)  # the JVM holds its own copy; the reader ends when the JVM does
+        if given is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = given
     SparkContext(conf=spark_conf, gateway=gateway)
 
 

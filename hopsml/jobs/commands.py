@@ -11,12 +11,13 @@ import shlex
 from typing import Any
 
 from hopsml import config
-from hopsml.cli_tables import format_fields, format_table
+from hopsml.cli_tables import format_fields, format_table, printable
 from hopsml.errors import JobError
 from hopsml.jobs.definition import JOB_TYPES, PYSPARK
 from hopsml.jobs.execution import Execution, describe_produced
 from hopsml.jobs.job import Job, create_job, get_job, scan_jobs
-from hopsml.records import BROKEN
+from hopsml.records import BROKEN, BrokenRecordError
+from hopsml.redact import redact_words
 
 COMMANDS = ("jobs",)
 EXECUTION_COLUMNS = ("id", "state", "final_status", "exit", "start", "duration_s", "args", "produced")
@@ -33,8 +34,9 @@ def add_commands(subparsers: Any) -> None:
                                     "Resources/app.py)")
     create.add_argument("--args", default=None, help="default arguments, split as a shell would: --args \"--lr 0.1\" "
                                                      "(a single word starting with '-': --args=--verbose)")
-    create.add_argument("--spark-conf", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="Spark settings, e.g. spark.executor.memory=2g (spark.master=... picks the master)")
+    create.add_argument("--spark-conf", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
+                        help="Spark settings, e.g. spark.executor.memory=2g (spark.master=... picks the master); "
+                             "repeatable: --spark-conf a=1 --spark-conf b=2 keeps both")
     create.add_argument("--type", dest="job_type", type=str.upper, choices=JOB_TYPES, default=PYSPARK,
                         help="PYSPARK: under spark-submit (default); PYTHON: by this Python alone, no JVM")
     create.add_argument("--description", default="")
@@ -90,7 +92,7 @@ def run(args: Any, settings: config.Settings) -> str:
 def _row(execution: Execution) -> dict[str, Any]:
     return {"id": execution.id, "state": execution.state, "final_status": execution.final_status,
             "exit": execution.exit_code, "start": (execution.start or "")[:19].replace("T", " ") or None,
-            "duration_s": execution.duration_s, "args": shlex.join(execution.args) or None,
+            "duration_s": execution.duration_s, "args": shlex.join(redact_words(execution.args)) or None,
             "produced": ", ".join(describe_produced(p) for p in execution.produced) or None}
 
 
@@ -100,7 +102,12 @@ def jobs_list(settings: config.Settings) -> str:
         if not isinstance(job, Job):
             rows.append({"name": name, "state": BROKEN, "app": job.reason})
             continue
-        last = job.get_last_execution()
+        scanned = job.scan_executions()
+        number, last = scanned[0] if scanned else (None, None)
+        if isinstance(last, BrokenRecordError):
+            rows.append({"name": job.name, "kind": job.kind, "type": job.job_type, "app": job.app_path,
+                         "last": number, "state": BROKEN, "start": None})
+            continue
         rows.append({"name": job.name, "kind": job.kind, "type": job.job_type, "app": job.app_path,
                      "last": last.id if last else None, "state": last.state if last else None,
                      "start": (last.start or "")[:19].replace("T", " ") if last else None})
@@ -112,14 +119,17 @@ def jobs_list(settings: config.Settings) -> str:
 def job_show(settings: config.Settings, name: str) -> str:
     job = get_job(name, settings)
     head = format_fields([("name", job.name), ("app", job.app_path), ("kind", job.kind), ("type", job.job_type),
-                          ("args", " ".join(job.default_args)), ("spark conf", ", ".join(
+                          ("args", " ".join(redact_words(job.default_args))), ("spark conf", ", ".join(
                               f"{k}={v}" for k, v in job.spark_conf.items())), ("description", job.description),
                           ("created", job.created), ("creator", job.creator)])
-    executions = job.get_executions()
-    if not executions:
-        return f"{head}\n\nno executions yet: 'hopsml jobs run {job.name}'"
-    table = format_table([_row(e) for e in executions], EXECUTION_COLUMNS, uncut=("produced",))
-    problems = [f"  {e.id}: {e.error}" for e in executions if e.error and not e.success][:5]
+    scanned = job.scan_executions()
+    if not scanned:
+        return f"{head}\n\nno executions yet: 'hopsml jobs run {printable(job.name)}'"
+    executions = [e for _, e in scanned if isinstance(e, Execution)]
+    rows = [_row(e) if isinstance(e, Execution) else {"id": number, "state": BROKEN, "produced": e.reason}
+            for number, e in scanned]
+    table = format_table(rows, EXECUTION_COLUMNS, uncut=("produced",))
+    problems = [f"  {e.id}: {printable(e.error)}" for e in executions if e.error and not e.success][:5]
     return f"{head}\n\n{table}" + ("\n\n" + "\n".join(problems) if problems else "")
 
 

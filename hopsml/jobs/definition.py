@@ -139,6 +139,7 @@ class JobDefinition:
     created: str = field(default_factory=now)
     creator: str = field(default_factory=getpass.getuser)
     config: dict[str, Any] = field(default_factory=dict)   # hopsworks' settings hopsml keeps but does not use
+    secret_keys: list[str] = field(default_factory=list)   # the settings whose values are kept in secrets.json
     format: int = FORMAT
 
     def __post_init__(self) -> None:

@@ -12,6 +12,7 @@ A job is kept in the project (`Jobs/<name>/job.json`), each run in `Jobs/<name>/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,7 @@ from hopsml.jobs import launch
 from hopsml.jobs.definition import PYSPARK, JobDefinition, job_kind, parse_args, parse_spark_conf, resolve_app
 from hopsml.jobs.execution import LIVE, Execution
 from hopsml.records import BrokenRecordError, Shape, read_record
-from hopsml.redact import HIDDEN, is_secret
+from hopsml.redact import HIDDEN, is_secret, redact_value
 
 
 class Job:
@@ -63,6 +64,8 @@ class Job:
 
     @property
     def spark_conf(self) -> dict[str, str]:
+        """The job's Spark settings as they may be shown: the secret ones (hopsml.redact's rule) redacted; their
+        values are read from secrets.json only to run the job."""
         return dict(self.definition.spark_conf)
 
     @property
@@ -97,7 +100,7 @@ class Job:
         it returns the RUNNING execution at once, and the run goes on by itself. `exclusive` refuses to start
         while another execution of the job is running (by default runs may overlap, as on hopsworks)."""
         words = parse_args(args)
-        execution = launch.start(self.definition, self.default_args if words is None else words, self.settings,
+        execution = launch.start(self._with_secrets(), self.default_args if words is None else words, self.settings,
                                  owned=await_termination, exclusive=exclusive)
         if not await_termination:
             return execution
@@ -120,6 +123,18 @@ class Job:
                 found.append(self.get_execution(number))
             except JobError:
                 continue   # claimed moments ago, its record not yet written
+        return found
+
+    def scan_executions(self) -> list[tuple[int, Execution | BrokenRecordError]]:
+        """Every execution newest first, or why its record cannot be read: listings show it as BROKEN (one claimed
+        moments ago, its record not yet written, is left out)."""
+        found: list[tuple[int, Execution | BrokenRecordError]] = []
+        for number in sorted(self._ids(), reverse=True):
+            try:
+                found.append((number, self.get_execution(number)))
+            except JobError as exc:
+                if self.storage.exists(self.dir.execution(number).record):
+                    found.append((number, BrokenRecordError(str(exc), reason=exc.reason)))
         return found
 
     def get_execution(self, execution_id: int) -> Execution:
@@ -152,12 +167,18 @@ class Job:
                 if rel.rsplit("/", 1)[-1].isdigit() and int(rel.rsplit("/", 1)[-1]) > 0]
 
     # --- keeping it ---------------------------------------------------------------------------------------
-    def save(self) -> Job:
-        """job.json, with secret Spark settings (by name or by shape) shown as *** and their values kept in
-        secrets.json beside it, mode 0600: job.json is read by whoever reads the project."""
+    def save(self, secrets: Mapping[str, str] | None = None) -> Job:
+        """job.json, with the secret Spark settings (hopsml.redact's rule: by name, by shape, inside Java options
+        and environment settings) shown redacted and their values kept in secrets.json beside it, mode 0600: job.json
+        is read by whoever reads the project. `secrets`: the values of settings the definition shows redacted
+        already (kept from secrets.json when a job is replaced)."""
+        if secrets is None and self._secret_keys():   # a job read back: its secrets are in secrets.json
+            secrets = self._secrets()
+        conf = {**self.definition.spark_conf, **(secrets or {})}
+        secret = {k: v for k, v in conf.items() if is_secret(k, v)}
+        self.definition.spark_conf = {k: str(redact_value(k, v)) if k in secret else v for k, v in conf.items()}
+        self.definition.secret_keys = sorted(secret)
         record = self.definition.to_dict()
-        secret = {k: v for k, v in self.definition.spark_conf.items() if is_secret(k, v)}
-        record["spark_conf"] = {k: HIDDEN if k in secret else v for k, v in self.definition.spark_conf.items()}
         if secret:
             local = self.storage.local_path(self.dir.secrets)
             if local is None:
@@ -165,7 +186,7 @@ class Job:
                                "only under a local root; under an HDFS or S3 root give them in the spark_conf setting "
                                "(HOPSML_SPARK_CONF or conf/hopsml.toml) of the host that runs the job", job=self.name)
             self.storage.makedirs(self.dir.path)
-            fd = os.open(local + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(local + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 json.dump(secret, out)
             os.chmod(local + ".tmp", 0o600)
@@ -174,6 +195,37 @@ class Job:
             self.storage.delete(self.dir.secrets)
         self.storage.write_json(self.dir.record, record)
         return self
+
+    def _secret_keys(self) -> list[str]:
+        """The settings whose values are in secrets.json (a job.json written before secret_keys: those shown ***)."""
+        if self.definition.secret_keys:
+            return list(self.definition.secret_keys)
+        if not self.storage.exists(self.dir.secrets):
+            return []
+        return [k for k, v in self.definition.spark_conf.items() if v == HIDDEN]
+
+    def _secrets(self) -> dict[str, str]:
+        """The values of the job's secret settings, from secrets.json (0600, beside job.json)."""
+        keys = self._secret_keys()
+        if not keys:
+            return {}
+        local = self.storage.local_path(self.dir.secrets)
+        try:
+            with open(local or "", encoding="utf-8") as given:
+                values = json.load(given)
+        except (OSError, ValueError) as exc:
+            raise JobError(f"job {self.name!r}: its secret Spark settings cannot be read from "
+                           f"{self.storage.uri(self.dir.secrets)} ({exc}); recreate the job with them",
+                           job=self.name) from None
+        if not isinstance(values, dict) or set(keys) - set(values):
+            raise JobError(f"job {self.name!r}: {self.storage.uri(self.dir.secrets)} lacks the values of "
+                           f"{', '.join(sorted(set(keys) - set(values if isinstance(values, dict) else {})))}; "
+                           "recreate the job with them", job=self.name)
+        return {k: str(values[k]) for k in keys}
+
+    def _with_secrets(self) -> JobDefinition:
+        """The definition to run: its secret settings with their values."""
+        return dataclasses.replace(self.definition, spark_conf={**self.definition.spark_conf, **self._secrets()})
 
     def delete(self) -> None:
         """Delete the job and its executions' records and logs; refused while one of them runs."""
@@ -214,9 +266,16 @@ def create_job(name: str, app_path: str, args: str | Sequence[str] | None = None
                                app_in_project=in_project, default_args=parse_args(args, "args") or [],
                                spark_conf=parse_spark_conf(spark_conf), description=description or "",
                                config=dict(extra_config or {}))
+    kept: dict[str, str] = {}
     if overwrite and storage.exists(jdir.record):
-        definition.created = _read_definition(storage, jdir).created
-    return Job(definition, settings).save()
+        before = Job(_read_definition(storage, jdir), settings)
+        definition.created = before.created
+        # a value given as the job showed it (job.config read, changed and given back, as on hopsworks) keeps the
+        # secret it stands for
+        unchanged = [k for k in before._secret_keys() if definition.spark_conf.get(k) == before.spark_conf[k]]
+        if unchanged:
+            kept = {k: v for k, v in before._secrets().items() if k in unchanged}
+    return Job(definition, settings).save(kept)
 
 
 def get_job(name: str, settings: config.Settings | None = None) -> Job:
@@ -253,7 +312,8 @@ def job_exists(name: str, settings: config.Settings | None = None) -> bool:
 
 JOB_SHAPE = Shape("job.json", required=("name", "app_path", "kind"),
                   types={"name": (str,), "app_path": (str,), "kind": (str,), "default_args": (list,),
-                         "spark_conf": (dict,), "config": (dict,)})
+                         "spark_conf": (dict,), "config": (dict,),
+                         "secret_keys": (list,)})
 
 
 def scan_jobs(settings: config.Settings | None = None) -> list[tuple[str, Job | BrokenRecordError]]:
@@ -281,13 +341,4 @@ def _read_definition(storage: Storage, jdir: layout.JobDir) -> JobDefinition:
         raise JobError(f"job {jdir.name!r} cannot be read: {exc}", job=jdir.name, reason=exc.reason) from None
     except StorageError as exc:
         raise JobError(f"cannot read job {jdir.name!r} ({storage.uri(jdir.record)}): {exc}", job=jdir.name) from None
-    definition = JobDefinition.from_dict(data, storage.uri(jdir.record))
-    if HIDDEN in definition.spark_conf.values():   # the secret settings' values, kept apart (Job.save)
-        local = storage.local_path(jdir.secrets)
-        try:
-            with open(local or "", encoding="utf-8") as given:
-                definition.spark_conf.update(json.load(given))
-        except (OSError, ValueError) as exc:
-            raise JobError(f"job {jdir.name!r}: its secret Spark settings cannot be read from "
-                           f"{storage.uri(jdir.secrets)} ({exc}); recreate the job with them", job=jdir.name) from None
-    return definition
+    return JobDefinition.from_dict(data, storage.uri(jdir.record))

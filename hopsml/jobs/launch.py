@@ -29,7 +29,7 @@ from hopsml.errors import JobError
 from hopsml.fs import Storage
 from hopsml.jobs.definition import PYSPARK, JobDefinition, now
 from hopsml.jobs.execution import INITIALIZING, LIVE, STOP_GRACE_S, Execution
-from hopsml.redact import is_secret, redact_conf
+from hopsml.redact import is_secret, redact_conf, secret_parts
 from hopsml.serving.processes import Proc
 
 START_TIMEOUT_S = 120.0   # for the runner to record RUNNING (a Python start, a copy of the app, one fork)
@@ -194,7 +194,9 @@ def start(job: JobDefinition, args: list[str], settings: config.Settings, *, own
             "app": {"path": job.app_path, "in_project": job.app_in_project,
                     "suffix": os.path.splitext(job.app_path)[1].lower()},
             "owner": me.to_dict() if owned else None, "heartbeat_s": settings.heartbeat_s,
-            "sync_s": settings.sync_interval_s, "grace_s": STOP_GRACE_S}
+            "sync_s": settings.sync_interval_s, "grace_s": STOP_GRACE_S,
+            "redact": sorted({part for conf in (settings.spark_conf, job.spark_conf) for key, value in conf.items()
+                              for part in secret_parts(str(key), value)})}
     said = _spawn_runner(spec, job.name, edir.id)
     execution = Execution.load(storage, settings.project, job.name, edir.id, settings.lost_after_s)
     if execution.state == INITIALIZING:

@@ -11,6 +11,10 @@ SIGKILL takes the app's leader with it. While the app runs the runner beats a he
 * it has an owner (the process that awaits the run: `job.run(await_termination=True)`) and that process ends
   first, however it ended: the execution is LOST (final status FAILED), since nothing awaits it any more.
 
+The app's stdout and stderr reach `stdout.log` and `stderr.log` through pipes the runner reads, line by line with
+the job's secrets redacted (log_redaction.py); its secret Spark settings reach spark-submit in a private properties
+file (hopsml/cluster/private_conf.py), never on a command line.
+
 The owner is watched through a pidfd on its process, not a parent-death signal, which Linux sends when the
 *thread* that forked ends (a caller's worker thread would kill a run that its process still awaits).
 """
@@ -32,13 +36,16 @@ import traceback
 from typing import Any
 
 from hopsml import execution_notes, layout
+from hopsml.cluster import private_conf
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
+from hopsml.jobs import log_redaction
 from hopsml.jobs.execution import FAILED, FINAL_STATUS, FINISHED, KILLED, LOST, RUNNING, now
 from hopsml.serving.processes import Proc, start_time
 from hopsml.tracking.heartbeat import Heartbeat
 
 _PR_SET_PDEATHSIG = 1
+PUMP_JOIN_S = 10.0   # for the logs' last lines once the app ended
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -55,6 +62,7 @@ class Runner:
         self.notes = os.path.join(self.staging, layout.EXECUTION_NOTES)
         self.record: dict[str, Any] = self.storage.read_json(self.dir.record)
         self.child: subprocess.Popen[bytes] | None = None
+        self.pumps: list[log_redaction.Pump] = []
         self.heartbeat: Heartbeat | None = None
         self._last_sync = time.monotonic()
         self.ready_fd: int | None = None   # the starting process's pipe: closed once the record says RUNNING
@@ -79,8 +87,7 @@ class Runner:
                   duration_s=_seconds_between(started, end), **fields)
         if self.heartbeat is not None:
             self.heartbeat.stop(remove=True)
-        if self._private is not None:
-            shutil.rmtree(self._private, ignore_errors=True)
+        private_conf.remove(self._private)
         if self.local is None:
             shutil.rmtree(self.staging, ignore_errors=True)
 
@@ -132,29 +139,34 @@ class Runner:
             if os.getppid() != runner:
                 os._exit(1)
 
-        with open(os.path.join(self.staging, layout.EXECUTION_STDOUT), "ab") as out, \
-                open(os.path.join(self.staging, layout.EXECUTION_STDERR), "ab") as err:
-            cwd = self.staging if self.spec["cwd"] == {"placeholder": "staging"} else self.spec["cwd"]
+        cwd = self.staging if self.spec["cwd"] == {"placeholder": "staging"} else self.spec["cwd"]
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
             self.child = subprocess.Popen(words, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                          stdout=out, stderr=err, preexec_fn=own_group_and_die_with_runner)
+                                          stdout=out_w, stderr=err_w, preexec_fn=own_group_and_die_with_runner)
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        known = self.spec.get("redact", [])
+        self.pumps = [log_redaction.Pump(out_r, os.path.join(self.staging, layout.EXECUTION_STDOUT), known),
+                      log_redaction.Pump(err_r, os.path.join(self.staging, layout.EXECUTION_STDERR), known)]
 
     def _properties(self) -> str:
-        """A file only this user can read, outside the project, with the Spark defaults spark-submit would have
-        read (a --properties-file replaces them) and the job's secret settings; removed when the runner ends."""
+        """A private folder outside the project with the Spark defaults spark-submit would have read (a
+        --properties-file replaces them) and the job's secret settings (private_conf.py); removed when the runner
+        ends."""
         env = self.spec["env"]
         defaults = os.path.join(env.get("SPARK_CONF_DIR") or os.path.join(env.get("SPARK_HOME", ""), "conf"),
                                 "spark-defaults.conf")
-        folder = self._private = tempfile.mkdtemp(prefix="hopsml-job-conf-")   # mode 0700
-        path = os.path.join(folder, "spark.properties")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            if os.path.isfile(defaults):
-                with open(defaults, encoding="utf-8") as given:
-                    out.write(given.read() + "\n")
-            for key, value in self.spec.get("secret_conf", {}).items():
-                escaped = value.replace("\\", "\\\\").replace("\n", "\\n")
-                out.write(f"{key}={escaped}\n")
-        return path
+        master = env.get("HOPSML_MASTER", "")
+        self._private = private_conf.write(self.spec.get("secret_conf", {}), defaults,
+                                           local_master=master.startswith("local"))
+        return os.path.join(self._private, private_conf.PROPERTIES)
 
     _private: str | None = None
 
@@ -208,6 +220,8 @@ class Runner:
         # still taken and cannot name another process's group
         _signal_group(self.child.pid, signal.SIGKILL)
         code = self.child.wait()
+        for pump in self.pumps:
+            pump.join(PUMP_JOIN_S)   # a process outside the group may still hold the pipe: the log is then cut
         if ending is not None:
             state, why = ending
             self.finish(state, exit_code=code, **({"lost_reason": why} if state == LOST else {"error": why}))

@@ -147,9 +147,10 @@ def inference_log_path(settings: config.Settings, project: str, name: str) -> st
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
-    """The last `lines` lines of a log file ('' when there is none)."""
+    """The last `lines` lines of a log file ('' when there is none, or when a symbolic link stands at its path:
+    someone else's file is never shown as the serving's log)."""
     try:
-        with open(path, "rb") as stream:
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as stream:
             stream.seek(0, os.SEEK_END)
             stream.seek(max(0, stream.tell() - 64 * 1024))
             text = stream.read().decode("utf-8", errors="replace")
@@ -422,7 +423,15 @@ def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, 
             roll_seconds=float(d.inference_log_roll_seconds), queue_size=d.inference_log_queue,
             max_bytes=settings.inference_log_max_bytes, max_age_s=settings.inference_log_max_age_s,
             max_record_bytes=settings.inference_log_max_record_bytes).to_env()
-    with open(path, "ab", opener=private_file) as log_file:
+    try:
+        log_file = open(path, "ab", opener=private_file)
+    except OSError as exc:
+        states.write(storage, project, serving_name, states.ServerState(state=states.FAILED, host=d.host, log=path,
+                                                                        reason=f"cannot open its log {path}: {exc}"))
+        raise ServingError(f"serving {serving_name!r}: cannot open its log {path} ({exc.strerror or exc}); "
+                           + ("a symbolic link stands there: remove it (hopsml never follows one)"
+                              if os.path.islink(path) else "check that folder")) from None
+    with log_file:
         log_file.write(f"--- {states.now()} starting serving {serving_name}\n".encode())
         log_file.flush()
         # a launcher starts the supervisor and exits at once: the supervisor is nobody's child here, so no

@@ -84,8 +84,9 @@ class Instance:
 
 
 def private_file(path: str, flags: int) -> int:
-    """An `open` opener: the file readable by its owner only (an existing one is narrowed too)."""
-    fd = os.open(path, flags, LOG_MODE)
+    """An `open` opener: the file readable by its owner only (an existing one is narrowed too); a symbolic link
+    planted at `path` is refused (OSError ELOOP), never followed to append to or narrow another file."""
+    fd = os.open(path, flags | os.O_NOFOLLOW, LOG_MODE)
     os.fchmod(fd, LOG_MODE)
     return fd
 
@@ -95,7 +96,7 @@ def rotate_log(path: str, max_bytes: int, backups: int) -> bool:
     truncate it in place, so that the processes appending to it write on at its start. A line written during the
     copy may be lost, as with logrotate's copytruncate. True if it rotated."""
     try:
-        if os.path.getsize(path) <= max_bytes:
+        if os.path.islink(path) or os.path.getsize(path) <= max_bytes:
             return False
     except OSError:
         return False
@@ -103,9 +104,10 @@ def rotate_log(path: str, max_bytes: int, backups: int) -> bool:
         older = f"{path}.{number}"
         if os.path.exists(older):
             os.replace(older, f"{path}.{number + 1}")
-    with open(path, "rb") as source, open(f"{path}.1", "wb", opener=private_file) as copy:
+    with open(path, "r+b", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as source, \
+            open(f"{path}.1", "wb", opener=private_file) as copy:
         shutil.copyfileobj(source, copy, 1 << 20)
-    os.truncate(path, 0)
+        source.truncate(0)
     return True
 
 

@@ -15,7 +15,7 @@ import mimetypes
 import posixpath
 from typing import Any
 
-from flask import Flask, Response, jsonify, render_template, request, url_for
+from flask import Flask, Response, jsonify, redirect, render_template, request, url_for
 
 from hopsml import config, layout
 from hopsml.errors import HopsmlError
@@ -23,6 +23,7 @@ from hopsml.fs import Storage
 from hopsml.ui import charts, jobs, servings, views
 from hopsml.ui import datasets as dataset_views
 from hopsml.ui import featurestore as fs_views
+from hopsml.ui.access import TokenCheck
 from hopsml.ui.hosts import HostPolicy
 from hopsml.ui.notebook import render_notebook
 
@@ -36,10 +37,12 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
-def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Flask:
+def create_app(settings: config.Settings, hosts: HostPolicy | None = None, access: TokenCheck | None = None) -> Flask:
     """The web view over `settings.root`; `settings.project` is the project the front page opens.
 
-    It answers only requests whose Host header `hosts` allows (default: the loopback names)."""
+    It answers only requests whose Host header `hosts` allows (default: the loopback names), and with `access` only
+    those that carry its token (access.py; `hopsml ui` always gives one: None is for a caller that serves the app
+    in its own process, such as Flask's test client, or behind its own login)."""
     hosts = hosts or HostPolicy.loopback()
     app = Flask(__name__)
     app.config["HOPSML_SETTINGS"] = settings
@@ -59,6 +62,19 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
         log.warning("refused a request for host %r (not a name this view was started for)", host)
         return Response(f"hopsml ui does not answer for host {host!r}. If you reach it by this name, "
                         "start it with --allow-host NAME.\n", status=421, mimetype="text/plain")
+
+    @app.before_request
+    def _check_token() -> Response | None:
+        if access is None:
+            return None
+        allowed, in_query = access.check(request)
+        if not allowed:
+            return Response("hopsml ui needs the token it printed when it started: open the address it printed "
+                            "(...?token=...), or send the header 'Authorization: Bearer TOKEN'.\n", status=403,
+                            mimetype="text/plain")
+        if in_query and request.method in ("GET", "HEAD"):   # the printed address: keep it as a cookie instead
+            return access.set_cookie(redirect(access.without_token(request), code=303))
+        return None
 
     @app.after_request
     def _headers(response: Response) -> Response:
@@ -209,7 +225,10 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None) -> Fl
     @app.route("/p/<project>/servings/<name>")
     def serving(project: str, name: str) -> str:
         views.check_project(storage, project)
-        return render_template("serving.html", project=project, v=servings.serving_view(settings, project, name))
+        view = servings.serving_view(settings, project, name)
+        if view.get("broken"):
+            return render_template("serving_broken.html", project=project, v=view)
+        return render_template("serving.html", project=project, v=view)
 
     @app.route("/p/<project>/jobs/")
     def jobs_list(project: str) -> str:

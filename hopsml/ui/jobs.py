@@ -12,7 +12,8 @@ from hopsml.errors import HopsmlError, JobError
 from hopsml.jobs import Job, get_job
 from hopsml.jobs.execution import Execution, describe_produced
 from hopsml.jobs.job import scan_jobs
-from hopsml.records import BROKEN
+from hopsml.records import BROKEN, BrokenRecordError
+from hopsml.redact import redact_conf, redact_words
 
 LOG_LINES = 200   # of a log, on its own page
 PAGE_TAIL_LINES = 40   # of the newest execution's logs, on the job's page
@@ -33,11 +34,12 @@ def job_rows(settings: config.Settings, project: str) -> list[dict[str, Any]]:
         if not isinstance(job, Job):
             rows.append({"name": name, "state": BROKEN, "description": job.reason, "broken": True})
             continue
-        last = job.get_last_execution()
+        scanned = job.scan_executions()
+        number, last = scanned[0] if scanned else (None, None)
         rows.append({"name": job.name, "kind": job.kind, "type": job.job_type, "app": job.app_path,
-                     "description": job.description, "executions": len(job.get_executions()),
-                     "last_id": last.id if last else None, "state": last.state if last else None,
-                     "start": _time(last.start) if last else None})
+                     "description": job.description, "executions": len(scanned), "last_id": number,
+                     "state": BROKEN if isinstance(last, BrokenRecordError) else last.state if last else None,
+                     "start": _time(last.start) if isinstance(last, Execution) else None})
     return rows
 
 
@@ -61,7 +63,8 @@ def produced_links(project: str, entry: dict[str, Any]) -> dict[str, Any]:
 def execution_row(project: str, execution: Execution) -> dict[str, Any]:
     return {"id": execution.id, "state": execution.state, "final_status": execution.final_status,
             "exit_code": execution.exit_code, "start": _time(execution.start), "end": _time(execution.end),
-            "duration_s": execution.duration_s, "args": shlex.join(execution.args), "error": execution.error,
+            "duration_s": execution.duration_s, "args": shlex.join(redact_words(execution.args)),
+            "error": execution.error,
             "user": execution.user, "produced": [produced_links(project, p) for p in execution.produced]}
 
 
@@ -73,12 +76,18 @@ def job_view(settings: config.Settings, project: str, name: str) -> dict[str, An
         job = get_job(name, _settings(settings, project))
     except (JobError, HopsmlError) as exc:
         raise NotFound(str(exc)) from None
-    executions = job.get_executions()
+    scanned = job.scan_executions()
+    newest = scanned[0][1] if scanned else None
+    # job.spark_conf is redacted already (Job.save); redact_conf again in case a job.json was written by hand
     return {"name": job.name, "app": job.app_path, "kind": job.kind, "type": job.job_type,
-            "args": " ".join(job.default_args), "spark_conf": sorted(job.spark_conf.items()),
+            "args": " ".join(redact_words(job.default_args)), "spark_conf": sorted(redact_conf(job.spark_conf).items()),
             "description": job.description, "created": _time(job.created), "creator": job.creator,
-            "executions": [execution_row(project, e) for e in executions],
-            "tail": executions[0].log_tail(PAGE_TAIL_LINES) if executions else ""}
+            "executions": [execution_row(project, e) if isinstance(e, Execution) else
+                           {"id": number, "state": BROKEN, "error": e.reason, "broken": True, "produced": [],
+                            "final_status": None, "exit_code": None, "start": None, "end": None, "duration_s": None,
+                            "args": "", "user": None}
+                           for number, e in scanned],
+            "tail": newest.log_tail(PAGE_TAIL_LINES) if isinstance(newest, Execution) else ""}
 
 
 def log_text(settings: config.Settings, project: str, name: str, execution_id: int, stream: str) -> str:

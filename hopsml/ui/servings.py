@@ -63,7 +63,9 @@ def serving_view(settings: config.Settings, project: str, name: str) -> dict[str
     here = _settings(settings, project)
     try:
         serving = lifecycle.get(defs.check_name(name), here)
-    except (defs.ServingError, BrokenRecordError) as exc:
+    except BrokenRecordError as exc:   # it exists: its page says why it cannot be shown, as the list does
+        return {"broken": True, "name": name, "status": BROKEN, "reason": exc.reason, "message": str(exc)}
+    except defs.ServingError as exc:
         raise NotFound(str(exc)) from None
     folder = lifecycle.get_inference_log(name, here)
     traffic = inference_log.summary(folder) if folder is not None else None

@@ -6,6 +6,7 @@ shows the job and its executions."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -206,25 +207,72 @@ SECRET_APP = """
     while pid > 1:   # this app, the JVM that started it, spark-submit's shell, the runner
         lines.append(open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace"))
         pid = int(open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1])
+    print("the app was given", conf.get("spark.jars.repositories"), conf.get("spark.hopsml.github"))
     print(json.dumps({"secret": conf.get("spark.hadoop.fs.s3a.secret.key") == "MARKER" + "jobsecret",
+                      "env": conf.get("spark.executorEnv.DB_PASS") == "MARKER" + "dbpass",
+                      "property": spark._jvm.System.getProperty("javax.net.ssl.trustStorePassword")
+                      == "MARKER" + "truststore",
                       "plain": conf.get("spark.hopsml.plain"),
                       "default": conf.get("spark.scheduler.barrier.maxConcurrentTasksCheck.interval"),
-                      "on_a_command_line": any("MARKER" + "job" in line for line in lines)}))
+                      "on_a_command_line": [line for line in lines if "MARKER" in line]}))
 """
 
+# The probe's planted values (issue 57): the known forms, and the ones the shape list did not know.
+PLANTED = {
+    "spark.hadoop.fs.s3a.secret.key": "MARKERjobsecret",
+    "spark.hadoop.fs.azure.sas.box.acct.blob.core.windows.net": "sv=2022-11-02&sr=c&sig=MARKERsassignature000",
+    "spark.driver.extraJavaOptions": "-Dhopsml.plain=1 -Djavax.net.ssl.trustStorePassword=MARKERtruststore",
+    "spark.jars.repositories": "https://ci:MARKERrepopassword@repo.example.com/maven2",
+    "spark.executorEnv.DB_PASS": "MARKERdbpass",
+    "spark.hopsml.github": "ghp_MARKERgithub0123456789abcdefghijklmno",
+    "spark.hopsml.slack": "xoxb-MARKERslack-0123456789",
+    "spark.hopsml.stripe": "sk_live_MARKERstripe0123456789",
+    "spark.hopsml.basic": "Basic MARKERbasicdXNlcjpwYXNz",
+}
 
-def test_a_jobs_secret_settings_reach_spark_but_no_command_line_or_record(ran, tmp_path):
+
+def test_a_jobs_secret_settings_reach_spark_but_no_command_line_record_log_or_view(ran, tmp_path, capsys):
     import json
+
+    from hopsml import cli
+    from hopsml.ui import create_app
 
     settings = ran[0]
     job = jobs.create_job("secretive", _script(tmp_path, "secretive.py", SECRET_APP), settings=settings,
-                          spark_conf={"spark.hadoop.fs.s3a.secret.key": "MARKERjobsecret", "spark.hopsml.plain": "x"})
+                          spark_conf={**PLANTED, "spark.hopsml.plain": "x"})
     execution = job.run(timeout=WAIT_S)
     assert execution.success, execution.log_tail()
     seen = json.loads(execution.log().strip().splitlines()[-1])
-    # the secret through the properties file, the plain one on the command line, the Spark defaults kept
-    assert seen == {"secret": True, "plain": "x", "default": "1s", "on_a_command_line": False}
-    leaks = [str(p) for p in Path(settings.root).rglob("*") if p.is_file() and b"MARKERjob" in p.read_bytes()]
+    # the secrets through the properties file and a Java argument file, the plain one on the command line, the
+    # Spark defaults kept
+    assert seen == {"secret": True, "env": True, "property": True, "plain": "x", "default": "1s",
+                    "on_a_command_line": []}
+    assert "the app was given https://ci:***@repo.example.com/maven2 ***" in execution.log()   # redacted as written
+    words = re.split(r"[\s@=:]+", " ".join(PLANTED.values()))
+    planted = [word.encode() for word in words if "MARKER" in word]   # the app's text (program.py) has "MARKER" alone
+    leaks = [str(p) for p in Path(settings.root).rglob("*")
+             if p.is_file() and any(word in p.read_bytes() for word in planted)]
     assert leaks == [str(Path(settings.root) / "Projects/test/Jobs/secretive/secrets.json")]   # kept apart, 0600
     assert os.stat(leaks[0]).st_mode & 0o777 == 0o600
-    assert jobs.get_job("secretive", settings).spark_conf["spark.hadoop.fs.s3a.secret.key"] == "MARKERjobsecret"
+    shown = jobs.get_job("secretive", settings).spark_conf
+    assert shown["spark.driver.extraJavaOptions"] == "-Dhopsml.plain=1 -Djavax.net.ssl.trustStorePassword=***"
+    assert shown["spark.jars.repositories"] == "https://repo.example.com/maven2"
+    assert shown["spark.hadoop.fs.s3a.secret.key"] == "***" and shown["spark.hopsml.plain"] == "x"
+    # what shows settings: the CLI's job and settings, the web view's job page
+    env = {"HOPSML_ROOT": settings.root, "HOPSML_PROJECT": "test", "HOPSML_SPARK_CONF": json.dumps(PLANTED)}
+    old = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        assert cli.main(["jobs", "show", "secretive"]) == 0
+        assert cli.main(["settings"]) == 0
+    finally:
+        for key, value in old.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    printed = capsys.readouterr().out
+    assert "trustStorePassword=***" in printed and "MARKER" not in printed
+    page = create_app(settings).test_client().get("/p/test/jobs/secretive").get_data(as_text=True)
+    assert "trustStorePassword=***" in page and "MARKER" not in page
+    # a job re-created from what it shows (hopsworks' job.config round trip) keeps its secrets
+    again = jobs.create_job("secretive", job.app_path, spark_conf=jobs.get_job("secretive", settings).spark_conf,
+                            settings=settings, overwrite=True)
+    assert again._with_secrets().spark_conf == {**PLANTED, "spark.hopsml.plain": "x"}

@@ -21,6 +21,14 @@ SECRETS = {
     "spark.hadoop.fs.azure.sas.box.acct.blob.core.windows.net": "sv=2022-11-02&sr=c&sig=MARKERsassignature000",
     "spark.hopsml.test.jdbc": "jdbc:postgresql://db:5432/x?user=u&password=MARKERjdbcpassword",   # no secret name
     "spark.hopsml.test.header": "Bearer MARKERbearertoken",
+    # the forms found in issue 57: inside Java options, in a URL's userinfo, an environment setting, token shapes
+    "spark.driver.extraJavaOptions": "-Dhopsml.test.plain=1 -Djavax.net.ssl.trustStorePassword=MARKERtruststore",
+    "spark.jars.repositories": "https://ci:MARKERrepopassword@repo.example.com/maven2",
+    "spark.executorEnv.DB_PASS": "MARKERdbpass",
+    "spark.hopsml.test.github": "ghp_MARKERgithub0123456789abcdefghijklmno",
+    "spark.hopsml.test.slack": "xoxb-MARKERslack-0123456789",
+    "spark.hopsml.test.stripe": "sk_live_MARKERstripe0123456789",
+    "spark.hopsml.test.basic": "Basic MARKERbasicdXNlcjpwYXNz",
 }
 
 DRIVER = textwrap.dedent("""
@@ -42,6 +50,7 @@ DRIVER = textwrap.dedent("""
         except OSError:
             pass
     print(json.dumps({"cmdlines": lines, "jvm": len([c for c in lines.values() if "java" in c]),
+                      "property": spark._jvm.System.getProperty("javax.net.ssl.trustStorePassword"),
                       "conf": {k: spark.sparkContext.getConf().get(k) for k in json.loads(sys.argv[2])}}))
 """)
 
@@ -58,14 +67,21 @@ def test_secret_settings_reach_spark_but_no_command_line_record_or_file(tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["jvm"] >= 1                                         # the JVM was among the processes looked at
-    assert found["conf"] == SECRETS                                  # Spark got every secret, over the gateway
+    java = "spark.driver.extraJavaOptions"                           # Spark puts its own options before the user's
+    assert found["conf"][java].endswith(SECRETS[java])
+    assert {**found["conf"], java: SECRETS[java]} == SECRETS         # Spark got every secret, over the gateway
+    assert found["property"] == "MARKERtruststore"                   # and the driver JVM its secret Java option
     cmdlines = "\n".join(found["cmdlines"].values())
     assert "visible-setting" in cmdlines                             # the other settings still launch the JVM
     assert "MARKER" not in cmdlines
-    assert "MARKER" not in done.stdout.replace(json.dumps(found["conf"]), "") + done.stderr
+    printed = done.stdout.replace(json.dumps(found["conf"]), "").replace('"MARKERtruststore"', "")
+    assert "MARKER" not in printed + done.stderr
     leaks = [str(p) for folder in (root, temp) for p in folder.rglob("*")
              if p.is_file() and b"MARKER" in p.read_bytes()]
     assert leaks == []
     record = next(root.glob("Projects/secrets/Experiments/*/experiment.json"))
     recorded = json.loads(record.read_text())["spark_conf"]
-    assert recorded.get("spark.hopsml.test.plain") == "visible-setting" and not set(SECRETS) & set(recorded)
+    assert recorded.get("spark.hopsml.test.plain") == "visible-setting"
+    assert recorded.pop("spark.jars.repositories") == "https://repo.example.com/maven2"   # without its password
+    assert recorded.pop("spark.hopsml.test.jdbc") == "jdbc:postgresql://db:5432/x?user=u"
+    assert not set(SECRETS) & set(recorded)

@@ -12,7 +12,28 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-URL_LINE = re.compile(r"at (http://\S+/) \(Ctrl-C")
+URL_LINE = re.compile(r"at (http://\S+/)\?token=(\S+) \(Ctrl-C")
+
+
+class Site(str):
+    """The view's base URL (a str, as the tests join paths to it) with the token every request needs."""
+
+    token: str
+
+    def __new__(cls, base: str, token: str) -> Site:
+        site = super().__new__(cls, base)
+        site.token = token
+        return site
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def request(self, url: str):
+        """A urllib request of `url` that carries the token."""
+        import urllib.request
+
+        return urllib.request.Request(url, headers=self.headers)
 
 
 def chromium_paths() -> tuple[str, str] | None:
@@ -23,8 +44,9 @@ def chromium_paths() -> tuple[str, str] | None:
 
 
 @contextmanager
-def ui_server(env: dict[str, str], timeout_s: float = 60.0, args: Sequence[str] = ()) -> Iterator[str]:
-    """`hopsml ui --port 0 --no-browser [args]` in a subprocess; yields its base URL, stops it after."""
+def ui_server(env: dict[str, str], timeout_s: float = 60.0, args: Sequence[str] = ()) -> Iterator[Site]:
+    """`hopsml ui --port 0 --no-browser [args]` in a subprocess; yields its base URL with the token it printed,
+    stops it after."""
     proc = subprocess.Popen([sys.executable, "-m", "hopsml.cli", "ui", "--port", "0", "--no-browser", *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     found: list[str] = []
@@ -36,7 +58,7 @@ def ui_server(env: dict[str, str], timeout_s: float = 60.0, args: Sequence[str] 
             lines.append(line)
             match = URL_LINE.search(line)
             if match and not found:
-                found.append(match.group(1))
+                found.append((match.group(1), match.group(2)))
                 ready.set()
         ready.set()
 
@@ -44,8 +66,8 @@ def ui_server(env: dict[str, str], timeout_s: float = 60.0, args: Sequence[str] 
     try:
         if not ready.wait(timeout_s) or not found:
             raise RuntimeError(f"hopsml ui did not start within {timeout_s:.0f} s; its output:\n{''.join(lines)}")
-        base = found[0]
-        yield base[: base.index("/", len("http://"))] + "/"
+        base, token = found[0]
+        yield Site(base[: base.index("/", len("http://"))] + "/", token)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -67,6 +89,11 @@ def chrome(paths: tuple[str, str]):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(paths[1]), options=options)
+
+
+def login(driver, site: Site) -> None:
+    """Open the address `hopsml ui` printed, as a user does: the view keeps the token as a cookie."""
+    driver.get(f"{site}?token={site.token}")
 
 
 def artifacts_dir(default: str) -> str:

@@ -87,3 +87,33 @@ def test_every_listing_shows_the_broken_record_and_the_good_ones(site):
 def test_the_serving_page_does_not_show_a_log_outside_the_project(site):
     page = _page(site, f"/p/{PROJECT}/servings/good")
     assert "crashed" in page and SECRET not in page
+
+
+def test_a_broken_servings_own_page_says_broken(site):
+    """Its page answers as the list does (BROKEN with the reason), not 404 as if there were no such serving."""
+    page = _page(site, f"/p/{PROJECT}/servings/deep")
+    assert 'data-state="BROKEN"' in page and "serving.json is nested deeper than 64 levels" in page
+    assert site.get(f"/p/{PROJECT}/servings/absent").status_code == 404
+
+
+def test_a_log_path_planted_as_a_link_is_never_followed(site, root, tmp_path):
+    """A symbolic link at the serving's own log path: its target's tail is not shown, and nothing opens it for
+    writing (the serving would append to it and narrow its mode)."""
+    from hopsml.serving import lifecycle
+    from hopsml.serving.supervisor import private_file
+
+    settings = config.load(root=str(root), project=PROJECT)
+    own = lifecycle.log_path(settings, PROJECT, "good")
+    target = tmp_path / "someone-elses.txt"
+    target.write_text(SECRET + "\n")
+    target.chmod(0o644)
+    import os
+
+    os.makedirs(os.path.dirname(own), exist_ok=True)
+    os.symlink(target, own)
+    assert lifecycle.log_tail(own) == ""
+    page = _page(site, f"/p/{PROJECT}/servings/good")
+    assert "crashed" in page and SECRET not in page
+    with pytest.raises(OSError):
+        open(own, "ab", opener=private_file)
+    assert target.read_text() == SECRET + "\n" and target.stat().st_mode & 0o777 == 0o644

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from browser import artifacts_dir, chrome, chromium_paths, ui_server
+from browser import artifacts_dir, chrome, chromium_paths, login, ui_server
 
 from hopsml.fs import Storage
 from hopsml.tracking import record as records
@@ -45,6 +45,7 @@ def site(spark, tmp_path_factory):
             with ui_server(dict(os.environ)) as base:
                 driver = chrome(PATHS)
                 try:
+                    login(driver, base)
                     yield {"base": base, "ids": ids, "driver": driver, "live": live, "storage": storage,
                            "shots": artifacts_dir(str(tmp)), "project": sample_root.PROJECT}
                 finally:

@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
-from browser import chrome, chromium_paths, ui_server
+from browser import chrome, chromium_paths, login, ui_server
 
 from hopsml import config, layout, model
 from hopsml.data import reader
@@ -263,6 +263,7 @@ def test_a_group_page_in_chromium_draws_its_charts_without_errors_and_follows_a_
     with ui_server(env) as base:
         driver = chrome(PATHS)
         try:
+            login(driver, base)
             driver.get(f"{base}p/{PROJECT}/featurestore/")
             driver.find_element("css selector", "#feature-groups tr[data-id='orders_1'] a").click()
             WebDriverWait(driver, 30).until(lambda d: d.find_elements("id", "commits"))

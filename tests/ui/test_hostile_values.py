@@ -184,7 +184,7 @@ def test_the_content_security_policy_allows_no_inline_script_no_base_and_no_fram
 
 
 def test_the_search_page_stays_put_in_a_browser(hostile, root, tmp_path):
-    from browser import chrome, chromium_paths, ui_server
+    from browser import chrome, chromium_paths, login, ui_server
 
     paths = chromium_paths()
     if paths is None:
@@ -193,6 +193,7 @@ def test_the_search_page_stays_put_in_a_browser(hostile, root, tmp_path):
     with ui_server(env) as base:
         driver = chrome(paths)
         try:
+            login(driver, base)
             url = f"{base}p/{PROJECT}/runs/{hostile['search']}"
             driver.get(url)
             time.sleep(1.5)   # a meta refresh with content=0 would have navigated by now

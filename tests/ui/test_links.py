@@ -61,9 +61,9 @@ def _linked_run(root, tmp_path, loops: bool) -> str:
     return run.id
 
 
-def _get(url: str) -> tuple[int, str]:
+def _get(site, url: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=SOCKET_TIMEOUT_S) as response:
+        with urllib.request.urlopen(site.request(url), timeout=SOCKET_TIMEOUT_S) as response:
             return response.status, response.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", errors="replace")
@@ -72,14 +72,14 @@ def _get(url: str) -> tuple[int, str]:
 def test_the_run_page_shows_nothing_through_links_out_of_the_root_and_ends_on_loops(root, linked_run):
     env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT=PROJECT)
     with ui_server(env) as base:
-        status, page = _get(f"{base}p/{PROJECT}/runs/{linked_run}")
+        status, page = _get(base, f"{base}p/{PROJECT}/runs/{linked_run}")
         assert status == 200, page[:400]
         assert SECRET not in page and "leak_" not in page and "loop_a/loop" not in page
         assert "output.log" in page
         for rel in ("program.py", layout.ENVIRONMENT, "many/leak_1.txt"):
-            status, body = _get(f"{base}p/{PROJECT}/runs/{linked_run}/files/{rel}")
+            status, body = _get(base, f"{base}p/{PROJECT}/runs/{linked_run}/files/{rel}")
             assert status == 404 and SECRET not in body, rel
-        status, body = _get(f"{base}p/{PROJECT}/runs/{linked_run}/tail/program.py")
+        status, body = _get(base, f"{base}p/{PROJECT}/runs/{linked_run}/tail/program.py")
         assert SECRET not in body
 
 
@@ -101,6 +101,6 @@ def test_without_loops_the_outside_files_are_not_shown_either(root, tmp_path):
     exp_id = _linked_run(root, tmp_path, loops=False)
     env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT=PROJECT)
     with ui_server(env) as base:
-        status, page = _get(f"{base}p/{PROJECT}/runs/{exp_id}")
+        status, page = _get(base, f"{base}p/{PROJECT}/runs/{exp_id}")
         assert status == 200 and "output.log" in page
         assert SECRET not in page and "leak_" not in page

@@ -83,7 +83,7 @@ def test_the_servings_list_the_serving_page_and_the_models_link(served):
 
 
 def test_the_serving_page_in_a_browser(served, tmp_path):
-    from browser import artifacts_dir, chrome, chromium_paths, ui_server
+    from browser import artifacts_dir, chrome, chromium_paths, login, ui_server
 
     pytest.importorskip("selenium")
     paths = chromium_paths()
@@ -96,6 +96,7 @@ def test_the_serving_page_in_a_browser(served, tmp_path):
     with ui_server(env) as url:
         driver = chrome(paths)
         try:
+            login(driver, url)
             driver.get(url + f"p/{PROJECT}/servings/iris")
             WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
             errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]

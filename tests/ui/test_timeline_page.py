@@ -101,7 +101,7 @@ def test_a_run_without_a_timeline_says_so(site):
 
 @pytest.mark.slow
 def test_the_page_draws_every_rank_in_a_browser(root, tmp_path):
-    from browser import artifacts_dir, chrome, chromium_paths, ui_server
+    from browser import artifacts_dir, chrome, chromium_paths, login, ui_server
 
     pytest.importorskip("selenium")
     paths = chromium_paths()
@@ -115,6 +115,7 @@ def test_the_page_draws_every_rank_in_a_browser(root, tmp_path):
     with ui_server(env) as base:
         driver = chrome(paths)
         try:
+            login(driver, base)
             driver.get(f"{base}p/{PROJECT}/runs/{run}/timeline")
             WebDriverWait(driver, 30).until(
                 lambda d: d.execute_script("return document.getElementById('timeline').dataset.events"))

@@ -18,11 +18,11 @@ def test_serves_on_a_free_port_and_stops(root, tmp_path):
     env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT="test")
     with ui_server(env) as base:
         assert base.startswith("http://127.0.0.1:")
-        with urllib.request.urlopen(base, timeout=30) as response:
+        with urllib.request.urlopen(base.request(base), timeout=30) as response:
             page = response.read().decode()
             assert response.status == 200 and 'href="/p/test/"' in page
             assert "script-src 'self'" in response.headers["Content-Security-Policy"]
-        with urllib.request.urlopen(base + "static/ui.js", timeout=30) as response:
+        with urllib.request.urlopen(base.request(base + "static/ui.js"), timeout=30) as response:
             assert b"applyFilters" in response.read()
 
 
@@ -50,6 +50,7 @@ def _status(base: str, host: str | None) -> tuple[int, str]:
         connection.putrequest("GET", "/", skip_host=True)
         if host is not None:
             connection.putheader("Host", host)
+        connection.putheader("Authorization", f"Bearer {base.token}")
         connection.endheaders()
         response = connection.getresponse()
         return response.status, response.read().decode("utf-8", errors="replace")
