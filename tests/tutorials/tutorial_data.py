@@ -106,6 +106,9 @@ def credit_scores(folder: Path, rng: np.random.Generator, applicants: int = 3000
     # give explode= and add_perc() one entry per level the real (cleaned) file has
     family = _pick(rng, ["Married", "Single / not married", "Civil marriage", "Separated", "Widow"],
                    n, [0.64, 0.15, 0.1, 0.06, 0.05])
+    # The tutorial's applications.csv comes cleaned: its remove_nans() (columns with 20% or more missing go, then
+    # rows with any missing value) keeps every applicant the other tables name, else the training query's bureau
+    # rows would find no application and no label. So columns missing less than that here have nothing missing.
     apps = {
         "sk_id_curr": ids,
         "target": (rng.random(n) < 0.08).astype(int),
@@ -116,11 +119,11 @@ def credit_scores(folder: Path, rng: np.random.Generator, applicants: int = 3000
         "cnt_children": rng.choice([0, 1, 2, 3], n, p=[0.7, 0.2, 0.08, 0.02]),
         "amt_income_total": income,
         "amt_credit": credit,
-        "amt_annuity": _with_missing(rng, np.round(credit / rng.uniform(15, 40, n), 1), 0.0001),
-        "amt_goods_price": _with_missing(rng, np.round(credit * 0.9, 1), 0.001),
+        "amt_annuity": _with_missing(rng, np.round(credit / rng.uniform(15, 40, n), 1), 0.0),
+        "amt_goods_price": _with_missing(rng, np.round(credit * 0.9, 1), 0.0),
         "name_type_suite": _with_missing(rng, _pick(rng, ["Unaccompanied", "Family", "Spouse, partner", "Children",
                                                           "Other_B", "Other_A", "Group of people"], n,
-                                                    [0.81, 0.13, 0.037, 0.011, 0.006, 0.003, 0.001]), 0.004),
+                                                    [0.81, 0.13, 0.037, 0.011, 0.006, 0.003, 0.001]), 0.0),
         "name_income_type": _pick(rng, ["Working", "Commercial associate", "Pensioner", "State servant",
                                         "Unemployed"], n, [0.52, 0.23, 0.18, 0.07, 0.001]),
         "name_education_type": _pick(rng, ["Secondary / secondary special", "Higher education",
@@ -142,30 +145,35 @@ def credit_scores(folder: Path, rng: np.random.Generator, applicants: int = 3000
         "flag_email": (rng.random(n) < 0.06).astype(int),
         "occupation_type": _with_missing(rng, _pick(rng, ["Laborers", "Sales staff", "Core staff", "Managers",
                                                           "Drivers"], n), 0.31),
-        "cnt_fam_members": _with_missing(rng, rng.integers(1, 6, n).astype(float), 0.0001),
+        "cnt_fam_members": _with_missing(rng, rng.integers(1, 6, n).astype(float), 0.0),
         "region_rating_client": rng.choice([1, 2, 3], n, p=[0.1, 0.74, 0.16]),
         "weekday_appr_process_start": _pick(rng, ["MONDAY", "TUESDAY", "WEDNESDAY", "THURSDAY", "FRIDAY",
                                                   "SATURDAY", "SUNDAY"], n),
         "hour_appr_process_start": rng.integers(0, 24, n),
         "organization_type": _pick(rng, ["Business Entity Type 3", "XNA", "Self-employed", "Other", "Medicine"], n),
         "ext_source_1": _with_missing(rng, np.round(rng.uniform(0.01, 0.96, n), 6), 0.56),
-        "ext_source_2": _with_missing(rng, np.round(rng.uniform(0.0, 0.85, n), 6), 0.002),
-        "ext_source_3": _with_missing(rng, np.round(rng.uniform(0.0, 0.9, n), 6), 0.15),
+        "ext_source_2": _with_missing(rng, np.round(rng.uniform(0.0, 0.85, n), 6), 0.0),
+        "ext_source_3": _with_missing(rng, np.round(rng.uniform(0.0, 0.9, n), 6), 0.0),
         "apartments_avg": _with_missing(rng, np.round(rng.uniform(0, 1, n), 4), 0.5),
-        "obs_30_cnt_social_circle": _with_missing(rng, rng.poisson(1.4, n).astype(float), 0.003),
-        "def_30_cnt_social_circle": _with_missing(rng, rng.poisson(0.15, n).astype(float), 0.003),
+        "obs_30_cnt_social_circle": _with_missing(rng, rng.poisson(1.4, n).astype(float), 0.0),
+        "def_30_cnt_social_circle": _with_missing(rng, rng.poisson(0.15, n).astype(float), 0.0),
         "days_last_phone_change": -rng.integers(0, 4000, n).astype(float),
     }
     for number in range(2, 22):
         apps[f"flag_document_{number}"] = (rng.random(n) < (0.7 if number == 3 else 0.01)).astype(int)
-    apps["amt_req_credit_bureau_year"] = _with_missing(rng, rng.poisson(1.9, n).astype(float), 0.135)
+    apps["amt_req_credit_bureau_year"] = _with_missing(rng, rng.poisson(1.9, n).astype(float), 0.0)
     apps["datetime"] = app_time
     applications = pd.DataFrame(apps)
 
     # Credit bureau: 0-8 earlier credits per applicant, each with its monthly balance history (keys repeat).
     per_app = rng.choice(range(9), n, p=[0.14, 0.14, 0.14, 0.13, 0.12, 0.1, 0.09, 0.08, 0.06])
+    # the newest applicant has bureau records: the feature pipeline numbers its new applications and new bureau
+    # records from each table's highest sk_id_curr, which then name the same applicants
+    per_app[-1] = max(per_app[-1], 1)
     b_curr = np.repeat(ids, per_app)
-    b_time = np.repeat(app_time, per_app) - pd.to_timedelta(rng.integers(0, 2000, len(b_curr)), unit="D")
+    # recorded after the application they belong to: the training query joins bureaus (left, with the label's
+    # time) to applications point in time, and an application recorded later would leave the label empty
+    b_time = np.repeat(app_time, per_app) + pd.to_timedelta(rng.integers(0, 2000, len(b_curr)), unit="D")
     m = len(b_curr)
     b_ids = 5714462 + rng.permutation(m * 3)[:m]
     credit_sum = np.round(rng.lognormal(11.8, 1.2, m), 1)

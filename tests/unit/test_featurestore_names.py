@@ -60,7 +60,8 @@ def test_a_group_and_view_with_any_unicode_name_work_end_to_end(store, name):
     assert len(x_train) + len(x_test) == 6
 
     view.init_serving()
-    assert view.get_feature_vector({"id": 5}) == [50.0]
+    key, _, x = view.get_feature_vector({"id": 5})   # select_all(): the key and event time are features too (hsfs)
+    assert (key, x) == (5, 50.0)
 
 
 @pytest.mark.parametrize("name", ["a[1]", "b]", "pipe|d", "caret^", "50%", "%41", "what?", "hash#tag"])
