@@ -588,8 +588,9 @@ class FeatureView:
             if name not in frame.columns:   # a joined key the widened query took from the left: the left's value
                 join = next(j for j in query.joins if j.query.left is group)
                 frame[name] = frame[_HIDDEN + join.left_on[join.right_on.index(feature)]]
-        visible = [name for name, _, _ in query.column_sources()]
-        frame = frame[[*visible, *(c for c in frame.columns if c not in visible)]]
+        # the left group's columns, its hidden keys, then the joined ones (as the widened query orders them)
+        joined = [name for name, group, _ in query.column_sources() if group is not query.left]
+        frame = frame[[*(c for c in frame.columns if c not in joined), *joined]]
         order = [k if k in kept else _HIDDEN + k for k in left.keys()]
         return frame.sort_values(order, kind="stable").reset_index(drop=True)
 

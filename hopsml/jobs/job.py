@@ -331,6 +331,8 @@ def scan_jobs(settings: config.Settings | None = None) -> list[tuple[str, Job | 
                 found.append((jdir.name, Job(_read_definition(storage, jdir), settings)))
             except JobError as exc:
                 found.append((jdir.name, BrokenRecordError(str(exc), reason=exc.reason)))
+            except InvalidNameError as exc:   # a record written by hand or another tool: listed, not fatal
+                found.append((jdir.name, BrokenRecordError(str(exc), reason=f"its name is refused: {exc}")))
     return sorted(found, key=lambda pair: pair[0])
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from hopsml import cli, config, jobs
 from hopsml.cluster import private_conf
+from hopsml.errors import HopsmlError
 from hopsml.redact import HIDDEN, is_secret, redact_conf, redact_text, redact_value, secret_parts, split_java_options
 
 PLANTED = {
@@ -131,10 +132,17 @@ def test_spark_conf_can_be_given_more_than_once(tmp_path, root, capsys):
     assert jobs.get_job("many").spark_conf == {"a.one": "1", "a.two": "2", "a.three": "3", "a.four": "4"}
 
 
-def test_jobs_list_escapes_control_characters(tmp_path, settings, capsys):
+def test_jobs_list_escapes_control_characters(tmp_path, settings, root, capsys):
+    """New names with control characters are refused; a record written otherwise (by hand, another tool) that
+    holds them is printed escaped, never raw."""
     app = tmp_path / "app.py"
     app.write_text("print('ok')\n")
-    jobs.create_job("evil\x1b]0;owned\x07\x1b[2J", str(app), settings=settings, job_type="PYTHON")
+    hostile = "evil\x1b]0;owned\x07\x1b[2J"
+    with pytest.raises(HopsmlError, match="control character"):
+        jobs.create_job(hostile, str(app), settings=settings, job_type="PYTHON")
+    jobs.create_job("evil", str(app), settings=settings, job_type="PYTHON")
+    record = root / "Projects/test/Jobs/evil/job.json"
+    record.write_text(record.read_text().replace('"evil"', json.dumps(hostile)))
     assert cli.main(["jobs", "list"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "evil\\x1b]0;owned\\x07\\x1b[2J" in out
