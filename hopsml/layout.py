@@ -524,6 +524,7 @@ GROUP_RECORD = "_group.json"          # beside the group's Delta table: names st
 GROUP_STATISTICS = "_statistics"      # <commit>.json: the statistics of the group after that commit
 GROUP_VALIDATION = "_validation"      # <time ns>.json: each validation report of a batch against the suite
 GROUP_AFTER_COMMIT = "_after_commit"  # <time ns>.json: a step after a commit that failed (the commit stands)
+GROUP_ONLINE_OWED = "_online_owed.json"  # an insert's online write not yet done: written before its offline commit
 VIEW_RECORD = "view.json"
 VIEW_LOG = "log"                      # beside view.json: the feature log's Delta table, and buffer/ before it
 TRAINING_DATASET_RECORD = "training_dataset.json"

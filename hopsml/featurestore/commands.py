@@ -114,8 +114,11 @@ def check_online(store: FeatureStore, name: str, version: int | None, sample: in
              format_table(rows, ("feature", "mismatches", "transformed"))]
     lines += [f"  {e['entry']} {e['feature']}: online {e['online']!r}, offline {e['offline']!r}"
               for e in report["examples"][:10]]
-    if report["mismatches"]:
-        skew = not sum(report["features"].values())
+    behind = [f"feature group {group.key}: online side {_online_state(group)}" for group in view.query.groups()
+              if group.online_enabled and group.online_behind() is not None]
+    lines += behind
+    if report["mismatches"] or behind:
+        skew = bool(report["mismatches"]) and not sum(report["features"].values())
         raise FeatureStoreError("\n".join(lines) + (
             "\nthe features agree and their transformed values do not: the serving transforms with other statistics "
             f"than training dataset version {report.get('training_dataset_version')} recorded (init_serving with "
@@ -194,12 +197,22 @@ def _broken_lines(broken: list[str]) -> str:
     return "\n\nrecords that cannot be read:\n" + "\n".join(broken) if broken else ""
 
 
+def _online_state(group: Any) -> str:
+    owed = group.online_behind()
+    if owed is None:
+        return "complete (the newest row per key of every commit)"
+    return (f"BEHIND: misses the commits since {owed.get('since_commit')} (an insert from {owed.get('started')} was "
+            f"interrupted or its online write failed); the next insert or `hopsml fs sync {group.name} "
+            f"{group.version}` completes it")
+
+
 def group_show(store: FeatureStore, name: str, version: int | None) -> str:
     group = store.get_feature_group(name, version)
     head = format_fields([("group", group.key), ("description", group.description),
                           ("primary key", ", ".join(group.primary_key)), ("event time", group.event_time),
                           ("online enabled", str(group.online_enabled)), ("table", group.table.uri),
-                          *([("online rows", str(store.online().count(group)))] if group.online_enabled else [])])
+                          *([("online rows", str(store.online().count(group))),
+                             ("online side", _online_state(group))] if group.online_enabled else [])])
     features = format_table([{"feature": f.name, "type": frames.type_name(f.type), "description": f.description or None}
                              for f in group.features], ("feature", "type", "description"))
     commits = format_table([{"commit": c.version, "committed": c.committed_on.isoformat()[:23],

@@ -220,12 +220,13 @@ class FeatureGroup:
         batch, added = frames.conform(batch, self.table.schema(), self.key)
         report = self._validated(batch) if validate else None
         with self.store.group_lock(self):
+            owed = self._owe_online() if self.online_enabled and online else None
             commit = self.table.commit(batch, added)
             with self.store.after_commit(self, commit, "saving the group's definition"):   # logged, never raised
                 self._committed(commit, batch.schema)
-        if self.online_enabled and online:
-            with self.store.after_commit(self, commit, "the online write"):
-                self._write_online(batch, commit)
+            if owed is not None:   # under the lock: same-key writes reach the online store in commit order
+                with self.store.after_commit(self, commit, "the online write"):
+                    self._write_online(batch, commit, owed)
         if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
             with self.store.after_commit(self, commit, "statistics"):
                 after = batch if commit.version == 0 else self.table.read(commit.version)
@@ -242,44 +243,71 @@ class FeatureGroup:
         report = self._validated(frame.toArrow() if hasattr(frame, "toArrow") else frames.to_arrow(frame.toPandas())
                                  ) if validate and self._validating else None
         with self.store.group_lock(self):
+            owed = self._owe_online() if self.online_enabled and online else None
             commit = spark_insert.write(self.table, frame, schema, added)
             with self.store.after_commit(self, commit, "saving the group's definition"):   # logged, never raised
                 self._committed(commit, schema)
-        if self.online_enabled and online:   # the newest row per key only reaches the driver, for the online store
-            with self.store.after_commit(self, commit, "the online write"):
-                self._write_online(spark_insert.newest_per_key(frame, self.primary_key, self.event_time), commit)
+            if owed is not None:   # the newest row per key only reaches the driver, for the online store
+                with self.store.after_commit(self, commit, "the online write"):
+                    self._write_online(spark_insert.newest_per_key(frame, self.primary_key, self.event_time),
+                                       commit, owed)
         if self.statistics_config["enabled"]:
             with self.store.after_commit(self, commit, "statistics"):
                 after = self.table.spark(frame.sparkSession, commit.version)
                 self.store.save_statistics(self, commit, spark_insert.statistics(after, self.statistics_config))
         return commit, report
 
-    def _write_online(self, batch: pa.Table, commit: Commit) -> None:
-        """The batch's newest row per key into the online store, after its offline commit; a failure says what
-        each side holds and how to repair."""
+    def _owe_online(self) -> dict[str, Any]:
+        """Before an offline commit (under the group's lock): record that the online write is owed. Returns what
+        an earlier insert still owed ({} when nothing was)."""
+        latest = self.table.latest_version() if self.table.exists() else -1
+        return self.store.owe_online(self, latest + 1) or {}
+
+    def _write_online(self, batch: pa.Table, commit: Commit, owed: dict[str, Any]) -> None:
+        """The batch's newest row per key into the online store, after its offline commit (under the group's
+        lock); when an earlier insert's online write never happened (`owed`), the whole online side is rewritten
+        from the offline table instead. A failure leaves the write owed, for the next insert or `hopsml fs sync`."""
         from hopsml.featurestore.online import store_errors
 
         failures: tuple[type[BaseException], ...] = (FeatureStoreError, *store_errors())
         try:
-            self.store.online().write(self, batch)
+            if owed:
+                log.warning("feature group %s: the online side missed commits since %s (an insert was interrupted "
+                            "or its online write failed); rewriting it from the offline table", self.key,
+                            owed.get("since_commit"))
+                self._sync_online_locked()
+            else:
+                self.store.online().write(self, batch)
+                self.store.paid_online(self)
         except failures as error:
             raise FeatureStoreError(f"feature group {self.key!r}: the offline table holds the batch (commit "
                                     f"{commit.version}), but the online store did not take it ({error}); the online "
-                                    f"side has the rows of earlier inserts. Repair it from the offline table with: "
-                                    f"hopsml fs sync {self.name} {self.version}") from None
+                                    "side has the rows of earlier inserts, and the next insert or "
+                                    f"`hopsml fs sync {self.name} {self.version}` completes it") from None
+
+    def online_behind(self) -> dict[str, Any] | None:
+        """None when the online store holds the newest row per key of every commit; else what is owed (from
+        which commit, since when): an insert was killed between its offline commit and its online write, or
+        that write failed. The next insert or `sync_online()` completes it."""
+        return self.store.online_owed(self, fresh=True) if self.online_enabled else None
 
     def sync_online(self) -> int:
         """Make the online store hold the newest row per key of the offline table (what `hopsml fs sync` does
-        after an online write failed, or after enabling the online side); the rows written."""
+        after an online write failed or was cut off, or after enabling the online side); the rows written."""
         if not self.online_enabled:
             raise FeatureStoreError(f"feature group {self.key!r} is not online enabled (online_enabled=True "
                                     "when it is created)")
         self._check_saved()
+        with self.store.group_lock(self):
+            return self._sync_online_locked()
+
+    def _sync_online_locked(self) -> int:
         import datetime as dt
 
         written = int(self.store.online().write(self, self.table.read(), replace=True))
         self.online_synced = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         self.store.save_group(self)
+        self.store.paid_online(self)
         return written
 
     def _need_primary_key(self) -> None:

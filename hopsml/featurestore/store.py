@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
-from hopsml.errors import FeatureStoreError, InvalidNameError
+from hopsml.errors import FeatureStoreError, HopsmlError, InvalidNameError
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_record
 
@@ -89,6 +89,8 @@ class FeatureStore:
         self.storage = Storage(self.settings.root)
         self.project = self.settings.project
         self.name = f"{self.project}_featurestore"
+        self._owed_seen: dict[str, tuple[float, dict[str, Any] | None]] = {}   # group key -> (when looked, owed)
+        self._owed_warned: set[tuple[str, str]] = set()   # (group key, when the insert began): warned about
 
     def __repr__(self) -> str:
         return f"FeatureStore({self.name!r})"
@@ -133,6 +135,60 @@ class FeatureStore:
         from hopsml.featurestore.table import folder_lock
 
         return folder_lock(group.table.uri)
+
+    # --- the online write an insert owes --------------------------------------------------------------------
+    # Written before the offline commit and removed once the online store holds the batch: a process killed in
+    # between, or an online write that failed, leaves it, so readers can say the online side is behind and the
+    # next insert (or `hopsml fs sync`) rewrites the online side from the offline table.
+    def _owed_path(self, group: FeatureGroup) -> str:
+        return layout.join(layout.feature_group_dir(self.project, group.name, group.version),
+                           layout.GROUP_ONLINE_OWED)
+
+    def owe_online(self, group: FeatureGroup, since_commit: int) -> dict[str, Any] | None:
+        """Record that the insert about to commit owes its online write; returns what an earlier insert still
+        owed (None when the online side was complete)."""
+        import os
+
+        owed = self.online_owed(group, fresh=True)
+        self.storage.write_json(self._owed_path(group), {
+            "since_commit": owed["since_commit"] if owed else since_commit, "pid": os.getpid(),
+            "host": os.uname().nodename, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        self._owed_seen.pop(group.key, None)
+        return owed
+
+    def paid_online(self, group: FeatureGroup) -> None:
+        """The online store holds every commit of the group: nothing is owed."""
+        self.storage.delete(self._owed_path(group))
+        self._owed_seen.pop(group.key, None)
+
+    def online_owed(self, group: FeatureGroup, fresh: bool = False) -> dict[str, Any] | None:
+        """What the group's online side still owes (from which commit on, since when), or None when it holds the
+        newest row per key of every commit. Looked at once a second per group at most (vector lookups ask on
+        every call), unless `fresh`."""
+        now = time.monotonic()
+        seen = self._owed_seen.get(group.key)
+        if not fresh and seen is not None and now - seen[0] < 1.0:
+            return seen[1]
+        path = self._owed_path(group)
+        try:
+            owed = dict(self.storage.read_json(path)) if self.storage.exists(path) else None
+        except (OSError, ValueError, HopsmlError) as exc:   # unreadable: owed all the same
+            owed = {"since_commit": None, "problem": str(exc)}
+        self._owed_seen[group.key] = (now, owed)
+        return owed
+
+    def warn_if_online_behind(self, group: FeatureGroup) -> None:
+        """What a reader of the online store calls: a warning, once per interrupted insert, that the group's online
+        rows miss commits (until the next insert or `hopsml fs sync` completes them)."""
+        owed = self.online_owed(group)
+        if owed is None:
+            return
+        mark = (group.key, str(owed.get("started")))
+        if mark not in self._owed_warned:
+            self._owed_warned.add(mark)
+            log.warning("feature group %s: its online rows miss the commits since %s (an insert was interrupted "
+                        "or its online write failed, %s); the next insert or `hopsml fs sync %s %s` completes them",
+                        group.key, owed.get("since_commit"), owed.get("started"), group.name, group.version)
 
     @contextlib.contextmanager
     def after_commit(self, group: FeatureGroup, commit: Commit, step: str) -> Iterator[None]:

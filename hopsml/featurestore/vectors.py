@@ -153,6 +153,7 @@ class Plan:
         since), the reader made again after a write here or when its statement fails (the table changed)."""
         if self._store is None:
             self._store = self.view.store.online()
+        self.view.store.warn_if_online_behind(plan.group)
         schema = plan.schema
         if schema is None or not plan.typed:
             schema = plan.group.table.schema()

@@ -140,7 +140,9 @@ def online_side(store: FeatureStore, name: str, version: int, record: dict[str, 
                            "store": redact_uri(store.settings.online_store) or "SQLite in the project"}
     failures: tuple[type[BaseException], ...] = (FeatureStoreError, *store_errors())
     try:
-        out["rows"] = store.online().count(store.get_feature_group(name, version))
+        group = store.get_feature_group(name, version)
+        out["rows"] = store.online().count(group)
+        out["behind"] = group.online_behind()
     except failures as exc:
         out["problem"] = str(exc)
     return out
