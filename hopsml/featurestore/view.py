@@ -576,8 +576,8 @@ def _vector_as(frame: pd.DataFrame, return_type: str, single: bool) -> Any:
     if kind == "list":
         rows = frame.astype(object).where(frame.notna(), None).values.tolist()
         return rows[0] if single else rows
-    if kind == "numpy":
-        array = frame.to_numpy()
+    if kind == "numpy":   # a one-hot's booleans as 0/1, so numbers beside them give a numeric array, not objects
+        array = frame.astype({c: "int64" for c in frame.columns if frame[c].dtype == bool}).to_numpy()
         return array[0] if single else array
     if kind in ("pandas", "polars"):
         return _as(frame, kind)
