@@ -26,8 +26,12 @@ import pandas as pd
 from hopsml import config
 from hopsml.featurestore import online
 from hopsml.featurestore.store import FeatureStore
-from hopsml.hopsworks.hsfs.builtin_transformations import (label_encoder, min_max_scaler, one_hot_encoder,
-                                                           standard_scaler)
+from hopsml.hopsworks.hsfs.builtin_transformations import (
+    label_encoder,
+    min_max_scaler,
+    one_hot_encoder,
+    standard_scaler,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FEAST_DRIVER = os.path.join(HERE, "feast_online.py")

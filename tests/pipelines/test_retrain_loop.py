@@ -165,7 +165,8 @@ def loop(project, tmp_path_factory):
     Storage(settings.root).upload(str(script), layout.join(layout.project_dir(settings.project), "Resources",
                                                            "predict_wages.py"))
     lifecycle.create_or_update("wages", "Models/wages", "PYTHON", 1, predictor="Resources/predict_wages.py",
-                               inference_logging="ALL", instances=1, predictor_resource_config={"memory": 512, "cores": 1},
+                               inference_logging="ALL", instances=1,
+                               predictor_resource_config={"memory": 512, "cores": 1},
                                inference_log_roll_seconds=1, max_body_bytes=1 << 20, settings=settings)
     lifecycle.start("wages", timeout_s=180, settings=settings)
     before = lifecycle.make_inference_request("wages", [[3], [4]], settings=settings)
@@ -274,3 +275,42 @@ def test_a_model_whose_function_cannot_be_rerun_is_refused_with_the_reason(proje
     steps.export_model(settings, "localmodel", exp_id, model_file="model.txt")
     with pytest.raises(steps.StepError, match=r"cannot be re-run.*<locals>|<locals>.*cannot be re-run"):
         _cli(settings, "dag", "localmodel")
+
+
+def test_a_model_trained_on_an_in_memory_split_is_monitorable_and_its_dag_splits_the_view_again(project):
+    import wage_model
+
+    from hopsml import experiment, hopsworks
+    from hopsml.featurestore.store import FeatureStore
+    from hopsml.featurestore.transformations import one_hot_encoder, standard_scaler
+    from hopsml.serving.monitor import monitor
+
+    settings = project
+    store = FeatureStore(settings)
+    group = store.create_feature_group("splitwages", primary_key=["nr"])
+    group.insert(_workers(0, 200, seed=6))
+    fv = store.create_feature_view("wagesplit", query=group.select_all(), labels=["high"],
+                                   transformation_functions=[standard_scaler("exper"), one_hot_encoder("union")])
+    logdir, _ = experiment.launch(wage_model.train_in_memory, name="insplit", seed=7)
+    exp_id = logdir.rstrip("/").rsplit("/", 1)[-1]
+    steps.export_model(settings, "splitmodel", exp_id, model_file="model.joblib")
+    mv = registry.get_model("splitmodel", settings=settings)
+    assert [(d["name"], d["view"], d["training_dataset_version"], d["in_memory"]) for d in mv.datasets] == [
+        ("wagesplit_1_td1", "wagesplit", 1, True)]
+    record = fv.get_training_datasets()[0]
+    assert record["features"] and set(record["statistics"]["splits"]) == {"train", "test"}
+    assert hopsworks.login().get_model_registry().get_model("splitmodel", 1).get_feature_view().name == "wagesplit"
+    x = fv.get_train_test_split(1)[0].to_numpy(dtype=float)[:40].tolist()
+    lifecycle.create_or_update("splitwages", "Models/splitmodel", "PYTHON", 1, inference_log_roll_seconds=1,
+                               settings=settings)
+    lifecycle.start("splitwages", timeout_s=180, settings=settings)
+    try:
+        assert len(lifecycle.make_inference_request("splitwages", x, settings=settings)["predictions"]) == 40
+    finally:
+        lifecycle.stop("splitwages", settings=settings)
+    report = monitor("splitwages", settings=settings)               # was "lineage: none"
+    assert report["dataset"]["name"] == "wagesplit_1_td1" and report["rows"] == 40
+    assert [f["name"] for f in report["features"]] == record["features"]   # compared with its statistics
+    source = _cli(settings, "dag", "splitmodel", "--serving", "splitwages")
+    assert "TrainingDatasetOperator(" not in source and "reads_view={'name': 'wagesplit'" in source
+    assert "Asset('hopsml://pipes/featuregroups/splitwages/1')" in source

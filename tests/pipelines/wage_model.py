@@ -30,3 +30,17 @@ def train(dataset: str = FIRST_TRAINING_DATASET, c: float = 1.0) -> dict[str, An
     x_test, y_test = _split(dataset, "test")
     joblib.dump(model, tensorboard.logdir() + "model.joblib")
     return {"accuracy": float(model.score(x_test, y_test)), "train_rows": int(len(y))}
+
+
+def train_in_memory(view: str = "wagesplit", c: float = 1.0) -> dict[str, Any]:
+    """The view split in memory by the function itself (docs/featurestore.md's opening example)."""
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    from hopsml import hopsworks, tensorboard
+
+    fv = hopsworks.login().get_feature_store().get_feature_view(view, 1)
+    x_train, x_test, y_train, y_test = fv.train_test_split(test_size=0.25, seed=3)
+    model = LogisticRegression(C=c, max_iter=500).fit(x_train.to_numpy(dtype=float), y_train.iloc[:, 0])
+    joblib.dump(model, tensorboard.logdir() + "model.joblib")
+    return {"accuracy": float(model.score(x_test.to_numpy(dtype=float), y_test.iloc[:, 0]))}
