@@ -27,7 +27,8 @@ def add_commands(subparsers: Any) -> None:
                                         "feature groups' Assets, else manual)")
     dag.add_argument("--output", "-o", help="the file to write (default: print it); e.g. $AIRFLOW_HOME/dags/x.py")
     dag.add_argument("--dag-id", help="the DAG's id (default: retrain_<model>)")
-    dag.add_argument("--serving", help="the serving to update and gate (default: the one serving the model, if any)")
+    dag.add_argument("--serving", help="the serving to roll the new version out to as a canary (default: the one "
+                                         "serving the model, if any; 'none': end at the new version)")
     dag.add_argument("--force", action="store_true", help="replace an existing --output file")
     dag.add_argument("--canary-percent", type=int, default=20, help="the share of the serving's requests the new "
                                                                     "version takes as a canary (default 20)")

@@ -239,8 +239,8 @@ def plan(settings: config.Settings, model_name: str, serving_name: str | None = 
                    "and training dataset")
     result.tasks = [*data_tasks, train, export]
     servings = [s.name for s in lifecycle.get_all(settings) if s.model_name == mv.name]
-    if serving_name is not None:
-        servings = [lifecycle.get(serving_name, settings).name]
+    if serving_name is not None:   # 'none': no rollout, the loop ends at the new version
+        servings = [] if serving_name.lower() == "none" else [lifecycle.get(serving_name, settings).name]
     for name in servings[:1]:
         result.tasks += _rollout_tasks(settings, name, mv.name, canary)
     return mv, result

@@ -15,16 +15,15 @@ from hopsml.tracking import lineage
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hopsml.featurestore.view import FeatureView
 
-
-def record_statistics(view: FeatureView, version: int, frames: Mapping[str, pd.DataFrame]) -> None:
+def record_statistics(view: Any, version: int, frames: Mapping[str, pd.DataFrame]) -> None:
     """The statistics of each split of a new in-memory version (the model's features and labels, as the caller
     gets them), and the names of its numeric features in vector order, into its record."""
     visible = {name: view._visible(frame, False, False) for name, frame in frames.items() if len(frame.columns)}
     left = view.query.left
     keys = [k for k in left.keys() if any(k in frame.columns for frame in visible.values())]
-    tables, features = {}, []
+    tables: dict[str, Any] = {}
+    features: list[str] = []
     for name, frame in visible.items():
         tables[name], features = materialize._table(frame, view.labels, {*view.labels, *keys},
                                                     f"feature view {view.key}, training dataset version {version}")
@@ -32,7 +31,7 @@ def record_statistics(view: FeatureView, version: int, frames: Mapping[str, pd.D
                                        features=features)
 
 
-def note_read(view: FeatureView, version: int, splits: Any) -> None:
+def note_read(view: Any, version: int, splits: Any) -> None:
     """The running experiment (if any) read these splits of the view's training dataset version."""
     record = view.store.read_training_dataset(view, version)
     name = str(record.get("dataset") or materialize.dataset_name(view.name, view.version, version))
