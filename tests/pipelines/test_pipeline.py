@@ -213,4 +213,4 @@ def test_sensors_find_the_dataset_the_model_version_and_the_serving_state(pipeli
     assert xcom(dag_run, "dataset")["dataset"] == "iris"
     assert xcom(dag_run, "model")["version"] == registry.get_model("iris", settings=settings).version
     assert xcom(dag_run, "serving") == {"serving": "iris", "status": "Stopped", "model": "iris",
-                                        "version": registry.get_model("iris", settings=settings).version}
+                                        "version": lifecycle.get("iris", settings).model_version}
