@@ -26,7 +26,12 @@ import pandas as pd
 from hopsml import config
 from hopsml.featurestore import online
 from hopsml.featurestore.store import FeatureStore
-from hopsml.hopsworks.hsfs.builtin_transformations import label_encoder, min_max_scaler
+from hopsml.hopsworks.hsfs.builtin_transformations import (
+    label_encoder,
+    min_max_scaler,
+    one_hot_encoder,
+    standard_scaler,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FEAST_DRIVER = os.path.join(HERE, "feast_online.py")
@@ -192,6 +197,7 @@ def measure_all(root: str, args: argparse.Namespace) -> None:
             figures = rounds(views, feast, jobs, threads, args.repeat)
             report(figures, jobs, threads, [s for s in SIDES if s in views or (s.startswith("feast") and feast)])
             bare_lookups(views, rows)
+            numpy_against_list(root, rows)
             print(f"load average after the vectors: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
         finally:
             if feast:
@@ -202,6 +208,35 @@ def measure_all(root: str, args: argparse.Namespace) -> None:
     if not args.no_e2e:
         end_to_end(root, views["hopsml sqlite"], args)
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+def numpy_against_list(root: str, rows: pd.DataFrame, calls: int = 2000) -> None:
+    """`return_type="numpy"` against "list" with the built-in transformations, a one-hot encoder among them (its
+    booleans once sent numpy vectors through pandas): median and p99 per call for 1 and 100 keys, the vectors'
+    dtype, and the ratio numpy/list (target: at most 2)."""
+    fs = FeatureStore(config.load(environ={}, root=root, project="online"))
+    view = fs.create_feature_view("onehot", query=fs.get_feature_group("g", 1).select(FEATURES),
+                                  transformation_functions=[min_max_scaler("x0"), standard_scaler("x1"),
+                                                            one_hot_encoder("city")])
+    view.training_data()
+    view.init_serving(1)
+    rng = np.random.default_rng(4)
+    print(f"numpy against list vectors, built-in transformations with a one-hot encoder; {calls:,} calls each:")
+    for size in (1, 100):
+        jobs = [[{"id": int(k)} for k in rng.integers(0, len(rows), size)] for _ in range(calls)]
+        figures = {}
+        for kind in ("list", "numpy", "list", "numpy"):   # each twice, taking turns; the second round counts
+            times = []
+            for job in jobs:
+                began = time.perf_counter()
+                answer = view.get_feature_vectors(job, return_type=kind)
+                times.append((time.perf_counter() - began) * 1000.0)
+            times.sort()
+            figures[kind] = (times[len(times) // 2], times[int(len(times) * 0.99)], answer)
+        array = figures["numpy"][2]
+        print(f"  {size:>3} keys: list p50 {figures['list'][0]:.3f} ms p99 {figures['list'][1]:.3f} ms; numpy p50 "
+              f"{figures['numpy'][0]:.3f} ms p99 {figures['numpy'][1]:.3f} ms ({array.dtype}, shape {array.shape}); "
+              f"ratio numpy/list p50 {figures['numpy'][0] / figures['list'][0]:.2f}")
 
 
 def bare_lookups(views: dict[str, Any], rows: pd.DataFrame, lookups: int = 3000) -> None:

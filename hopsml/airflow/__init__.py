@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-_OPERATORS = ("BestModelOperator", "CreateServingOperator", "ExperimentOperator", "FeatureGroupInsertOperator",
-              "HopsmlJobOperator", "HopsmlOperator", "HopsworksLaunchOperator", "ModelExportOperator",
-              "MonitorGateOperator", "PrepareDatasetOperator", "StartServingOperator", "StopServingOperator",
+_OPERATORS = ("BestModelOperator", "CanaryGateOperator", "CanaryRolloutOperator", "CreateServingOperator",
+              "DeployCanaryOperator", "ExperimentOperator", "FeatureGroupInsertOperator", "HopsmlJobOperator",
+              "HopsmlOperator", "HopsworksLaunchOperator", "ModelExportOperator", "MonitorGateOperator",
+              "PrepareDatasetOperator", "ServingCheckOperator", "StartServingOperator", "StopServingOperator",
               "TrainingDatasetOperator", "ValidationGateOperator")
-_SENSORS = ("DatasetSensor", "FeatureGroupCommitSensor", "HopsmlSensor", "HopsworksJobSuccessSensor",
-            "JobExecutionSensor", "ModelVersionSensor", "ServingStateSensor")
+_SENSORS = ("CanaryRequestsSensor", "DatasetSensor", "FeatureGroupCommitSensor", "HopsmlSensor",
+            "HopsworksJobSuccessSensor", "JobExecutionSensor", "ModelVersionSensor", "ServingStateSensor")
 
 
 def __getattr__(name: str) -> Any:  # lazy, so that importing hopsml.airflow.assets never imports Airflow

@@ -173,3 +173,35 @@ def serving_state(settings: config.Settings, serving_name: str, state: str = "Ru
         raise StepError(f"serving {serving_name!r} failed, so it will not become {state}; its log ends:\n"
                         f"{serving.log}")
     return None
+
+
+def canary_requests(settings: config.Settings, serving_name: str, version: int, min_requests: int,
+                    since: str | None = None, timeout_s: float | None = None) -> dict[str, Any] | None:
+    """The count of answered requests canary version `version` of the serving logged since `since` (ISO time),
+    once there are `min_requests`; None before. Past `timeout_s` after `since` it raises, saying how many came:
+    the clients' traffic is what the gate judges, so nothing here sends any."""
+    import datetime as dt
+
+    from hopsml.serving import inference_log, lifecycle
+
+    serving = lifecycle.get(serving_name, settings)
+    if serving.canary_version != int(version):
+        raise StepError(f"serving {serving_name!r} has canary version {serving.canary_version}, not {version}: "
+                        "it was promoted or rolled back while the pipeline waited for its requests")
+    start = dt.datetime.fromisoformat(since) if since else None
+    folder = lifecycle.inference_log_path(settings, settings.project, serving_name)
+    table = inference_log.read(folder, ["time", "model_version", "status"])
+    count = sum(1 for when, v, status in zip(*(table.column(c).to_pylist() for c in ("time", "model_version",
+                                                                                       "status")))
+                if v == int(version) and status == 200 and (start is None or when >= start))
+    if count >= int(min_requests):
+        return {"serving": serving_name, "canary": int(version), "requests": count}
+    waited = (dt.datetime.now(dt.timezone.utc) - start).total_seconds() if start is not None else 0.0
+    if timeout_s is not None and waited > float(timeout_s):
+        raise StepError(f"serving {serving_name!r}: canary version {version} answered {count} of the {min_requests} "
+                        f"requests the gate waits for in {waited:.0f} s (timeout_s={timeout_s:g}); the canary takes "
+                        f"{serving.canary_traffic_percent}% of the serving's requests, so send it traffic, raise its "
+                        "share, or lower min_requests; it stays deployed until promoted or rolled back")
+    log.info("serving %s: canary version %s has %d of %d requests logged", serving_name, version, count,
+             min_requests)
+    return None

@@ -27,13 +27,25 @@ def add_commands(subparsers: Any) -> None:
                                         "feature groups' Assets, else manual)")
     dag.add_argument("--output", "-o", help="the file to write (default: print it); e.g. $AIRFLOW_HOME/dags/x.py")
     dag.add_argument("--dag-id", help="the DAG's id (default: retrain_<model>)")
-    dag.add_argument("--serving", help="the serving to update and gate (default: the one serving the model, if any)")
+    dag.add_argument("--serving", help="the serving to roll the new version out to as a canary (default: the one "
+                                         "serving the model, if any; 'none': end at the new version)")
     dag.add_argument("--force", action="store_true", help="replace an existing --output file")
+    dag.add_argument("--canary-percent", type=int, default=20, help="the share of the serving's requests the new "
+                                                                    "version takes as a canary (default 20)")
+    dag.add_argument("--min-requests", type=int, default=50, help="the canary's own answered requests the gate "
+                                                                  "waits for (default 50)")
+    dag.add_argument("--canary-timeout", type=float, default=3600.0, help="seconds to wait for them (default 3600)")
+    dag.add_argument("--poke-interval", type=float, default=30.0, help="seconds between looks at the inference log")
+    dag.add_argument("--max-p99-ratio", type=float, default=1.5, help="the canary's p99 latency over the stable "
+                                                                      "version's that rolls it back (default 1.5)")
 
 
 def run(args: Any, settings: config.Settings) -> str:
+    canary = lineage.Canary(traffic_percent=args.canary_percent, min_requests=args.min_requests,
+                            timeout_s=args.canary_timeout, poke_interval_s=args.poke_interval,
+                            max_p99_ratio=args.max_p99_ratio)
     source = lineage.dag_source(settings, args.model, schedule=args.schedule, dag_id=args.dag_id,
-                                serving_name=args.serving)
+                                serving_name=args.serving, canary=canary)
     if not args.output:
         return source
     path = os.path.abspath(os.path.expanduser(args.output))

@@ -173,20 +173,23 @@ class ExperimentOperator(HopsmlOperator):
     ('package.module:function'); `args` is launch's args_dict or a search's space, `options` the verb's other
     keywords. XCom: the experiment id, its logdir and the numbers the function returned."""
 
-    template_fields: Sequence[str] = ("args", "options")
+    template_fields: Sequence[str] = ("args", "options", "reads")
 
     def __init__(self, *, function: str, verb: str = "launch", args: Mapping[str, Any] | None = None,
-                 name: str = "no-name", options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+                 name: str = "no-name", options: Mapping[str, Any] | None = None, reads: Any = None,
+                 reads_view: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.function, self.verb, self.args, self.name = function, verb, dict(args or {}), name
         self.options = dict(options or {})
+        self.reads, self.reads_view = reads, dict(reads_view) if reads_view else None
         super().__init__(**kwargs)
 
     def asset_uris(self) -> list[str]:
         return [assets.experiment(self.project_name, self.name)]
 
     def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+        reads = [self.reads] if isinstance(self.reads, str) else list(self.reads or [])
         return steps.run_experiment(settings, self.function, verb=self.verb, args=self.args, name=self.name,
-                                    **self.options)
+                                    reads=reads, reads_view=self.reads_view, **self.options)
 
 
 class ModelExportOperator(HopsmlOperator):
@@ -239,6 +242,85 @@ class CreateServingOperator(HopsmlOperator):
     def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
         return steps.create_serving(settings, self.serving_name, self.model_name, _int(self.model_version),
                                     **self.options)
+
+
+class DeployCanaryOperator(HopsmlOperator):
+    """`model_version` of `model_name` as the canary of the running serving `serving_name`, taking
+    `traffic_percent` of its requests beside the stable version; everything else of the serving's stored
+    definition (scripts, batching, instances, resources, inference logging) is carried over. XCom: the canary and
+    stable versions and `since`, when the canary began answering."""
+
+    template_fields: Sequence[str] = ("model_version",)
+
+    def __init__(self, *, serving_name: str, model_name: str, model_version: Any, traffic_percent: int = 20,
+                 **kwargs: Any) -> None:
+        self.serving_name, self.model_name, self.model_version = _serving(serving_name), model_name, model_version
+        self.traffic_percent = int(traffic_percent)
+        super().__init__(**kwargs)
+
+    def asset_uris(self) -> list[str]:
+        return [assets.serving(self.project_name, self.serving_name)]
+
+    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+        version = _int(self.model_version)
+        if version is None:
+            raise steps.StepError(f"{self.task_id}: no model version to deploy as the canary")
+        return steps.deploy_canary(settings, self.serving_name, self.model_name, version, self.traffic_percent)
+
+
+class CanaryGateOperator(HopsmlOperator):
+    """The skew-gated decision on the serving's canary over its own requests of the last `window_s` seconds
+    (its features against its own training dataset, its predictions, errors and p99 latency against the stable
+    version's); XCom `decision`: 'promote' or 'roll back', with the reasons. Nothing is changed here."""
+
+    def __init__(self, *, serving_name: str, window_s: float = 3600.0, min_requests: int = 50,
+                 thresholds: Mapping[str, float] | None = None, **kwargs: Any) -> None:
+        self.serving_name, self.window_s, self.min_requests = _serving(serving_name), float(window_s), int(min_requests)
+        self.thresholds = dict(thresholds or {})
+        super().__init__(**kwargs)
+
+    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+        return steps.canary_gate(settings, self.serving_name, window_s=self.window_s, min_requests=self.min_requests,
+                                 **self.thresholds)
+
+
+class CanaryRolloutOperator(HopsmlOperator):
+    """Carries out the gate's `decision` ('promote' or 'roll back', usually ``gate.output["decision"]``): the canary
+    becomes the stable version, or is dropped; a roll back fails the task (no retry) with the gate's reasons, so
+    the run shows the new version was refused while the old one serves on."""
+
+    template_fields: Sequence[str] = ("decision", "reasons")
+
+    def __init__(self, *, serving_name: str, decision: Any, reasons: Any = None, **kwargs: Any) -> None:
+        self.serving_name, self.decision, self.reasons = _serving(serving_name), decision, reasons
+        super().__init__(**kwargs)
+
+    def asset_uris(self) -> list[str]:
+        return [assets.serving(self.project_name, self.serving_name)]
+
+    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+        reasons = [self.reasons] if isinstance(self.reasons, str) else list(self.reasons or [])
+        return steps.canary_rollout(settings, self.serving_name, str(self.decision), reasons)
+
+
+class ServingCheckOperator(HopsmlOperator):
+    """The deployment answers: Running, no canary undecided, its stable version AVAILABLE (and, with
+    `instances`, a prediction for them). Runs after the rollout whatever it did (trigger_rule 'all_done'); with
+    `canary_version` (the canary this run deployed) it fails, after those checks, when that canary was rolled
+    back, so the run ends failed while the deployment answers on."""
+
+    template_fields: Sequence[str] = ("canary_version",)
+
+    def __init__(self, *, serving_name: str, instances: Sequence[Any] | None = None, timeout_s: float = 60.0,
+                 canary_version: Any = None, **kwargs: Any) -> None:
+        self.serving_name, self.instances, self.timeout_s = _serving(serving_name), instances, float(timeout_s)
+        self.canary_version = canary_version
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+
+    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+        return steps.check_serving(settings, self.serving_name, self.instances, self.timeout_s,
+                                   _int(self.canary_version))
 
 
 class StartServingOperator(HopsmlOperator):
@@ -322,7 +404,8 @@ class HopsworksLaunchOperator(HopsmlJobOperator):
             return steps.Step(exc.ref)
 
 
-__all__ = ["BestModelOperator", "CreateServingOperator", "ExperimentOperator", "FeatureGroupInsertOperator",
+__all__ = ["BestModelOperator", "CanaryGateOperator", "CanaryRolloutOperator", "CreateServingOperator",
+           "DeployCanaryOperator", "ExperimentOperator", "FeatureGroupInsertOperator",
            "HopsmlJobOperator", "HopsmlOperator", "HopsworksLaunchOperator", "ModelExportOperator",
            "MonitorGateOperator", "PrepareDatasetOperator", "StartServingOperator", "StopServingOperator",
-           "TrainingDatasetOperator", "ValidationGateOperator"]
+           "ServingCheckOperator", "TrainingDatasetOperator", "ValidationGateOperator"]

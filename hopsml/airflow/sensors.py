@@ -103,6 +103,27 @@ class ServingStateSensor(HopsmlSensor):
         return checks.serving_state(settings, self.serving_name, self.state)
 
 
+class CanaryRequestsSensor(HopsmlSensor):
+    """Done when the serving's canary `canary_version` has answered `min_requests` requests since `since` (the
+    canary's deployment, usually ``canary.output["since"]``): the clients' own traffic, never made up here. Past
+    `timeout_s` it fails, saying how many came and what to do."""
+
+    template_fields: Sequence[str] = ("canary_version", "since")
+
+    def __init__(self, *, serving_name: str, canary_version: Any, min_requests: int = 50, since: Any = None,
+                 timeout_s: float = 3600.0, **kwargs: Any) -> None:
+        self.serving_name, self.canary_version, self.min_requests = serving_name, canary_version, int(min_requests)
+        self.since, self.timeout_s = since, float(timeout_s)
+        kwargs.setdefault("poke_interval", 15)
+        kwargs.setdefault("timeout", self.timeout_s + 3600)   # the check's own timeout speaks first, clearly
+        super().__init__(**kwargs)
+
+    def check(self, settings: Any) -> dict[str, Any] | None:
+        return checks.canary_requests(settings, self.serving_name, int(self.canary_version), self.min_requests,
+                                      str(self.since) if self.since not in (None, "", "None") else None,
+                                      self.timeout_s)
+
+
 class HopsworksJobSuccessSensor(JobExecutionSensor):
     """Hopsworks' name and arguments (project_name, execution_id), for DAGs that move over."""
 

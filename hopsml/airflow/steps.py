@@ -155,10 +155,15 @@ def import_function(ref: str) -> Callable[..., Any]:
 
 def run_experiment(settings: config.Settings, function: str, *, verb: str = "launch",
                    args: Mapping[str, Any] | None = None, name: str = "no-name",
+                   reads: Sequence[str] | None = None, reads_view: Mapping[str, Any] | None = None,
                    **options: Any) -> Step:
     """An experiment verb (`launch`, `allreduce`, a search) of an importable function; `args` are launch's
-    args_dict or a search's space. The reference: the experiment id, its logdir and its numeric metrics."""
+    args_dict or a search's space. The reference: the experiment id, its logdir, its numeric metrics and the
+    datasets the run read (`datasets`). `reads`: datasets the run must have read, and `reads_view` ({"name",
+    "version", "after"}): a training dataset version of that view newer than `after` it must have made (a function
+    that splits the view itself); a run that read something else fails the step, naming what it read."""
     from hopsml import experiment
+    from hopsml.runs.rerun import read_lineage
     from hopsml.tracking.record import read_record
 
     if verb not in VERBS:
@@ -178,8 +183,32 @@ def run_experiment(settings: config.Settings, function: str, *, verb: str = "lau
     answer = result[-1]
     metrics = {k: v for k, v in answer.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
         if isinstance(answer, Mapping) else {}
-    ref = {"experiment_id": exp_id, "logdir": logdir, "name": name, "state": record.state, "metrics": metrics}
+    storage = Storage(settings.root)
+    read = read_lineage(storage, layout.ExperimentDir.from_id(settings.project, exp_id))
+    _check_reads(function, exp_id, read, reads, reads_view)
+    ref = {"experiment_id": exp_id, "logdir": logdir, "name": name, "state": record.state, "metrics": metrics,
+           "datasets": [str(d.get("name")) for d in read]}
     return Step(ref, [(assets.experiment(settings.project, name), {"experiment_id": exp_id})])
+
+
+def _check_reads(function: str, exp_id: str, read: Sequence[Mapping[str, Any]], reads: Sequence[str] | None,
+                 view: Mapping[str, Any] | None) -> None:
+    """StepError when the run did not read the training data the pipeline made for it (the DAG retrained on
+    old data otherwise, silently)."""
+    names = [str(d.get("name")) for d in read]
+    missing = [n for n in reads or () if n not in names]
+    if missing:
+        raise StepError(f"experiment {exp_id} ({function}) did not read {', '.join(map(repr, missing))}, the "
+                        f"training data this pipeline made for it; it read {', '.join(names) or 'no dataset'}. "
+                        "Pass the dataset's name in the argument the function reads it from")
+    if view:
+        newer = [d for d in read if d.get("view") == view.get("name") and d.get("view_version") == view.get("version")
+                 and int(d.get("training_dataset_version") or 0) > int(view.get("after") or 0)]
+        if not newer:
+            raise StepError(f"experiment {exp_id} ({function}) made no training dataset version of feature view "
+                            f"{view.get('name')}_{view.get('version')} newer than version {view.get('after')} (it "
+                            f"read {', '.join(names) or 'no dataset'}); the function must split the view itself "
+                            "(fv.train_test_split), not read a fixed version")
 
 
 def _best_trial(exp_dir: str, record: Any) -> str:
@@ -218,11 +247,60 @@ def export_model(settings: config.Settings, model_name: str, experiment_id: str,
                         "save the model in the run (tensorboard.logdir() + 'model.joblib') or name the file it wrote")
     numeric = _results(record)
     chosen = {k: numeric[k] for k in metrics if k in numeric} if metrics else numeric
+    try:
+        previous = registry.versions(model_name, settings)
+    except registry.ModelNotFoundError:
+        previous = []
     mv = registry.export(storage.uri(found[0]), model_name, metrics=chosen, experiment_id=experiment_id,
                          settings=settings)
+    linked = record_feature_view(settings, mv, previous[-1].version if previous else None)
     ref = {"model": mv.name, "version": mv.version, "path": mv.path, "metrics": mv.metrics,
            "experiment_id": experiment_id}
+    if linked:   # the hsml record: the view and training dataset version it was trained on
+        ref.update(feature_view=linked["feature_view"], training_dataset_version=linked["training_dataset_version"])
     return Step(ref, [(assets.model(settings.project, mv.name), {"version": mv.version})])
+
+
+def training_dataset_of(settings: config.Settings, entry: Mapping[str, Any]) -> tuple[Any, int] | None:
+    """(feature view, training dataset version) of a dataset a run read, None when it is no view's: an in-memory
+    split names them in its lineage entry; a written one is found among the views' training dataset records."""
+    from hopsml.featurestore.store import FeatureStore
+
+    if entry.get("kind") != "training_dataset":
+        return None
+    store = FeatureStore(settings)
+    if entry.get("view"):
+        return (store.get_feature_view(str(entry["view"]), int(entry["view_version"])),
+                int(entry["training_dataset_version"]))
+    for view in store.get_feature_views():
+        for record in view.get_training_datasets():
+            if record.get("dataset") == entry.get("name"):
+                return view, int(record["version"])
+    return None
+
+
+def record_feature_view(settings: config.Settings, mv: Any, previous: int | None) -> dict[str, Any]:
+    """The hsml record of a version exported from a run that read a feature view's training dataset: its view
+    and training dataset version (so `model.get_feature_view()` and a predictor's `init_serving` use that
+    version's statistics), with the framework, input example and schema of the version before it."""
+    found = next(filter(None, (training_dataset_of(settings, d) for d in mv.datasets)), None)
+    if found is None:
+        return {}
+    storage = Storage(settings.root)
+    before: dict[str, Any] = {}
+    if previous is not None:
+        rel = layout.join(layout.model_dir(settings.project, mv.name, previous), layout.HSML_RECORD)
+        before = dict(storage.read_json(rel)) if storage.exists(rel) else {}
+    view, td_version = found
+    record = {"framework": before.get("framework", "python"), "input_example": before.get("input_example"),
+              "model_schema": before.get("model_schema"),
+              "feature_view": {"name": view.name, "version": view.version},
+              "training_dataset_version": td_version}
+    storage.write_json(layout.join(layout.model_dir(settings.project, mv.name, mv.version), layout.HSML_RECORD),
+                       record)
+    log.info("model %s version %d: trained on feature view %s training dataset version %d", mv.name, mv.version,
+             view.key, td_version)
+    return record
 
 
 def best_model(settings: config.Settings, model_name: str, metric: str, direction: str = "max") -> Step:
@@ -254,6 +332,119 @@ def create_serving(settings: config.Settings, serving_name: str, model_name: str
                                model_version=version, settings=settings, **options)
     ref = _serving_ref(settings, serving_name)
     return Step(ref, [(assets.serving(settings.project, serving_name), {"model": model_name, "version": version})])
+
+
+def deploy_canary(settings: config.Settings, serving_name: str, model_name: str, model_version: int,
+                  traffic_percent: int = 20) -> Step:
+    """Version `model_version` as the canary of the running serving `serving_name`, beside its stable version,
+    with the serving's stored definition carried over (canary.deploy). The reference says when the canary began
+    taking requests (`since`), so the traffic the gate judges is the canary's own."""
+    import datetime as dt
+
+    from hopsml.serving import canary, lifecycle
+
+    serving = lifecycle.get(serving_name, settings)
+    if serving.model_name != model_name:
+        raise StepError(f"serving {serving_name!r} serves model {serving.model_name!r}, not {model_name!r}")
+    if str(serving.status) != "Running":
+        raise StepError(f"serving {serving_name!r} is {serving.status}: a canary is judged on the requests a running "
+                        f"serving gets; start it (hopsml serving start {serving_name}) and run the task again")
+    canary.deploy(serving_name, int(model_version), int(traffic_percent), settings)
+    since = dt.datetime.now(dt.timezone.utc).isoformat()
+    ref = _serving_ref(settings, serving_name) | {"canary": int(model_version), "stable": serving.model_version,
+                                                  "percent": int(traffic_percent), "since": since}
+    return Step(ref, [(assets.serving(settings.project, serving_name),
+                       {"model": model_name, "canary": int(model_version)})])
+
+
+def canary_gate(settings: config.Settings, serving_name: str, *, window_s: float = 3600.0, min_requests: int = 50,
+                **thresholds: Any) -> Step:
+    """The skew-gated decision on the serving's canary (canary.gate, judging the canary's own requests against its
+    own training dataset), not carried out: the reference says 'promote' or 'roll back', with the reasons."""
+    from hopsml.serving import canary
+
+    report = canary.gate(serving_name, window_s=window_s, min_requests=min_requests, act=False, settings=settings,
+                         **thresholds)
+    decision = str(report["decision"])
+    if decision.startswith("waiting"):
+        raise StepError(f"gate on serving {serving_name!r} cannot decide: {'; '.join(report['reasons'])}")
+    return Step({"serving": serving_name, "decision": "promote" if decision.startswith("promoted") else "roll back",
+                 "canary": report["canary"], "stable": report["stable"], "reasons": report["reasons"],
+                 "figures": report["figures"]})
+
+
+def canary_rollout(settings: config.Settings, serving_name: str, decision: str,
+                   reasons: Sequence[str] = (), figures: Mapping[str, Any] | None = None) -> Step:
+    """Carry out the gate's decision: 'promote' makes the canary the stable version, 'roll back' drops it (the
+    stable version takes every request again) and then fails the step with the gate's reasons (GateFailed), so the
+    run says the new version was refused."""
+    from hopsml.serving import canary, lifecycle
+
+    if decision not in ("promote", "roll back"):
+        raise StepError(f"serving {serving_name!r}: decision {decision!r} is neither 'promote' nor 'roll back'")
+    d = lifecycle.get(serving_name, settings)
+    if d.canary_version is None:
+        raise StepError(f"serving {serving_name!r} has no canary to {decision} (was it decided by hand?)")
+    if figures is None:   # the gate's figures, from its record of the decision it did not carry out
+        gated = canary.last_decision(serving_name, settings) or {}
+        figures = gated.get("figures") if gated.get("canary") == d.canary_version else None
+    act = canary.promote if decision == "promote" else canary.rollback
+    act(serving_name, settings, reasons=list(reasons) or [f"{decision} as the gate decided"],
+        figures=dict(figures or {}))
+    ref = _serving_ref(settings, serving_name) | {"decision": decision, "canary": d.canary_version,
+                                                  "previous": d.model_version}
+    if decision == "roll back":
+        raise GateFailed(f"serving {serving_name!r}: canary version {d.canary_version} rolled back, version "
+                         f"{d.model_version} serves every request again: {'; '.join(reasons)}", ref)
+    return Step(ref, [(assets.serving(settings.project, serving_name),
+                       {"model": d.model_name, "version": d.canary_version})])
+
+
+def check_serving(settings: config.Settings, serving_name: str, instances: Sequence[Any] | None = None,
+                  timeout_s: float = 60.0, canary_version: int | None = None) -> Step:
+    """The deployment answers: Running, no canary left undecided, its stable version AVAILABLE at the model's
+    status endpoint, and (with `instances`) a prediction for them. With `canary_version` (the canary a run
+    deployed), GateFailed after those checks when that canary was rolled back, so the run ends failed while the
+    deployment answers on."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from hopsml.serving import lifecycle
+
+    serving = lifecycle.get(serving_name, settings)
+    if str(serving.status) != "Running" or not serving.internal_ips:
+        raise StepError(f"serving {serving_name!r} is {serving.status}, not Running: "
+                        f"{serving.status.reason or 'see hopsml serving logs ' + serving_name}")
+    if serving.canary_version is not None:
+        raise StepError(f"serving {serving_name!r} still has canary version {serving.canary_version} undecided; "
+                        f"promote or roll it back (hopsml serving promote|rollback {serving_name})")
+    host = serving.internal_ips[0]
+    url = (f"http://{'[' + host + ']' if ':' in host else host}:{serving.internal_port}/v1/models/{serving_name}"
+           f"/versions/{serving.model_version}")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            status = json.loads(answer.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise StepError(f"serving {serving_name!r} does not answer at {url}: {exc}") from None
+    states = [s.get("state") for s in status.get("model_version_status", [])]
+    if "AVAILABLE" not in states:
+        raise StepError(f"serving {serving_name!r}: version {serving.model_version} is {states or 'not listed'}, "
+                        f"not AVAILABLE, at {url}")
+    ref: dict[str, Any] = {"serving": serving_name, "model": serving.model_name, "version": serving.model_version,
+                           "status": str(serving.status)}
+    if instances:
+        answer = lifecycle.make_inference_request(serving_name, list(instances), timeout_s=timeout_s,
+                                                  settings=settings)
+        ref["predictions"] = len(answer.get("predictions") or [])
+    if canary_version is not None:
+        from hopsml.serving import canary
+
+        decided = canary.last_decision(serving_name, settings) or {}
+        if decided.get("canary") == int(canary_version) and decided.get("decision") == "rolled back":
+            raise GateFailed(f"serving {serving_name!r} answers on version {serving.model_version}; canary version "
+                             f"{canary_version} was rolled back: {'; '.join(decided.get('reasons', []))}", ref)
+    return Step(ref)
 
 
 def start_serving(settings: config.Settings, serving_name: str, timeout_s: float = 300.0) -> Step:

@@ -276,8 +276,9 @@ def shaped(wanted: Sequence[str], rows: list[list[Any]], steps: Sequence[Any] | 
     import numpy as np
 
     found = set(kinds.values())
-    if not found <= {"int", "int32", "float"}:
+    if not found <= {"int", "int32", "float", "bool"}:
         return None
+    # one numeric dtype for the whole vector: a one-hot's booleans become 0/1 beside numbers (never an object array)
     array = np.array(out, dtype=np.float64 if "float" in found else np.int32 if found == {"int32"} else np.int64)
     return (array[0] if single else array), kept
 

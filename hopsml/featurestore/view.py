@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import layout, request_notes
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import engine, vectors
+from hopsml.featurestore import engine, in_memory, vectors
 from hopsml.featurestore.query import Query
 from hopsml.featurestore.table import wallclock_ms
 from hopsml.featurestore.transformations import TransformationFunction, apply_all, row_steps
@@ -609,7 +609,11 @@ class FeatureView:
                   "transformation_functions": [f.to_dict() for f in fitted], "labels": self.labels,
                   "rows": {name: int(len(frame)) for name, frame in frames.items()}, **fields}
         version = self.store.save_training_dataset(self, record)
-        return version, {name: apply_all(frame, fitted) for name, frame in frames.items()}
+        transformed = {name: apply_all(frame, fitted) for name, frame in frames.items()}
+        if "dataset" not in fields:   # taken in memory: its statistics and the run's lineage (in_memory.py)
+            in_memory.record_statistics(self, version, transformed)
+            in_memory.note_read(self, version, list(transformed))
+        return version, transformed
 
     def _read_version(self, version: int, read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
         record = self.store.read_training_dataset(self, version)
@@ -618,6 +622,7 @@ class FeatureView:
         frames = _split(self._rows(pinned, record.get("start_time"), record.get("end_time"), read_options,
                                    extra_filter), record["split"], self.query)
         fitted = self._fitted(version)
+        in_memory.note_read(self, version, list(frames))
         return {name: apply_all(frame, fitted) for name, frame in frames.items()}
 
     def _fitted(self, version: int) -> list[TransformationFunction]:
@@ -745,8 +750,8 @@ def _vector_as(frame: pd.DataFrame, return_type: str, single: bool) -> Any:
     if kind == "list":
         rows = frame.astype(object).where(frame.notna(), None).values.tolist()
         return rows[0] if single else rows
-    if kind == "numpy":
-        array = frame.to_numpy()
+    if kind == "numpy":   # a one-hot's booleans as 0/1, so numbers beside them give a numeric array, not objects
+        array = frame.astype({c: "int64" for c in frame.columns if frame[c].dtype == bool}).to_numpy()
         return array[0] if single else array
     if kind in ("pandas", "polars"):
         return _as(frame, kind)

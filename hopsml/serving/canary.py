@@ -39,19 +39,51 @@ MAX_ERROR_RATE_INCREASE = 0.01
 MAX_P99_RATIO = 1.5
 
 
-def promote(serving_name: str, settings: config.Settings | None = None) -> lifecycle.Serving:
-    """The canary version becomes the stable one (all requests); a running serving restarts with it."""
+def deploy(serving_name: str, version: int, traffic_percent: int = 10,
+           settings: config.Settings | None = None) -> lifecycle.Serving:
+    """Version `version` of the serving's model as its canary, beside the stable version, with everything else of
+    the serving's stored definition kept (scripts, batching, instances, resources, inference logging, limits,
+    scaling). A predictor or transformer named by file name is the version's own: when the canary's folder lacks
+    it, the canary runs the stable version's (named by its project path)."""
+    settings = settings or config.load()
+    storage = Storage(settings.root)
+    d = defs.read(storage, settings.project, serving_name)
+    if int(version) == d.model_version:
+        raise ServingError(f"serving {serving_name!r} already serves version {version} of {d.model_name!r} as its "
+                           "stable version; a canary is another version")
+    scripts = {}
+    for role in ("predictor", "transformer"):
+        script = getattr(d, role)
+        if script is not None and "/" not in script and ":" not in script:
+            own = layout.join(layout.model_dir(settings.project, d.model_name, int(version)), script)
+            if not storage.exists(own):
+                script = layout.join(layout.MODELS, d.model_name, str(d.model_version), script)
+        scripts[role] = script
+    return lifecycle.create_or_update(
+        serving_name, f"Models/{d.model_name}", d.model_server, d.model_version, d.artifact_version,
+        scripts["predictor"], scripts["transformer"], d.kserve, d.batching_enabled, d.topic_name, d.num_partitions,
+        d.num_replicas, d.inference_logging, d.instances, d.transformer_instances, d.predictor_resource_config,
+        canary_version=int(version), canary_traffic_percent=int(traffic_percent), settings=settings)
+
+
+def promote(serving_name: str, settings: config.Settings | None = None,
+            reasons: Sequence[str] = ("promoted by hand",), figures: dict[str, Any] | None = None
+            ) -> lifecycle.Serving:
+    """The canary version becomes the stable one (all requests); a running serving restarts with it. `reasons`
+    and `figures` go into the record (a gate's, when it decided)."""
     d = _with_canary(serving_name, settings)
     serving = _redefine(serving_name, d, d.canary_version, settings)
-    _decided(serving_name, d, "promoted", ["promoted by hand"], {}, settings)
+    _decided(serving_name, d, "promoted", list(reasons), dict(figures or {}), settings)
     return serving
 
 
-def rollback(serving_name: str, settings: config.Settings | None = None) -> lifecycle.Serving:
+def rollback(serving_name: str, settings: config.Settings | None = None,
+             reasons: Sequence[str] = ("rolled back by hand",), figures: dict[str, Any] | None = None
+             ) -> lifecycle.Serving:
     """The canary is dropped: the stable version takes every request again (a running serving restarts)."""
     d = _with_canary(serving_name, settings)
     serving = _redefine(serving_name, d, d.model_version, settings)
-    _decided(serving_name, d, "rolled back", ["rolled back by hand"], {}, settings)
+    _decided(serving_name, d, "rolled back", list(reasons), dict(figures or {}), settings)
     return serving
 
 

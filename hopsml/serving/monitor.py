@@ -463,6 +463,25 @@ def _training(storage: Storage, project: str, name: str, split: str, settings: c
     return stats, transform, fitted, references
 
 
+def _in_memory_training(entry: Mapping[str, Any], name: str, split: str, settings: config.Settings
+                        ) -> tuple[dict[str, Any], dict[str, Any], None, list[dict[str, Any]]]:
+    """`_training` for a feature view's training dataset version taken in memory (featurestore/in_memory.py)."""
+    from hopsml.featurestore import in_memory
+    from hopsml.featurestore.store import FeatureStore
+
+    stats, features = in_memory.training_reference(FeatureStore(settings), entry)
+    if not stats or not features:
+        raise ServingError(f"training dataset {name!r} (feature view {entry.get('view')} version "
+                           f"{entry.get('view_version')}, training dataset version "
+                           f"{entry.get('training_dataset_version')}) was taken in memory before hopsml kept its "
+                           "statistics; train on a new split")
+    if split not in stats.get("splits", []):
+        raise ServingError(f"training dataset {name!r} has no split {split!r}; it has "
+                           f"{', '.join(stats.get('splits', []))}")
+    transform = _vector_of({"name": name, "options": {"features": features}}, stats, split)
+    return stats, transform, None, _references(stats, transform, split)
+
+
 def monitor(serving_name: str, dataset: str | None = None, *, split: str = "train",
             psi_threshold: float = PSI_THRESHOLD, ks_threshold: float = KS_THRESHOLD, write: bool = True,
             version: int | None = None, since: datetime | None = None,
@@ -484,7 +503,11 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
     served = d.model_version if version is None else int(version)
     mv = registry.get_model(d.model_name, served, settings=settings)
     name = _dataset_of(mv, dataset, storage, project)
-    stats, transform, fitted, references = _training(storage, project, name, split, settings)
+    in_memory = next((d for d in mv.datasets if d.get("name") == name and d.get("in_memory")), None)
+    if in_memory is not None:   # a split the run took in memory: its statistics are in the view's record
+        stats, transform, fitted, references = _in_memory_training(in_memory, name, split, settings)
+    else:
+        stats, transform, fitted, references = _training(storage, project, name, split, settings)
     folder = inference_log_path(settings, project, serving_name)
     table = inference_log.read(folder, ["time", "model_name", "model_version", "status", "request", "inputs"])
     keep = [s == 200 and bool(t) and m == d.model_name and (version is None or v == served) and

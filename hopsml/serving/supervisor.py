@@ -232,7 +232,10 @@ class Supervisor:
     def _script(self, path: str | None, version: int, model_dir: str) -> str | None:
         if path is None:
             return None
-        rel = script_rel(self.storage, self.project, dataclasses.replace(self.definition, model_version=version), path)
+        # the definition as if `version` were stable alone (a canary's own script is looked up in its folder)
+        as_version = dataclasses.replace(self.definition, model_version=version, canary_version=None,
+                                         canary_traffic_percent=0)
+        rel = script_rel(self.storage, self.project, as_version, path)
         local = self.storage.local_path(rel)
         if local is not None:
             return local

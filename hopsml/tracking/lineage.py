@@ -50,14 +50,16 @@ SPLIT_FINGERPRINTS = "split_fingerprints"   # split -> {"fingerprint", "rows", "
 
 
 def record_dataset(name: str, uri: str, split: str, manifest: Mapping[str, Any],
-                   ctx: RunContext | None = None, fingerprint: Mapping[str, Any] | None = None) -> None:
+                   ctx: RunContext | None = None, fingerprint: Mapping[str, Any] | None = None,
+                   extra: Mapping[str, Any] | None = None) -> None:
     """Note in the active run (rank 0 only, so ranks do not race) that it read `split` of `name`, and
-    the fingerprint of the bytes it read (hopsml.data.fingerprint)."""
+    the fingerprint of the bytes it read (hopsml.data.fingerprint); `extra`: more of what identifies it (a
+    feature view's training dataset taken in memory names its view and version)."""
     ctx = ctx or current_or_none()
     if ctx is None or ctx.rank != 0:
         return
     entry: dict[str, Any] = {"name": name, "uri": uri, "splits": [split], "kind": manifest.get("kind"),
-                             "created": manifest.get("created")}
+                             "created": manifest.get("created"), **(extra or {})}
     dataset_print = (manifest.get("fingerprints") or {}).get("dataset")
     if dataset_print:   # the whole dataset's, as its manifest recorded it (none before fingerprints)
         entry["fingerprint"] = dataset_print
