@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any
 
 from hopsml import config, execution_notes, layout
+from hopsml.clock import utc_now as now
 from hopsml.errors import HopsmlError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import DATASET_HEARTBEAT as HEARTBEAT
@@ -103,8 +104,6 @@ class DatasetSummary:
         return text + f", {self.shards} shards per split, {self.seconds:.1f}s"
 
 
-def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def parquet_url(storage: Storage, rel: str) -> str:

@@ -9,10 +9,10 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from hopsml import layout
+from hopsml.clock import utc_now as now
 from hopsml.errors import JobError
 from hopsml.fs import Storage
 
@@ -23,8 +23,6 @@ JOB_TYPES = (PYSPARK, PYTHON)
 KINDS = {".py": "python", ".ipynb": "notebook"}
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def parse_args(args: str | Sequence[str] | None, what: str = "args") -> list[str] | None:

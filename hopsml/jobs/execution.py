@@ -16,11 +16,12 @@ import os
 import signal
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from hopsml import execution_notes, layout
+from hopsml.clock import utc_now as now
 from hopsml.errors import JobError, StorageError
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_record
@@ -39,8 +40,6 @@ _POLL_S = 2.0              # longest wait between two reads of the record while 
 _TAIL_BYTES = 256 << 10    # read at most this much of a log's end for its last lines
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def epoch(stamp: str | None) -> float | None:

@@ -23,10 +23,10 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from hopsml import config, execution_notes, hdfs, layout
+from hopsml.clock import utc_now as _now
 from hopsml.errors import ModelError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import ModelDir
@@ -91,8 +91,6 @@ class ModelVersion:
         return f"{self.name}:{self.version}"
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _where(settings: config.Settings | None, ctx: RunContext | None,

@@ -13,11 +13,11 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
 from hopsml import layout
+from hopsml.clock import utc_now as _now
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_or_broken, read_record
@@ -41,8 +41,6 @@ class ServingNotFound(ServingError, LookupError):
     """No serving of that name in the project (hops' name for this error)."""
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def check_name(serving_name: object) -> str:

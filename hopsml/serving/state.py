@@ -7,10 +7,10 @@ the processes, so a killed server reads as Failed, not Running.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from hopsml import layout
+from hopsml.clock import utc_now as now
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_record
@@ -23,8 +23,6 @@ STOPPED = "Stopped"
 FAILED = "Failed"
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass

@@ -23,11 +23,12 @@ import traceback as traceback_module
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
 from hopsml import config, execution_notes, layout, skeleton
+from hopsml.clock import utc_now as _now
 from hopsml.errors import ExperimentFailed, ExperimentNotFoundError, HopsmlError, ResourceNotFoundError, StorageError
 from hopsml.fs import Storage
 from hopsml.layout import ExperimentDir
@@ -59,8 +60,6 @@ class ExperimentType(str, Enum):
     PARALLEL_EXPERIMENTS = "PARALLEL_EXPERIMENTS"
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass

@@ -17,7 +17,7 @@ PACKAGE_DIR = os.path.dirname(hopsml.__file__)
 # or any layer below, never a room above.
 LAYERS: list[set[str]] = [
     {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices", "request_notes", "execution_notes",
-     "installed"},
+     "installed", "clock"},
     {"layout", "fs", "net", "config", "records"},
     {"formats", "skeleton", "hdfs_file"},
     {"tracking", "timeline", "run_catalog", "tensorboard", "checkpoint", "hdfs"},

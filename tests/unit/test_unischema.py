@@ -113,5 +113,5 @@ def test_petastorm_engine_without_petastorm_says_how_to_install_it(root):
     from hopsml.data.readers import reader
     from hopsml.errors import SettingsError
 
-    with pytest.raises(SettingsError, match=r"hopsml\[petastorm\]"):
+    with pytest.raises(SettingsError, match=r"petastorm extra \(pip install \"\.\[petastorm\]\""):
         reader("anything", engine="petastorm")
