@@ -345,9 +345,8 @@ def duckdb_arrow(query: Query) -> Any:
 # --- Spark ----------------------------------------------------------------------------------------------
 def spark_frame(query: Query) -> Any:
     """The query as a Spark DataFrame: each group read from its Parquet files at the query's version, each
-    point-in-time join done as one sort per key: the label rows and the group's rows in one frame, ordered by time
-    within each key (a group row before a label row of the same time), each label row taking the newest group row
-    before it. No range join and no row-number window over its matches: one shuffle and one pass a join."""
+    point-in-time join as a join on the key and event time <= the left row's, keeping the newest match."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from hopsml.cluster import session
@@ -357,87 +356,46 @@ def spark_frame(query: Query) -> Any:
     read = versions(query)
     aliases = _aliases(query)
     left = query.left
-    frame = left.table.spark(spark, read[left.key])
-    names = {("g0", name): name for name in frame.columns}   # (alias, feature) -> its column in `frame`
-    columns = [_spark_col("", name).alias(name) for name in query.features]
+    row = "__hopsml_row"
+    frame = left.table.spark(spark, read[left.key]).alias("g0")
+    needs_row = any(left.event_time and j.query.left.event_time for j in query.joins)
+    if needs_row:
+        frame = frame.withColumn(row, F.monotonically_increasing_id())
+    columns = [_spark_col("g0", name).alias(name) for name in query.features]
     taken = list(query.features)
-    _checked_aliases(query, aliases)
-    filtered = {(f.group, f.name) for condition in query.filters for f in condition.features()}
     for join in query.joins:
         right = join.query.left
         alias = aliases[right.key]
-        emitted = [n for n in join.query.features if not repeats_left_key(join, n, query.features)]
-        wanted = list(dict.fromkeys([*emitted, *(name for group, name in filtered if group == right.key)]))
-        inside = {name: f"__{alias}__{name}" for name in wanted}
-        other = right.table.spark(spark, read[right.key])
+        filtered = {f.name for condition in query.filters for f in condition.features() if f.group == right.key}
+        wanted = {*join.query.features, *join.right_on, *([right.event_time] if right.event_time else []), *filtered}
+        other = right.table.spark(spark, read[right.key]).select(*[_spark_col("", n) for n in wanted]).alias(alias)
+        terms = [_spark_col("g0", lk) == _spark_col(alias, rk) for lk, rk in zip(join.left_on, join.right_on)]
+        condition = terms[0]
+        for term in terms[1:]:
+            condition = condition & term
         point_in_time = bool(left.event_time and right.event_time)
         if point_in_time:
-            frame = _as_of_join(frame, other, join, left.event_time, right, inside, alias)
-        else:
-            keys = [_spark_col("", rk).alias(f"__{alias}__key{i}") for i, rk in enumerate(join.right_on)]
-            other = other.select(*keys, *[_spark_col("", n).alias(inside[n]) for n in wanted],
-                                 F.lit(True).alias(f"__{alias}__matched"))
-            condition = [_spark_col("", lk) == F.col(f"__{alias}__key{i}") for i, lk in enumerate(join.left_on)]
-            frame = frame.join(other, _all(condition), "left").drop(*[f"__{alias}__key{i}"
-                                                                      for i in range(len(join.right_on))])
+            condition = condition & (_spark_col("g0", left.event_time) >= _spark_col(alias, right.event_time))
+            if right.ttl:
+                condition = condition & (F.unix_micros(_spark_col(alias, right.event_time))
+                                         >= F.unix_micros(_spark_col("g0", left.event_time)) - _ttl_us(right))
+        frame = frame.join(other, condition, "left")
+        if point_in_time:
+            newest = Window.partitionBy(F.col(row)).orderBy(_spark_col(alias, right.event_time).desc_nulls_last())
+            frame = frame.withColumn("__hopsml_rank", F.row_number().over(newest)).where("__hopsml_rank = 1")
+            frame = frame.drop("__hopsml_rank")
         if join.join_type == "inner":
-            frame = frame.where(F.col(f"__{alias}__matched").isNotNull())
-        frame = frame.drop(f"__{alias}__matched")
-        names.update({(alias, rk): lk for lk, rk in zip(join.left_on, join.right_on)})
-        names.update({(alias, name): column for name, column in inside.items()})
-        for name in emitted:
-            out = _joined_name(name, taken, join)
-            taken.append(out)
-            columns.append(_spark_col("", inside[name]).alias(out))
-
-    def column(feature: Any) -> Any:
-        key = (aliases[feature.group], feature.name)
-        if key not in names:
-            raise FeatureStoreError(f"the filter on {feature.name!r} reads a column the query does not have")
-        return _spark_col("", names[key])
-
+            frame = frame.where(_spark_col(alias, join.right_on[0]).isNotNull())
+        for name in join.query.features:
+            if not repeats_left_key(join, name, query.features):
+                out = _joined_name(name, taken, join)
+                taken.append(out)
+                columns.append(_spark_col(alias, name).alias(out))
+    _checked_aliases(query, aliases)
     kinds = column_kinds(query)
-    for where in query.filters:
-        frame = frame.where(spark_condition(where, column, kinds))
+    for condition in query.filters:
+        frame = frame.where(spark_condition(condition, lambda f: _spark_col(aliases[f.group], f.name), kinds))
     return frame.select(*columns)
-
-
-def _all(terms: list[Any]) -> Any:
-    condition = terms[0]
-    for term in terms[1:]:
-        condition = condition & term
-    return condition
-
-
-def _as_of_join(frame: Any, other: Any, join: Any, left_time: str, right: Any, inside: dict[str, str],
-                alias: str) -> Any:
-    """`frame` with each row given, as columns `inside`, the newest row of `other` of its key at or before its
-    time (nulls where there is none, or where it is older than the group's staleness window); the column
-    `__<alias>__matched` is null where there was none."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    side, when, carried = f"__{alias}__side", f"__{alias}__t", f"__{alias}__row"
-    keys = [f"__{alias}__key{i}" for i in range(len(join.left_on))]
-    fields = [_spark_col("", name).alias(column) for name, column in inside.items()]
-    rows = other.select(*[_spark_col("", rk).alias(k) for rk, k in zip(join.right_on, keys)],
-                        _spark_col("", right.event_time).alias(when), F.lit(0).alias(side),
-                        F.struct(*fields, _spark_col("", right.event_time).alias(when)).alias(carried))
-    labels = frame.select("*", *[_spark_col("", lk).alias(k) for lk, k in zip(join.left_on, keys)],
-                          _spark_col("", left_time).alias(when), F.lit(1).alias(side))
-    both = labels.unionByName(rows, allowMissingColumns=True)
-    newest = (Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(when), F.col(side))
-              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    both = both.withColumn(carried, F.last(F.col(carried), ignorenulls=True).over(newest))
-    found = F.when(_all([F.col(k).isNotNull() for k in keys]), F.col(carried))   # a null key matches nothing
-    if right.ttl:   # older than the window counts as none
-        fresh = F.unix_micros(F.col(carried).getField(when)) >= F.unix_micros(F.col(when)) - _ttl_us(right)
-        found = F.when(fresh, found)
-    both = both.where(F.col(side) == 1).withColumn(carried, found)
-    out = both.select(*[_spark_col("", c) for c in frame.columns],
-                      *[F.col(carried).getField(column).alias(column) for column in inside.values()],
-                      F.when(F.col(carried).isNotNull(), F.lit(True)).alias(f"__{alias}__matched"))
-    return out
 
 
 def _spark_col(alias: str, name: str) -> Any:
