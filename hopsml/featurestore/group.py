@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hopsml import execution_notes, layout
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import expectations, frames, spark_insert, stats
+from hopsml.featurestore.hsfs_members import GroupMembers
 from hopsml.featurestore.query import Feature, Query
 from hopsml.featurestore.table import Commit, GroupTable
 
@@ -26,7 +27,7 @@ _UNSUPPORTED_WRITE = {"start_offline_materialization": "offline materialization 
                       "table in the insert itself)", "kafka": "Kafka streaming inserts"}
 
 
-class FeatureGroup:
+class FeatureGroup(GroupMembers):
     """One version of a feature group (see the module docstring)."""
 
     def __init__(self, store: Any, name: str, version: int, *, description: str = "",  # store: its FeatureStore

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.hsfs_members import QueryMembers
 
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 OPS = (*COMPARISONS, "in", "like")
@@ -222,7 +223,7 @@ class Join:
 
 
 @dataclass(frozen=True)
-class Query:
+class Query(QueryMembers):
     """Features of one group (`left`), joined with other queries, filtered, read as of a commit."""
 
     left: Any  # the FeatureGroup whose rows the query starts from

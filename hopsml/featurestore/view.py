@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hopsml import layout, request_notes
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import engine, vectors
+from hopsml.featurestore.hsfs_members import ViewMembers
 from hopsml.featurestore.query import Query
 from hopsml.featurestore.table import wallclock_ms
 from hopsml.featurestore.transformations import TransformationFunction, apply_all, row_steps
@@ -35,7 +36,7 @@ def qualified_name(project: str, group: Any, column: str) -> str:
     return f"{project}_{group.name}_{group.version}_{column}"
 
 
-class FeatureView:
+class FeatureView(ViewMembers):
     """One version of a feature view (see the module docstring)."""
 
     def __init__(self, store: Any, name: str, version: int, query: Query, labels: Sequence[str] = (),
