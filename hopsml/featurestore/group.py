@@ -348,7 +348,10 @@ class FeatureGroup(GroupMembers):
         return report
 
     # --- reading --------------------------------------------------------------------------------------
-    def select_all(self, include_primary_key: bool = True, include_event_time: bool = True) -> Query:
+    def select_all(self, include_primary_key: bool = True, include_event_time: bool = True,
+                   include_foreign_key: bool = True, include_partition_key: bool = True) -> Query:
+        """Every feature; without the primary key or event time when asked (hopsml keeps no foreign keys, and a
+        partition key is a feature like the others: their flags are accepted)."""
         names = [n for n in self.feature_names() if (include_primary_key or n not in self.primary_key)
                  and (include_event_time or n != self.event_time)]
         return Query(self, tuple(names))
@@ -375,8 +378,8 @@ class FeatureGroup(GroupMembers):
         kept = {*self.primary_key, *self.partition_key, *([self.event_time] if self.event_time else [])}
         return Query(self, tuple(n for n in self.feature_names() if n not in kept))
 
-    def filter(self, condition: Any) -> Query:
-        return self.select_all().filter(condition)
+    def filter(self, f: Any) -> Query:   # f: hsfs' name
+        return self.select_all().filter(f)
 
     def as_of(self, wallclock_time: Any = None, exclude_until: Any = None) -> Query:
         return self.select_all().as_of(wallclock_time, exclude_until)

@@ -83,7 +83,7 @@ class StoreMembers:
     storage: Any
 
     @property
-    def id(self) -> int:   # noqa: A003 - hsfs' name
+    def id(self) -> int:
         """A number standing for the project's feature store (the same in every process)."""
         return stable_id(self.project, "featurestore")
 
@@ -96,8 +96,6 @@ class StoreMembers:
         if online:
             raise FeatureStoreError("fs.sql(online=True): the online store holds the newest row per key of each "
                                     "group; read it with fg.read(online=True) or a feature view's feature vectors")
-        from hopsml.featurestore.engine import _as
-
         connection = duckdb.connect()
         try:
             connection.execute("SET TimeZone = 'UTC'")
@@ -109,7 +107,7 @@ class StoreMembers:
             if relation is None:
                 return None
             fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
-            return _as(fetch(), dataframe_type)
+            return _frame(fetch(), dataframe_type)
         except duckdb.Error as exc:
             raise FeatureStoreError(f"fs.sql: {exc} (tables are the feature groups' '<name>_<version>': "
                                     f"{', '.join(f'{n}_{v}' for n, v in self.group_names()) or 'none yet'})"  # type: ignore
@@ -178,7 +176,8 @@ class GroupMembers:
 
     def multi_part_insert(self, features: Any = None, overwrite: bool = False, operation: str = "upsert",
                           storage: str | None = None, write_options: dict[str, Any] | None = None,
-                          validation_options: dict[str, Any] | None = None) -> tuple[None, None] | GroupMembers:
+                          validation_options: dict[str, Any] | None = None, transform: bool = True,
+                          transformation_context: Any = None) -> tuple[None, None] | GroupMembers:
         """Collect `features` for one insert done by `finalize_multi_part_insert()` (hsfs streams the parts to
         Kafka; here they are kept in memory and committed once). Without `features`, the group itself, on which
         further `multi_part_insert(df)` calls collect."""
@@ -309,6 +308,23 @@ class QueryMembers:
         """The rows committed after `wallclock_start_time` up to `wallclock_end_time` (hsfs keeps it as the older
         spelling of `as_of(wallclock_end_time, exclude_until=wallclock_start_time)`)."""
         return self.as_of(wallclock_end_time, exclude_until=wallclock_start_time)   # type: ignore[attr-defined]
+
+
+def _frame(table: Any, dataframe_type: str) -> Any:
+    """An Arrow table as `dataframe_type` asks (hsfs' names: default/pandas, polars, numpy, python, pyarrow)."""
+    kind = str(dataframe_type).lower()
+    if kind in ("pyarrow", "arrow"):
+        return table
+    if kind == "polars":
+        import polars as pl
+
+        return pl.from_arrow(table)
+    frame = table.to_pandas()
+    if kind == "numpy":
+        return frame.to_numpy()
+    if kind == "python":
+        return frame.values.tolist()
+    return frame
 
 
 def _tag_name(name: Any) -> str:

@@ -268,10 +268,10 @@ class Query(QueryMembers):
         joined = Join(sub_query, tuple(left_keys), tuple(right_keys), join_type, prefix or "")
         return replace(self, joins=(*self.joins, joined))
 
-    def filter(self, condition: Filter | Logic) -> Query:
-        if not isinstance(condition, (Filter, Logic)):
+    def filter(self, f: Filter | Logic) -> Query:   # f: hsfs' name
+        if not isinstance(f, (Filter, Logic)):
             raise FeatureStoreError("filter() takes a condition such as fg.amount > 10 or fg['kind'] == 'a'")
-        return replace(self, filters=(*self.filters, condition))
+        return replace(self, filters=(*self.filters, f))
 
     def as_of(self, wallclock_time: Any = None, exclude_until: Any = None) -> Query:
         """Read every group as it was at `wallclock_time` (a datetime, epoch ms or '2024-05-01 12:00')."""
@@ -316,8 +316,9 @@ class Query(QueryMembers):
     def show(self, n: int = 20, online: bool = False) -> Any:
         return self.read(online=online).head(n)
 
-    def to_string(self) -> str:
-        """The query as the embedded engine runs it (SQL)."""
+    def to_string(self, online: bool = False, arrow_flight: bool = False) -> str:
+        """The query as the embedded engine runs it (SQL; the same for `online`, whose rows come from the online
+        store's newest row per key)."""
         return str(self.left.store.query_sql(self))
 
     def __str__(self) -> str:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from hopsml.data.tables import transform as primitives
 from hopsml import layout
+from hopsml.data.tables import transform as primitives
 from hopsml.errors import FeatureStoreError
 
 if TYPE_CHECKING:

@@ -511,9 +511,9 @@ class FeatureView(ViewMembers):
     def resume_logging(self) -> None:
         self._set_logging(paused=False)
 
-    def log(self, logging_data: Any = None, untransformed_features: Any = None, predictions: Any = None,
-            transformed_features: Any = None, write_options: dict[str, Any] | None = None,
-            training_dataset_version: int | None = None, model: Any = None, **_: Any) -> int:
+    def log(self, untransformed_features: Any = None, predictions: Any = None, transformed_features: Any = None,
+            write_options: dict[str, Any] | None = None, training_dataset_version: int | None = None,
+            model: Any = None, logging_data: Any = None, **_: Any) -> int:
         """Log features (untransformed, transformed or both) and predictions, with the training dataset version
         and model they belong to; returns the rows logged. Predictions come in `predictions` (one column per
         label) or as label-named columns of the features. Logging is enabled by the first call."""

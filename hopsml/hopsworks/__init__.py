@@ -39,7 +39,7 @@ class Project:
         return f"Project({self.name!r})"
 
     @property
-    def id(self) -> int:   # noqa: A003 - hopsworks' name
+    def id(self) -> int:
         """A number standing for the project (the same in every process; hopsworks' projects have ids)."""
         return stable_id(self.name)
 

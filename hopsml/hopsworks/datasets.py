@@ -33,7 +33,7 @@ class Inode:
     name: str
     path: str              # as hopsworks gives it: /Projects/<project>/...
     size: int | None
-    dir: bool               # noqa: A003 - hopsworks' name
+    dir: bool
     modification_time: dt.datetime | None
 
 

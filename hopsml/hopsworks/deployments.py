@@ -111,13 +111,13 @@ class Deployment:
             batch_timeout_micros=(batcher.max_latency * 1000 if batcher and batcher.enabled and batcher.max_latency
                                   else None), canary_version=p.canary_version,
             canary_traffic_percent=p.canary_traffic_percent, settings=self._settings,
-            **({"transformer": _script(self._settings, p.transformer.script_file),
-                "transformer_instances": p.transformer.num_instances} if p.transformer else {}))
+            transformer=_script(self._settings, p.transformer.script_file) if p.transformer else None,
+            transformer_instances=p.transformer.num_instances if p.transformer else None)
         self._sync_canary()
         return self
 
     @property
-    def id(self) -> int:   # noqa: A003 - hsml's name
+    def id(self) -> int:
         return int(lifecycle.get(self.name, self._settings).id)
 
     @property

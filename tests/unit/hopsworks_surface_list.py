@@ -30,7 +30,6 @@ import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger("hopsworks_surface_list")
 
@@ -237,7 +236,7 @@ class Tracer(ast.NodeVisitor):
         if any(self._is_udf(d) for d in node.decorator_list):
             self.env[node.name] = "HopsworksUdf"
 
-    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_AsyncFunctionDef = visit_FunctionDef  # noqa: N815 - ast.NodeVisitor's name
 
     def _is_udf(self, decorator: ast.AST) -> bool:
         func = decorator.func if isinstance(decorator, ast.Call) else decorator
