@@ -528,6 +528,8 @@ GROUP_ONLINE_OWED = "_online_owed.json"  # an insert's online write not yet done
 VIEW_RECORD = "view.json"
 VIEW_LOG = "log"                      # beside view.json: the feature log's Delta table, and buffer/ before it
 TRAINING_DATASET_RECORD = "training_dataset.json"
+VIEW_TAGS = "tags.json"               # beside view.json: the view's tags and its training datasets' (add_tag)
+TRANSFORMATION_FUNCTIONS = "_transformation_functions"   # in the feature store: <name>_<version>.json, saved udfs
 
 
 def feature_store_dir(project: str) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hopsml import execution_notes, layout
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import expectations, frames, spark_insert, stats
+from hopsml.featurestore.hsfs_members import GroupMembers
 from hopsml.featurestore.query import Feature, Query
 from hopsml.featurestore.table import Commit, GroupTable
 
@@ -26,7 +27,7 @@ _UNSUPPORTED_WRITE = {"start_offline_materialization": "offline materialization 
                       "table in the insert itself)", "kafka": "Kafka streaming inserts"}
 
 
-class FeatureGroup:
+class FeatureGroup(GroupMembers):
     """One version of a feature group (see the module docstring)."""
 
     def __init__(self, store: Any, name: str, version: int, *, description: str = "",  # store: its FeatureStore
@@ -347,7 +348,10 @@ class FeatureGroup:
         return report
 
     # --- reading --------------------------------------------------------------------------------------
-    def select_all(self, include_primary_key: bool = True, include_event_time: bool = True) -> Query:
+    def select_all(self, include_primary_key: bool = True, include_event_time: bool = True,
+                   include_foreign_key: bool = True, include_partition_key: bool = True) -> Query:
+        """Every feature; without the primary key or event time when asked (hopsml keeps no foreign keys, and a
+        partition key is a feature like the others: their flags are accepted)."""
         names = [n for n in self.feature_names() if (include_primary_key or n not in self.primary_key)
                  and (include_event_time or n != self.event_time)]
         return Query(self, tuple(names))
@@ -374,8 +378,8 @@ class FeatureGroup:
         kept = {*self.primary_key, *self.partition_key, *([self.event_time] if self.event_time else [])}
         return Query(self, tuple(n for n in self.feature_names() if n not in kept))
 
-    def filter(self, condition: Any) -> Query:
-        return self.select_all().filter(condition)
+    def filter(self, f: Any) -> Query:   # f: hsfs' name
+        return self.select_all().filter(f)
 
     def as_of(self, wallclock_time: Any = None, exclude_until: Any = None) -> Query:
         return self.select_all().as_of(wallclock_time, exclude_until)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.hsfs_members import QueryMembers
 
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 OPS = (*COMPARISONS, "in", "like")
@@ -222,7 +223,7 @@ class Join:
 
 
 @dataclass(frozen=True)
-class Query:
+class Query(QueryMembers):
     """Features of one group (`left`), joined with other queries, filtered, read as of a commit."""
 
     left: Any  # the FeatureGroup whose rows the query starts from
@@ -267,10 +268,10 @@ class Query:
         joined = Join(sub_query, tuple(left_keys), tuple(right_keys), join_type, prefix or "")
         return replace(self, joins=(*self.joins, joined))
 
-    def filter(self, condition: Filter | Logic) -> Query:
-        if not isinstance(condition, (Filter, Logic)):
+    def filter(self, f: Filter | Logic) -> Query:   # f: hsfs' name
+        if not isinstance(f, (Filter, Logic)):
             raise FeatureStoreError("filter() takes a condition such as fg.amount > 10 or fg['kind'] == 'a'")
-        return replace(self, filters=(*self.filters, condition))
+        return replace(self, filters=(*self.filters, f))
 
     def as_of(self, wallclock_time: Any = None, exclude_until: Any = None) -> Query:
         """Read every group as it was at `wallclock_time` (a datetime, epoch ms or '2024-05-01 12:00')."""
@@ -315,8 +316,9 @@ class Query:
     def show(self, n: int = 20, online: bool = False) -> Any:
         return self.read(online=online).head(n)
 
-    def to_string(self) -> str:
-        """The query as the embedded engine runs it (SQL)."""
+    def to_string(self, online: bool = False, arrow_flight: bool = False) -> str:
+        """The query as the embedded engine runs it (SQL; the same for `online`, whose rows come from the online
+        store's newest row per key)."""
         return str(self.left.store.query_sql(self))
 
     def __str__(self) -> str:

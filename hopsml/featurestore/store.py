@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
 from hopsml.errors import FeatureStoreError, HopsmlError, InvalidNameError
+from hopsml.featurestore.hsfs_members import StoreMembers
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_record
 
@@ -81,7 +82,7 @@ TRAINING_DATASET_SHAPE = RecordShape(
            "state": (str,)})
 
 
-class FeatureStore:
+class FeatureStore(StoreMembers):
     """The feature store of the settings' project (as `project.get_feature_store()` returns it)."""
 
     def __init__(self, settings: config.Settings | None = None) -> None:
@@ -510,6 +511,10 @@ class FeatureStore:
         return transformations.builtins()
 
     def get_transformation_function(self, name: str, version: int | None = None) -> TransformationFunction:
+        """A built-in by name, or a function saved by fs.create_transformation_function(fn).save()."""
+        saved = self.saved_transformation_function(name, version)
+        if saved is not None:
+            return saved
         for function in self.get_transformation_functions():
             if function.name == name:
                 return function

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from hopsml import layout
 from hopsml.data.tables import transform as primitives
 from hopsml.errors import FeatureStoreError
 
@@ -40,6 +41,7 @@ class TransformationFunction:
     drop: tuple[str, ...] = ()                # input features the output replaces
     statistics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    home: Any = field(default=None, compare=False, repr=False)   # (feature store, version): fs.create_...
 
     def __call__(self, *features: str) -> TransformationFunction:
         """This function bound to `features` (its inputs, in order)."""
@@ -152,11 +154,57 @@ class TransformationFunction:
             record["return_type"] = getattr(self.return_type, "__name__", str(self.return_type))
         return record
 
+    # --- kept in the feature store by name (hsfs' fs.create_transformation_function(udf).save()) ---------------
+    def saved_in(self, store: Any, version: int | None = None) -> TransformationFunction:
+        """This function as `fs.create_transformation_function` gives it: `save()` keeps it in `store`."""
+        return replace(self, home=(store, version))
+
+    def _home(self) -> tuple[Any, str]:
+        if self.home is None:
+            raise FeatureStoreError(f"transformation function {self.name!r} belongs to no feature store: make it "
+                                    "with fs.create_transformation_function(fn) first")
+        store = self.home[0]
+        return store, layout.join(layout.feature_store_dir(store.project), layout.TRANSFORMATION_FUNCTIONS)
+
+    def save(self) -> TransformationFunction:
+        """Keep the function (its code found again by module and name) under its name and the next version (or
+        the one given), so that `fs.get_transformation_function(name, version)` returns it."""
+        if self.fn is None:
+            raise FeatureStoreError(f"{self.name} is a built-in: fs.get_transformation_function({self.name!r}) "
+                                    "finds it without saving")
+        store, folder = self._home()
+        version = self.home[1]
+        if version is None:
+            taken = [int(e.name[len(self.name) + 1:-5]) for e in store.storage.walk(folder, recursive=False)
+                     if e.name.startswith(self.name + "_") and e.name[len(self.name) + 1:-5].isdigit()] \
+                if store.storage.exists(folder) else []
+            version = max(taken, default=0) + 1
+        record = {"name": self.name, "version": int(version),
+                  "function": {**self.to_dict(), "params": list(getattr(self, "params", ()))}}
+        store.storage.write_json(layout.join(folder, f"{self.name}_{int(version)}.json"), record)
+        object.__setattr__(self, "home", (store, int(version)))
+        return self
+
+    def delete(self) -> None:
+        """Remove the saved function from its feature store."""
+        store, folder = self._home()
+        if self.home[1] is None:
+            raise FeatureStoreError(f"transformation function {self.name!r} is not saved")
+        store.storage.delete(layout.join(folder, f"{self.name}_{int(self.home[1])}.json"))
+
+    @property
+    def version(self) -> int | None:
+        """The saved version (None for a function not saved in a feature store)."""
+        return None if self.home is None else self.home[1]
+
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> TransformationFunction:
         fn = _resolve(record["function"]) if record.get("function") else None
         if fn is None and record["name"] not in BUILTINS:
             raise FeatureStoreError(f"unknown transformation function {record['name']!r}")
+        if record.get("params") and not record.get("features"):   # a saved @udf, not yet bound to features
+            return _Unbound(record["name"], (), fn, float, tuple(record.get("drop", ())), {},
+                            tuple(record.get("aliases") or ()), params=tuple(record["params"]))
         return cls(record["name"], tuple(record.get("features", ())), fn, float, tuple(record.get("drop", ())),
                    dict(record.get("statistics") or {}), tuple(record.get("aliases") or ()))
 
@@ -272,7 +320,7 @@ def udf(return_type: Any, drop: str | Sequence[str] | None = None, mode: str = "
         dropped = (drop,) if isinstance(drop, str) else tuple(drop or ())
         params = [p for p in inspect.signature(fn).parameters if p != "statistics"]
         # drop names the function's parameters; once bound, those become the features in their place
-        return _Unbound(fn.__name__, (), fn, return_type, dropped, {}, (), tuple(params))
+        return _Unbound(fn.__name__, (), fn, return_type, dropped, {}, (), params=tuple(params))
 
     return wrap
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hopsml import layout, request_notes
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import engine, in_memory, vectors
+from hopsml.featurestore.hsfs_members import ViewMembers
 from hopsml.featurestore.query import Query
 from hopsml.featurestore.table import wallclock_ms
 from hopsml.featurestore.transformations import TransformationFunction, apply_all, row_steps
@@ -35,7 +36,7 @@ def qualified_name(project: str, group: Any, column: str) -> str:
     return f"{project}_{group.name}_{group.version}_{column}"
 
 
-class FeatureView:
+class FeatureView(ViewMembers):
     """One version of a feature view (see the module docstring)."""
 
     def __init__(self, store: Any, name: str, version: int, query: Query, labels: Sequence[str] = (),
@@ -510,9 +511,9 @@ class FeatureView:
     def resume_logging(self) -> None:
         self._set_logging(paused=False)
 
-    def log(self, logging_data: Any = None, untransformed_features: Any = None, predictions: Any = None,
-            transformed_features: Any = None, write_options: dict[str, Any] | None = None,
-            training_dataset_version: int | None = None, model: Any = None, **_: Any) -> int:
+    def log(self, untransformed_features: Any = None, predictions: Any = None, transformed_features: Any = None,
+            write_options: dict[str, Any] | None = None, training_dataset_version: int | None = None,
+            model: Any = None, logging_data: Any = None, **_: Any) -> int:
         """Log features (untransformed, transformed or both) and predictions, with the training dataset version
         and model they belong to; returns the rows logged. Predictions come in `predictions` (one column per
         label) or as label-named columns of the features. Logging is enabled by the first call."""

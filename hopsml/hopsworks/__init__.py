@@ -15,12 +15,15 @@ from then on.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 from hopsml import config
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.hsfs_members import stable_id
 from hopsml.featurestore.store import FeatureStore
-from hopsml.hopsworks.absent import refusal
+from hopsml.featurestore.transformations import udf
+from hopsml.hopsworks.absent import refusal, refuse
+from hopsml.hopsworks.datasets import DatasetApi
 from hopsml.hopsworks.deployments import ModelServing
 from hopsml.hopsworks.jobs import JobApi
 from hopsml.hopsworks.registry import ModelRegistry
@@ -34,6 +37,15 @@ class Project:
 
     def __repr__(self) -> str:
         return f"Project({self.name!r})"
+
+    @property
+    def id(self) -> int:
+        """A number standing for the project (the same in every process; hopsworks' projects have ids)."""
+        return stable_id(self.name)
+
+    def get_dataset_api(self) -> DatasetApi:
+        """The project's files under hopsworks' dataset API (upload, download, exists, mkdir, remove, ...)."""
+        return DatasetApi(self.settings)
 
     def get_feature_store(self, name: str | None = None) -> FeatureStore:
         """The project's feature store (`name`, when given, must be '<project>_featurestore')."""
@@ -84,3 +96,62 @@ def login(host: str | None = None, port: int = 443, project: str | None = None, 
 
 def get_current_project() -> Project:
     return login()
+
+
+class Connection:
+    """What `hopsworks.connection()` returns: the project's stores, as the older entry point gives them."""
+
+    def __init__(self, project: Project) -> None:
+        self._project = project
+
+    def __repr__(self) -> str:
+        return f"Connection({self._project.name!r})"
+
+    def get_feature_store(self, name: str | None = None) -> FeatureStore:
+        return self._project.get_feature_store(name)
+
+    def get_model_registry(self, project: str | None = None) -> ModelRegistry:
+        return (login(project=project) if project else self._project).get_model_registry()
+
+    def get_model_serving(self) -> ModelServing:
+        return self._project.get_model_serving()
+
+    def get_project(self, name: str | None = None) -> Project:
+        return login(project=name) if name else self._project
+
+    def close(self) -> None:
+        """Nothing to close: there is no server."""
+
+
+def connection(host: str | None = None, port: int = 443, project: str | None = None, engine: str | None = None,
+               hostname_verification: bool = False, trust_store_path: str | None = None, cert_folder: str = "/tmp",
+               api_key_file: str | None = None, api_key_value: str | None = None) -> Connection:
+    """hopsworks' older entry point: a connection to the project (see login; the arguments are recorded)."""
+    return Connection(login(host, port, project, api_key_value, api_key_file, hostname_verification,
+                            trust_store_path, engine))
+
+
+def create_project(name: str, description: str | None = None, feature_store_topic: str | None = None) -> Project:
+    """Create the project `name` (its folder under the root) and return it; refused when it exists, as hopsworks
+    refuses a name that is taken. It does not become the process's project (login(project=name) makes it so)."""
+    from hopsml import layout
+    from hopsml.errors import HopsmlError
+    from hopsml.fs import Storage
+
+    settings = config.load(project=name)   # checks the name
+    storage = Storage(settings.root)
+    folder = layout.project_dir(settings.project)
+    if storage.exists(folder):
+        raise HopsmlError(f"project {name!r} exists ({storage.uri(folder)}): open it with "
+                          f"hopsworks.login(project={name!r})")
+    storage.makedirs(folder)
+    return Project(settings, {"description": description})
+
+
+def get_secrets_api() -> NoReturn:
+    """Not offered by hopsml: raises NotOfferedError (no secrets store; environment variables instead)."""
+    refuse("hopsworks.get_secrets_api")
+
+
+__all__ = ["Connection", "Project", "connection", "create_project", "get_current_project", "get_secrets_api",
+           "login", "udf"]

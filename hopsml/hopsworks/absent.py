@@ -1,12 +1,15 @@
 """The hopsworks SDK's members that hopsml does not offer: each raises one NotOfferedError that names the member
-and says what to use instead, rather than an AttributeError that says nothing."""
+and says what to use instead, rather than an AttributeError that says nothing. The feature store's own refusals
+(Kafka, OpenSearch, storage connectors, feature monitoring) are in hopsml.featurestore.absent; ALL holds both."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from hopsml.errors import NotOfferedError
+from hopsml.featurestore import absent as featurestore_absent
+
+_SCHEDULE = "a schedule lives in the Airflow DAG (or crontab) that runs the job"
 
 # member -> what to use instead ("" when hopsml has nothing in its place)
 INSTEAD = {
@@ -17,25 +20,22 @@ INSTEAD = {
     "Project.get_git_api": "work with git in the project's folder directly",
     "Project.get_environment_api": "hopsml runs in the Python environment it is installed in; each experiment "
                                    "records it (conda.yml)",
+    "hopsworks.get_secrets_api": "hopsml keeps no secrets store: give a program its secrets in environment "
+                                 "variables (a job's secrets: job.save(secrets={...}), see docs/jobs.md)",
     "Job.schedule": "schedule the job from Airflow with hopsml's provider (hopsml.airflow: HopsmlJobOperator in a "
                     "DAG with a schedule), or from cron with `hopsml jobs run NAME`",
-    "Job.unschedule": "a schedule lives in the Airflow DAG (or crontab) that runs the job",
-    "Job.resume_schedule": "a schedule lives in the Airflow DAG (or crontab) that runs the job",
-    "Job.pause_schedule": "a schedule lives in the Airflow DAG (or crontab) that runs the job",
+    "Job.unschedule": _SCHEDULE,
+    "Job.resume_schedule": _SCHEDULE,
+    "Job.pause_schedule": _SCHEDULE,
 }
+ALL = {**featurestore_absent.INSTEAD, **INSTEAD}
 
 
 def refuse(member: str) -> NoReturn:
-    """Raise the NotOfferedError of `member` (a key of INSTEAD)."""
-    instead = INSTEAD.get(member, "")
-    raise NotOfferedError(f"{member} is not offered by hopsml" + (f"; instead: {instead}" if instead else ""))
+    """Raise the NotOfferedError of `member` (a key of ALL)."""
+    featurestore_absent.refuse(member, ALL)
 
 
 def refusal(member: str) -> Callable[..., NoReturn]:
     """A method standing for `member` that raises its NotOfferedError, whatever it is given."""
-    def method(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
-        refuse(member)
-
-    method.__name__ = member.rpartition(".")[2]
-    method.__doc__ = f"Not offered by hopsml: raises NotOfferedError ({INSTEAD.get(member, '')})."
-    return method
+    return featurestore_absent.refusal(member, ALL)

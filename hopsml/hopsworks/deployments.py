@@ -16,8 +16,9 @@ from typing import Any
 
 from hopsml import config, hdfs, layout
 from hopsml.fs import Storage
+from hopsml.hopsworks.hsml.transformer import Transformer
 from hopsml.serving import lifecycle
-from hopsml.serving.definition import ServingError
+from hopsml.serving.definition import ServingError, ServingNotFound
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Predictor:
     settings: config.Settings | None = None
     canary_version: int | None = None           # another version of the model, served beside model_version
     canary_traffic_percent: int | None = None   # of the requests that name no version (10 when only a version)
+    transformer: Transformer | None = None      # hsml's transformer script, run around the predictor
 
     def deploy(self) -> Deployment:
         """A deployment of this predictor, saved (not started)."""
@@ -108,9 +110,34 @@ class Deployment:
             max_batch_size=batcher.max_batch_size if batcher and batcher.enabled else None,
             batch_timeout_micros=(batcher.max_latency * 1000 if batcher and batcher.enabled and batcher.max_latency
                                   else None), canary_version=p.canary_version,
-            canary_traffic_percent=p.canary_traffic_percent, settings=self._settings)
+            canary_traffic_percent=p.canary_traffic_percent, settings=self._settings,
+            transformer=_script(self._settings, p.transformer.script_file) if p.transformer else None,
+            transformer_instances=p.transformer.num_instances if p.transformer else None)
         self._sync_canary()
         return self
+
+    @property
+    def id(self) -> int:
+        return int(lifecycle.get(self.name, self._settings).id)
+
+    @property
+    def transformer(self) -> Transformer | None:
+        return self.predictor.transformer
+
+    def get_url(self) -> str:
+        """The path of the deployment's page in hopsml's web view (`hopsml ui` prints the address it serves on)."""
+        return f"/p/{self._settings.project}/servings/{self.name}"
+
+    def describe(self) -> None:
+        """Print the deployment's definition and state (as hsml prints its JSON)."""
+        import json
+
+        serving = lifecycle.get(self.name, self._settings)
+        print(json.dumps({"name": self.name, "id": serving.id, "model_name": serving.model_name,
+                          "model_version": serving.model_version, "predictor": serving.predictor,
+                          "transformer": serving.transformer, "requested_instances": serving.requested_instances,
+                          "canary_version": serving.canary_version, "status": str(serving.status),
+                          "created": serving.created}, indent=4, sort_keys=True))
 
     @property
     def canary_version(self) -> int | None:
@@ -199,7 +226,7 @@ class ModelServing:
                          inference_logger: InferenceLogger | str | None = None,
                          inference_batcher: InferenceBatcher | bool | None = None,
                          canary_version: Any = None, canary_traffic_percent: int | None = None,
-                         **_: Any) -> Predictor:
+                         transformer: Transformer | dict[str, Any] | None = None, **_: Any) -> Predictor:
         """hsml's create_predictor; `canary_version` (a version number, or a saved version of the same model) and
         `canary_traffic_percent` are hopsml's, as create_or_update takes them."""
         if isinstance(resources, dict):
@@ -218,8 +245,17 @@ class ModelServing:
             canary_version = int(canary_version.version)
         if canary_traffic_percent is not None and canary_version is None:
             raise ServingError(f"canary_traffic_percent={canary_traffic_percent} needs a canary_version")
+        if isinstance(transformer, dict):
+            transformer = Transformer(**transformer)
         return Predictor(model.name, int(model.version), name or model.name, script_file, resources, inference_logger,
-                         inference_batcher, self._settings, canary_version, canary_traffic_percent)
+                         inference_batcher, self._settings, canary_version, canary_traffic_percent, transformer)
+
+    def create_transformer(self, script_file: str | None = None, resources: Any = None) -> Transformer:
+        """hsml's transformer: a script whose `Transformer` pre- and post-processes the predictor's requests."""
+        if not script_file:
+            raise ServingError("create_transformer needs script_file=: a .py with a Transformer class "
+                               "(preprocess(self, inputs), postprocess(self, outputs))")
+        return Transformer(script_file, resources)
 
     def create_deployment(self, predictor: Predictor, name: str | None = None, **_: Any) -> Deployment:
         return Deployment(predictor, name)
@@ -229,7 +265,15 @@ class ModelServing:
         return Deployment(Predictor(serving.model_name, serving.model_version, name, serving.predictor,
                                     settings=self._settings, canary_version=serving.canary_version,
                                     canary_traffic_percent=(serving.canary_traffic_percent
-                                                            if serving.canary_version is not None else None)), name)
+                                                            if serving.canary_version is not None else None),
+                                    transformer=Transformer(serving.transformer) if serving.transformer else None),
+                          name)
+
+    def get_deployment_by_id(self, id: int) -> Deployment:  # noqa: A002 - hsml's name
+        for serving in lifecycle.get_all(self._settings):
+            if int(serving.id) == int(id):
+                return self.get_deployment(serving.name)
+        raise ServingNotFound(f"no deployment with id {id} in project {self._settings.project!r}")
 
     def get_deployments(self, model: Any = None, status: str | None = None) -> list[Deployment]:
         found = [self.get_deployment(s.name) for s in lifecycle.get_all(self._settings)

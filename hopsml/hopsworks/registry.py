@@ -72,6 +72,33 @@ class Model:
         return registry.download_model(self.name, self.version, local_dir=local_path, settings=self._settings,
                                        overwrite=local_path is not None)
 
+    @property
+    def model_files_path(self) -> str:
+        """Where the version's files are, as hsml names it ('/Projects/<project>/Models/<name>/<version>'): the
+        dataset API and hopsml.hdfs take it."""
+        return "/" + layout.model_dir(self._settings.project, self.name, int(self._saved_version()))
+
+    def get_url(self) -> str:
+        """The path of the models' page in hopsml's web view (`hopsml ui` prints the address it serves on)."""
+        return f"/p/{self._settings.project}/models/"
+
+    def delete(self) -> None:
+        """Delete this version from the registry; refused while a deployment serves it."""
+        from hopsml.serving import lifecycle
+
+        version = self._saved_version()
+        serving = [s.name for s in lifecycle.get_all(self._settings)
+                   if s.model_name == self.name and version in (s.model_version, s.canary_version)]
+        if serving:
+            raise ModelError(f"model {self.name!r} version {version} is served by {', '.join(serving)}: delete "
+                             "those deployments first (deployment.delete())")
+        Storage(self._settings.root).delete(layout.model_dir(self._settings.project, self.name, version))
+
+    def _saved_version(self) -> int:
+        if self.version is None:
+            raise ModelError(f"model {self.name!r} is not saved yet: model.save(path) first")
+        return int(self.version)
+
     def get_feature_view(self, init: bool = True, online: bool = False) -> Any:
         """The feature view the model was trained on, ready for batch scoring with its training dataset version."""
         from hopsml.featurestore.store import FeatureStore
