@@ -59,6 +59,9 @@ PIPELINES = {
     "loan_approval": Pipeline("batch-ai-systems/loan_approval", (
         "1-loan-approval-feature-pipeline.ipynb", "2-loan-approval-training-pipeline.ipynb",
         "3-loan-approval-batch-inference.ipynb"), ("features",)),
+    "fraud_online": Pipeline("real-time-ai-systems/fraud_online", (
+        "1_fraud_online_feature_pipeline.ipynb", "2_fraud_online_training_pipeline.ipynb",
+        "3_fraud_online_inference_pipeline.ipynb"), ("features",)),
 }
 DEFAULT_PIPELINES = ("churn", "credit_scores", "fraud_batch")
 
