@@ -12,10 +12,12 @@ Frameworks are imported by the loader that needs them, in the serving's instance
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -361,13 +363,27 @@ def _load_script(path: str, attr: str, what: str) -> Any:
         raise ServingError(f"the {what} script {path} cannot be loaded as a Python module (is it a .py file?)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    with _no_exit(path, what, "importing it"):
+        spec.loader.exec_module(module)
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise ServingError(f"the {what} script {path} defines no class {attr}; hops' {what} scripts define "
                            f"`class {attr}` "
                            f"({'predict(self, inputs)' if attr == 'Predict' else 'preprocess/postprocess'})")
-    return cls(**_init_arguments(cls, path, what))
+    arguments = _init_arguments(cls, path, what)
+    with _no_exit(path, what, f"making its {attr}"):
+        return cls(**arguments)
+
+
+@contextlib.contextmanager
+def _no_exit(path: str, what: str, doing: str) -> Iterator[None]:
+    """A script (or a library it imports) that ends the process while it loads fails the load with a reason, instead
+    of an instance that exits (with code 0, if it was sys.exit(0)) and leaves the serving nothing to say why."""
+    try:
+        yield
+    except SystemExit as exc:
+        raise ServingError(f"the {what} script {path} ended the process (SystemExit({exc.code!r})) while "
+                           f"{doing}; see the lines before this in the serving's log for what called exit") from None
 
 
 @dataclass

@@ -59,3 +59,48 @@ def test_an_init_asking_for_something_else_says_what_hsml_passes(settings, tmp_p
     with pytest.raises(ServingError, match=r"Predict.__init__ asks for 'config'; hsml's model server passes `model` "
                                            r"and `async_logger`"):
         loaders.load(str(tmp_path), _script(tmp_path, "def __init__(self, config):\n        pass"))
+
+
+# What pyspark.sql.connect does when great_expectations imports it and grpc is not installed: a process whose
+# __main__ has neither __spec__ nor __file__ is taken for a doctest run, and exits with code 0.
+EXITS_LIKE_PYSPARK_CONNECT = textwrap.dedent("""
+    import sys
+
+    main = sys.modules["__main__"]
+    if main.__spec__ is None and not hasattr(main, "__file__") and not hasattr(sys, "ps1"):
+        sys.exit(0)
+
+    class Predict:
+        def predict(self, inputs):
+            return [len(row) for row in inputs]
+""")
+
+
+def test_a_script_that_ends_the_process_while_loading_fails_the_load_naming_it(tmp_path):
+    path = tmp_path / "exits.py"
+    path.write_text("import sys\nsys.exit(0)\n")
+    with pytest.raises(ServingError, match=r"the predictor script .*exits.py ended the process \(SystemExit\(0\)\) "
+                                           r"while importing it"):
+        loaders.load(str(tmp_path), str(path))
+    path.write_text("import sys\n\nclass Predict:\n    def __init__(self):\n        sys.exit(3)\n")
+    with pytest.raises(ServingError, match=r"ended the process \(SystemExit\(3\)\) while making its Predict"):
+        loaders.load(str(tmp_path), str(path))
+
+
+def test_an_instance_runs_a_script_as_a_program_would(settings, tmp_path):
+    """The fraud_online tutorial's predictor reaches great_expectations (its feature view's groups carry
+    expectation suites), which imports pyspark.sql.connect: under `python -c` the instance exited with code 0
+    while loading ("exited with code 0 while loading the model")."""
+    from conftest import base_url, export_sklearn, http, running
+
+    from hopsml.serving import lifecycle
+
+    export_sklearn(settings, tmp_path / "model")
+    resources = tmp_path / "root" / "Projects" / "test" / "Resources"
+    resources.mkdir(parents=True, exist_ok=True)
+    (resources / "program.py").write_text(EXITS_LIKE_PYSPARK_CONNECT)
+    lifecycle.create_or_update("program", "Models/iris", "PYTHON", predictor="Resources/program.py",
+                               settings=settings)
+    with running(settings, "program") as serving:
+        assert http("POST", base_url(serving) + ":predict", {"instances": [[1, 2, 3], [4]]}) == \
+            (200, {"predictions": [3, 1]})
