@@ -1,4 +1,4 @@
-"""Run the hopsworks-tutorials' batch pipelines against hopsml, as a Hopsworks team would.
+"""Run the hopsworks-tutorials' pipelines against hopsml, as a Hopsworks team would.
 
     python tests/tutorials/hopsworks_tutorials.py --tutorials <checkout or bare git dir> \
         [--pipelines churn,credit_scores,fraud_batch] [--work DIR] [--hopsml PATH]
@@ -13,8 +13,9 @@ whose working folder is the pipeline's folder (its helper modules copied beside 
 test, so that checkout's code is imported, not an installed copy.
 
 Prints PASS/FAIL per notebook (a failure with its cell's first line and the exception's last lines), then
-N/M per pipeline and in all; the exit code is 1 when a notebook fails. The executed notebooks are kept under
-`<work>/<pipeline>/executed/`.
+N/M per pipeline and in all; the exit code is 1 when a notebook fails. After each pipeline, every serving of the
+project still running (a deployment whose notebook failed before `deployment.stop()`) is stopped and named.
+The executed notebooks are kept under `<work>/<pipeline>/executed/`.
 """
 
 from __future__ import annotations
@@ -217,6 +218,28 @@ def run_notebook(pipeline: str, name: str, source: bytes, folder: Path, files: d
 
 # --- a pipeline ----------------------------------------------------------------------------------------------
 
+# --- what the notebooks leave running -----------------------------------------------------------------------
+
+# Run by the kernels' interpreter with the checkout under test: every serving of the project that is not
+# stopped is stopped (a deployment's server outlives the kernel that started it), and its name printed.
+_STOP_SERVINGS = """
+from hopsml import serving
+for found in serving.get_all():
+    if str(found.status) != "Stopped":
+        serving.stop(found.name)
+        print(found.name)
+"""
+
+
+def stop_servings(python: str) -> list[str]:
+    """Stop the servings the notebooks left running in the project (a failed notebook stops before its
+    `deployment.stop()`); returns their names. The environment is the kernels' (root, project, PYTHONPATH)."""
+    done = subprocess.run([python, "-c", _STOP_SERVINGS], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        print(f"      could not stop the project's servings: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+    return done.stdout.split()
+
+
 def run_pipeline(key: str, checkout: Checkout, work: Path, seed: int, timeout: int) -> list[Result]:
     import numpy as np
 
@@ -291,7 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results: list[Result] = []
     for key in keys:
-        results += run_pipeline(key, checkout, work, args.seed, args.timeout)
+        try:
+            results += run_pipeline(key, checkout, work, args.seed, args.timeout)
+        finally:
+            left = stop_servings(args.python)
+            if left:
+                print(f"      {key} left serving(s) running, now stopped: {', '.join(left)}", flush=True)
     print()
     for key in keys:
         mine = [r for r in results if r.pipeline == key]
