@@ -401,6 +401,39 @@ class ServedModel:
     def version_path(self) -> str:
         return self.model_files_path
 
+    def _hsml(self) -> dict[str, Any]:
+        """What hsml recorded of the version beyond hopsml's record (its feature view, training dataset version),
+        read in the project's registry: a served copy of a remote root's version holds only the model's files."""
+        from hopsml import config
+        from hopsml.fs import Storage
+
+        if self.name is None or self.version is None:
+            return {}
+        settings = config.load()
+        storage = Storage(settings.root)
+        path = layout.join(layout.model_dir(settings.project, self.name, int(self.version)), layout.HSML_RECORD)
+        return dict(storage.read_json(path)) if storage.exists(path) else {}
+
+    @property
+    def training_dataset_version(self) -> int | None:
+        return self._hsml().get("training_dataset_version")
+
+    def get_feature_view(self, init: bool = True, online: bool = False) -> Any:
+        """hsml's Model.get_feature_view as a deployment calls it: the feature view the version was saved with
+        (`feature_view=`), initialised for serving with its training dataset version (hsml always initialises for
+        serving inside a deployment, whatever `online` says); None when it was saved without one."""
+        from hopsml import config
+        from hopsml.featurestore.store import FeatureStore
+
+        recorded = self._hsml()
+        linked = recorded.get("feature_view")
+        if not linked:
+            return None
+        view = FeatureStore(config.load()).get_feature_view(linked["name"], int(linked["version"]))
+        if init:
+            view.init_serving(recorded.get("training_dataset_version"))
+        return view
+
 
 def _init_arguments(cls: type, path: str, what: str) -> dict[str, Any]:
     """What hsml's model server passes a script's class: nothing to `__init__(self)`; `model` (the served version)

@@ -104,3 +104,44 @@ def test_an_instance_runs_a_script_as_a_program_would(settings, tmp_path):
     with running(settings, "program") as serving:
         assert http("POST", base_url(serving) + ":predict", {"instances": [[1, 2, 3], [4]]}) == \
             (200, {"predictions": [3, 1]})
+
+
+MODEL_FEATURE_VIEW = textwrap.dedent("""
+    class Predict:
+        def __init__(self, model):
+            self.view = model.get_feature_view()     # as hsml's templates do inside a deployment
+
+        def predict(self, inputs):
+            return [self.view.get_feature_vector({"card": row[0]}) for row in inputs]
+""")
+
+
+def test_the_model_given_to_a_script_opens_its_feature_view_for_serving(root, tmp_path):
+    """hsml hands `__init__(self, model)` its Model: `model.get_feature_view()` is the view the version was saved
+    with, initialised for serving with its training dataset version (the online-inference benchmark's predictor)."""
+    pytest.importorskip("deltalake")
+    import pandas as pd
+
+    from hopsml import hopsworks
+
+    project = hopsworks.login()
+    fs = project.get_feature_store()
+    cards = fs.create_feature_group("cards", primary_key=["card"], online_enabled=True)
+    cards.insert(pd.DataFrame({"card": [1, 2, 3, 4], "amount": [10.0, 20.0, 30.0, 40.0], "fraud": [0, 1, 0, 1]}))
+    view = fs.create_feature_view("cards", query=cards.select(["amount", "fraud"]), labels=["fraud"])
+    first, _ = view.create_training_data()
+    second, _ = view.create_training_data()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "weights.txt").write_text("1")
+    model = project.get_model_registry().python.create_model("cards", feature_view=view,
+                                                            training_dataset_version=first)
+    model.save(str(tmp_path / "model"))
+    version_dir = model.download(str(tmp_path / "served"))
+    script = tmp_path / "predict.py"
+    script.write_text(MODEL_FEATURE_VIEW)
+
+    servable = loaders.load(version_dir, str(script))
+    opened = servable.predictor.view
+    assert (opened.name, opened.version, opened._serving) == ("cards", 1, first) and second != first
+    assert servable.call([[2], [4]]) == [[20.0], [40.0]]
+    assert loaders.served_model(str(tmp_path)).get_feature_view() is None   # a version saved without a view

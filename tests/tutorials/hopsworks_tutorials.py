@@ -63,6 +63,10 @@ PIPELINES = {
     "fraud_online": Pipeline("real-time-ai-systems/fraud_online", (
         "1_fraud_online_feature_pipeline.ipynb", "2_fraud_online_training_pipeline.ipynb",
         "3_fraud_online_inference_pipeline.ipynb"), ("features",)),
+    # fraud_online's pipeline, its predictor reading vectors from the online store's REST server (RonDB's)
+    "online_inference_benchmark": Pipeline("benchmarks/online-inference-pipeline", (
+        "1_fraud_online_feature_pipeline.ipynb", "2_fraud_online_training_pipeline.ipynb",
+        "3_fraud_online_inference_pipeline.ipynb"), ("features",)),
 }
 DEFAULT_PIPELINES = ("churn", "credit_scores", "fraud_batch")
 
@@ -104,9 +108,16 @@ class Checkout:
 # --- the one change a hopsml user makes --------------------------------------------------------------------
 
 _IMPORT = re.compile(r"^(\s*)import hopsworks\s*$")
-_FROM = re.compile(r"^(\s*)from hopsworks(\.[\w.]+)? import ")
+_FROM = re.compile(r"^(\s*)from (hopsworks|hsfs|hsml)(\.[\w.]+)? import ")
 _PIP = re.compile(r"^\s*[!%]\s*pip\s+install\b")
-_URL = re.compile(r"""(["'])(https?://[^"']+/([^/"']+))\1""")
+_URL = re.compile(r"""(["'])(https?://[^"']+/([^/"']+\.\w+))\1""")   # a file's URL (a.csv), not a service's
+
+
+def _from_sdk(match: re.Match) -> str:
+    """`from hopsworks.X import` -> `from hopsml.hopsworks.X import`; the SDK's own hsfs and hsml packages (the
+    hopsworks wheel installs them at the top level) -> `from hopsml.hopsworks.hsfs.X import` and hsml's."""
+    package = "" if match.group(2) == "hopsworks" else "." + match.group(2)
+    return f"{match.group(1)}from hopsml.hopsworks{package}{match.group(3) or ''} import "
 
 
 def rewrite(source: str, files: dict[str, Path]) -> str:
@@ -116,15 +127,19 @@ def rewrite(source: str, files: dict[str, Path]) -> str:
     'from hopsml import hopsworks'
     >>> rewrite("from hopsworks.hsfs.builtin_transformations import label_encoder", {})
     'from hopsml.hopsworks.hsfs.builtin_transformations import label_encoder'
+    >>> rewrite("from hsfs.transformation_statistics import TransformationStatistics", {})
+    'from hopsml.hopsworks.hsfs.transformation_statistics import TransformationStatistics'
     >>> rewrite('pd.read_csv("https://repo.hops.works/x/a.csv")', {"a.csv": Path("/d/a.csv")})
     "pd.read_csv('/d/a.csv')"
+    >>> rewrite('post(f"https://{host}:4406/0.1.0/batch_feature_store")', {})
+    'post(f"https://{host}:4406/0.1.0/batch_feature_store")'
     """
     lines = []
     for line in source.splitlines():
         if _PIP.match(line):
             continue
         line = _IMPORT.sub(r"\1from hopsml import hopsworks", line)
-        line = _FROM.sub(lambda m: f"{m.group(1)}from hopsml.hopsworks{m.group(2) or ''} import ", line)
+        line = _FROM.sub(_from_sdk, line)
         lines.append(line)
     text = "\n".join(lines)
 

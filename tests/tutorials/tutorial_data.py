@@ -529,5 +529,6 @@ def loan_approval(folder: Path, rng: np.random.Generator, loans: int = 4000) -> 
 
 GENERATORS: dict[str, Callable[[Path, np.random.Generator], Files]] = {
     "churn": churn, "credit_scores": credit_scores, "fraud_batch": fraud_batch, "fraud_online": fraud_online,
+    "online_inference_benchmark": fraud_online,
     "nyc_taxi_fares": nyc_taxi_fares, "loan_approval": loan_approval,
 }
