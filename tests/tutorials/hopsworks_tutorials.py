@@ -242,13 +242,14 @@ from hopsml import serving
 for found in serving.get_all():
     if str(found.status) != "Stopped":
         serving.stop(found.name)
-        print(found.name)
+        print(f"{found.name}({found.status})")
 """
 
 
 def stop_servings(python: str) -> list[str]:
-    """Stop the servings the notebooks left running in the project (a failed notebook stops before its
-    `deployment.stop()`); returns their names. The environment is the kernels' (root, project, PYTHONPATH)."""
+    """Stop the servings the notebooks left running or failed in the project (a failed notebook stops before
+    its `deployment.stop()`); returns 'name(status)' of each. The environment is the kernels' (root, project,
+    PYTHONPATH)."""
     done = subprocess.run([python, "-c", _STOP_SERVINGS], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         print(f"      could not stop the project's servings: {done.stderr.strip().splitlines()[-1:]}", flush=True)
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             left = stop_servings(args.python)
             if left:
-                print(f"      {key} left serving(s) running, now stopped: {', '.join(left)}", flush=True)
+                print(f"      {key} left serving(s) not stopped, now stopped: {', '.join(left)}", flush=True)
     print()
     for key in keys:
         mine = [r for r in results if r.pipeline == key]
