@@ -10,6 +10,7 @@ instances run with the project's root, project and online store, so it finds the
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,15 @@ class PredictorState:
     reason: str | None = None
     available_predictor_instances: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """hsml's fields of a state, decamelized as its describe() prints them."""
+        state = {"available_instances": self.available_predictor_instances, "status": self.status}
+        return {**state, "condition": {"reason": self.reason}} if self.reason else state
+
+    def describe(self) -> None:
+        """Print the state as JSON, as hsml does."""
+        _print_json(self.to_dict())
+
 
 @dataclass
 class Predictor:
@@ -76,6 +86,29 @@ class Predictor:
     def deploy(self) -> Deployment:
         """A deployment of this predictor, saved (not started)."""
         return Deployment(self).save()
+
+    def to_dict(self) -> dict[str, Any]:
+        """hsml's fields of a predictor (decamelized, as describe() prints them) that hopsml has."""
+        described: dict[str, Any] = {"name": self.name, "model_name": self.model_name,
+                                     "model_version": self.model_version, "model_server": "PYTHON",
+                                     "serving_tool": "DEFAULT", "predictor": self.script_file,
+                                     "api_protocol": "REST"}
+        if self.resources is not None:
+            described["num_instances"] = self.resources.num_instances
+        if self.inference_logger is not None:
+            described["inference_logging"] = self.inference_logger.mode
+        if self.inference_batcher is not None:
+            described["batching_configuration"] = {"batching_enabled": self.inference_batcher.enabled,
+                                                   "max_batch_size": self.inference_batcher.max_batch_size,
+                                                   "max_latency": self.inference_batcher.max_latency}
+        if self.canary_version is not None:
+            described.update(canary_version=self.canary_version,
+                             canary_traffic_percent=self.canary_traffic_percent)
+        return described
+
+    def describe(self) -> None:
+        """Print the predictor as JSON, as hsml does."""
+        _print_json(self.to_dict())
 
 
 class Deployment:
@@ -196,11 +229,25 @@ class Deployment:
         return self.get_state().status == "Stopped"
 
     def predict(self, data: Any = None, inputs: Any = None) -> Any:
-        """hsml's predict: `inputs` (a list of instances) or `data` (the request body, {"instances": [...]})."""
-        if (data is None) == (inputs is None):
-            raise ServingError("predict takes data= (the request body) or inputs= (the instances), one of them")
-        body = data if data is not None else {"instances": inputs if isinstance(inputs, list) else [inputs]}
-        return lifecycle.make_inference_request(self.name, body, settings=self._settings)
+        """hsml's predict: `inputs` (one instance, or a list of them) or `data` (the request body,
+        {"instances": [...]}); the answer is the server's, {"predictions": [...]}."""
+        return lifecycle.make_inference_request(self.name, request_body(data, inputs), settings=self._settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What describe() prints: hsml's fields of the deployment's predictor, as the serving records them."""
+        serving = lifecycle.get(self.name, self._settings)
+        described = self.predictor.to_dict()
+        described.update(id=serving.id, name=self.name, model_path=serving.model_path,
+                         model_version=serving.model_version, predictor=serving.predictor,
+                         transformer=serving.transformer, model_server=serving.model_server,
+                         serving_tool=serving.serving_tool, created=serving.created, creator=serving.creator,
+                         requested_instances=serving.requested_instances,
+                         inference_logging=serving.inference_logging, batching_enabled=serving.batching_enabled)
+        return described
+
+    def describe(self) -> None:
+        """Print the deployment as JSON (its predictor's fields), as hsml does."""
+        _print_json(self.to_dict())
 
     def get_logs(self, component: str = "predictor", tail: int = 10) -> str:
         """The last `tail` lines of the serving's log (printed, as hsml does, and returned)."""
@@ -279,6 +326,41 @@ class ModelServing:
         found = [self.get_deployment(s.name) for s in lifecycle.get_all(self._settings)
                  if model is None or s.model_name == model.name]
         return [d for d in found if status is None or d.get_state().status.lower() == status.lower()]
+
+
+def request_body(data: Any = None, inputs: Any = None) -> dict[str, Any]:
+    """The REST request body hsml's `predict(data=, inputs=)` sends: `data` as given (a dict with a non-empty
+    2-dimensional "instances" or "inputs" list); `inputs` (a dict, a list of rows, or one row) made two-dimensional:
+    a row of plain values (`[4467360740682089]`) is one instance, `[[...]]`, and a dict one instance of one value,
+    `[[{...}]]`, so a predictor's `predict(inputs)` finds the first value at `inputs[0][0]`."""
+    if data is not None and inputs is not None:
+        raise ServingError("predict takes data= (the request body) or inputs= (the instances), not both")
+    if data is not None:
+        if not isinstance(data, dict):
+            raise ServingError(f"predict(data=...) takes the request body as a dict, e.g. {{'instances': [[1.0]]}}, "
+                               f"not a {type(data).__name__}; pass the values as inputs=... instead")
+        payload = data.get("instances", data.get("inputs"))
+        if payload is None:
+            raise ServingError("predict(data=...) lacks the 'instances' key: send {'instances': [[...], ...]}")
+        if not isinstance(payload, list) or not payload or not isinstance(payload[0], list) or not payload[0]:
+            raise ServingError("predict(data=...): 'instances' must be a non-empty list of non-empty rows, "
+                               "e.g. {'instances': [[1.0, 2.0]]}")
+        return data
+    if isinstance(inputs, dict):
+        return {"instances": [[inputs]]}
+    if not isinstance(inputs, list):
+        raise ServingError(f"predict(inputs=...) takes a list (one row, or a list of rows) or a dict, not "
+                           f"{'nothing' if inputs is None else 'a ' + type(inputs).__name__}")
+    if not inputs:
+        raise ServingError("predict(inputs=[]): there is nothing to predict; give one row or a list of rows")
+    if all(isinstance(row, (list, dict)) for row in inputs):
+        return {"instances": inputs}
+    return {"instances": [inputs]}
+
+
+def _print_json(described: dict[str, Any]) -> None:
+    """hsml's describe(): the fields as indented, sorted JSON on stdout (a notebook's cell output)."""
+    print(json.dumps(described, indent=4, sort_keys=True, default=str))
 
 
 def _script(settings: config.Settings, script_file: str | None) -> str | None:

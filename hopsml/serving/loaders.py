@@ -12,10 +12,12 @@ Frameworks are imported by the loader that needs them, in the serving's instance
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -361,13 +363,27 @@ def _load_script(path: str, attr: str, what: str) -> Any:
         raise ServingError(f"the {what} script {path} cannot be loaded as a Python module (is it a .py file?)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    with _no_exit(path, what, "importing it"):
+        spec.loader.exec_module(module)
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise ServingError(f"the {what} script {path} defines no class {attr}; hops' {what} scripts define "
                            f"`class {attr}` "
                            f"({'predict(self, inputs)' if attr == 'Predict' else 'preprocess/postprocess'})")
-    return cls(**_init_arguments(cls, path, what))
+    arguments = _init_arguments(cls, path, what)
+    with _no_exit(path, what, f"making its {attr}"):
+        return cls(**arguments)
+
+
+@contextlib.contextmanager
+def _no_exit(path: str, what: str, doing: str) -> Iterator[None]:
+    """A script (or a library it imports) that ends the process while it loads fails the load with a reason, instead
+    of an instance that exits (with code 0, if it was sys.exit(0)) and leaves the serving nothing to say why."""
+    try:
+        yield
+    except SystemExit as exc:
+        raise ServingError(f"the {what} script {path} ended the process (SystemExit({exc.code!r})) while "
+                           f"{doing}; see the lines before this in the serving's log for what called exit") from None
 
 
 @dataclass
@@ -384,6 +400,39 @@ class ServedModel:
     @property
     def version_path(self) -> str:
         return self.model_files_path
+
+    def _hsml(self) -> dict[str, Any]:
+        """What hsml recorded of the version beyond hopsml's record (its feature view, training dataset version),
+        read in the project's registry: a served copy of a remote root's version holds only the model's files."""
+        from hopsml import config
+        from hopsml.fs import Storage
+
+        if self.name is None or self.version is None:
+            return {}
+        settings = config.load()
+        storage = Storage(settings.root)
+        path = layout.join(layout.model_dir(settings.project, self.name, int(self.version)), layout.HSML_RECORD)
+        return dict(storage.read_json(path)) if storage.exists(path) else {}
+
+    @property
+    def training_dataset_version(self) -> int | None:
+        return self._hsml().get("training_dataset_version")
+
+    def get_feature_view(self, init: bool = True, online: bool = False) -> Any:
+        """hsml's Model.get_feature_view as a deployment calls it: the feature view the version was saved with
+        (`feature_view=`), initialised for serving with its training dataset version (hsml always initialises for
+        serving inside a deployment, whatever `online` says); None when it was saved without one."""
+        from hopsml import config
+        from hopsml.featurestore.store import FeatureStore
+
+        recorded = self._hsml()
+        linked = recorded.get("feature_view")
+        if not linked:
+            return None
+        view = FeatureStore(config.load()).get_feature_view(linked["name"], int(linked["version"]))
+        if init:
+            view.init_serving(recorded.get("training_dataset_version"))
+        return view
 
 
 def _init_arguments(cls: type, path: str, what: str) -> dict[str, Any]:

@@ -62,7 +62,7 @@ LOG_MODE = 0o600
 # How often a running server checks that its definition still exists: one whose project was deleted stops.
 ORPHAN_CHECK_S = 5.0
 ORPHAN_CHECK_REMOTE_S = 60.0
-INSTANCE_MAIN = "import sys; from hopsml.serving.instance import main; sys.exit(main())"
+INSTANCE_MODULE = "hopsml.serving.instance_main"   # run with -m: a program's __main__ (see there)
 
 
 class Stop(Exception):
@@ -274,7 +274,7 @@ class Supervisor:
         if self.reader is not None:
             self.reader.clear(index)
         fds = (self.sock.fileno(), ready_w) + ((self.load_fd,) if self.load_fd is not None else ())
-        popen = subprocess.Popen([sys.executable, "-c", INSTANCE_MAIN], env=env, stdin=subprocess.DEVNULL,
+        popen = subprocess.Popen([sys.executable, "-m", INSTANCE_MODULE], env=env, stdin=subprocess.DEVNULL,
                                  pass_fds=fds, cwd=self.model_dir)
         os.close(ready_w)
         instance = Instance(index, popen, ready_r, os.pidfd_open(popen.pid))

@@ -1,4 +1,4 @@
-"""Run the hopsworks-tutorials' batch pipelines against hopsml, as a Hopsworks team would.
+"""Run the hopsworks-tutorials' pipelines against hopsml, as a Hopsworks team would.
 
     python tests/tutorials/hopsworks_tutorials.py --tutorials <checkout or bare git dir> \
         [--pipelines churn,credit_scores,fraud_batch] [--work DIR] [--hopsml PATH]
@@ -13,8 +13,9 @@ whose working folder is the pipeline's folder (its helper modules copied beside 
 test, so that checkout's code is imported, not an installed copy.
 
 Prints PASS/FAIL per notebook (a failure with its cell's first line and the exception's last lines), then
-N/M per pipeline and in all; the exit code is 1 when a notebook fails. The executed notebooks are kept under
-`<work>/<pipeline>/executed/`.
+N/M per pipeline and in all; the exit code is 1 when a notebook fails. After each pipeline, every serving of the
+project still running (a deployment whose notebook failed before `deployment.stop()`) is stopped and named.
+The executed notebooks are kept under `<work>/<pipeline>/executed/`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ PIPELINES = {
     "loan_approval": Pipeline("batch-ai-systems/loan_approval", (
         "1-loan-approval-feature-pipeline.ipynb", "2-loan-approval-training-pipeline.ipynb",
         "3-loan-approval-batch-inference.ipynb"), ("features",)),
+    "fraud_online": Pipeline("real-time-ai-systems/fraud_online", (
+        "1_fraud_online_feature_pipeline.ipynb", "2_fraud_online_training_pipeline.ipynb",
+        "3_fraud_online_inference_pipeline.ipynb"), ("features",)),
+    # fraud_online's pipeline, its predictor reading vectors from the online store's REST server (RonDB's)
+    "online_inference_benchmark": Pipeline("benchmarks/online-inference-pipeline", (
+        "1_fraud_online_feature_pipeline.ipynb", "2_fraud_online_training_pipeline.ipynb",
+        "3_fraud_online_inference_pipeline.ipynb"), ("features",)),
 }
 DEFAULT_PIPELINES = ("churn", "credit_scores", "fraud_batch")
 
@@ -100,9 +108,16 @@ class Checkout:
 # --- the one change a hopsml user makes --------------------------------------------------------------------
 
 _IMPORT = re.compile(r"^(\s*)import hopsworks\s*$")
-_FROM = re.compile(r"^(\s*)from hopsworks(\.[\w.]+)? import ")
+_FROM = re.compile(r"^(\s*)from (hopsworks|hsfs|hsml)(\.[\w.]+)? import ")
 _PIP = re.compile(r"^\s*[!%]\s*pip\s+install\b")
-_URL = re.compile(r"""(["'])(https?://[^"']+/([^/"']+))\1""")
+_URL = re.compile(r"""(["'])(https?://[^"']+/([^/"']+\.\w+))\1""")   # a file's URL (a.csv), not a service's
+
+
+def _from_sdk(match: re.Match) -> str:
+    """`from hopsworks.X import` -> `from hopsml.hopsworks.X import`; the SDK's own hsfs and hsml packages (the
+    hopsworks wheel installs them at the top level) -> `from hopsml.hopsworks.hsfs.X import` and hsml's."""
+    package = "" if match.group(2) == "hopsworks" else "." + match.group(2)
+    return f"{match.group(1)}from hopsml.hopsworks{package}{match.group(3) or ''} import "
 
 
 def rewrite(source: str, files: dict[str, Path]) -> str:
@@ -112,15 +127,19 @@ def rewrite(source: str, files: dict[str, Path]) -> str:
     'from hopsml import hopsworks'
     >>> rewrite("from hopsworks.hsfs.builtin_transformations import label_encoder", {})
     'from hopsml.hopsworks.hsfs.builtin_transformations import label_encoder'
+    >>> rewrite("from hsfs.transformation_statistics import TransformationStatistics", {})
+    'from hopsml.hopsworks.hsfs.transformation_statistics import TransformationStatistics'
     >>> rewrite('pd.read_csv("https://repo.hops.works/x/a.csv")', {"a.csv": Path("/d/a.csv")})
     "pd.read_csv('/d/a.csv')"
+    >>> rewrite('post(f"https://{host}:4406/0.1.0/batch_feature_store")', {})
+    'post(f"https://{host}:4406/0.1.0/batch_feature_store")'
     """
     lines = []
     for line in source.splitlines():
         if _PIP.match(line):
             continue
         line = _IMPORT.sub(r"\1from hopsml import hopsworks", line)
-        line = _FROM.sub(lambda m: f"{m.group(1)}from hopsml.hopsworks{m.group(2) or ''} import ", line)
+        line = _FROM.sub(_from_sdk, line)
         lines.append(line)
     text = "\n".join(lines)
 
@@ -214,6 +233,29 @@ def run_notebook(pipeline: str, name: str, source: bytes, folder: Path, files: d
 
 # --- a pipeline ----------------------------------------------------------------------------------------------
 
+# --- what the notebooks leave running -----------------------------------------------------------------------
+
+# Run by the kernels' interpreter with the checkout under test: every serving of the project that is not
+# stopped is stopped (a deployment's server outlives the kernel that started it), and its name printed.
+_STOP_SERVINGS = """
+from hopsml import serving
+for found in serving.get_all():
+    if str(found.status) != "Stopped":
+        serving.stop(found.name)
+        print(f"{found.name}({found.status})")
+"""
+
+
+def stop_servings(python: str) -> list[str]:
+    """Stop the servings the notebooks left running or failed in the project (a failed notebook stops before
+    its `deployment.stop()`); returns 'name(status)' of each. The environment is the kernels' (root, project,
+    PYTHONPATH)."""
+    done = subprocess.run([python, "-c", _STOP_SERVINGS], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        print(f"      could not stop the project's servings: {done.stderr.strip().splitlines()[-1:]}", flush=True)
+    return done.stdout.split()
+
+
 def run_pipeline(key: str, checkout: Checkout, work: Path, seed: int, timeout: int) -> list[Result]:
     import numpy as np
 
@@ -288,7 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results: list[Result] = []
     for key in keys:
-        results += run_pipeline(key, checkout, work, args.seed, args.timeout)
+        try:
+            results += run_pipeline(key, checkout, work, args.seed, args.timeout)
+        finally:
+            left = stop_servings(args.python)
+            if left:
+                print(f"      {key} left serving(s) not stopped, now stopped: {', '.join(left)}", flush=True)
     print()
     for key in keys:
         mine = [r for r in results if r.pipeline == key]

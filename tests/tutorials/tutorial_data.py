@@ -365,6 +365,56 @@ def fraud_batch(folder: Path, rng: np.random.Generator, cards: int = 250, transa
     return {name: folder / name for name in tables}
 
 
+# --- fraud_online: card holders and a quarter of their transactions, cash withdrawals the ones that count ---------
+
+def fraud_online(folder: Path, rng: np.random.Generator, cards: int = 400, transactions: int = 24000) -> Files:
+    """card_fraud_online's two files. The feature pipeline keeps only the cash withdrawals (about a sixth here)
+    and the profiles of cards that made one; a card withdraws several times (its group's primary key repeats,
+    one row per event time), fraud is a few percent of them (large, far from home), and a few rows lack their
+    country (the pipeline fills them in). The training pipeline splits 2022-01-01..03-10 / 03-10..03-31."""
+    cc_nums = np.unique(rng.integers(4_000_000_000_000_000, 4_999_999_999_999_999, cards, dtype=np.int64))
+    cards = len(cc_nums)
+    home = rng.integers(0, len(CITIES), cards)
+    first = ["James", "Mary", "Robert", "Linda", "Michael", "Susan", "David", "Karen", "Anna", "Luis"]
+    last = ["Smith", "Johnson", "Brown", "Garcia", "Miller", "Davis", "Lopez", "Wilson", "Moore", "Clark"]
+    names = [f"{first[a]} {last[b]}" for a, b in zip(rng.integers(0, 10, cards), rng.integers(0, 10, cards))]
+    profiles = pd.DataFrame({
+        "name": names, "sex": _pick(rng, ["F", "M"], cards),
+        "mail": [f"{name.lower().replace(' ', '.')}{i}@example.com" for i, name in enumerate(names)],
+        "birthdate": (pd.Timestamp("1950-01-01") + pd.to_timedelta(rng.integers(0, 365 * 52, cards), unit="D")
+                      + pd.to_timedelta(rng.integers(0, 86400, cards), unit="s")).strftime("%Y-%m-%d %H:%M:%S"),
+        "City": [CITIES[h][0] for h in home], "Country": [CITIES[h][1] for h in home], "cc_num": cc_nums,
+    })
+
+    start = pd.Timestamp("2022-01-01")
+    card = rng.integers(0, cards, transactions)
+    seconds = np.sort(rng.integers(0, 90 * 86400, transactions))
+    category = _pick(rng, CATEGORIES, transactions, [0.22, 0.14, 0.09, 0.09, 0.09, 0.07, 0.06, 0.04, 0.03, 0.17])
+    cash = category == "Cash Withdrawal"
+    fraud = rng.random(transactions) < np.where(cash, 0.05, 0.01)
+    place = np.where(fraud & (rng.random(transactions) < 0.7), rng.integers(0, len(CITIES), transactions),
+                     home[card])
+    amount = np.round(np.where(fraud, rng.lognormal(6.0, 1.0, transactions),
+                               rng.lognormal(3.5, 1.0, transactions)), 2)
+    country = np.array([CITIES[p][1] for p in place], dtype=object)
+    country[rng.random(transactions) < 0.01] = None
+    trans = pd.DataFrame({
+        "tid": [f"{rng.integers(0, 2**62):016x}{rng.integers(0, 2**62):016x}" for _ in range(transactions)],
+        "datetime": (start + pd.to_timedelta(seconds, unit="s")).strftime("%Y-%m-%d %H:%M:%S"),
+        "cc_num": cc_nums[card], "category": category, "amount": amount,
+        "latitude": np.round([CITIES[p][2] for p in place] + rng.normal(0, 0.05, transactions), 6),
+        "longitude": np.round([CITIES[p][3] for p in place] + rng.normal(0, 0.05, transactions), 6),
+        "city": [CITIES[p][0] for p in place], "country": country,
+        "fraud_label": fraud.astype(int),
+    })
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = {"profiles.csv": profiles, "transactions.csv": trans}
+    for name, frame in tables.items():
+        frame.to_csv(folder / name, index=False)
+    return {name: folder / name for name in tables}
+
+
 # --- nyc_taxi_fares: rides with their distance and time features, and their fares -----------------------------
 
 def _miles(lat1: np.ndarray, lon1: np.ndarray, lat2: np.ndarray, lon2: np.ndarray) -> np.ndarray:
@@ -478,6 +528,7 @@ def loan_approval(folder: Path, rng: np.random.Generator, loans: int = 4000) -> 
 
 
 GENERATORS: dict[str, Callable[[Path, np.random.Generator], Files]] = {
-    "churn": churn, "credit_scores": credit_scores, "fraud_batch": fraud_batch,
+    "churn": churn, "credit_scores": credit_scores, "fraud_batch": fraud_batch, "fraud_online": fraud_online,
+    "online_inference_benchmark": fraud_online,
     "nyc_taxi_fares": nyc_taxi_fares, "loan_approval": loan_approval,
 }
