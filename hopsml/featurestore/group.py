@@ -356,8 +356,10 @@ class FeatureGroup(GroupMembers):
                  and (include_event_time or n != self.event_time)]
         return Query(self, tuple(names))
 
-    def select(self, features: Sequence[str | Feature]) -> Query:
-        names = [(f.name if isinstance(f, Feature) else str(f)).lower() for f in features]
+    def select(self, features: Sequence[str | Feature] | str | Feature) -> Query:
+        """These features of the group (one may be given alone, as hsfs takes `select('cc_num')`)."""
+        listed = [features] if isinstance(features, (str, Feature)) else list(features)
+        names = [(f.name if isinstance(f, Feature) else str(f)).lower() for f in listed]
         for name in names:
             self.get_feature(name)
         return Query(self, tuple(dict.fromkeys(names)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -54,8 +55,12 @@ class Commit:
 
 def wallclock_ms(value: Any) -> int:
     """Epoch milliseconds of a wall-clock time as Hopsworks takes it: a datetime or date (naive: UTC), epoch
-    milliseconds, or a string '%Y-%m-%d', '%Y-%m-%d %H:%M', '%Y-%m-%d %H:%M:%S' (also with T or .%f) or
-    '%Y%m%d%H%M%S'."""
+    milliseconds, or a string of year, month, day and optionally hours, minutes, seconds and fractions, with or
+    without the separators - / : . T and spaces ('2024-05-01', '2024/05/01 12:00', '20240501120000').
+
+    >>> wallclock_ms("2022/01/01") == wallclock_ms("2022-01-01") == wallclock_ms("20220101")
+    True
+    """
     if isinstance(value, bool):
         raise FeatureStoreError(f"wallclock_time {value!r} is not a time")
     if isinstance(value, int):
@@ -67,13 +72,21 @@ def wallclock_ms(value: Any) -> int:
     if hasattr(value, "to_pydatetime"):  # a pandas Timestamp
         return wallclock_ms(value.to_pydatetime())
     text = str(value).strip()
-    if text.isdigit() and len(text) == 14:
-        return wallclock_ms(dt.datetime.strptime(text, "%Y%m%d%H%M%S"))
     try:
         return wallclock_ms(dt.datetime.fromisoformat(text))
     except ValueError:
-        raise FeatureStoreError(f"wallclock_time {value!r} is not a time: give a datetime, epoch milliseconds, or "
-                                "a string such as '2024-05-01 12:00:00'") from None
+        pass
+    digits = re.sub(r"[-/:. T]", "", text)   # as hsfs: '2022/01/01', '2022-01-01 10:30', '20220101103000'
+    formats = {8: "%Y%m%d", 10: "%Y%m%d%H", 12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}
+    try:
+        if digits.isdigit() and len(digits) in formats:
+            return wallclock_ms(dt.datetime.strptime(digits, formats[len(digits)]))
+        if digits.isdigit() and len(digits) > 14:   # fractions of a second
+            return wallclock_ms(dt.datetime.strptime(digits[:14] + digits[14:20].ljust(6, "0"), "%Y%m%d%H%M%S%f"))
+    except ValueError:
+        pass
+    raise FeatureStoreError(f"wallclock_time {value!r} is not a time: give a datetime, epoch milliseconds, or a "
+                            "string such as '2024-05-01 12:00:00' or '2024/05/01'")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ class FeatureView(ViewMembers):
         self.labels = [label.lower() for label in labels]
         self._transformations = list(transformation_functions)
         self._scoring: int | None = None
+        self._last_accessed: int | None = None   # the training dataset version this object made or read last
         self._serving: int | None = None
         self._serving_fitted: tuple[int, list[TransformationFunction], Any] | None = None  # per serving version
         self._vector_plan: Any = None   # vectors.Plan, made on the first feature vector
@@ -96,6 +97,11 @@ class FeatureView(ViewMembers):
         if self._scoring is not None:
             return self._fitted(self._scoring)
         return list(self._transformations)
+
+    def get_last_accessed_training_dataset(self) -> int | None:
+        """The training dataset version this view object made or read last (what hsml records for a model saved
+        with `feature_view=` and no `training_dataset_version`), None before any."""
+        return self._last_accessed
 
     @property
     def _batch_scoring_server(self) -> Any:
@@ -610,6 +616,7 @@ class FeatureView(ViewMembers):
                   "transformation_functions": [f.to_dict() for f in fitted], "labels": self.labels,
                   "rows": {name: int(len(frame)) for name, frame in frames.items()}, **fields}
         version = self.store.save_training_dataset(self, record)
+        self._last_accessed = version
         transformed = {name: apply_all(frame, fitted) for name, frame in frames.items()}
         if "dataset" not in fields:   # taken in memory: its statistics and the run's lineage (in_memory.py)
             in_memory.record_statistics(self, version, transformed)
@@ -623,6 +630,7 @@ class FeatureView(ViewMembers):
         frames = _split(self._rows(pinned, record.get("start_time"), record.get("end_time"), read_options,
                                    extra_filter), record["split"], self.query)
         fitted = self._fitted(version)
+        self._last_accessed = version
         in_memory.note_read(self, version, list(frames))
         return {name: apply_all(frame, fitted) for name, frame in frames.items()}
 

@@ -161,17 +161,6 @@ class Deployment:
         """The path of the deployment's page in hopsml's web view (`hopsml ui` prints the address it serves on)."""
         return f"/p/{self._settings.project}/servings/{self.name}"
 
-    def describe(self) -> None:
-        """Print the deployment's definition and state (as hsml prints its JSON)."""
-        import json
-
-        serving = lifecycle.get(self.name, self._settings)
-        print(json.dumps({"name": self.name, "id": serving.id, "model_name": serving.model_name,
-                          "model_version": serving.model_version, "predictor": serving.predictor,
-                          "transformer": serving.transformer, "requested_instances": serving.requested_instances,
-                          "canary_version": serving.canary_version, "status": str(serving.status),
-                          "created": serving.created}, indent=4, sort_keys=True))
-
     @property
     def canary_version(self) -> int | None:
         return self.predictor.canary_version

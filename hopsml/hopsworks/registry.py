@@ -7,6 +7,7 @@ schema, the feature view and training dataset version it was trained on, goes in
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hopsml import config, layout
@@ -42,6 +43,8 @@ class Model:
                              description=self.description, settings=self._settings)
         self.version = mv.version
         view = self._feature_view
+        if view is not None and self.training_dataset_version is None:   # as hsml: the version the view gave last
+            self.training_dataset_version = view.get_last_accessed_training_dataset()
         record = {"framework": self.framework, "input_example": _plain(self.input_example),
                   "model_schema": _plain(self.model_schema),
                   "feature_view": {"name": view.name, "version": view.version} if view is not None else None,
@@ -100,15 +103,21 @@ class Model:
         return int(self.version)
 
     def get_feature_view(self, init: bool = True, online: bool = False) -> Any:
-        """The feature view the model was trained on, ready for batch scoring with its training dataset version."""
+        """The feature view the model was trained on, set up with its training dataset version as hsml does: for
+        serving (feature vectors) with `online=True` or inside a deployment (DEPLOYMENT_NAME set, as a serving's
+        instances have it), else for batch scoring."""
         from hopsml.featurestore.store import FeatureStore
 
         linked = self._hsml().get("feature_view")
         if not linked:
             raise ModelError(f"model {self.name!r} version {self.version} was saved without feature_view=...")
         view = FeatureStore(self._settings).get_feature_view(linked["name"], linked["version"])
-        if init and self._hsml().get("training_dataset_version"):
-            view.init_batch_scoring(self._hsml()["training_dataset_version"])
+        version = self._hsml().get("training_dataset_version")
+        if init and version:
+            if online or os.environ.get("DEPLOYMENT_NAME"):
+                view.init_serving(version)
+            else:
+                view.init_batch_scoring(version)
         return view
 
 

@@ -269,7 +269,8 @@ class Supervisor:
                             load_fd=self.load_fd, models=self.catalog, max_models=self.definition.max_loaded_models,
                             max_models_bytes=(int(self.definition.max_models_memory_mb * 2**20)
                                               if self.definition.max_models_memory_mb is not None else None))
-        env = {**os.environ, SPEC_ENV: spec.to_env()}
+        # DEPLOYMENT_NAME: as a Hopsworks deployment's predictor has it (hsml's model.get_feature_view() reads it)
+        env = {**os.environ, SPEC_ENV: spec.to_env(), "DEPLOYMENT_NAME": self.definition.name}
         env.pop(READY_FD_ENV, None)
         if self.reader is not None:
             self.reader.clear(index)

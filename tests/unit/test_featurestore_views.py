@@ -241,3 +241,46 @@ def test_a_joined_key_the_left_side_leaves_out_is_a_feature_of_the_training_data
     with caplog.at_level("WARNING", logger="hopsml.featurestore.group"):
         assert rides.select_except(["no_such"]).features == ("ride_id", "pickup", "taxi_id", "passengers")
     assert "names no feature" in caplog.text
+
+
+def test_select_takes_one_name_and_splits_take_hsfs_date_strings(project):
+    """fraud_online's training pipeline: fg.select('cc_num') and train_test_split(train_end="2022/01/01")."""
+    fs = project.get_feature_store()
+    orders = fs.create_feature_group("orders", primary_key=["customerid"], event_time="ts")
+    orders.insert(_tables()[1])
+    assert orders.select("amount").features == ("amount",)
+    fv = fs.create_feature_view("by_time", query=orders.select(["amount", "ts"]))
+    middle = (T0 + dt.timedelta(days=3)).strftime("%Y/%m/%d")
+    x_train, x_test, _, _ = fv.train_test_split(train_start=(T0 - dt.timedelta(days=1)).strftime("%Y/%m/%d"),
+                                                train_end=middle, test_start=middle,
+                                                test_end=(T0 + dt.timedelta(days=30)).strftime("%Y/%m/%d"))
+    cut = pd.Timestamp(T0 + dt.timedelta(days=3)).normalize()
+    assert len(x_train) + len(x_test) == len(_tables()[1]) and (pd.to_datetime(x_train["ts"], utc=True) < cut).all()
+
+
+def test_a_model_saved_with_its_view_records_the_version_the_view_gave_and_serves_from_it(project, tmp_path,
+                                                                                       monkeypatch):
+    """As hsml: create_model(feature_view=fv) without training_dataset_version takes the version fv made or read
+    last; get_feature_view(online=True), or inside a deployment, is set up for feature vectors."""
+    fs = project.get_feature_store()
+    orders = fs.create_feature_group("orders", primary_key=["customerid"], event_time="ts", online_enabled=True)
+    orders.insert(_tables()[1])
+    fv = fs.create_feature_view("spend", query=orders.select(["customerid", "amount"]),
+                                transformation_functions=[min_max_scaler("amount")])
+    fv.train_test_split(test_size=0.2)
+    fv.train_test_split(test_size=0.3)
+    fv.get_train_test_split(1)   # read last
+    assert fv.get_last_accessed_training_dataset() == 1
+    (tmp_path / "m.pkl").write_bytes(b"model")
+    model = project.get_model_registry().python.create_model("m", feature_view=fv).save(str(tmp_path / "m.pkl"))
+    assert model.training_dataset_version == 1
+    saved = project.get_model_registry().get_model("m", 1)
+    batch = saved.get_feature_view()
+    assert batch._batch_scoring_server.training_dataset_version == 1 and batch._serving is None
+    online = saved.get_feature_view(online=True)
+    assert online._serving == 1
+    assert online.get_feature_vector({"customerid": 3})[0] == 3
+    monkeypatch.setenv("DEPLOYMENT_NAME", "spend-serving")
+    served = saved.get_feature_view()
+    assert served._serving == 1
+    assert served.get_feature_vector({"customerid": 3}) == online.get_feature_vector({"customerid": 3})
