@@ -27,3 +27,11 @@ def spark(tmp_path_factory):
     spark = session.get_or_create(settings, app_name="hopsml-tests")
     yield spark
     spark.stop()
+
+
+def pytest_collection_modifyitems(items):
+    """tests/unit's tests carry the marker `unit`: CI runs those not marked slow first, then `-m "slow or not unit"`,
+    README's `python -m pytest -q` in two parts with every test run once."""
+    for item in items:
+        if item.nodeid.startswith("tests/unit/"):
+            item.add_marker(pytest.mark.unit)
