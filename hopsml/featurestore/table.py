@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -87,6 +89,14 @@ def wallclock_ms(value: Any) -> int:
         pass
     raise FeatureStoreError(f"wallclock_time {value!r} is not a time: give a datetime, epoch milliseconds, or a "
                             "string such as '2024-05-01 12:00:00' or '2024/05/01'")
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether a failed write ran out of disk (delta-rs words it in several ways, a Rust panic among them)."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(error)
+    return "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text
 
 
 @dataclass(frozen=True)
@@ -230,7 +240,26 @@ class GroupTable:
                     raise FeatureStoreError(f"feature group {self.name!r}: the insert did not land, another insert "
                                             f"committed first {_RETRIES} times ({conflict}); insert again") from None
                 time.sleep(0.05 * (attempt + 1))
+            except BaseException as error:   # delta-rs raises a Rust panic (a BaseException) on some I/O errors
+                if isinstance(error, (KeyboardInterrupt, SystemExit)) or not _disk_full(error):
+                    raise
+                raise FeatureStoreError(self._full_disk_message()) from None
         raise AssertionError("unreachable")
+
+    def _full_disk_message(self) -> str:
+        """One sentence for an insert that found the disk full: the table is as it was (Delta commits last)."""
+        local = self.location.base() if self.location.filesystem is None else None
+        free = ""
+        if local is not None:
+            try:
+                free = f" ({shutil.disk_usage(local).free / 2**20:.1f} MiB free there)"
+            except OSError:
+                pass
+        newest = self.latest_version() if self.exists() else None
+        kept = f"its newest commit is still {newest}" if newest is not None else "it has no commit yet"
+        return (f"feature group {self.name!r}: no space left on the disk of {self.uri}{free} to write the batch; "
+                f"the insert did not land and the table is unchanged ({kept}): free some space there, or move the "
+                "root (HOPSML_ROOT) to a disk with room, and insert again")
 
     def commits(self, limit: int | None = None) -> list[Commit]:
         """The commits, newest first."""

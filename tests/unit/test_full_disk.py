@@ -26,6 +26,30 @@ SCRIPT = textwrap.dedent("""
     except StorageError as exc:
         print("LIBRARY:", exc)
     PY
+    "$PYTHON" - <<'PY'
+    import os
+    import pandas as pd
+    from hopsml import config
+    from hopsml.errors import FeatureStoreError
+    from hopsml.featurestore.store import FeatureStore
+    os.environ.update(HOPSML_ROOT=os.environ["DISK"] + "/root", HOPSML_PROJECT="p")
+    os.remove(os.environ["DISK"] + "/filler")
+    fs = FeatureStore(config.load())
+    group = fs.create_feature_group("g", primary_key=["id"])
+    group.insert(pd.DataFrame({"id": [1, 2], "x": ["a", "b"]}))
+    with open(os.environ["DISK"] + "/filler", "wb") as filler:   # the disk is full again
+        try:
+            filler.write(b"0" * 2_000_000)
+        except OSError:
+            pass
+    try:
+        group.insert(pd.DataFrame({"id": range(3, 30003), "x": [os.urandom(16).hex() for _ in range(30000)]}))
+    except FeatureStoreError as exc:
+        print("FEATURESTORE:", exc)
+    os.remove(os.environ["DISK"] + "/filler")
+    print("ROWS:", sorted(fs.get_feature_group("g").read()["id"]))
+    PY
+    head -c 2000000 /dev/zero > "$DISK/filler" || true
     echo "print('hi')" > "$APP"
     "$PYTHON" -m hopsml.cli --root "$DISK/root" --project p jobs create nightly "$APP" 2>&1 || echo "EXIT: $?"
 """)
@@ -45,6 +69,10 @@ def test_a_full_disk_is_one_sentence_with_the_file_the_folder_and_the_space(tmp_
     assert line is not None, done.stdout + done.stderr
     assert f"no space left on the disk of {disk}/root/Projects/p (" in line
     assert "free there) to write big.bin; the write needed 200000 bytes" in line and "HOPSML_ROOT" in line
-    cli = done.stdout.split(line, 1)[1].strip().splitlines()          # the CLI's output: one line, exit 1
+    store_line = next((text for text in done.stdout.splitlines() if text.startswith("FEATURESTORE:")), None)
+    assert store_line is not None, done.stdout + done.stderr       # an insert onto a full disk: one sentence
+    assert "feature group 'g_1': no space left on the disk of" in store_line and "the table is unchanged" in store_line
+    assert "ROWS: [1, 2]" in done.stdout                            # the table as it was
+    cli = done.stdout.split("ROWS: [1, 2]", 1)[1].strip().splitlines()   # the CLI's output: one line, exit 1
     assert cli[-1] == "EXIT: 1" and len(cli) == 2, cli
     assert cli[0].startswith("hopsml: error: no space left on the disk of ") and "to write job.json" in cli[0]
