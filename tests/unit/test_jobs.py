@@ -360,3 +360,16 @@ def test_an_exclusive_retry_after_a_killed_caller_waits_for_the_old_run_to_end(t
     assert retry.id == 2 and job.get_execution(1).state == "LOST"
     assert start_time(old_pid) is None
     retry.stop(timeout=WAIT_S)
+
+
+def test_a_job_named_with_spaces_and_any_unicode_under_such_a_root_runs(tmp_path, monkeypatch, capsys):
+    """Names survive any path: the job's name and the project root hold spaces and non-ASCII letters."""
+    root = tmp_path / "root dir ü 名"
+    monkeypatch.setenv("HOPSML_ROOT", str(root))
+    monkeypatch.setenv("HOPSML_PROJECT", "p")
+    job = jobs.create_job("nightly ü 名", _script(tmp_path, "print('ran')\n"), settings=config.load(),
+                          job_type="PYTHON")
+    execution = job.run(await_termination=True)
+    assert execution.state == "FINISHED" and "ran" in execution.log()
+    assert cli.main(["jobs", "show", "nightly ü 名"]) == 0
+    assert "FINISHED" in capsys.readouterr().out
