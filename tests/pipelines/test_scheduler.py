@@ -144,7 +144,7 @@ def wait_for(what: str, done: Callable[[], Any], timeout_s: float, context: Call
 
 class Clients(threading.Thread):
     """A client of the serving: feature rows one at a time until stopped, each answer's status kept; a refused
-    connection (the serving restarting) is counted and tried again."""
+    connection (which a restart would cost) is counted and tried again."""
 
     def __init__(self, settings: Any, rows: list[list[float]]) -> None:
         super().__init__(daemon=True)
@@ -303,3 +303,4 @@ def test_a_commit_queues_the_retraining_dag_and_the_real_scheduler_runs_it_to_a_
     answer = lifecycle.make_inference_request(SERVING, rows[:3], settings=settings)
     assert len(answer["predictions"]) == 3
     assert statuses and all(s == 200 for s in statuses), [s for s in statuses if s != 200][:5]
+    assert clients.refused == 0      # the canary's deployment and its promotion reloaded the serving in place
