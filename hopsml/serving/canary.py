@@ -69,7 +69,7 @@ def deploy(serving_name: str, version: int, traffic_percent: int = 10,
 def promote(serving_name: str, settings: config.Settings | None = None,
             reasons: Sequence[str] = ("promoted by hand",), figures: dict[str, Any] | None = None
             ) -> lifecycle.Serving:
-    """The canary version becomes the stable one (all requests); a running serving restarts with it. `reasons`
+    """The canary version becomes the stable one (all requests); a running serving takes it in place. `reasons`
     and `figures` go into the record (a gate's, when it decided)."""
     d = _with_canary(serving_name, settings)
     serving = _redefine(serving_name, d, d.canary_version, settings)
@@ -80,7 +80,7 @@ def promote(serving_name: str, settings: config.Settings | None = None,
 def rollback(serving_name: str, settings: config.Settings | None = None,
              reasons: Sequence[str] = ("rolled back by hand",), figures: dict[str, Any] | None = None
              ) -> lifecycle.Serving:
-    """The canary is dropped: the stable version takes every request again (a running serving restarts)."""
+    """The canary is dropped: the stable version takes every request again (a running serving takes it in place)."""
     d = _with_canary(serving_name, settings)
     serving = _redefine(serving_name, d, d.model_version, settings)
     _decided(serving_name, d, "rolled back", list(reasons), dict(figures or {}), settings)
@@ -184,7 +184,7 @@ def _with_canary(serving_name: str, settings: config.Settings | None) -> defs.Se
 
 def _redefine(serving_name: str, d: defs.ServingDefinition, version: int | None,
               settings: config.Settings | None) -> lifecycle.Serving:
-    """The serving with `version` stable and no canary, through create_or_update (a running one restarts)."""
+    """The serving with `version` stable and no canary, through create_or_update (a running one reloads in place)."""
     settings = settings or config.load()
     storage = Storage(settings.root)
     defs.write(storage, settings.project, defs.ServingDefinition.from_dict(

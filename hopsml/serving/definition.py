@@ -220,6 +220,19 @@ class ServingDefinition:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def restart_needed(old: ServingDefinition, new: ServingDefinition) -> str | None:
+    """Why a running serving must restart to take `new` instead of reloading it in place (None: it reloads). A
+    reload starts the new definition's instances beside the running ones on the same socket and drains the old
+    ones, so what the socket, the autoscaler's slots or a catalog of several models was set up with must stay."""
+    kept = {"host": "its host", "port": "its port", "scaling_bounds": "its instance bounds (autoscaling)",
+            "models": "the models it serves besides its own", "logs_inferences": "whether it logs inferences",
+            "serving_tool": "KServe or not", "model_name": "its model"}
+    changed = [what for name, what in kept.items() if getattr(old, name) != getattr(new, name)]
+    if old.autoscaled or old.models is not None:
+        changed.insert(0, "an autoscaled serving or one of several models")
+    return ", ".join(changed) or None
+
+
 def parse_model_path(model_path: str, project: str, model_version: int | None) -> tuple[str, int | None]:
     """(model name, version or None) from hops' `model_path`: 'Models/<name>', '/Models/<name>/<version>',
     '/Projects/<project>/Models/<name>', 'hdfs://nn/Projects/...' or a URI of the root; a version in the

@@ -32,12 +32,20 @@ from hopsml.serving import inference_log
 from hopsml.serving import state as states
 from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
 from hopsml.serving.processes import Proc, wait_gone, wait_port_closed
-from hopsml.serving.supervisor import READY_FD_ENV, SERVER_SETTINGS, STOP_GRACE_S, private_file, script_rel
+from hopsml.serving.supervisor import (
+    READY_FD_ENV,
+    SERVER_SETTINGS,
+    START_TIMEOUT_S,
+    STOP_GRACE_S,
+    private_file,
+    script_rel,
+)
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
 START_LOCK = ".start.lock"
+RELOAD_POLL_S = 0.05     # how often a reload's end is looked for in the server's state
 # -c, not -m: the package is imported first either way, and runpy warns about a module run twice
 SUPERVISOR_MAIN = "import sys; from hopsml.serving.supervisor import main; sys.exit(main())"
 # Runs the command in its argv in a session of its own, prints its pid and exits; output goes to the log (fd 2).
@@ -258,7 +266,10 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      scale_target: float | None = None, scale_window_s: float | None = None,
                      models: list[str] | None = None, max_loaded_models: int | None = None,
                      max_models_memory_mb: float | None = None, settings: config.Settings | None = None) -> Serving:
-    """Define (or redefine) a serving; a running one is restarted with the new definition.
+    """Define (or redefine) a serving. A running one takes the new definition in place, answering throughout on
+    the same port: the new instances start beside the old ones, which drain once the new are ready (a canary
+    added, promoted or rolled back, another version, other scripts, batching or instance count); a change of host,
+    port, autoscaling or models restarts it.
 
     `canary_version`: another version of the model served beside `model_version` (the stable one), taking
     `canary_traffic_percent` of the requests that name no version (10 by default); `promote`, `rollback` and
@@ -336,6 +347,10 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
             raise ServingError(f"the script {script!r} does not exist at {storage.uri(where)}; give a file name in the "
                                "model's version folder or a project path such as 'Resources/predictor.py'")
     was_running = old is not None and get_status(serving_name, settings) in (states.RUNNING, states.STARTING)
+    if was_running and old is not None and _reload(serving_name, old, d, storage, project, settings):
+        execution_notes.note("serving", name=serving_name, model=name, version=mv.version)
+        log.info("serving %s reloaded in place for model %s version %d", serving_name, name, mv.version)
+        return get(serving_name, settings)
     if was_running:
         stop(serving_name, settings=settings)
     defs.write(storage, project, d)
@@ -345,6 +360,41 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     if was_running:
         start(serving_name, settings=settings)
     return get(serving_name, settings)
+
+
+def _reload(serving_name: str, old: ServingDefinition, new: ServingDefinition, storage: Storage, project: str,
+            settings: config.Settings) -> bool:
+    """Take `new` into the running serving without a restart (supervisor.py: its instances start beside the old
+    ones on the same port, which drain once they are ready), waiting until the old ones have ended. False, with
+    nothing written, when it must restart instead (a change of port, host or autoscaling, or a server that
+    cannot reload); ServingError, with the old definition put back, when the new instances cannot load."""
+    why = defs.restart_needed(old, new)
+    with _start_lock(settings, project, serving_name):
+        st = states.read(storage, project, serving_name)
+        supervisor = st.supervisor_proc
+        if why is not None or st.state != states.RUNNING or st.reloads is None or supervisor is None \
+                or not supervisor.alive():
+            log.info("serving %s restarts to take its new definition%s", serving_name, f" ({why})" if why else "")
+            return False
+        done = st.reloads
+        defs.write(storage, project, new)
+        supervisor.signal(signal.SIGHUP)
+        deadline = time.monotonic() + START_TIMEOUT_S + STOP_GRACE_S + 30
+        while True:
+            st = states.read(storage, project, serving_name)
+            if st.reloads is not None and st.reloads > done:
+                break
+            if not supervisor.alive() or time.monotonic() > deadline:
+                defs.write(storage, project, old)
+                raise ServingError(f"serving {serving_name!r} did not take its new definition "
+                                   f"({'its server ended' if not supervisor.alive() else 'it took too long'}); the "
+                                   f"definition is back as it was. Last lines of {st.log}:\n{log_tail(st.log)}")
+            time.sleep(RELOAD_POLL_S)
+    if st.reload_error is not None:
+        defs.write(storage, project, old)
+        raise ServingError(f"serving {serving_name!r} could not take its new definition and serves on as before: "
+                           f"{st.reload_error}. Last lines of {st.log}:\n{log_tail(st.log)}")
+    return True
 
 
 def _kept(previous: dict[str, Any], **given: Any) -> dict[str, Any]:

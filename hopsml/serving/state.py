@@ -64,6 +64,9 @@ class ServerState:
     log: str = ""
     wanted: int = 0                                        # the instances the autoscaler asks for now
     scaling: list[ScaleStep] = field(default_factory=list)   # the last steps, newest last
+    # reloads of the definition done in place (None: a supervisor that cannot reload), and why the last failed
+    reloads: int | None = None
+    reload_error: str | None = None
 
     @property
     def supervisor_proc(self) -> Proc | None:

@@ -8,6 +8,12 @@ starter once, on the pipe whose descriptor is in HOPSML_SERVING_READY_FD: one JS
 port) or Failed (why). SIGTERM stops it: the instances get SIGTERM, then SIGKILL after a grace period, and
 the state Stopped.
 
+SIGHUP reloads the definition in place (a canary added, promoted or rolled back, another version, other scripts or
+instances): the new definition's instances start beside the running ones on the same socket, and once all are ready
+the old ones drain (they answer what they hold, then end), so the port stays and no connection is refused. The
+state's `reloads` counts the reloads done, with `reload_error` saying why the last one failed (the new instances
+could not load: they are stopped and the old ones serve on).
+
 An instance that keeps crashing is given up on alone: its healthy siblings go on answering, the state names it
 (`failing`, and the reason of a Running serving), and it is tried again after `RETRY_GIVEN_UP_S`; the serving
 fails only when no instance is left. The log that every process here writes to (opened by the starter, in
@@ -39,6 +45,8 @@ from hopsml.model import registry
 from hopsml.serving import autoscale
 from hopsml.serving import definition as defs
 from hopsml.serving import state as states
+from hopsml.serving.http_server import DRAIN_IDLE_S
+from hopsml.serving.inference_log import LOG_ENV, LogOptions
 from hopsml.serving.instance import SPEC_ENV, InstanceSpec
 from hopsml.serving.processes import Proc
 
@@ -81,6 +89,18 @@ class Instance:
     failure: str | None = None
     draining: bool = False      # scaled in: answering what it holds, then ending (not a crash)
     restarts: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Rollover:
+    """A reload under way: the new instances starting, then the old ones draining."""
+
+    new: set[int]
+    old: set[int]
+    before: tuple[Any, ...]          # the definition and resolved files to go back to if the new ones fail
+    deadline: float
+    lost: set[int] = field(default_factory=set)   # old instances that crashed meanwhile (restarted on failure)
+    draining: bool = False
 
 
 def private_file(path: str, flags: int) -> int:
@@ -161,8 +181,11 @@ class Supervisor:
         self.signal_r, signal_w = os.pipe()
         os.set_blocking(signal_w, False)
         signal.set_wakeup_fd(signal_w)
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda *_: None)  # the wakeup fd carries it
+        self.rollover: Rollover | None = None
+        self.reload_asked = False
+        self.state.reloads = 0
         self.selector.register(self.signal_r, selectors.EVENT_READ, "signal")
 
     # --- records -------------------------------------------------------------------------------------
@@ -341,8 +364,11 @@ class Supervisor:
         out: list[tuple[str, int]] = []
         for key, _ in self.selector.select(timeout):
             if key.data == "signal":
-                os.read(self.signal_r, 64)
-                raise Stop()
+                got = set(os.read(self.signal_r, 64))
+                if got - {signal.SIGHUP}:
+                    raise Stop()
+                self.reload_asked = True
+                continue
             kind, index = key.data
             out.append((kind, index))
         return out
@@ -454,7 +480,13 @@ class Supervisor:
         next_rotation = time.monotonic()
         next_scale = time.monotonic() + autoscale.TICK_S if self.autoscaler is not None else float("inf")
         while True:
-            wake = min([next_check, next_rotation, next_scale, *pending.values()])
+            if self.reload_asked and self.rollover is None:
+                self.reload_asked = False
+                self.begin_reload(pending)
+            if self.rollover is not None and time.monotonic() > self.rollover.deadline:
+                self.overdue(pending)
+            wake = min([next_check, next_rotation, next_scale, *pending.values(),
+                        *([self.rollover.deadline] if self.rollover is not None else [])])
             timeout = max(0.0, wake - time.monotonic())
             if time.monotonic() >= next_rotation:
                 next_rotation = time.monotonic() + LOG_CHECK_S
@@ -475,10 +507,22 @@ class Supervisor:
                     continue
                 if kind == "exit" and self.instances[index].draining:
                     self.retire(index)
+                    self.rolled_over()
                     self.save()
+                    continue
+                if self.rollover is not None and kind == "exit" and index in self.rollover.new:
+                    self.abort_reload(self.on_exit(index) + " while loading the new definition", pending)
+                    continue
+                if self.rollover is not None and kind == "exit" and index in self.rollover.old:
+                    log.warning("%s during a reload: the new instances take over", self.on_exit(index))
+                    self.rollover.old.discard(index)
+                    self.rollover.lost.add(index)
+                    self.rolled_over()
                     continue
                 if kind == "ready":
                     self.on_ready(index)
+                    if self.rollover is not None and index in self.rollover.new:
+                        self.rolled_over()
                     if self.instances[index].ready:
                         in_a_row[index] = 0
                         if given_up.pop(index, None) is not None:
@@ -515,6 +559,111 @@ class Supervisor:
                     self.spawn(index)
                     log.info("instance %d restarted (restart %d)", index, len(self.state.restarts))
                     self.save()
+
+    # --- reloads ------------------------------------------------------------------------------------
+    def resolved(self) -> tuple[Any, ...]:
+        return (self.definition, self.model_dir, self.predictor, self.transformer, self.canary, self.catalog,
+                os.environ.get(LOG_ENV))
+
+    def restore(self, before: tuple[Any, ...]) -> None:
+        (self.definition, self.model_dir, self.predictor, self.transformer, self.canary, self.catalog,
+         logged) = before
+        if logged is not None:
+            os.environ[LOG_ENV] = logged
+
+    def begin_reload(self, pending: dict[int, float]) -> None:
+        """Read the definition again and start its instances beside the running ones (SIGHUP)."""
+        before = self.resolved()
+        try:
+            new = defs.read(self.storage, self.project, self.definition.name)
+            why = defs.restart_needed(self.definition, new)
+            if why is not None:
+                raise RuntimeError(f"the new definition changes {why}: restart the serving to take it")
+            self.definition = new
+            self.resolve_files()
+            if os.environ.get(LOG_ENV):   # the instances log the requests as the new stable version's
+                options = LogOptions.from_env(os.environ[LOG_ENV])
+                os.environ[LOG_ENV] = dataclasses.replace(
+                    options, mode=new.inference_logging or options.mode, model_version=new.model_version,
+                    roll_bytes=new.inference_log_roll_bytes, roll_seconds=float(new.inference_log_roll_seconds),
+                    queue_size=new.inference_log_queue).to_env()
+        except Exception as exc:  # noqa: BLE001 (any failure is the reload's recorded reason; the old ones serve on)
+            self.restore(before)
+            self.reloaded(str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}")
+            return
+        old = {i for i, instance in self.instances.items() if not instance.draining}
+        lost = {i for i in pending if i not in self.instances}
+        for index in lost:   # a crashed old instance waiting for its restart: the new ones replace it
+            del pending[index]
+        free = [i for i in range(len(self.instances) + len(lost) + new.instances) if i not in self.instances
+                and i not in lost][:new.instances]
+        self.state.instances += [None] * (max(free) + 1 - len(self.state.instances))
+        self.rollover = Rollover(set(free), old, before, time.monotonic() + START_TIMEOUT_S, lost)
+        log.info("reloading: version %d%s on %d new instance(s) beside %d", new.model_version,
+                 f" with canary version {new.canary_version}" if new.canary_version is not None else "", len(free),
+                 len(old))
+        for index in free:
+            self.spawn(index)
+        self.save()
+
+    def rolled_over(self) -> None:
+        """Once every new instance is ready, drain the old ones; once they have ended, the reload is done."""
+        roll = self.rollover
+        if roll is None:
+            return
+        if not roll.draining and all(self.instances[i].ready for i in roll.new if i in self.instances):
+            roll.draining = True
+            for index in roll.old:
+                if index in self.instances:
+                    self.instances[index].draining = True
+                    self.instances[index].popen.send_signal(signal.SIGUSR1)   # answers what it holds, then ends
+            roll.deadline = time.monotonic() + STOP_GRACE_S + DRAIN_IDLE_S + 5
+            self.wanted = self.state.wanted = self.definition.instances
+            self.slots = max(self.slots, len(self.state.instances))
+            log.info("reload: the new instances are ready; draining the %d old one(s)", len(roll.old))
+        if roll.draining and not any(i in self.instances for i in roll.old):
+            self.rollover = None
+            self.reloaded(None)
+
+    def overdue(self, pending: dict[int, float]) -> None:
+        """A reload past its deadline: new instances that never became ready are given up, old ones that do not
+        end after draining are killed (their exits end the reload)."""
+        roll = self.rollover
+        if roll is None:
+            return
+        if not roll.draining:
+            self.abort_reload(f"the new instances were not ready within {START_TIMEOUT_S:.0f} s", pending)
+            return
+        for index in roll.old:
+            if index in self.instances and self.instances[index].popen.poll() is None:
+                log.warning("instance %d did not end after draining: killed", index)
+                self.instances[index].popen.kill()
+        roll.deadline = time.monotonic() + 10
+
+    def abort_reload(self, reason: str, pending: dict[int, float]) -> None:
+        """The new instances could not load: stop them and serve on with the old definition."""
+        roll = self.rollover
+        if roll is None:
+            return
+        for index in roll.new:
+            instance = self.instances.pop(index, None)
+            if instance is None:
+                continue
+            instance.popen.kill()
+            instance.popen.wait()
+            self.forget(instance)
+            self.state.instances[index] = None
+        self.restore(roll.before)
+        for index in roll.lost:
+            pending[index] = time.monotonic()
+        self.rollover = None
+        log.error("reload failed, serving on as before: %s", reason)
+        self.reloaded(reason)
+
+    def reloaded(self, error: str | None) -> None:
+        self.state.reloads = (self.state.reloads or 0) + 1
+        self.state.reload_error = error
+        self.save()
 
     def note_failing(self, given_up: dict[int, str]) -> None:
         """Record the instances given up on: the state's `failing` list, and the reason of the Running serving."""

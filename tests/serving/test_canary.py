@@ -155,3 +155,93 @@ def test_the_cli_creates_a_canary_and_rolls_it_back(settings, tmp_path, capsys):
     assert cli.main([*argv, "rollback", "two"]) == 0
     assert "canary version 2 rolled back" in capsys.readouterr().out
     assert lifecycle.get("two", settings).canary_version is None
+
+
+class Hammer:
+    """A client sending one request after another (a new connection each, no retries) until stopped: every
+    answer's prediction, and every failure (a refused or reset connection, an error status) as it came."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.url, self.answers, self.failures = url, [], []
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                status, body = http("POST", self.url + ":predict", {"instances": [[1.0, 2.0]]})
+            except OSError as exc:   # refused, reset, timed out: what a restart costs a client
+                self.failures.append(repr(exc))
+                continue
+            if status != 200:
+                self.failures.append(f"{status}: {body}")
+            else:
+                self.answers.append(body["predictions"][0])
+
+    def next_answers(self, count: int) -> list:
+        """The next `count` answers after this call (bounded: at most 60 s)."""
+        import time
+
+        start, deadline = len(self.answers), time.monotonic() + 60
+        while len(self.answers) < start + count:
+            assert time.monotonic() < deadline, f"fewer than {count} answers in 60 s; failures: {self.failures[:3]}"
+            time.sleep(0.01)
+        return self.answers[start:start + count]
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.thread.join(timeout=60)
+
+
+def test_a_canary_is_added_promoted_and_rolled_back_in_place_while_a_client_gets_every_answer(settings, tmp_path):
+    """No restart: the port and the server stay, the new instances start beside the old ones, which drain once the
+    new are ready; a client that never retries sees no refused connection and no error throughout."""
+    from hopsml.fs import Storage
+    from hopsml.serving import canary
+    from hopsml.serving import state as states
+
+    _constant_models(settings, tmp_path)
+    lifecycle.create_or_update("nonstop", "Models/const", "PYTHON", model_version=1, settings=settings)
+    with running(settings, "nonstop") as serving:
+        supervisor = states.read(Storage(settings.root), settings.project, "nonstop").supervisor
+        hammer = Hammer(base_url(serving))
+        try:
+            assert set(hammer.next_answers(20)) == {0}
+            added = canary.deploy("nonstop", 2, traffic_percent=50, settings=settings)
+            assert (added.canary_version, added.internal_port) == (2, serving.internal_port)
+            assert set(hammer.next_answers(60)) == {0, 1}             # the split, from the new instances only
+            promoted = canary.promote("nonstop", settings=settings)
+            assert (promoted.model_version, promoted.canary_version) == (2, None)
+            assert set(hammer.next_answers(30)) == {1}                # the old instances are gone when it returns
+            canary.deploy("nonstop", 1, traffic_percent=50, settings=settings)
+            assert set(hammer.next_answers(60)) == {0, 1}
+            back = canary.rollback("nonstop", settings=settings)
+            assert (back.model_version, back.canary_version, back.internal_port) == (2, None, serving.internal_port)
+            assert set(hammer.next_answers(30)) == {1}
+        finally:
+            hammer.stop()
+        assert hammer.failures == [] and len(hammer.answers) >= 200, hammer.failures[:5]
+        st = states.read(Storage(settings.root), settings.project, "nonstop")
+        assert (st.supervisor, st.reloads, st.reload_error) == (supervisor, 4, None)   # no restart: four reloads
+        assert st.port == int(serving.internal_port)
+
+
+def test_a_version_that_cannot_load_leaves_the_running_serving_as_it_was(settings, tmp_path):
+    from hopsml.serving import canary
+
+    _constant_models(settings, tmp_path)
+    broken = tmp_path / "broken" / "model.joblib"
+    broken.parent.mkdir()
+    broken.write_bytes(b"not a model")
+    registry.export(str(broken), "const", settings=settings)          # version 3
+    lifecycle.create_or_update("steady", "Models/const", "PYTHON", model_version=1, settings=settings)
+    with running(settings, "steady") as serving:
+        with pytest.raises(ServingError, match="could not take its new definition and serves on as before"):
+            canary.deploy("steady", 3, traffic_percent=50, settings=settings)
+        after = lifecycle.get("steady", settings)
+        assert (after.model_version, after.canary_version, after.internal_port) == (1, None, serving.internal_port)
+        assert all(http("POST", base_url(serving) + ":predict", {"instances": [[1.0, 2.0]]})[1]["predictions"] == [0]
+                   for _ in range(20))
