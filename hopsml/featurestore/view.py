@@ -350,8 +350,9 @@ class FeatureView(ViewMembers):
         helpers = self.training_helper_columns if training_helpers else ()
         visible = {n: self._visible(frame, primary_key, event_time, helpers) for n, frame in frames.items()}
         left = self.query.left
-        # the left group's key and event time stay columns of the dataset, out of its `features` vector
-        named = {*left.keys(), *(qualified_name(self.store.project, left, k) for k in left.keys())}
+        # a key or event time the query selects is a feature, in the `features` vector as in a feature vector (as
+        # hsfs's X has it); one only added by primary_key=/event_time= stays a column of the dataset, out of it
+        named = {qualified_name(self.store.project, left, k) for k in left.keys()}
         keys = [c for c in next(iter(visible.values())).columns if c in named]
         materialize.write(self.store.storage, self.store.project, name, visible, self._label_columns(visible),
                           keys, shards or max(1, self.store.settings.num_workers), f"feature view {self.key}, "

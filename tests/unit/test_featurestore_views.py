@@ -161,7 +161,9 @@ def test_a_created_training_dataset_is_a_dataset_every_reader_reads(project):
     train = reader(name, rank=0, world_size=1, split="train", shuffle=False, batch_size=1000)
     batch = next(iter(train))
     assert sorted(batch) == ["features", "label"]
-    features = X_train.drop(columns=["customerid", "ts"])   # the key and time: columns, out of the vector
+    features = X_train.copy()   # the selected key and time are features too (time as epoch milliseconds)
+    features["ts"] = pd.to_datetime(features["ts"], utc=True).dt.tz_convert(None).astype("datetime64[ms]") \
+        .astype("int64")
     assert batch["features"].shape == (len(X_train), features.shape[1])   # all numeric after the transforms
     assert np.allclose(batch["features"], features.to_numpy(dtype=np.float32))
     assert batch["label"].tolist() == y_train["fraud"].tolist()
