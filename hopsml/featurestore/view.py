@@ -610,6 +610,11 @@ class FeatureView(ViewMembers):
         if extra_filter is not None:   # kept with the version, so that reading it again filters alike
             fields["extra_filter"] = _stored_filter(self.query, extra_filter)
         frames = _split(self._rows(pinned, start_time, end_time, read_options, extra_filter), split, self.query)
+        if self._transformations and frames["train"].empty and any(len(f) for f in frames.values()):
+            raise FeatureStoreError(f"feature view {self.key!r}: the split left no rows in the training split "
+                                    f"({', '.join(f'{n} {len(f)}' for n, f in frames.items())} rows), so its "
+                                    "transformation functions have nothing to be fitted on: give a smaller "
+                                    "test/validation size, another seed, or more rows")
         fitted = [f.fit(frames["train"]) for f in self._transformations]
         record = {"commits": commits, "split": split, "start_time": _stored_time(start_time),
                   "end_time": _stored_time(end_time), "description": description,

@@ -286,3 +286,17 @@ def test_a_model_saved_with_its_view_records_the_version_the_view_gave_and_serve
     served = saved.get_feature_view()
     assert served._serving == 1
     assert served.get_feature_vector({"customerid": 3}) == online.get_feature_vector({"customerid": 3})
+
+
+def test_a_split_that_leaves_the_training_split_empty_says_so(project):
+    """Six rows split at random can leave no training row (each row draws its split): the error says that, not
+    that a scaler's values were not numeric."""
+    fs = project.get_feature_store()
+    orders = fs.create_feature_group("orders", primary_key=["customerid"], event_time="ts")
+    orders.insert(_tables(rows=6)[1])
+    fv = fs.create_feature_view("tiny", query=orders.select(["amount"]),
+                                transformation_functions=[min_max_scaler("amount")])
+    seed = next(s for s in range(1000)
+                if (np.random.default_rng(s).random(6) < 0.9).all())   # every row drawn into the test split
+    with pytest.raises(FeatureStoreError, match="left no rows in the training split"):
+        fv.train_test_split(test_size=0.9, seed=seed)

@@ -329,7 +329,7 @@ def _views(w):
     assert len(x) == 6 and list(y.columns) == ["fraud"]
     x_train, x_test, _, _ = fv.train_test_split(test_size=0.5, seed=1)
     assert len(x_train) + len(x_test) == 6
-    assert len(fv.train_validation_test_split(validation_size=0.25, test_size=0.25)) == 6
+    assert len(fv.train_validation_test_split(validation_size=0.25, test_size=0.25, seed=4)) == 6
     version, _ = fv.create_train_test_split(test_size=0.5, seed=2)
     assert len(fv.get_train_test_split(version)) == 4
     version3, _ = fv.create_train_validation_test_split(validation_size=0.25, test_size=0.25, seed=3)
