@@ -45,7 +45,6 @@ from hopsml.model import registry
 from hopsml.serving import autoscale
 from hopsml.serving import definition as defs
 from hopsml.serving import state as states
-from hopsml.serving.http_server import DRAIN_IDLE_S
 from hopsml.serving.inference_log import LOG_ENV, LogOptions
 from hopsml.serving.instance import SPEC_ENV, InstanceSpec
 from hopsml.serving.processes import Proc
@@ -617,6 +616,8 @@ class Supervisor:
                 if index in self.instances:
                     self.instances[index].draining = True
                     self.instances[index].popen.send_signal(signal.SIGUSR1)   # answers what it holds, then ends
+            from hopsml.serving.http_server import DRAIN_IDLE_S  # here: importing hopsml.serving loads no server
+
             roll.deadline = time.monotonic() + STOP_GRACE_S + DRAIN_IDLE_S + 5
             self.wanted = self.state.wanted = self.definition.instances
             self.slots = max(self.slots, len(self.state.instances))

@@ -417,7 +417,8 @@ def test_a_model_trained_on_a_feature_views_training_dataset_is_monitored_agains
     fs = FeatureStore(settings)
     flowers = fs.create_feature_group("flowers", primary_key=["flower"], event_time="seen")
     flowers.insert(frame)
-    view = fs.create_feature_view("species", query=flowers.select_all(), labels=["target"],
+    inputs = ["sepal_length", "sepal_width", "petal_length", "petal_width", "target"]   # not the key or the time
+    view = fs.create_feature_view("species", query=flowers.select(inputs), labels=["target"],
                                   transformation_functions=[standard_scaler("petal_length")])
     version, _ = view.create_train_test_split(test_size=0.2, seed=1)
     name = view.training_dataset_name(version)
