@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+import hopsml
 from hopsml.errors import ExecutorStackError
 
 TaskFunction = TypeVar("TaskFunction", bound=Callable[..., Any])  # of mapPartitions(WithIndex), mapInArrow, ...
@@ -58,6 +59,8 @@ def _distributions() -> Mapping[str, list[str]]:
 
 
 def _version(distribution: str) -> str | None:
+    if distribution == "hopsml":   # the package's own distribution is named apart from it
+        distribution = hopsml.DISTRIBUTION
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
