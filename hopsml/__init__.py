@@ -7,9 +7,8 @@ Importing hopsml starts nothing and configures nothing; Spark starts when a verb
 
 from importlib.metadata import PackageNotFoundError, version
 
-# The name pip knows hopsml by when installed from its checkout or wheel (never from the index: its "hopsml" is an
-# unrelated project).
-DISTRIBUTION = "hopsml"
+# The name pip knows hopsml by (the package index's "hopsml" is an unrelated project); `import hopsml` is unchanged.
+DISTRIBUTION = "hopsml-platform"
 
 try:
     __version__ = version(DISTRIBUTION)

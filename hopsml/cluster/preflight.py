@@ -27,12 +27,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-import hopsml
+from hopsml import DISTRIBUTION
 from hopsml.errors import ExecutorStackError
 
 TaskFunction = TypeVar("TaskFunction", bound=Callable[..., Any])  # of mapPartitions(WithIndex), mapInArrow, ...
 _MARKER = "hopsml-executor-stack:"
 ALWAYS = ("hopsml", "numpy", "pyarrow")  # what every run's code needs on the executor
+# hopsml's own distribution is named apart from the package (the index's "hopsml" is another project). A string,
+# so that the check, which travels by value and runs where hopsml may be missing, never imports hopsml.
+_OWN_DISTRIBUTION = DISTRIBUTION
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ def _distributions() -> Mapping[str, list[str]]:
 
 
 def _version(distribution: str) -> str | None:
-    if distribution == "hopsml":   # the package's own distribution is named apart from it
-        distribution = hopsml.DISTRIBUTION
+    if distribution == "hopsml":
+        distribution = _OWN_DISTRIBUTION
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -101,7 +104,7 @@ def driver_stack(fn: Any = None, packages: Iterable[str] = ()) -> Stack:
         if name in sys.stdlib_module_names or name == "__main__":
             continue
         for distribution in distributions.get(name, []):
-            if distribution not in wanted:
+            if distribution not in wanted and distribution != _OWN_DISTRIBUTION:
                 wanted.append(distribution)
     return Stack(f"{sys.version_info[0]}.{sys.version_info[1]}", sys.executable,
                  {name: _version(name) for name in wanted})

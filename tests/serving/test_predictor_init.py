@@ -7,9 +7,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from conftest import base_url, export_sklearn, http, running
 
 from hopsml.model import registry
-from hopsml.serving import loaders
+from hopsml.serving import lifecycle, loaders
 from hopsml.serving.definition import ServingError
 
 FORMS = {
@@ -91,10 +92,6 @@ def test_an_instance_runs_a_script_as_a_program_would(settings, tmp_path):
     """The fraud_online tutorial's predictor reaches great_expectations (its feature view's groups carry
     expectation suites), which imports pyspark.sql.connect: under `python -c` the instance exited with code 0
     while loading ("exited with code 0 while loading the model")."""
-    from conftest import base_url, export_sklearn, http, running
-
-    from hopsml.serving import lifecycle
-
     export_sklearn(settings, tmp_path / "model")
     resources = tmp_path / "root" / "Projects" / "test" / "Resources"
     resources.mkdir(parents=True, exist_ok=True)

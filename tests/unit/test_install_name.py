@@ -36,11 +36,12 @@ def test_the_pattern_finds_what_it_is_for():
     assert TO_THE_INDEX.search("pip install hopsml")
     assert TO_THE_INDEX.search("pip install 'hopsml[onnx]'")
     assert not TO_THE_INDEX.search('pip install ".[airflow]"')
+    assert not TO_THE_INDEX.search("pip install hopsml-platform")
 
 
 def test_the_distribution_name_is_the_one_hopsml_reads_its_version_under():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["name"] == hopsml.DISTRIBUTION
+    assert project["name"] == hopsml.DISTRIBUTION != "hopsml"
     own_extras = {req.split("[", 1)[0] for reqs in project["optional-dependencies"].values() for req in reqs
                   if req.startswith("hopsml")}
     assert own_extras <= {hopsml.DISTRIBUTION}, "an extra names another distribution than this one"
