@@ -115,7 +115,7 @@ def main() -> None:
 
     from hopsml import config, jobs
     from hopsml.model import registry
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     settings = config.load(environ={}, root=str(work / "root"), project="bench")
     csv = str(work / "rows.csv")

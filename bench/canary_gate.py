@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from hopsml.data.readers import reader
     from hopsml.fs import Storage
     from hopsml.model import registry
-    from hopsml.serving import canary, lifecycle
+    from hopsml.serving.control import canary, lifecycle
     from hopsml.tracking.run_context import active_run
 
     work = tempfile.mkdtemp(prefix="hopsml-bench-gate-")

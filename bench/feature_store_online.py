@@ -381,7 +381,7 @@ def end_to_end(root: str, view: Any, args: argparse.Namespace) -> None:
 
     from hopsml import hopsworks
     from hopsml.hopsworks.deployments import Resources
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     os.environ["HOPSML_ROOT"] = root
     project = hopsworks.login(project="online")

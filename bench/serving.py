@@ -336,7 +336,7 @@ def mlflow_server(python: str, model_dir: str, log_path: str, check: bytes) -> A
 def server_pid(settings: object, name: str) -> int | None:
     """The supervisor process of a running hopsml serving (its instances are its children)."""
     from hopsml.fs import Storage
-    from hopsml.serving import state
+    from hopsml.serving.server import state
 
     st = state.read(Storage(settings.root), settings.project, name)  # type: ignore[attr-defined]
     return st.supervisor_proc.pid if st.supervisor_proc else None
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hopsml import config
     from hopsml.model import registry
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     work = tempfile.mkdtemp(prefix="hopsml-bench-serving-")
     settings = config.load(environ={}, root=os.path.join(work, "root"), project="bench")

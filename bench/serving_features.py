@@ -27,7 +27,7 @@ def binary_request(path: str, row: list[float]) -> bytes:
 def feature_costs(settings: Any, model_path: str, row: list[float], clients: int, seconds: float, repeat: int,
                   results: dict[tuple[str, str], dict[int, Load]]) -> None:
     from hopsml.model import registry
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     registry.export(model_path, "digitsF", settings=settings)
     registry.export(model_path, "digitsF", settings=settings)   # version 2, the canary: the same model
@@ -83,7 +83,7 @@ def scaling_times(settings: Any, row: list[float]) -> None:
     """A serving that scales to zero: the first request's wait at zero (cold start), then a scale-out under load."""
     from serving import run_load
 
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     lifecycle.create_or_update("fscaled", "Models/digitsF", "PYTHON", model_version=1, batching_enabled=True,
                                min_instances=0, max_instances=2, scale_target=4, scale_window_s=2, settings=settings)

@@ -27,7 +27,7 @@ from hopsml.fs import Storage
 from hopsml.jobs import commands as jobs_commands
 from hopsml.model import commands as model_commands
 from hopsml.redact import redact_conf, redact_uri
-from hopsml.serving import commands as serving_commands
+from hopsml.serving.control import commands as serving_commands
 from hopsml.tracking import environment
 from hopsml.tracking import record as records
 from hopsml.tracking.metrics import read_metrics

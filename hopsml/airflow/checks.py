@@ -162,7 +162,7 @@ def model_version(settings: config.Settings, name: str, min_version: int = 1) ->
 
 def serving_state(settings: config.Settings, serving_name: str, state: str = "Running") -> dict[str, Any] | None:
     """The serving once its status is `state`; a Failed serving, when another state is awaited, raises."""
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     serving = lifecycle.get(serving_name, settings)
     status = str(serving.status)
@@ -182,14 +182,15 @@ def canary_requests(settings: config.Settings, serving_name: str, version: int, 
     the clients' traffic is what the gate judges, so nothing here sends any."""
     import datetime as dt
 
-    from hopsml.serving import inference_log, lifecycle
+    from hopsml.serving.control import lifecycle
+    from hopsml.serving.instance import inference_log
 
     serving = lifecycle.get(serving_name, settings)
     if serving.canary_version != int(version):
         raise StepError(f"serving {serving_name!r} has canary version {serving.canary_version}, not {version}: "
                         "it was promoted or rolled back while the pipeline waited for its requests")
     start = dt.datetime.fromisoformat(since) if since else None
-    folder = lifecycle.inference_log_path(settings, settings.project, serving_name)
+    folder = inference_log.inference_log_path(settings, settings.project, serving_name)
     table = inference_log.read(folder, ["time", "model_version", "status"])
     count = sum(1 for when, v, status in zip(*(table.column(c).to_pylist() for c in ("time", "model_version",
                                                                                        "status")))

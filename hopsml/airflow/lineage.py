@@ -187,7 +187,7 @@ def plan(settings: config.Settings, model_name: str, serving_name: str | None = 
     from hopsml.data import dataset as ds
     from hopsml.model import registry
     from hopsml.runs.rerun import verb_of
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
     from hopsml.tracking.record import read_record
 
     canary = canary or Canary()

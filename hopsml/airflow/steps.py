@@ -313,7 +313,7 @@ def best_model(settings: config.Settings, model_name: str, metric: str, directio
 
 # --- servings -------------------------------------------------------------------------------------------
 def _serving_ref(settings: config.Settings, serving_name: str) -> dict[str, Any]:
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     s = lifecycle.get(serving_name, settings)
     return {"serving": serving_name, "status": str(s.status), "model": s.model_name, "version": s.model_version,
@@ -325,7 +325,7 @@ def create_serving(settings: config.Settings, serving_name: str, model_name: str
     """Define (or redefine) serving `serving_name` on a version of `model_name` (the newest when None); a running
     serving restarts on it."""
     from hopsml.model import registry
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     version = int(model_version) if model_version else registry.get_model(model_name, settings=settings).version
     lifecycle.create_or_update(serving_name, layout.model_versions_dir(settings.project, model_name),
@@ -341,7 +341,7 @@ def deploy_canary(settings: config.Settings, serving_name: str, model_name: str,
     taking requests (`since`), so the traffic the gate judges is the canary's own."""
     import datetime as dt
 
-    from hopsml.serving import canary, lifecycle
+    from hopsml.serving.control import canary, lifecycle
 
     serving = lifecycle.get(serving_name, settings)
     if serving.model_name != model_name:
@@ -361,7 +361,7 @@ def canary_gate(settings: config.Settings, serving_name: str, *, window_s: float
                 **thresholds: Any) -> Step:
     """The skew-gated decision on the serving's canary (canary.gate, judging the canary's own requests against its
     own training dataset), not carried out: the reference says 'promote' or 'roll back', with the reasons."""
-    from hopsml.serving import canary
+    from hopsml.serving.control import canary
 
     report = canary.gate(serving_name, window_s=window_s, min_requests=min_requests, act=False, settings=settings,
                          **thresholds)
@@ -378,7 +378,7 @@ def canary_rollout(settings: config.Settings, serving_name: str, decision: str,
     """Carry out the gate's decision: 'promote' makes the canary the stable version, 'roll back' drops it (the
     stable version takes every request again) and then fails the step with the gate's reasons (GateFailed), so the
     run says the new version was refused."""
-    from hopsml.serving import canary, lifecycle
+    from hopsml.serving.control import canary, lifecycle
 
     if decision not in ("promote", "roll back"):
         raise StepError(f"serving {serving_name!r}: decision {decision!r} is neither 'promote' nor 'roll back'")
@@ -410,7 +410,7 @@ def check_serving(settings: config.Settings, serving_name: str, instances: Seque
     import urllib.error
     import urllib.request
 
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     serving = lifecycle.get(serving_name, settings)
     if str(serving.status) != "Running" or not serving.internal_ips:
@@ -438,7 +438,7 @@ def check_serving(settings: config.Settings, serving_name: str, instances: Seque
                                                   settings=settings)
         ref["predictions"] = len(answer.get("predictions") or [])
     if canary_version is not None:
-        from hopsml.serving import canary
+        from hopsml.serving.control import canary
 
         decided = canary.last_decision(serving_name, settings) or {}
         if decided.get("canary") == int(canary_version) and decided.get("decision") == "rolled back":
@@ -448,14 +448,14 @@ def check_serving(settings: config.Settings, serving_name: str, instances: Seque
 
 
 def start_serving(settings: config.Settings, serving_name: str, timeout_s: float = 300.0) -> Step:
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     lifecycle.start(serving_name, timeout_s=timeout_s, settings=settings)
     return Step(_serving_ref(settings, serving_name), [(assets.serving(settings.project, serving_name), {})])
 
 
 def stop_serving(settings: config.Settings, serving_name: str) -> Step:
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     lifecycle.stop(serving_name, settings=settings)
     return Step(_serving_ref(settings, serving_name), [(assets.serving(settings.project, serving_name), {})])
@@ -467,7 +467,7 @@ def monitor_gate(settings: config.Settings, serving_name: str, *, psi_threshold:
                  dataset: str | None = None) -> Step:
     """serving.monitor on what the serving logged; GateFailed when more than `max_drifted` features drift or (with
     `require_preprocessing`) the served rows were not preprocessed as in training."""
-    from hopsml.serving.monitor import monitor, report_text
+    from hopsml.serving.analysis.monitor import monitor, report_text
 
     report = monitor(serving_name, dataset, psi_threshold=psi_threshold, ks_threshold=ks_threshold,
                              settings=settings)

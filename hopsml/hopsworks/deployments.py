@@ -18,7 +18,7 @@ from typing import Any
 from hopsml import config, hdfs, layout
 from hopsml.fs import Storage
 from hopsml.hopsworks.hsml.transformer import Transformer
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import ServingError, ServingNotFound
 
 
@@ -171,7 +171,7 @@ class Deployment:
 
     def promote(self) -> Deployment:
         """The canary version becomes the deployment's model version (a running deployment restarts with it)."""
-        from hopsml.serving import canary
+        from hopsml.serving.control import canary
 
         canary.promote(self.name, settings=self._settings)
         self._sync_canary()
@@ -179,7 +179,7 @@ class Deployment:
 
     def rollback(self) -> Deployment:
         """The canary is dropped: the model version takes every request again (a running deployment restarts)."""
-        from hopsml.serving import canary
+        from hopsml.serving.control import canary
 
         canary.rollback(self.name, settings=self._settings)
         self._sync_canary()
@@ -188,7 +188,7 @@ class Deployment:
     def canary_gate(self, **options: Any) -> dict[str, Any]:
         """serving.canary_gate for this deployment (window_s=, min_requests=, act=, thresholds): promotes the canary
         if its traffic held up, else rolls it back; returns the decision and its reasons."""
-        from hopsml.serving import canary
+        from hopsml.serving.control import canary
 
         report = canary.gate(self.name, settings=self._settings, **options)
         self._sync_canary()

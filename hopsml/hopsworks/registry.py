@@ -87,7 +87,7 @@ class Model:
 
     def delete(self) -> None:
         """Delete this version from the registry; refused while a deployment serves it."""
-        from hopsml.serving import lifecycle
+        from hopsml.serving.control import lifecycle
 
         version = self._saved_version()
         serving = [s.name for s in lifecycle.get_all(self._settings)

@@ -24,8 +24,8 @@ from hopsml import execution_notes, layout
 from hopsml.clock import utc_now as now
 from hopsml.errors import JobError, StorageError
 from hopsml.fs import Storage
+from hopsml.processes import Proc, wait_gone
 from hopsml.records import BrokenRecordError, Shape, read_record
-from hopsml.serving.processes import Proc, wait_gone
 from hopsml.tracking.heartbeat import age_text, last_beat
 
 log = logging.getLogger(__name__)

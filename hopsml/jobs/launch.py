@@ -29,8 +29,8 @@ from hopsml.errors import JobError
 from hopsml.fs import Storage
 from hopsml.jobs.definition import PYSPARK, JobDefinition, now
 from hopsml.jobs.execution import INITIALIZING, LIVE, STOP_GRACE_S, Execution
+from hopsml.processes import Proc
 from hopsml.redact import is_secret, redact_conf, secret_parts
-from hopsml.serving.processes import Proc
 
 START_TIMEOUT_S = 120.0   # for the runner to record RUNNING (a Python start, a copy of the app, one fork)
 APP = {"placeholder": "app"}

@@ -21,7 +21,6 @@ The owner is watched through a pidfd on its process, not a parent-death signal, 
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -41,10 +40,9 @@ from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.jobs import log_redaction
 from hopsml.jobs.execution import FAILED, FINAL_STATUS, FINISHED, KILLED, LOST, RUNNING, now
-from hopsml.serving.processes import Proc, start_time
+from hopsml.processes import Proc, parent_death_hook, start_time
 from hopsml.tracking.heartbeat import Heartbeat
 
-_PR_SET_PDEATHSIG = 1
 PUMP_JOIN_S = 10.0   # for the logs' last lines once the app ended
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -130,14 +128,11 @@ class Runner:
                 words.append(app if word == {"placeholder": "app"} else self.staging
                              if word == {"placeholder": "staging"} else word)
         env = {**self.spec["env"], execution_notes.ENV: self.notes}
-        libc = ctypes.CDLL(None, use_errno=True)
-        runner = os.getpid()
+        die_with_runner = parent_death_hook(os.getpid())
 
         def own_group_and_die_with_runner() -> None:   # in the child, before exec
             os.setpgid(0, 0)   # a group of its own, which stop() ends as a whole
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)   # the kernel ends it when the runner dies
-            if os.getppid() != runner:
-                os._exit(1)
+            die_with_runner()   # the kernel ends it when the runner dies
 
         cwd = self.staging if self.spec["cwd"] == {"placeholder": "staging"} else self.spec["cwd"]
         out_r, out_w = os.pipe()

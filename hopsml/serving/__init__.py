@@ -18,7 +18,12 @@ topic (`inference_logging`: 'MODEL_INPUTS', 'PREDICTIONS' or 'ALL', the default)
 inference log, Parquet files in `Logs/Serving/<name>/inference/`; `monitor(name)` compares its inputs with the
 training dataset. A serving may hold a canary version beside the stable one (`canary_version=`,
 `canary_traffic_percent=`): `promote`, `rollback`, and `canary_gate(name)`, which decides on what the canary's
-traffic looked like (canary.py). Importing this package starts nothing.
+traffic looked like (control/canary.py). Importing this package starts nothing.
+
+Laid out by process role, as `launcher/` is: `control/` runs in the user's process, `server/` is the supervisor's
+process, `instance/` an instance's, `analysis/` reads the inference log in the user's process; what they share is
+here (`definition`: what a serving is; `autoscale`: the load file the instances write and the supervisor reads).
+Lowest first, shared -> instance -> server -> analysis -> control -> this face: nothing imports upward.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hopsml.serving.canary import gate as canary_gate
-from hopsml.serving.canary import promote, rollback
-from hopsml.serving.definition import MODEL_SERVERS, PYTHON, TENSORFLOW_SERVING, ServingError, ServingNotFound
-from hopsml.serving.lifecycle import (
+from hopsml.serving.analysis.monitor import monitor
+from hopsml.serving.control.canary import gate as canary_gate
+from hopsml.serving.control.canary import promote, rollback
+from hopsml.serving.control.lifecycle import (
     InferenceError,
     KafkaTopic,
     Serving,
@@ -43,8 +48,8 @@ from hopsml.serving.lifecycle import (
     start,
     stop,
 )
-from hopsml.serving.lifecycle import get as _get
-from hopsml.serving.monitor import monitor
+from hopsml.serving.control.lifecycle import get as _get
+from hopsml.serving.definition import MODEL_SERVERS, PYTHON, TENSORFLOW_SERVING, ServingError, ServingNotFound
 
 log = logging.getLogger(__name__)
 

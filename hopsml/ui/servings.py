@@ -12,10 +12,11 @@ from hopsml import config
 from hopsml.errors import HopsmlError
 from hopsml.records import BROKEN, BrokenRecordError
 from hopsml.serving import definition as defs
-from hopsml.serving import inference_log, lifecycle
-from hopsml.serving.canary import last_decision
-from hopsml.serving.monitor import last_report
-from hopsml.serving.monitor import monitor as run_monitor
+from hopsml.serving.analysis.monitor import last_report
+from hopsml.serving.analysis.monitor import monitor as run_monitor
+from hopsml.serving.control import lifecycle
+from hopsml.serving.control.canary import last_decision
+from hopsml.serving.instance import inference_log
 
 log = logging.getLogger(__name__)
 

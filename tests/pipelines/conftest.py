@@ -74,7 +74,7 @@ def project(airflow_db, tmp_path_factory):
     try:
         yield settings
     finally:
-        from hopsml.serving import lifecycle
+        from hopsml.serving.control import lifecycle
 
         for serving in lifecycle.get_all(settings):
             lifecycle.stop(serving.name, settings=settings)

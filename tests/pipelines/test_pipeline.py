@@ -12,8 +12,8 @@ pytest.importorskip("airflow.sdk")   # the provider runs where the airflow extra
 from conftest import airflow, asset_events, dags_folder, run_dag, task_states, xcom
 
 from hopsml.model import registry
-from hopsml.serving import lifecycle
-from hopsml.serving.monitor import last_report
+from hopsml.serving.analysis.monitor import last_report
+from hopsml.serving.control import lifecycle
 
 HEADER = '''
 import datetime as dt
@@ -30,7 +30,7 @@ from hopsml.airflow import (CreateServingOperator, ExperimentOperator, ModelExpo
 def traffic(serving: str, shift: float) -> int:
     """The serving's clients: the train split's rows, with `shift` added to sepal_width."""
     from hopsml.data import reader
-    from hopsml.serving import lifecycle
+    from hopsml.serving.control import lifecycle
 
     s = lifecycle.get(serving)
     rows = [row for batch in reader("iris", split="train", shuffle=False) for row in batch["features"].tolist()]

@@ -24,7 +24,7 @@ from conftest import dags_folder, run_dag, task_states, xcom
 
 from hopsml.airflow import commands, steps
 from hopsml.model import registry
-from hopsml.serving import canary, lifecycle
+from hopsml.serving.control import canary, lifecycle
 
 PREDICTOR = '''
 import os
@@ -114,9 +114,9 @@ def _traffic(settings) -> dict:
     """Answered requests per model version in the serving's inference log (for failure messages)."""
     from collections import Counter
 
-    from hopsml.serving import inference_log
+    from hopsml.serving.instance import inference_log
 
-    table = inference_log.read(lifecycle.inference_log_path(settings, settings.project, "wages"),
+    table = inference_log.read(inference_log.inference_log_path(settings, settings.project, "wages"),
                                ["model_version", "status"])
     return dict(Counter(zip(table.column("model_version").to_pylist(), table.column("status").to_pylist())))
 
@@ -283,7 +283,7 @@ def test_a_model_trained_on_an_in_memory_split_is_monitorable_and_its_dag_splits
     from hopsml import experiment, hopsworks
     from hopsml.featurestore.store import FeatureStore
     from hopsml.featurestore.transformations import one_hot_encoder, standard_scaler
-    from hopsml.serving.monitor import monitor
+    from hopsml.serving.analysis.monitor import monitor
 
     settings = project
     store = FeatureStore(settings)

@@ -29,7 +29,7 @@ pytest.importorskip("airflow.sdk")   # the provider runs where the airflow extra
 
 from conftest import airflow, airflow_env, dags_folder
 
-from hopsml.serving import canary, lifecycle
+from hopsml.serving.control import canary, lifecycle
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from own_processes import processes_of_this_test
 from hopsml import config
 from hopsml.fs import Storage
 from hopsml.model import registry
-from hopsml.serving import lifecycle
-from hopsml.serving import state as states
+from hopsml.serving.control import lifecycle
+from hopsml.serving.server import state as states
 
 
 def settings_for(root: Path) -> config.Settings:

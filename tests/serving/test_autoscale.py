@@ -15,7 +15,8 @@ import pytest
 from conftest import assert_nothing_left, export_sklearn, recorded
 from test_serving_lifecycle import wait_for
 
-from hopsml.serving import autoscale, lifecycle
+from hopsml.serving import autoscale
+from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import ServingDefinition, ServingError
 
 SLOW = '''

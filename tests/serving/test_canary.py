@@ -9,8 +9,9 @@ import pytest
 from conftest import base_url, http, running, settings_for
 
 from hopsml.model import registry
-from hopsml.serving import inference_log, lifecycle
+from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import ServingError
+from hopsml.serving.instance import inference_log
 
 
 def _constant_models(settings, tmp_path) -> None:
@@ -54,7 +55,7 @@ def test_requests_split_by_the_canary_percent_and_pin_a_version_or_label(setting
         status, body = http("POST", v2, {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP64",
                                                      "data": [1.0, 2.0]}]})
         assert status == 200 and body["model_version"] == "2" and body["outputs"][0]["data"] == [1]
-    logged = inference_log.read(lifecycle.inference_log_path(settings, settings.project, "split"),
+    logged = inference_log.read(inference_log.inference_log_path(settings, settings.project, "split"),
                                 ["model_version", "response"])
     versions = logged.column("model_version").to_pylist()
     responses = logged.column("response").to_pylist()
@@ -98,7 +99,7 @@ def _traffic(serving, rows, path: str = ":predict") -> None:
 
 
 def test_the_gate_promotes_a_canary_whose_traffic_is_clean(versions):
-    from hopsml.serving import canary
+    from hopsml.serving.control import canary
 
     root, features = versions
     settings = settings_for(root)
@@ -118,7 +119,7 @@ def test_the_gate_promotes_a_canary_whose_traffic_is_clean(versions):
 
 
 def test_the_gate_rolls_back_a_canary_whose_served_features_skew_and_says_why(versions):
-    from hopsml.serving import canary
+    from hopsml.serving.control import canary
 
     root, features = versions
     settings = settings_for(root)
@@ -200,8 +201,8 @@ def test_a_canary_is_added_promoted_and_rolled_back_in_place_while_a_client_gets
     """No restart: the port and the server stay, the new instances start beside the old ones, which drain once the
     new are ready; a client that never retries sees no refused connection and no error throughout."""
     from hopsml.fs import Storage
-    from hopsml.serving import canary
-    from hopsml.serving import state as states
+    from hopsml.serving.control import canary
+    from hopsml.serving.server import state as states
 
     _constant_models(settings, tmp_path)
     lifecycle.create_or_update("nonstop", "Models/const", "PYTHON", model_version=1, settings=settings)
@@ -230,7 +231,7 @@ def test_a_canary_is_added_promoted_and_rolled_back_in_place_while_a_client_gets
 
 
 def test_a_version_that_cannot_load_leaves_the_running_serving_as_it_was(settings, tmp_path):
-    from hopsml.serving import canary
+    from hopsml.serving.control import canary
 
     _constant_models(settings, tmp_path)
     broken = tmp_path / "broken" / "model.joblib"

@@ -161,7 +161,7 @@ def test_a_deployment_with_a_canary_splits_promotes_and_rolls_back(tmp_path, mon
         deployment.stop()
     assert deployment.is_stopped()
     assert not processes_of_this_test() - before
-    from hopsml.serving import canary
+    from hopsml.serving.control import canary
 
     assert canary.last_decision("const", settings)["decision"] == "rolled back"
     deployment.delete()

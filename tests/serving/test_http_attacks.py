@@ -17,7 +17,7 @@ import pytest
 
 SERVER = """
 import socket, sys
-from hopsml.serving.http_server import Limits, run
+from hopsml.serving.instance.http_server import Limits, run
 
 async def handler(request):
     return 200, b'{"ok": true}'

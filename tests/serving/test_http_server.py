@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import read_answers
 
-from hopsml.serving.http_server import Limits, Request, serve
+from hopsml.serving.instance.http_server import Limits, Request, serve
 
 
 async def handler(request: Request) -> tuple[int, bytes]:

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 from conftest import base_url, export_sklearn, http, iris, running
 
 from hopsml import layout
-from hopsml.serving import inference_log, lifecycle
+from hopsml.serving.control import lifecycle
+from hopsml.serving.instance import inference_log
 
 
 def _folder(settings, name: str) -> str:

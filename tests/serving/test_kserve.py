@@ -21,8 +21,8 @@ from conftest import export_torch, iris, running
 
 from hopsml import cli
 from hopsml.model import registry
-from hopsml.serving import lifecycle, loaders
-from hopsml.serving.kserve import (
+from hopsml.serving.control import lifecycle
+from hopsml.serving.control.kserve import (
     API_VERSION,
     CANARY_MANIFEST,
     KIND,
@@ -32,6 +32,7 @@ from hopsml.serving.kserve import (
     inference_service_name,
     to_yaml,
 )
+from hopsml.serving.instance import loaders
 
 yaml = pytest.importorskip("yaml")
 
@@ -187,7 +188,7 @@ def test_a_canary_serving_exports_both_versions_with_batcher_scaling_and_logger(
     for path in done.manifests:
         assert to_yaml(yaml.safe_load(_body(path))) == _body(path)
     # once the canary is rolled back, a new export leaves no canary manifest behind to be applied by mistake
-    from hopsml.serving import canary as canaries
+    from hopsml.serving.control import canary as canaries
 
     canaries.rollback("iris", settings=settings)
     again = export_kserve("iris", str(out), storage_uri="s3://bucket/models/iris", overwrite=True, settings=settings)

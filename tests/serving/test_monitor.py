@@ -23,8 +23,9 @@ from hopsml.data import prepare_table, samples
 from hopsml.data.readers import reader
 from hopsml.fs import Storage
 from hopsml.model import registry
-from hopsml.serving import inference_log, lifecycle
-from hopsml.serving.monitor import _references, js, ks, monitor, psi
+from hopsml.serving.analysis.monitor import _references, js, ks, monitor, psi
+from hopsml.serving.control import lifecycle
+from hopsml.serving.instance import inference_log
 from hopsml.tracking.run_context import active_run
 
 NUMERIC = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
@@ -374,7 +375,7 @@ def test_category_counts_come_from_the_split_when_the_statistics_hold_only_the_t
 def test_the_fitted_transform_check_covers_one_hot_columns_and_filled_missing_values():
     """A one-hot category and a whole-number column filled with its (rounded) mean under missing='fill': the
     rebuilt transform gives what the table prep wrote, so right inputs pass and wrong ones are named."""
-    from hopsml.serving.preprocessing_check import check, fitted_transform
+    from hopsml.serving.analysis.preprocessing_check import check, fitted_transform
 
     transform = {"label": {"column": "y"}, "features": ["a", "c_0", "c_1"],
                  "columns": [{"name": "a", "type": "long"}, {"name": "c", "type": "string"},

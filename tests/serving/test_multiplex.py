@@ -1,4 +1,4 @@
-"""Several models behind one handler (hopsml.serving.multiplex), with real models exported to the registry and
+"""Several models behind one handler (hopsml.serving.instance.multiplex), with real models exported to the registry and
 real Requests answered in an event loop: a model loads on its first request, requests are routed by name and
 version (v1 and v2 paths), the least recently used model is evicted under a count bound and under a memory
 bound (models measured by the process's resident memory), a model that fails to load answers 503 for its own
@@ -20,8 +20,8 @@ from conftest import export_sklearn, iris
 from hopsml import config, layout
 from hopsml.fs import Storage
 from hopsml.model import registry
-from hopsml.serving.http_server import Request
-from hopsml.serving.multiplex import ModelMultiplexer, ModelSource, model_app, rss_bytes
+from hopsml.serving.instance.http_server import Request
+from hopsml.serving.instance.multiplex import ModelMultiplexer, ModelSource, model_app, rss_bytes
 
 MiB = 2**20
 BIG_ROWS = 8 * MiB   # float64 values a "big" model holds: 64 MiB, touched, so resident

@@ -12,8 +12,8 @@ from conftest import base_url, export_sklearn, http, running
 
 from hopsml import hdfs, layout
 from hopsml.serving import definition as defs
-from hopsml.serving import lifecycle
-from hopsml.serving.supervisor import script_rel
+from hopsml.serving.control import lifecycle
+from hopsml.serving.server.supervisor import script_rel
 
 PREDICTOR = '''
     class Predict:

@@ -10,8 +10,9 @@ import pytest
 from conftest import base_url, export_sklearn, http, running
 
 from hopsml.model import registry
-from hopsml.serving import lifecycle, loaders
+from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import ServingError
+from hopsml.serving.instance import loaders
 
 FORMS = {
     "plain": "def __init__(self):\n        self.model = None",

@@ -15,7 +15,7 @@ from conftest import export_sklearn
 
 from hopsml import serving
 from hopsml.serving import definition as defs
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 
 
 def hops_serving_functions() -> dict[str, list[str]]:

@@ -14,9 +14,9 @@ import time
 from conftest import assert_nothing_left, base_url, export_sklearn, http, recorded, running
 from test_serving_lifecycle import wait_for
 
-from hopsml.serving import lifecycle
-from hopsml.serving.processes import wait_gone
-from hopsml.serving.supervisor import MAX_CRASHES_IN_A_ROW, MAX_RESTARTS_IN_WINDOW
+from hopsml.processes import wait_gone
+from hopsml.serving.control import lifecycle
+from hopsml.serving.server.supervisor import MAX_CRASHES_IN_A_ROW, MAX_RESTARTS_IN_WINDOW
 
 PREDICTOR = '''
 import os

@@ -16,8 +16,8 @@ from conftest import assert_nothing_left, base_url, export_sklearn, http, port_f
 from own_processes import processes_of_this_test
 
 from hopsml import cli, layout
-from hopsml.serving import lifecycle
-from hopsml.serving.processes import wait_gone
+from hopsml.processes import wait_gone
+from hopsml.serving.control import lifecycle
 
 
 def wait_for(condition, what: str, timeout_s: float = 120.0):

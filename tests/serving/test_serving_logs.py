@@ -16,7 +16,8 @@ import time
 from conftest import base_url, export_sklearn, http, running
 
 from hopsml import config
-from hopsml.serving import inference_log, lifecycle
+from hopsml.serving.control import lifecycle
+from hopsml.serving.instance import inference_log
 
 
 def post_raw(sock: socket.socket, path: str, body: bytes) -> int:

@@ -12,7 +12,7 @@ import pytest
 from conftest import base_url, export_sklearn, export_torch, http, running
 
 from hopsml.model import registry
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")

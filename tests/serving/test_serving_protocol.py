@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import base_url, export_sklearn, http, iris, read_answers, running, settings_for
 
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_unknown_model_wrong_method_and_an_oversized_body(served):
 
 
 def test_json_as_python_writes_it_is_read_and_answers_are_json_every_parser_reads():
-    from hopsml.serving.protocol import _dumps, _loads
+    from hopsml.serving.instance.protocol import _dumps, _loads
 
     got = _loads(json.dumps({"instances": [[float("nan"), float("inf"), 1.5]]}).encode())   # NaN, Infinity
     assert np.isnan(got["instances"][0][0]) and got["instances"][0][1:] == [float("inf"), 1.5]
@@ -156,9 +156,9 @@ def test_pipelined_requests_a_100_continue_and_a_head_are_each_answered_whole(se
 def test_an_answer_that_is_not_json_gets_a_500_naming_it_and_the_app_goes_on():
     import asyncio
 
-    from hopsml.serving.http_server import Request
-    from hopsml.serving.loaders import Servable
-    from hopsml.serving.protocol import ModelApp
+    from hopsml.serving.instance.http_server import Request
+    from hopsml.serving.instance.loaders import Servable
+    from hopsml.serving.instance.protocol import ModelApp
 
     class Odd(Servable):   # a predictor whose answer json cannot write, unless the row says otherwise
         def call(self, prepared):

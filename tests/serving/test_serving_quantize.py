@@ -16,7 +16,7 @@ from hopsml.data import prepare_table, samples
 from hopsml.data.readers import reader
 from hopsml.fs import Storage
 from hopsml.model import ModelError, quantize, registry
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 from hopsml.tracking.run_context import active_run
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")

@@ -12,7 +12,7 @@ from conftest import assert_nothing_left, export_sklearn, recorded
 from own_processes import processes_of_this_test
 
 from hopsml import config
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 
 KERNEL = """
 import os, sys, time

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import export_sklearn, export_torch, http, iris, running
 
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 
 
 def v2_url(serving: lifecycle.Serving, rest: str = "") -> str:

@@ -9,8 +9,9 @@ import pytest
 from conftest import assert_nothing_left, export_sklearn, http, iris, recorded
 
 from hopsml.model import registry
-from hopsml.serving import inference_log, lifecycle
+from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import ServingError
+from hopsml.serving.instance import inference_log
 
 pytestmark = pytest.mark.filterwarnings("ignore:Stochastic Optimizer")
 
@@ -71,7 +72,7 @@ def test_one_server_answers_for_several_models_loading_and_evicting_them(setting
         procs, port, host = recorded(settings, "multi")
         lifecycle.stop("multi", settings=settings)
     assert_nothing_left(procs, port, host)
-    table = inference_log.read(lifecycle.inference_log_path(settings, settings.project, "multi"),
+    table = inference_log.read(inference_log.inference_log_path(settings, settings.project, "multi"),
                                ["model_name", "model_version", "status"])
     logged = set(zip(*(table.column(c).to_pylist() for c in ("model_name", "model_version", "status"))))
     assert {("iris", 1, 200), ("iris", 2, 200), ("digits", 1, 200), ("broken", 1, 503)} <= logged, logged

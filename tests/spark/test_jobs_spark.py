@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from hopsml import config, jobs
-from hopsml.serving.processes import start_time
+from hopsml.processes import start_time
 
 pytestmark = pytest.mark.slow
 

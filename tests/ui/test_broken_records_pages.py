@@ -12,7 +12,7 @@ from hopsml import config, layout
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
 from hopsml.serving import definition as defs
-from hopsml.serving import state as states
+from hopsml.serving.server import state as states
 from hopsml.tracking.record import ExperimentRecord
 from hopsml.ui import create_app
 
@@ -99,8 +99,8 @@ def test_a_broken_servings_own_page_says_broken(site):
 def test_a_log_path_planted_as_a_link_is_never_followed(site, root, tmp_path):
     """A symbolic link at the serving's own log path: its target's tail is not shown, and nothing opens it for
     writing (the serving would append to it and narrow its mode)."""
-    from hopsml.serving import lifecycle
-    from hopsml.serving.supervisor import private_file
+    from hopsml.serving.control import lifecycle
+    from hopsml.serving.server.supervisor import private_file
 
     settings = config.load(root=str(root), project=PROJECT)
     own = lifecycle.log_path(settings, PROJECT, "good")

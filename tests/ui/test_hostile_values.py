@@ -16,7 +16,7 @@ from hopsml import config, layout
 from hopsml.data import dataset as ds
 from hopsml.fs import Storage
 from hopsml.serving import definition as defs
-from hopsml.serving import state as states
+from hopsml.serving.server import state as states
 from hopsml.tracking import record as records
 from hopsml.ui import create_app
 

@@ -14,7 +14,7 @@ from hopsml.fs import Storage
 from hopsml.layout import ExperimentDir
 from hopsml.records import BrokenRecordError, Shape, parse_record
 from hopsml.serving import definition as defs
-from hopsml.serving import state as states
+from hopsml.serving.server import state as states
 from hopsml.tracking.record import ExperimentRecord
 
 PROJECT = "test"

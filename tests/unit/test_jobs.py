@@ -18,7 +18,7 @@ import pytest
 from hopsml import cli, config, execution_notes, jobs, layout
 from hopsml.errors import InvalidNameError, JobError
 from hopsml.hopsworks import login
-from hopsml.serving.processes import start_time
+from hopsml.processes import start_time
 
 WAIT_S = 120.0   # bound on every wait below: a hang fails the test instead of stalling the run
 

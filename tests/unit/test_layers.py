@@ -16,8 +16,8 @@ PACKAGE_DIR = os.path.dirname(hopsml.__file__)
 # Lowest first: a module may import its own room (package or top-level module) and the rooms of its layer
 # or any layer below, never a room above.
 LAYERS: list[set[str]] = [
-    {"hopsml", "errors", "redact", "orphans", "cli_tables", "progress", "devices", "request_notes", "execution_notes",
-     "installed", "clock"},
+    {"hopsml", "errors", "redact", "orphans", "processes", "cli_tables", "progress", "devices", "request_notes",
+     "execution_notes", "installed", "clock"},
     {"layout", "fs", "net", "config", "records"},
     {"formats", "skeleton", "hdfs_file"},
     {"tracking", "timeline", "run_catalog", "tensorboard", "checkpoint", "hdfs"},
@@ -29,6 +29,13 @@ LAYERS: list[set[str]] = [
     {"experiments", "examples", "ui", "airflow"},
     {"cli"},
 ]
+
+# A wing laid out by process role keeps the same rule inside: its rooms (subpackages, or "" for the modules of the
+# wing's own folder that its docstring names as shared, and the wing's face) import only their own room and those
+# below. Lowest first.
+WING_ROOMS: dict[str, list[set[str]]] = {
+    "serving": [{"definition", "autoscale"}, {"instance"}, {"server"}, {"analysis"}, {"control"}, {""}],
+}
 
 
 def _modules() -> dict[str, str]:
@@ -144,3 +151,20 @@ def test_no_import_runs_back_up_the_layers(layer):
     upward = sorted(f"{module} -> {target}" for module, targets in _graph().items() for target in targets
                     if rank.get(_room(module)) == layer and rank.get(_room(target), -1) > layer)
     assert not upward, "imports that run back up the layers: " + ", ".join(upward)
+
+
+def _wing_room(module: str) -> str:
+    """The room of a wing's module: `hopsml.serving.control.lifecycle` -> control; the face -> ''."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else ""
+
+
+@pytest.mark.parametrize("wing", sorted(WING_ROOMS))
+def test_a_wing_laid_out_by_process_role_imports_only_downward(wing):
+    graph = _graph()
+    inside = {module for module in graph if _room(module) == wing}
+    rank = {room: i for i, rooms in enumerate(WING_ROOMS[wing]) for room in rooms}
+    assert {_wing_room(module) for module in inside} == set(rank), f"give every room of {wing}/ a place in WING_ROOMS"
+    upward = sorted(f"{module} -> {target}" for module in inside for target in graph[module]
+                    if target in inside and rank[_wing_room(target)] > rank[_wing_room(module)])
+    assert not upward, f"imports that run back up {wing}/'s rooms: " + ", ".join(upward)

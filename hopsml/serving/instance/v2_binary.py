@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from hopsml.serving.loaders import RequestError
+from hopsml.serving.instance.loaders import RequestError
 
 # KServe v2 tensor types <-> numpy
 V2_TYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",

@@ -2,7 +2,7 @@
 restarts a crashed one (recording when and why), and records its pids, port and state in the project.
 
 Started by `start()` in a session of its own, so that it outlives the notebook (as a serving outlives
-it on Hopsworks): `hopsml.serving.supervisor.main()` with the serving's name as its argument with the root
+it on Hopsworks): `hopsml.serving.server.supervisor.main()` with the serving's name as its argument with the root
 and project in HOPSML_ROOT and HOPSML_PROJECT, its output going to the serving's log. It reports to the
 starter once, on the pipe whose descriptor is in HOPSML_SERVING_READY_FD: one JSON line, Running (with the
 port) or Failed (why). SIGTERM stops it: the instances get SIGTERM, then SIGKILL after a grace period, and
@@ -42,12 +42,12 @@ from hopsml import config, hdfs, layout
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
 from hopsml.model import registry
+from hopsml.processes import Proc
 from hopsml.serving import autoscale
 from hopsml.serving import definition as defs
-from hopsml.serving import state as states
-from hopsml.serving.inference_log import LOG_ENV, LogOptions
-from hopsml.serving.instance import SPEC_ENV, InstanceSpec
-from hopsml.serving.processes import Proc
+from hopsml.serving.instance.inference_log import LOG_ENV, LogOptions
+from hopsml.serving.instance.serve import SPEC_ENV, InstanceSpec
+from hopsml.serving.server import state as states
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ LOG_MODE = 0o600
 # How often a running server checks that its definition still exists: one whose project was deleted stops.
 ORPHAN_CHECK_S = 5.0
 ORPHAN_CHECK_REMOTE_S = 60.0
-INSTANCE_MODULE = "hopsml.serving.instance_main"   # run with -m: a program's __main__ (see there)
+INSTANCE_MODULE = "hopsml.serving.instance"   # run with -m: a program's __main__ (see there)
 
 
 class Stop(Exception):
@@ -616,7 +616,9 @@ class Supervisor:
                 if index in self.instances:
                     self.instances[index].draining = True
                     self.instances[index].popen.send_signal(signal.SIGUSR1)   # answers what it holds, then ends
-            from hopsml.serving.http_server import DRAIN_IDLE_S  # here: importing hopsml.serving loads no server
+            from hopsml.serving.instance.http_server import (
+                DRAIN_IDLE_S,  # here: importing hopsml.serving loads no server
+            )
 
             roll.deadline = time.monotonic() + STOP_GRACE_S + DRAIN_IDLE_S + 5
             self.wanted = self.state.wanted = self.definition.instances

@@ -13,8 +13,8 @@ from hopsml import layout
 from hopsml.clock import utc_now as now
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
+from hopsml.processes import Proc
 from hopsml.records import BrokenRecordError, Shape, read_record
-from hopsml.serving.processes import Proc
 
 STARTING = "Starting"
 RUNNING = "Running"

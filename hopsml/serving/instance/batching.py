@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hopsml.serving.definition import ServingError
-from hopsml.serving.loaders import RequestError, Servable, to_json_ready
+from hopsml.serving.instance.loaders import RequestError, Servable, to_json_ready
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from hopsml import config
 from hopsml.fs import Storage
 from hopsml.model import registry
 from hopsml.serving import definition as defs
-from hopsml.serving import loaders
 from hopsml.serving.definition import ServingError
+from hopsml.serving.instance import loaders
 
 API_VERSION = "serving.kserve.io/v1beta1"
 KIND = "InferenceService"
@@ -323,7 +323,7 @@ def _custom(storage: Storage, settings: config.Settings, d: defs.ServingDefiniti
             target: str, notes: list[str]) -> Runtime:
     """The version's files, its predictor (and transformer) script and the adapter that serves them on KServe's
     ModelServer as hopsml's instances do: transformer.preprocess, Predict.predict(instances), postprocess."""
-    from hopsml.serving.supervisor import script_rel
+    from hopsml.serving.server.supervisor import script_rel
 
     for rel in loaders.model_files(local):
         dest = os.path.join(target, *rel.split("/"))

@@ -42,10 +42,10 @@ from hopsml.data.tables.transform import Transform
 from hopsml.fs import Storage
 from hopsml.model import registry
 from hopsml.serving import definition as defs
-from hopsml.serving import inference_log
+from hopsml.serving.analysis.preprocessing_check import check as preprocessing_check
+from hopsml.serving.analysis.preprocessing_check import fitted_transform
 from hopsml.serving.definition import ServingError
-from hopsml.serving.preprocessing_check import check as preprocessing_check
-from hopsml.serving.preprocessing_check import fitted_transform
+from hopsml.serving.instance import inference_log
 
 log = logging.getLogger(__name__)
 
@@ -494,8 +494,6 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
     settings = settings or config.load()
     storage, project = Storage(settings.root), settings.project
     d = defs.read(storage, project, serving_name)
-    from hopsml.serving.lifecycle import inference_log_path
-
     if not d.logs_inferences:
         raise ServingError(f"serving {serving_name!r} logs no inferences (inference_logging="
                            f"{d.inference_logging!r}, topic_name={d.topic_name!r}), so there is nothing to compare; "
@@ -508,7 +506,7 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
         stats, transform, fitted, references = _in_memory_training(in_memory, name, split, settings)
     else:
         stats, transform, fitted, references = _training(storage, project, name, split, settings)
-    folder = inference_log_path(settings, project, serving_name)
+    folder = inference_log.inference_log_path(settings, project, serving_name)
     table = inference_log.read(folder, ["time", "model_name", "model_version", "status", "request", "inputs"])
     keep = [s == 200 and bool(t) and m == d.model_name and (version is None or v == served) and
             (since is None or w >= since)    # a server of several models logs the others' requests too

@@ -1,5 +1,7 @@
-"""Processes known by (pid, start time), so a recorded pid that the system gave to another process
-since is never taken for the server, and waiting for a process that is not our child (pidfd).
+"""Processes known by (pid, start time), so a recorded pid that the system gave to another process since is
+never taken for the one recorded; waiting for a process that is not our child (pidfd); and a child that the
+kernel ends when its parent dies, so no orphan keeps a port or runs on unwatched. Below the wings that start
+processes of their own (a serving's supervisor and instances, a job's runner and its app).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import select
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,16 +98,35 @@ def _reap(pid: int) -> None:
 
 
 def die_with_parent(parent: int) -> None:
-    """Have the kernel kill this process when its parent ends (Linux), so that no instance outlives its
-    supervisor with the port; if the parent is already gone, end now."""
+    """Have the kernel kill this process when its parent `parent` ends (Linux), so that no instance outlives
+    its supervisor with the port; if the parent is already gone, end now. Called in the child itself."""
+    _die_with(_libc(), parent)
+
+
+def parent_death_hook(parent: int) -> Callable[[], None]:
+    """`die_with_parent(parent)` for a `preexec_fn`, with the C library loaded now, in the parent: the forked
+    child then only calls into it, and never takes the dynamic loader's lock that another thread may have held
+    at the fork."""
+    libc = _libc()
+    return lambda: _die_with(libc, parent)
+
+
+def _libc() -> Any:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _die_with(libc: Any, parent: int) -> None:
+    """The parent-death signal, then the check for a parent that ended before it was set. Linux sends the signal
+    when the *thread* that forked ends: fork from a thread that lives as long as the parent's process."""
+    try:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
+    except AttributeError:   # no prctl (not Linux), or no C library at all
         pass
     if os.getppid() != parent:
         os._exit(1)
-
 
 
 _LISTEN = "0A"

@@ -38,15 +38,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from hopsml import request_notes
+from hopsml import layout, request_notes
 from hopsml.errors import HopsmlError
-from hopsml.serving.loaders import RequestError
-from hopsml.serving.v2_binary import binary_inputs
+from hopsml.fs import Storage
+from hopsml.serving.instance.loaders import RequestError
+from hopsml.serving.instance.v2_binary import binary_inputs
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from hopsml.serving.http_server import Answer, Request
+    from hopsml import config
+    from hopsml.serving.instance.http_server import Answer, Request
 
 log = logging.getLogger(__name__)
 
@@ -448,6 +450,14 @@ class LoggedApp:
 
 
 # --- reading -------------------------------------------------------------------------------------------
+def inference_log_path(settings: config.Settings, project: str, name: str) -> str:
+    """The inference log's folder: `Logs/Serving/<name>/inference` under a local root, else under log_dir."""
+    local = Storage(settings.root).local_path(layout.ServingDir.of(project, name).inference_log)
+    if local is None:
+        local = os.path.join(os.path.expanduser(settings.log_dir), "serving", project, name, "inference")
+    return local
+
+
 def files(folder: str) -> list[str]:
     """The log's finished Parquet files, oldest first."""
     try:

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from hopsml.serving.http_server import Answer, BinaryBody, Request
-from hopsml.serving.inference_log import record
-from hopsml.serving.loaders import RequestError, Servable, Transformer, to_json_ready
-from hopsml.serving.repeats import RepeatedFailures
-from hopsml.serving.v2_binary import NUMPY_V2, V2_TYPES, binary_inputs
+from hopsml.serving.instance.http_server import Answer, BinaryBody, Request
+from hopsml.serving.instance.inference_log import record
+from hopsml.serving.instance.loaders import RequestError, Servable, Transformer, to_json_ready
+from hopsml.serving.instance.repeats import RepeatedFailures
+from hopsml.serving.instance.v2_binary import NUMPY_V2, V2_TYPES, binary_inputs
 
 if TYPE_CHECKING:
-    from hopsml.serving.batching import Batcher
+    from hopsml.serving.instance.batching import Batcher
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from hopsml import config
 from hopsml.cli_tables import format_table
 from hopsml.records import BROKEN, BrokenRecordError
 from hopsml.serving import definition as defs
-from hopsml.serving import lifecycle
+from hopsml.serving.control import lifecycle
 
 COMMANDS = ("serving",)
 
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
         return (f"serving {serving.name} (id {serving.id}) serves {serving.model_name} version "
                 f"{serving.model_version}{canary_text}{scaling_text}")
     if action in ("promote", "rollback", "canary-gate"):
-        from hopsml.serving import canary
+        from hopsml.serving.control import canary
 
         if action == "canary-gate":
             report = canary.gate(args.name, window_s=args.window, min_requests=args.min_requests,
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
         return (f"{args.name}: canary version {report.get('canary')} {report.get('decision')}"
                 + "".join(f"\n  {reason}" for reason in report.get("reasons", [])))
     if action == "export-kserve":
-        from hopsml.serving.kserve import export_kserve
+        from hopsml.serving.control.kserve import export_kserve
 
         done = export_kserve(args.name, args.out or f"kserve-{args.name}", storage_uri=args.storage_uri,
                              namespace=args.namespace, logger_url=args.logger_url, image=args.image,
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
             table += "\n\nrecords that cannot be read ('hopsml serving status NAME' says more):\n" + "\n".join(broken)
         return table
     if action == "monitor":
-        from hopsml.serving.monitor import KS_THRESHOLD, PSI_THRESHOLD, monitor, report_text
+        from hopsml.serving.analysis.monitor import KS_THRESHOLD, PSI_THRESHOLD, monitor, report_text
 
         report = monitor(args.name, args.dataset, split=args.split,
                          psi_threshold=args.psi if args.psi is not None else PSI_THRESHOLD,
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
     folder = lifecycle.get_inference_log(args.name, settings)
     if folder is None:
         return _status_text(serving) + "\ninference log: off"
-    from hopsml.serving import inference_log
+    from hopsml.serving.instance import inference_log
 
     traffic = inference_log.summary(folder)
     line = f"\ninference log: {folder} ({traffic['requests']} requests"

@@ -1,6 +1,6 @@
 """One instance of a serving: a process that loads the model and answers on the socket its supervisor
 bound (`http_server`: uvloop and httptools, each answer in one write). Started only by the supervisor:
-`hopsml.serving.instance.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
+`hopsml.serving.instance.serve.main()` with its spec in HOPSML_SERVING_INSTANCE (JSON).
 
 It tells the supervisor it is ready by writing one byte to its ready pipe once the model is loaded (or
 'F' and why it cannot load it), and
@@ -57,14 +57,14 @@ class InstanceSpec:
 
 def main() -> int:
     spec = InstanceSpec.from_env(os.environ[SPEC_ENV])
-    from hopsml.serving.processes import die_with_parent
+    from hopsml.processes import die_with_parent
 
     die_with_parent(spec.supervisor)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s instance {spec.index} (pid {os.getpid()}) %(name)s: "
                                "%(message)s")
-    from hopsml.serving import http_server, loaders
-    from hopsml.serving.inference_log import (
+    from hopsml.serving.instance import http_server, loaders
+    from hopsml.serving.instance.inference_log import (
         LOG_ENV,
         CountingServable,
         InferenceLogger,
@@ -72,7 +72,7 @@ def main() -> int:
         LogOptions,
         RecordingTransformer,
     )
-    from hopsml.serving.protocol import ModelApp
+    from hopsml.serving.instance.protocol import ModelApp
 
     logger = None
     if os.environ.get(LOG_ENV):  # inference logging: the model calls are counted, requests queued for the writer
@@ -80,7 +80,7 @@ def main() -> int:
 
     model_thread = None
     if spec.batching is not None:
-        from hopsml.serving.batching import Batcher, BatchingOptions, ModelThread
+        from hopsml.serving.instance.batching import Batcher, BatchingOptions, ModelThread
 
         model_thread = ModelThread()  # one for every model of the instance
 
@@ -138,8 +138,8 @@ MakeApp = Callable[[str, int, Any, Any], Any]
 
 def one_model(spec: InstanceSpec, model_app: MakeApp) -> Any:
     """The serving's model, and its canary beside it when it has one (the split needs no router in front)."""
-    from hopsml.serving import loaders
-    from hopsml.serving.protocol import VersionRouter
+    from hopsml.serving.instance import loaders
+    from hopsml.serving.instance.protocol import VersionRouter
 
     servable = loaders.load(spec.model_dir, spec.predictor, spec.threads)
     transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
@@ -155,7 +155,7 @@ def one_model(spec: InstanceSpec, model_app: MakeApp) -> Any:
 
 def several_models(spec: InstanceSpec, model_app: MakeApp) -> Any:
     """A multiplexer over the catalog the supervisor resolved, the serving's own model loaded before it answers."""
-    from hopsml.serving.multiplex import ModelMultiplexer, ModelSource
+    from hopsml.serving.instance.multiplex import ModelMultiplexer, ModelSource
 
     catalog: dict[str, Any] = spec.models or {}
 

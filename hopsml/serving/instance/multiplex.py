@@ -42,9 +42,9 @@ from typing import Any, Protocol
 import orjson
 
 from hopsml.request_notes import note
-from hopsml.serving import loaders
 from hopsml.serving.definition import ServingError
-from hopsml.serving.http_server import Answer, Request
+from hopsml.serving.instance import loaders
+from hopsml.serving.instance.http_server import Answer, Request
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ MakeApp = Callable[[ModelSource, loaders.Servable, loaders.Transformer | None], 
 
 def model_app(source: ModelSource, servable: loaders.Servable, transformer: loaders.Transformer | None) -> App:
     """The plain app of a loaded model (no batching, no logging): `make_app`'s default."""
-    from hopsml.serving.protocol import ModelApp
+    from hopsml.serving.instance.protocol import ModelApp
 
     return ModelApp(source.name, source.version, servable, transformer)
 

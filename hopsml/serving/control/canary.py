@@ -26,10 +26,11 @@ import numpy as np
 from hopsml import config, layout
 from hopsml.fs import Storage
 from hopsml.serving import definition as defs
-from hopsml.serving import inference_log, lifecycle
+from hopsml.serving.analysis.monitor import KS_THRESHOLD, PSI_THRESHOLD, psi
+from hopsml.serving.analysis.monitor import monitor as skew_report
+from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import ServingError
-from hopsml.serving.monitor import KS_THRESHOLD, PSI_THRESHOLD, psi
-from hopsml.serving.monitor import monitor as skew_report
+from hopsml.serving.instance import inference_log
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def gate(serving_name: str, *, window_s: float = 3600.0, min_requests: int = MIN
     started = time.perf_counter()
     d = _with_canary(serving_name, settings)
     since = datetime.now(timezone.utc) - timedelta(seconds=window_s)
-    folder = lifecycle.inference_log_path(settings, settings.project, serving_name)
+    folder = inference_log.inference_log_path(settings, settings.project, serving_name)
     table = inference_log.read(folder, ["time", "model_version", "status", "latency_ms", "response"])
     stable = _traffic(table, d.model_version, since)
     canary = _traffic(table, int(d.canary_version or 0), since)

@@ -26,13 +26,13 @@ from hopsml import config, execution_notes, layout
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.model import registry
+from hopsml.processes import Proc, wait_gone, wait_port_closed
 from hopsml.records import BrokenRecordError, inside
 from hopsml.serving import definition as defs
-from hopsml.serving import inference_log
-from hopsml.serving import state as states
 from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
-from hopsml.serving.processes import Proc, wait_gone, wait_port_closed
-from hopsml.serving.supervisor import (
+from hopsml.serving.instance import inference_log
+from hopsml.serving.server import state as states
+from hopsml.serving.server.supervisor import (
     READY_FD_ENV,
     SERVER_SETTINGS,
     START_TIMEOUT_S,
@@ -47,7 +47,7 @@ LOG_TAIL_LINES = 20
 START_LOCK = ".start.lock"
 RELOAD_POLL_S = 0.05     # how often a reload's end is looked for in the server's state
 # -c, not -m: the package is imported first either way, and runpy warns about a module run twice
-SUPERVISOR_MAIN = "import sys; from hopsml.serving.supervisor import main; sys.exit(main())"
+SUPERVISOR_MAIN = "import sys; from hopsml.serving.server.supervisor import main; sys.exit(main())"
 # Runs the command in its argv in a session of its own, prints its pid and exits; output goes to the log (fd 2).
 LAUNCHER = ("import os, subprocess, sys; fd = int(os.environ['" + READY_FD_ENV + "']); "
             "print(subprocess.Popen(sys.argv[1:], pass_fds=(fd,), start_new_session=True, "
@@ -144,14 +144,6 @@ def recorded_log(settings: config.Settings, project: str, name: str, st: states.
                     "showing %s instead", name, st.log, own)
         return own
     return found
-
-
-def inference_log_path(settings: config.Settings, project: str, name: str) -> str:
-    """The inference log's folder: `Logs/Serving/<name>/inference` under a local root, else under log_dir."""
-    local = Storage(settings.root).local_path(layout.ServingDir.of(project, name).inference_log)
-    if local is None:
-        local = os.path.join(os.path.expanduser(settings.log_dir), "serving", project, name, "inference")
-    return local
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
@@ -465,7 +457,7 @@ def _start(serving_name: str, timeout_s: float, storage: Storage, project: str, 
            **{config.ENV_PREFIX + name.upper(): str(getattr(settings, name)) for name in SERVER_SETTINGS}}
     env.pop(inference_log.LOG_ENV, None)
     if d.logs_inferences:
-        folder = inference_log_path(settings, project, serving_name)
+        folder = inference_log.inference_log_path(settings, project, serving_name)
         inference_log.private_folder(folder)
         env[inference_log.LOG_ENV] = inference_log.LogOptions(
             folder=folder, mode=d.inference_logging or "ALL", serving=d.name, model_name=d.model_name,
@@ -599,7 +591,7 @@ def get_inference_log(serving_name: str, settings: config.Settings | None = None
     """The folder of the serving's inference log (Parquet files; hops' Kafka topic), None when it logs nothing."""
     storage, project, settings = _where(settings)
     d = defs.read(storage, project, serving_name)
-    return inference_log_path(settings, project, serving_name) if d.logs_inferences else None
+    return inference_log.inference_log_path(settings, project, serving_name) if d.logs_inferences else None
 
 
 def get_status(serving_name: str, settings: config.Settings | None = None) -> Status:
