@@ -139,40 +139,31 @@ def write(storage: Storage, project: str, name: str, frames: Mapping[str, Any], 
     """Write the splits (`frames`: Spark DataFrames with each row's position in its split) as the prepared
     dataset `name`, by the tasks: split `s` of `n` rows in `min(shards, n)` shards (one when empty), shard `k`
     its rows `n*k//count` up to `n*(k+1)//count` in key order, as `materialize.write` cuts them."""
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
     converted, features = tables(frames, labels, keys, source)
     counts = {split: max(1, min(shards, int(sizes[split]))) for split in frames}
-    shard = F.lit(0)
-    for split, rows in sizes.items():
-        if rows:   # the k with n*k//count <= i < n*(k+1)//count
-            shard = F.when(F.col(SPLIT) == split, F.expr(
-                f"(({INDEX} + 1) * {counts[split]} + {int(rows) - 1}) div {int(rows)} - 1")).otherwise(shard)
-    union = reduce(lambda a, b: a.unionByName(b), converted.values())
-    keyed = union.withColumn(SHARD, shard.cast("int"))
-    schema = arrow_schema(keyed)
+    schemas = {split: arrow_schema(frame) for split, frame in converted.items()}
     with ds.staged(storage, project, name, overwrite) as stage:
-        for split in frames:
+        for split, frame in converted.items():   # one job a split: a column's type may differ between splits
             storage.makedirs(stage.parquet(split))
             storage.makedirs(stage.tfrecord(split))
-        writer = ShardWriter(storage, stage, schema, counts)
-        wanted = sum(counts[s] for s in frames if sizes[s])
-        done: dict[str, int] = {}
-        if wanted:
-            for row in (keyed.repartition(wanted, SPLIT, SHARD).sortWithinPartitions(SPLIT, SHARD, INDEX)
-                        .mapInArrow(writer, "split string, shard int, rows long").collect()):
-                done[row["split"]] = done.get(row["split"], 0) + int(row["rows"])
-        for split in frames:
-            if not sizes[split]:   # an empty split: one empty shard, as the pandas path writes it
-                write_shard(storage, stage, split, 0, 1, schema.empty_table())
-            elif done.get(split, 0) != sizes[split]:
-                raise ds.DatasetError(f"{source}: split {split!r}: the tasks wrote {done.get(split, 0)} rows of "
-                                      f"{sizes[split]}; create the training dataset again")
-            unischema = materialize.unischema_of(name, schema, len(features))
-            shard_io.write_petastorm_metadata(storage, stage.parquet(split), schema, unischema,
-                                              {shard_io.part_name(i): 1 for i in range(counts[split])})
+            rows, count = int(sizes[split]), counts[split]
+            if not rows:   # an empty split: one empty shard, as the pandas path writes it
+                write_shard(storage, stage, split, 0, 1, schemas[split].empty_table())
+            else:   # shard k holds the split's rows n*k//count up to n*(k+1)//count
+                shard = F.expr(f"(({INDEX} + 1) * {count} + {rows - 1}) div {rows} - 1").cast("int")
+                writer = ShardWriter(storage, stage, schemas[split], counts)
+                done = sum(int(row["rows"]) for row in (
+                    frame.withColumn(SHARD, shard).repartition(count, SHARD).sortWithinPartitions(SHARD, INDEX)
+                    .mapInArrow(writer, "split string, shard int, rows long").collect()))
+                if done != rows:
+                    raise ds.DatasetError(f"{source}: split {split!r}: the tasks wrote {done} rows of {rows}; "
+                                          "create the training dataset again")
+            unischema = materialize.unischema_of(name, schemas[split], len(features))
+            shard_io.write_petastorm_metadata(storage, stage.parquet(split), schemas[split], unischema,
+                                              {shard_io.part_name(i): 1 for i in range(count)})
+        schema = next(iter(schemas.values()))
         return materialize.seal(storage, stage, name, source, schema, features, labels, shards,
                                 {s: int(sizes[s]) for s in frames}, counts, dataset_stats(converted, sizes))
 
