@@ -143,3 +143,52 @@ def _dataset_records(fs, name: str) -> dict:
         schema = pq.read_schema(os.path.join(folder, "parquet", split, "_common_metadata"))
         schemas[split] = [str(schema.remove_metadata()), schema.metadata[b"dataset-toolkit.num_row_groups_per_file.v1"]]
     return {"manifest": kept, "stats": stats, "schemas": schemas}
+
+
+def test_a_spark_version_reads_back_as_spark_frames_with_the_rows_duckdb_reads(fs):
+    fv = _view(fs, name="reread")
+    by_duckdb = fv.create_train_test_split(test_size=0.25, seed=4, shards=2, read_options=DUCKDB)[0]
+    by_spark = fv.create_train_test_split(test_size=0.25, seed=4, shards=2, read_options=SPARK)[0]
+    lazy = fv.get_train_test_split(by_spark, dataframe_type="spark", primary_key=True)
+    assert all(type(frame).__name__ == "DataFrame" and hasattr(frame, "rdd") for frame in lazy)
+    eager = fv.get_train_test_split(by_duckdb, primary_key=True)
+    for spark_frame, frame in zip(lazy, eager):
+        rows = spark_frame.toArrow().to_pandas()
+        assert list(rows.columns) == list(frame.columns)
+        pd.testing.assert_frame_equal(rows, frame, check_dtype=False)
+    # pandas asked of a Spark version: the same frames as DuckDB's
+    for frame, expected in zip(fv.get_train_test_split(by_spark, read_options=SPARK, primary_key=True), eager):
+        pd.testing.assert_frame_equal(frame, expected, check_dtype=False)
+
+
+def test_the_spark_path_brings_no_training_rows_to_the_driver(fs, spark, monkeypatch):
+    """Every way a Spark DataFrame's rows reach the driver's Python is counted when the rows are training rows
+    (they hold the label): creating a split training dataset on Spark brings none, statistics and counts only;
+    reading it back as pandas brings exactly its rows, so the count sees rows when they do cross."""
+    crossed: list[int] = []
+    kind = type(spark.range(1))
+
+    def noted(rows: int, columns) -> None:
+        if "target" in columns:
+            crossed.append(rows)
+
+    def counted(name, measure):
+        original = getattr(kind, name)
+
+        def wrapper(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            noted(*measure(self, result))
+            return result
+        monkeypatch.setattr(kind, name, wrapper)
+
+    counted("collect", lambda self, rows: (len(rows), rows[0].asDict() if rows else self.columns))
+    counted("tail", lambda self, rows: (len(rows), self.columns))
+    counted("toArrow", lambda self, table: (table.num_rows, table.column_names))
+    counted("toPandas", lambda self, frame: (len(frame), list(frame.columns)))
+    counted("toLocalIterator", lambda self, rows: (0 if rows is None else 1, self.columns))
+    fv = _view(fs, labels=600, name="guarded")
+    version = fv.create_train_test_split(test_size=0.25, seed=8, read_options=SPARK)[0]
+    assert crossed == []
+    assert fv.training_dataset_name(version)
+    x_train, x_test, _, _ = fv.get_train_test_split(version, read_options=SPARK)
+    assert sum(crossed) == len(x_train) + len(x_test) == 600
