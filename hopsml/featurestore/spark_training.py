@@ -21,16 +21,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import engine
+from hopsml.featurestore import engine, spark_written
+from hopsml.featurestore.spark_written import INDEX, SPLIT, col
 from hopsml.featurestore.transformations import TransformationFunction
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from hopsml.featurestore.query import Query
-    from hopsml.featurestore.training import RowLayout
+    from hopsml.featurestore.row_layout import RowLayout
 
-SPLIT, INDEX = "__hopsml_split", "__hopsml_index"   # a row's split and its position in it (key order)
 ALL = "*"                                             # the counts of all rows, in a split or not
 _UNIQUE_LIMIT = 100_000                               # as transformations.describe: no unique values above it
 _INTEGRAL = ("byte", "short", "integer", "long")
@@ -226,34 +226,21 @@ class SparkSplits:
 
     def out(self, name: str, labels: Sequence[str], dataframe_type: str) -> tuple[Any, Any]:
         """(features, labels) of split `name`: Spark DataFrames for 'spark' (in key order, lazy), else the rows
-        brought to the driver as the caller asked."""
-        from hopsml.featurestore.training import as_type
-
+        brought to the driver as pandas frames (the caller makes them what dataframe_type asks)."""
         frame = self.frames[name].orderBy(INDEX).drop(SPLIT, INDEX)
-        features = frame.drop(*labels)
         if dataframe_type.lower() == "spark":
-            return features, (frame.select(*[col(c) for c in labels]) if labels else None)
+            return frame.drop(*labels), (frame.select(*[col(c) for c in labels]) if labels else None)
         rows = frame.toArrow().to_pandas()
-        x = as_type(rows.drop(columns=list(labels)), dataframe_type)
-        return x, (as_type(rows[list(labels)], dataframe_type) if labels else None)
+        return rows.drop(columns=list(labels)), (rows[list(labels)] if labels else None)
 
     def write(self, storage: Any, project: str, name: str, labels: Sequence[str], keys: Sequence[str], shards: int,
               source: str) -> Any:
-        from hopsml.featurestore import spark_written
-
         return spark_written.write(storage, project, name, self.frames, self._sizes, labels, keys, shards, source)
 
     def statistics(self, labels: Sequence[str], keys: Sequence[str], where: str) -> tuple[dict[str, Any],
                                                                                           list[str]]:
-        from hopsml.featurestore import spark_written
-
         tables, features = spark_written.tables(self.frames, labels, keys, where)
         return spark_written.dataset_stats(tables, self._sizes), features
-
-
-def col(name: str) -> Any:
-    """A column by its name as it is (Spark's col() parses dots and backticks)."""
-    return engine._spark_col("", name)
 
 
 def describe(frame: Any, feature: str) -> dict[str, Any]:

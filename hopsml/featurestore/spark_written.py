@@ -12,15 +12,20 @@ from hopsml import layout
 from hopsml.data import dataset as ds
 from hopsml.data import shards as shard_io
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import materialize
-from hopsml.featurestore.spark_training import INDEX, SPLIT, col
+from hopsml.featurestore import engine, materialize
 from hopsml.fs import Storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+SPLIT, INDEX = "__hopsml_split", "__hopsml_index"   # a row's split and its position in it (key order)
 SHARD = "__hopsml_shard"
 _NUMBERS = {"long": "int64", "double": "float64"}
+
+
+def col(name: str) -> Any:
+    """A column by its name as it is (Spark's col() parses dots and backticks)."""
+    return engine._spark_col("", name)
 
 
 def tables(frames: Mapping[str, Any], labels: Sequence[str], keys: Sequence[str], where: str

@@ -9,14 +9,12 @@ row in that order from numpy's PCG64 stream, so both engines put the same rows i
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import engine
-from hopsml.featurestore.table import wallclock_ms
+from hopsml.featurestore.row_layout import HIDDEN, RowLayout, row_layout
 from hopsml.featurestore.transformations import TransformationFunction, apply_all
 
 if TYPE_CHECKING:
@@ -24,56 +22,7 @@ if TYPE_CHECKING:
 
     from hopsml.featurestore.query import Query
 
-HIDDEN = "__hopsml_hidden__"   # a left key or event time the query does not select, while a frame is being made
-
-
-@dataclasses.dataclass(frozen=True)
-class RowLayout:
-    """How a view's query becomes its training rows: the widened query (the left group's keys it does not select
-    added), the name of each of its columns in the frame, the joined keys taken from the left's hidden ones, the
-    order of the columns and the columns the rows are sorted by."""
-
-    wider: Query
-    names: tuple[str, ...]
-    copies: tuple[tuple[str, str], ...]
-    columns: tuple[str, ...]
-    order: tuple[str, ...]
-    event_time: str | None       # the left group's event time column as the frame names it
-
-
-def row_layout(view: Any, query: Query, start_time: Any, end_time: Any, extra_filter: Any = None) -> RowLayout:
-    """The layout of `query`'s rows in the time window (see RowLayout)."""
-    left = view.query.left
-    if extra_filter is not None:
-        query = query.filter(extra_filter)
-    if left.event_time:
-        if start_time not in (None, ""):
-            query = query.filter(left.get_feature(left.event_time) >= utc(start_time))
-        if end_time not in (None, ""):
-            query = query.filter(left.get_feature(left.event_time) < utc(end_time))
-    elif start_time not in (None, "") or end_time not in (None, ""):
-        raise FeatureStoreError(f"feature view {view.key!r}: a time window needs an event time on the left group "
-                                f"{left.key!r}")
-    kept = list(query.features)
-    extra = [k for k in left.keys() if k not in kept]
-    wider = dataclasses.replace(query, features=tuple([*kept, *extra]))
-    # the columns by source, so that a joined feature keeps its name when a hidden one of the left group has it
-    named = {(id(group), feature): name for name, group, feature in query.column_sources()}
-    names = [HIDDEN + feature if group is query.left and feature in extra else
-             named.get((id(group), feature), name) for name, group, feature in wider.column_sources()]
-    copies = []
-    for name, group, feature in query.column_sources():
-        if name not in names:   # a joined key the widened query took from the left: the left's value
-            join = next(j for j in query.joins if j.query.left is group)
-            copies.append((name, HIDDEN + join.left_on[join.right_on.index(feature)]))
-    all_names = [*names, *(name for name, _ in copies)]
-    # the left group's columns, its hidden keys, then the joined ones (as the widened query orders them)
-    joined = [name for name, group, _ in query.column_sources() if group is not query.left]
-    columns = [*(c for c in all_names if c not in joined), *joined]
-    order = tuple(k if k in kept else HIDDEN + k for k in left.keys())
-    time = None if not left.event_time else left.event_time if left.event_time in kept else HIDDEN + left.event_time
-    return RowLayout(wider, tuple(names), tuple(copies), tuple(columns), order, time)
-
+__all__ = ["HIDDEN", "RowLayout", "Splits", "as_type", "pandas_rows", "row_layout", "splits"]
 
 def pandas_rows(layout: RowLayout, read_options: Mapping[str, Any] | None) -> pd.DataFrame:
     """The layout's rows on the driver, ordered by the left group's key and event time."""
@@ -99,7 +48,8 @@ class Splits(Protocol):
 
     def shown(self, dropped: Sequence[str], renamed: Mapping[str, str]) -> Splits: ...
 
-    def out(self, name: str, labels: Sequence[str], dataframe_type: str) -> tuple[Any, Any]: ...
+    def out(self, name: str, labels: Sequence[str], dataframe_type: str) -> tuple[Any, Any]:
+        """(features, labels) of a split: pandas frames, or Spark DataFrames where dataframe_type is 'spark'."""
 
     def write(self, storage: Any, project: str, name: str, labels: Sequence[str], keys: Sequence[str], shards: int,
               source: str) -> Any: ...
@@ -148,8 +98,7 @@ class PandasSplits:
 
     def out(self, name: str, labels: Sequence[str], dataframe_type: str) -> tuple[Any, Any]:
         frame = self.frames[name]
-        features = frame.drop(columns=list(labels))
-        return as_type(features, dataframe_type), (as_type(frame[list(labels)], dataframe_type) if labels else None)
+        return frame.drop(columns=list(labels)), (frame[list(labels)] if labels else None)
 
     def write(self, storage: Any, project: str, name: str, labels: Sequence[str], keys: Sequence[str], shards: int,
               source: str) -> Any:
@@ -200,14 +149,11 @@ def split_frame(frame: pd.DataFrame, split: Mapping[str, Any], query: Query, eve
     return out
 
 
-def utc(value: Any) -> dt.datetime:
-    return dt.datetime.fromtimestamp(wallclock_ms(value) / 1000, dt.timezone.utc)
-
-
 def as_type(frame: pd.DataFrame, dataframe_type: str) -> Any:
-    """A pandas frame as hsfs' `dataframe_type` asks: 'default'/'pandas', 'polars', 'numpy' or 'python'."""
+    """A pandas frame as hsfs' `dataframe_type` asks: 'default'/'pandas', 'polars', 'numpy' or 'python' (a Spark
+    DataFrame, which only the Spark engine gives, for 'spark')."""
     kind = dataframe_type.lower()
-    if kind in ("default", "pandas"):
+    if kind in ("default", "pandas") or kind == "spark" and not hasattr(frame, "to_numpy"):
         return frame
     if kind == "polars":
         import polars as pl

@@ -647,7 +647,8 @@ class FeatureView(ViewMembers):
     def _shaped(self, rows: training.Splits, name: str, primary_key: bool, event_time: bool, dataframe_type: str,
                 training_helpers: bool = False) -> tuple[Any, Any]:
         shown = self._showing(rows, primary_key, event_time, training_helpers)
-        return shown.out(name, self._label_columns(shown.columns), dataframe_type)
+        features, labels = shown.out(name, self._label_columns(shown.columns), dataframe_type)
+        return as_type(features, dataframe_type), (None if labels is None else as_type(labels, dataframe_type))
 
     def _showing(self, rows: training.Splits, primary_key: bool, event_time: bool, training_helpers: bool
                  ) -> training.Splits:
