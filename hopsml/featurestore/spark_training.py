@@ -197,9 +197,13 @@ class SparkSplits:
 
     def fit(self, functions: Sequence[TransformationFunction]) -> list[TransformationFunction]:
         """Each function fitted on the training split by Spark aggregates (transformations.describe's values)."""
+        from hopsml.featurestore.transformations import BUILTINS
+
         train = self.frames["train"]
         fitted = []
-        for function in functions:
+        for function in functions:   # refused before the version is recorded, not when its rows are made
+            if function.fn is not None or function.name not in BUILTINS:
+                raise _user_function(function)
             if not function.needs_statistics:
                 fitted.append(function)
                 continue
@@ -273,6 +277,12 @@ def describe(frame: Any, feature: str) -> dict[str, Any]:
     return out
 
 
+def _user_function(function: TransformationFunction) -> FeatureStoreError:
+    return FeatureStoreError(f"transformation function {function.name!r} is a user function (@udf), which the "
+                             "Spark engine does not run yet; give read_options={'engine': 'duckdb'} (the rows then "
+                             "pass through the driver) or use the built-in functions")
+
+
 def apply(frame: Any, function: TransformationFunction, nulls: Mapping[str, int]) -> Any:
     """`frame` with a fitted built-in's output columns (Spark expressions, the values `_builtin` gives) and
     without the inputs it drops; `nulls` (missing values per column of this split) decides whether a label
@@ -284,9 +294,7 @@ def apply(frame: Any, function: TransformationFunction, nulls: Mapping[str, int]
     from hopsml.featurestore.transformations import _NUMERIC, BUILTINS
 
     if function.fn is not None or function.name not in BUILTINS:
-        raise FeatureStoreError(f"transformation function {function.name!r} is a user function (@udf), which the "
-                                "Spark engine does not run yet; read this view with read_options={'engine': "
-                                "'duckdb'} or use the built-in functions")
+        raise _user_function(function)
     if function.needs_statistics and not function.statistics:
         raise FeatureStoreError(f"{function.name}({', '.join(function.features)}) needs statistics: fit it on a "
                                 "training split first (train_test_split, training_data or init_batch_scoring)")

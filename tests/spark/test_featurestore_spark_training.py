@@ -16,8 +16,9 @@ pytest.importorskip("deltalake")
 pytest.importorskip("duckdb")
 
 from hopsml import config
+from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.store import FeatureStore
-from hopsml.featurestore.transformations import label_encoder, min_max_scaler, one_hot_encoder
+from hopsml.featurestore.transformations import label_encoder, min_max_scaler, one_hot_encoder, udf
 
 T0 = pd.Timestamp("2026-01-01", tz="UTC")
 SPARK, DUCKDB = {"engine": "spark"}, {"engine": "duckdb"}
@@ -56,6 +57,11 @@ def _view(fs, labels: int = 120, name: str = "churn"):
     return fs.create_feature_view(name, query, labels=["target"],
                                   transformation_functions=[min_max_scaler("spend"), one_hot_encoder("country"),
                                                             label_encoder("age")])
+
+
+@udf(float)
+def doubled(spend):
+    return spend * 2
 
 
 def _files(fs, name: str) -> dict[str, bytes]:
@@ -159,6 +165,11 @@ def test_a_spark_version_reads_back_as_spark_frames_with_the_rows_duckdb_reads(f
     # pandas asked of a Spark version: the same frames as DuckDB's
     for frame, expected in zip(fv.get_train_test_split(by_spark, read_options=SPARK, primary_key=True), eager):
         pd.testing.assert_frame_equal(frame, expected, check_dtype=False)
+    # a user function is refused on Spark before any version is recorded, saying what to do
+    own = fs.create_feature_view("reread_own", fv.query, labels=["target"], transformation_functions=[doubled("spend")])
+    with pytest.raises(FeatureStoreError, match=r"'doubled' is a user function .*'engine': 'duckdb'"):
+        own.create_training_data(read_options=SPARK)
+    assert fs.training_dataset_versions(own) == []
 
 
 def test_the_spark_path_brings_no_training_rows_to_the_driver(fs, spark, monkeypatch):
