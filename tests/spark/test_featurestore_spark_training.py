@@ -165,6 +165,13 @@ def test_a_spark_version_reads_back_as_spark_frames_with_the_rows_duckdb_reads(f
     # pandas asked of a Spark version: the same frames as DuckDB's
     for frame, expected in zip(fv.get_train_test_split(by_spark, read_options=SPARK, primary_key=True), eager):
         pd.testing.assert_frame_equal(frame, expected, check_dtype=False)
+    # in memory: Spark frames, with the statistics and vector names DuckDB's version records
+    in_spark = fv.train_test_split(test_size=0.25, seed=4, dataframe_type="spark")
+    in_duckdb = fv.train_test_split(test_size=0.25, seed=4, read_options=DUCKDB)
+    assert in_spark[0].toArrow().num_rows == len(in_duckdb[0])
+    records = [fs.read_training_dataset(fv, v) for v in fs.training_dataset_versions(fv)[-2:]]
+    assert records[0]["features"] == records[1]["features"]
+    _close(records[0]["statistics"], records[1]["statistics"], "in memory")
     # a user function is refused on Spark before any version is recorded, saying what to do
     own = fs.create_feature_view("reread_own", fv.query, labels=["target"], transformation_functions=[doubled("spend")])
     with pytest.raises(FeatureStoreError, match=r"'doubled' is a user function .*'engine': 'duckdb'"):
