@@ -7,28 +7,22 @@ served vectors with its statistics, and `hopsml pipelines dag` knows the functio
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hopsml.featurestore import materialize
 from hopsml.tracking import lineage
 
-if TYPE_CHECKING:
-    import pandas as pd
 
-
-def record_statistics(view: Any, version: int, frames: Mapping[str, pd.DataFrame]) -> None:
-    """The statistics of each split of a new in-memory version (the model's features and labels, as the caller
-    gets them), and the names of its numeric features in vector order, into its record."""
-    visible = {name: view._visible(frame, False, False) for name, frame in frames.items() if len(frame.columns)}
+def record_statistics(view: Any, version: int, rows: Any) -> None:
+    """The statistics of each split of a new in-memory version (`rows`: its training.Splits; the model's features
+    and labels, as the caller gets them), and the names of its numeric features in vector order, into its
+    record."""
+    visible = rows.shown(*view._shown(rows.columns, False, False))
     left = view.query.left
-    keys = [k for k in left.keys() if any(k in frame.columns for frame in visible.values())]
-    tables: dict[str, Any] = {}
-    features: list[str] = []
-    for name, frame in visible.items():
-        tables[name], features = materialize._table(frame, view.labels, {*view.labels, *keys},
-                                                    f"feature view {view.key}, training dataset version {version}")
-    view.store.update_training_dataset(view, version, statistics=materialize.dataset_stats(tables),
-                                       features=features)
+    keys = [k for k in left.keys() if k in visible.columns]
+    statistics, features = visible.statistics(view.labels, keys, f"feature view {view.key}, training dataset "
+                                                                  f"version {version}")
+    view.store.update_training_dataset(view, version, statistics=statistics, features=features)
 
 
 def note_read(view: Any, version: int, splits: Any) -> None:

@@ -43,25 +43,40 @@ def write(storage: Storage, project: str, name: str, splits: Mapping[str, pd.Dat
     for split, frame in splits.items():
         tables[split], vector = _table(frame, labels, {*labels, *keys}, f"{source}, split {split!r}")
         vectors.append(vector)
-    fields = _fields(next(iter(tables.values())).schema, len(vectors[0]))
-    unischema = unischema_pickle(name, [Field(n, spec["dtype"], tuple(spec["shape"])) for n, spec in fields.items()])
+    schema = next(iter(tables.values())).schema
+    unischema = unischema_of(name, schema, len(vectors[0]))
     with ds.staged(storage, project, name, overwrite) as stage:
         written = {}
         for split, table in tables.items():
             count = max(1, min(shards, table.num_rows))
             written[split] = _write_split(storage, stage, split, table, count, unischema)
-        manifest = Manifest(
-            kind="training_dataset", name=name, source=source, fields=fields,
-            default_fields=[f for f in ("features", "label") if f in fields],
-            label_field="label" if "label" in fields else None,
-            splits={split: {"rows": tables[split].num_rows, "parquet": f"{layout.DATASET_PARQUET}/{split}",
-                            "tfrecord": f"{layout.DATASET_TFRECORD}/{split}", "shards": count}
-                    for split, count in written.items()},
-            counts={"read": sum(t.num_rows for t in tables.values()),
-                    "written": sum(t.num_rows for t in tables.values()), "rejected": 0},
-            options={"labels": list(labels), "shards": shards, "features": vectors[0]})
-        manifest.write(storage, stage.manifest)
-        storage.write_json(stage.stats_json, dataset_stats(tables))
+        return seal(storage, stage, name, source, schema, vectors[0], labels, shards,
+                    {split: t.num_rows for split, t in tables.items()}, written, dataset_stats(tables))
+
+
+def unischema_of(name: str, schema: pa.Schema, width: int) -> bytes:
+    """The pickled petastorm Unischema of a training dataset's columns (`width`: the `features` vector's)."""
+    fields = _fields(schema, width)
+    return unischema_pickle(name, [Field(n, spec["dtype"], tuple(spec["shape"])) for n, spec in fields.items()])
+
+
+def seal(storage: Storage, stage: ds.DatasetDir, name: str, source: str, schema: pa.Schema, features: Sequence[str],
+         labels: Sequence[str], shards: int, rows: Mapping[str, int], written: Mapping[str, int],
+         statistics: Mapping[str, Any]) -> Manifest:
+    """The manifest and stats.json of a training dataset whose splits are written (`rows` and shard counts
+    `written` per split), whichever engine wrote them."""
+    fields = _fields(schema, len(features))
+    manifest = Manifest(
+        kind="training_dataset", name=name, source=source, fields=fields,
+        default_fields=[f for f in ("features", "label") if f in fields],
+        label_field="label" if "label" in fields else None,
+        splits={split: {"rows": rows[split], "parquet": f"{layout.DATASET_PARQUET}/{split}",
+                        "tfrecord": f"{layout.DATASET_TFRECORD}/{split}", "shards": count}
+                for split, count in written.items()},
+        counts={"read": sum(rows.values()), "written": sum(rows.values()), "rejected": 0},
+        options={"labels": list(labels), "shards": shards, "features": list(features)})
+    manifest.write(storage, stage.manifest)
+    storage.write_json(stage.stats_json, dict(statistics))
     return manifest
 
 
@@ -69,11 +84,17 @@ def dataset_stats(tables: Mapping[str, pa.Table]) -> dict[str, Any]:
     """Statistics per split in the form prepare_table's stats.json has (per column, its splits), so `hopsml data
     stats`, the web view and `serving.monitor` read a training dataset as they read a prepared table."""
     per = {split: stats.of_table(table, stats.DEFAULT)["columns"] for split, table in tables.items()}
-    names = [n for n in next(iter(tables.values())).column_names if n in next(iter(per.values()))]
-    columns = [{"name": n, "type": next(iter(per.values()))[n]["kind"],
+    return assembled_stats(per, next(iter(tables.values())).column_names, {s: t.num_rows for s, t in tables.items()})
+
+
+def assembled_stats(per: Mapping[str, Mapping[str, Any]], column_names: Sequence[str], rows: Mapping[str, int]
+                    ) -> dict[str, Any]:
+    """stats.json from each split's per-column summaries (`per`: split -> column -> summary)."""
+    first = next(iter(per.values()))
+    names = [n for n in column_names if n in first]
+    columns = [{"name": n, "type": first[n]["kind"],
                 "splits": {split: computed[n] for split, computed in per.items() if n in computed}} for n in names]
-    return {"kind": "table", "splits": list(tables), "rows": {s: t.num_rows for s, t in tables.items()},
-            "columns": columns}
+    return {"kind": "table", "splits": list(per), "rows": dict(rows), "columns": columns}
 
 
 def _table(frame: pd.DataFrame, labels: Sequence[str], outside: set[str], where: str

@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import layout, request_notes
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import engine, in_memory, vectors
+from hopsml.featurestore import engine, in_memory, training, vectors
 from hopsml.featurestore.hsfs_members import ViewMembers
 from hopsml.featurestore.query import Query
 from hopsml.featurestore.table import wallclock_ms
+from hopsml.featurestore.training import as_type
 from hopsml.featurestore.transformations import TransformationFunction, apply_all, row_steps
 
 if TYPE_CHECKING:
     import pandas as pd
 
 SPLITS = ("train", "validation", "test")
-_HIDDEN = "__hopsml_hidden__"   # a left key or event time the query does not select, while a frame is being made
+_HIDDEN = training.HIDDEN
 
 
 def qualified_name(project: str, group: Any, column: str) -> str:
@@ -146,9 +147,9 @@ class FeatureView(ViewMembers):
                       ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         """(features, labels) of the whole window, as a new training dataset version."""
         self._supported(spine, transformation_context)
-        frames = self._new_version({"type": "none"}, start_time, end_time, description, read_options,
-                                   extra_filter)[1]
-        return self._shaped(frames["train"], _flag(primary_key, kwargs), event_time, dataframe_type,
+        rows = self._new_version({"type": "none"}, start_time, end_time, description, read_options,
+                                 extra_filter, dataframe_type)[1]
+        return self._shaped(rows, "train", _flag(primary_key, kwargs), event_time, dataframe_type,
                             training_helper_columns)
 
     def train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
@@ -162,8 +163,8 @@ class FeatureView(ViewMembers):
         self._supported(spine, transformation_context)
         split = _split_spec({"train": (train_start, train_end), "test": (test_start, test_end)},
                             {"test": test_size}, seed)
-        frames = self._new_version(split, None, None, description, read_options, extra_filter)[1]
-        return self._split_out(frames, ("train", "test"), _flag(primary_key, kwargs), event_time, dataframe_type,
+        rows = self._new_version(split, None, None, description, read_options, extra_filter, dataframe_type)[1]
+        return self._split_out(rows, ("train", "test"), _flag(primary_key, kwargs), event_time, dataframe_type,
                                training_helper_columns)
 
     def train_validation_test_split(self, validation_size: float | None = None, test_size: float | None = None,
@@ -179,8 +180,8 @@ class FeatureView(ViewMembers):
         self._supported(spine, transformation_context)
         split = _split_spec({"train": (train_start, train_end), "validation": (validation_start, validation_end),
                              "test": (test_start, test_end)}, {"validation": validation_size, "test": test_size}, seed)
-        frames = self._new_version(split, None, None, description, read_options, extra_filter)[1]
-        return self._split_out(frames, ("train", "validation", "test"), _flag(primary_key, kwargs), event_time,
+        rows = self._new_version(split, None, None, description, read_options, extra_filter, dataframe_type)[1]
+        return self._split_out(rows, ("train", "validation", "test"), _flag(primary_key, kwargs), event_time,
                                dataframe_type, training_helper_columns)
 
     def get_training_data(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
@@ -188,8 +189,8 @@ class FeatureView(ViewMembers):
                           training_helper_columns: bool = False, dataframe_type: str = "default",
                           transformation_context: Any = None, **kwargs: Any) -> tuple[Any, Any]:
         self._supported(None, transformation_context)
-        frames = self._read_version(training_dataset_version, read_options)
-        return self._shaped(frames["train"], _flag(primary_key, kwargs), event_time, dataframe_type,
+        rows = self._read_version(training_dataset_version, read_options, dataframe_type)
+        return self._shaped(rows, "train", _flag(primary_key, kwargs), event_time, dataframe_type,
                             training_helper_columns)
 
     def get_train_test_split(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
@@ -197,8 +198,8 @@ class FeatureView(ViewMembers):
                              training_helper_columns: bool = False, dataframe_type: str = "default",
                              transformation_context: Any = None, **kwargs: Any) -> tuple[Any, ...]:
         self._supported(None, transformation_context)
-        frames = self._read_version(training_dataset_version, read_options)
-        return self._split_out(frames, ("train", "test"), _flag(primary_key, kwargs), event_time, dataframe_type,
+        rows = self._read_version(training_dataset_version, read_options, dataframe_type)
+        return self._split_out(rows, ("train", "test"), _flag(primary_key, kwargs), event_time, dataframe_type,
                                training_helper_columns)
 
     def get_train_validation_test_split(self, training_dataset_version: int,
@@ -207,8 +208,8 @@ class FeatureView(ViewMembers):
                                         dataframe_type: str = "default", transformation_context: Any = None,
                                         **kwargs: Any) -> tuple[Any, ...]:
         self._supported(None, transformation_context)
-        frames = self._read_version(training_dataset_version, read_options)
-        return self._split_out(frames, ("train", "validation", "test"), _flag(primary_key, kwargs), event_time,
+        rows = self._read_version(training_dataset_version, read_options, dataframe_type)
+        return self._split_out(rows, ("train", "validation", "test"), _flag(primary_key, kwargs), event_time,
                                dataframe_type, training_helper_columns)
 
     def get_training_datasets(self) -> list[dict[str, Any]]:
@@ -254,7 +255,7 @@ class FeatureView(ViewMembers):
                 frame = function.apply(frame)
         frame = frame.drop(columns=[c for c in self.labels if c in frame.columns])
         kept = self.inference_helper_columns if helpers_wanted else ()
-        return _as(self._visible(frame, _flag(primary_key, kwargs), event_time, kept), dataframe_type)
+        return as_type(self._visible(frame, _flag(primary_key, kwargs), event_time, kept), dataframe_type)
 
     def delete(self) -> None:
         self.store.delete_view(self)
@@ -342,25 +343,23 @@ class FeatureView(ViewMembers):
 
         upcoming = (self.store.training_dataset_versions(self) or [0])[-1] + 1
         name = materialize.dataset_name(self.name, self.version, upcoming)
-        version, frames = self._new_version(split, start_time, end_time, description, read_options, extra_filter,
-                                            dataset=name)
+        version, rows = self._new_version(split, start_time, end_time, description, read_options, extra_filter,
+                                          dataset=name)
         if version != upcoming:  # another process took that number: the dataset's name follows the version
             name = materialize.dataset_name(self.name, self.version, version)
             self.store.update_training_dataset(self, version, dataset=name)
-        helpers = self.training_helper_columns if training_helpers else ()
-        visible = {n: self._visible(frame, primary_key, event_time, helpers) for n, frame in frames.items()}
+        visible = self._showing(rows, primary_key, event_time, training_helpers)
         left = self.query.left
         # a key or event time the query selects is a feature, in the `features` vector as in a feature vector (as
         # hsfs's X has it); one only added by primary_key=/event_time= stays a column of the dataset, out of it
         named = {qualified_name(self.store.project, left, k) for k in left.keys()}
-        keys = [c for c in next(iter(visible.values())).columns if c in named]
-        materialize.write(self.store.storage, self.store.project, name, visible, self._label_columns(visible),
-                          keys, shards or max(1, self.store.settings.num_workers), f"feature view {self.key}, "
-                          f"training dataset version {version}")
+        keys = [c for c in visible.columns if c in named]
+        visible.write(self.store.storage, self.store.project, name, self._label_columns(visible.columns),
+                      keys, shards or max(1, self.store.settings.num_workers), f"feature view {self.key}, "
+                      f"training dataset version {version}")
         return version, None
 
-    def _label_columns(self, frames: dict[str, pd.DataFrame]) -> list[str]:
-        columns = next(iter(frames.values())).columns
+    def _label_columns(self, columns: Sequence[str]) -> list[str]:
         return [c for c in columns if c in self.labels or any(c.startswith(f"{t.name}_{label}_")
                                                               for t in self._transformations for label in self.labels)]
 
@@ -438,7 +437,7 @@ class FeatureView(ViewMembers):
             return dicts[0] if single else dicts
         import pandas as pd
 
-        return _as(pd.DataFrame(rows, columns=plan.wanted), return_type)
+        return as_type(pd.DataFrame(rows, columns=plan.wanted), return_type)
 
     def _vectors(self, entries: list[dict[str, Any]], passed: list[dict[str, Any]] | None, allow_missing: bool,
                  transform: bool, return_type: str, single: bool) -> Any:
@@ -571,74 +570,50 @@ class FeatureView(ViewMembers):
     # --- inside ---------------------------------------------------------------------------------------
     def _rows(self, query: Query, start_time: Any, end_time: Any, read_options: dict[str, Any] | None,
               extra_filter: Any = None) -> pd.DataFrame:
-        """The query's rows ordered by the left group's key and event time, with those of them the query does not
-        select kept under hidden names (`_HIDDEN`): `_visible` adds them when asked for, a time split reads them."""
-        left = self.query.left
-        if extra_filter is not None:
-            query = query.filter(extra_filter)
-        if left.event_time:
-            if start_time not in (None, ""):
-                query = query.filter(left.get_feature(left.event_time) >= _utc(start_time))
-            if end_time not in (None, ""):
-                query = query.filter(left.get_feature(left.event_time) < _utc(end_time))
-        elif start_time not in (None, "") or end_time not in (None, ""):
-            raise FeatureStoreError(f"feature view {self.key!r}: a time window needs an event time on the left group "
-                                    f"{left.key!r}")
-        kept = list(query.features)
-        extra = [k for k in left.keys() if k not in kept]
-        wider = dataclasses.replace(query, features=tuple([*kept, *extra]))
-        frame = engine.run(wider, read_options=read_options)
-        # the columns by source, so that a joined feature keeps its name when a hidden one of the left group has it
-        named = {(id(group), feature): name for name, group, feature in query.column_sources()}
-        frame.columns = [_HIDDEN + feature if group is query.left and feature in extra else
-                         named.get((id(group), feature), name) for name, group, feature in wider.column_sources()]
-        for name, group, feature in query.column_sources():
-            if name not in frame.columns:   # a joined key the widened query took from the left: the left's value
-                join = next(j for j in query.joins if j.query.left is group)
-                frame[name] = frame[_HIDDEN + join.left_on[join.right_on.index(feature)]]
-        # the left group's columns, its hidden keys, then the joined ones (as the widened query orders them)
-        joined = [name for name, group, _ in query.column_sources() if group is not query.left]
-        frame = frame[[*(c for c in frame.columns if c not in joined), *joined]]
-        order = [k if k in kept else _HIDDEN + k for k in left.keys()]
-        return frame.sort_values(order, kind="stable").reset_index(drop=True)
+        """The query's rows on the driver (batch data), ordered by the left group's key and event time, with those
+        of them the query does not select kept under hidden names (`training.HIDDEN`)."""
+        return training.pandas_rows(training.row_layout(self, query, start_time, end_time, extra_filter),
+                                    read_options)
 
     def _new_version(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
-                     read_options: dict[str, Any] | None, extra_filter: Any = None, **fields: Any
-                     ) -> tuple[int, dict[str, pd.DataFrame]]:
+                     read_options: dict[str, Any] | None, extra_filter: Any = None, dataframe_type: str = "default",
+                     **fields: Any) -> tuple[int, training.Splits]:
         commits = engine.versions(self.query)
         pinned = self.query.pin(commits)
         if extra_filter is not None:   # kept with the version, so that reading it again filters alike
             fields["extra_filter"] = _stored_filter(self.query, extra_filter)
-        frames = _split(self._rows(pinned, start_time, end_time, read_options, extra_filter), split, self.query)
-        if self._transformations and frames["train"].empty and any(len(f) for f in frames.values()):
+        rows = training.splits(self, pinned, split, start_time, end_time, read_options, extra_filter,
+                               dataframe_type)
+        sizes = rows.sizes()
+        if self._transformations and not sizes["train"] and any(sizes.values()):
             raise FeatureStoreError(f"feature view {self.key!r}: the split left no rows in the training split "
-                                    f"({', '.join(f'{n} {len(f)}' for n, f in frames.items())} rows), so its "
+                                    f"({', '.join(f'{n} {count}' for n, count in sizes.items())} rows), so its "
                                     "transformation functions have nothing to be fitted on: give a smaller "
                                     "test/validation size, another seed, or more rows")
-        fitted = [f.fit(frames["train"]) for f in self._transformations]
+        fitted = rows.fit(self._transformations)
         record = {"commits": commits, "split": split, "start_time": _stored_time(start_time),
                   "end_time": _stored_time(end_time), "description": description,
                   "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                   "transformation_functions": [f.to_dict() for f in fitted], "labels": self.labels,
-                  "rows": {name: int(len(frame)) for name, frame in frames.items()}, **fields}
+                  "rows": sizes, **fields}
         version = self.store.save_training_dataset(self, record)
         self._last_accessed = version
-        transformed = {name: apply_all(frame, fitted) for name, frame in frames.items()}
+        transformed = rows.transformed(fitted)
         if "dataset" not in fields:   # taken in memory: its statistics and the run's lineage (in_memory.py)
             in_memory.record_statistics(self, version, transformed)
-            in_memory.note_read(self, version, list(transformed))
+            in_memory.note_read(self, version, list(sizes))
         return version, transformed
 
-    def _read_version(self, version: int, read_options: dict[str, Any] | None) -> dict[str, pd.DataFrame]:
+    def _read_version(self, version: int, read_options: dict[str, Any] | None, dataframe_type: str = "default"
+                      ) -> training.Splits:
         record = self.store.read_training_dataset(self, version)
         pinned = self.query.pin({k: int(v) for k, v in record["commits"].items()})
         extra_filter = _loaded_filter(self.store, record["extra_filter"]) if record.get("extra_filter") else None
-        frames = _split(self._rows(pinned, record.get("start_time"), record.get("end_time"), read_options,
-                                   extra_filter), record["split"], self.query)
-        fitted = self._fitted(version)
+        rows = training.splits(self, pinned, record["split"], record.get("start_time"), record.get("end_time"),
+                               read_options, extra_filter, dataframe_type)
         self._last_accessed = version
-        in_memory.note_read(self, version, list(frames))
-        return {name: apply_all(frame, fitted) for name, frame in frames.items()}
+        in_memory.note_read(self, version, list(rows.sizes()))
+        return rows.transformed(self._fitted(version))
 
     def _fitted(self, version: int) -> list[TransformationFunction]:
         record = self.store.read_training_dataset(self, version)
@@ -646,33 +621,43 @@ class FeatureView(ViewMembers):
 
     def _visible(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, helpers: Sequence[str] = ()
                  ) -> pd.DataFrame:
-        """`frame` as hsfs returns it: the view's selected features always (a primary key or event time the query
-        selects is a feature); the left group's key and event time that it does not select only when
-        `primary_key` / `event_time` ask, named `<project>_<group>_<version>_<column>` as hsfs names them; helper
-        columns other than `helpers` left out."""
+        """`frame` as hsfs returns it (see `_shown`)."""
+        dropped, renamed = self._shown(frame.columns, primary_key, event_time, helpers)
+        return frame.drop(columns=dropped).rename(columns=renamed)
+
+    def _shown(self, columns: Sequence[str], primary_key: bool, event_time: bool, helpers: Sequence[str] = ()
+               ) -> tuple[list[str], dict[str, str]]:
+        """The columns to drop and to rename so that a frame of `columns` is as hsfs returns it: the view's selected
+        features always (a primary key or event time the query selects is a feature); the left group's key and
+        event time that it does not select only when `primary_key` / `event_time` ask, named
+        `<project>_<group>_<version>_<column>` as hsfs names them; helper columns other than `helpers` left out."""
         left = self.query.left
-        renamed, dropped = {}, [c for c in self.helper_columns if c not in helpers and c in frame.columns]
+        renamed, dropped = {}, [c for c in self.helper_columns if c not in helpers and c in columns]
         for column in left.keys():
             hidden = _HIDDEN + column
-            if hidden not in frame.columns:
+            if hidden not in columns:
                 continue
             if primary_key and column in left.primary_key or event_time and column == left.event_time:
                 renamed[hidden] = qualified_name(self.store.project, left, column)
             else:
                 dropped.append(hidden)
-        dropped += [c for c in frame.columns if c.startswith(_HIDDEN) and c not in renamed and c not in dropped]
-        return frame.drop(columns=dropped).rename(columns=renamed)
+        dropped += [c for c in columns if c.startswith(_HIDDEN) and c not in renamed and c not in dropped]
+        return dropped, renamed
 
-    def _shaped(self, frame: pd.DataFrame, primary_key: bool, event_time: bool, dataframe_type: str,
+    def _shaped(self, rows: training.Splits, name: str, primary_key: bool, event_time: bool, dataframe_type: str,
                 training_helpers: bool = False) -> tuple[Any, Any]:
-        frame = self._visible(frame, primary_key, event_time, self.training_helper_columns if training_helpers else ())
-        labels = self._label_columns({"": frame})
-        features = frame.drop(columns=labels)
-        return _as(features, dataframe_type), (_as(frame[labels], dataframe_type) if labels else None)
+        shown = self._showing(rows, primary_key, event_time, training_helpers)
+        features, labels = shown.out(name, self._label_columns(shown.columns), dataframe_type)
+        return as_type(features, dataframe_type), (None if labels is None else as_type(labels, dataframe_type))
 
-    def _split_out(self, frames: dict[str, pd.DataFrame], names: Sequence[str], primary_key: bool, event_time: bool,
+    def _showing(self, rows: training.Splits, primary_key: bool, event_time: bool, training_helpers: bool
+                 ) -> training.Splits:
+        helpers = self.training_helper_columns if training_helpers else ()
+        return rows.shown(*self._shown(rows.columns, primary_key, event_time, helpers))
+
+    def _split_out(self, rows: training.Splits, names: Sequence[str], primary_key: bool, event_time: bool,
                    dataframe_type: str, training_helpers: bool = False) -> tuple[Any, ...]:
-        shaped = [self._shaped(frames[name], primary_key, event_time, dataframe_type, training_helpers)
+        shaped = [self._shaped(rows, name, primary_key, event_time, dataframe_type, training_helpers)
                   for name in names]
         return (*[x for x, _ in shaped], *[y for _, y in shaped])
 
@@ -701,10 +686,6 @@ def _loaded_filter(store: Any, stored: dict[str, Any]) -> Any:
     return from_dict(record, store._group_by_key).filters[0]
 
 
-def _utc(value: Any) -> dt.datetime:
-    return dt.datetime.fromtimestamp(wallclock_ms(value) / 1000, dt.timezone.utc)
-
-
 def _stored_time(value: Any) -> int | None:
     return None if value in (None, "") else wallclock_ms(value)
 
@@ -730,35 +711,6 @@ def _split_spec(ranges: dict[str, tuple[Any, Any]], sizes: dict[str, float | Non
             "seed": int(seed) if seed is not None else random.SystemRandom().randrange(2**31)}
 
 
-def _split(frame: pd.DataFrame, split: dict[str, Any], query: Query) -> dict[str, pd.DataFrame]:
-    import numpy as np
-    import pandas as pd
-
-    if split["type"] == "none":
-        return {"train": frame}
-    if split["type"] == "random":
-        draws = np.random.default_rng(split["seed"]).random(len(frame))
-        out, low = {}, 0.0
-        for name, size in split["sizes"].items():
-            out[name] = frame[(draws >= low) & (draws < low + size)].reset_index(drop=True)
-            low += size
-        out["train"] = frame[draws >= low].reset_index(drop=True)
-        return out
-    event_time = query.left.event_time
-    if not event_time:
-        raise FeatureStoreError(f"a time split needs an event time on the left group {query.left.key!r}")
-    times = pd.to_datetime(frame[event_time if event_time in frame.columns else _HIDDEN + event_time], utc=True)
-    out = {}
-    for name, (start, end) in split["ranges"].items():
-        mask = np.ones(len(frame), dtype=bool)
-        if start is not None:
-            mask &= (times >= pd.Timestamp(start, unit="ms", tz="UTC")).to_numpy()
-        if end is not None:
-            mask &= (times < pd.Timestamp(end, unit="ms", tz="UTC")).to_numpy()
-        out[name] = frame[mask].reset_index(drop=True)
-    return out
-
-
 def _vector_as(frame: pd.DataFrame, return_type: str, single: bool) -> Any:
     """Vectors as hsfs returns them: 'list' (values, or a list of them), 'pandas', 'polars' or 'numpy'."""
     kind = return_type.lower()
@@ -769,18 +721,5 @@ def _vector_as(frame: pd.DataFrame, return_type: str, single: bool) -> Any:
         array = frame.astype({c: "int64" for c in frame.columns if frame[c].dtype == bool}).to_numpy()
         return array[0] if single else array
     if kind in ("pandas", "polars"):
-        return _as(frame, kind)
+        return as_type(frame, kind)
     raise FeatureStoreError(f"return_type {return_type!r}: 'list', 'pandas', 'polars' or 'numpy'")
-
-
-def _as(frame: pd.DataFrame, dataframe_type: str) -> Any:
-    kind = dataframe_type.lower()
-    if kind in ("default", "pandas"):
-        return frame
-    if kind == "polars":
-        import polars as pl
-
-        return pl.from_pandas(frame)
-    if kind in ("numpy", "python"):
-        return frame.to_numpy() if kind == "numpy" else frame.values.tolist()
-    raise FeatureStoreError(f"dataframe_type {dataframe_type!r}: 'default', 'pandas', 'polars', 'numpy' or 'python'")
