@@ -86,7 +86,7 @@ def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, 
         def one_task(_: Iterator[int]) -> Iterator[dict[str, Any]]:
             # in a child process, as trials are: a function that ends its process is a FAILED run with the cause
             yield ChildRank(train_fn, spec, kwargs=args, rank=0, world_size=1, write_metrics=True,
-                            native_output=True, timeline=timeline).wait()
+                            native_output=True, timeline=timeline, fork=True).wait()
 
         try:
             collected = run_stage(spark, one_task, 1, job_group=run.id, checks=start.checks,

@@ -45,35 +45,9 @@ from hopsml.launcher.messages import (
 )
 from hopsml.launcher.spec import TaskSpec
 from hopsml.launcher.task.child import PREFIX, _dumps, _watch_parent, exit_cause, output_tail, sweep_dead
+from hopsml.launcher.task.child import Forked as _Forked
 
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone
-
-
-class _Forked:
-    """The few things of subprocess.Popen that WorkerProcess uses, for a child made by os.fork."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            time.sleep(0.01)
-        return int(self.returncode or 0)
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
 
 
 class WorkerProcess:
