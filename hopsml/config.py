@@ -37,6 +37,15 @@ def _parse_int(value: Any) -> int:
     return number
 
 
+def _parse_count(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    number = int(str(value).strip()) if not isinstance(value, int) else value
+    if number < 0:
+        raise ValueError("must be 0 or more")
+    return number
+
+
 def _parse_seconds(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number of seconds")
@@ -190,6 +199,9 @@ _FIELDS: dict[str, _Field] = {
                      "instead of starting Spark on the master",
                      "$SPARK_REMOTE, else empty"),
     "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
+    "small_table_rows": _Field(_parse_count, lambda: 20_000, "rows up to which prepare_table prepares a table "
+                               "(one plain local CSV file) in the driver without Spark, into the same files, "
+                               "statistics and fingerprints; 0: always Spark"),
     "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs (the console stays quiet)",
                       "logs/ in a local root, else ~/.hopsml/logs"),
     "spark_conf": _Field(_parse_spark_conf, dict, "extra Spark settings for a session hopsml starts: k=v,k=v or a "
@@ -283,6 +295,7 @@ class Settings(_RunFields):
     master: str
     remote: str
     num_workers: int
+    small_table_rows: int
     log_dir: str
     spark_conf: dict[str, str]
     shared_root: bool

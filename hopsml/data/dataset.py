@@ -84,6 +84,7 @@ class DatasetSummary:
     seconds: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)   # a table's columns not made features, and why
+    engine: str = "spark"   # what ran the job: "spark", or "local" for a small table prepared in this process
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,7 +102,8 @@ class DatasetSummary:
                      + ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped.items())) + "]")
         if self.left_out:
             text += ", left out " + ", ".join(f"column {k!r} ({v})" for k, v in self.left_out.items())
-        return text + f", {self.shards} shards per split, {self.seconds:.1f}s"
+        text += f", {self.shards} shards per split, {self.seconds:.1f}s"
+        return text + (" (prepared without Spark: a small table)" if self.engine == "local" else "")
 
 
 

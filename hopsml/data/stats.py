@@ -120,21 +120,7 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
 
     kinds = {f.name: f.dataType for f in frame.schema.fields}
     integral = {c for c in numeric if isinstance(kinds.get(c), (IntegralType, BooleanType))}
-    rows: dict[str, dict[str, Any]] = {}
-    for split, column, aggregate in (_numeric_aggregates(frame, split_column, numeric) if aggregated is None
-                                     else aggregated):
-        values = rows.setdefault(split, {})
-        if column is None:
-            values["__rows"] = int(aggregate["rows"])
-            continue
-        for stat in ("count", *_AGGREGATES):
-            value = aggregate[stat]
-            if column in integral and stat in ("min", "max") and value is not None:
-                value = int(value)
-            values[f"{column}__{stat}"] = value
-        values[f"{column}__missing"] = int(aggregate["rows"]) - int(aggregate["count"])
-    row_counts = {split: values.get("__rows", 0) for split, values in rows.items()}
-
+    aggregated = list(_numeric_aggregates(frame, split_column, numeric) if aggregated is None else aggregated)
     value_counts: dict[tuple[str, str], dict[str, int]] = {}
     missing: dict[tuple[str, str], int] = {}
     if categorical:   # every category count in one job, a category's missing values too
@@ -146,6 +132,28 @@ def table_stats_and_counts(frame: DataFrame, split_column: str, splits: Sequence
                 missing[key] = int(row["count"])
             else:
                 value_counts.setdefault(key, {})[row["v"]] = int(row["count"])
+    return assemble_table_stats(splits, numeric, categorical, integral, aggregated, value_counts, missing)
+
+
+def assemble_table_stats(splits: Sequence[str], numeric: Sequence[str], categorical: Sequence[str],
+                         integral: set[str], aggregated: Iterable[tuple[Any, str | None, Mapping[str, Any]]],
+                         value_counts: dict[tuple[str, str], dict[str, int]], missing: Mapping[tuple[str, str], int]
+                         ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
+    """:func:`table_stats_and_counts` of what an engine counted: the numeric aggregates per (split, column), the
+    (split, column) category counts and missing values; ``integral`` columns' min and max are whole numbers."""
+    rows: dict[str, dict[str, Any]] = {}
+    for split, column, aggregate in aggregated:
+        values = rows.setdefault(split, {})
+        if column is None:
+            values["__rows"] = int(aggregate["rows"])
+            continue
+        for stat in ("count", *_AGGREGATES):
+            value = aggregate[stat]
+            if column in integral and stat in ("min", "max") and value is not None:
+                value = int(value)
+            values[f"{column}__{stat}"] = value
+        values[f"{column}__missing"] = int(aggregate["rows"]) - int(aggregate["count"])
+    row_counts = {split: values.get("__rows", 0) for split, values in rows.items()}
     for (split, column), counts in value_counts.items():
         rows.setdefault(split, {})[f"{column}__count"] = sum(counts.values())
     for (split, column), count in missing.items():

@@ -22,7 +22,8 @@ def env(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("tables")
     csv = str(base / "iris.csv")
     counts = samples.write_table(csv)
-    settings = config.load(environ={}, root=str(base / "root"), project="test", master="local[4]")
+    settings = config.load(environ={}, root=str(base / "root"), project="test", master="local[4]",
+                           small_table_rows=0)   # the Spark job (test_data_tables_engines: both)
     return csv, settings, counts
 
 

@@ -22,7 +22,8 @@ FRAMES = ("iris", "wine", "breast_cancer", "diabetes", "digits", "linnerud")
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory):
     base = tmp_path_factory.mktemp("sklearn")
-    return config.load(environ={}, root=str(base / "root"), project="test", master="local[4]")
+    return config.load(environ={}, root=str(base / "root"), project="test", master="local[4]",
+                           small_table_rows=0)   # the Spark job (test_data_tables_engines: both)
 
 
 def _frame(name):

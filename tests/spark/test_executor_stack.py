@@ -67,7 +67,9 @@ def _executor_python(folder, numpy_version=None):
 
 
 def _drive(tmp_path, python, verb, spark_conf_dir=None):
-    env = {**os.environ, "HOPSML_ROOT": str(tmp_path / "root"), "HOPSML_PROJECT": "stack"}
+    # a table of 20 rows would be prepared in the driver: the table job's executors are what is tested
+    env = {**os.environ, "HOPSML_ROOT": str(tmp_path / "root"), "HOPSML_PROJECT": "stack",
+           "HOPSML_SMALL_TABLE_ROWS": "0"}
     for name in ("PYSPARK_PYTHON", "SPARK_CONF_DIR"):  # as a notebook has them, unless the test says
         env.pop(name, None)
     if spark_conf_dir:

@@ -13,11 +13,12 @@ splits. Rejected rows are kept in ``_rejected`` with their reason; nothing is si
 (or rows without a label).
 
 The package: options, csv (reading), parsing and inference (types), typed (the typed pass), transform
-(shared with the feature store), writers (the shard tasks), job (prepare_table and its steps).
+(shared with the feature store), writers (the shard tasks), job (the Spark job's steps), local and row_hash (a
+small table without Spark), prepare (prepare_table, which picks between them).
 """
 
-from hopsml.data.tables.job import prepare_table
 from hopsml.data.tables.options import DEFAULT_NA_VALUES, SAMPLE_ROWS, TableOptions, field_names, sanitize
+from hopsml.data.tables.prepare import prepare_table
 from hopsml.data.tables.transform import Transform
 
 __all__ = ["DEFAULT_NA_VALUES", "SAMPLE_ROWS", "TableOptions", "Transform", "field_names", "prepare_table", "sanitize"]

@@ -75,6 +75,16 @@ def _header_of(path: str, delimiter: str, escape: str) -> list[str]:
         else:
             reader = csv.reader(lines, delimiter=delimiter, quotechar='"', doublequote=False, escapechar=escape)
         header = next(reader, [])
+    return header_names(header)
+
+
+def header_names(header: list[str]) -> list[str]:
+    """The column names of a header's fields, as Spark's CSV reader names them: an empty name is ``_c<i>``,
+    names that repeat (ignoring case) get their position appended.
+
+    >>> header_names(["", "a", "b", "B"])
+    ['_c0', 'a', 'b2', 'B3']
+    """
     names = [field.strip() or f"_c{i}" for i, field in enumerate(header)]
     seen: dict[str, int] = {}
     for name in names:

@@ -1,4 +1,4 @@
-"""`prepare_table` and the steps of its Spark job, sharing the parsed input between them."""
+"""The steps of `prepare_table`'s Spark job, sharing the parsed input between them."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ import json
 import logging
 import math
 import pickle
-import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
@@ -17,12 +15,10 @@ from hopsml.cluster import preflight
 from hopsml.cluster.handle import SparkHandle
 from hopsml.data import dataset as ds
 from hopsml.data.manifest import Manifest
-from hopsml.data.sources import resolve_source
-from hopsml.data.tables.csv import HINT, check_source, column_names, csv_source, is_number, read_text
+from hopsml.data.tables.csv import HINT, column_names, csv_source, is_number, read_text
 from hopsml.data.tables.inference import Inference, infer_types, one_row
 from hopsml.data.tables.options import (
     CORRUPT,
-    DEFAULT_NA_VALUES,
     FIELDS,
     INTEGRAL_TYPES,
     REASON,
@@ -43,7 +39,6 @@ from hopsml.data.tables.transform import Transform
 from hopsml.data.tables.typed import Read, Typing, summarized_columns
 from hopsml.data.tables.writers import JsonLinesWriter, TableShardWriter, fill_missing_shards
 from hopsml.fs import Storage
-from hopsml.progress import spark_progress
 from hopsml.redact import redact_uri
 
 if TYPE_CHECKING:
@@ -52,109 +47,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def prepare_table(src: str, dataset: str, *, label: str, header: bool = True,
-                  columns: Sequence[str] | None = None, schema: Mapping[str, str] | None = None,
-                  na_values: Sequence[str] = DEFAULT_NA_VALUES, missing: str = "drop",
-                  categorical: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
-                  one_hot: bool = False, standardize: bool = False, test_fraction: float = 0.2, seed: int = 0,
-                  shards: int | None = None, delimiter: str = ",", skip_rows: int = 0,
-                  strict: bool = False, overwrite: bool = False,
-                  compression: str | None = None, spark: SparkSession | None = None,
-                  settings: config.Settings | None = None) -> ds.DatasetSummary:
-    """Turn the CSV file(s) ``src`` into the dataset ``dataset`` with train and test splits.
-
-    Writes parquet/<split>/ (plain Parquet: one column per feature, a ``features`` float32 vector
-    and ``label``), tfrecord/<split>/part-*.tfrecord (tf.train.Example with the same names),
-    transform.json (the fitted transform, for serving), labels.json (a categorical label's
-    classes), _rejected/ (malformed rows with their reason), stats.json and stats.html (of the
-    rows as written, before the transform). ``skip_rows`` drops lines before the header of each
-    file; ``strict`` fails instead of rejecting rows. A table whose every row is rejected fails.
-    ``exclude`` names columns that are not features (ids, free text); a column without a name in the
-    header (R's row names, a pandas index written with the frame) is left out too, unless it is the label.
-    """
-    from hopsml.cluster import session
-
-    options = TableOptions(label=label, header=header, columns=tuple(columns) if columns else None,
-                           schema=dict(schema) if schema else None, na_values=tuple(na_values),
-                           missing=missing, categorical=tuple(categorical) if categorical else None,
-                           exclude=tuple(exclude) if exclude else None, one_hot=one_hot, standardize=standardize,
-                           test_fraction=float(test_fraction),
-                           seed=int(seed), shards=shards, delimiter=delimiter, skip_rows=skip_rows,
-                           strict=strict, overwrite=overwrite, compression=compression)
-    settings = settings or config.load()
-    storage = Storage(settings.root)
-    ds.check_writable(storage, settings.project, dataset, options.overwrite)  # before Spark starts
-    src = resolve_source(src, settings)
-    check_source(src)
-    spark = spark or session.get_or_create(settings)
-    session.check_session(settings, spark)  # also for a session passed in
-    started = time.perf_counter()
-    job = _TableJob(spark, storage, settings, src, dataset, options)
-    with _collected(), ds.staged(storage, settings.project, dataset, options.overwrite) as stage, \
-            spark_progress(job.handle, f"prepare table '{dataset}'", steps=_TableJob.STEPS) as progress:
-        job.progress = progress
-        with _prepare_conf(spark):
-            summary = job.run(stage)
-        del job   # its DataFrames go before the collection
-        summary.seconds = time.perf_counter() - started
-        summary.uri = storage.uri(ds.DatasetDir.of(settings.project, dataset).path)
-        manifest = Manifest.read(storage, stage.manifest)
-        manifest.seconds = round(summary.seconds, 3)
-        manifest.write(storage, stage.manifest)
-    log.info("%s", summary)
-    return summary
-
-
-# Session settings for the duration of a prepare, restored after it: Spark's cache of the typed rows
-# without its compression, which made filling it take half again as long (the numbers of a table hardly
-# compress); Arrow batches of 100,000 rows to the shard writers, not 10,000 (a batch's fixed costs in the
-# writer, and one Parquet row group per batch)
-_PREPARE_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false",
-                 "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
-                 # whole-stage code of a method over HotSpot's 8000 bytes is never JIT-compiled, and the check
-                 # pass of a few dozen columns made one that Janino compiled into a class the JVM refused
-                 # (VerifyError, 34 float and 2 whole-number columns): such plans run as separate operators
-                 "spark.sql.codegen.hugeMethodLimit": "8000"}
-
-
-@contextmanager
-def _collected() -> Iterator[None]:
-    """A full garbage collection of Python's objects after the prepare: py4j's handles of the JVM's
-    DataFrames sit in reference cycles, which only the cyclic collector frees, and until it does the JVM
-    keeps each DataFrame's plans (a 31-column prepare's were 20 MiB). A driver that prepared tables in a
-    row held them for a dozen prepares, until Python happened to collect."""
-    import gc
-
-    try:
-        yield
-    finally:
-        gc.collect()
-
-
-@contextmanager
-def _prepare_conf(spark: SparkSession) -> Iterator[None]:
-    before = {key: spark.conf.get(key, None) for key in _PREPARE_CONF}
-    for key, value in _PREPARE_CONF.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
-
-
 class _TableJob:
     """The steps of :func:`prepare_table`, sharing the parsed input between them."""
 
     STEPS = 6   # read, reject, statistics, fit, write, finish: the progress display's fixed total
 
-    def __init__(self, spark: SparkSession, storage: Storage, settings: config.Settings, src: str,
+    engine = "spark"   # what prepared the table, as the summary and manifest say
+
+    def __init__(self, spark: SparkSession | None, storage: Storage, settings: config.Settings, src: str,
                  name: str, options: TableOptions) -> None:
-        self.spark, self.storage, self.settings = spark, storage, settings
-        self.handle = SparkHandle.of(spark)
+        self.spark: Any = spark   # None for a table prepared without Spark (local.py)
+        self.storage, self.settings = storage, settings
+        self.handle: Any = SparkHandle.of(spark) if spark is not None else None
         self.src, self.name, self.options = src, name, options
         self.progress: Any = None
         self.source_names: dict[str, str] = {}
@@ -246,14 +150,7 @@ class _TableJob:
         raw_names = column_names(self.spark, source, opts, multiline, escape)
         if row_names:
             raw_names = ["_c0", *[name if name != f"_c{i}" else f"_c{i + 1}" for i, name in enumerate(raw_names)]]
-        names = field_names(raw_names)
-        if len(set(names)) != len(names):
-            raise ds.DatasetError(f"columns {raw_names} are not distinct once made identifiers "
-                                  f"({names}); give distinct names with columns=[...]")
-        label = sanitize(opts.label)
-        if label not in names:
-            raise ds.DatasetError(f"label column {opts.label!r} is not among the columns {raw_names}; "
-                                  "pass label= one of them (or columns=[...] for a file without header)")
+        names, label = self._names(raw_names)
         raw = read_text(self.spark, source, names, opts, multiline, escape)
         left_out = self._left_out(names, raw_names, label)
         na = sorted({v.strip() for v in opts.na_values} | {""})
@@ -278,6 +175,18 @@ class _TableJob:
             inference.failures.pop(name, None)
         return Read(parsed, rejected, kept, names, label, inference, dict(zip(names, raw_names)), left_out, raw,
                     multiline, escape)
+
+    def _names(self, raw_names: list[str]) -> tuple[list[str], str]:
+        """The field names of the header's (or columns=) names, and the label's; distinct, with the label."""
+        names = field_names(raw_names)
+        if len(set(names)) != len(names):
+            raise ds.DatasetError(f"columns {raw_names} are not distinct once made identifiers "
+                                  f"({names}); give distinct names with columns=[...]")
+        label = sanitize(self.options.label)
+        if label not in names:
+            raise ds.DatasetError(f"label column {self.options.label!r} is not among the columns {raw_names}; "
+                                  "pass label= one of them (or columns=[...] for a file without header)")
+        return names, label
 
     def _left_out(self, names: list[str], raw_names: list[str], label: str) -> dict[str, str]:
         """The columns that are not features, and why: those named in exclude=, and those the header
@@ -429,9 +338,9 @@ class _TableJob:
                                                key=lambda kv: (-kv[1], kv[0]))] for n in indexed}
         return means, stds, fills, categories
 
-    def _write(self, stage: ds.DatasetDir, usable: DataFrame, names: list[str], label: str,
+    def _write(self, stage: ds.DatasetDir, usable: Any, names: list[str], label: str,
                inference: Inference, rejected_reasons: dict[str, int], stats_mod: Any,
-               kept: DataFrame) -> ds.DatasetSummary:
+               kept: Any) -> ds.DatasetSummary:
         opts = self.options
         types, read = inference.types, inference.read
         features = [n for n in names if n != label]
@@ -441,9 +350,8 @@ class _TableJob:
 
         self._step("statistics")
         summarized = summarized_columns(names, label, types)
-        stats, aggregates, value_counts = stats_mod.table_stats_and_counts(   # the rest: by the writers
-            usable, SPLIT, SPLITS, summarized, categorical + ([] if label_numeric else [label]),
-            aggregated=inference.aggregated)
+        stats, aggregates, value_counts = self._statistics(   # the rest: by the writers
+            usable, summarized, categorical + ([] if label_numeric else [label]), inference)
         stats["rejected"] = rejected_reasons
         stats["types"] = types
         for column in stats["columns"]:   # the header's own words, beside the field name
@@ -522,14 +430,23 @@ class _TableJob:
             rejected_reasons=rejected_reasons).write(self.storage, stage.manifest)
         return ds.DatasetSummary(name=self.name, kind="table", uri="", read=read, written=written,
                                  rejected=rejected, dropped=dropped, splits=counts, shards=shard_count,
-                                 rejected_reasons=rejected_reasons, left_out=self._left_out_sources())
+                                 rejected_reasons=rejected_reasons, left_out=self._left_out_sources(),
+                                 engine=self.engine)
+
+    def _statistics(self, usable: Any, numeric: list[str], categorical: list[str], inference: Inference
+                    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[tuple[str, str], dict[str, int]]]:
+        """The statistics of the rows to write, with their aggregates and category counts (for the fit)."""
+        from hopsml.data import stats
+
+        return stats.table_stats_and_counts(usable, SPLIT, SPLITS, numeric, categorical,
+                                            aggregated=inference.aggregated)
 
     def _left_out_sources(self) -> dict[str, str]:
         """The columns left out by their header text (none for a nameless one, which Spark calls _c<i>)."""
         return {"" if why.startswith("the header gives") else self.source_names.get(n, n): why
                 for n, why in self.left_out.items()}
 
-    def _write_shards(self, stage: ds.DatasetDir, usable: DataFrame, counts: dict[str, int],
+    def _write_shards(self, stage: ds.DatasetDir, usable: Any, counts: dict[str, int],
                       transform: Transform, edges: Mapping[str, list[float] | None], sampled: float
                       ) -> tuple[dict[str, Any], int, dict[tuple[str, str], Any]]:
         """Both splits' Parquet files and TFRecord shards in one Spark job: each row gets its split's
@@ -537,31 +454,17 @@ class _TableJob:
         holds, sketching the numeric columns on the way (:class:`~hopsml.data.stats.NumericSketch`: their
         histograms over ``edges``, distinct values and the ``sampled`` share of rows for the medians). The
         typed rows cross the shuffle, not the transformed ones and their feature vector."""
-        from pyspark.sql import functions as F
-
         from hopsml.data import stats
 
-        wanted_default = self.options.shards or max(self.settings.num_workers,
-                                                    self.handle.default_parallelism)
+        wanted_default = self.options.shards or max(self.settings.num_workers, self._parallelism())
         wanted = {s: max(1, min(wanted_default, rows)) for s, rows in counts.items() if rows}
-        row_hash = F.shiftright(F.col(ROW_HASH), 32)   # bits the split (the hash's low digits) does not decide
-        shard = F.lit(0)
-        for split_name, count in wanted.items():
-            shard = F.when(F.col(SPLIT) == split_name, F.pmod(row_hash, F.lit(count))).otherwise(shard)
-        # the median sample: rows by bits of their hash that neither the split nor the shard reads
-        in_sample = (F.lit(True) if sampled >= 1.0 else
-                     F.pmod(F.shiftright(F.col(ROW_HASH), 12), F.lit(1 << 20)) < F.lit(int(sampled * (1 << 20))))
-        keyed = usable.select(*transform.inputs(), F.col(SPLIT), shard.cast("int").alias(SHARD),
-                              in_sample.alias(SAMPLED))
         writer = TableShardWriter(self.storage, stage, wanted, self.options.compression, transform, edges,
-                                   stats.values_kept(len(edges)))
+                                  stats.values_kept(len(edges)))
         for split_name in wanted:
             self.storage.makedirs(stage.parquet(split_name))
         shipped: dict[str, int] = {}
         sketches: dict[tuple[str, str], Any] = {}
-        for row in (keyed.repartition(sum(wanted.values()), SPLIT, SHARD)
-                    .mapInArrow(preflight.guard(writer, self.checks), "split string, rows long, sketches binary")
-                    .collect()):
+        for row in self._run_writers(usable, wanted, transform, writer, sampled):
             shipped[row["split"]] = shipped.get(row["split"], 0) + row["rows"]
             for column, sketch in pickle.loads(zlib.decompress(row["sketches"])).items():
                 if (row["split"], column) in sketches:
@@ -577,3 +480,26 @@ class _TableJob:
             splits_meta[split_name] = {"rows": counts[split_name], "parquet": f"{layout.DATASET_PARQUET}/{split_name}",
                                        "tfrecord": f"{layout.DATASET_TFRECORD}/{split_name}", "shards": count}
         return splits_meta, max(wanted.values(), default=0), sketches
+
+    def _parallelism(self) -> int:
+        """Spark's default parallelism: with the workers, the default number of shards of a split."""
+        return int(self.handle.default_parallelism)
+
+    def _run_writers(self, usable: DataFrame, wanted: Mapping[str, int], transform: Transform,
+                     writer: TableShardWriter, sampled: float) -> list[Any]:
+        """The writer tasks' rows (split, rows, sketches): each row goes to its split's shard (the high bits
+        of its hash), and a task writes the shards whose rows it holds."""
+        from pyspark.sql import functions as F
+
+        row_hash = F.shiftright(F.col(ROW_HASH), 32)   # bits the split (the hash's low digits) does not decide
+        shard = F.lit(0)
+        for split_name, count in wanted.items():
+            shard = F.when(F.col(SPLIT) == split_name, F.pmod(row_hash, F.lit(count))).otherwise(shard)
+        # the median sample: rows by bits of their hash that neither the split nor the shard reads
+        in_sample = (F.lit(True) if sampled >= 1.0 else
+                     F.pmod(F.shiftright(F.col(ROW_HASH), 12), F.lit(1 << 20)) < F.lit(int(sampled * (1 << 20))))
+        keyed = usable.select(*transform.inputs(), F.col(SPLIT), shard.cast("int").alias(SHARD),
+                              in_sample.alias(SAMPLED))
+        return (keyed.repartition(sum(wanted.values()), SPLIT, SHARD)
+                .mapInArrow(preflight.guard(writer, self.checks), "split string, rows long, sketches binary")
+                .collect())
