@@ -15,7 +15,8 @@ _lock = threading.Lock()
 _cache: dict[tuple[str, ...], tuple[tuple[tuple[str, int], ...], list[tuple[str, str]]]] = {}
 
 
-def _stamp(paths: Sequence[str]) -> tuple[tuple[str, int], ...]:
+def folder_stamp(paths: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """Each folder's mtime (-1 where it is missing): it changes when an entry is added or removed."""
     stamps = []
     for path in paths:
         try:
@@ -29,7 +30,7 @@ def distributions(paths: Sequence[str] | None = None) -> list[tuple[str, str]]:
     """(name as its metadata spells it, version) of every distribution found on `paths` (default: sys.path),
     in the order importlib finds them (a name can appear twice when two folders hold it)."""
     key = tuple(sys.path if paths is None else paths)
-    stamp = _stamp(key)
+    stamp = folder_stamp(key)
     with _lock:
         cached = _cache.get(key)
         if cached is not None and cached[0] == stamp:

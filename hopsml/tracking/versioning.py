@@ -94,13 +94,24 @@ def _pip_environment() -> str:
     return "\n".join(lines) + "\n"
 
 
+# `conda env export` by environment, with the mtimes of the folders whose entries change when a package is installed
+# or removed (conda-meta/ for conda's, sys.path for pip's): the export took seconds of every launch
+_conda_exports: dict[str, tuple[tuple[tuple[str, int], ...], str]] = {}
+
+
 def environment_yaml() -> str:
-    """`conda env export` of the active conda environment, else the pip packages in that format."""
+    """`conda env export` of the active conda environment (again only once a package changed), else the pip
+    packages in that format."""
     conda = os.environ.get("CONDA_EXE") or shutil.which("conda")
-    if conda and os.environ.get("CONDA_PREFIX"):
+    if conda and (prefix := os.environ.get("CONDA_PREFIX")):
+        stamp = installed.folder_stamp([os.path.join(prefix, "conda-meta"), *sys.path])
+        cached = _conda_exports.get(prefix)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         try:
-            done = subprocess.run([conda, "env", "export", "-p", os.environ["CONDA_PREFIX"]],
+            done = subprocess.run([conda, "env", "export", "-p", prefix],
                                   capture_output=True, text=True, timeout=120, check=True)
+            _conda_exports[prefix] = (stamp, done.stdout)
             return done.stdout
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("conda env export failed (%s); recording pip packages instead", exc)

@@ -65,6 +65,23 @@ def test_pip_environment_is_conda_format():
     assert any(line.strip().startswith("- numpy==") for line in lines)
 
 
+def test_conda_export_runs_again_only_when_a_package_changed(tmp_path, monkeypatch):
+    """`conda env export` took seconds of every launch: its output is kept until conda-meta/ changes."""
+    prefix, calls = tmp_path / "env", tmp_path / "calls"
+    (prefix / "conda-meta").mkdir(parents=True)
+    conda = tmp_path / "conda"
+    conda.write_text(f"#!/bin/sh\necho run >> {calls}\necho 'name: env'\necho \"calls: $(wc -l < {calls})\"\n")
+    conda.chmod(0o755)
+    monkeypatch.setenv("CONDA_EXE", str(conda))
+    monkeypatch.setenv("CONDA_PREFIX", str(prefix))
+    first = versioning.environment_yaml()
+    assert versioning.environment_yaml() == first and first.splitlines()[0] == "name: env"
+    assert calls.read_text().count("run") == 1
+    (prefix / "conda-meta" / "numpy-2.4.0-py311.json").write_text("{}")   # conda installed a package
+    assert versioning.environment_yaml() != first
+    assert calls.read_text().count("run") == 2
+
+
 def test_git_info(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     script = tmp_path / "train.py"
