@@ -2,10 +2,11 @@
 a small one, as ratios against issue 56's figures (7.9 s, 1.4 s, 4.5 s); then where preparing a table in the
 driver (``small_table_rows``, no Spark job) stops being faster than the Spark job.
 
-    python bench/small_work.py [--repeat 3] [--rows 500,2000,5000,10000,20000,40000] [--master local[4]]
+    python bench/small_work.py [--repeat 3] [--rows 500,2000,5000,10000,20000,40000,80000,160000] [--master local[4]]
 
 Each figure is the median of ``--repeat`` runs, the two engines interleaved per size (Spark, local, Spark, ...);
-the load average is printed beside each, as the machine may be shared.
+the load average is printed beside each, as the machine may be shared. A file over 4 MiB is prepared in the driver
+only here, to find the crossover (marked *): prepare_table sends it to Spark, whose sums then run per partition.
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ def main(argv: list[str] | None = None) -> None:
 
     from hopsml import config, experiment
     from hopsml.cluster import session
+    from hopsml.data.tables import local as local_engine
     from hopsml.data.tables import prepare_table
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--rows", default="500,2000,5000,10000,20000,40000", help="sizes of the crossover table")
+    parser.add_argument("--rows", default="500,2000,5000,10000,20000,40000,80000,160000",
+                        help="sizes of the crossover table")
     parser.add_argument("--master", default="local[4]")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="small_work_")
@@ -108,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     for rows in [int(r) for r in args.rows.split(",") if r.strip()]:
         path = os.path.join(work, f"t{rows}.csv")
         write_csv(path, rows)
+        beyond = os.path.getsize(path) > local_engine.ONE_PARTITION_BYTES
+        local_engine.ONE_PARTITION_BYTES = max(local_engine.ONE_PARTITION_BYTES, os.path.getsize(path))
         spark_s, local_s = [], []
         for _ in range(args.repeat):
             started = time.perf_counter()
@@ -119,8 +124,8 @@ def main(argv: list[str] | None = None) -> None:
             if summary.engine != "local":
                 raise SystemExit(f"{rows} rows were not prepared locally: see the log")
         a, b = statistics.median(spark_s), statistics.median(local_s)
-        print(f"  {rows:>7d} {os.path.getsize(path) / 2**20:5.2f} {a:8.3f} {b:8.3f} {a / b:11.1f}  {_load()}",
-              flush=True)
+        print(f"  {rows:>7d}{'*' if beyond else ' '}{os.path.getsize(path) / 2**20:5.2f} {a:8.3f} {b:8.3f} "
+              f"{a / b:11.1f}  {_load()}", flush=True)
     spark.stop()
 
 

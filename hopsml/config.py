@@ -199,7 +199,7 @@ _FIELDS: dict[str, _Field] = {
                      "instead of starting Spark on the master",
                      "$SPARK_REMOTE, else empty"),
     "num_workers": _Field(_parse_int, lambda: 2, "default number of ranks for experiment.allreduce"),
-    "small_table_rows": _Field(_parse_count, lambda: 20_000, "rows up to which prepare_table prepares a table "
+    "small_table_rows": _Field(_parse_count, lambda: 50_000, "rows up to which prepare_table prepares a table "
                                "(one plain local CSV file) in the driver without Spark, into the same files, "
                                "statistics and fingerprints; 0: always Spark"),
     "log_dir": _Field(_parse_str, lambda: "~/.hopsml/logs", "folder for Spark's own logs (the console stays quiet)",

@@ -18,7 +18,7 @@ from hopsml.fs import Storage
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory):
     """Two projects: one whose tables Spark prepares, one whose small tables are prepared in this process."""
-    return project_settings(tmp_path_factory, "by_spark"), project_settings(tmp_path_factory, "local", 20_000)
+    return project_settings(tmp_path_factory, "by_spark"), project_settings(tmp_path_factory, "local", 50_000)
 
 
 def _table(rows=240, seed=3):
