@@ -5,8 +5,9 @@ driver (``small_table_rows``, no Spark job) stops being faster than the Spark jo
     python bench/small_work.py [--repeat 3] [--rows 500,2000,5000,10000,20000,40000,80000,160000] [--master local[4]]
 
 Each figure is the median of ``--repeat`` runs, the two engines interleaved per size (Spark, local, Spark, ...);
-the load average is printed beside each, as the machine may be shared. A file over 4 MiB is prepared in the driver
-only here, to find the crossover (marked *): prepare_table sends it to Spark, whose sums then run per partition.
+the load average is printed beside each, as the machine may be shared. A file over 4 MiB (or 100,000 rows) is prepared
+in the driver only here, to find the crossover (marked *): prepare_table sends it to Spark, whose sums then run per
+partition (and whose shard writers get several Arrow batches).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         write_csv(path, rows)
         beyond = os.path.getsize(path) > local_engine.ONE_PARTITION_BYTES
         local_engine.ONE_PARTITION_BYTES = max(local_engine.ONE_PARTITION_BYTES, os.path.getsize(path))
+        local_engine.ONE_BATCH_ROWS = max(local_engine.ONE_BATCH_ROWS, rows)
         spark_s, local_s = [], []
         for _ in range(args.repeat):
             started = time.perf_counter()

@@ -120,3 +120,15 @@ def test_what_the_local_engine_leaves_to_spark(roots, tmp_path, caplog, text, wh
         job = LocalTableJob.of(str(src), Storage(settings.root), settings, "t", TableOptions(label="label"))
     assert job is None
     assert why in caplog.text
+
+
+def test_more_rows_than_one_arrow_batch_go_to_spark(roots, tmp_path, monkeypatch, caplog):
+    """Spark's shard writers get a large table's rows in several batches (a Parquet row group each): Spark's job."""
+    from hopsml.data.tables import local
+
+    monkeypatch.setattr(local, "ONE_BATCH_ROWS", 5)
+    src = tmp_path / "t.csv"
+    src.write_text("a,b,label\n" + "1,2,0\n" * 6)
+    with caplog.at_level("INFO", logger="hopsml.data.tables.local"):
+        job = LocalTableJob.of(str(src), Storage(roots[1].root), roots[1], "t", TableOptions(label="label"))
+    assert job is None and "several batches" in caplog.text

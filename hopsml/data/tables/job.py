@@ -52,7 +52,7 @@ class _TableJob:
 
     STEPS = 6   # read, reject, statistics, fit, write, finish: the progress display's fixed total
 
-    engine = "spark"   # what prepared the table, as the summary and manifest say
+    engine = "spark"   # what prepared the table, as the summary says
 
     def __init__(self, spark: SparkSession | None, storage: Storage, settings: config.Settings, src: str,
                  name: str, options: TableOptions) -> None:

@@ -63,6 +63,9 @@ _OTHER_NUMBER = re.compile(r"[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[
 # Spark reads a file up to spark.sql.files.openCostInBytes (4 MiB) as one partition, whatever its parallelism: then
 # its sums run in file order, as here
 ONE_PARTITION_BYTES = 4 << 20
+# the Spark job's Arrow batches to its shard writers (prepare.py's session settings): up to this many rows a task's
+# shards get their rows in one batch, so each Parquet file has one row group, as here
+ONE_BATCH_ROWS = 100_000
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _LOCAL_MASTER = re.compile(r"local(\[(?P<threads>\*|[0-9]+)(,[0-9]+)?\])?\Z")
 
@@ -149,7 +152,10 @@ def read_text(path: str, options: TableOptions, max_rows: int) -> _Text:
             raise NotSmall("a row has another number of fields than the header")
         rows += 1
         if rows > max_rows:
-            raise NotSmall(f"the table has more than {max_rows} rows")
+            raise NotSmall(f"the table has more than {max_rows} rows (small_table_rows)")
+        if rows > ONE_BATCH_ROWS:
+            raise NotSmall(f"the table has more than {ONE_BATCH_ROWS} rows, which Spark's shard writers get in "
+                           "several batches (a Parquet row group each)")
         for column, field in zip(values, fields):
             field = field.strip(_WHITESPACE)
             column.append(None if field in na else field)
