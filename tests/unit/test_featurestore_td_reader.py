@@ -74,7 +74,8 @@ def test_fewer_shards_than_ranks_is_refused_as_for_a_prepared_dataset(fv):
 
 def test_unknown_names_say_what_exists(fv):
     written, _ = fv.create_train_test_split(test_size=0.3, seed=5, shards=2)
-    in_memory = fv.train_test_split(test_size=0.3, seed=5) and fv.get_last_accessed_training_dataset()
+    fv.train_test_split(test_size=0.3, seed=5)   # a version kept in its record only: no files
+    in_memory = fv.get_last_accessed_training_dataset()
     gone, _ = fv.create_train_test_split(test_size=0.3, seed=6, shards=2)
     storage = fv.store.storage
     storage.delete(ds.DatasetDir.of(fv.store.project, fv.training_dataset_name(gone)).success)
