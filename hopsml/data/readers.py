@@ -1,11 +1,13 @@
 """Rank-side readers: this rank's disjoint part of a dataset as numpy (or cupy) batches.
 
 ``reader("digits")`` inside ``experiment.allreduce`` reads the share of the current rank; outside
-a run it reads everything (rank 0 of 1). Sharding follows petastorm's rule: the Parquet row
-groups of a split, in file order, go round-robin to the ranks (``index % world_size == rank``),
-so every rank sees a disjoint part and together they see every row once per epoch. The data
-jobs write at least as many files as the planned world size; a reader asked for more shards
-than there are row groups (or TFRecord files) says so.
+a run it reads everything (rank 0 of 1). ``reader("fv:fraud:1/td2", split="test")`` reads a feature
+view's written training dataset the same way (:mod:`hopsml.data.training_datasets`).
+
+Sharding follows petastorm's rule: the Parquet row groups of a split, in file order, go round-robin
+to the ranks (``index % world_size == rank``), so every rank sees a disjoint part and together they
+see every row once per epoch. The data jobs write at least as many files as the planned world
+size; a reader asked for more shards than there are row groups (or TFRecord files) says so.
 
 Engines, all yielding ``{field: array}`` batches:
 
@@ -48,6 +50,7 @@ import numpy as np
 
 from hopsml import config, layout
 from hopsml.data import dataset as ds
+from hopsml.data import training_datasets
 from hopsml.data.codec import decode_column
 from hopsml.data.fingerprint import check_split
 from hopsml.data.manifest import Manifest, open_manifest
@@ -97,8 +100,12 @@ class ShardReader:
     def __init__(self, storage: Storage, ddir: ds.DatasetDir, manifest: Manifest, split: str,
                  rank: int, world_size: int, batch_size: int, shuffle: bool, seed: int,
                  epochs: int | None, fields: Sequence[str], engine: str, drop_last: bool,
-                 device: str, pool: str, equal_steps: str | None = None) -> None:
+                 device: str, pool: str, equal_steps: str | None = None, what: str | None = None,
+                 more_shards: str | None = None) -> None:
         self.storage, self.dir, self.manifest = storage, ddir, manifest
+        # how messages name the dataset, and how to get more shards of it (a view's training dataset differs)
+        self.what = what or f"dataset {ddir.name!r}"
+        self.more_shards = more_shards or "rewrite it with shards>={n} (hopsml prep ... --shards)"
         self.split, self.rank, self.world_size = split, rank, world_size
         self.batch_size, self.shuffle, self.seed, self.epochs = batch_size, shuffle, seed, epochs
         self.fields, self.engine, self.drop_last = list(fields), engine, drop_last
@@ -114,9 +121,8 @@ class ShardReader:
             all_pieces = self._all_pieces()
             if len(all_pieces) < world_size:
                 raise ds.DatasetError(
-                    f"dataset {ddir.name!r} split {split!r} has {len(all_pieces)} row groups, fewer "
-                    f"than the {world_size} ranks asked to share it; rewrite it with shards>={world_size} "
-                    "(hopsml prep ... --shards) or read with fewer ranks")
+                    f"{self.what} split {split!r} has {len(all_pieces)} row groups, fewer than the {world_size} "
+                    f"ranks asked to share it; {self.more_shards.format(n=world_size)} or read with fewer ranks")
             self.pieces = all_pieces[rank::world_size]
             self.num_rows = sum(piece.rows for piece in self.pieces)
             self.rank_rows = [sum(p.rows for p in all_pieces[r::world_size]) for r in range(world_size)]
@@ -149,9 +155,9 @@ class ShardReader:
                  and not posixpath.basename(rel).startswith(".")]
         if len(files) < self.world_size:
             raise ds.DatasetError(
-                f"dataset {self.dir.name!r} split {self.split!r} has {len(files)} TFRecord shards, "
-                f"fewer than the {self.world_size} ranks asked to share it; rewrite it with "
-                f"shards>={self.world_size} or read with fewer ranks")
+                f"{self.what} split {self.split!r} has {len(files)} TFRecord shards, fewer than the "
+                f"{self.world_size} ranks asked to share it; {self.more_shards.format(n=self.world_size)} or read "
+                "with fewer ranks")
         return files[self.rank::self.world_size]
 
     # --- iteration ---------------------------------------------------------------------------
@@ -189,8 +195,8 @@ class ShardReader:
                     batches.close()
                     return
             if produced == before:
-                raise ds.DatasetError(f"rank {self.rank} has no batch of {self.batch_size} rows in dataset "
-                                      f"{self.dir.name!r}; use a smaller batch_size or drop_last=False")
+                raise ds.DatasetError(f"rank {self.rank} has no batch of {self.batch_size} rows in {self.what}; "
+                                      "use a smaller batch_size or drop_last=False")
             again += 1
 
     def _batches_for(self, rows: int) -> int:
@@ -421,6 +427,8 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
            equal_steps: bool | str = False, settings: config.Settings | None = None) -> ShardReader:
     """This rank's share of ``dataset`` as batches of ``{field: array}``.
 
+    ``dataset`` is a prepared dataset's name, or a feature view's written training dataset as
+    ``"fv:<view>:<version>/td<n>"`` (see :mod:`hopsml.data.training_datasets`), read the same way.
     ``rank``/``world_size`` default to the current rank inside ``experiment.allreduce`` (else
     0 of 1); ``split`` to 'train' when the dataset has one, else its only split; ``fields`` to
     the dataset's default fields (image and label; features and label). ``epochs=None`` repeats
@@ -464,21 +472,26 @@ def reader(dataset: str, rank: int | None = None, world_size: int | None = None,
     else:
         settings = settings or config.load()
         storage, project = Storage(settings.root), settings.project
+    what, more_shards = f"dataset {dataset!r}", None
+    if training_datasets.is_reference(dataset):   # a feature view's training dataset: the dataset it was written to
+        ref = training_datasets.TrainingDatasetRef.parse(dataset)
+        dataset = training_datasets.resolve(storage, project, ref)
+        what = f"{ref} ({ref.described()}, dataset {dataset!r})"
+        more_shards = "create another version with shards>={n} (fv.create_train_test_split(..., shards={n}))"
     ddir, manifest = open_manifest(storage, project, dataset)
     splits = list(manifest.splits)
     if split is None:
         split = "train" if "train" in splits else splits[0]
     if split not in splits:
-        raise SettingsError(f"dataset {dataset!r} has no split {split!r}; it has {', '.join(splits)}")
+        raise SettingsError(f"{what} has no split {split!r}; it has {', '.join(splits)}")
     fields = list(fields or manifest.default_field_names())
     unknown = [name for name in fields if name not in manifest.fields]
     if unknown:
-        raise SettingsError(f"dataset {dataset!r} has no field(s) {', '.join(unknown)}; "
-                            f"it has {', '.join(manifest.fields)}")
+        raise SettingsError(f"{what} has no field(s) {', '.join(unknown)}; it has {', '.join(manifest.fields)}")
     from hopsml.tracking.lineage import record_dataset  # the run notes what it trained on, and which bytes
     if run_rank == 0:   # rank 0 (or outside a run) checks and records: the others would repeat its warning
         record_dataset(dataset, storage.uri(ddir.path), split, manifest.to_json(),
                        fingerprint=check_split(storage, ddir.path, dataset, manifest.to_json(), split))
     return ShardReader(storage, ddir, manifest, split, rank, world_size, int(batch_size), shuffle,
                        _seed(seed), epochs, fields, engine, drop_last, "cpu" if device == "cpu" else "cuda",
-                       pool, mode)
+                       pool, mode, what, more_shards)

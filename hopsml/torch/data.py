@@ -1,5 +1,8 @@
 """This rank's shard of a prepared dataset for PyTorch: an IterableDataset and a DataLoader over it.
 
+The dataset is named as :func:`hopsml.data.readers.reader` takes it: a prepared dataset's name, or a feature
+view's written training dataset, ``data_loader("fv:fraud:1/td2", split="train")``.
+
 Each item is already a batch (the rank reader cuts them, see :mod:`hopsml.data.readers`): a dict of
 tensors that share memory with the numpy arrays the reader produced. The reader reads ahead in a
 thread and decodes a whole row group at a time, so the DataLoader needs no worker processes; it is
