@@ -5,9 +5,11 @@ online store, speaks the same protocol). The `online_store` setting chooses.
 
 Each group version is one table `<project>__<name>_<version>` keyed by the group's primary key, holding its
 features and the event time (epoch microseconds). A write keeps the row with the later event time, so an older
-backfill never overwrites a newer value; the same event time again is an update, as offline. `replace` (`hopsml
-fs sync`) makes the table the newest row per key of an offline version, in one transaction. Credentials come from
-the setting and appear in no record, log or error (errors show the URL without them).
+backfill never overwrites a newer value; the same event time again is an update, as offline. Every write runs
+that one statement, made by `prepare` into a `Target`: `write` (a batch in memory, one transaction; `replace`
+makes the table exactly the batch's newest rows), `write_stream` (rows arriving in pieces: a Spark task's, see
+spark_online.py, or a sync's staging table, see online_sync.py) and `swap` (a staging table made the table at
+once). Credentials come from the setting and appear in no record, log or error (errors show the URL without them).
 
 Reads at serving time go through a `Reader`: the table's columns are looked up once, its SQL made once per number
 of keys and its values' conversions chosen once, so a lookup is one statement. A write, drop or statement made
