@@ -241,6 +241,9 @@ _FIELDS: dict[str, _Field] = {
                            "row per key for feature vectors: empty (SQLite in the project's feature store, no server), "
                            "sqlite:///path.db, or mysql://user:password@host:3306/database (MySQL, MariaDB or RonDB, "
                            "which several serving hosts share)", "empty: SQLite in the project"),
+    "online_batch_rows": _Field(_parse_int, lambda: 20_000, "rows a streamed write into the online store holds at "
+                                "once, per Spark task or on the driver: a Spark insert's newest rows per key and "
+                                "`hopsml fs sync`'s rebuilt table are written a piece of this many rows at a time"),
     "port_range": _Field(_parse_port_range, lambda: None, "ports (low-high, e.g. 40000-40100) the ranks' "
                          "listeners, their framework ports and the driver channel take, for firewalls (each rank takes "
                          "2-3, the driver 1 per running experiment); empty: any free port"),
@@ -302,6 +305,7 @@ class Settings(_RunFields):
     check_versions: bool
     ship_environment: bool
     online_store: str
+    online_batch_rows: int
     serving_max_connections: int
     serving_max_headers: int
     serving_max_header_bytes: int

@@ -297,7 +297,7 @@ _DUCKDB_TYPES = {"string": "VARCHAR", "large_string": "VARCHAR", "string_view": 
                  "bool": "BOOLEAN"}
 
 
-def _hive(partitions: list[Any]) -> str:
+def hive_options(partitions: list[Any]) -> str:
     """read_parquet's options for a partitioned group: values from the folder names, in the table's types."""
     if not partitions:
         return ""
@@ -330,7 +330,7 @@ def duckdb_arrow(query: Query) -> Any:
             if files:   # DuckDB's own Parquet reader: a scan of an Arrow dataset was 300x slower at 1M rows
                 listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
                 connection.execute(f"CREATE VIEW {alias} AS SELECT * FROM read_parquet([{listed}], "
-                                   f"union_by_name = true{_hive(group.table.partitioning(read[group.key]))})")
+                                   f"union_by_name = true{hive_options(group.table.partitioning(read[group.key]))})")
             else:   # remote (this DuckDB has no S3 or HDFS reader): the version read by Arrow, into memory
                 connection.register(alias, group.table.dataset(read[group.key]).to_table())
         sql, params = duckdb_statement(query)

@@ -8,12 +8,12 @@ fixed, and later inserts must agree with it (a new nullable column is allowed an
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml import execution_notes, layout
 from hopsml.errors import FeatureStoreError
-from hopsml.featurestore import expectations, frames, spark_insert, stats
+from hopsml.featurestore import expectations, frames, online_sync, spark_insert, spark_online, stats
 from hopsml.featurestore.hsfs_members import GroupMembers
 from hopsml.featurestore.query import Feature, Query
 from hopsml.featurestore.table import Commit, GroupTable
@@ -227,7 +227,7 @@ class FeatureGroup(GroupMembers):
                 self._committed(commit, batch.schema)
             if owed is not None:   # under the lock: same-key writes reach the online store in commit order
                 with self.store.after_commit(self, commit, "the online write"):
-                    self._write_online(batch, commit, owed)
+                    self._write_online(lambda: self.store.online().write(self, batch), commit, owed)
         if self.statistics_config["enabled"]:   # of the table after the commit: the batch itself after the first
             with self.store.after_commit(self, commit, "statistics"):
                 after = batch if commit.version == 0 else self.table.read(commit.version)
@@ -248,9 +248,10 @@ class FeatureGroup(GroupMembers):
             commit = spark_insert.write(self.table, frame, schema, added)
             with self.store.after_commit(self, commit, "saving the group's definition"):   # logged, never raised
                 self._committed(commit, schema)
-            if owed is not None:   # the newest row per key only reaches the driver, for the online store
+            if owed is not None:   # written by the tasks, or streamed through the driver (spark_online.py)
                 with self.store.after_commit(self, commit, "the online write"):
-                    self._write_online(spark_insert.newest_per_key(frame, self.primary_key, self.event_time),
+                    self._write_online(lambda: spark_online.write(self.store.online(), self, frame, schema,
+                                                                  self.store.settings.online_batch_rows).rows,
                                        commit, owed)
         if self.statistics_config["enabled"]:
             with self.store.after_commit(self, commit, "statistics"):
@@ -264,10 +265,11 @@ class FeatureGroup(GroupMembers):
         latest = self.table.latest_version() if self.table.exists() else -1
         return self.store.owe_online(self, latest + 1) or {}
 
-    def _write_online(self, batch: pa.Table, commit: Commit, owed: dict[str, Any]) -> None:
-        """The batch's newest row per key into the online store, after its offline commit (under the group's
-        lock); when an earlier insert's online write never happened (`owed`), the whole online side is rewritten
-        from the offline table instead. A failure leaves the write owed, for the next insert or `hopsml fs sync`."""
+    def _write_online(self, write: Callable[[], int], commit: Commit, owed: dict[str, Any]) -> None:
+        """The batch's newest row per key into the online store (`write` does it), after its offline commit (under
+        the group's lock); when an earlier insert's online write never happened (`owed`), the whole online side is
+        rewritten from the offline table instead. A failure leaves the write owed, for the next insert or `hopsml fs
+        sync`."""
         from hopsml.featurestore.online import store_errors
 
         failures: tuple[type[BaseException], ...] = (FeatureStoreError, *store_errors())
@@ -278,7 +280,7 @@ class FeatureGroup(GroupMembers):
                             owed.get("since_commit"))
                 self._sync_online_locked()
             else:
-                self.store.online().write(self, batch)
+                write()
                 self.store.paid_online(self)
         except failures as error:
             raise FeatureStoreError(f"feature group {self.key!r}: the offline table holds the batch (commit "
@@ -303,9 +305,13 @@ class FeatureGroup(GroupMembers):
             return self._sync_online_locked()
 
     def _sync_online_locked(self) -> int:
+        """The online table rebuilt from the offline one, streamed (online_sync.py): the rows written."""
         import datetime as dt
 
-        written = int(self.store.online().write(self, self.table.read(), replace=True))
+        done = online_sync.rebuild(self, self.store.settings.online_batch_rows)
+        log.info("feature group %s: the online table rebuilt with %d rows, the newest per key (%d pieces of at most "
+                 "%d rows)", self.key, done.rows, done.pieces, done.largest)
+        written = done.rows
         self.online_synced = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         self.store.save_group(self)
         self.store.paid_online(self)

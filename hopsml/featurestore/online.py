@@ -5,9 +5,11 @@ online store, speaks the same protocol). The `online_store` setting chooses.
 
 Each group version is one table `<project>__<name>_<version>` keyed by the group's primary key, holding its
 features and the event time (epoch microseconds). A write keeps the row with the later event time, so an older
-backfill never overwrites a newer value; the same event time again is an update, as offline. `replace` (`hopsml
-fs sync`) makes the table the newest row per key of an offline version, in one transaction. Credentials come from
-the setting and appear in no record, log or error (errors show the URL without them).
+backfill never overwrites a newer value; the same event time again is an update, as offline. Every write runs
+that one statement, made by `prepare` into a `Target`: `write` (a batch in memory, one transaction; `replace`
+makes the table exactly the batch's newest rows), `write_stream` (rows arriving in pieces: a Spark task's, see
+spark_online.py, or a sync's staging table, see online_sync.py) and `swap` (a staging table made the table at
+once). Credentials come from the setting and appear in no record, log or error (errors show the URL without them).
 
 Reads at serving time go through a `Reader`: the table's columns are looked up once, its SQL made once per number
 of keys and its values' conversions chosen once, so a lookup is one statement. A write, drop or statement made
@@ -21,7 +23,8 @@ import datetime as dt
 import importlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 
 EVENT_US = "__event_us"    # the event time as epoch microseconds: what a write compares
 ONLINE_FILE = "_online.sqlite"
+STAGING = "__staging"      # a table's rows being rebuilt by a sync, swapped in when complete
+RETIRED = "__retired"      # a table's old rows between a MySQL swap and their drop
 _BATCH = 1000              # rows per statement
 
 
@@ -82,7 +87,7 @@ class OnlineStore:
                 found = self._connect()
             except store_errors() as error:   # name the store without its credentials
                 raise FeatureStoreError(f"cannot reach the online store {redact_uri(self.url)}: "
-                                        f"{_without(str(error), self.url)}") from None
+                                        f"{without_password(str(error), self.url)}") from None
             self._local.connection = found
         return found
 
@@ -97,20 +102,14 @@ class OnlineStore:
         """The newest row per key of `batch` (a group's rows, offline types) written, unless the store holds a
         later one; with `replace`, the table holds exactly these rows afterwards. Returns the rows written."""
         newest = newest_per_key(batch, group.primary_key, group.event_time)
-        table = table_name(group)
-        keys = list(group.primary_key)
-        columns = [*newest.column_names, *([EVENT_US] if group.event_time else [])]
-        rows = _rows(newest, group.event_time)
         connection = self.connection()
         self._begin(connection)
         cursor = connection.cursor()
         try:
-            self._ensure(cursor, table, newest.schema, keys, bool(group.event_time))
+            target = self._prepared(cursor, table_name(group), newest.schema, group.primary_key, group.event_time)
             if replace:
-                cursor.execute(f"DELETE FROM {self._q(table)}")
-            sql = self._upsert(table, columns, keys, bool(group.event_time))
-            for start in range(0, len(rows), _BATCH):
-                cursor.executemany(sql, rows[start:start + _BATCH])
+                cursor.execute(f"DELETE FROM {self._q(target.table)}")
+            written = self._put(cursor, target, newest)
             connection.commit()
         except Exception:
             connection.rollback()
@@ -118,7 +117,100 @@ class OnlineStore:
         finally:
             cursor.close()
             self.generation += 1
-        return len(rows)
+        return written
+
+    def prepare(self, table: str, schema: pa.Schema, keys: Sequence[str], event_time: str | None) -> Target:
+        """`table` made ready for rows of `schema` (created, or given the new columns), and what a writer of those
+        rows needs (picklable, so a Spark task takes it along): what the streamed writes start with."""
+        connection = self.connection()
+        cursor = connection.cursor()
+        try:
+            target = self._prepared(cursor, table, schema, keys, event_time)
+            connection.commit()
+        finally:
+            cursor.close()
+            self.generation += 1
+        return target
+
+    def _prepared(self, cursor: Any, table: str, schema: pa.Schema, keys: Sequence[str], event_time: str | None
+                  ) -> Target:
+        self._ensure(cursor, table, schema, list(keys), bool(event_time))
+        columns = [*schema.names, *([EVENT_US] if event_time else [])]
+        return Target(self.url, table, tuple(keys), event_time, tuple(schema.names),
+                      self._upsert(table, columns, list(keys), bool(event_time)))
+
+    def _put(self, cursor: Any, target: Target, rows: pa.Table) -> int:
+        """`rows` (one per key, the columns of `target`) upserted with the target's newest-row-wins statement: the
+        one statement every write path runs."""
+        values = stored_rows(rows.select(list(target.columns)), target.event_time)
+        for start in range(0, len(values), _BATCH):
+            cursor.executemany(target.sql, values[start:start + _BATCH])
+        return len(values)
+
+    def write_stream(self, target: Target, batches: Iterable[pa.Table | pa.RecordBatch], batch_rows: int, *,
+                     one_transaction: bool, observe: Callable[[int], None] | None = None) -> Streamed:
+        """Rows arriving in `batches` written to `target` a piece of at most `batch_rows` rows at a time (the newest
+        per key of each piece, as `write` takes a batch; across pieces the statement keeps the newer row), so no
+        more than one piece is held as Python values. `one_transaction`: all or nothing (readers see the rows
+        once all are in), else each piece is committed as it is written. `observe` is called with each piece's
+        rows, before it is written."""
+        import pyarrow as pa
+
+        if batch_rows < 1:
+            raise FeatureStoreError(f"online_batch_rows={batch_rows}: give a positive number of rows")
+        done = Streamed()
+        connection = self.connection()
+        self._begin(connection)
+        cursor = connection.cursor()
+        try:
+            for batch in batches:
+                table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+                for start in range(0, table.num_rows, batch_rows):
+                    piece = table.slice(start, batch_rows)
+                    if observe is not None:
+                        observe(piece.num_rows)
+                    done.add(self._put(cursor, target, newest_per_key(piece, target.keys, target.event_time)),
+                             piece.num_rows)
+                    if not one_transaction:
+                        connection.commit()
+                        self._begin(connection)
+            connection.commit()
+        except BaseException:
+            connection.rollback()
+            raise
+        finally:
+            cursor.close()
+            self.generation += 1
+        return done
+
+    def swap(self, staging: str, table: str) -> None:
+        """`staging` becomes `table` at once (its old rows dropped): a reader sees the old table or the new one,
+        never a half-written one."""
+        connection = self.connection()
+        cursor = connection.cursor()
+        try:
+            self._swap(connection, cursor, staging, table)
+        except Exception:
+            connection.rollback()
+            raise
+        finally:
+            cursor.close()
+            self.generation += 1
+
+    def _swap(self, connection: Any, cursor: Any, staging: str, table: str) -> None:
+        raise NotImplementedError
+
+    def drop_table(self, table: str) -> None:
+        """`table` dropped where it exists (a staging table an interrupted sync left)."""
+        connection = self.connection()
+        cursor = connection.cursor()
+        try:
+            if table in self._tables(cursor):
+                cursor.execute(f"DROP TABLE {self._q(table)}")
+            connection.commit()
+        finally:
+            cursor.close()
+            self.generation += 1
 
     def _ensure(self, cursor: Any, table: str, schema: pa.Schema, keys: Sequence[str], timed: bool) -> None:
         """The group's table, created or given the batch's new columns."""
@@ -203,14 +295,7 @@ class OnlineStore:
             self.generation += 1
 
     def drop(self, group: Any) -> None:
-        cursor = self.connection().cursor()
-        try:
-            if table_name(group) in self._tables(cursor):
-                cursor.execute(f"DROP TABLE {self._q(table_name(group))}")
-            self.connection().commit()
-        finally:
-            cursor.close()
-            self.generation += 1
+        self.drop_table(table_name(group))
 
 
 class Reader:
@@ -324,6 +409,13 @@ class SQLiteStore(OnlineStore):
         return (f"INSERT INTO {self._q(table)} ({names}) VALUES ({', '.join('?' * len(columns))}) "
                 f"ON CONFLICT ({', '.join(self._q(k) for k in keys)}) {action}")
 
+    def _swap(self, connection: Any, cursor: Any, staging: str, table: str) -> None:
+        # one transaction (sqlite3 opens none before DDL by itself): a WAL reader keeps the snapshot it began with
+        cursor.execute("BEGIN IMMEDIATE")
+        cursor.execute(f"DROP TABLE IF EXISTS {self._q(table)}")
+        cursor.execute(f"ALTER TABLE {self._q(staging)} RENAME TO {self._q(table)}")
+        connection.commit()
+
     def _tables(self, cursor: Any) -> set[str]:
         cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {row[0] for row in cursor.fetchall()}
@@ -401,6 +493,16 @@ class MySQLStore(OnlineStore):
             f" ON DUPLICATE KEY UPDATE {self._q(keys[0])} = {self._q(keys[0])}"
         return f"INSERT INTO {self._q(table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))}){update}"
 
+    def _swap(self, connection: Any, cursor: Any, staging: str, table: str) -> None:
+        # one RENAME TABLE of both is atomic: a reader waits for it and then reads the new table
+        old = table + RETIRED
+        cursor.execute(f"DROP TABLE IF EXISTS {self._q(old)}")
+        if table in self._tables(cursor):
+            cursor.execute(f"RENAME TABLE {self._q(table)} TO {self._q(old)}, {self._q(staging)} TO {self._q(table)}")
+            cursor.execute(f"DROP TABLE {self._q(old)}")
+        else:
+            cursor.execute(f"RENAME TABLE {self._q(staging)} TO {self._q(table)}")
+
     def _tables(self, cursor: Any) -> set[str]:
         cursor.execute("SHOW TABLES")
         return {row[0] for row in cursor.fetchall()}
@@ -437,6 +539,43 @@ def store_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+@dataclass(frozen=True)
+class Target:
+    """A table made ready for a write (`OnlineStore.prepare`): the store's URL, the table, its primary key, the
+    event time (None: none), the columns given and the newest-row-wins statement that writes them. Picklable, so
+    a Spark task writes with the statement the driver made."""
+
+    url: str
+    table: str
+    keys: tuple[str, ...]
+    event_time: str | None
+    columns: tuple[str, ...]
+    sql: str
+
+
+@dataclass
+class Streamed:
+    """What a streamed write did: the rows written (the newest per key of each piece), the rows it was given, the
+    pieces, and the most rows one piece held (what bounds the memory of the process that wrote it)."""
+
+    rows: int = 0
+    given: int = 0
+    pieces: int = 0
+    largest: int = 0
+
+    def add(self, written: int, given: int) -> None:
+        self.rows += written
+        self.given += given
+        self.pieces += 1
+        self.largest = max(self.largest, given)
+
+    def merge(self, other: Streamed) -> None:
+        self.rows += other.rows
+        self.given += other.given
+        self.pieces += other.pieces
+        self.largest = max(self.largest, other.largest)
+
+
 _OPEN: dict[tuple[str, str], OnlineStore] = {}
 _OPEN_LOCK = threading.Lock()
 
@@ -456,12 +595,16 @@ def open_store(settings: Any, storage: Any) -> OnlineStore:
     with _OPEN_LOCK:
         found = _OPEN.get((settings.project, url))
         if found is None:
-            if url.startswith("sqlite://"):
-                found = SQLiteStore(url, url[len("sqlite://"):])
-            else:
-                found = MySQLStore(url)
-            _OPEN[(settings.project, url)] = found
+            found = _OPEN[(settings.project, url)] = store_for(url)
         return found
+
+
+def store_for(url: str) -> OnlineStore:
+    """A store object for `url`, not connected yet: the one `open_store` keeps per process, and the one a Spark
+    task makes for itself."""
+    if url.startswith("sqlite://"):
+        return SQLiteStore(url, url[len("sqlite://"):])
+    return MySQLStore(url)
 
 
 def newest_per_key(table: pa.Table, keys: Sequence[str], event_time: str | None) -> pa.Table:
@@ -517,11 +660,29 @@ def table_name(group: Any) -> str:
     return f"{group.store.project}__{group.name}_{group.version}"
 
 
-def _rows(table: pa.Table, event_time: str | None) -> list[tuple[Any, ...]]:
-    columns = [[as_stored(v) for v in table.column(name).to_pylist()] for name in table.column_names]
+def stored_rows(table: pa.Table, event_time: str | None) -> list[tuple[Any, ...]]:
+    """The rows of `table` as the store's columns hold them (`as_stored`, done by Arrow a column at a time), with
+    the event time's epoch microseconds last when the group has one."""
+    columns = [_stored(table.column(name)).to_pylist() for name in table.column_names]
     if event_time:
-        columns.append([_micros(v) for v in table.column(event_time).to_pylist()])
+        columns.append(_stored(table.column(event_time)).to_pylist())
     return list(zip(*columns))
+
+
+def _stored(column: Any) -> Any:
+    """A column as `as_stored` makes its values: times as epoch microseconds (whatever their zone: Arrow holds
+    UTC), dates as ISO text, booleans as 0/1; other types as they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_timestamp(kind):
+        return pc.cast(pc.cast(column, pa.timestamp("us", kind.tz), safe=False), pa.int64())
+    if pa.types.is_date(kind):
+        return pc.cast(column, pa.string())
+    if pa.types.is_boolean(kind):
+        return pc.cast(column, pa.int64())
+    return column
 
 
 def _micros(value: dt.datetime) -> int:
@@ -572,7 +733,7 @@ def _plain_key(kind: pa.DataType) -> bool:
                 or pa.types.is_large_string(kind))
 
 
-def _without(text: str, url: str) -> str:
+def without_password(text: str, url: str) -> str:
     """An error text without the URL's password (drivers may quote what they were given)."""
     import urllib.parse
 

@@ -97,17 +97,6 @@ def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, par
     return frame.select(*columns), target, added
 
 
-def newest_per_key(frame: Any, keys: Sequence[str], event_time: str | None) -> pa.Table:
-    """The batch's newest row per key (the later event time), chosen by Spark: all that reaches the driver."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    if event_time:
-        newest = Window.partitionBy(*[F.col(f"`{k}`") for k in keys]).orderBy(F.col(f"`{event_time}`").desc())
-        frame = frame.withColumn("__rank", F.row_number().over(newest)).where("__rank = 1").drop("__rank")
-    return frame.toArrow() if hasattr(frame, "toArrow") else frames.to_arrow(frame.toPandas())
-
-
 def _arrow_schema(schema: Any) -> pa.Schema:
     """A Spark schema in Arrow's types, timestamps in UTC (Spark 4 asks for the zone; 3.5 takes UTC)."""
     import inspect
