@@ -73,6 +73,15 @@ def test_ranks_on_two_hosts_share_memory_within_a_host_and_meet_over_tcp_between
     assert "rank 3 about to vanish" in failed["error"]  # its own last lines
     assert _mapping_segments() == []
 
+    # A view's training dataset made by the executors (the Spark engine: no training row reached the driver's
+    # Python), read by the 4 ranks where it lies, each its own shard: the train split's rows once.
+    made = steps["training_dataset"]
+    assert made["seen_by_driver"] == 0, made["seen_by_driver"]
+    read = made["read"]
+    assert sorted(read) == ["0", "1", "2", "3"] and all(read.values()), {k: len(v) for k, v in read.items()}
+    every = [tx for rank in read.values() for tx in rank]
+    assert len(every) == len(set(every)) == made["train_rows"] > 0
+
 
 OTHER_NUMPY_DRIVER = """
 import json
