@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 from hopsml import layout
 from hopsml.clock import utc_now as _now
-from hopsml.errors import HopsmlError
+from hopsml.errors import HopsmlError, InvalidNameError
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_or_broken, read_record
 
@@ -165,7 +165,10 @@ class Models(OptionGroup):
                     or not all(isinstance(m, str) for m in self.names):
                 raise ServingError(f"Models.names must be a list of registered model names, not {self.names!r}")
             for name in self.names:
-                layout.validate_name(name, "model name")
+                try:
+                    layout.validate_name(name, "model name")
+                except InvalidNameError as exc:
+                    raise ServingError(f"Models.names: {exc}") from None
             if len(set(self.names)) != len(self.names):
                 raise ServingError(f"Models.names lists a model twice: {list(self.names)!r}")
             object.__setattr__(self, "names", tuple(self.names))
