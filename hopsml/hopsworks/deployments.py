@@ -268,7 +268,7 @@ class ModelServing:
                          canary_version: Any = None, canary_traffic_percent: int | None = None,
                          transformer: Transformer | dict[str, Any] | None = None, **_: Any) -> Predictor:
         """hsml's create_predictor; `canary_version` (a version number, or a saved version of the same model) and
-        `canary_traffic_percent` are hopsml's, as create_or_update takes them."""
+        `canary_traffic_percent` are hopsml's: the deployment saves them as create_or_update's `Canary`."""
         if isinstance(resources, dict):
             resources = Resources(num_instances=int(resources.get("num_instances", 1)))
         if isinstance(inference_logger, str):
