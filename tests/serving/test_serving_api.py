@@ -179,6 +179,21 @@ def test_a_group_field_left_none_keeps_the_servings_value_and_the_record_stays_f
     assert d.inference_log_options.roll_seconds == 60 and d.models_options is None
 
 
+def test_a_pipeline_step_takes_an_option_group_as_plain_data(settings, tmp_path):
+    """An Airflow DAG holds plain data: CreateServingOperator's options give a group as a dict of its fields."""
+    from hopsml.airflow import steps
+
+    export_sklearn(settings, tmp_path / "model")
+    steps.create_serving(settings, "iris", "iris", 1, batching_enabled=True, batching={"max_batch_size": 4},
+                         inference_log={"roll_seconds": 60})
+    d = defs.read(Storage(settings.root), "test", "iris")
+    assert (d.batching_options.max_batch_size, d.inference_log_options.roll_seconds) == (4, 60)
+    with pytest.raises(defs.ServingError, match="Batching.max_batch_size must be"):
+        steps.create_serving(settings, "iris", "iris", 1, batching={"max_batch_size": 0})
+    with pytest.raises(defs.MovedOptionError, match="inference_log=InferenceLog"):
+        steps.create_serving(settings, "iris", "iris", 1, inference_log_roll_seconds=60)
+
+
 def test_an_older_flat_record_reads_into_the_groups(settings, tmp_path, root):
     """A serving.json written before scaling, several models and the log's knobs existed still reads, with their
     defaults."""
