@@ -3,6 +3,9 @@ notebook that made it (Hopsworks kept it in its database; here `Serving/<name>/s
 
 The fields are hops' `create_or_update` parameters. Those that name Hopsworks services (Kafka topic,
 KServe, resource config) are validated as hops validates them and recorded, and change nothing locally.
+hopsml's own extensions are set through small typed groups (`Batching`, `Canary`, `Scaling`, `Models`,
+`InferenceLog`), which `create_or_update`, the CLI, hsml's deployments and the KServe export share; each field of a
+group is one flat key of serving.json, so records written before the groups read as they did.
 """
 
 from __future__ import annotations

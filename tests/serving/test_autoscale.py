@@ -98,7 +98,7 @@ def test_the_load_file_sums_what_the_instances_write_and_survives_an_instance_re
 
 def test_a_definition_refuses_bounds_that_cannot_hold():
     base = {"name": "s", "model_path": "Models/m", "model_name": "m", "model_version": 1, "model_server": "PYTHON"}
-    with pytest.raises(ServingError, match="min_instances .3. is more than max_instances .2."):
+    with pytest.raises(ServingError, match=r"Scaling.min_instances \(3\) is more than Scaling.max_instances \(2\)"):
         ServingDefinition(**base, min_instances=3, max_instances=2)
     with pytest.raises(ServingError, match="Scaling.target must be a number above 0"):
         ServingDefinition(**base, max_instances=2, scale_target=0)
