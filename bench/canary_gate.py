@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from hopsml.data.readers import reader
     from hopsml.fs import Storage
     from hopsml.model import registry
+    from hopsml.serving import Canary
     from hopsml.serving.control import canary, lifecycle
     from hopsml.tracking.run_context import active_run
 
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             labels = np.concatenate([b["label"] for b in batches])
             joblib.dump(LogisticRegression(C=c, max_iter=500).fit(features, labels), f"{work}/m{run}.joblib")
             registry.export(f"{work}/m{run}.joblib", "iris", settings=settings)
-    lifecycle.create_or_update("gated", "Models/iris", "PYTHON", model_version=1, canary_version=2,
-                               canary_traffic_percent=50, settings=settings)
+    lifecycle.create_or_update("gated", "Models/iris", "PYTHON", model_version=1,
+                               canary=Canary(version=2, traffic_percent=50), settings=settings)
     serving = lifecycle.start("gated", settings=settings)
     try:
         url = f"http://127.0.0.1:{serving.internal_port}/v1/models/gated/labels/"

@@ -27,6 +27,7 @@ def binary_request(path: str, row: list[float]) -> bytes:
 def feature_costs(settings: Any, model_path: str, row: list[float], clients: int, seconds: float, repeat: int,
                   results: dict[tuple[str, str], dict[int, Load]]) -> None:
     from hopsml.model import registry
+    from hopsml.serving import Canary, Models, Scaling
     from hopsml.serving.control import lifecycle
 
     registry.export(model_path, "digitsF", settings=settings)
@@ -35,12 +36,12 @@ def feature_costs(settings: Any, model_path: str, row: list[float], clients: int
     v1 = json.dumps({"instances": [row]}).encode()
     v2 = json.dumps({"inputs": [{"name": "x", "shape": [1, len(row)], "datatype": "FP64", "data": row}]}).encode()
     variants: list[tuple[str, dict[str, Any], str]] = [
-        ("base", {}, "v1"), ("canary10", {"canary_version": 2, "canary_traffic_percent": 10}, "v1"),
-        ("canary50", {"canary_version": 2, "canary_traffic_percent": 50}, "v1"),
-        ("autoscaler", {"min_instances": 1, "max_instances": 2, "scale_target": 1e6}, "v1"),
-        ("nolog", {"inference_logging": None}, "v1"), ("models", {"models": ["digitsB"]}, "v1"),
+        ("base", {}, "v1"), ("canary10", {"canary": Canary(version=2, traffic_percent=10)}, "v1"),
+        ("canary50", {"canary": Canary(version=2, traffic_percent=50)}, "v1"),
+        ("autoscaler", {"scaling": Scaling(min_instances=1, max_instances=2, target=1e6)}, "v1"),
+        ("nolog", {"inference_logging": None}, "v1"), ("models", {"models": Models(names=["digitsB"])}, "v1"),
         ("plain", {"batching_enabled": False}, "v1"),
-        ("plain canary10", {"batching_enabled": False, "canary_version": 2, "canary_traffic_percent": 10}, "v1")]
+        ("plain canary10", {"batching_enabled": False, "canary": Canary(version=2, traffic_percent=10)}, "v1")]
     targets, started = [], []
     try:
         for name, extra, _ in variants:
@@ -83,10 +84,12 @@ def scaling_times(settings: Any, row: list[float]) -> None:
     """A serving that scales to zero: the first request's wait at zero (cold start), then a scale-out under load."""
     from serving import run_load
 
+    from hopsml.serving import Scaling
     from hopsml.serving.control import lifecycle
 
     lifecycle.create_or_update("fscaled", "Models/digitsF", "PYTHON", model_version=1, batching_enabled=True,
-                               min_instances=0, max_instances=2, scale_target=4, scale_window_s=2, settings=settings)
+                               scaling=Scaling(min_instances=0, max_instances=2, target=4, window_s=2),
+                               settings=settings)
     s = lifecycle.start("fscaled", settings=settings)
     body = json.dumps({"instances": [row]}).encode()
     try:

@@ -226,7 +226,7 @@ class BestModelOperator(HopsmlOperator):
 
 class CreateServingOperator(HopsmlOperator):
     """Create or update a serving on `model_version` of `model_name` (the newest when None); `options` are
-    create_or_update's keywords."""
+    create_or_update's keywords, an option group as a dict of its fields (`{"inference_log": {"roll_seconds": 1}}`)."""
 
     template_fields: Sequence[str] = ("model_version",)
 

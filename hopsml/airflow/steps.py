@@ -323,10 +323,15 @@ def _serving_ref(settings: config.Settings, serving_name: str) -> dict[str, Any]
 def create_serving(settings: config.Settings, serving_name: str, model_name: str, model_version: int | None = None,
                    **options: Any) -> Step:
     """Define (or redefine) serving `serving_name` on a version of `model_name` (the newest when None); a running
-    serving restarts on it."""
+    serving restarts on it. `options` are create_or_update's keywords; an option group may be a dict of its fields
+    (`{"batching": {"max_batch_size": 8}}`), so that a DAG file holds plain data."""
     from hopsml.model import registry
+    from hopsml.serving import definition as defs
     from hopsml.serving.control import lifecycle
 
+    groups = {group.KEYWORD: group for group in defs.OPTION_GROUPS}
+    options = {key: groups[key](**value) if key in groups and isinstance(value, Mapping) else value
+               for key, value in options.items()}
     version = int(model_version) if model_version else registry.get_model(model_name, settings=settings).version
     lifecycle.create_or_update(serving_name, layout.model_versions_dir(settings.project, model_name),
                                model_version=version, settings=settings, **options)

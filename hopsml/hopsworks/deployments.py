@@ -19,7 +19,7 @@ from hopsml import config, hdfs, layout
 from hopsml.fs import Storage
 from hopsml.hopsworks.hsml.transformer import Transformer
 from hopsml.serving.control import lifecycle
-from hopsml.serving.definition import ServingError, ServingNotFound
+from hopsml.serving.definition import Batching, Canary, ServingError, ServingNotFound
 
 
 @dataclass
@@ -47,6 +47,11 @@ class InferenceBatcher:
     max_batch_size: int | None = None
     max_latency: int | None = None
     timeout: int | None = None
+
+    def to_batching(self) -> Batching:
+        """hopsml's batching group: `max_latency` milliseconds as TF Serving's `batch_timeout_micros`."""
+        return Batching(max_batch_size=self.max_batch_size,
+                        batch_timeout_micros=self.max_latency * 1000 if self.max_latency else None)
 
 
 @dataclass
@@ -140,10 +145,9 @@ class Deployment:
             inference_logging=(p.inference_logger.mode if p.inference_logger else "ALL"),
             instances=(p.resources.num_instances if p.resources else 1),
             batching_enabled=bool(batcher and batcher.enabled),
-            max_batch_size=batcher.max_batch_size if batcher and batcher.enabled else None,
-            batch_timeout_micros=(batcher.max_latency * 1000 if batcher and batcher.enabled and batcher.max_latency
-                                  else None), canary_version=p.canary_version,
-            canary_traffic_percent=p.canary_traffic_percent, settings=self._settings,
+            batching=batcher.to_batching() if batcher and batcher.enabled else None,
+            canary=Canary(version=p.canary_version, traffic_percent=p.canary_traffic_percent),
+            settings=self._settings,
             transformer=_script(self._settings, p.transformer.script_file) if p.transformer else None,
             transformer_instances=p.transformer.num_instances if p.transformer else None)
         self._sync_canary()
@@ -264,7 +268,7 @@ class ModelServing:
                          canary_version: Any = None, canary_traffic_percent: int | None = None,
                          transformer: Transformer | dict[str, Any] | None = None, **_: Any) -> Predictor:
         """hsml's create_predictor; `canary_version` (a version number, or a saved version of the same model) and
-        `canary_traffic_percent` are hopsml's, as create_or_update takes them."""
+        `canary_traffic_percent` are hopsml's: the deployment saves them as create_or_update's `Canary`."""
         if isinstance(resources, dict):
             resources = Resources(num_instances=int(resources.get("num_instances", 1)))
         if isinstance(inference_logger, str):

@@ -16,8 +16,10 @@ run (the Kafka topic and its partitions and replicas, `kserve`,
 and recorded, and change nothing here; the transformer runs inside each instance. What hops sent to the Kafka
 topic (`inference_logging`: 'MODEL_INPUTS', 'PREDICTIONS' or 'ALL', the default) goes to the serving's
 inference log, Parquet files in `Logs/Serving/<name>/inference/`; `monitor(name)` compares its inputs with the
-training dataset. A serving may hold a canary version beside the stable one (`canary_version=`,
-`canary_traffic_percent=`): `promote`, `rollback`, and `canary_gate(name)`, which decides on what the canary's
+training dataset. hopsml's own extensions come after hops' parameters in small typed groups, shared by the CLI,
+the hsml face and the KServe export: `batching=Batching(...)`, `canary=Canary(version=2, traffic_percent=20)`,
+`scaling=Scaling(...)`, `models=Models(names=[...])`, `inference_log=InferenceLog(...)`. A canary version serves
+beside the stable one until `promote`, `rollback`, or `canary_gate(name)`, which decides on what the canary's
 traffic looked like (control/canary.py). Importing this package starts nothing.
 
 Laid out by process role, as `launcher/` is: `control/` runs in the user's process, `server/` is the supervisor's
@@ -49,7 +51,18 @@ from hopsml.serving.control.lifecycle import (
     stop,
 )
 from hopsml.serving.control.lifecycle import get as _get
-from hopsml.serving.definition import MODEL_SERVERS, PYTHON, TENSORFLOW_SERVING, ServingError, ServingNotFound
+from hopsml.serving.definition import (
+    MODEL_SERVERS,
+    PYTHON,
+    TENSORFLOW_SERVING,
+    Batching,
+    Canary,
+    InferenceLog,
+    Models,
+    Scaling,
+    ServingError,
+    ServingNotFound,
+)
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +163,8 @@ def describe(serving_name: str) -> None:
         log.info("status reason: %s\nlast log lines:\n%s", found.status.reason, found.status.log_tail)
 
 
-__all__ = ["MODEL_SERVERS", "PYTHON", "TENSORFLOW_SERVING", "InferenceError", "KafkaTopic", "Serving", "ServingError",
+__all__ = ["MODEL_SERVERS", "PYTHON", "TENSORFLOW_SERVING", "Batching", "Canary", "InferenceError", "InferenceLog",
+           "Models", "Scaling", "KafkaTopic", "Serving", "ServingError",
            "ServingNotFound", "Status", "create_or_update", "delete", "describe", "exists", "get", "get_all",
            "get_artifact_version", "get_available_instances", "get_id", "get_inference_log", "get_internal_endpoints",
            "get_kafka_topic",

@@ -3,6 +3,9 @@ notebook that made it (Hopsworks kept it in its database; here `Serving/<name>/s
 
 The fields are hops' `create_or_update` parameters. Those that name Hopsworks services (Kafka topic,
 KServe, resource config) are validated as hops validates them and recorded, and change nothing locally.
+hopsml's own extensions are set through small typed groups (`Batching`, `Canary`, `Scaling`, `Models`,
+`InferenceLog`), which `create_or_update`, the CLI, hsml's deployments and the KServe export share; each field of a
+group is one flat key of serving.json, so records written before the groups read as they did.
 """
 
 from __future__ import annotations
@@ -11,14 +14,14 @@ import getpass
 import os
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from hopsml import layout
 from hopsml.clock import utc_now as _now
-from hopsml.errors import HopsmlError
+from hopsml.errors import HopsmlError, InvalidNameError
 from hopsml.fs import Storage
 from hopsml.records import BrokenRecordError, Shape, read_or_broken, read_record
 
@@ -41,6 +44,172 @@ class ServingNotFound(ServingError, LookupError):
     """No serving of that name in the project (hops' name for this error)."""
 
 
+class MovedOptionError(HopsmlError, TypeError):
+    """A keyword of hopsml's own that `create_or_update` took flat and now takes in its group; the message names
+    the group to use."""
+
+
+def _whole(what: str, number: object, low: int) -> None:
+    if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < low):
+        raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
+
+
+def _above_zero(what: str, number: object, unit: str = "a number") -> None:
+    if number is not None and (isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0):
+        raise ServingError(f"{what} must be {unit} above 0, not {number!r}")
+
+
+G = TypeVar("G", bound="OptionGroup")
+
+
+class OptionGroup:
+    """What the option groups share: each field is one key of serving.json (`RECORD`, which stays flat so that old
+    records read), and a field left None keeps the serving's value (the default, for a new serving)."""
+
+    RECORD: ClassVar[dict[str, str]]   # field -> its serving.json key
+    KEYWORD: ClassVar[str]             # create_or_update's keyword for the group
+
+    def to_record(self) -> dict[str, Any]:
+        """The fields given (not None) under their serving.json keys."""
+        found = {key: getattr(self, name) for name, key in self.RECORD.items() if getattr(self, name) is not None}
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in found.items()}
+
+    @classmethod
+    def from_record(cls: type[G], record: Mapping[str, Any]) -> G:
+        """The group as a definition (or its serving.json) holds it."""
+        return cls(**{name: record.get(key) for name, key in cls.RECORD.items()})
+
+
+@dataclass(frozen=True)
+class Batching(OptionGroup):
+    """TF Serving's batching knobs, used with hops' `batching_enabled=True` (instance/batching.py): a batch is
+    called at `max_batch_size` rows or `batch_timeout_micros` after its first request; past `max_enqueued_batches`
+    waiting batches a request gets 503."""
+
+    RECORD: ClassVar[dict[str, str]] = {"max_batch_size": "max_batch_size",
+                                        "batch_timeout_micros": "batch_timeout_micros",
+                                        "max_enqueued_batches": "max_enqueued_batches"}
+    KEYWORD: ClassVar[str] = "batching"
+
+    max_batch_size: int | None = None
+    batch_timeout_micros: int | None = None
+    max_enqueued_batches: int | None = None
+
+    def __post_init__(self) -> None:
+        _whole("Batching.max_batch_size", self.max_batch_size, 1)
+        _whole("Batching.batch_timeout_micros", self.batch_timeout_micros, 0)
+        _whole("Batching.max_enqueued_batches", self.max_enqueued_batches, 1)
+
+
+@dataclass(frozen=True)
+class Canary(OptionGroup):
+    """Another version of the serving's model served beside the stable one, taking `traffic_percent` of the
+    requests that name no version (10 when a new canary gives none); control/canary.py promotes or drops it."""
+
+    RECORD: ClassVar[dict[str, str]] = {"version": "canary_version", "traffic_percent": "canary_traffic_percent"}
+    KEYWORD: ClassVar[str] = "canary"
+
+    version: int | None = None
+    traffic_percent: int | None = None
+
+    def __post_init__(self) -> None:
+        version = self.version
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+            raise ServingError(f"Canary.version must be a model version (1 or more), not {version!r}")
+        percent = self.traffic_percent
+        if percent is not None and (isinstance(percent, bool) or not isinstance(percent, int)
+                                    or not 0 <= percent <= 100):
+            raise ServingError(f"Canary.traffic_percent must be a whole number from 0 to 100, not {percent!r}")
+
+
+@dataclass(frozen=True)
+class Scaling(OptionGroup):
+    """Scaling with load (KServe's minReplicas/maxReplicas/scaleTarget on concurrency; autoscale.py): between
+    `min_instances` (0: to zero after a window without requests) and `max_instances`, aiming at `target` concurrent
+    requests per instance over `window_s` seconds (scaling out looks a tenth as far back)."""
+
+    RECORD: ClassVar[dict[str, str]] = {"min_instances": "min_instances", "max_instances": "max_instances",
+                                        "target": "scale_target", "window_s": "scale_window_s"}
+    KEYWORD: ClassVar[str] = "scaling"
+
+    min_instances: int | None = None
+    max_instances: int | None = None
+    target: float | None = None
+    window_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _whole("Scaling.min_instances", self.min_instances, 0)
+        _whole("Scaling.max_instances", self.max_instances, 1)
+        if self.min_instances is not None and self.max_instances is not None \
+                and self.min_instances > self.max_instances:
+            raise ServingError(f"Scaling.min_instances ({self.min_instances}) is more than Scaling.max_instances "
+                               f"({self.max_instances})")
+        _above_zero("Scaling.target", self.target)
+        _above_zero("Scaling.window_s", self.window_s)
+
+
+@dataclass(frozen=True)
+class Models(OptionGroup):
+    """Several models per server (instance/multiplex.py): other registered models, by name, that the serving's
+    instances answer for too, each loaded on its first request; past `max_loaded` models or `max_memory_mb` MiB the
+    least recently used is evicted. `names=[]` serves every version of the serving's own model that way."""
+
+    RECORD: ClassVar[dict[str, str]] = {"names": "models", "max_loaded": "max_loaded_models",
+                                        "max_memory_mb": "max_models_memory_mb"}
+    KEYWORD: ClassVar[str] = "models"
+
+    names: Sequence[str] | None = None
+    max_loaded: int | None = None
+    max_memory_mb: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.names is not None:
+            if isinstance(self.names, str) or not isinstance(self.names, Sequence) \
+                    or not all(isinstance(m, str) for m in self.names):
+                raise ServingError(f"Models.names must be a list of registered model names, not {self.names!r}")
+            for name in self.names:
+                try:
+                    layout.validate_name(name, "model name")
+                except InvalidNameError as exc:
+                    raise ServingError(f"Models.names: {exc}") from None
+            if len(set(self.names)) != len(self.names):
+                raise ServingError(f"Models.names lists a model twice: {list(self.names)!r}")
+            object.__setattr__(self, "names", tuple(self.names))
+        _whole("Models.max_loaded", self.max_loaded, 1)
+        _above_zero("Models.max_memory_mb", self.max_memory_mb, "a number of MiB")
+
+
+@dataclass(frozen=True)
+class InferenceLog(OptionGroup):
+    """How the inference log (hops' `inference_logging`; instance/inference_log.py) writes its Parquet files: a file
+    every `roll_seconds` or at `roll_bytes`, with at most `queue` records waiting for the writer (more are dropped
+    and counted, never slowing a request)."""
+
+    RECORD: ClassVar[dict[str, str]] = {"roll_seconds": "inference_log_roll_seconds",
+                                        "roll_bytes": "inference_log_roll_bytes", "queue": "inference_log_queue"}
+    KEYWORD: ClassVar[str] = "inference_log"
+
+    roll_seconds: int | None = None
+    roll_bytes: int | None = None
+    queue: int | None = None
+
+    def __post_init__(self) -> None:
+        _whole("InferenceLog.roll_seconds", self.roll_seconds, 1)
+        _whole("InferenceLog.roll_bytes", self.roll_bytes, 1)
+        _whole("InferenceLog.queue", self.queue, 1)
+
+
+OPTION_GROUPS: tuple[type[OptionGroup], ...] = (Batching, Canary, Scaling, Models, InferenceLog)
+
+
+def moved_option(keyword: str) -> str | None:
+    """Where a flat keyword create_or_update once took now goes ('max_batch_size= is now
+    batching=Batching(max_batch_size=...)'), None for a keyword that never was one of them."""
+    for group in OPTION_GROUPS:
+        for name, key in group.RECORD.items():
+            if key == keyword and key != group.KEYWORD:
+                return f"{key}= is now {group.KEYWORD}={group.__name__}({name}=...)"
+    return None
 
 
 def check_name(serving_name: object) -> str:
@@ -104,28 +273,26 @@ class ServingDefinition:
                                f"{', '.join(MODEL_SERVERS)}")
         for what, number, low in (("instances", self.instances, 1), ("model_version", self.model_version, 1),
                                   ("num_partitions", self.num_partitions, 1), ("num_replicas", self.num_replicas, 1),
-                                  ("port", self.port, 0), ("max_body_bytes", self.max_body_bytes, 1),
-                                  ("max_batch_size", self.max_batch_size, 1),
-                                  ("batch_timeout_micros", self.batch_timeout_micros, 0),
-                                  ("max_enqueued_batches", self.max_enqueued_batches, 1),
-                                  ("inference_log_roll_seconds", self.inference_log_roll_seconds, 1),
-                                  ("inference_log_roll_bytes", self.inference_log_roll_bytes, 1),
-                                  ("inference_log_queue", self.inference_log_queue, 1)):
+                                  ("port", self.port, 0), ("max_body_bytes", self.max_body_bytes, 1)):
             if isinstance(number, bool) or not isinstance(number, int) or number < low:
                 raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
-        if self.canary_version is not None:
-            if isinstance(self.canary_version, bool) or not isinstance(self.canary_version, int) or \
-                    self.canary_version < 1:
-                raise ServingError(f"canary_version must be a model version (1 or more), not {self.canary_version!r}")
-            if self.canary_version == self.model_version:
-                raise ServingError(f"canary_version {self.canary_version} is the stable version itself; give another "
-                                   "version of the model")
-        percent = self.canary_traffic_percent
-        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-            raise ServingError(f"canary_traffic_percent must be a whole number from 0 to 100, not {percent!r}")
-        if percent and self.canary_version is None:
-            raise ServingError(f"canary_traffic_percent={percent} needs a canary_version")
-        self._check_scaling()
+        record = vars(self)
+        for group in OPTION_GROUPS:   # each checks its own values; what needs two groups or hops' fields is below
+            group.from_record(record)
+        for key in ("max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "inference_log_roll_seconds",
+                    "inference_log_roll_bytes", "inference_log_queue", "canary_traffic_percent", "scale_target",
+                    "scale_window_s"):
+            if record[key] is None:
+                raise ServingError(f"{key} must be given (it has a default); remove it from the record to take that")
+        if self.canary_version is not None and self.canary_version == self.model_version:
+            raise ServingError(f"the canary's version {self.canary_version} is the stable version itself; give "
+                               "another version of the model")
+        if self.canary_traffic_percent and self.canary_version is None:
+            raise ServingError(f"a canary's traffic_percent={self.canary_traffic_percent} needs its version: "
+                               "Canary(version=V, traffic_percent=P)")
+        low, high = self.scaling_bounds
+        if low > high:
+            raise ServingError(f"min_instances ({low}) is more than max_instances ({high})")
         self._check_models()
         if not 0 <= self.port <= 65535:
             raise ServingError(f"port {self.port} is not a port: give 1-65535, or 0 for any free one")
@@ -146,40 +313,19 @@ class ServingDefinition:
                 raise ServingError("predictor_resource_config must be a dict with the keys 'memory' and 'cores', "
                                    "e.g. {'memory': 2048, 'cores': 1, 'gpus': 0}")
 
-    def _check_scaling(self) -> None:
-        for what, number, low in (("min_instances", self.min_instances, 0), ("max_instances", self.max_instances, 1)):
-            if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < low):
-                raise ServingError(f"{what} must be a whole number of at least {low}, not {number!r}")
-        low, high = self.scaling_bounds
-        if low > high:
-            raise ServingError(f"min_instances ({low}) is more than max_instances ({high})")
-        for what, value in (("scale_target", self.scale_target), ("scale_window_s", self.scale_window_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ServingError(f"{what} must be a number above 0, not {value!r}")
-
     def _check_models(self) -> None:
         if self.models is not None:
-            if not isinstance(self.models, list) or not all(isinstance(m, str) for m in self.models):
+            if not isinstance(self.models, list):
                 raise ServingError(f"models must be a list of registered model names, not {self.models!r}")
-            for name in self.models:
-                layout.validate_name(name, "model name")
             if self.model_name in self.models:
-                raise ServingError(f"models lists {self.model_name!r}, the serving's own model: its versions are "
-                                   f"served already, at /v1/models/{self.name}/versions/<v>")
-            if len(set(self.models)) != len(self.models):
-                raise ServingError(f"models lists a model twice: {self.models!r}")
+                raise ServingError(f"Models.names lists {self.model_name!r}, the serving's own model: its versions "
+                                   f"are served already, at /v1/models/{self.name}/versions/<v>")
             if self.canary_version is not None:
-                raise ServingError("a canary needs a serving of one model; with models=[...] each version is "
+                raise ServingError("a canary needs a serving of one model; with Models(names=[...]) each version is "
                                    f"served at /v1/models/{self.name}/versions/<v> instead")
         elif self.max_loaded_models is not None or self.max_models_memory_mb is not None:
-            raise ServingError("max_loaded_models and max_models_memory_mb bound a serving of several models: give "
-                               "models=[...] too")
-        most = self.max_loaded_models
-        if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 1):
-            raise ServingError(f"max_loaded_models must be a whole number of at least 1, not {most!r}")
-        memory = self.max_models_memory_mb
-        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory > 0):
-            raise ServingError(f"max_models_memory_mb must be a number of MiB above 0, not {memory!r}")
+            raise ServingError("Models.max_loaded and Models.max_memory_mb bound a serving of several models: give "
+                               "Models(names=[...]) too")
 
     @property
     def scaling_bounds(self) -> tuple[int, int]:
@@ -194,12 +340,29 @@ class ServingDefinition:
         low, high = self.scaling_bounds
         return high > low
 
-    def batching(self) -> dict[str, int] | None:
-        """TF Serving's batching knobs when batching is enabled, else None."""
-        if not self.batching_enabled:
-            return None
-        return {"max_batch_size": self.max_batch_size, "batch_timeout_micros": self.batch_timeout_micros,
-                "max_enqueued_batches": self.max_enqueued_batches}
+    @property
+    def batching_options(self) -> Batching:
+        """The batching knobs as recorded (used when `batching_enabled`)."""
+        return Batching.from_record(vars(self))
+
+    @property
+    def canary_options(self) -> Canary | None:
+        """The canary, None when the serving has none."""
+        return Canary.from_record(vars(self)) if self.canary_version is not None else None
+
+    @property
+    def scaling_options(self) -> Scaling:
+        """Scaling with load as recorded (both bounds None: `instances`, fixed; `scaling_bounds` resolves them)."""
+        return Scaling.from_record(vars(self))
+
+    @property
+    def models_options(self) -> Models | None:
+        """The other models served, None for a serving of one model (as hops)."""
+        return Models.from_record(vars(self)) if self.models is not None else None
+
+    @property
+    def inference_log_options(self) -> InferenceLog:
+        return InferenceLog.from_record(vars(self))
 
     @property
     def logs_inferences(self) -> bool:

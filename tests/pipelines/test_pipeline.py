@@ -47,7 +47,7 @@ def traffic(serving: str, shift: float) -> int:
 
 def serve_and_gate(serving, shift, model_version=None):
     create = CreateServingOperator(task_id="serve", serving_name=serving, model_name="iris",
-                                   model_version=model_version, options={"inference_log_roll_seconds": 3600})
+                                   model_version=model_version, options={"inference_log": {"roll_seconds": 3600}})
     start = StartServingOperator(task_id="start", serving_name=serving, timeout_s=180)
     stop = StopServingOperator(task_id="stop", serving_name=serving, trigger_rule="all_done")
     gate = MonitorGateOperator(task_id="gate", serving_name=serving, psi_threshold=0.2, ks_threshold=0.2)

@@ -24,6 +24,7 @@ from conftest import dags_folder, run_dag, task_states, xcom
 
 from hopsml.airflow import commands, steps
 from hopsml.model import registry
+from hopsml.serving import InferenceLog
 from hopsml.serving.control import canary, lifecycle
 
 PREDICTOR = '''
@@ -167,7 +168,7 @@ def loop(project, tmp_path_factory):
     lifecycle.create_or_update("wages", "Models/wages", "PYTHON", 1, predictor="Resources/predict_wages.py",
                                inference_logging="ALL", instances=1,
                                predictor_resource_config={"memory": 512, "cores": 1},
-                               inference_log_roll_seconds=1, max_body_bytes=1 << 20, settings=settings)
+                               inference_log=InferenceLog(roll_seconds=1), max_body_bytes=1 << 20, settings=settings)
     lifecycle.start("wages", timeout_s=180, settings=settings)
     before = lifecycle.make_inference_request("wages", [[3], [4]], settings=settings)
     assert len(before["predictions"]) == 2                      # key-only requests, answered
@@ -301,7 +302,8 @@ def test_a_model_trained_on_an_in_memory_split_is_monitorable_and_its_dag_splits
     assert record["features"] and set(record["statistics"]["splits"]) == {"train", "test"}
     assert hopsworks.login().get_model_registry().get_model("splitmodel", 1).get_feature_view().name == "wagesplit"
     x = fv.get_train_test_split(1)[0].to_numpy(dtype=float)[:40].tolist()
-    lifecycle.create_or_update("splitwages", "Models/splitmodel", "PYTHON", 1, inference_log_roll_seconds=1,
+    lifecycle.create_or_update("splitwages", "Models/splitmodel", "PYTHON", 1,
+                               inference_log=InferenceLog(roll_seconds=1),
                                settings=settings)
     lifecycle.start("splitwages", timeout_s=180, settings=settings)
     try:

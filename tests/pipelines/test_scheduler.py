@@ -29,6 +29,7 @@ pytest.importorskip("airflow.sdk")   # the provider runs where the airflow extra
 
 from conftest import airflow, airflow_env, dags_folder
 
+from hopsml.serving import InferenceLog
 from hopsml.serving.control import canary, lifecycle
 
 pytestmark = pytest.mark.slow
@@ -241,7 +242,7 @@ def served(project):
     steps.export_model(settings, SERVING, logdir.rstrip("/").rsplit("/", 1)[-1], model_file="model.joblib")
     x, _ = wage_model._split(view.training_dataset_name(td), "train")
     lifecycle.create_or_update(SERVING, f"Models/{SERVING}", "PYTHON", 1, inference_logging="ALL",
-                               inference_log_roll_seconds=1, settings=settings)
+                               inference_log=InferenceLog(roll_seconds=1), settings=settings)
     lifecycle.start(SERVING, timeout_s=180, settings=settings)
     try:
         yield settings, x[:100].tolist()

@@ -17,7 +17,7 @@ from test_serving_lifecycle import wait_for
 
 from hopsml.serving import autoscale
 from hopsml.serving.control import lifecycle
-from hopsml.serving.definition import ServingDefinition, ServingError
+from hopsml.serving.definition import Scaling, ServingDefinition, ServingError
 
 SLOW = '''
 import time
@@ -98,9 +98,9 @@ def test_the_load_file_sums_what_the_instances_write_and_survives_an_instance_re
 
 def test_a_definition_refuses_bounds_that_cannot_hold():
     base = {"name": "s", "model_path": "Models/m", "model_name": "m", "model_version": 1, "model_server": "PYTHON"}
-    with pytest.raises(ServingError, match="min_instances .3. is more than max_instances .2."):
+    with pytest.raises(ServingError, match=r"Scaling.min_instances \(3\) is more than Scaling.max_instances \(2\)"):
         ServingDefinition(**base, min_instances=3, max_instances=2)
-    with pytest.raises(ServingError, match="scale_target must be a number above 0"):
+    with pytest.raises(ServingError, match="Scaling.target must be a number above 0"):
         ServingDefinition(**base, max_instances=2, scale_target=0)
     assert ServingDefinition(**base, instances=2, max_instances=4).scaling_bounds == (2, 4)
     assert not ServingDefinition(**base, instances=3).autoscaled
@@ -146,20 +146,19 @@ class Clients:
             thread.join(60)
 
 
-def _slow_serving(settings, tmp_path, seconds: float, **scaling) -> lifecycle.Serving:
+def _slow_serving(settings, tmp_path, seconds: float, scaling: Scaling) -> lifecycle.Serving:
     export_sklearn(settings, tmp_path / "model")
     resources = os.path.join(settings.root, "Projects/test/Resources")
     os.makedirs(resources, exist_ok=True)
     with open(os.path.join(resources, "slow.py"), "w") as out:
         out.write(textwrap.dedent(SLOW.format(seconds=seconds)))
     lifecycle.create_or_update("scaled", "Models/iris", "PYTHON", predictor="Resources/slow.py", settings=settings,
-                               **scaling)
+                               scaling=scaling)
     return lifecycle.start("scaled", settings=settings)
 
 
 def test_a_serving_scales_out_under_load_and_in_after_it_without_a_failed_request(settings, tmp_path):
-    serving = _slow_serving(settings, tmp_path, 0.02, min_instances=1, max_instances=3, scale_target=2,
-                            scale_window_s=4)
+    serving = _slow_serving(settings, tmp_path, 0.02, Scaling(min_instances=1, max_instances=3, target=2, window_s=4))
     assert serving.requested_instances == 1
     heavy = Clients(serving.port, 8)   # 8 in flight against a target of 2: as many instances as allowed
     try:
@@ -190,7 +189,7 @@ def test_a_serving_scales_out_under_load_and_in_after_it_without_a_failed_reques
 
 
 def test_a_serving_scales_to_zero_and_the_next_connection_waits_for_its_cold_start(settings, tmp_path):
-    serving = _slow_serving(settings, tmp_path, 0.0, min_instances=0, max_instances=1, scale_window_s=1)
+    serving = _slow_serving(settings, tmp_path, 0.0, Scaling(min_instances=0, max_instances=1, window_s=1))
     first = lifecycle.make_inference_request("scaled", [[5.1, 3.5, 1.4, 0.2]], settings=settings)
     assert first == {"predictions": [0]}
     wait_for(lambda: (s := lifecycle.get("scaled", settings)).requested_instances == 0 and

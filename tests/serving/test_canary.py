@@ -9,6 +9,7 @@ import pytest
 from conftest import base_url, http, running, settings_for
 
 from hopsml.model import registry
+from hopsml.serving import Canary, InferenceLog
 from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import ServingError
 from hopsml.serving.instance import inference_log
@@ -30,13 +31,14 @@ def _constant_models(settings, tmp_path) -> None:
 def test_requests_split_by_the_canary_percent_and_pin_a_version_or_label(settings, tmp_path):
     _constant_models(settings, tmp_path)
     with pytest.raises(ServingError, match="is the stable version itself"):
-        lifecycle.create_or_update("split", "Models/const", "PYTHON", model_version=2, canary_version=2,
+        lifecycle.create_or_update("split", "Models/const", "PYTHON", model_version=2, canary=Canary(version=2),
                                    settings=settings)
     with pytest.raises(ServingError, match="no version 7|version 7"):
-        lifecycle.create_or_update("split", "Models/const", "PYTHON", model_version=1, canary_version=7,
+        lifecycle.create_or_update("split", "Models/const", "PYTHON", model_version=1, canary=Canary(version=7),
                                    settings=settings)
-    made = lifecycle.create_or_update("split", "Models/const", "PYTHON", model_version=1, canary_version=2,
-                                      canary_traffic_percent=30, inference_log_roll_seconds=3600, settings=settings)
+    made = lifecycle.create_or_update("split", "Models/const", "PYTHON", model_version=1,
+                                      canary=Canary(version=2, traffic_percent=30),
+                                      inference_log=InferenceLog(roll_seconds=3600), settings=settings)
     assert (made.model_version, made.canary_version, made.canary_traffic_percent) == (1, 2, 30)
     with running(settings, "split") as serving:
         url = base_url(serving)
@@ -103,8 +105,9 @@ def test_the_gate_promotes_a_canary_whose_traffic_is_clean(versions):
 
     root, features = versions
     settings = settings_for(root)
-    lifecycle.create_or_update("clean", "Models/iris", "PYTHON", model_version=1, canary_version=2,
-                               canary_traffic_percent=50, inference_log_roll_seconds=3600, settings=settings)
+    lifecycle.create_or_update("clean", "Models/iris", "PYTHON", model_version=1,
+                               canary=Canary(version=2, traffic_percent=50),
+                               inference_log=InferenceLog(roll_seconds=3600), settings=settings)
     with running(settings, "clean") as serving:
         _traffic(serving, features, "/labels/stable:predict")
         _traffic(serving, features, "/labels/canary:predict")
@@ -123,8 +126,9 @@ def test_the_gate_rolls_back_a_canary_whose_served_features_skew_and_says_why(ve
 
     root, features = versions
     settings = settings_for(root)
-    lifecycle.create_or_update("skewed", "Models/iris", "PYTHON", model_version=1, canary_version=2,
-                               canary_traffic_percent=10, inference_log_roll_seconds=3600, settings=settings)
+    lifecycle.create_or_update("skewed", "Models/iris", "PYTHON", model_version=1,
+                               canary=Canary(version=2, traffic_percent=10),
+                               inference_log=InferenceLog(roll_seconds=3600), settings=settings)
     shifted = features.copy()
     shifted[:, 1] += 2.0                                   # sepal_width, two standard deviations up
     with running(settings, "skewed") as serving:

@@ -105,8 +105,8 @@ def test_a_deployment_whose_predictor_looks_features_up_online(tmp_path, monkeyp
 
 
 def test_a_deployment_with_a_canary_splits_promotes_and_rolls_back(tmp_path, monkeypatch):
-    """hsml has no canary arguments: hopsml's deployments take create_or_update's (`canary_version`,
-    `canary_traffic_percent`) on model.deploy / create_predictor, and `promote()` / `rollback()` end the canary of
+    """hsml has no canary arguments: hopsml's deployments take `canary_version` and `canary_traffic_percent` (saved
+    as create_or_update's `Canary`) on model.deploy / create_predictor, and `promote()` / `rollback()` end the canary of
     a started deployment, which restarts with the version it keeps."""
     import joblib
     from sklearn.dummy import DummyClassifier

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from conftest import base_url, export_sklearn, http, iris, running
 
 from hopsml import layout
+from hopsml.serving import InferenceLog
 from hopsml.serving.control import lifecycle
 from hopsml.serving.instance import inference_log
 
@@ -24,7 +25,8 @@ def _folder(settings, name: str) -> str:
 
 def test_every_request_and_answer_is_logged_with_model_latency_and_status(settings, tmp_path):
     fitted = export_sklearn(settings, tmp_path / "model")
-    lifecycle.create_or_update("iris", "Models/iris", "PYTHON", instances=2, inference_log_roll_seconds=3600,
+    lifecycle.create_or_update("iris", "Models/iris", "PYTHON", instances=2,
+                               inference_log=InferenceLog(roll_seconds=3600),
                                settings=settings)
     x, _ = iris()
     rows = x[:3].tolist()

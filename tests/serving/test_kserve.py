@@ -21,6 +21,7 @@ from conftest import export_torch, iris, running
 
 from hopsml import cli
 from hopsml.model import registry
+from hopsml.serving import Batching, Canary, Scaling
 from hopsml.serving.control import lifecycle
 from hopsml.serving.control.kserve import (
     API_VERSION,
@@ -130,8 +131,9 @@ def _canary_serving(settings, tmp_path):
     inputs, with a resource config; exported to tmp_path/kserve. Returns (v1, v2, the export)."""
     v1, v2 = _two_iris_versions(settings, tmp_path)
     lifecycle.create_or_update("iris", "Models/iris", "PYTHON", model_version=1, batching_enabled=True,
-                               max_batch_size=16, batch_timeout_micros=2500, canary_version=2,
-                               canary_traffic_percent=25, min_instances=1, max_instances=4, scale_target=4.5,
+                               batching=Batching(max_batch_size=16, batch_timeout_micros=2500),
+                               canary=Canary(version=2, traffic_percent=25),
+                               scaling=Scaling(min_instances=1, max_instances=4, target=4.5),
                                inference_logging="MODEL_INPUTS",
                                predictor_resource_config={"memory": 2048, "cores": 1, "gpus": 0}, settings=settings)
     done = export_kserve("iris", str(tmp_path / "kserve"), storage_uri="s3://bucket/models/iris/", namespace="ml",
@@ -346,8 +348,8 @@ def test_onnx_and_torchscript_versions_become_triton_model_repositories(settings
     for scripted in (True, False):
         name = "tsnet" if scripted else "picklednet"
         net = export_torch(settings, tmp_path / name, name, scripted=scripted)
-        lifecycle.create_or_update(name, f"Models/{name}", "PYTHON", batching_enabled=True, max_batch_size=8,
-                                   batch_timeout_micros=500, settings=settings)
+        lifecycle.create_or_update(name, f"Models/{name}", "PYTHON", batching_enabled=True,
+                                   batching=Batching(max_batch_size=8, batch_timeout_micros=500), settings=settings)
         done = export_kserve(name, str(tmp_path / f"out-{name}"), settings=settings)
         predictor = done.manifest["spec"]["predictor"]
         assert predictor["model"]["modelFormat"] == {"name": "pytorch"}

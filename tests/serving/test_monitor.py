@@ -23,6 +23,7 @@ from hopsml.data import prepare_table, samples
 from hopsml.data.readers import reader
 from hopsml.fs import Storage
 from hopsml.model import registry
+from hopsml.serving import InferenceLog
 from hopsml.serving.analysis.monitor import _references, js, ks, monitor, psi
 from hopsml.serving.control import lifecycle
 from hopsml.serving.instance import inference_log
@@ -114,7 +115,7 @@ def _transformer(settings, name: str, skip: tuple[str, ...] = ()) -> str:
 def _serve(settings, name: str, rows, transformer: str | None = None) -> None:
     """Serve the iris model as `name` (with `transformer`) and send `rows` as v1 instances, 25 a request."""
     lifecycle.create_or_update(name, "Models/iris", "PYTHON", transformer=transformer,
-                               inference_log_roll_seconds=3600, settings=settings)
+                               inference_log=InferenceLog(roll_seconds=3600), settings=settings)
     with running(settings, name) as serving:
         for start in range(0, len(rows), 25):
             chunk = rows[start:start + 25]
@@ -284,7 +285,8 @@ def test_kserve_v2_requests_json_and_binary_are_monitored_as_v1_rows_are(trained
     httpclient = pytest.importorskip("tritonclient.http")
     root, features, _ = trained
     settings = settings_for(root)
-    lifecycle.create_or_update("overv2", "Models/iris", "PYTHON", inference_log_roll_seconds=3600, settings=settings)
+    lifecycle.create_or_update("overv2", "Models/iris", "PYTHON", inference_log=InferenceLog(roll_seconds=3600),
+                               settings=settings)
     half = len(features) // 2
     with running(settings, "overv2") as serving:
         url = f"http://{serving.internal_ips[0]}:{serving.internal_port}/v2/models/overv2/infer"
@@ -324,7 +326,7 @@ def test_kserve_v2_named_tensors_through_a_transformer_are_checked_against_the_f
     settings = settings_for(root)
     rows = [list(r) for r in raw]
     rows[0][4] = "huge"
-    lifecycle.create_or_update("v2skips", "Models/iris", "PYTHON", inference_log_roll_seconds=3600,
+    lifecycle.create_or_update("v2skips", "Models/iris", "PYTHON", inference_log=InferenceLog(roll_seconds=3600),
                                transformer=_transformer(settings, "v2skips", skip=("sepal_width",)),
                                settings=settings)
     with running(settings, "v2skips") as serving:

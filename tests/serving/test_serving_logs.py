@@ -16,6 +16,7 @@ import time
 from conftest import base_url, export_sklearn, http, running
 
 from hopsml import config
+from hopsml.serving import InferenceLog
 from hopsml.serving.control import lifecycle
 from hopsml.serving.instance import inference_log
 
@@ -46,8 +47,8 @@ def test_a_flood_of_rejected_requests_keeps_the_inference_log_under_its_bound(tm
     bound = 400_000
     settings = config.load(environ={}, root=str(tmp_path / "root"), project="test", inference_log_max_bytes=bound)
     export_sklearn(settings, tmp_path / "model")
-    lifecycle.create_or_update("flood", "Models/iris", "PYTHON", inference_log_roll_seconds=1,
-                               inference_log_roll_bytes=100_000, settings=settings)
+    lifecycle.create_or_update("flood", "Models/iris", "PYTHON",
+                               inference_log=InferenceLog(roll_seconds=1, roll_bytes=100_000), settings=settings)
     junk = base64.b64encode(os.urandom(750_000))   # 1 MB that does not compress
     rows = json.dumps({"instances": [[float(i % 7), 3.5, 1.4, 0.2] for i in range(2000)]}).encode()   # 60 KB
     with running(settings, "flood") as serving:

@@ -12,6 +12,7 @@ import pytest
 from conftest import base_url, export_sklearn, export_torch, http, running
 
 from hopsml.model import registry
+from hopsml.serving import Batching
 from hopsml.serving.control import lifecycle
 
 
@@ -131,7 +132,8 @@ def test_a_lone_request_goes_at_once_and_requests_that_queue_together_become_one
     (resources / "batch.py").write_text(GATED_PREDICTOR.format(gate=gate))
     # a batch that does not fill waits far longer than any test does
     lifecycle.create_or_update("batched", "Models/iris", "PYTHON", predictor="Resources/batch.py",
-                               batching_enabled=True, max_batch_size=8, batch_timeout_micros=600_000_000,
+                               batching_enabled=True,
+                               batching=Batching(max_batch_size=8, batch_timeout_micros=600_000_000),
                                settings=settings)
     payloads = [[[1]], [[2]], [[3]], [[4]], [[5], [6]], [[7], [8]]]  # 8 rows from 6 clients
     with running(settings, "batched") as serving:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import export_sklearn, export_torch, http, iris, running
 
+from hopsml.serving import Batching
 from hopsml.serving.control import lifecycle
 
 
@@ -72,8 +73,8 @@ def test_v2_infer_with_batching_keeps_each_requests_rows(settings, tmp_path):
 
     torch = pytest.importorskip("torch")
     net = export_torch(settings, tmp_path / "model", "mlp", scripted=False)
-    lifecycle.create_or_update("mlp", "Models/mlp", "PYTHON", batching_enabled=True, max_batch_size=16,
-                               batch_timeout_micros=20_000, settings=settings)
+    lifecycle.create_or_update("mlp", "Models/mlp", "PYTHON", batching_enabled=True,
+                               batching=Batching(max_batch_size=16, batch_timeout_micros=20_000), settings=settings)
     rows = np.random.default_rng(0).normal(size=(12, 4)).astype("float32")
     with torch.no_grad():
         want = net(torch.from_numpy(rows)).numpy()

@@ -10,7 +10,7 @@ from conftest import assert_nothing_left, export_sklearn, http, iris, recorded
 
 from hopsml.model import registry
 from hopsml.serving.control import lifecycle
-from hopsml.serving.definition import ServingError
+from hopsml.serving.definition import Canary, Models, ServingError
 from hopsml.serving.instance import inference_log
 
 pytestmark = pytest.mark.filterwarnings("ignore:Stochastic Optimizer")
@@ -42,8 +42,8 @@ def _export_models(settings, tmp_path):
 
 def test_one_server_answers_for_several_models_loading_and_evicting_them(settings, tmp_path):
     first, second, digits, (x, dx) = _export_models(settings, tmp_path)
-    lifecycle.create_or_update("multi", "Models/iris", "PYTHON", models=["digits", "broken"], max_loaded_models=2,
-                               settings=settings)
+    lifecycle.create_or_update("multi", "Models/iris", "PYTHON",
+                               models=Models(names=["digits", "broken"], max_loaded=2), settings=settings)
     serving = lifecycle.start("multi", settings=settings)
     root = f"http://127.0.0.1:{serving.internal_port}/v1/models"
     try:
@@ -80,7 +80,7 @@ def test_one_server_answers_for_several_models_loading_and_evicting_them(setting
 
 def test_a_serving_of_several_models_whose_own_model_cannot_load_fails_to_start(settings, tmp_path):
     _export_models(settings, tmp_path)
-    lifecycle.create_or_update("bad", "Models/broken", "PYTHON", models=["digits"], settings=settings)
+    lifecycle.create_or_update("bad", "Models/broken", "PYTHON", models=Models(names=["digits"]), settings=settings)
     with pytest.raises(ServingError, match="bad"):
         lifecycle.start("bad", timeout_s=120, settings=settings)
     assert lifecycle.get_status("bad", settings) == "Failed"
@@ -89,8 +89,9 @@ def test_a_serving_of_several_models_whose_own_model_cannot_load_fails_to_start(
 def test_the_definition_refuses_what_cannot_be_served_together(settings, tmp_path):
     _export_models(settings, tmp_path)
     with pytest.raises(ServingError, match="the serving's own model"):
-        lifecycle.create_or_update("m", "Models/iris", "PYTHON", models=["iris"], settings=settings)
+        lifecycle.create_or_update("m", "Models/iris", "PYTHON", models=Models(names=["iris"]), settings=settings)
     with pytest.raises(ServingError, match="a canary needs a serving of one model"):
-        lifecycle.create_or_update("m", "Models/iris", "PYTHON", models=["digits"], canary_version=2, settings=settings)
-    with pytest.raises(ServingError, match="give models="):
-        lifecycle.create_or_update("m", "Models/iris", "PYTHON", max_loaded_models=2, settings=settings)
+        lifecycle.create_or_update("m", "Models/iris", "PYTHON", models=Models(names=["digits"]),
+                                   canary=Canary(version=2), settings=settings)
+    with pytest.raises(ServingError, match=r"give Models\(names="):
+        lifecycle.create_or_update("m", "Models/iris", "PYTHON", models=Models(max_loaded=2), settings=settings)

@@ -16,6 +16,7 @@ from hopsml.data import prepare_table, samples
 from hopsml.data.readers import reader
 from hopsml.fs import Storage
 from hopsml.model import registry
+from hopsml.serving import InferenceLog
 from hopsml.serving.control import lifecycle
 from hopsml.tracking.run_context import active_run
 
@@ -52,7 +53,7 @@ def served(spark, tmp_path_factory):
         registry.export(str(base / "model.joblib"), "iris", settings=settings)
     features[:, 1] += 1.5
     lifecycle.create_or_update("iris", "Models/iris", "PYTHON", batching_enabled=True,
-                               inference_log_roll_seconds=3600, settings=settings)
+                               inference_log=InferenceLog(roll_seconds=3600), settings=settings)
     serving = lifecycle.start("iris", settings=settings)
     try:
         for chunk in np.array_split(features, REQUESTS):

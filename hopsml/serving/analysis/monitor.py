@@ -551,7 +551,7 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
     warnings = []
     if len(rows) < MIN_ROWS:
         warnings.append(f"only {len(rows)} served rows are logged (of {MIN_ROWS} or more for scores that mean "
-                        "much); records reach the log every inference_log_roll_seconds and at stop")
+                        "much); records reach the log every InferenceLog.roll_seconds and at stop")
     drifted = [f["name"] for f in features if f.get("drift")]
     unseen = {f["name"]: f["unseen"] for f in features if f.get("unseen")}
     report: dict[str, Any] = {

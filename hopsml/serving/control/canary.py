@@ -1,4 +1,4 @@
-"""Canary rollouts: a serving's second version (`canary_version`, taking `canary_traffic_percent` of the
+"""Canary rollouts: a serving's second version (`Canary(version=, traffic_percent=)`: it takes that share of the
 requests that name no version; protocol.VersionRouter splits them in each instance) is promoted to stable or
 rolled back, by hand or by the gate.
 
@@ -14,6 +14,7 @@ checks, this on what the model sees.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -64,7 +65,7 @@ def deploy(serving_name: str, version: int, traffic_percent: int = 10,
         serving_name, f"Models/{d.model_name}", d.model_server, d.model_version, d.artifact_version,
         scripts["predictor"], scripts["transformer"], d.kserve, d.batching_enabled, d.topic_name, d.num_partitions,
         d.num_replicas, d.inference_logging, d.instances, d.transformer_instances, d.predictor_resource_config,
-        canary_version=int(version), canary_traffic_percent=int(traffic_percent), settings=settings)
+        canary=defs.Canary(version=int(version), traffic_percent=int(traffic_percent)), settings=settings)
 
 
 def promote(serving_name: str, settings: config.Settings | None = None,
@@ -179,7 +180,7 @@ def _with_canary(serving_name: str, settings: config.Settings | None) -> defs.Se
     d = defs.read(Storage(settings.root), settings.project, serving_name)
     if d.canary_version is None:
         raise ServingError(f"serving {serving_name!r} has no canary: create_or_update({serving_name!r}, ..., "
-                           "canary_version=V, canary_traffic_percent=P) gives it one")
+                           "canary=Canary(version=V, traffic_percent=P)) gives it one")
     return d
 
 
@@ -188,8 +189,7 @@ def _redefine(serving_name: str, d: defs.ServingDefinition, version: int | None,
     """The serving with `version` stable and no canary, through create_or_update (a running one reloads in place)."""
     settings = settings or config.load()
     storage = Storage(settings.root)
-    defs.write(storage, settings.project, defs.ServingDefinition.from_dict(
-        {**d.to_dict(), "canary_version": None, "canary_traffic_percent": 0}))
+    defs.write(storage, settings.project, dataclasses.replace(d, canary_version=None, canary_traffic_percent=0))
     return lifecycle.create_or_update(serving_name, f"Models/{d.model_name}", d.model_server, int(version or 1),
                                       d.artifact_version, d.predictor, d.transformer, d.kserve, d.batching_enabled,
                                       d.topic_name, d.num_partitions, d.num_replicas, d.inference_logging,

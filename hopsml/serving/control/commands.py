@@ -127,16 +127,18 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                                              instances=args.instances, predictor=args.predictor,
                                              transformer=args.transformer, host=args.host, port=args.port,
                                              batching_enabled=bool(args.batching),
-                                             inference_logging=logging_mode,
-                                             max_batch_size=args.max_batch_size,
-                                             batch_timeout_micros=args.batch_timeout_micros,
-                                             max_body_bytes=args.max_body_bytes,
-                                             canary_version=args.canary_version,
-                                             canary_traffic_percent=args.canary_percent,
-                                             min_instances=args.min_instances, max_instances=args.max_instances,
-                                             scale_target=args.scale_target, scale_window_s=args.scale_window,
-                                             models=args.models, max_loaded_models=args.max_loaded_models,
-                                             max_models_memory_mb=args.max_models_memory_mb, settings=settings)
+                                             inference_logging=logging_mode, max_body_bytes=args.max_body_bytes,
+                                             settings=settings,
+                                             # a flag not given is None in its group: the serving's value is kept
+                                             batching=defs.Batching(max_batch_size=args.max_batch_size,
+                                                                    batch_timeout_micros=args.batch_timeout_micros),
+                                             canary=defs.Canary(version=args.canary_version,
+                                                                traffic_percent=args.canary_percent),
+                                             scaling=defs.Scaling(min_instances=args.min_instances,
+                                                                  max_instances=args.max_instances,
+                                                                  target=args.scale_target, window_s=args.scale_window),
+                                             models=defs.Models(names=args.models, max_loaded=args.max_loaded_models,
+                                                                max_memory_mb=args.max_models_memory_mb))
         canary_text = (f", canary version {serving.canary_version} at {serving.canary_traffic_percent}%"
                        if serving.canary_version is not None else "")
         scaling_text = (f", {serving.min_instances} to {serving.max_instances} instances with load"

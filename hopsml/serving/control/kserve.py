@@ -8,13 +8,13 @@ What maps to what:
   its kind (scikit-learn pickles for kserve-sklearnserver, ONNX and TorchScript as a Triton model repository,
   a SavedModel as TF Serving's numbered folder; a PYTHON predictor script as a custom predictor, the adapter
   `kserve_predictor.py` beside it); `storageUri` is `<storage_uri>/<version>`, where the team uploads that folder;
-* the batcher (`batching_enabled`): `spec.predictor.batcher` (maxBatchSize, maxLatency in milliseconds) for the
-  v1 runtimes, whose requests KServe's agent batches; Triton (v2, which KServe's batcher does not take) batches
-  by its own `dynamic_batching` in the model's config.pbtxt;
-* the canary: KServe splits traffic between the last revision rolled out and the newest one, so a canary is two
-  applies: `inferenceservice.yaml` (the stable version), then `inferenceservice-canary.yaml` (the canary's
+* the batcher (`batching_enabled`, `Batching`): `spec.predictor.batcher` (maxBatchSize, maxLatency in
+  milliseconds) for the v1 runtimes, whose requests KServe's agent batches; Triton (v2, which KServe's batcher does
+  not take) batches by its own `dynamic_batching` in the model's config.pbtxt;
+* the canary (`Canary`): KServe splits traffic between the last revision rolled out and the newest one, so a canary
+  is two applies: `inferenceservice.yaml` (the stable version), then `inferenceservice-canary.yaml` (the canary's
   `storageUri` with `canaryTrafficPercent`);
-* scaling: minReplicas/maxReplicas from min_instances/max_instances (both `instances` when fixed), and
+* scaling (`Scaling`): minReplicas/maxReplicas from its min/max_instances (both `instances` when fixed), and
   `scaleMetric: concurrency` with `scaleTarget` (whole requests per instance) when the serving scales;
 * inference logging: `spec.predictor.logger` mode all/request/response for ALL/MODEL_INPUTS/PREDICTIONS.
 
@@ -149,7 +149,7 @@ def export_kserve(serving_name: str, out_dir: str, *, storage_uri: str | None = 
     canary = None
     if d.canary_version is not None:
         canary = manifest(d, runtimes[d.canary_version], uris[d.canary_version], namespace=namespace,
-                          logger_url=logger_url, image=image, canary_traffic_percent=d.canary_traffic_percent)
+                          logger_url=logger_url, image=image, canary=d.canary_options)
         _write_manifest(manifests[1], canary, _header(d, d.canary_version, runtimes[d.canary_version], uris))
     return KServeExport(name, out_dir, manifests, targets, uris, runtimes, stable, canary, notes)
 
@@ -157,23 +157,25 @@ def export_kserve(serving_name: str, out_dir: str, *, storage_uri: str | None = 
 # --- the manifest ------------------------------------------------------------------------------------------------
 def manifest(d: defs.ServingDefinition, runtime: Runtime, storage_uri: str, *, namespace: str | None = None,
              logger_url: str | None = None, image: str | None = None,
-             canary_traffic_percent: int | None = None) -> dict[str, Any]:
-    """The InferenceService for one version of the serving (a pure function of its arguments)."""
+             canary: defs.Canary | None = None) -> dict[str, Any]:
+    """The InferenceService for one version of the serving (a pure function of its arguments): the canary's when
+    `canary` is given (its traffic_percent), the stable version's otherwise. Batching and scaling are the
+    definition's groups (`d.batching_options`, `d.scaling_options`)."""
     name = inference_service_name(d.name)
     metadata: dict[str, Any] = {"name": name, "labels": {"hopsml/serving": name, "hopsml/model": _label(d.model_name)}}
     if namespace:
         metadata["namespace"] = namespace
     predictor: dict[str, Any] = _scaling(d)
-    batching = d.batching()
-    if batching is not None and not runtime.batches_itself:
-        predictor["batcher"] = {"maxBatchSize": batching["max_batch_size"],
-                                "maxLatency": _millis(batching["batch_timeout_micros"])}
+    if d.batching_enabled and not runtime.batches_itself:
+        batching = d.batching_options
+        predictor["batcher"] = {"maxBatchSize": batching.max_batch_size,
+                                "maxLatency": _millis(int(batching.batch_timeout_micros or 0))}
     if d.logs_inferences:
         predictor["logger"] = {"mode": LOGGER_MODES[str(d.inference_logging)]}
         if logger_url:
             predictor["logger"]["url"] = logger_url
-    if canary_traffic_percent is not None:
-        predictor["canaryTrafficPercent"] = int(canary_traffic_percent)
+    if canary is not None and canary.traffic_percent is not None:
+        predictor["canaryTrafficPercent"] = int(canary.traffic_percent)
     resources = _resources(d.predictor_resource_config)
     if runtime.custom:
         container: dict[str, Any] = {
@@ -193,15 +195,12 @@ def manifest(d: defs.ServingDefinition, runtime: Runtime, storage_uri: str, *, n
 
 
 def _scaling(d: defs.ServingDefinition) -> dict[str, Any]:
-    """minReplicas/maxReplicas, and concurrency scaling where the serving scales with load. Read through getattr so
-    that a definition without scaling fields (older records) exports as a fixed `instances`."""
-    low = getattr(d, "min_instances", None)
-    high = getattr(d, "max_instances", None)
-    target = getattr(d, "scale_target", None)
-    low = d.instances if low is None else low
-    high = max(d.instances, low) if high is None else high
+    """minReplicas/maxReplicas (both `instances` for a serving of fixed size, older records too), and concurrency
+    scaling where the serving scales with load."""
+    low, high = d.scaling_bounds
+    target = d.scaling_options.target
     scaling: dict[str, Any] = {"minReplicas": low, "maxReplicas": high}
-    if high > low and target is not None:
+    if d.autoscaled and target is not None:
         scaling["scaleMetric"] = "concurrency"
         scaling["scaleTarget"] = max(1, int(float(target) + 0.5))   # KServe takes whole requests
     return scaling
@@ -277,11 +276,11 @@ def _triton(target: str, d: defs.ServingDefinition, file_name: str, platform: st
     model name is the serving's, so v2 clients keep their /v2/models/<serving> paths)."""
     folder = os.path.join(target, d.name, "1")
     os.makedirs(folder)
-    batching = d.batching()
+    batching = d.batching_options
     lines = [f'name: "{d.name}"', platform]
-    if batching is not None:
-        lines += [f"max_batch_size: {batching['max_batch_size']}",
-                  f"dynamic_batching {{ max_queue_delay_microseconds: {batching['batch_timeout_micros']} }}"]
+    if d.batching_enabled:
+        lines += [f"max_batch_size: {batching.max_batch_size}",
+                  f"dynamic_batching {{ max_queue_delay_microseconds: {batching.batch_timeout_micros} }}"]
     elif io:
         lines.append("max_batch_size: 0")
     config_text = "\n".join(lines + ([io] if io else [])) + "\n"
@@ -310,7 +309,7 @@ def _torchscript(target: str, d: defs.ServingDefinition, source: str) -> None:
                                     "torch.jit.script(model) or torch.jit.trace(model, example) with torch.jit.save, "
                                     "or serve it with a predictor script") from None
     width = [-1 if w is None else int(w) for w in (servable.input_shape or (None,))]
-    batched = d.batching() is not None
+    batched = d.batching_enabled
     dims = width if batched else [-1] + width
     out = [-1] if batched else [-1, -1]
     io = (f'input [ {{ name: "INPUT__0", data_type: TYPE_FP32, dims: {json.dumps(dims)} }} ]\n'
@@ -428,7 +427,7 @@ def _header(d: defs.ServingDefinition, version: int, runtime: Runtime, uris: dic
         lines.append(f"Custom predictor ({ADAPTER}): the image needs {CUSTOM_IMAGE_NEEDS}.")
     else:
         lines.append(f"Runtime: {runtime.runtime} ({runtime.model_format}, protocol {runtime.protocol}).")
-        if runtime.batches_itself and d.batching() is not None:
+        if runtime.batches_itself and d.batching_enabled:
             lines.append("Batching: Triton's dynamic batcher, in the model's config.pbtxt (KServe's batcher takes "
                          "v1 requests only).")
     if d.canary_version is not None:

@@ -29,7 +29,17 @@ from hopsml.model import registry
 from hopsml.processes import Proc, wait_gone, wait_port_closed
 from hopsml.records import BrokenRecordError, inside
 from hopsml.serving import definition as defs
-from hopsml.serving.definition import ServingDefinition, ServingError, ServingNotFound
+from hopsml.serving.definition import (
+    Batching,
+    Canary,
+    InferenceLog,
+    Models,
+    MovedOptionError,
+    Scaling,
+    ServingDefinition,
+    ServingError,
+    ServingNotFound,
+)
 from hopsml.serving.instance import inference_log
 from hopsml.serving.server import state as states
 from hopsml.serving.server.supervisor import (
@@ -250,39 +260,45 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      inference_logging: str | None = "ALL", instances: int = 1,
                      transformer_instances: int | None = None, predictor_resource_config: dict[str, Any] | None = None,
                      *, host: str | None = None, port: int | None = None, max_body_bytes: int | None = None,
-                     max_batch_size: int | None = None, batch_timeout_micros: int | None = None,
-                     max_enqueued_batches: int | None = None, inference_log_roll_seconds: int | None = None,
-                     inference_log_roll_bytes: int | None = None, inference_log_queue: int | None = None,
-                     canary_version: int | None = None, canary_traffic_percent: int | None = None,
-                     min_instances: int | None = None, max_instances: int | None = None,
-                     scale_target: float | None = None, scale_window_s: float | None = None,
-                     models: list[str] | None = None, max_loaded_models: int | None = None,
-                     max_models_memory_mb: float | None = None, settings: config.Settings | None = None) -> Serving:
+                     batching: Batching | None = None, canary: Canary | None = None, scaling: Scaling | None = None,
+                     models: Models | None = None, inference_log: InferenceLog | None = None,
+                     settings: config.Settings | None = None, **moved: Any) -> Serving:
     """Define (or redefine) a serving. A running one takes the new definition in place, answering throughout on
     the same port: the new instances start beside the old ones, which drain once the new are ready (a canary
     added, promoted or rolled back, another version, other scripts, batching or instance count); a change of host,
     port, autoscaling or models restarts it.
 
-    `canary_version`: another version of the model served beside `model_version` (the stable one), taking
-    `canary_traffic_percent` of the requests that name no version (10 by default); `promote`, `rollback` and
-    `canary_gate` end it (canary.py).
+    hops' parameters come first, in hops' order; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any
+    free port by default), `max_body_bytes` (larger requests get 413), and its extensions in small groups
+    (definition.py says what each field does):
 
-    `min_instances`/`max_instances`: the serving scales between them with its load, aiming at `scale_target`
-    concurrent requests per instance (10) over `scale_window_s` (30 s; bursts scale out within a tenth of it);
-    `min_instances=0` scales to zero after a window without requests and starts again on the next connection
-    (autoscale.py). Without them the serving runs `instances`, fixed.
+    * `batching=Batching(max_batch_size=, batch_timeout_micros=, max_enqueued_batches=)`: TF Serving's knobs, used
+      with `batching_enabled=True`;
+    * `canary=Canary(version=, traffic_percent=)`: another version served beside `model_version` (the stable one),
+      taking `traffic_percent` of the requests that name no version (10 by default); `promote`, `rollback` and
+      `canary_gate` end it (canary.py);
+    * `scaling=Scaling(min_instances=, max_instances=, target=, window_s=)`: the serving scales between the bounds
+      with its load (autoscale.py); `min_instances=0` scales to zero. Without it the serving runs `instances`;
+    * `models=Models(names=[...], max_loaded=, max_memory_mb=)`: other registered models the instances answer for
+      too, every version of each, loaded on first request and evicted least recently used (multiplex.py);
+    * `inference_log=InferenceLog(roll_seconds=, roll_bytes=, queue=)`: how the inference log writes its files.
 
-    `models`: other registered models the serving's instances answer for too (at `/v1/models/<model>`), and every
-    version of each (`/versions/<v>`, its own model's too), each loaded on its first request; past
-    `max_loaded_models` or `max_models_memory_mb` the least recently used is evicted (multiplex.py). `models=[]`
-    serves the versions of the serving's own model that way.
-
-    hops' parameters come first; then hopsml's: `host` and `port` to listen on (127.0.0.1 and any free
-    port by default), `max_body_bytes` (larger requests get 413), TF Serving's batching knobs, used with
-    `batching_enabled=True`, and how the inference log rolls its Parquet files (every
-    `inference_log_roll_seconds`, default 10, or at `inference_log_roll_bytes`) and how many records may wait
-    for its writer (`inference_log_queue`: more are dropped and counted, never slowing a request). A keyword left
-    None keeps the serving's previous value (or the default)."""
+    A group's field left None, or a group not given, keeps the serving's previous value (or the default)."""
+    unknown = [keyword for keyword in moved if defs.moved_option(keyword) is None]
+    if unknown:
+        raise TypeError(f"create_or_update() got an unexpected keyword argument {unknown[0]!r}")
+    if moved:
+        raise MovedOptionError("create_or_update() takes hopsml's extensions in groups (hopsml.serving.Batching, "
+                               "Canary, Scaling, Models, InferenceLog): "
+                               + "; ".join(str(defs.moved_option(keyword)) for keyword in moved))
+    groups: dict[str, defs.OptionGroup | None] = {"batching": batching, "canary": canary, "scaling": scaling,
+                                                  "models": models, "inference_log": inference_log}
+    for kind in defs.OPTION_GROUPS:
+        given = groups[kind.KEYWORD]
+        if given is not None and not isinstance(given, kind):
+            example = "Models(names=[...])" if kind is Models else f"{kind.__name__}(...)"
+            raise MovedOptionError(f"create_or_update: {kind.KEYWORD}= takes hopsml.serving.{example}, not "
+                                   f"{given!r}")
     storage, project, settings = _where(settings)
     defs.check_name(serving_name)
     if transformer is not None and kserve is None:
@@ -308,10 +324,13 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
     if previous.get("model_name") != name or previous.get("canary_version") == mv.version:
         previous.pop("canary_version", None)          # a canary of another model, or the one now stable: gone
         previous.pop("canary_traffic_percent", None)
-    if canary_version is not None:
-        _check_model(storage, project, name, canary_version, settings)
-        if canary_traffic_percent is None and previous.get("canary_version") is None:
-            canary_traffic_percent = 10
+    extensions: dict[str, Any] = {"max_body_bytes": max_body_bytes}
+    for group in groups.values():
+        extensions.update(group.to_record() if group is not None else {})
+    if canary is not None and canary.version is not None:
+        _check_model(storage, project, name, canary.version, settings)
+        if canary.traffic_percent is None and previous.get("canary_version") is None:
+            extensions["canary_traffic_percent"] = 10
     made: dict[str, Any] = {"creator": old.creator, "created": old.created} if old is not None else {}
     d = ServingDefinition(
         name=serving_name, model_path=layout.model_versions_dir(project, name), model_name=name,
@@ -324,14 +343,7 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
         transformer_instances=transformer_instances, predictor_resource_config=predictor_resource_config,
         host=host if host is not None else previous.get("host", defs.DEFAULT_HOST),
         port=port if port is not None else previous.get("port", 0),
-        **_kept(previous, max_body_bytes=max_body_bytes, max_batch_size=max_batch_size,
-                batch_timeout_micros=batch_timeout_micros, max_enqueued_batches=max_enqueued_batches,
-                inference_log_roll_seconds=inference_log_roll_seconds,
-                inference_log_roll_bytes=inference_log_roll_bytes, inference_log_queue=inference_log_queue,
-                canary_version=canary_version, canary_traffic_percent=canary_traffic_percent,
-                min_instances=min_instances, max_instances=max_instances, scale_target=scale_target,
-                scale_window_s=scale_window_s, models=models, max_loaded_models=max_loaded_models,
-                max_models_memory_mb=max_models_memory_mb),
+        **_kept(previous, extensions),
         **made)
     for script in (predictor, transformer):
         where = script_rel(storage, project, d, script) if script is not None else None
@@ -389,10 +401,12 @@ def _reload(serving_name: str, old: ServingDefinition, new: ServingDefinition, s
     return True
 
 
-def _kept(previous: dict[str, Any], **given: Any) -> dict[str, Any]:
-    """The keywords given, else the previous definition's values; those of neither keep their defaults."""
-    return {key: value if value is not None else previous[key] for key, value in given.items()
-            if value is not None or key in previous}
+def _kept(previous: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The extensions given (serving.json keys: max_body_bytes and the groups' fields), else the previous
+    definition's values; those of neither keep their defaults."""
+    keys = {"max_body_bytes"} | {key for group in defs.OPTION_GROUPS for key in group.RECORD.values()}
+    return {key: given[key] if given.get(key) is not None else previous[key] for key in keys
+            if given.get(key) is not None or key in previous}
 
 
 # --- running -------------------------------------------------------------------------------------------
@@ -640,6 +654,7 @@ class InferenceError(ServingError):
         self.status = status
 
 
-__all__ = ["HopsmlError", "InferenceError", "KafkaTopic", "Serving", "ServingError", "ServingNotFound", "Status",
+__all__ = ["Batching", "Canary", "HopsmlError", "InferenceError", "InferenceLog", "KafkaTopic", "Models",
+           "MovedOptionError", "Scaling", "Serving", "ServingError", "ServingNotFound", "Status",
            "create_or_update", "delete", "get", "get_all", "get_inference_log", "get_status", "make_inference_request",
            "start", "stop"]

@@ -287,7 +287,9 @@ class Supervisor:
                             model_dir=self.model_dir, predictor=self.predictor, transformer=self.transformer,
                             socket_fd=self.sock.fileno(), ready_fd=ready_w, supervisor=os.getpid(),
                             max_body_bytes=self.definition.max_body_bytes, threads=threads,
-                            batching=self.definition.batching(), limits=self.http_limits(), canary=self.canary,
+                            batching=(dataclasses.asdict(self.definition.batching_options)
+                                      if self.definition.batching_enabled else None),
+                            limits=self.http_limits(), canary=self.canary,
                             load_fd=self.load_fd, models=self.catalog, max_models=self.definition.max_loaded_models,
                             max_models_bytes=(int(self.definition.max_models_memory_mb * 2**20)
                                               if self.definition.max_models_memory_mb is not None else None))
