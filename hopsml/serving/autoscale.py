@@ -147,6 +147,8 @@ class Autoscaler:
         stable, requests, span = self.concurrency(p.window_s)
         panic_s = max(TICK_S * 2, p.window_s * PANIC_SHARE)
         panic, _, _ = self.concurrency(panic_s)
+        if current == 0 and p.min_instances == 0 and panic == 0:
+            return 0, ""   # scaled to zero and idle: the next connection wakes it (the supervisor's wake)
         floor = max(p.min_instances, 1)
         by_panic = min(p.max_instances, max(floor, math.ceil(panic / p.target - 1e-9)))
         if by_panic > current:

@@ -67,8 +67,11 @@ def test_scaling_stays_within_its_bounds_and_reaches_zero_only_when_allowed_and_
     to_zero = _policy(0, 2, target=1.0, window=4.0)
     totals = _load(to_zero, 0.0, 5.0, concurrency=0.01, requests_per_s=0.5)
     assert to_zero.wanted(1, 5.0)[0] == 1                      # a trickle keeps one
-    _load(to_zero, 5.5, 10.0, 0.0, 0, *totals)
+    totals = _load(to_zero, 5.5, 10.0, 0.0, 0, *totals)
     assert to_zero.wanted(1, 10.0) == (0, "no request for 4 s")
+    to_zero.changed(10.0)
+    _load(to_zero, 10.5, 12.0, 0.0, 0, *totals)
+    assert to_zero.wanted(0, 12.0) == (0, "")                  # at zero and idle it stays there (a connection wakes it)
 
 
 def test_the_load_file_sums_what_the_instances_write_and_survives_an_instance_restarting_in_its_slot():
