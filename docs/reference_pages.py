@@ -279,18 +279,21 @@ def public_api() -> Iterator[tuple[str, str, Any, str]]:
     """(face heading, qualified name, object, kind) of everything the reference shows: module, function, class,
     method, property, classmethod, staticmethod."""
     for heading, _, modules, classes in FACES:
-        shown_classes: list[tuple[str, type]] = []
-        for module_name in modules:
+        for module_name in modules:   # each module: its functions, then its classes
             yield heading, module_name, importlib.import_module(module_name), "module"
             functions, members = module_members(module_name)
             for name, value in functions:
                 yield heading, f"{module_name}.{name}", value, "function"
-            shown_classes += [(f"{module_name}.{name}", value) for name, value in members]
-        shown_classes += [(dotted, _resolve(dotted)) for dotted in classes]
-        for dotted, cls in shown_classes:
-            yield heading, dotted, cls, "class"
-            for name, kind, value in class_members(cls):
-                yield heading, f"{dotted}.{name}", value, kind
+            for name, cls in members:
+                yield from _class(heading, f"{module_name}.{name}", cls)
+        for dotted in classes:
+            yield from _class(heading, dotted, _resolve(dotted))
+
+
+def _class(heading: str, dotted: str, cls: type) -> Iterator[tuple[str, str, Any, str]]:
+    yield heading, dotted, cls, "class"
+    for name, kind, value in class_members(cls):
+        yield heading, f"{dotted}.{name}", value, kind
 
 
 def missing_docstrings() -> list[str]:
