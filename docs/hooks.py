@@ -1,14 +1,11 @@
-"""MkDocs hook: the pages' generated parts are made from the code when the docs are built, so they cannot drift
-from it: the settings table (from hopsml's own field table) and the architecture page's list of modules (from
-each module's docstring and length)."""
+"""MkDocs hook: the architecture page's list of modules (from each module's docstring and length) is made from the
+code when the docs are built, so it cannot drift from it. The settings table, the command line and the Python API
+are generated into their pages and checked in instead (docs/reference_pages.py), so the repository shows them."""
 
 import ast
 from pathlib import Path
 from typing import Any
 
-from hopsml import config
-
-SETTINGS = "<!-- settings-table -->"
 MODULES = "<!-- modules-table -->"
 PACKAGE = Path(__file__).resolve().parents[1] / "hopsml"
 LONG = 500   # lines: a module longer than this needs its reason in the architecture page
@@ -39,8 +36,6 @@ def modules_markdown() -> str:
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """The page's Markdown with the generated parts in place of their markers (MkDocs passes page, config,
     files)."""
-    if SETTINGS in markdown:
-        markdown = markdown.replace(SETTINGS, config.settings_markdown())
     if MODULES in markdown:
         markdown = markdown.replace(MODULES, modules_markdown())
     return markdown

@@ -354,7 +354,8 @@ def _parser() -> argparse.ArgumentParser:
     exp_commands = exps.add_subparsers(dest="action", required=True)
     lister = exp_commands.add_parser("list", help="experiments of the project, newest first (or --sort metric)")
     lister.add_argument("--name", help="only names containing this text")
-    lister.add_argument("--state", choices=[s.value for s in records.State] + [records.BROKEN], type=str.upper)
+    lister.add_argument("--state", choices=[s.value for s in records.State] + [records.BROKEN], type=str.upper,
+                        help="only runs in this state (as the status column shows it, LOST included)")
     lister.add_argument("--limit", type=int, help="show at most this many")
     lister.add_argument("--sort", choices=run_catalog.SORT_KEYS, default="start",
                         help="start: newest first (default); metric: best first; name; duration: longest first")

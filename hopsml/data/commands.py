@@ -49,7 +49,7 @@ def add_commands(subparsers: Any) -> None:
     actions = datasets.add_subparsers(dest="datasets_action", required=True)
     actions.add_parser("list", help="the finished datasets of the project")
     show = actions.add_parser("show", help="one dataset: manifest, counts, statistics")
-    show.add_argument("name")
+    show.add_argument("name", help="the dataset's name, as in 'hopsml datasets list'")
     show.add_argument("--html", action="store_true", help="print the path of the statistics page")
     show.add_argument("--json", dest="raw", action="store_true", help="print the manifest (dataset.json) as it is")
     clean = actions.add_parser("clean", help="remove the hidden staging folders of data jobs killed with "
@@ -98,9 +98,10 @@ def _table_args(table: argparse.ArgumentParser) -> None:
     table.add_argument("--schema", type=json.loads, help='column types as JSON, e.g. {"age": "int"}')
     table.add_argument("--one-hot", action="store_true", help="one-hot encode categorical columns")
     table.add_argument("--standardize", action="store_true", help="standardise numeric columns (train statistics)")
-    table.add_argument("--test-fraction", type=float, default=0.2)
-    table.add_argument("--seed", type=int, default=0)
-    table.add_argument("--delimiter", default=",")
+    table.add_argument("--test-fraction", type=float, default=0.2,
+                       help="share of rows in the 'test' split, by a hash of the row and --seed (0: one split 'all')")
+    table.add_argument("--seed", type=int, default=0, help="the split's seed: the same seed gives the same split")
+    table.add_argument("--delimiter", default=",", help="the CSV files' field separator")
     table.add_argument("--skip-rows", type=int, default=0, metavar="N",
                        help="lines to skip at the start of each file, before the header "
                             "(e.g. 1 for scikit-learn's CSVs)")

@@ -46,15 +46,15 @@ def add_commands(subparsers: Any) -> None:
         verbs.add_parser("list", help=f"every feature {kind[:-1]} version of the project")
         show = verbs.add_parser("show", help=f"one feature {kind[:-1]}: its definition, features and "
                                              + ("commits" if kind == "groups" else "training datasets"))
-        show.add_argument("name")
+        show.add_argument("name", help=f"the feature {kind[:-1]}'s name, as in 'hopsml fs {kind} list'")
         show.add_argument("version", nargs="?", type=int, help="default: the newest")
     sync = actions.add_parser("sync", help="make an online-enabled group's online rows the newest per key of its "
                                            "offline table (repairs the online side)")
-    sync.add_argument("name")
+    sync.add_argument("name", help="the online-enabled feature group's name")
     sync.add_argument("version", nargs="?", type=int, help="default: the newest")
     check = actions.add_parser("check-online", help="compare a view's online feature vectors with the offline "
                                                     "point-in-time rows at now, per feature")
-    check.add_argument("view")
+    check.add_argument("view", help="the feature view's name")
     check.add_argument("version", nargs="?", type=int, help="the view's version (default: the newest)")
     check.add_argument("--sample", type=int, default=100, help="keys to check (default 100)")
     check.add_argument("--seed", type=int, help="the sample's seed (default: a new sample each time)")
@@ -63,7 +63,7 @@ def add_commands(subparsers: Any) -> None:
     check.add_argument("--serving-version", type=int, help="the training dataset version the online side is "
                        "served with (init_serving; default: the newest)")
     vector = actions.add_parser("vector", help="print a view's feature vector for one entry")
-    vector.add_argument("view")
+    vector.add_argument("view", help="the feature view's name")
     vector.add_argument("keys", nargs="+", metavar="KEY=VALUE", help="the serving keys' values")
     vector.add_argument("--version", type=int, help="the view's version (default: the newest)")
     vector.add_argument("--untransformed", action="store_true", help="the values before the transformation "
@@ -71,7 +71,7 @@ def add_commands(subparsers: Any) -> None:
     datasets = actions.add_parser("training-datasets", help="the training dataset versions of a feature view")
     verbs = datasets.add_subparsers(dest="fs_verb", required=True)
     lister = verbs.add_parser("list", help="every training dataset version of a view")
-    lister.add_argument("view")
+    lister.add_argument("view", help="the feature view's name")
     lister.add_argument("version", nargs="?", type=int, help="the view's version (default: the newest)")
 
 

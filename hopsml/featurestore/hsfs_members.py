@@ -167,6 +167,7 @@ class GroupMembers:
         return None
 
     def json(self) -> str:
+        """The group's definition as JSON text (hsfs' `fg.json()`)."""
         return json.dumps(self.to_dict())   # type: ignore[attr-defined]
 
     def get_complex_features(self) -> list[str]:
@@ -266,12 +267,15 @@ class ViewMembers:
         self._save_tags(tags)
 
     def get_tag(self, name: str) -> Any:
+        """The value of the view's tag `name`, None when it has none."""
         return self._tags().get("view", {}).get(name)
 
     def get_tags(self) -> dict[str, Any]:
+        """The view's tags, name -> value."""
         return dict(self._tags().get("view", {}))
 
     def delete_tag(self, name: str) -> None:
+        """Remove the view's tag `name` (nothing happens if it has none)."""
         tags = self._tags()
         tags.get("view", {}).pop(name, None)
         self._save_tags(tags)
@@ -285,12 +289,15 @@ class ViewMembers:
         self._save_tags(tags)
 
     def get_training_dataset_tag(self, training_dataset_version: int, name: str) -> Any:
+        """The value of tag `name` of training dataset version `training_dataset_version`, None when unset."""
         return self._tags().get("training_datasets", {}).get(str(int(training_dataset_version)), {}).get(name)
 
     def get_training_dataset_tags(self, training_dataset_version: int) -> dict[str, Any]:
+        """The tags of training dataset version `training_dataset_version`, name -> value."""
         return dict(self._tags().get("training_datasets", {}).get(str(int(training_dataset_version)), {}))
 
     def delete_training_dataset_tag(self, training_dataset_version: int, name: str) -> None:
+        """Remove tag `name` from training dataset version `training_dataset_version`."""
         tags = self._tags()
         tags.get("training_datasets", {}).get(str(int(training_dataset_version)), {}).pop(name, None)
         self._save_tags(tags)

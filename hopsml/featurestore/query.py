@@ -74,11 +74,13 @@ class Feature:
         return self._filter(">=", other)
 
     def isin(self, values: Sequence[Any]) -> Filter:
+        """A filter: the feature's value is one of `values` (a list; a lone string is refused, not split)."""
         if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
             raise FeatureStoreError(f"filter on {self.name!r}: isin() takes a list of values, not {values!r}")
         return Filter(self, "in", list(values))
 
     def like(self, pattern: str) -> Filter:
+        """A filter: the feature's text matches the SQL LIKE `pattern` (`%` any run of characters, `_` one)."""
         return Filter(self, "like", pattern)
 
     def __hash__(self) -> int:
@@ -269,6 +271,7 @@ class Query(QueryMembers):
         return replace(self, joins=(*self.joins, joined))
 
     def filter(self, f: Filter | Logic) -> Query:   # f: hsfs' name
+        """This query with condition `f` added to its filters (all must hold), e.g. `fg.amount > 10`."""
         if not isinstance(f, (Filter, Logic)):
             raise FeatureStoreError("filter() takes a condition such as fg.amount > 10 or fg['kind'] == 'a'")
         return replace(self, filters=(*self.filters, f))
@@ -282,6 +285,7 @@ class Query(QueryMembers):
         return replace(self, pinned=tuple(sorted(versions.items())), wallclock=None)
 
     def groups(self) -> list[Any]:
+        """The feature groups the query reads: its own first, then those of its joins."""
         out = [self.left]
         for join in self.joins:
             out.extend(join.query.groups())
@@ -314,6 +318,7 @@ class Query(QueryMembers):
         return self.left.store.run_query(self, dataframe_type=dataframe_type, read_options=read_options)
 
     def show(self, n: int = 20, online: bool = False) -> Any:
+        """The first `n` rows of the query's result (from the online store with `online`)."""
         return self.read(online=online).head(n)
 
     def to_string(self, online: bool = False, arrow_flight: bool = False) -> str:

@@ -199,6 +199,8 @@ class TransformationFunction:
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> TransformationFunction:
+        """A transformation function again from its record (a built-in by name, a @udf by its module); an unknown name
+        is an error."""
         fn = _resolve(record["function"]) if record.get("function") else None
         if fn is None and record["name"] not in BUILTINS:
             raise FeatureStoreError(f"unknown transformation function {record['name']!r}")

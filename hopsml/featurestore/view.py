@@ -117,6 +117,7 @@ class FeatureView(ViewMembers):
                                      model_dependent_transformation_functions=self._fitted(self._scoring))
 
     def to_dict(self) -> dict[str, Any]:
+        """The view's definition as its record keeps it: query, labels, transformation functions, logging."""
         from hopsml.featurestore.query import to_dict
 
         return {"name": self.name, "version": self.version, "description": self.description, "labels": self.labels,
@@ -132,6 +133,7 @@ class FeatureView(ViewMembers):
         return [*self.inference_helper_columns, *self.training_helper_columns]
 
     def get_batch_query(self) -> Query:
+        """The view's query (groups, joins, filters), to read batch data for scoring."""
         return self.query
 
     # --- training data ----------------------------------------------------------------------------------
@@ -188,6 +190,7 @@ class FeatureView(ViewMembers):
                           primary_key: bool = False, event_time: bool = False,
                           training_helper_columns: bool = False, dataframe_type: str = "default",
                           transformation_context: Any = None, **kwargs: Any) -> tuple[Any, Any]:
+        """Training dataset `training_dataset_version` read back as (features, labels), transformed."""
         self._supported(None, transformation_context)
         rows = self._read_version(training_dataset_version, read_options, dataframe_type)
         return self._shaped(rows, "train", _flag(primary_key, kwargs), event_time, dataframe_type,
@@ -197,6 +200,8 @@ class FeatureView(ViewMembers):
                              primary_key: bool = False, event_time: bool = False,
                              training_helper_columns: bool = False, dataframe_type: str = "default",
                              transformation_context: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+        """Training dataset `training_dataset_version` read back as (X_train, X_test, y_train, y_test), transformed as
+        serving transforms."""
         self._supported(None, transformation_context)
         rows = self._read_version(training_dataset_version, read_options, dataframe_type)
         return self._split_out(rows, ("train", "test"), _flag(primary_key, kwargs), event_time, dataframe_type,
@@ -207,12 +212,15 @@ class FeatureView(ViewMembers):
                                         event_time: bool = False, training_helper_columns: bool = False,
                                         dataframe_type: str = "default", transformation_context: Any = None,
                                         **kwargs: Any) -> tuple[Any, ...]:
+        """Training dataset `training_dataset_version` read back as (X_train, X_val, X_test, y_train, y_val, y_test),
+        transformed."""
         self._supported(None, transformation_context)
         rows = self._read_version(training_dataset_version, read_options, dataframe_type)
         return self._split_out(rows, ("train", "validation", "test"), _flag(primary_key, kwargs), event_time,
                                dataframe_type, training_helper_columns)
 
     def get_training_datasets(self) -> list[dict[str, Any]]:
+        """The record of each of the view's training dataset versions."""
         return [self.store.read_training_dataset(self, v) for v in self.store.training_dataset_versions(self)]
 
     def _supported(self, spine: Any, transformation_context: Any) -> None:
@@ -258,6 +266,7 @@ class FeatureView(ViewMembers):
         return as_type(self._visible(frame, _flag(primary_key, kwargs), event_time, kept), dataframe_type)
 
     def delete(self) -> None:
+        """Delete the view and its training datasets; the feature groups it reads stay."""
         self.store.delete_view(self)
 
     # --- written out: a prepared dataset per training dataset version (materialize.py) ---------------------
@@ -508,6 +517,7 @@ class FeatureView(ViewMembers):
         return bool(self._logging["enabled"])
 
     def enable_logging(self, **_: Any) -> None:
+        """Turn on the view's feature log, so that `log()` keeps what a model was given and predicted."""
         self._set_logging(enabled=True)
 
     def pause_logging(self) -> None:
@@ -515,6 +525,7 @@ class FeatureView(ViewMembers):
         self._set_logging(paused=True)
 
     def resume_logging(self) -> None:
+        """Log again after `pause_logging()`."""
         self._set_logging(paused=False)
 
     def log(self, untransformed_features: Any = None, predictions: Any = None, transformed_features: Any = None,
@@ -554,11 +565,13 @@ class FeatureView(ViewMembers):
         return FeatureLog(self).read(start_time, end_time, filter, transformed, training_dataset_version, model_id)
 
     def get_log_timeline(self, limit: int | None = None, **_: Any) -> list[dict[str, Any]]:
+        """The feature log's commits, newest first (time and rows), at most `limit`."""
         from hopsml.featurestore.feature_log import FeatureLog
 
         return FeatureLog(self).timeline(limit)
 
     def delete_log(self, transformed: bool | None = None) -> None:
+        """Delete the view's feature log: its table and the rows still buffered."""
         from hopsml.featurestore.feature_log import FeatureLog
 
         FeatureLog(self).delete()

@@ -56,9 +56,11 @@ class Project:
         return store
 
     def get_model_registry(self) -> ModelRegistry:
+        """The project's model registry (hsml's ModelRegistry): registered models and their versions."""
         return ModelRegistry(self.settings)
 
     def get_model_serving(self) -> ModelServing:
+        """The project's model serving (hsml's ModelServing): deployments of registered models."""
         return ModelServing(self.settings)
 
     def get_job_api(self) -> JobApi:
@@ -95,6 +97,7 @@ def login(host: str | None = None, port: int = 443, project: str | None = None, 
 
 
 def get_current_project() -> Project:
+    """The process's project, as `login()` without arguments gives it."""
     return login()
 
 
@@ -108,15 +111,19 @@ class Connection:
         return f"Connection({self._project.name!r})"
 
     def get_feature_store(self, name: str | None = None) -> FeatureStore:
+        """The feature store of the connection's project."""
         return self._project.get_feature_store(name)
 
     def get_model_registry(self, project: str | None = None) -> ModelRegistry:
+        """The model registry of `project` (default: the connection's project)."""
         return (login(project=project) if project else self._project).get_model_registry()
 
     def get_model_serving(self) -> ModelServing:
+        """The model serving of the connection's project."""
         return self._project.get_model_serving()
 
     def get_project(self, name: str | None = None) -> Project:
+        """The project `name` (it becomes the process's project), else the connection's own."""
         return login(project=name) if name else self._project
 
     def close(self) -> None:

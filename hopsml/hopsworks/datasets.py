@@ -55,6 +55,7 @@ class DatasetApi:
                                       f"({self._storage.uri(self._rel(path))})")
 
     def exists(self, path: str) -> bool:
+        """Whether the project path `path` exists."""
         return self._storage.exists(self._rel(path))
 
     def mkdir(self, path: str) -> str:

@@ -36,6 +36,7 @@ class Job(jobs.Job):
 
     @classmethod
     def of(cls, job: jobs.Job) -> Job:
+        """hopsml's job `job` under the hopsworks SDK's Job names."""
         return cls(job.definition, job.settings)
 
     @property
@@ -99,9 +100,11 @@ class JobApi:
         return Job.of(jobs.get_job(name, self.settings)) if self.exists(name) else None
 
     def get_jobs(self) -> list[Job]:
+        """Every job of the project, by name."""
         return [Job.of(job) for job in jobs.get_jobs(self.settings)]
 
     def exists(self, name: str) -> bool:
+        """Whether the project has a job named `name`."""
         return jobs.job_exists(name, self.settings)
 
 

@@ -151,12 +151,15 @@ class ModelRegistry:
         return model
 
     def get_model(self, name: str, version: int | None = None) -> Model:
+        """Version `version` of model `name` (the newest when None)."""
         return self._model(registry.get_model(name, version, settings=self._settings))
 
     def get_models(self, name: str) -> list[Model]:
+        """Every version of model `name`."""
         return [self._model(mv) for mv in registry.versions(name, self._settings)]
 
     def get_best_model(self, name: str, metric: str, direction: str) -> Model:
+        """The version of model `name` with the best `metric`: highest for direction 'max', lowest for 'min'."""
         return self._model(registry.get_best_model(name, metric, direction, settings=self._settings))
 
 

@@ -29,7 +29,7 @@ def add_commands(subparsers: Any) -> None:
     actions = jobs.add_subparsers(dest="jobs_action", required=True)
     create = actions.add_parser("create", help="create a job that runs APP (.py under spark-submit, .ipynb in a "
                                                "fresh kernel)")
-    create.add_argument("name")
+    create.add_argument("name", help="the new job's name (a folder under Jobs/)")
     create.add_argument("app", help="a .py script or .ipynb notebook (a local path, or one in the project such as "
                                     "Resources/app.py)")
     create.add_argument("--args", default=None, help="default arguments, split as a shell would: --args \"--lr 0.1\" "
@@ -39,28 +39,28 @@ def add_commands(subparsers: Any) -> None:
                              "repeatable: --spark-conf a=1 --spark-conf b=2 keeps both")
     create.add_argument("--type", dest="job_type", type=str.upper, choices=JOB_TYPES, default=PYSPARK,
                         help="PYSPARK: under spark-submit (default); PYTHON: by this Python alone, no JVM")
-    create.add_argument("--description", default="")
+    create.add_argument("--description", default="", help="what the job does, shown by 'jobs show'")
     create.add_argument("--overwrite", action="store_true", help="replace an existing job's definition (its "
                                                                  "executions stay)")
     actions.add_parser("list", help="the project's jobs with their newest execution")
     show = actions.add_parser("show", help="a job and its executions")
-    show.add_argument("name")
+    show.add_argument("name", help="the job's name, as in 'hopsml jobs list'")
     runner = actions.add_parser("run", help="run a job: prints the execution's id and state, and on failure its "
                                             "last log lines (exit status 1)")
-    runner.add_argument("name")
+    runner.add_argument("name", help="the job's name, as in 'hopsml jobs list'")
     runner.add_argument("--args", default=None, help="arguments instead of the job's default ones")
     runner.add_argument("--no-wait", action="store_true", help="return once it runs; follow it with 'jobs show'")
     runner.add_argument("--timeout", type=float, help="seconds to wait; then it is stopped and the command fails")
     runner.add_argument("--exclusive", action="store_true", help="refuse to start while an execution of the job runs")
     logs = actions.add_parser("logs", help="print an execution's stdout log (or --stderr)")
-    logs.add_argument("name")
+    logs.add_argument("name", help="the job's name, as in 'hopsml jobs list'")
     logs.add_argument("execution", nargs="?", type=int, help="the execution's id (default: the newest)")
     logs.add_argument("--stderr", action="store_true", help="the stderr log instead")
     stop = actions.add_parser("stop", help="stop a running execution (recorded KILLED)")
-    stop.add_argument("name")
-    stop.add_argument("execution", type=int)
+    stop.add_argument("name", help="the job's name, as in 'hopsml jobs list'")
+    stop.add_argument("execution", type=int, help="the execution's id, as in 'hopsml jobs show'")
     delete = actions.add_parser("delete", help="delete a job and its executions' records and logs")
-    delete.add_argument("name")
+    delete.add_argument("name", help="the job's name, as in 'hopsml jobs list'")
 
 
 def run(args: Any, settings: config.Settings) -> str:

@@ -306,6 +306,7 @@ def get_jobs(settings: config.Settings | None = None) -> list[Job]:
 
 
 def job_exists(name: str, settings: config.Settings | None = None) -> bool:
+    """Whether the project has a job named `name`."""
     settings = _settings(settings)
     return Storage(settings.root).exists(layout.JobDir.of(settings.project, name).record)
 

@@ -29,7 +29,7 @@ def add_commands(subparsers: Any) -> None:
     actions = models.add_subparsers(dest="models_action", required=True)
     actions.add_parser("list", help="every model of the project with its latest version")
     show = actions.add_parser("show", help="one model: its versions, or one version's record and files")
-    show.add_argument("name")
+    show.add_argument("name", help="the model's name, as in 'hopsml models list'")
     show.add_argument("version", nargs="?", help="a version number (default: list every version)")
 
     pred = subparsers.add_parser("predict", help="batch inference with Spark: a model over a prepared dataset")

@@ -60,6 +60,7 @@ class PredictionSummary:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary as a plain dict, for a record or JSON."""
         return asdict(self)
 
     def __str__(self) -> str:

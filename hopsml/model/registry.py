@@ -75,10 +75,12 @@ class ModelVersion:
     quantization: dict[str, Any] | None = None  # an int8 version: sizes, accuracy change (hopsml.model.quantize)
 
     def to_dict(self) -> dict[str, Any]:
+        """The version as its model.json record holds it."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelVersion:
+        """A version from its record; keys this hopsml does not know (written by a newer one) are left out."""
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 

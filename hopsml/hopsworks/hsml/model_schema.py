@@ -8,10 +8,12 @@ from hopsml.hopsworks.hsml.schema import Schema
 
 
 class ModelSchema:
+    """A model's input and output schemas (hsml's ModelSchema), registered with the model."""
     def __init__(self, input_schema: Schema | None = None, output_schema: Schema | None = None, **_: Any) -> None:
         self.input_schema, self.output_schema = input_schema, output_schema
 
     def to_dict(self) -> dict[str, Any]:
+        """Both schemas as hsml writes them into a model's record."""
         out = {}
         if self.input_schema is not None:
             out["input_schema"] = self.input_schema.to_dict()

@@ -28,6 +28,7 @@ class Schema:
             self.tensor_schema = {"type": str(array.dtype), "shape": list(array.shape)}
 
     def to_dict(self) -> dict[str, Any]:
+        """The schema as hsml writes it into a model's record: columnar or tensor."""
         if self.columnar_schema is not None:
             return {"columnar_schema": self.columnar_schema}
         if self.tensor_schema is not None:
