@@ -132,25 +132,8 @@ class ChildRank:
         pid = os.fork()
         if pid == 0:   # the child: never returns
             try:
-                os.setsid()
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-                    signal.signal(sig, signal.SIG_DFL)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(self._stderr.fileno(), 1)
-                os.dup2(self._stderr.fileno(), 2)
-                for fd in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
-                    if int(fd) > 2:   # the Spark worker's sockets and files are not the function's
-                        try:
-                            os.close(int(fd))
-                        except OSError:
-                            pass
-                sys.stdin = open(0, closefd=False)
-                sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)
+                enter_fork(self._stderr.fileno(), parent, self._dir, self._workdir)
                 os.environ["PYTHONPATH"] = pythonpath   # what a fresh child would have had, for its own children
-                os.chdir(self._workdir)
-                _watch_parent(parent, self._dir)
-                faulthandler.enable(all_threads=False)
                 _write_report(self._report, run_function(fn, kwargs, spec, **options))
                 sys.stdout.flush()
             finally:
@@ -215,6 +198,30 @@ class ChildRank:
         self.stop_input()
         self._stderr.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def enter_fork(output: int, parent: int, folder: str, workdir: str, keep: frozenset[int] = frozenset()) -> None:
+    """In a fork of a task's Python worker, before its work: its own session and default signals, no stdin, its
+    output to `output`, none of the worker's sockets and files but `keep`, `workdir` as its folder, and a watchdog
+    that ends it (and removes `folder`) when `parent` is gone: what a freshly started child would have."""
+    os.setsid()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    for fd in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
+        if int(fd) > 2 and int(fd) not in keep:   # the Spark worker's sockets and files are not the child's
+            try:
+                os.close(int(fd))
+            except OSError:
+                pass
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)
+    os.chdir(workdir)
+    _watch_parent(parent, folder)
+    faulthandler.enable(all_threads=False)
 
 
 class Forked:

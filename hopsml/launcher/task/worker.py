@@ -21,7 +21,6 @@ import pickle
 import queue
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from hopsml.launcher.messages import (
     unpack_arguments,
 )
 from hopsml.launcher.spec import TaskSpec
-from hopsml.launcher.task.child import PREFIX, _dumps, _watch_parent, exit_cause, output_tail, sweep_dead
+from hopsml.launcher.task.child import PREFIX, _dumps, _watch_parent, enter_fork, exit_cause, output_tail, sweep_dead
 from hopsml.launcher.task.child import Forked as _Forked
 
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone
@@ -78,25 +77,7 @@ class WorkerProcess:
         pid = os.fork()
         if pid == 0:   # the worker: its own session, its output to the raw file, the job loop
             try:
-                os.setsid()
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-                    signal.signal(sig, signal.SIG_DFL)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(raw, 1)
-                os.dup2(raw, 2)
-                keep = {jobs_in, reports_out}
-                for fd in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
-                    if int(fd) > 2 and int(fd) not in keep:   # the Spark worker's sockets, the parent's pipes
-                        try:
-                            os.close(int(fd))
-                        except OSError:
-                            pass
-                sys.stdin = open(0, closefd=False)
-                sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)
-                os.chdir(self._dir)
-                _watch_parent(parent, self._dir)
-                faulthandler.enable(all_threads=False)
+                enter_fork(raw, parent, self._dir, self._dir, keep=frozenset({jobs_in, reports_out}))
                 _run_jobs(fn, spec, jobs_in, reports_out, self._dir)
             finally:
                 os._exit(0)
