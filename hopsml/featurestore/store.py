@@ -9,7 +9,9 @@ commit in `_statistics/<commit>.json` beside it (Delta readers and VACUUM leave 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,8 +150,6 @@ class FeatureStore(StoreMembers):
     def owe_online(self, group: FeatureGroup, since_commit: int) -> dict[str, Any] | None:
         """Record that the insert about to commit owes its online write; returns what an earlier insert still
         owed (None when the online side was complete)."""
-        import os
-
         owed = self.online_owed(group, fresh=True)
         self.storage.write_json(self._owed_path(group), {
             "since_commit": owed["since_commit"] if owed else since_commit, "pid": os.getpid(),
@@ -230,8 +230,6 @@ class FeatureStore(StoreMembers):
 
     def save_validation(self, group: FeatureGroup, report: dict[str, Any]) -> str:
         """Keep a validation report beside the group's table; where it lies."""
-        import time
-
         path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                            layout.GROUP_VALIDATION, f"{time.time_ns()}.json")
         self.storage.write_json(path, report)
@@ -389,8 +387,6 @@ class FeatureStore(StoreMembers):
                             transformation_functions: Sequence[TransformationFunction] | None = None,
                             **options: Any) -> FeatureView:
         """A new feature view of `query` (saved now); refused when that version exists."""
-        import datetime as dt
-
         from hopsml.featurestore.query import Query as QueryType
         from hopsml.featurestore.view import FeatureView
 
