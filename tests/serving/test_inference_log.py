@@ -38,6 +38,8 @@ def test_every_request_and_answer_is_logged_with_model_latency_and_status(settin
         assert inference_log.files(_folder(settings, "iris")) == []  # held by the writers until they roll
     table = inference_log.read(_folder(settings, "iris")).to_pylist()  # stopping wrote them
     assert len(table) == 5
+    assert inference_log.batch_sizes(_folder(settings, "iris")) == {1: 2, 2: 1, 3: 1}   # the side records kept
+    assert pq.read_table(_folder(settings, "iris")).num_rows == 5   # as docs/serving.md reads it: the folder
     assert {r["serving"] for r in table} == {"iris"}
     assert {(r["model_name"], r["model_version"]) for r in table} == {("iris", 1)}
     assert sorted(r["status"] for r in table) == [200, 200, 200, 200, 400]

@@ -18,7 +18,7 @@ and truncated (whether request, inputs or response were cut). `inference_logging
 A client must not fill the disk through it. A record keeps at most `max_record_bytes` of each text, and a
 rejected request (4xx) only its first `REJECTED_PREFIX` bytes (its status and size say what it was); the
 folder is held under `max_bytes` and `max_age_s`, each writer dropping the oldest files after it writes one,
-and counting what it dropped (files, records, bytes) in `expired-<instance>.json`, which `summary` adds up. The
+and counting what it dropped (files, records, bytes) in `_expired-<instance>.json`, which `summary` adds up. The
 folder is the serving's user's alone (0700, files 0600).
 """
 
@@ -53,8 +53,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOG_ENV = "HOPSML_INFERENCE_LOG"
-BATCHES_PREFIX = "batches-"
-EXPIRED_PREFIX = "expired-"
+# The side records beside the Parquet files start with "_", which pyarrow's and Spark's dataset readers skip, so the
+# folder reads as one dataset (`pyarrow.parquet.read_table(folder)`); logs written before kept them without it.
+BATCHES_PREFIX = "_batches-"
+EXPIRED_PREFIX = "_expired-"
 REJECTED_PREFIX = 1024    # bytes of a rejected (4xx) request's body kept in its record
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
@@ -479,11 +481,16 @@ def read(folder: str, columns: list[str] | None = None) -> pa.Table:
     return pa.concat_tables([pq.read_table(f, columns=columns) for f in found], promote_options="default")
 
 
+def _side_records(folder: str, prefix: str) -> list[str]:
+    """The names of the side records of `prefix` in the folder (also as logs before the "_" named them)."""
+    return [n for n in os.listdir(folder) if n.startswith((prefix, prefix[1:])) and n.endswith(".json")]
+
+
 def batch_sizes(folder: str) -> dict[int, int]:
     """Model calls per number of rows, over every instance process that wrote to the log."""
     total: Counter[int] = Counter()
     try:
-        names = [n for n in os.listdir(folder) if n.startswith(BATCHES_PREFIX) and n.endswith(".json")]
+        names = _side_records(folder, BATCHES_PREFIX)
     except FileNotFoundError:
         return {}
     for name in names:
@@ -499,7 +506,7 @@ def expired_counts(folder: str) -> dict[str, int]:
     """What retention dropped from the log, over every instance process: files, records and bytes."""
     total: Counter[str] = Counter({"files": 0, "records": 0, "bytes": 0})
     try:
-        names = [n for n in os.listdir(folder) if n.startswith(EXPIRED_PREFIX) and n.endswith(".json")]
+        names = _side_records(folder, EXPIRED_PREFIX)
     except FileNotFoundError:
         return dict(total)
     for name in names:
