@@ -11,8 +11,6 @@ import pyspark
 
 from hopsml import collective, experiment
 
-sys.path.insert(0, sys.argv[1])   # the notebook's folder: model_def lives there, on the driver only
-
 
 def train():
     import model_def
@@ -34,7 +32,8 @@ def report(step, **fields):
     print(json.dumps({"step": step, **fields}), flush=True)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":   # run as a program (pytest's doctest collection only imports it)
+    sys.path.insert(0, sys.argv[1])   # the notebook's folder: model_def lives there, on the driver only
     logdir, result = experiment.allreduce(train, name="shipped", num_workers=2, timeout_s=120)
     report("allreduce", logdir=logdir, result=result)
     logdir, best, _ = experiment.grid_search(trial, {"lr": [1.0, 2.0, 3.0, 4.0]}, direction="max",

@@ -85,7 +85,7 @@ class ChildRank:
         self.rank, self._spec = rank, spec
         options = {"rank": rank, "world_size": world_size, "write_metrics": write_metrics,
                    "native_output": native_output, "timeline": timeline}
-        if fork and not keep_stdin_open and hasattr(os, "fork"):
+        if fork and not keep_stdin_open and hasattr(os, "fork") and fork_is_safe():
             try:
                 self._proc: Any = self._fork(fn, spec, kwargs or {}, options)
                 return
@@ -198,6 +198,25 @@ class ChildRank:
         self.stop_input()
         self._stderr.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+FORK_SAFE_THREADS = {"jemalloc_bg_thd"}   # native threads whose library makes them safe across a fork
+
+
+def fork_is_safe() -> bool:
+    """Whether every thread of this process is a Python thread (hopsml's own: the task's channel, its watchdogs),
+    whose state the fork's child does not touch. A native library that started threads of its own (S3's client,
+    once the worker read an S3 root; a framework's pools) leaves state a fork copies half-made: a child forked
+    beside the S3 client's threads died of SIGSEGV. Then the child is a fresh interpreter. pyarrow's jemalloc
+    keeps a background thread that is made for forks (its at-fork handlers): it does not count."""
+    try:
+        native = 0
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm", encoding="utf-8", errors="replace") as comm:
+                native += comm.read().strip() not in FORK_SAFE_THREADS
+        return native == threading.active_count()
+    except OSError:   # no /proc (or a thread ended while read): nothing tells, so no fork
+        return False
 
 
 def enter_fork(output: int, parent: int, folder: str, workdir: str, keep: frozenset[int] = frozenset()) -> None:

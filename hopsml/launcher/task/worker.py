@@ -43,7 +43,16 @@ from hopsml.launcher.messages import (
     unpack_arguments,
 )
 from hopsml.launcher.spec import TaskSpec
-from hopsml.launcher.task.child import PREFIX, _dumps, _watch_parent, enter_fork, exit_cause, output_tail, sweep_dead
+from hopsml.launcher.task.child import (
+    PREFIX,
+    _dumps,
+    _watch_parent,
+    enter_fork,
+    exit_cause,
+    fork_is_safe,
+    output_tail,
+    sweep_dead,
+)
 from hopsml.launcher.task.child import Forked as _Forked
 
 _POLL_S = 1.0   # how often a wait looks whether the process or the driver is gone
@@ -62,8 +71,10 @@ class WorkerProcess:
         jobs_in, self._jobs = os.pipe()
         self._reports, reports_out = os.pipe()
         try:
+            if not fork_is_safe():
+                raise OSError("this worker runs other threads: a fork is not safe")
             self._proc: Any = self._fork(fn, spec, jobs_in, reports_out)
-        except OSError:
+        except OSError:   # a fresh interpreter instead
             self._proc = self._spawn(fn, spec, jobs_in, reports_out)
         finally:
             os.close(jobs_in)
