@@ -29,6 +29,16 @@ def spark(tmp_path_factory):
     spark.stop()
 
 
+@pytest.fixture(scope="session")
+def mariadb_url(tmp_path_factory):
+    """One MariaDB server (tests/mariadb.py) for the online store's tests of a session; each test's tables are
+    named by its own project."""
+    from mariadb import mariadb_server
+
+    with mariadb_server(tmp_path_factory.mktemp("mariadb")) as url:
+        yield url
+
+
 def pytest_collection_modifyitems(items):
     """tests/unit's tests carry the marker `unit`: CI runs those not marked slow first, then `-m "slow or not unit"`,
     README's `python -m pytest -q` in two parts with every test run once."""

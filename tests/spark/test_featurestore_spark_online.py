@@ -22,14 +22,6 @@ T0 = dt.datetime(2024, 6, 1, tzinfo=dt.timezone.utc)
 KEYS = 2000
 
 
-@pytest.fixture(scope="module")
-def mariadb_url(tmp_path_factory):
-    from mariadb import mariadb_server
-
-    with mariadb_server(tmp_path_factory.mktemp("mariadb")) as url:
-        yield url
-
-
 @pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.slow)])
 def fs(request, spark, root, tmp_path):
     online = request.getfixturevalue("mariadb_url") if request.param == "mariadb" else ""

@@ -30,14 +30,6 @@ def at(hours: float) -> dt.datetime:
     return T0 + dt.timedelta(hours=hours)
 
 
-@pytest.fixture(scope="module")
-def mariadb_url(tmp_path_factory):
-    from mariadb import mariadb_server
-
-    with mariadb_server(tmp_path_factory.mktemp("mariadb")) as url:
-        yield url
-
-
 @pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.slow)])
 def fs(request, tmp_path):
     online = request.getfixturevalue("mariadb_url") if request.param == "mariadb" else ""
