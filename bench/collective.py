@@ -1,14 +1,19 @@
 """All-reduce bandwidth and latency of hopsml.collective against gloo (torch.distributed) and OpenMPI.
 
     python bench/collective.py                       # 2 and 4 ranks, 4 KiB .. 64 MiB, 5 repetitions
+    python bench/collective.py --bare                # the collective alone, no Spark
     python bench/collective.py --quick               # a smoke run: small sizes, 2 ranks, 2 repetitions
     python bench/collective.py --python-path         # also hopsml without its compiled same-host path
     python bench/collective.py --ranks 2 --sizes 4K 64M --reps 7 --no-gloo --no-mpi
     python bench/collective.py --against /tmp/old --no-gloo --no-mpi   # this checkout vs another one's hopsml
     python bench/collective.py --hosts 2 --ranks 4 --against /tmp/old --no-gloo --no-mpi   # the two-host path
 
-Every system runs as separate processes on one host, started once and kept alive; the runs interleave
-(hopsml, gloo, mpi, hopsml, gloo, mpi, ...) so that all see the same machine state. hopsml's ranks on one
+The column "hopsml" is what users call: `experiment.allreduce(train_fn, num_workers=N)` with its defaults, the
+ranks barrier tasks of the Spark session hopsml starts (the driver, its JVM and Python workers, progress and
+timeline all running), each rank's function timing the all-reduces it is asked for. "bare" is the same collective
+in bare processes (no Spark), the floor; `--bare` leaves experiment.allreduce out. Every system runs on one host,
+started once and kept alive; the runs interleave (hopsml, bare, gloo, mpi, hopsml, ...) so that all see the same
+machine state, and each call gets another array than the call before (four taken in turn). hopsml's ranks on one
 host exchange data through shared memory (HOPSML_COLLECTIVE_SHM=0 benchmarks its TCP ring instead);
 gloo uses TCP on 127.0.0.1; OpenMPI (mpi4py's Allreduce, ranks started by its mpiexec) runs over its
 shared-memory transport (pml ob1, btl sm). A run is a warm-up op and then a timed loop of float32 sum all-reduces; the
@@ -40,6 +45,8 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
@@ -52,6 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DEFAULT_SIZES = ["4K", "64K", "256K", "4M", "64M"]
 SPLIT_SIZES = (4 << 10, 64 << 10)  # the sizes whose per-call cost is split
+FRESH = 4   # arrays each rank takes in turn: no call finds the array of the call before (as a training step's
+            # fresh gradients), so that no system gains from a buffer it saw last time
 _RUN_BYTES = 512 << 20  # bytes all-reduced per timed run (bounded below and above by iteration limits)
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -83,37 +92,33 @@ def iterations(nbytes: int, quick: bool) -> int:
     return max(2, min(limit, _RUN_BYTES // max(nbytes, 1)))
 
 
-def _serve(conn: Connection, rank: int, allreduce: Callable[[np.ndarray], None], barrier: Callable[[], None]) -> None:
-    """Answer ('run', nbytes, iters) with the seconds per op on this rank, until ('stop',)."""
-    buffers: dict[int, np.ndarray] = {}
+def _serve(conn: Connection, allreduce: Callable[[np.ndarray], None], barrier: Callable[[], None],
+           comm: Any = None) -> None:
+    """Answer ('run', nbytes, iters) with the seconds per op on this rank, until ('stop',); `comm`, a hopsml
+    communicator, also answers ('split', nbytes, iters)."""
+    arrays: list[np.ndarray] = []
     while True:
         message = conn.recv()
         if message[0] == "stop":
             return
         if message[0] == "split":
-            conn.send(_split(message[1], message[2], allreduce, barrier))
+            conn.send(_split(message[1], message[2], allreduce, barrier, comm))
             continue
         _, nbytes, iters = message
-        if nbytes not in buffers:
-            buffers.clear()
-            buffers[nbytes] = np.zeros(nbytes // 4, dtype=np.float32)
-        data = buffers[nbytes]
-        allreduce(data)  # warm-up
+        if not arrays or arrays[0].nbytes != nbytes:   # each call gets another array than the call before
+            arrays = [np.zeros(nbytes // 4, dtype=np.float32) for _ in range(FRESH)]   # sums stay finite
+        allreduce(arrays[0])  # warm-up
         barrier()
         start = time.perf_counter()
-        for _ in range(iters):
-            allreduce(data)
+        for i in range(iters):
+            allreduce(arrays[i % FRESH])
         conn.send((time.perf_counter() - start) / iters)
 
 
-_profiled: object = None  # the rank's communicator, for the cost split (hopsml ranks only)
-
-
-def _split(nbytes: int, iters: int, allreduce: Callable[[np.ndarray], None],
-           barrier: Callable[[], None]) -> dict[str, float] | None:
+def _split(nbytes: int, iters: int, allreduce: Callable[[np.ndarray], None], barrier: Callable[[], None],
+           comm: Any) -> dict[str, float] | None:
     """Seconds per op: the whole call, and the compiled exchange's copy, wait and reduce (None without it)."""
-    comm: Any = _profiled
-    if comm is None or comm.native_profile() is None:
+    if comm is None or not hasattr(comm, "native_profile") or comm.native_profile() is None:
         return None
     data = np.zeros(nbytes // 4, dtype=np.float32)
     allreduce(data)
@@ -131,7 +136,6 @@ def _split(nbytes: int, iters: int, allreduce: Callable[[np.ndarray], None],
 
 def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection, source: str | None,
                  env: dict[str, str] | None = None, hosts: int = 1) -> None:
-    global _profiled
     os.environ.update(env or {})
     if hosts > 1:
         os.environ["HOPSML_COLLECTIVE_HOST_ID"] = f"bench-host-{rank * hosts // size}"
@@ -146,9 +150,8 @@ def _hopsml_rank(rank: int, size: int, addresses_out: mp.Queue, conn: Connection
     addresses_out.put((rank, address))
     addresses, secret = conn.recv()
     with collective.Communicator.connect(rank, size, addresses, listener, secret, timeout_s=120) as comm:
-        _profiled = comm if hasattr(comm, "native_profile") else None
         conn.send("ready")
-        _serve(conn, rank, comm.allreduce, comm.barrier)
+        _serve(conn, comm.allreduce, comm.barrier, comm)
 
 
 def _gloo_rank(rank: int, size: int, port: int, conn: Connection) -> None:
@@ -162,7 +165,7 @@ def _gloo_rank(rank: int, size: int, port: int, conn: Connection) -> None:
     def allreduce(data: np.ndarray) -> None:
         dist.all_reduce(torch.from_numpy(data))
 
-    _serve(conn, rank, allreduce, dist.barrier)
+    _serve(conn, allreduce, dist.barrier)
     dist.destroy_process_group()
 
 
@@ -178,8 +181,71 @@ def _mpi_rank(address: str, authkey_hex: str) -> None:
     def allreduce(data: np.ndarray) -> None:
         comm.Allreduce(MPI.IN_PLACE, data, op=MPI.SUM)
 
-    _serve(conn, comm.Get_rank(), allreduce, comm.Barrier)
+    _serve(conn, allreduce, comm.Barrier)
     conn.close()
+
+
+def _rank_of_experiment(address: tuple[str, int], authkey: bytes) -> Callable[[], None]:
+    """The function `experiment.allreduce` runs on each rank (pickled by value, as a notebook's function is):
+    it reports to the benchmark and serves like the others, through the rank's current communicator."""
+
+    def train_fn() -> None:
+        from hopsml import collective
+
+        comm = collective.current()
+        with Client(address, authkey=authkey) as conn:
+            conn.send(comm.rank)
+            _serve(conn, collective.allreduce, collective.barrier, comm)
+
+    return train_fn
+
+
+class _Experiment:
+    """`experiment.allreduce` running in a thread of the benchmark, stopped like the rank processes."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self.thread = thread
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def kill(self) -> None:
+        """Nothing to kill: the ranks end when their connections close, and the experiment with them."""
+
+
+def start_experiment(size: int) -> Group:
+    """hopsml as users call it: `experiment.allreduce(train_fn, num_workers=size)` with its defaults (one barrier
+    task per rank in the session hopsml starts, the timeline on), each rank serving the benchmark's runs."""
+    from hopsml import experiment
+
+    authkey = secrets.token_bytes(16)
+    listener = Listener(("127.0.0.1", 0), authkey=authkey)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            experiment.allreduce(_rank_of_experiment(listener.address, authkey), name="bench-collective",
+                                 num_workers=size)
+        except BaseException as error:  # noqa: BLE001 - shown by the waiting side
+            failed.append(error)
+            with Client(listener.address, authkey=authkey):   # wakes the accept below
+                pass
+
+    thread = threading.Thread(target=run, name="bench-experiment", daemon=True)
+    thread.start()
+    conns: dict[int, Connection] = {}
+    try:
+        while len(conns) < size:
+            conn = listener.accept()
+            if failed:
+                raise RuntimeError(f"experiment.allreduce with {size} ranks failed: {failed[0]!r}")
+            conns[conn.recv()] = conn
+    finally:
+        listener.close()
+    return Group("hopsml", [conns[r] for r in range(size)], [_Experiment(thread)])
 
 
 class _Launched:
@@ -204,7 +270,8 @@ class _Launched:
 class Group:
     """n rank processes of one system, driven over pipes."""
 
-    def __init__(self, name: str, conns: list[Connection], processes: list[mp.Process] | list[_Launched]) -> None:
+    def __init__(self, name: str, conns: list[Connection],
+                 processes: list[mp.Process] | list[_Launched] | list[_Experiment]) -> None:
         self.name = name
         self.conns = conns
         self.processes = processes
@@ -317,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-split", action="store_true", help="leave out the per-call cost split")
     parser.add_argument("--hosts", type=int, default=1, help="hopsml's ranks as on this many hosts (the "
                         "hierarchical path; gloo and OpenMPI stay on one)")
+    parser.add_argument("--bare", action="store_true", help="hopsml in bare processes only (no Spark): the "
+                        "component without experiment.allreduce around it; --against, --python-path and --hosts "
+                        "imply it")
     parser.add_argument("--mpi-rank", nargs=2, metavar=("ADDRESS", "KEY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.mpi_rank:
@@ -335,13 +405,19 @@ def main(argv: list[str] | None = None) -> int:
     against = str(Path(args.against).resolve()) if args.against else None
     if against is not None and not (Path(against) / "hopsml" / "collective").is_dir():
         parser.error(f"--against {args.against}: no hopsml/collective in that folder")
-    baselines = (["before"] if against else []) + (["python"] if args.python_path else []) + \
-        (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
+    bare = args.bare or against is not None or args.python_path or args.hosts > 1
+    if not bare and "HOPSML_ROOT" not in os.environ:   # the benchmark's experiments go to a folder of their own
+        os.environ["HOPSML_ROOT"] = tempfile.mkdtemp(prefix="hopsml-bench-collective-")
+    baselines = ([] if bare else ["bare"]) + (["before"] if against else []) + \
+        (["python"] if args.python_path else []) + (["gloo"] if use_gloo else []) + (["mpi"] if mpiexec else [])
     if against is not None:
         print(f"before: the hopsml of {against}")
     where = "one host" if args.hosts <= 1 else f"{args.hosts} simulated hosts (hopsml's ranks; --hosts)"
-    print(f"hopsml.collective vs {', '.join(baselines) or '(no baseline)'}: float32 sum all-reduce on {where}, "
-          f"{os.cpu_count()} CPUs, median of {reps} interleaved runs; busbw = bytes/time * 2(n-1)/n")
+    what = "hopsml.collective in bare processes" if bare else \
+        "hopsml inside experiment.allreduce (bare: the same collective in bare processes, the floor)"
+    print(f"{what} vs {', '.join(baselines) or '(no baseline)'}: float32 sum all-reduce on {where}, "
+          f"{os.cpu_count()} CPUs, median of {reps} interleaved runs, a fresh array per call; "
+          f"busbw = bytes/time * 2(n-1)/n; 'x name' = name's time / hopsml's (above 1: hopsml is faster)")
     print(f"load average before: {_load()}")
     header = f"{'ranks':>5} {'size':>8} {'iters':>5} | {'hopsml/op':>10} {'busbw GB/s':>10}"
     for name in baselines:
@@ -352,9 +428,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(header)
         print("-" * len(header))
-        groups = {"hopsml": start_hopsml(ctx, size, hosts=args.hosts)}
+        groups = {"hopsml": start_hopsml(ctx, size, hosts=args.hosts) if bare else start_experiment(size)}
         store = None
         try:
+            if not bare:
+                groups["bare"] = start_hopsml(ctx, size)
             if against is not None:
                 groups["before"] = start_hopsml(ctx, size, against, "before", hosts=args.hosts)
             if args.python_path:
