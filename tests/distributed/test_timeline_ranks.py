@@ -52,6 +52,42 @@ def test_every_op_is_recorded_with_its_path_and_split(ranks, shared_memory):
             assert op["pid"] == rank
 
 
+def scenario_compiled_with_timeline(rank: int, size: int) -> dict:
+    from hopsml import collective, timeline
+    from hopsml.timeline import chrome
+
+    comm = collective.current()
+    recorder = timeline.Recorder(rank, size)
+    comm.attach_timeline(recorder)
+    data = np.full(1024, rank + 1, np.float32)
+    collective.allreduce(data)          # the first of its shape takes the general way and teaches the compiled one
+    comm.native_profile(True)
+    for _ in range(20):
+        data[:] = rank + 1
+        collective.allreduce(data)
+    calls = (comm.native_profile(False) or {}).get("calls", 0)
+    comm.attach_timeline(None)
+    ops = [e for e in chrome.events(recorder) if e.get("cat") == "collective" and e["name"] == "allreduce"]
+    return {"compiled": comm.small_path, "calls": calls, "seqs": [e["args"]["seq"] for e in ops],
+            "splits": [(e["args"]["wait_us"], e["args"]["move_us"], e["dur"]) for e in ops],
+            "value": float(data[0])}
+
+
+def test_the_timeline_keeps_small_allreduces_on_the_compiled_exchange(ranks):
+    """Recording used to send every small all-reduce the general (Python) way, 10-50x slower than the compiled
+    exchange: the timeline is on by default in experiment.allreduce, so users never had the fast path."""
+    outcomes = ranks(scenario_compiled_with_timeline, 2)
+    assert all(o.ok for o in outcomes.values()), outcomes
+    for outcome in outcomes.values():
+        result = outcome.value
+        if result["compiled"] != "compiled":
+            pytest.skip(f"no compiled same-host exchange here ({result['compiled']})")
+        assert result["calls"] == 20 and result["value"] == 3.0
+        assert result["seqs"] == list(range(1, 22))
+        for wait_us, move_us, dur in result["splits"]:
+            assert wait_us >= 0 and move_us >= 0 and wait_us + move_us == pytest.approx(dur, abs=0.01)
+
+
 def test_nothing_is_recorded_without_a_recorder(ranks):
     outcomes = ranks(scenario_recorded_ops, 2, False)
     assert all(o.ok for o in outcomes.values()), outcomes
