@@ -22,15 +22,21 @@ SYSTEM_EVERY_S = 2.0
 MAX_BATCH_OPS = 1000  # more ops in a batch: every 2**k-th seq only (the same seqs on every rank, see `thin`)
 
 
+def stride_for(count: int, limit: int = MAX_BATCH_OPS) -> int:
+    """The smallest power of two that thins `count` ops to at most about `limit`."""
+    stride = 1
+    while count // stride > limit:
+        stride *= 2
+    return stride
+
+
 def thin(ops: list[list[int]], limit: int = MAX_BATCH_OPS) -> list[list[int]]:
     """At most about `limit` ops: those whose seq is a multiple of the smallest power of two that gets there.
 
     Ranks thin independently, but power-of-two strides nest (a multiple of 8 is one of 4), so the driver still
     gets every rank's arrival for the ops of the coarsest stride in use.
     """
-    stride = 1
-    while len(ops) // stride > limit:
-        stride *= 2
+    stride = stride_for(len(ops), limit)
     return ops if stride == 1 else [op for op in ops if op[0] % stride == 0]
 
 
@@ -82,30 +88,37 @@ class Reporter:
                 logger.debug("timeline batch failed", exc_info=True)
 
     def pending_ops(self) -> list[list[int]]:
-        """The ops since the last call, as [seq, arrive, wait, move, input, compute] (ns; arrive on the
-        driver's clock)."""
+        """The ops since the last call, thinned as `thin` does, as [seq, arrive, wait, move, input, compute] (ns;
+        arrive on the driver's clock). Only the ops kept are worked out: a loop of small all-reduces records
+        hundreds of thousands a second, and this thread holds the rank's interpreter while it works."""
         rec = self.recorder
-        ops = rec.ops[self._sent:]
-        inputs = rec.inputs
+        ops, inputs = rec.ops, rec.inputs
+        first, last = self._sent, len(ops)
+        stride = stride_for(last - first)
         out = []
-        for _, seq, start, peers, end, _, _ in ops:
-            prev = self._prev_end if self._prev_end is not None else start
-            waited = 0
-            while self._input_index < len(inputs) and inputs[self._input_index][1] <= start:
-                a, b = inputs[self._input_index]
-                waited += max(0, min(b, start) - max(a, prev))
-                self._input_index += 1
-            gap = max(0, start - prev)
-            waited = min(waited, gap)
-            peers = min(max(peers, start), end)
-            out.append([seq, rec.to_reference_ns(start), peers - start, end - peers, waited, gap - waited])
-            self._prev_end = end
-        self._sent += len(ops)
+        prev_end = self._prev_end
+        for i in range(first, last):
+            op = ops[i]
+            if op[1] % stride == 0:
+                _, seq, start, peers, end, _, _ = op
+                prev = prev_end if prev_end is not None else start
+                waited = 0   # input waits that ended before this op, within the gap since the op before
+                while self._input_index < len(inputs) and inputs[self._input_index][1] <= start:
+                    a, b = inputs[self._input_index]
+                    waited += max(0, min(b, start) - max(a, prev))
+                    self._input_index += 1
+                gap = max(0, start - prev)
+                waited = min(waited, gap)
+                peers = min(max(peers, start), end)
+                out.append([seq, rec.to_reference_ns(start), peers - start, end - peers, waited, gap - waited])
+            prev_end = op[4]
+        self._prev_end = prev_end
+        self._sent = last
         return out
 
     def flush(self) -> None:
         """Send what is new (ops, and a system sample when one is due)."""
-        payload: dict[str, Any] = {"ops": thin(self.pending_ops())}
+        payload: dict[str, Any] = {"ops": self.pending_ops()}
         now = time.monotonic()
         if now >= self._next_sample:
             self._next_sample = now + self.system_every_s

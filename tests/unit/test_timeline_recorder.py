@@ -267,6 +267,47 @@ def test_fast_ops_are_thinned_to_the_same_seqs_on_every_rank():
     assert {seq for seq in kept if seq <= 2500} <= other  # the coarser stride's seqs are in the finer one's
 
 
+def test_a_batch_of_fast_ops_works_out_only_the_kept_ones_with_the_same_values():
+    """The reporter thins before working an op out (a fast loop records hundreds of thousands a second and the
+    reporter holds the rank's interpreter meanwhile): the kept ops' input and compute split is what working
+    every op out and thinning afterwards gives."""
+    import random
+
+    from hopsml.timeline.reporter import thin
+
+    rng = random.Random(7)
+    recorder = Recorder(rank=0, size=2)
+    t, seq = 0, 0
+    for _ in range(5000):
+        t += rng.randint(0, 3000)
+        if rng.random() < 0.3:   # an input wait before this op, sometimes reaching back over earlier ops
+            a = max(0, t - rng.randint(0, 8000))
+            recorder.span("input", "waiting for input", a, t)
+        seq += 1
+        start, peers, end = t, t + rng.randint(0, 500), t + rng.randint(500, 1500)
+        recorder.op("allreduce", seq, start, peers, end, 8)
+        t = end
+
+    def every_op(ops, inputs):   # the straightforward way: every op worked out, then thinned
+        out, prev_end, index = [], None, 0
+        for _, s, start, peers, end, _, _ in ops:
+            prev = prev_end if prev_end is not None else start
+            waited = 0
+            while index < len(inputs) and inputs[index][1] <= start:
+                a, b = inputs[index]
+                waited += max(0, min(b, start) - max(a, prev))
+                index += 1
+            gap = max(0, start - prev)
+            waited = min(waited, gap)
+            out.append([s, recorder.to_reference_ns(start), peers - start, end - peers, waited, gap - waited])
+            prev_end = end
+        return thin(out)
+
+    expected = every_op(recorder.ops, recorder.inputs)
+    got = Reporter(recorder, None).pending_ops()
+    assert len(got) <= 1000 and got == expected and {op[0] % 8 for op in got} == {0}
+
+
 def test_a_gpu_span_gets_the_device_time_of_its_cuda_events(monkeypatch):
     """span(gpu=True) records the block and, where cupy is imported, a second span timed by a CUDA event pair,
     whose duration is read only when the trace is resolved (a stand-in cupy here; the real one in
