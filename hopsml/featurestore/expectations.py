@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import logging
 import re
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,7 @@ class ExpectationSuite:
         return ge.core.ExpectationSuite(expectation_suite_name=self.name, expectations=configs)
 
 
-def suite_of(value: Any, policy: str | None = None) -> ExpectationSuite | None:
+def suite_of(value: object, policy: str | None = None) -> ExpectationSuite | None:
     """A suite from a Great Expectations suite, its JSON form (a dict), hopsml's own, or a list of expectations."""
     if value is None:
         return None
@@ -129,7 +130,7 @@ def suite_of(value: Any, policy: str | None = None) -> ExpectationSuite | None:
     return suite
 
 
-def _expectation(entry: Any) -> Expectation:
+def _expectation(entry: object) -> Expectation:
     """One expectation, refused now rather than at the first insert if nothing here can evaluate it."""
     if isinstance(entry, Expectation):
         entry = entry.to_dict()
@@ -176,7 +177,7 @@ def _great_expectations(kind: str, kwargs: Mapping[str, Any] | None = None) -> A
     return importlib.import_module("great_expectations")
 
 
-def _major(ge: Any) -> int:
+def _major(ge: types.ModuleType) -> int:
     return int(str(ge.__version__).split(".")[0])
 
 

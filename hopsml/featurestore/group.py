@@ -16,10 +16,15 @@ from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import expectations, frames, online_sync, spark_insert, spark_online, stats
 from hopsml.featurestore.hsfs_members import GroupMembers
 from hopsml.featurestore.query import Feature, Query
+from hopsml.featurestore.refs import Condition, StoreRef
+from hopsml.featurestore.seams import Frame, When
 from hopsml.featurestore.table import Commit, GroupTable
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     import pyarrow as pa
+    from pyspark.sql import DataFrame as SparkFrame
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +35,13 @@ _UNSUPPORTED_WRITE = {"start_offline_materialization": "offline materialization 
 class FeatureGroup(GroupMembers):
     """One version of a feature group (see the module docstring)."""
 
-    def __init__(self, store: Any, name: str, version: int, *, description: str = "",  # store: its FeatureStore
+    store: StoreRef   # its FeatureStore
+
+    def __init__(self, store: StoreRef, name: str, version: int, *, description: str = "",
                  primary_key: Sequence[str] = (), event_time: str | None = None,
                  partition_key: Sequence[str] = (), online_enabled: bool = False,
-                 statistics_config: Any = None, features: Sequence[dict[str, Any]] = (),
-                 created: str | None = None, expectation_suite: Any = None, ttl: Any = None,
+                 statistics_config: object = None, features: Sequence[dict[str, Any]] = (),
+                 created: str | None = None, expectation_suite: object = None, ttl: dt.timedelta | float | None = None,
                  online_synced: str | None = None) -> None:
         self.store, self.name, self.version = store, layout.validate_name(name, "feature group name"), int(version)
         self.description = description or ""
@@ -123,7 +130,7 @@ class FeatureGroup(GroupMembers):
         return self
 
     # --- expectations -----------------------------------------------------------------------------------
-    def save_expectation_suite(self, expectation_suite: Any, run_validation: bool = True,
+    def save_expectation_suite(self, expectation_suite: object, run_validation: bool = True,
                                validation_ingestion_policy: str = "STRICT", overwrite: bool = False) -> Any:
         """Check every later insert against `expectation_suite` (see expectations.py); "STRICT" refuses a failing
         batch, "ALWAYS" commits it and warns."""
@@ -145,7 +152,7 @@ class FeatureGroup(GroupMembers):
         if self.saved:
             self.store.save_group(self)
 
-    def validate(self, dataframe: Any, save_report: bool = False, **_: Any) -> dict[str, Any]:
+    def validate(self, dataframe: Frame, save_report: bool = False, **_: object) -> dict[str, Any]:
         """The group's expectation suite checked on `dataframe` (nothing is inserted)."""
         if self.expectation_suite is None:
             raise FeatureStoreError(f"feature group {self.key!r} has no expectation suite: save_expectation_suite "
@@ -156,7 +163,7 @@ class FeatureGroup(GroupMembers):
         return report
 
     # --- writing --------------------------------------------------------------------------------------
-    def save(self, features: Any = None, write_options: dict[str, Any] | None = None,
+    def save(self, features: Frame | None = None, write_options: dict[str, Any] | None = None,
              validation_options: dict[str, Any] | None = None, wait: bool = False) -> Any:
         """Save the group, with `features` as its first rows when given (a DataFrame), else empty."""
         if features is not None:
@@ -165,9 +172,9 @@ class FeatureGroup(GroupMembers):
             self.store.save_group(self)
         return self
 
-    def insert(self, features: Any, overwrite: bool = False, operation: str = "upsert", storage: str | None = None,
+    def insert(self, features: Frame, overwrite: bool = False, operation: str = "upsert", storage: str | None = None,
                write_options: dict[str, Any] | None = None, validation_options: dict[str, Any] | None = None,
-               wait: bool = False, **_: Any) -> tuple[None, dict[str, Any] | None]:
+               wait: bool = False, **_: object) -> tuple[None, dict[str, Any] | None]:
         """Insert a batch of rows as one commit: new (primary key, event time) pairs are history, existing ones
         are updated (an upsert). With an expectation suite the batch is validated first (validation_options=
         {"run_validation": False} skips it). Returns (job, validation report) as Hopsworks does (no job here)."""
@@ -194,7 +201,7 @@ class FeatureGroup(GroupMembers):
         return None, self.commit(frames.to_arrow(features), validate=run_validation, duplicates=duplicates,
                                  online=storage != "offline")[1]
 
-    def _insert_online(self, features: Any, duplicates: str) -> None:
+    def _insert_online(self, features: Frame, duplicates: str) -> None:
         """storage='online': the batch into the online store only (as hsfs writes it), checked as an insert is;
         the offline table is not changed."""
         if not self.online_enabled:
@@ -234,7 +241,7 @@ class FeatureGroup(GroupMembers):
                 self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
         return commit, report
 
-    def commit_spark(self, frame: Any, validate: bool = True, duplicates: str = frames.KEEP_LAST,
+    def commit_spark(self, frame: SparkFrame, validate: bool = True, duplicates: str = frames.KEEP_LAST,
                      online: bool = True) -> tuple[Commit, dict[str, Any] | None]:
         """A Spark DataFrame's rows committed by Spark's tasks (spark_insert.py); its checks and statistics are
         Spark jobs. Only an expectation suite reads the batch on the driver (the checks run on Arrow)."""
@@ -386,13 +393,13 @@ class FeatureGroup(GroupMembers):
         kept = {*self.primary_key, *self.partition_key, *([self.event_time] if self.event_time else [])}
         return Query(self, tuple(n for n in self.feature_names() if n not in kept))
 
-    def filter(self, f: Any) -> Query:   # f: hsfs' name
+    def filter(self, f: Condition) -> Query:   # f: hsfs' name
         return self.select_all().filter(f)
 
-    def as_of(self, wallclock_time: Any = None, exclude_until: Any = None) -> Query:
+    def as_of(self, wallclock_time: When = None, exclude_until: When = None) -> Query:
         return self.select_all().as_of(wallclock_time, exclude_until)
 
-    def read(self, wallclock_time: Any = None, online: bool = False, dataframe_type: str = "default",
+    def read(self, wallclock_time: When = None, online: bool = False, dataframe_type: str = "default",
              read_options: dict[str, Any] | None = None) -> Any:
         """The group's rows (as of `wallclock_time`: the newest commit at or before it); with `online`, the
         online store's rows (its newest per key), as hsfs reads them."""
@@ -407,7 +414,7 @@ class FeatureGroup(GroupMembers):
     def show(self, n: int, online: bool = False) -> Any:
         return self.read(online=online).head(n)
 
-    def commit_details(self, wallclock_time: Any = None, limit: int | None = None) -> dict[int, dict[str, Any]]:
+    def commit_details(self, wallclock_time: When = None, limit: int | None = None) -> dict[int, dict[str, Any]]:
         """Each commit (newest first) with its time and row counts; up to `wallclock_time` when given."""
         self._check_saved()
         commits = self.table.commits()
@@ -418,13 +425,13 @@ class FeatureGroup(GroupMembers):
             commits = [c for c in commits if c.committed_ms <= at]
         return {c.version: c.details() for c in commits[:limit]}
 
-    def get_statistics(self, computation_time: Any = None) -> dict[str, Any]:
+    def get_statistics(self, computation_time: When = None) -> dict[str, Any]:
         """The statistics of the newest commit (at or before `computation_time` when given)."""
         self._check_saved()
         version = self.table.version_at(computation_time) if computation_time is not None else None
         return self.store.read_statistics(self, version)
 
-    def compute_statistics(self, wallclock_time: Any = None) -> dict[str, Any]:
+    def compute_statistics(self, wallclock_time: When = None) -> dict[str, Any]:
         self._check_saved()
         version = (self.table.version_at(wallclock_time) if wallclock_time is not None
                    else self.table.latest_version())
@@ -441,7 +448,7 @@ class FeatureGroup(GroupMembers):
             raise FeatureStoreError(f"feature group {self.key!r} has no data yet: insert a DataFrame first")
 
 
-def ttl_seconds(ttl: Any, group: str) -> float | None:
+def ttl_seconds(ttl: object, group: str) -> float | None:
     """A staleness window in seconds (a timedelta or a number of seconds; None: no window): how old a row of
     this group may be, against the label row's event time, to be joined point in time (Feast's `ttl`)."""
     import datetime as dt

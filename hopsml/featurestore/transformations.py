@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from hopsml import layout
 from hopsml.data.tables import transform as primitives
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.seams import ProjectStore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,7 +42,7 @@ class TransformationFunction:
     drop: tuple[str, ...] = ()                # input features the output replaces
     statistics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
-    home: Any = field(default=None, compare=False, repr=False)   # (feature store, version): fs.create_...
+    home: tuple[ProjectStore, int | None] | None = field(default=None, compare=False, repr=False)   # fs.create_...
 
     def __call__(self, *features: str) -> TransformationFunction:
         """This function bound to `features` (its inputs, in order)."""
@@ -155,16 +156,16 @@ class TransformationFunction:
         return record
 
     # --- kept in the feature store by name (hsfs' fs.create_transformation_function(udf).save()) ---------------
-    def saved_in(self, store: Any, version: int | None = None) -> TransformationFunction:
+    def saved_in(self, store: ProjectStore, version: int | None = None) -> TransformationFunction:
         """This function as `fs.create_transformation_function` gives it: `save()` keeps it in `store`."""
         return replace(self, home=(store, version))
 
-    def _home(self) -> tuple[Any, str]:
+    def _home(self) -> tuple[ProjectStore, str, int | None]:
         if self.home is None:
             raise FeatureStoreError(f"transformation function {self.name!r} belongs to no feature store: make it "
                                     "with fs.create_transformation_function(fn) first")
-        store = self.home[0]
-        return store, layout.join(layout.feature_store_dir(store.project), layout.TRANSFORMATION_FUNCTIONS)
+        store, version = self.home
+        return store, layout.join(layout.feature_store_dir(store.project), layout.TRANSFORMATION_FUNCTIONS), version
 
     def save(self) -> TransformationFunction:
         """Keep the function (its code found again by module and name) under its name and the next version (or
@@ -172,8 +173,7 @@ class TransformationFunction:
         if self.fn is None:
             raise FeatureStoreError(f"{self.name} is a built-in: fs.get_transformation_function({self.name!r}) "
                                     "finds it without saving")
-        store, folder = self._home()
-        version = self.home[1]
+        store, folder, version = self._home()
         if version is None:
             taken = [int(e.name[len(self.name) + 1:-5]) for e in store.storage.walk(folder, recursive=False)
                      if e.name.startswith(self.name + "_") and e.name[len(self.name) + 1:-5].isdigit()] \
@@ -187,10 +187,10 @@ class TransformationFunction:
 
     def delete(self) -> None:
         """Remove the saved function from its feature store."""
-        store, folder = self._home()
-        if self.home[1] is None:
+        store, folder, version = self._home()
+        if version is None:
             raise FeatureStoreError(f"transformation function {self.name!r} is not saved")
-        store.storage.delete(layout.join(folder, f"{self.name}_{int(self.home[1])}.json"))
+        store.storage.delete(layout.join(folder, f"{self.name}_{int(version)}.json"))
 
     @property
     def version(self) -> int | None:
