@@ -77,9 +77,11 @@ class FeatureGroup(GroupMembers):
                         f["name"] == self.event_time, self.key) for f in self._features]
 
     def feature_names(self) -> list[str]:
+        """The names of the group's features, in the table's column order."""
         return [f["name"] for f in self._features]
 
     def get_feature(self, name: str) -> Feature:
+        """The feature `name` (case does not matter); refused, naming the features, when the group has none by it."""
         for feature in self.features:
             if feature.name == name.lower():
                 return feature
@@ -98,6 +100,7 @@ class FeatureGroup(GroupMembers):
             raise AttributeError(str(missing)) from None
 
     def to_dict(self) -> dict[str, Any]:
+        """The group's definition as its record keeps it."""
         return {"name": self.name, "version": self.version, "description": self.description,
                 "primary_key": self.primary_key, "event_time": self.event_time,
                 "partition_key": self.partition_key, "online_enabled": self.online_enabled,
@@ -110,6 +113,7 @@ class FeatureGroup(GroupMembers):
                f"event_time={self.event_time!r})"
 
     def update_feature_description(self, feature_name: str, description: str) -> FeatureGroup:
+        """Set one feature's description and save the group's definition."""
         name = self.get_feature(feature_name).name
         for f in self._features:
             if f["name"] == name:
@@ -118,6 +122,7 @@ class FeatureGroup(GroupMembers):
         return self
 
     def update_description(self, description: str) -> FeatureGroup:
+        """Set the group's description (saved at once when the group is)."""
         self.description = description
         if self.saved:
             self.store.save_group(self)
@@ -145,9 +150,11 @@ class FeatureGroup(GroupMembers):
         return self.expectation_suite
 
     def get_expectation_suite(self) -> Any:
+        """The suite every insert is checked against, None without one."""
         return self.expectation_suite
 
     def delete_expectation_suite(self) -> None:
+        """Stop checking inserts: the group keeps no expectation suite."""
         self.expectation_suite = None
         if self.saved:
             self.store.save_group(self)
@@ -394,9 +401,11 @@ class FeatureGroup(GroupMembers):
         return Query(self, tuple(n for n in self.feature_names() if n not in kept))
 
     def filter(self, f: Condition) -> Query:   # f: hsfs' name
+        """A query of every feature, filtered by `f` (a condition such as `fg.amount > 10`)."""
         return self.select_all().filter(f)
 
     def as_of(self, wallclock_time: When = None, exclude_until: When = None) -> Query:
+        """A query of every feature as of `wallclock_time` (rows committed after `exclude_until` only, when given)."""
         return self.select_all().as_of(wallclock_time, exclude_until)
 
     def read(self, wallclock_time: When = None, online: bool = False, dataframe_type: str = "default",
@@ -412,6 +421,7 @@ class FeatureGroup(GroupMembers):
         return self.select_all().as_of(wallclock_time).read(online, dataframe_type, read_options)
 
     def show(self, n: int, online: bool = False) -> Any:
+        """The first `n` rows of the group (of its online rows with `online`), as a pandas frame."""
         return self.read(online=online).head(n)
 
     def commit_details(self, wallclock_time: When = None, limit: int | None = None) -> dict[int, dict[str, Any]]:
@@ -432,6 +442,8 @@ class FeatureGroup(GroupMembers):
         return self.store.read_statistics(self, version)
 
     def compute_statistics(self, wallclock_time: When = None) -> dict[str, Any]:
+        """Compute and keep the statistics of the newest commit (at or before `wallclock_time`), whatever
+        statistics_config says; the statistics."""
         self._check_saved()
         version = (self.table.version_at(wallclock_time) if wallclock_time is not None
                    else self.table.latest_version())
@@ -441,6 +453,7 @@ class FeatureGroup(GroupMembers):
         return computed
 
     def delete(self) -> None:
+        """Delete the group version: its table, records and online rows."""
         self.store.delete_group(self)
 
     def _check_saved(self) -> None:

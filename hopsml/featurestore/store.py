@@ -111,9 +111,11 @@ class FeatureStore(StoreMembers):
         return layout.join(layout.feature_group_dir(self.project, name, version), layout.GROUP_RECORD)
 
     def group_saved(self, name: str, version: int) -> bool:
+        """Whether group `name` version `version` has its record (a group is saved by its first insert or save())."""
         return self.storage.exists(self._record(name, version))
 
     def save_group(self, group: GroupRef) -> None:
+        """Write the group's definition (its record beside the Delta table)."""
         self.storage.write_json(self._record(group.name, group.version), group.to_dict())
 
     def log_uri(self, name: str, version: int) -> str:
@@ -221,9 +223,11 @@ class FeatureStore(StoreMembers):
         return [dict(self.storage.read_json(layout.join(folder, n))) for n in names]
 
     def save_view(self, view: ViewRef) -> None:
+        """Write the view's definition (query, labels, transformation functions, logging state)."""
         self.storage.write_json(self._view_record(view.name, view.version), view.to_dict())
 
     def save_statistics(self, group: GroupRef, commit: Commit, computed: dict[str, Any]) -> None:
+        """Keep the statistics computed for one commit of the group, beside its table."""
         path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                            layout.GROUP_STATISTICS, f"{commit.version}.json")
         self.storage.write_json(path, {"commit": commit.version, "committed_on": commit.committed_on.isoformat(),
@@ -237,6 +241,7 @@ class FeatureStore(StoreMembers):
         return self.storage.uri(path)
 
     def read_statistics(self, group: GroupRef, version: int | None = None) -> dict[str, Any]:
+        """The statistics of the group's newest commit (at or before commit `version` when given)."""
         folder = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                              layout.GROUP_STATISTICS)
         found = sorted(int(e.name[:-5]) for e in self.storage.walk(folder, recursive=False)
@@ -265,6 +270,7 @@ class FeatureStore(StoreMembers):
         return [v for n, v in self.group_names() if n == name]
 
     def group_names(self) -> list[tuple[str, int]]:
+        """(name, version) of every saved group version, sorted."""
         return self._saved(layout.feature_store_dir(self.project), self._record)
 
     # --- the hopsworks SDK's calls ----------------------------------------------------------------------
@@ -294,6 +300,7 @@ class FeatureStore(StoreMembers):
         return self._load(name, int(version))
 
     def get_feature_groups(self, name: str | None = None) -> list[FeatureGroup]:
+        """Every saved version of every group (of group `name` only when given)."""
         return [self._load(n, v) for n, v in self.group_names() if name is None or n == name]
 
     def scan_groups(self) -> list[tuple[str, int, FeatureGroup | BrokenRecordError]]:
@@ -353,6 +360,7 @@ class FeatureStore(StoreMembers):
         return engine.run(query, dataframe_type, read_options)
 
     def query_sql(self, query: Query) -> str:
+        """The SQL the embedded engine (DuckDB) runs for `query`: what `query.to_string()` shows."""
         from hopsml.featurestore import engine
 
         return engine.duckdb_sql(query)
@@ -366,9 +374,11 @@ class FeatureStore(StoreMembers):
         return layout.join(layout.feature_view_dir(self.project, name, version), layout.VIEW_RECORD)
 
     def view_versions(self, name: str) -> list[int]:
+        """The saved versions of view `name`, oldest first."""
         return [v for n, v in self.view_names() if n == name]
 
     def view_names(self) -> list[tuple[str, int]]:
+        """(name, version) of every saved view version, sorted."""
         return self._saved(layout.feature_views_dir(self.project), self._view_record)
 
     def _load_view(self, name: str, version: int) -> FeatureView:
@@ -413,6 +423,7 @@ class FeatureStore(StoreMembers):
         return view
 
     def get_feature_view(self, name: str, version: int | None = None) -> FeatureView:
+        """View `name` at `version` (the newest when None); refused, naming the saved views, when it is not saved."""
         versions = self.view_versions(name)
         if not versions or (version is not None and int(version) not in versions):
             known = sorted({n for n, _ in self.view_names()})
@@ -422,6 +433,7 @@ class FeatureStore(StoreMembers):
         return self._load_view(name, int(version) if version is not None else versions[-1])
 
     def get_feature_views(self, name: str | None = None) -> list[FeatureView]:
+        """Every saved version of every view (of view `name` only when given)."""
         return [self._load_view(n, v) for n, v in self.view_names() if name is None or n == name]
 
     def scan_views(self) -> list[tuple[str, int, FeatureView | BrokenRecordError]]:
@@ -441,6 +453,7 @@ class FeatureStore(StoreMembers):
                                    labels: Sequence[str] | None = None,
                                    transformation_functions: Sequence[TransformationFunction] | None = None,
                                    **options: Any) -> FeatureView:
+        """View `name` at `version` (the newest when None) if saved, else a new one of `query` (create_feature_view)."""
         versions = self.view_versions(name)
         wanted = int(version) if version is not None else (versions[-1] if versions else 1)
         if wanted in versions:
@@ -448,10 +461,12 @@ class FeatureStore(StoreMembers):
         return self.create_feature_view(name, query, wanted, description, labels, transformation_functions, **options)
 
     def delete_view(self, view: ViewRef) -> None:
+        """Delete the view's record and its training dataset versions' records (the groups it reads stay)."""
         self.storage.delete(layout.feature_view_dir(self.project, view.name, view.version))
         self.storage.delete(layout.training_datasets_dir(self.project, view.name, view.version))
 
     def training_dataset_versions(self, view: ViewRef) -> list[int]:
+        """The view's training dataset versions that have a record, oldest first."""
         folder = layout.training_datasets_dir(self.project, view.name, view.version)
         if not self.storage.exists(folder):
             return []
@@ -471,6 +486,7 @@ class FeatureStore(StoreMembers):
         return version
 
     def update_training_dataset(self, view: ViewRef, version: int, **fields: object) -> None:
+        """Add or replace fields of a training dataset version's record (its statistics, its dataset's name)."""
         record = self.read_training_dataset(view, version)
         record.pop("state", None)   # said when it is read, never stored
         path = layout.join(layout.training_datasets_dir(self.project, view.name, view.version), str(int(version)),
@@ -503,6 +519,7 @@ class FeatureStore(StoreMembers):
         return self.storage.exists(ddir.success) and self.storage.exists(ddir.manifest)
 
     def get_transformation_functions(self) -> list[TransformationFunction]:
+        """The built-in transformation functions (min_max_scaler, standard_scaler, label_encoder, ...), unfitted."""
         from hopsml.featurestore import transformations
 
         return transformations.builtins()
