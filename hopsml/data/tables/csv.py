@@ -31,7 +31,7 @@ def csv_source(spark: SparkSession, src: str, options: TableOptions) -> Any:
     return lines_after if is_connect(spark) else lines_after.rdd.map(lambda row: row[0])
 
 
-def column_names(spark: SparkSession, src: Any, options: TableOptions, multiline: bool = False,
+def column_names(spark: SparkSession, src: str, options: TableOptions, multiline: bool = False,
                   escape: str = '"') -> list[str]:
     if options.columns:
         return list(options.columns)
@@ -43,7 +43,7 @@ def column_names(spark: SparkSession, src: Any, options: TableOptions, multiline
     return [name.strip().lstrip("\ufeff").strip() for name in probe.columns]
 
 
-def _local_file(src: Any) -> str | None:
+def _local_file(src: str) -> str | None:
     """The path of ``src`` when it is one plain local file (not a folder, glob or URI), else None."""
     import os
     from urllib.parse import urlparse
@@ -93,7 +93,7 @@ def header_names(header: list[str]) -> list[str]:
             for i, name in enumerate(names)]
 
 
-def read_text(spark: SparkSession, src: Any, names: list[str], options: TableOptions,
+def read_text(spark: SparkSession, src: str, names: list[str], options: TableOptions,
                multiline: bool = False, escape: str = '"') -> DataFrame:
     """Every field as text. Quotes are doubled inside quoted fields (RFC 4180: pandas, Excel, R), or
     with ``escape='\\'`` escaped by a backslash (Spark's own CSV writer); ``multiline`` reads quoted

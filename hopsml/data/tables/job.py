@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import pickle
+import types
 import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -245,7 +246,7 @@ class _TableJob:
         return (f"{inference.failures[name]} values of {self._described(name, kind)} do not parse as "
                 f"{kind}, e.g. {inference.samples.get(name)!r}. ")
 
-    def _run_typed(self, stage: ds.DatasetDir, read: Read, stats_mod: Any) -> ds.DatasetSummary:
+    def _run_typed(self, stage: ds.DatasetDir, read: Read, stats_mod: types.ModuleType) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
 
         opts = self.options
@@ -339,7 +340,7 @@ class _TableJob:
         return means, stds, fills, categories
 
     def _write(self, stage: ds.DatasetDir, usable: Any, names: list[str], label: str,
-               inference: Inference, rejected_reasons: dict[str, int], stats_mod: Any,
+               inference: Inference, rejected_reasons: dict[str, int], stats_mod: types.ModuleType,
                kept: Any) -> ds.DatasetSummary:
         opts = self.options
         types, read = inference.types, inference.read
