@@ -286,16 +286,16 @@ def _outside(value: Any, kwargs: Mapping[str, Any]) -> bool:
                 or (high is not None and (value >= high if kwargs.get("strict_max") else value > high)))
 
 
-def _between(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _between(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     # Great Expectations counts missing values as neither expected nor unexpected here
     return [v is not None and _outside(v, kwargs) for v in column.to_pylist()]
 
 
-def _not_null(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _not_null(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     return [v is None for v in column.to_pylist()]
 
 
-def _unique(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _unique(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     values = column.to_pylist()
     seen: dict[Any, int] = {}
     for v in values:
@@ -304,18 +304,18 @@ def _unique(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
     return [v is not None and seen[v] > 1 for v in values]
 
 
-def _in_set(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _in_set(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     allowed = set(kwargs.get("value_set") or [])
     return [v is not None and v not in allowed for v in column.to_pylist()]
 
 
-def _regex(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _regex(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     pattern = re.compile(str(kwargs.get("regex", "")))
     return [v is not None and not pattern.search(str(v)) for v in column.to_pylist()]
 
 
 def _statistic(name: str) -> Callable[[Any], Any]:
-    def observed(column: Any) -> Any:
+    def observed(column: pa.ChunkedArray) -> Any:
         import pyarrow.compute as pc
 
         present = pc.drop_null(column)

@@ -15,7 +15,7 @@ from hopsml import layout
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.absent import refusal, refused_property
 from hopsml.featurestore.frames import to_arrow
-from hopsml.featurestore.seams import Frame, ProjectStore, When
+from hopsml.featurestore.seams import Frame, ProjectStore, SourcedColumns, When
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -224,11 +224,11 @@ class GroupMembers:
 class ViewMembers:
     """hsfs' FeatureView members beyond hopsml's own (mixed into FeatureView)."""
 
-    store: Any
+    store: ProjectStore
     name: str
     version: int
     labels: list[str]
-    query: Any
+    query: SourcedColumns
 
     @property
     def schema(self) -> list[TrainingDatasetFeature]:
@@ -259,6 +259,10 @@ class ViewMembers:
         return [TrainingDatasetFeature(n, t, lab, None, i) for i, (n, t, lab) in enumerate(columns)]
 
     # --- tags: small JSON values kept beside the view's record --------------------------------------------------
+    def _training_dataset_record(self, version: int) -> dict[str, Any]:
+        """The record of training dataset `version`; refused when the view has none (FeatureView reads it)."""
+        raise NotImplementedError
+
     def _tags_path(self) -> str:
         return layout.join(layout.feature_view_dir(self.store.project, self.name, self.version), layout.VIEW_TAGS)
 
@@ -291,7 +295,7 @@ class ViewMembers:
 
     def add_training_dataset_tag(self, training_dataset_version: int, name: str, value: object) -> None:
         """Attach the tag `name` to training dataset `training_dataset_version` of the view."""
-        self.store.read_training_dataset(self, training_dataset_version)   # refuses a version that is not there
+        self._training_dataset_record(training_dataset_version)   # refuses a version that is not there
         tags = self._tags()
         tags.setdefault("training_datasets", {}).setdefault(str(int(training_dataset_version)), {})[
             _tag_name(name)] = _tag_value(name, value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,6 +45,13 @@ class NamedModel(Protocol):
 
     @property
     def version(self) -> int: ...
+
+
+class SourcedColumns(Protocol):
+    """A view's query as its schema reads it: each output column with the group it comes from (a FeatureGroup)
+    and that group's column name."""
+
+    def column_sources(self) -> list[tuple[str, Any, str]]: ...
 
 
 class ProjectStore(Protocol):

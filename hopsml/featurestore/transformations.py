@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 BUILTINS = ("min_max_scaler", "standard_scaler", "robust_scaler", "label_encoder", "one_hot_encoder")
 _NUMERIC = {"min_max_scaler", "standard_scaler", "robust_scaler"}
 
+# What a @udf says it returns, as hsfs takes it: a Python type or its name (float, "float"), or a list of them for a
+# function that returns several columns.
+ReturnType = type | str | Sequence[type | str]
+
 
 @dataclass(frozen=True)
 class TransformationFunction:
@@ -38,7 +42,7 @@ class TransformationFunction:
     name: str
     features: tuple[str, ...] = ()
     fn: Callable[..., Any] | None = None      # a user function; None for a built-in
-    return_type: Any = float
+    return_type: ReturnType = float
     drop: tuple[str, ...] = ()                # input features the output replaces
     statistics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
@@ -312,7 +316,7 @@ def _builtin(name: str, values: pd.Series, stats: Mapping[str, Any]) -> Any:
                          for i, c in enumerate(categories)}, index=values.index)
 
 
-def udf(return_type: Any, drop: str | Sequence[str] | None = None, mode: str = "default"
+def udf(return_type: ReturnType, drop: str | Sequence[str] | None = None, mode: str = "default"
         ) -> Callable[[Callable[..., Any]], TransformationFunction]:
     """Make `fn` a transformation function (`@udf(float)`); `drop` names the inputs its output replaces."""
     if mode not in ("default", "pandas", "python"):
@@ -478,7 +482,7 @@ def _matches(kind: str, category_type: type | None) -> bool:
     return category_type is bool and kind in ("bool", "object")
 
 
-def _scaled(value: Any, center: float, spread: float) -> float | None:
+def _scaled(value: float | None, center: float, spread: float) -> float | None:
     """`primitives.scaled` of one value: (x - center) / spread in doubles (IEEE's division by zero too), NaN as
     missing."""
     if value is None:

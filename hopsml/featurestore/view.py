@@ -42,6 +42,9 @@ def qualified_name(project: str, group: KeyedGroup, column: str) -> str:
 class FeatureView(ViewMembers):
     """One version of a feature view (see the module docstring)."""
 
+    store: StoreRef   # its FeatureStore
+    query: Query
+
     def __init__(self, store: StoreRef, name: str, version: int, query: Query, labels: Sequence[str] = (),
                  transformation_functions: Sequence[TransformationFunction] = (), description: str = "",
                  created: str | None = None, logging: dict[str, Any] | None = None,
@@ -636,6 +639,9 @@ class FeatureView(ViewMembers):
         self._last_accessed = version
         in_memory.note_read(self, version, list(rows.sizes()))
         return rows.transformed(self._fitted(version))
+
+    def _training_dataset_record(self, version: int) -> dict[str, Any]:
+        return self.store.read_training_dataset(self, version)
 
     def _fitted(self, version: int) -> list[TransformationFunction]:
         record = self.store.read_training_dataset(self, version)
