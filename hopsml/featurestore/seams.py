@@ -1,5 +1,5 @@
-"""The types the feature store's modules hand each other, at the bottom of the wing: what a user's frame, time and
-JSON value may be, and the members a low module reaches through a back-reference to a group or the store.
+"""The types the feature store's modules hand each other, at the bottom of the wing: what a user's frame and time
+may be, and the members a low module reaches through a back-reference to a group, the store or a query.
 
 FeatureStore, FeatureGroup and FeatureView sit at the top of the wing and every other module sits below them, so
 a module that holds one of them (a group's `store`, a vector plan's `view`) names a Protocol from here or from
@@ -32,13 +32,12 @@ When = WallClock | None   # a wall-clock time, or none given (None, or hsfs's ""
 Frame = Union["pd.DataFrame", "pl.DataFrame", "pa.Table", "pa.RecordBatch", "SparkFrame",
               Mapping[str, Sequence[object]]]
 
-
 # Rows a feature view's log takes: a frame, a numpy array, or lists of values (one vector, or one per row).
 LoggedRows = Union[Frame, "np.ndarray", Sequence[object]]
 
 
 class NamedModel(Protocol):
-    """A model as a log or a lineage names it (an hsml model): its name and version."""
+    """A model as the feature log names it (an hsml model): its name and version."""
 
     @property
     def name(self) -> str: ...
