@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import io
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hopsml.errors import HopsmlError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import pyarrow as pa
 
 
 class ShapeMismatchError(HopsmlError, ValueError):
@@ -61,7 +65,7 @@ class CellColumn:
     (True, 0)
     """
 
-    def __init__(self, shape: tuple[int, ...], dtype: Any = np.uint8, capacity: int = 1024) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: npt.DTypeLike = np.uint8, capacity: int = 1024) -> None:
         self.shape, self.dtype = tuple(int(v) for v in shape), np.dtype(dtype)
         self._header = np.frombuffer(npy_header(self.shape, self.dtype.str), np.uint8)
         self.cell = len(self._header) + int(np.prod(self.shape)) * self.dtype.itemsize
@@ -101,7 +105,8 @@ class CellColumn:
         return cells
 
 
-def decode_column(column: Any, shape: tuple[int, ...], dtype: Any = np.uint8) -> np.ndarray:
+def decode_column(column: pa.Array | pa.ChunkedArray, shape: tuple[int, ...], dtype: npt.DTypeLike = np.uint8
+                  ) -> np.ndarray:
     """Turn a pyarrow binary column of equal ``np.save`` cells into one (N, *shape) array view.
 
     Raises ShapeMismatchError when a cell has another size than ``shape`` and ``dtype`` give.

@@ -36,7 +36,7 @@ def _csv_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``prep`` and ``datasets`` to the CLI's subparsers."""
     prep = subparsers.add_parser("prep", help="prepare a dataset with Spark: images or a CSV table")
     kinds = prep.add_subparsers(dest="prep_kind", required=True)
@@ -207,7 +207,7 @@ def _no_stale(storage: Storage, settings: config.Settings, bound: float) -> str:
             f"under {storage.uri()}")
 
 
-def _option_text(value: Any) -> str:
+def _option_text(value: object) -> str:
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return f"{value[0]}x{value[1]}"   # a size: resize, crop
     if isinstance(value, list):
@@ -217,7 +217,7 @@ def _option_text(value: Any) -> str:
     return number(value)
 
 
-def _reasons(reasons: Any) -> str:
+def _reasons(reasons: object) -> str:
     if not isinstance(reasons, dict) or not reasons:
         return ""
     return " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"

@@ -51,7 +51,7 @@ def short(digest: str | None) -> str:
     return digest[:_SHORT] if digest and digest != UNKNOWN else UNKNOWN
 
 
-def _sha(data: Any) -> str:
+def _sha(data: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

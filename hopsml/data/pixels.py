@@ -37,13 +37,16 @@ import struct
 import zlib
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 from isal import isal_zlib
 from PIL import Image, UnidentifiedImageError
 
 from hopsml.errors import HopsmlError, SettingsError
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 __all__ = [
     "REASONS",
@@ -161,7 +164,7 @@ class _CappedReader(io.RawIOBase):
     def tell(self) -> int:
         return self._handle.tell()
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
         if self._left <= 0:
             raise _HeaderTooLong(f"no image header in the first {self.cap} bytes")

@@ -44,7 +44,7 @@ import threading
 import warnings
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 
@@ -56,6 +56,9 @@ from hopsml.data.fingerprint import check_split
 from hopsml.data.manifest import Manifest, open_manifest
 from hopsml.fs import Storage
 from hopsml.timeline.span import input_waits
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +253,7 @@ class ShardReader:
         chunk = {name: self._column(name, table.column(name)) for name in self.fields}
         return chunk
 
-    def _column(self, name: str, column: Any) -> np.ndarray:
+    def _column(self, name: str, column: pa.ChunkedArray) -> np.ndarray:
         import pyarrow as pa
 
         spec = self._specs[name]

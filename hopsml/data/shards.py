@@ -22,6 +22,7 @@ from hopsml.fs import Storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 # petastorm's keys in _common_metadata (petastorm.etl.dataset_metadata), written without the
 # extra Spark job that petastorm's materialize_dataset runs to count row groups
@@ -93,7 +94,7 @@ class ParquetShard:
                                         if name in cells else [] for name in schema.names}
         self.row_groups = 0
         self.rows = 0
-        self._writer: Any = None
+        self._writer: pq.ParquetWriter | None = None
 
     def add(self, row: Mapping[str, Any]) -> None:
         for name, values in self.columns.items():

@@ -403,7 +403,7 @@ ol.top{margin:0;padding-left:18px} ol.top li span{color:#666}
 """
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):

@@ -21,7 +21,10 @@ import mmap
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 ALIGN = 4096          # offsets, lengths and memory of direct writes: a multiple of every disk's block
 BUFFER_BYTES = 4 << 20
@@ -84,7 +87,7 @@ class UncachedFile(io.RawIOBase):
     def tell(self) -> int:
         return self._position
 
-    def write(self, data: Any) -> int:
+    def write(self, data: ReadableBuffer) -> int:
         if self.closed:
             raise ValueError(f"write to closed file {self.name}")
         view = memoryview(data).cast("B")

@@ -37,7 +37,7 @@ class Call:
     args: tuple[Any, ...] = ()
 
 
-def _emit(value: Any, out: bytearray) -> None:
+def _emit(value: object, out: bytearray) -> None:
     if isinstance(value, Global):
         out += b"c" + value.module.encode("ascii") + b"\n" + value.name.encode("ascii") + b"\n"
     elif isinstance(value, Call):
@@ -78,7 +78,7 @@ def _emit(value: Any, out: bytearray) -> None:
                         "int, str, tuple or list")
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: object) -> bytes:
     """A protocol-2 pickle of ``value`` built from :class:`Global` / :class:`Call` and plain values."""
     out = bytearray(b"\x80" + bytes([PROTOCOL]))
     _emit(value, out)

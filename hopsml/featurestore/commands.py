@@ -8,7 +8,8 @@ parsed and returns the text to print.
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+from typing import TYPE_CHECKING, Any
 
 from hopsml import config
 from hopsml.cli_tables import format_fields, format_table, pairs
@@ -17,10 +18,13 @@ from hopsml.featurestore import frames
 from hopsml.featurestore.store import FeatureStore
 from hopsml.records import BROKEN, BrokenRecordError
 
+if TYPE_CHECKING:
+    from hopsml.featurestore.group import FeatureGroup
+
 COMMANDS = ("fs",)
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fs = subparsers.add_parser("fs", help="the feature store: insert into groups, list groups, views and "
                                           "training datasets")
     actions = fs.add_subparsers(dest="fs_action", required=True)
@@ -75,7 +79,7 @@ def add_commands(subparsers: Any) -> None:
     lister.add_argument("version", nargs="?", type=int, help="the view's version (default: the newest)")
 
 
-def run(args: Any, settings: config.Settings) -> str:
+def run(args: argparse.Namespace, settings: config.Settings) -> str:
     store = FeatureStore(settings)
     if args.fs_action == "insert":
         return insert(store, args.group, args.file, args.version, args.primary_key, args.event_time,
@@ -197,7 +201,7 @@ def _broken_lines(broken: list[str]) -> str:
     return "\n\nrecords that cannot be read:\n" + "\n".join(broken) if broken else ""
 
 
-def _online_state(group: Any) -> str:
+def _online_state(group: FeatureGroup) -> str:
     owed = group.online_behind()
     if owed is None:
         return "complete (the newest row per key of every commit)"

@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import logging
 import re
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,7 @@ class ExpectationSuite:
         return ge.core.ExpectationSuite(expectation_suite_name=self.name, expectations=configs)
 
 
-def suite_of(value: Any, policy: str | None = None) -> ExpectationSuite | None:
+def suite_of(value: object, policy: str | None = None) -> ExpectationSuite | None:
     """A suite from a Great Expectations suite, its JSON form (a dict), hopsml's own, or a list of expectations."""
     if value is None:
         return None
@@ -129,7 +130,7 @@ def suite_of(value: Any, policy: str | None = None) -> ExpectationSuite | None:
     return suite
 
 
-def _expectation(entry: Any) -> Expectation:
+def _expectation(entry: object) -> Expectation:
     """One expectation, refused now rather than at the first insert if nothing here can evaluate it."""
     if isinstance(entry, Expectation):
         entry = entry.to_dict()
@@ -176,7 +177,7 @@ def _great_expectations(kind: str, kwargs: Mapping[str, Any] | None = None) -> A
     return importlib.import_module("great_expectations")
 
 
-def _major(ge: Any) -> int:
+def _major(ge: types.ModuleType) -> int:
     return int(str(ge.__version__).split(".")[0])
 
 
@@ -285,16 +286,16 @@ def _outside(value: Any, kwargs: Mapping[str, Any]) -> bool:
                 or (high is not None and (value >= high if kwargs.get("strict_max") else value > high)))
 
 
-def _between(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _between(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     # Great Expectations counts missing values as neither expected nor unexpected here
     return [v is not None and _outside(v, kwargs) for v in column.to_pylist()]
 
 
-def _not_null(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _not_null(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     return [v is None for v in column.to_pylist()]
 
 
-def _unique(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _unique(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     values = column.to_pylist()
     seen: dict[Any, int] = {}
     for v in values:
@@ -303,18 +304,18 @@ def _unique(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
     return [v is not None and seen[v] > 1 for v in values]
 
 
-def _in_set(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _in_set(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     allowed = set(kwargs.get("value_set") or [])
     return [v is not None and v not in allowed for v in column.to_pylist()]
 
 
-def _regex(column: Any, kwargs: Mapping[str, Any]) -> list[bool]:
+def _regex(column: pa.ChunkedArray, kwargs: Mapping[str, Any]) -> list[bool]:
     pattern = re.compile(str(kwargs.get("regex", "")))
     return [v is not None and not pattern.search(str(v)) for v in column.to_pylist()]
 
 
 def _statistic(name: str) -> Callable[[Any], Any]:
-    def observed(column: Any) -> Any:
+    def observed(column: pa.ChunkedArray) -> Any:
         import pyarrow.compute as pc
 
         present = pc.drop_null(column)

@@ -22,11 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import frames
+from hopsml.featurestore.refs import Condition, ViewRef
+from hopsml.featurestore.seams import LoggedRows, When
 from hopsml.featurestore.table import folder_lock
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+
+    from hopsml.featurestore.query import Feature
+    from hopsml.featurestore.transformations import TransformationFunction
 
 META = ("log_id", "log_time", "training_dataset_version", "model_name", "model_version")
 AUTO_FILES = 500      # log() materializes the buffer once it holds this many files ...
@@ -37,14 +42,15 @@ _FILES_KEY = "hopsml.log_files"
 class FeatureLog:
     """The log of one feature view version (see the module docstring)."""
 
-    def __init__(self, view: Any) -> None:   # its FeatureView (view.py imports this module)
+    def __init__(self, view: ViewRef) -> None:
         self.view = view
         self.folder = view.store.log_uri(view.name, view.version)
         self.table_uri = os.path.join(self.folder, "table")
         self.buffer = os.path.join(self.folder, "buffer")
 
     # --- writing ----------------------------------------------------------------------------------------
-    def write(self, untransformed: Any, transformed: Any, predictions: Any, training_dataset_version: int | None,
+    def write(self, untransformed: LoggedRows | None, transformed: LoggedRows | None, predictions: LoggedRows | None,
+              training_dataset_version: int | None,
               model: tuple[str, int] | None) -> int:
         """Buffer one call's rows; how many."""
         import pyarrow as pa
@@ -68,7 +74,8 @@ class FeatureLog:
         os.replace(partial, os.path.join(self.buffer, name))   # whole or not there
         return count
 
-    def rows(self, untransformed: Any, transformed: Any, predictions: Any) -> pa.Table:
+    def rows(self, untransformed: LoggedRows | None, transformed: LoggedRows | None, predictions: LoggedRows | None
+             ) -> pa.Table:
         """The feature and prediction columns of one call, checked against the view's columns."""
         import pyarrow as pa
 
@@ -161,8 +168,9 @@ class FeatureLog:
         return out
 
     # --- reading ----------------------------------------------------------------------------------------
-    def read(self, start_time: Any = None, end_time: Any = None, condition: Any = None, transformed: bool = False,
-             training_dataset_version: int | None = None, model: tuple[str, int] | None = None) -> pd.DataFrame:
+    def read(self, start_time: When = None, end_time: When = None, condition: Condition | None = None,
+             transformed: bool = False, training_dataset_version: int | None = None,
+             model: tuple[str, int] | None = None) -> pd.DataFrame:
         """The committed rows, newest last: untransformed features (or transformed ones) and predictions."""
         import duckdb
         import pandas as pd
@@ -223,7 +231,7 @@ class FeatureLog:
             shutil.rmtree(self.buffer, ignore_errors=True)
 
 
-def transformed_columns(columns: Sequence[str], functions: Sequence[Any]) -> list[str]:
+def transformed_columns(columns: Sequence[str], functions: Sequence[TransformationFunction]) -> list[str]:
     """The columns after the transformation functions: each drops the inputs it replaces and appends its
     outputs (as `TransformationFunction.apply` does)."""
     out = list(columns)
@@ -234,23 +242,23 @@ def transformed_columns(columns: Sequence[str], functions: Sequence[Any]) -> lis
     return out
 
 
-def visible_columns(view: Any, columns: Sequence[str]) -> list[str]:
+def visible_columns(view: ViewRef, columns: Sequence[str]) -> list[str]:
     """`columns` without the left group's primary key and event time (what get_batch_data returns)."""
     left = view.query.left
     hidden = {*left.primary_key, *([left.event_time] if left.event_time else [])}
     return [c for c in columns if c not in hidden]
 
 
-def _table(data: Any, full: Sequence[str], visible: Sequence[str], what: str, view: str) -> pa.Table | None:
-    """`data` as an Arrow table with lower-case names; rows without names (lists, numpy) take `full`'s or
-    `visible`'s names by their width."""
+def _table(data: object, full: Sequence[str], visible: Sequence[str], what: str, view: str) -> pa.Table | None:
+    """`data` (LoggedRows, or None) as an Arrow table with lower-case names; rows without names (lists, numpy) take
+    `full`'s or `visible`'s names by their width."""
     import pyarrow as pa
 
     if data is None:
         return None
-    if isinstance(data, (list, tuple)) or type(data).__module__ == "numpy":
-        rows = [list(r) if isinstance(r, (list, tuple)) else r for r in
-                (data.tolist() if hasattr(data, "tolist") else data)]
+    if isinstance(data, (list, tuple)) or type(data).__module__ == "numpy" and hasattr(data, "tolist"):
+        values: Sequence[Any] = data if isinstance(data, (list, tuple)) else data.tolist()
+        rows: list[Any] = [list(r) if isinstance(r, (list, tuple)) else r for r in values]
         if rows and not isinstance(rows[0], list):   # one feature vector, or one prediction per row
             rows = [[v] for v in rows] if what == "predictions" else [rows]
         width = len(rows[0]) if rows else 0
@@ -264,7 +272,7 @@ def _table(data: Any, full: Sequence[str], visible: Sequence[str], what: str, vi
     return frames.lower_names(frames.to_arrow(data))
 
 
-def _plain(column: Any) -> Any:
+def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """Arrow's large and view string types as plain strings, so calls from pandas, Polars and DuckDB frames
     make one table."""
     import pyarrow as pa
@@ -278,11 +286,11 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _filter_sql(condition: Any, present: Sequence[str], params: list[Any]) -> list[str]:
+def _filter_sql(condition: Condition, present: Sequence[str], params: list[Any]) -> list[str]:
     """The condition in DuckDB SQL, its values `?` parameters appended to `params` (never SQL text)."""
     from hopsml.featurestore.engine import duckdb_condition
 
-    def column(feature: Any) -> str:
+    def column(feature: Feature) -> str:
         if feature.name not in present:
             raise FeatureStoreError(f"read_log filter on {feature.name!r}: the log has no such column")
         return _q(feature.name)

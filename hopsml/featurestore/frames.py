@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 EVENT_TIME_TYPE = "timestamp[us, tz=UTC]"
 
 
-def to_arrow(data: Any) -> pa.Table:
+def to_arrow(data: object) -> pa.Table:
     """An Arrow table of `data`: pandas, Polars, PySpark (classic or Connect), Arrow, a dict of columns."""
     import pyarrow as pa
 
@@ -37,12 +37,13 @@ def to_arrow(data: Any) -> pa.Table:
     module = type(data).__module__
     if module.startswith("pandas"):
         return pa.Table.from_pandas(data, preserve_index=False)
-    if module.startswith("polars"):
+    if module.startswith("polars") and hasattr(data, "to_arrow"):
         return data.to_arrow()
     if module.startswith("pyspark"):
         if hasattr(data, "toArrow"):  # Spark 4 (classic and Connect)
             return data.toArrow()
-        return pa.Table.from_pandas(data.toPandas(), preserve_index=False)
+        if hasattr(data, "toPandas"):
+            return pa.Table.from_pandas(data.toPandas(), preserve_index=False)
     if isinstance(data, dict):
         return pa.table(data)
     raise FeatureStoreError(f"cannot insert a {type(data).__module__}.{type(data).__name__}: give a pandas, Polars or "
@@ -84,7 +85,7 @@ def lower_names(table: pa.Table) -> pa.Table:
     return table.rename_columns([name.lower() for name in table.column_names])
 
 
-def _sample(table: pa.Table, column: str, mask: Any) -> str:
+def _sample(table: pa.Table, column: str, mask: pa.Array) -> str:
     import pyarrow.compute as pc
 
     rows = pc.indices_nonzero(mask).to_pylist()[:3]
@@ -218,7 +219,7 @@ def conform(table: pa.Table, schema: pa.Schema | None, group: str) -> tuple[pa.T
     return pa.Table.from_arrays(columns, schema=pa.schema(fields)), added
 
 
-def type_name(kind: Any) -> str:
+def type_name(kind: object) -> str:
     """A type (Arrow's, or its name) as users know it: Arrow's string variants are all 'string'."""
     text = str(kind)
     return {"large_string": "string", "string_view": "string", "large_binary": "binary",

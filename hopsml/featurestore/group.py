@@ -16,10 +16,15 @@ from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import expectations, frames, online_sync, spark_insert, spark_online, stats
 from hopsml.featurestore.hsfs_members import GroupMembers
 from hopsml.featurestore.query import Feature, Query
+from hopsml.featurestore.refs import Condition, StoreRef
+from hopsml.featurestore.seams import Frame, When
 from hopsml.featurestore.table import Commit, GroupTable
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     import pyarrow as pa
+    from pyspark.sql import DataFrame as SparkFrame
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +35,13 @@ _UNSUPPORTED_WRITE = {"start_offline_materialization": "offline materialization 
 class FeatureGroup(GroupMembers):
     """One version of a feature group (see the module docstring)."""
 
-    def __init__(self, store: Any, name: str, version: int, *, description: str = "",  # store: its FeatureStore
+    store: StoreRef   # its FeatureStore
+
+    def __init__(self, store: StoreRef, name: str, version: int, *, description: str = "",
                  primary_key: Sequence[str] = (), event_time: str | None = None,
                  partition_key: Sequence[str] = (), online_enabled: bool = False,
-                 statistics_config: Any = None, features: Sequence[dict[str, Any]] = (),
-                 created: str | None = None, expectation_suite: Any = None, ttl: Any = None,
+                 statistics_config: object = None, features: Sequence[dict[str, Any]] = (),
+                 created: str | None = None, expectation_suite: object = None, ttl: dt.timedelta | float | None = None,
                  online_synced: str | None = None) -> None:
         self.store, self.name, self.version = store, layout.validate_name(name, "feature group name"), int(version)
         self.description = description or ""
@@ -70,9 +77,11 @@ class FeatureGroup(GroupMembers):
                         f["name"] == self.event_time, self.key) for f in self._features]
 
     def feature_names(self) -> list[str]:
+        """The names of the group's features, in the table's column order."""
         return [f["name"] for f in self._features]
 
     def get_feature(self, name: str) -> Feature:
+        """The feature `name` (case does not matter); refused, naming the features, when the group has none by it."""
         for feature in self.features:
             if feature.name == name.lower():
                 return feature
@@ -91,6 +100,7 @@ class FeatureGroup(GroupMembers):
             raise AttributeError(str(missing)) from None
 
     def to_dict(self) -> dict[str, Any]:
+        """The group's definition as its record keeps it."""
         return {"name": self.name, "version": self.version, "description": self.description,
                 "primary_key": self.primary_key, "event_time": self.event_time,
                 "partition_key": self.partition_key, "online_enabled": self.online_enabled,
@@ -103,6 +113,7 @@ class FeatureGroup(GroupMembers):
                f"event_time={self.event_time!r})"
 
     def update_feature_description(self, feature_name: str, description: str) -> FeatureGroup:
+        """Set one feature's description and save the group's definition."""
         name = self.get_feature(feature_name).name
         for f in self._features:
             if f["name"] == name:
@@ -111,6 +122,7 @@ class FeatureGroup(GroupMembers):
         return self
 
     def update_description(self, description: str) -> FeatureGroup:
+        """Set the group's description (saved at once when the group is)."""
         self.description = description
         if self.saved:
             self.store.save_group(self)
@@ -123,7 +135,7 @@ class FeatureGroup(GroupMembers):
         return self
 
     # --- expectations -----------------------------------------------------------------------------------
-    def save_expectation_suite(self, expectation_suite: Any, run_validation: bool = True,
+    def save_expectation_suite(self, expectation_suite: object, run_validation: bool = True,
                                validation_ingestion_policy: str = "STRICT", overwrite: bool = False) -> Any:
         """Check every later insert against `expectation_suite` (see expectations.py); "STRICT" refuses a failing
         batch, "ALWAYS" commits it and warns."""
@@ -138,14 +150,16 @@ class FeatureGroup(GroupMembers):
         return self.expectation_suite
 
     def get_expectation_suite(self) -> Any:
+        """The suite every insert is checked against, None without one."""
         return self.expectation_suite
 
     def delete_expectation_suite(self) -> None:
+        """Stop checking inserts: the group keeps no expectation suite."""
         self.expectation_suite = None
         if self.saved:
             self.store.save_group(self)
 
-    def validate(self, dataframe: Any, save_report: bool = False, **_: Any) -> dict[str, Any]:
+    def validate(self, dataframe: Frame, save_report: bool = False, **_: object) -> dict[str, Any]:
         """The group's expectation suite checked on `dataframe` (nothing is inserted)."""
         if self.expectation_suite is None:
             raise FeatureStoreError(f"feature group {self.key!r} has no expectation suite: save_expectation_suite "
@@ -156,7 +170,7 @@ class FeatureGroup(GroupMembers):
         return report
 
     # --- writing --------------------------------------------------------------------------------------
-    def save(self, features: Any = None, write_options: dict[str, Any] | None = None,
+    def save(self, features: Frame | None = None, write_options: dict[str, Any] | None = None,
              validation_options: dict[str, Any] | None = None, wait: bool = False) -> Any:
         """Save the group, with `features` as its first rows when given (a DataFrame), else empty."""
         if features is not None:
@@ -165,9 +179,9 @@ class FeatureGroup(GroupMembers):
             self.store.save_group(self)
         return self
 
-    def insert(self, features: Any, overwrite: bool = False, operation: str = "upsert", storage: str | None = None,
+    def insert(self, features: Frame, overwrite: bool = False, operation: str = "upsert", storage: str | None = None,
                write_options: dict[str, Any] | None = None, validation_options: dict[str, Any] | None = None,
-               wait: bool = False, **_: Any) -> tuple[None, dict[str, Any] | None]:
+               wait: bool = False, **_: object) -> tuple[None, dict[str, Any] | None]:
         """Insert a batch of rows as one commit: new (primary key, event time) pairs are history, existing ones
         are updated (an upsert). With an expectation suite the batch is validated first (validation_options=
         {"run_validation": False} skips it). Returns (job, validation report) as Hopsworks does (no job here)."""
@@ -194,7 +208,7 @@ class FeatureGroup(GroupMembers):
         return None, self.commit(frames.to_arrow(features), validate=run_validation, duplicates=duplicates,
                                  online=storage != "offline")[1]
 
-    def _insert_online(self, features: Any, duplicates: str) -> None:
+    def _insert_online(self, features: Frame, duplicates: str) -> None:
         """storage='online': the batch into the online store only (as hsfs writes it), checked as an insert is;
         the offline table is not changed."""
         if not self.online_enabled:
@@ -234,7 +248,7 @@ class FeatureGroup(GroupMembers):
                 self.store.save_statistics(self, commit, stats.of_table(after, self.statistics_config))
         return commit, report
 
-    def commit_spark(self, frame: Any, validate: bool = True, duplicates: str = frames.KEEP_LAST,
+    def commit_spark(self, frame: SparkFrame, validate: bool = True, duplicates: str = frames.KEEP_LAST,
                      online: bool = True) -> tuple[Commit, dict[str, Any] | None]:
         """A Spark DataFrame's rows committed by Spark's tasks (spark_insert.py); its checks and statistics are
         Spark jobs. Only an expectation suite reads the batch on the driver (the checks run on Arrow)."""
@@ -386,13 +400,15 @@ class FeatureGroup(GroupMembers):
         kept = {*self.primary_key, *self.partition_key, *([self.event_time] if self.event_time else [])}
         return Query(self, tuple(n for n in self.feature_names() if n not in kept))
 
-    def filter(self, f: Any) -> Query:   # f: hsfs' name
+    def filter(self, f: Condition) -> Query:   # f: hsfs' name
+        """A query of every feature, filtered by `f` (a condition such as `fg.amount > 10`)."""
         return self.select_all().filter(f)
 
-    def as_of(self, wallclock_time: Any = None, exclude_until: Any = None) -> Query:
+    def as_of(self, wallclock_time: When = None, exclude_until: When = None) -> Query:
+        """A query of every feature as of `wallclock_time` (rows committed after `exclude_until` only, when given)."""
         return self.select_all().as_of(wallclock_time, exclude_until)
 
-    def read(self, wallclock_time: Any = None, online: bool = False, dataframe_type: str = "default",
+    def read(self, wallclock_time: When = None, online: bool = False, dataframe_type: str = "default",
              read_options: dict[str, Any] | None = None) -> Any:
         """The group's rows (as of `wallclock_time`: the newest commit at or before it); with `online`, the
         online store's rows (its newest per key), as hsfs reads them."""
@@ -405,9 +421,10 @@ class FeatureGroup(GroupMembers):
         return self.select_all().as_of(wallclock_time).read(online, dataframe_type, read_options)
 
     def show(self, n: int, online: bool = False) -> Any:
+        """The first `n` rows of the group (of its online rows with `online`), as a pandas frame."""
         return self.read(online=online).head(n)
 
-    def commit_details(self, wallclock_time: Any = None, limit: int | None = None) -> dict[int, dict[str, Any]]:
+    def commit_details(self, wallclock_time: When = None, limit: int | None = None) -> dict[int, dict[str, Any]]:
         """Each commit (newest first) with its time and row counts; up to `wallclock_time` when given."""
         self._check_saved()
         commits = self.table.commits()
@@ -418,13 +435,15 @@ class FeatureGroup(GroupMembers):
             commits = [c for c in commits if c.committed_ms <= at]
         return {c.version: c.details() for c in commits[:limit]}
 
-    def get_statistics(self, computation_time: Any = None) -> dict[str, Any]:
+    def get_statistics(self, computation_time: When = None) -> dict[str, Any]:
         """The statistics of the newest commit (at or before `computation_time` when given)."""
         self._check_saved()
         version = self.table.version_at(computation_time) if computation_time is not None else None
         return self.store.read_statistics(self, version)
 
-    def compute_statistics(self, wallclock_time: Any = None) -> dict[str, Any]:
+    def compute_statistics(self, wallclock_time: When = None) -> dict[str, Any]:
+        """Compute and keep the statistics of the newest commit (at or before `wallclock_time`), whatever
+        statistics_config says; the statistics."""
         self._check_saved()
         version = (self.table.version_at(wallclock_time) if wallclock_time is not None
                    else self.table.latest_version())
@@ -434,6 +453,7 @@ class FeatureGroup(GroupMembers):
         return computed
 
     def delete(self) -> None:
+        """Delete the group version: its table, records and online rows."""
         self.store.delete_group(self)
 
     def _check_saved(self) -> None:
@@ -441,7 +461,7 @@ class FeatureGroup(GroupMembers):
             raise FeatureStoreError(f"feature group {self.key!r} has no data yet: insert a DataFrame first")
 
 
-def ttl_seconds(ttl: Any, group: str) -> float | None:
+def ttl_seconds(ttl: object, group: str) -> float | None:
     """A staleness window in seconds (a timedelta or a number of seconds; None: no window): how old a row of
     this group may be, against the label row's event time, to be joined point in time (Feast's `ttl`)."""
     import datetime as dt

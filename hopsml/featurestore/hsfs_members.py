@@ -9,18 +9,26 @@ import json
 import logging
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml import layout
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.absent import refusal, refused_property
+from hopsml.featurestore.frames import to_arrow
+from hopsml.featurestore.seams import Frame, ProjectStore, SourcedColumns, When
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from hopsml.featurestore.transformations import TransformationFunction
+    from hopsml.fs import Storage
 
 log = logging.getLogger(__name__)
 
 _COMPLEX = ("list<", "large_list<", "fixed_size_list<", "struct<", "map<")
 
 
-def stable_id(*names: Any) -> int:
+def stable_id(*names: object) -> int:
     """A positive id that is the same in every process for the same names (hsfs' objects have numeric ids)."""
     return zlib.crc32("/".join(str(n) for n in names).encode()) & 0x7FFFFFFF
 
@@ -34,8 +42,8 @@ class FeatureDescriptiveStatistics:
     feature_type: str | None = None
     count: int | None = None
     num_null_values: int | None = None
-    min: Any = None
-    max: Any = None
+    min: object = None
+    max: object = None
     mean: float | None = None
     stddev: float | None = None
     approx_num_distinct_values: int | None = None
@@ -80,7 +88,7 @@ class StoreMembers:
     """hsfs' FeatureStore members beyond hopsml's own (mixed into FeatureStore)."""
 
     project: str
-    storage: Any
+    storage: Storage
 
     @property
     def id(self) -> int:
@@ -115,7 +123,8 @@ class StoreMembers:
         finally:
             connection.close()
 
-    def create_transformation_function(self, transformation_function: Any, version: int | None = None) -> Any:
+    def create_transformation_function(self, transformation_function: object, version: int | None = None
+                                       ) -> TransformationFunction:
         """A transformation function from a @udf, kept in the feature store by its `save()` so that
         `get_transformation_function(name, version)` finds it (its code is found again by module and name)."""
         from hopsml.featurestore.transformations import TransformationFunction
@@ -125,7 +134,7 @@ class StoreMembers:
                                     f"{type(transformation_function).__name__}")
         return transformation_function.saved_in(self, version)
 
-    def saved_transformation_function(self, name: str, version: int | None) -> Any:
+    def saved_transformation_function(self, name: str, version: int | None) -> TransformationFunction | None:
         """The transformation function saved under `name` (its newest version, or `version`), or None."""
         from hopsml.featurestore.transformations import TransformationFunction
 
@@ -149,11 +158,11 @@ class StoreMembers:
 class GroupMembers:
     """hsfs' FeatureGroup members beyond hopsml's own (mixed into FeatureGroup)."""
 
-    store: Any
-    _parts: list[Any] | None = None
+    store: ProjectStore
+    _parts: list[Frame] | None = None
 
     @property
-    def feature_store(self) -> Any:
+    def feature_store(self) -> ProjectStore:
         return self.store
 
     @property
@@ -175,10 +184,10 @@ class GroupMembers:
         return [f["name"] for f in self.to_dict().get("features", [])   # type: ignore[attr-defined]
                 if str(f.get("type", "")).startswith(_COMPLEX)]
 
-    def multi_part_insert(self, features: Any = None, overwrite: bool = False, operation: str = "upsert",
+    def multi_part_insert(self, features: Frame | None = None, overwrite: bool = False, operation: str = "upsert",
                           storage: str | None = None, write_options: dict[str, Any] | None = None,
                           validation_options: dict[str, Any] | None = None, transform: bool = True,
-                          transformation_context: Any = None) -> tuple[None, None] | GroupMembers:
+                          transformation_context: object = None) -> tuple[None, None] | GroupMembers:
         """Collect `features` for one insert done by `finalize_multi_part_insert()` (hsfs streams the parts to
         Kafka; here they are kept in memory and committed once). Without `features`, the group itself, on which
         further `multi_part_insert(df)` calls collect."""
@@ -198,8 +207,8 @@ class GroupMembers:
         if not parts:
             raise FeatureStoreError(f"feature group {self.key!r}: no parts to insert; "   # type: ignore[attr-defined]
                                     "call multi_part_insert(df) first")
-        frames = [p.to_pandas() if hasattr(p, "to_pandas") and not isinstance(p, pd.DataFrame) else p for p in parts]
-        return self.insert(pd.concat(frames, ignore_index=True))   # type: ignore[attr-defined]
+        whole = [p if isinstance(p, pd.DataFrame) else to_arrow(p).to_pandas() for p in parts]
+        return self.insert(pd.concat(whole, ignore_index=True))   # type: ignore[attr-defined]
 
     create_feature_monitoring = refusal("FeatureGroup.create_feature_monitoring")
     create_statistics_monitoring = refusal("FeatureGroup.create_statistics_monitoring")
@@ -215,11 +224,11 @@ class GroupMembers:
 class ViewMembers:
     """hsfs' FeatureView members beyond hopsml's own (mixed into FeatureView)."""
 
-    store: Any
+    store: ProjectStore
     name: str
     version: int
     labels: list[str]
-    query: Any
+    query: SourcedColumns
 
     @property
     def schema(self) -> list[TrainingDatasetFeature]:
@@ -250,6 +259,10 @@ class ViewMembers:
         return [TrainingDatasetFeature(n, t, lab, None, i) for i, (n, t, lab) in enumerate(columns)]
 
     # --- tags: small JSON values kept beside the view's record --------------------------------------------------
+    def _training_dataset_record(self, version: int) -> dict[str, Any]:
+        """The record of training dataset `version`; refused when the view has none (FeatureView reads it)."""
+        raise NotImplementedError
+
     def _tags_path(self) -> str:
         return layout.join(layout.feature_view_dir(self.store.project, self.name, self.version), layout.VIEW_TAGS)
 
@@ -260,7 +273,7 @@ class ViewMembers:
     def _save_tags(self, tags: dict[str, Any]) -> None:
         self.store.storage.write_json(self._tags_path(), tags)
 
-    def add_tag(self, name: str, value: Any) -> None:
+    def add_tag(self, name: str, value: object) -> None:
         """Attach the tag `name` (any JSON value) to the view; an existing tag of that name is replaced."""
         tags = self._tags()
         tags.setdefault("view", {})[_tag_name(name)] = _tag_value(name, value)
@@ -280,9 +293,9 @@ class ViewMembers:
         tags.get("view", {}).pop(name, None)
         self._save_tags(tags)
 
-    def add_training_dataset_tag(self, training_dataset_version: int, name: str, value: Any) -> None:
+    def add_training_dataset_tag(self, training_dataset_version: int, name: str, value: object) -> None:
         """Attach the tag `name` to training dataset `training_dataset_version` of the view."""
-        self.store.read_training_dataset(self, training_dataset_version)   # refuses a version that is not there
+        self._training_dataset_record(training_dataset_version)   # refuses a version that is not there
         tags = self._tags()
         tags.setdefault("training_datasets", {}).setdefault(str(int(training_dataset_version)), {})[
             _tag_name(name)] = _tag_value(name, value)
@@ -311,13 +324,13 @@ class ViewMembers:
 class QueryMembers:
     """hsfs' Query members beyond hopsml's own (mixed into Query)."""
 
-    def pull_changes(self, wallclock_start_time: Any, wallclock_end_time: Any) -> Any:
+    def pull_changes(self, wallclock_start_time: When, wallclock_end_time: When) -> Any:
         """The rows committed after `wallclock_start_time` up to `wallclock_end_time` (hsfs keeps it as the older
         spelling of `as_of(wallclock_end_time, exclude_until=wallclock_start_time)`)."""
         return self.as_of(wallclock_end_time, exclude_until=wallclock_start_time)   # type: ignore[attr-defined]
 
 
-def _frame(table: Any, dataframe_type: str) -> Any:
+def _frame(table: pa.Table, dataframe_type: str) -> Any:
     """An Arrow table as `dataframe_type` asks (hsfs' names: default/pandas, polars, numpy, python, pyarrow)."""
     kind = str(dataframe_type).lower()
     if kind in ("pyarrow", "arrow"):
@@ -334,13 +347,13 @@ def _frame(table: Any, dataframe_type: str) -> Any:
     return frame
 
 
-def _tag_name(name: Any) -> str:
+def _tag_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise FeatureStoreError(f"a tag's name must be a non-empty string, not {name!r}")
     return name
 
 
-def _tag_value(name: str, value: Any) -> Any:
+def _tag_value(name: str, value: object) -> object:
     """The tag's value as JSON keeps it (a Tag object: its value); refused when JSON cannot hold it."""
     value = getattr(value, "value", value)
     try:

@@ -6,14 +6,18 @@ served vectors with its statistics, and `hopsml pipelines dag` knows the functio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hopsml.featurestore import materialize
+from hopsml.featurestore.refs import StoreRef, ViewRef
 from hopsml.tracking import lineage
 
+if TYPE_CHECKING:
+    from hopsml.featurestore.training import Splits
 
-def record_statistics(view: Any, version: int, rows: Any) -> None:
+
+def record_statistics(view: ViewRef, version: int, rows: Splits) -> None:
     """The statistics of each split of a new in-memory version (`rows`: its training.Splits; the model's features
     and labels, as the caller gets them), and the names of its numeric features in vector order, into its
     record."""
@@ -25,7 +29,7 @@ def record_statistics(view: Any, version: int, rows: Any) -> None:
     view.store.update_training_dataset(view, version, statistics=statistics, features=features)
 
 
-def note_read(view: Any, version: int, splits: Any) -> None:
+def note_read(view: ViewRef, version: int, splits: Iterable[str]) -> None:
     """The running experiment (if any) read these splits of the view's training dataset version."""
     record = view.store.read_training_dataset(view, version)
     name = str(record.get("dataset") or materialize.dataset_name(view.name, view.version, version))
@@ -37,7 +41,7 @@ def note_read(view: Any, version: int, splits: Any) -> None:
                                       "in_memory": not record.get("dataset")})
 
 
-def training_reference(store: Any, entry: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def training_reference(store: StoreRef, entry: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(statistics, feature names) of the in-memory training dataset version a lineage entry names."""
     view = store.get_feature_view(str(entry["view"]), int(entry["view_version"]))
     record = view.store.read_training_dataset(view, int(entry["training_dataset_version"]))

@@ -25,19 +25,49 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.seams import KeyedGroup
 from hopsml.redact import redact_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from hopsml import config
+    from hopsml.fs import Storage
 
 EVENT_US = "__event_us"    # the event time as epoch microseconds: what a write compares
 ONLINE_FILE = "_online.sqlite"
 STAGING = "__staging"      # a table's rows being rebuilt by a sync, swapped in when complete
 RETIRED = "__retired"      # a table's old rows between a MySQL swap and their drop
 _BATCH = 1000              # rows per statement
+
+
+class Cursor(Protocol):
+    """A DB-API cursor (sqlite3's, PyMySQL's, mysqlclient's): what the stores call on one."""
+
+    def execute(self, operation: str, parameters: Sequence[object] = ..., /) -> object: ...
+
+    def executemany(self, operation: str, rows: Iterable[Sequence[object]], /) -> object: ...
+
+    def fetchall(self) -> Sequence[Sequence[Any]]: ...
+
+    def fetchone(self) -> Sequence[Any] | None: ...
+
+    def close(self) -> None: ...
+
+
+class Connection(Protocol):
+    """A DB-API connection, as the stores use one."""
+
+    def cursor(self) -> Cursor: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class OnlineStore:
@@ -66,20 +96,20 @@ class OnlineStore:
     def _upsert(self, table: str, columns: Sequence[str], keys: Sequence[str], timed: bool) -> str:
         raise NotImplementedError
 
-    def _tables(self, cursor: Any) -> set[str]:
+    def _tables(self, cursor: Cursor) -> set[str]:
         raise NotImplementedError
 
-    def _columns(self, cursor: Any, table: str) -> list[str]:
+    def _columns(self, cursor: Cursor, table: str) -> list[str]:
         raise NotImplementedError
 
     def _q(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
-    def _begin(self, connection: Any) -> None:
+    def _begin(self, connection: Connection) -> None:
         """Open the transaction a write commits (sqlite3 opens one itself before the first change)."""
 
     # --- connections ------------------------------------------------------------------------------------
-    def connection(self) -> Any:
+    def connection(self) -> Connection:
         """This thread's connection (a serving answers from several threads)."""
         found = getattr(self._local, "connection", None)
         if found is None:
@@ -98,7 +128,7 @@ class OnlineStore:
             self._local.connection = None
 
     # --- writing ----------------------------------------------------------------------------------------
-    def write(self, group: Any, batch: pa.Table, replace: bool = False) -> int:
+    def write(self, group: KeyedGroup, batch: pa.Table, replace: bool = False) -> int:
         """The newest row per key of `batch` (a group's rows, offline types) written, unless the store holds a
         later one; with `replace`, the table holds exactly these rows afterwards. Returns the rows written."""
         newest = newest_per_key(batch, group.primary_key, group.event_time)
@@ -132,14 +162,14 @@ class OnlineStore:
             self.generation += 1
         return target
 
-    def _prepared(self, cursor: Any, table: str, schema: pa.Schema, keys: Sequence[str], event_time: str | None
+    def _prepared(self, cursor: Cursor, table: str, schema: pa.Schema, keys: Sequence[str], event_time: str | None
                   ) -> Target:
         self._ensure(cursor, table, schema, list(keys), bool(event_time))
         columns = [*schema.names, *([EVENT_US] if event_time else [])]
         return Target(self.url, table, tuple(keys), event_time, tuple(schema.names),
                       self._upsert(table, columns, list(keys), bool(event_time)))
 
-    def _put(self, cursor: Any, target: Target, rows: pa.Table) -> int:
+    def _put(self, cursor: Cursor, target: Target, rows: pa.Table) -> int:
         """`rows` (one per key, the columns of `target`) upserted with the target's newest-row-wins statement: the
         one statement every write path runs."""
         values = stored_rows(rows.select(list(target.columns)), target.event_time)
@@ -197,7 +227,7 @@ class OnlineStore:
             cursor.close()
             self.generation += 1
 
-    def _swap(self, connection: Any, cursor: Any, staging: str, table: str) -> None:
+    def _swap(self, connection: Connection, cursor: Cursor, staging: str, table: str) -> None:
         raise NotImplementedError
 
     def drop_table(self, table: str) -> None:
@@ -212,7 +242,7 @@ class OnlineStore:
             cursor.close()
             self.generation += 1
 
-    def _ensure(self, cursor: Any, table: str, schema: pa.Schema, keys: Sequence[str], timed: bool) -> None:
+    def _ensure(self, cursor: Cursor, table: str, schema: pa.Schema, keys: Sequence[str], timed: bool) -> None:
         """The group's table, created or given the batch's new columns."""
         if table not in self._tables(cursor):
             columns = [f"{self._q(f.name)} {self._column_type(f.type, f.name in keys)}" for f in schema]
@@ -228,14 +258,14 @@ class OnlineStore:
                                f"{self._column_type(field.type, False)}")
 
     # --- reading ----------------------------------------------------------------------------------------
-    def read(self, group: Any, keys: Sequence[Sequence[Any]], schema: pa.Schema
+    def read(self, group: KeyedGroup, keys: Sequence[Sequence[Any]], schema: pa.Schema
              ) -> dict[tuple[Any, ...], dict[str, Any]]:
         """The stored rows of the given primary-key values (a tuple per key, in the group's key order), by key;
         values in the offline types of `schema`. A key with no row is left out."""
         names = [f.name for f in schema]
         return {key: dict(zip(names, values)) for key, values in self.reader(group, schema)(keys).items()}
 
-    def reader(self, group: Any, schema: pa.Schema, names: Sequence[str] | None = None) -> Reader:
+    def reader(self, group: KeyedGroup, schema: pa.Schema, names: Sequence[str] | None = None) -> Reader:
         """A reader of the group's table as it is now: the values of `names` (default: all of `schema`) by key."""
         table = table_name(group)
         cursor = self.connection().cursor()
@@ -246,7 +276,7 @@ class OnlineStore:
         return Reader(self, table, list(group.primary_key), schema,
                       [f.name for f in schema] if names is None else list(names), present)
 
-    def rows(self, group: Any, schema: pa.Schema) -> pa.Table:
+    def rows(self, group: KeyedGroup, schema: pa.Schema) -> pa.Table:
         """Every row the group's table holds (its newest per key), in the offline types of `schema`; no rows when
         it has no table yet. What `fg.read(online=True)` answers."""
         import pyarrow as pa
@@ -271,7 +301,7 @@ class OnlineStore:
             columns.append(pa.array(values, schema.field(name).type))
         return pa.table(columns, schema=pa.schema([schema.field(n) for n in names]))
 
-    def count(self, group: Any) -> int | None:
+    def count(self, group: KeyedGroup) -> int | None:
         """Rows in the group's table (None: it has none yet)."""
         table = table_name(group)
         cursor = self.connection().cursor()
@@ -279,7 +309,7 @@ class OnlineStore:
             if table not in self._tables(cursor):
                 return None
             cursor.execute(f"SELECT COUNT(*) FROM {self._q(table)}")
-            return int(cursor.fetchone()[0])
+            return int(cursor.fetchall()[0][0])
         finally:
             cursor.close()
 
@@ -294,7 +324,7 @@ class OnlineStore:
             cursor.close()
             self.generation += 1
 
-    def drop(self, group: Any) -> None:
+    def drop(self, group: KeyedGroup) -> None:
         self.drop_table(table_name(group))
 
 
@@ -409,18 +439,18 @@ class SQLiteStore(OnlineStore):
         return (f"INSERT INTO {self._q(table)} ({names}) VALUES ({', '.join('?' * len(columns))}) "
                 f"ON CONFLICT ({', '.join(self._q(k) for k in keys)}) {action}")
 
-    def _swap(self, connection: Any, cursor: Any, staging: str, table: str) -> None:
+    def _swap(self, connection: Connection, cursor: Cursor, staging: str, table: str) -> None:
         # one transaction (sqlite3 opens none before DDL by itself): a WAL reader keeps the snapshot it began with
         cursor.execute("BEGIN IMMEDIATE")
         cursor.execute(f"DROP TABLE IF EXISTS {self._q(table)}")
         cursor.execute(f"ALTER TABLE {self._q(staging)} RENAME TO {self._q(table)}")
         connection.commit()
 
-    def _tables(self, cursor: Any) -> set[str]:
+    def _tables(self, cursor: Cursor) -> set[str]:
         cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {row[0] for row in cursor.fetchall()}
 
-    def _columns(self, cursor: Any, table: str) -> list[str]:
+    def _columns(self, cursor: Cursor, table: str) -> list[str]:
         cursor.execute(f"PRAGMA table_info({self._q(table)})")
         return [row[1] for row in cursor.fetchall()]
 
@@ -445,7 +475,7 @@ class MySQLStore(OnlineStore):
                               database=parts.path.lstrip("/") or "", connect_timeout=10, read_timeout=60,
                               write_timeout=60, autocommit=True, charset="utf8mb4")
 
-    def _begin(self, connection: Any) -> None:
+    def _begin(self, connection: Any) -> None:   # PyMySQL's or mysqlclient's: `query` is beyond DB-API
         # reads run outside transactions (autocommit), so each sees the rows committed before it: a read inside
         # one would see only what was there at its first read, whatever other hosts wrote since
         connection.query("START TRANSACTION")
@@ -469,7 +499,7 @@ class MySQLStore(OnlineStore):
 
     _collation = ""
 
-    def _ensure(self, cursor: Any, table: str, schema: pa.Schema, keys: Sequence[str], timed: bool) -> None:
+    def _ensure(self, cursor: Cursor, table: str, schema: pa.Schema, keys: Sequence[str], timed: bool) -> None:
         # a text key compares byte for byte, trailing spaces included: the default collation finds 'A' for 'a',
         # a binary one with PAD SPACE 'a ' for 'a'. MariaDB calls the one with neither utf8mb4_nopad_bin, MySQL
         # 8 utf8mb4_0900_bin; a server with neither keeps utf8mb4_bin (trailing spaces then ignored)
@@ -493,7 +523,7 @@ class MySQLStore(OnlineStore):
             f" ON DUPLICATE KEY UPDATE {self._q(keys[0])} = {self._q(keys[0])}"
         return f"INSERT INTO {self._q(table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))}){update}"
 
-    def _swap(self, connection: Any, cursor: Any, staging: str, table: str) -> None:
+    def _swap(self, connection: Connection, cursor: Cursor, staging: str, table: str) -> None:
         # one RENAME TABLE of both is atomic: a reader waits for it and then reads the new table
         old = table + RETIRED
         cursor.execute(f"DROP TABLE IF EXISTS {self._q(old)}")
@@ -503,11 +533,11 @@ class MySQLStore(OnlineStore):
         else:
             cursor.execute(f"RENAME TABLE {self._q(staging)} TO {self._q(table)}")
 
-    def _tables(self, cursor: Any) -> set[str]:
+    def _tables(self, cursor: Cursor) -> set[str]:
         cursor.execute("SHOW TABLES")
         return {row[0] for row in cursor.fetchall()}
 
-    def _columns(self, cursor: Any, table: str) -> list[str]:
+    def _columns(self, cursor: Cursor, table: str) -> list[str]:
         cursor.execute(f"SHOW COLUMNS FROM {self._q(table)}")
         return [row[0] for row in cursor.fetchall()]
 
@@ -580,7 +610,7 @@ _OPEN: dict[tuple[str, str], OnlineStore] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def open_store(settings: Any, storage: Any) -> OnlineStore:
+def open_store(settings: config.Settings, storage: Storage) -> OnlineStore:
     """The project's online store, as the `online_store` setting names it (one per process and URL)."""
     from hopsml import layout
 
@@ -623,7 +653,7 @@ def newest_per_key(table: pa.Table, keys: Sequence[str], event_time: str | None)
     return ranked.filter(kept).drop_columns(["__row"])
 
 
-def read_query(query: Any, dataframe_type: str = "default") -> Any:
+def read_query(query: Any, dataframe_type: str = "default") -> Any:   # a Query: query.py calls this
     """A query's rows from the online store (`read(online=True)`): the selected features of its group's online
     rows, the newest per key. A query with joins or filters is refused: its online answer is the view's feature
     vectors (`fv.get_feature_vectors`)."""
@@ -655,7 +685,7 @@ def read_query(query: Any, dataframe_type: str = "default") -> Any:
                             "or 'python' (a Spark frame of online rows: read them offline)")
 
 
-def table_name(group: Any) -> str:
+def table_name(group: KeyedGroup) -> str:
     """The group's table: `<project>__<name>_<version>`, so projects can share one database."""
     return f"{group.store.project}__{group.name}_{group.version}"
 
@@ -669,7 +699,7 @@ def stored_rows(table: pa.Table, event_time: str | None) -> list[tuple[Any, ...]
     return list(zip(*columns))
 
 
-def _stored(column: Any) -> Any:
+def _stored(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A column as `as_stored` makes its values: times as epoch microseconds (whatever their zone: Arrow holds
     UTC), dates as ISO text, booleans as 0/1; other types as they are."""
     import pyarrow as pa
@@ -690,7 +720,7 @@ def _micros(value: dt.datetime) -> int:
         int(value.replace(tzinfo=dt.timezone.utc).timestamp() * 1_000_000)
 
 
-def as_stored(value: Any) -> Any:
+def as_stored(value: object) -> object:
     """A value as a store column holds it: times as epoch microseconds, dates as ISO text, booleans as 0/1."""
     if isinstance(value, bool):
         return int(value)
@@ -717,11 +747,11 @@ def _loader(kind: pa.DataType) -> Callable[[Any], Any] | None:
     return None
 
 
-def _from_micros(value: Any) -> dt.datetime:
+def _from_micros(value: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(int(value) / 1_000_000, dt.timezone.utc)
 
 
-def _from_iso(value: Any) -> dt.date:
+def _from_iso(value: object) -> dt.date:
     return dt.date.fromisoformat(str(value))
 
 

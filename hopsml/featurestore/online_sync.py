@@ -15,10 +15,11 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hopsml.featurestore.engine import hive_options
 from hopsml.featurestore.online import STAGING, Streamed, table_name
+from hopsml.featurestore.refs import GroupRef
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 DUCKDB_MEMORY = "1GB"   # DuckDB's limit while it picks the newest rows; beyond it, it spills to disk
 
 
-def rebuild(group: Any, batch_rows: int, observe: Callable[[int], None] | None = None) -> Streamed:
+def rebuild(group: GroupRef, batch_rows: int, observe: Callable[[int], None] | None = None) -> Streamed:
     """The group's online table made the newest row per key of its offline table's newest version (see the
     module docstring); `observe` is called with the rows of each batch before it is written."""
     store = group.store.online()
@@ -47,7 +48,7 @@ def rebuild(group: Any, batch_rows: int, observe: Callable[[int], None] | None =
 
 
 @contextlib.contextmanager
-def newest_batches(group: Any, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatchReader]:
+def newest_batches(group: GroupRef, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatchReader]:
     """The newest row per key of the group's offline table as Arrow batches of at most `batch_rows` rows, picked
     by DuckDB (the table holds each (key, event time) once, so the pick is unique)."""
     import duckdb

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.refs import Condition, ViewRef
+from hopsml.featurestore.seams import WallClock, When
 from hopsml.featurestore.table import wallclock_ms
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ class RowLayout:
     event_time: str | None       # the left group's event time column as the frame names it
 
 
-def row_layout(view: Any, query: Query, start_time: Any, end_time: Any, extra_filter: Any = None) -> RowLayout:
+def row_layout(view: ViewRef, query: Query, start_time: When, end_time: When, extra_filter: Condition | None = None
+               ) -> RowLayout:
     """The layout of `query`'s rows in the time window (see RowLayout)."""
     left = view.query.left
     if extra_filter is not None:
@@ -65,5 +68,5 @@ def row_layout(view: Any, query: Query, start_time: Any, end_time: Any, extra_fi
     return RowLayout(wider, tuple(names), tuple(copies), tuple(columns), order, time)
 
 
-def utc(value: Any) -> dt.datetime:
+def utc(value: WallClock) -> dt.datetime:
     return dt.datetime.fromtimestamp(wallclock_ms(value) / 1000, dt.timezone.utc)

@@ -21,7 +21,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import frames
@@ -29,19 +29,23 @@ from hopsml.featurestore.table import Commit, GroupTable, logged_files, spark_re
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import DataFrame as SparkFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
-def is_spark(data: Any) -> bool:
+def is_spark(data: object) -> TypeGuard[SparkFrame]:
     return type(data).__module__.startswith("pyspark") and hasattr(data, "sparkSession")
 
 
-def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, partition_key: Sequence[str],
+def prepared(frame: SparkFrame, primary_key: Sequence[str], event_time: str | None, partition_key: Sequence[str],
              schema: pa.Schema | None, group: str, duplicates: str = frames.KEEP_LAST
-             ) -> tuple[Any, pa.Schema, list[str]]:
+             ) -> tuple[SparkFrame, pa.Schema, list[str]]:
     """The batch checked and in the group's schema (`schema`, None before the first insert), as frames.py checks
     an Arrow batch, by Spark jobs: (the frame, its Arrow schema, the columns it adds). A key the batch repeats
     keeps its last row in the frame's order (or refuses the batch with duplicates='refuse')."""
@@ -59,7 +63,7 @@ def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, par
     # one job: the rows per key, summed into the nulls per key column and the keys seen more than once
     per_key = frame.groupBy(*needed).count()
     found = per_key.agg(*[F.sum(F.when(F.col(c).isNull(), F.col("count")).otherwise(0)).alias(c) for c in needed],
-                        F.sum((F.col("count") > 1).cast("long")).alias("__repeated")).first()
+                        F.sum((F.col("count") > 1).cast("long")).alias("__repeated")).collect()[0]
     for column in needed:
         if found[column]:
             what = "event time" if column == event_time else "primary key"
@@ -97,7 +101,7 @@ def prepared(frame: Any, primary_key: Sequence[str], event_time: str | None, par
     return frame.select(*columns), target, added
 
 
-def _arrow_schema(schema: Any) -> pa.Schema:
+def _arrow_schema(schema: StructType) -> pa.Schema:
     """A Spark schema in Arrow's types, timestamps in UTC (Spark 4 asks for the zone; 3.5 takes UTC)."""
     import inspect
 
@@ -108,7 +112,7 @@ def _arrow_schema(schema: Any) -> pa.Schema:
     return to_arrow_schema(schema)
 
 
-def _event_time(frame: Any, column: str, group: str) -> Any:
+def _event_time(frame: SparkFrame, column: str, group: str) -> Column:
     """The event time as a timestamp column: a timestamp, a date, or int64 epoch milliseconds (frames.py)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, IntegralType, TimestampNTZType, TimestampType
@@ -128,7 +132,7 @@ def _event_time(frame: Any, column: str, group: str) -> Any:
                             "milliseconds")
 
 
-def write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str]) -> Commit:
+def write(table: GroupTable, frame: SparkFrame, schema: pa.Schema, added: Sequence[str]) -> Commit:
     """Write the batch with Spark's tasks and commit its files as one Delta commit (see the module docstring);
     the caller holds the group's lock, so the files it rewrites are the table's newest."""
     from deltalake import DeltaTable
@@ -144,7 +148,7 @@ def write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str]
         raise
 
 
-def _write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str]) -> Commit:
+def _write(table: GroupTable, frame: SparkFrame, schema: pa.Schema, added: Sequence[str]) -> Commit:
     from deltalake import CommitProperties, DeltaTable
     from deltalake.transaction import RemoveAction
     from pyspark.sql import functions as F
@@ -189,7 +193,7 @@ def _write(table: GroupTable, frame: Any, schema: pa.Schema, added: Sequence[str
 
 
 @contextlib.contextmanager
-def _micros(spark: Any) -> Iterator[None]:
+def _micros(spark: SparkSession) -> Iterator[None]:
     """Timestamps written as Parquet's TIMESTAMP_MICROS (Delta's timestamp), not Spark's default INT96."""
     key = "spark.sql.parquet.outputTimestampType"
     before = spark.conf.get(key, None)
@@ -234,7 +238,7 @@ def _moved(staging: str, root: str, partitions: Sequence[str]) -> list[tuple[Any
     return out
 
 
-def _logged(delta: Any, table: GroupTable) -> dict[str, tuple[str, int]]:
+def _logged(delta: DeltaTable, table: GroupTable) -> dict[str, tuple[str, int]]:
     """Each file of the table's newest version, by its local path: its path relative to the table (decoded, as
     delta-rs takes an action's path: it encodes it in the log), its rows."""
     import pyarrow as pa
@@ -253,7 +257,7 @@ def _local(uri: str) -> str:
     return os.path.normpath(urllib.parse.unquote(parsed.path if parsed.scheme else uri))
 
 
-def statistics(frame: Any, config: dict[str, Any]) -> dict[str, Any]:
+def statistics(frame: SparkFrame, config: dict[str, Any]) -> dict[str, Any]:
     """Statistics of a Spark DataFrame in stats.py's form (count, missing, min/max/mean/std, histogram; top
     values and distinct counts of the rest), by Spark jobs: what the driver gets back are the aggregates."""
     from pyspark.sql import functions as F
@@ -282,7 +286,7 @@ def statistics(frame: Any, config: dict[str, Any]) -> dict[str, Any]:
         out[column]["histogram"]["counts"] = counts
     if times:
         bounds = split.agg(*[F.count(c).alias(f"{c}__n") for c in times], *[F.min(c).alias(f"{c}__lo") for c in times],
-                           *[F.max(c).alias(f"{c}__hi") for c in times]).first()
+                           *[F.max(c).alias(f"{c}__hi") for c in times]).collect()[0]
         rows = table["rows"]["all"]
         for c in times:
             out[c] = {"count": bounds[f"{c}__n"], "missing": rows - bounds[f"{c}__n"], "kind": "time",
@@ -291,7 +295,7 @@ def statistics(frame: Any, config: dict[str, Any]) -> dict[str, Any]:
     return {"rows": table["rows"]["all"], "columns": {c: out[c] for c in kinds if c in out}}
 
 
-def _histograms(frame: Any, edges: dict[str, Sequence[float]]) -> dict[str, list[int]]:
+def _histograms(frame: SparkFrame, edges: dict[str, Sequence[float]]) -> dict[str, list[int]]:
     """Each column's counts in the buckets of its `edges` (the last closed), all in one Spark job."""
     from pyspark.sql import functions as F
 
@@ -310,7 +314,7 @@ def _histograms(frame: Any, edges: dict[str, Sequence[float]]) -> dict[str, list
     return out
 
 
-def _utc(value: Any) -> Any:
+def _utc(value: object) -> object:
     if isinstance(value, dt.datetime) and value.tzinfo is None:   # Spark hands timestamps in local time
         return value.astimezone(dt.timezone.utc)
     return value

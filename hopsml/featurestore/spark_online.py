@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.online import OnlineStore, Streamed, Target, store_for, table_name, without_password
+from hopsml.featurestore.seams import KeyedGroup
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame as SparkFrame
 
 _COUNTS = "rows long, given long, pieces long, largest long"   # what a writing task answers
 _PIECES = "piece binary"                                       # what a task hands the driver: Arrow IPC bytes
 
 
-def newest_rows(frame: Any, keys: Sequence[str], event_time: str | None) -> Any:
+def newest_rows(frame: SparkFrame, keys: Sequence[str], event_time: str | None) -> SparkFrame:
     """The frame's newest row per key (the later event time), chosen by Spark (still a frame: nothing collected)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -43,7 +45,7 @@ def newest_rows(frame: Any, keys: Sequence[str], event_time: str | None) -> Any:
         .drop("__hopsml_rank")
 
 
-def write(store: OnlineStore, group: Any, frame: Any, schema: pa.Schema, batch_rows: int,
+def write(store: OnlineStore, group: KeyedGroup, frame: SparkFrame, schema: pa.Schema, batch_rows: int,
           observe: Callable[[int], None] | None = None) -> Streamed:
     """The newest row per key of `frame` (a checked batch in the group's schema `schema`, as spark_insert.py
     prepares it) written into the group's online table, each key's row unless the table holds a later one (see the
@@ -91,7 +93,7 @@ def _task_pieces(batch_rows: int, batches: Iterator[pa.RecordBatch]) -> Iterator
             yield pa.RecordBatch.from_pydict({"piece": pa.array([sink.getvalue().to_pybytes()], pa.binary())})
 
 
-def _fetched(pieces: Any) -> Iterator[pa.Table]:
+def _fetched(pieces: SparkFrame) -> Iterator[pa.Table]:
     """The tasks' pieces on the driver, a partition at a time (the next is fetched once this one is written)."""
     import pyarrow as pa
 

@@ -17,6 +17,7 @@ from hopsml.fs import Storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame as SparkFrame
 
 SPLIT, INDEX = "__hopsml_split", "__hopsml_index"   # a row's split and its position in it (key order)
 SHARD = "__hopsml_shard"
@@ -67,7 +68,7 @@ def tables(frames: Mapping[str, Any], labels: Sequence[str], keys: Sequence[str]
     return out, numeric
 
 
-def arrow_schema(frame: Any) -> pa.Schema:
+def arrow_schema(frame: SparkFrame) -> pa.Schema:
     """The Arrow schema of the dataset's columns, as pyarrow types the pandas path's table."""
     import pyarrow as pa
 
@@ -182,7 +183,7 @@ def dataset_stats(converted: Mapping[str, Any], sizes: Mapping[str, int]) -> dic
     return materialize.assembled_stats(per, names, {s: int(sizes[s]) for s in converted})
 
 
-def _split_stats(frame: Any) -> dict[str, Any]:
+def _split_stats(frame: SparkFrame) -> dict[str, Any]:
     import pyarrow as pa
     from pyspark.sql import functions as F
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 DEFAULT = {"enabled": True, "histograms": True, "correlations": False, "exact_uniqueness": False, "columns": []}
 
 
-def config_of(value: Any) -> dict[str, Any]:
+def config_of(value: object) -> dict[str, Any]:
     """A statistics_config as Hopsworks takes it: None (the default), a bool, or a dict of its keys."""
     if value is None:
         return dict(DEFAULT)

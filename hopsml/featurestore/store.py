@@ -13,7 +13,7 @@ import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from hopsml.featurestore.group import FeatureGroup
     from hopsml.featurestore.online import OnlineStore
     from hopsml.featurestore.query import Query
+    from hopsml.featurestore.refs import GroupRef, ViewRef
     from hopsml.featurestore.table import Commit, Location
     from hopsml.featurestore.transformations import TransformationFunction
     from hopsml.featurestore.view import FeatureView
@@ -41,7 +42,7 @@ class RecordShape(Shape):
 
     items: Mapping[str, tuple[type, ...] | Shape] = field(default_factory=dict)
 
-    def check(self, data: Any) -> dict[str, Any]:
+    def check(self, data: object) -> dict[str, Any]:
         data = super().check(data)
         for key, kind in self.items.items():
             for index, item in enumerate(data.get(key) or []):
@@ -110,9 +111,11 @@ class FeatureStore(StoreMembers):
         return layout.join(layout.feature_group_dir(self.project, name, version), layout.GROUP_RECORD)
 
     def group_saved(self, name: str, version: int) -> bool:
+        """Whether group `name` version `version` has its record (a group is saved by its first insert or save())."""
         return self.storage.exists(self._record(name, version))
 
-    def save_group(self, group: FeatureGroup) -> None:
+    def save_group(self, group: GroupRef) -> None:
+        """Write the group's definition (its record beside the Delta table)."""
         self.storage.write_json(self._record(group.name, group.version), group.to_dict())
 
     def log_uri(self, name: str, version: int) -> str:
@@ -130,7 +133,7 @@ class FeatureStore(StoreMembers):
 
         return open_store(self.settings, self.storage)
 
-    def group_lock(self, group: FeatureGroup) -> contextlib.AbstractContextManager[None]:
+    def group_lock(self, group: GroupRef) -> contextlib.AbstractContextManager[None]:
         """Held while an insert commits and rewrites the group's definition (one process at a time). A remote
         table has no lock: there Delta's commit (a conditional write) refuses a conflicting commit, retried."""
         if group.table.remote:
@@ -143,11 +146,11 @@ class FeatureStore(StoreMembers):
     # Written before the offline commit and removed once the online store holds the batch: a process killed in
     # between, or an online write that failed, leaves it, so readers can say the online side is behind and the
     # next insert (or `hopsml fs sync`) rewrites the online side from the offline table.
-    def _owed_path(self, group: FeatureGroup) -> str:
+    def _owed_path(self, group: GroupRef) -> str:
         return layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                            layout.GROUP_ONLINE_OWED)
 
-    def owe_online(self, group: FeatureGroup, since_commit: int) -> dict[str, Any] | None:
+    def owe_online(self, group: GroupRef, since_commit: int) -> dict[str, Any] | None:
         """Record that the insert about to commit owes its online write; returns what an earlier insert still
         owed (None when the online side was complete)."""
         owed = self.online_owed(group, fresh=True)
@@ -157,12 +160,12 @@ class FeatureStore(StoreMembers):
         self._owed_seen.pop(group.key, None)
         return owed
 
-    def paid_online(self, group: FeatureGroup) -> None:
+    def paid_online(self, group: GroupRef) -> None:
         """The online store holds every commit of the group: nothing is owed."""
         self.storage.delete(self._owed_path(group))
         self._owed_seen.pop(group.key, None)
 
-    def online_owed(self, group: FeatureGroup, fresh: bool = False) -> dict[str, Any] | None:
+    def online_owed(self, group: GroupRef, fresh: bool = False) -> dict[str, Any] | None:
         """What the group's online side still owes (from which commit on, since when), or None when it holds the
         newest row per key of every commit. Looked at once a second per group at most (vector lookups ask on
         every call), unless `fresh`."""
@@ -178,7 +181,7 @@ class FeatureStore(StoreMembers):
         self._owed_seen[group.key] = (now, owed)
         return owed
 
-    def warn_if_online_behind(self, group: FeatureGroup) -> None:
+    def warn_if_online_behind(self, group: GroupRef) -> None:
         """What a reader of the online store calls: a warning, once per interrupted insert, that the group's online
         rows miss commits (until the next insert or `hopsml fs sync` completes them)."""
         owed = self.online_owed(group)
@@ -192,7 +195,7 @@ class FeatureStore(StoreMembers):
                         group.key, owed.get("since_commit"), owed.get("started"), group.name, group.version)
 
     @contextlib.contextmanager
-    def after_commit(self, group: FeatureGroup, commit: Commit, step: str) -> Iterator[None]:
+    def after_commit(self, group: GroupRef, commit: Commit, step: str) -> Iterator[None]:
         """Around a step that follows an insert's commit (the group's definition, the online write, statistics):
         the commit has landed, so a failure is logged and recorded beside the group (`after_commit_problems`, the
         web view's group page), never raised; a retried insert would insert again."""
@@ -209,7 +212,7 @@ class FeatureStore(StoreMembers):
                 log.error("feature group %s: could not record that %s failed after commit %d: %s", group.key,
                           step, commit.version, unrecorded)
 
-    def after_commit_problems(self, group: FeatureGroup) -> list[dict[str, Any]]:
+    def after_commit_problems(self, group: GroupRef) -> list[dict[str, Any]]:
         """The steps after a commit that failed (`after_commit`), oldest first."""
         folder = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                              layout.GROUP_AFTER_COMMIT)
@@ -219,23 +222,26 @@ class FeatureStore(StoreMembers):
                        key=lambda n: int(n[:-5]) if n[:-5].isdigit() else 0)
         return [dict(self.storage.read_json(layout.join(folder, n))) for n in names]
 
-    def save_view(self, view: FeatureView) -> None:
+    def save_view(self, view: ViewRef) -> None:
+        """Write the view's definition (query, labels, transformation functions, logging state)."""
         self.storage.write_json(self._view_record(view.name, view.version), view.to_dict())
 
-    def save_statistics(self, group: FeatureGroup, commit: Commit, computed: dict[str, Any]) -> None:
+    def save_statistics(self, group: GroupRef, commit: Commit, computed: dict[str, Any]) -> None:
+        """Keep the statistics computed for one commit of the group, beside its table."""
         path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                            layout.GROUP_STATISTICS, f"{commit.version}.json")
         self.storage.write_json(path, {"commit": commit.version, "committed_on": commit.committed_on.isoformat(),
                                        **computed})
 
-    def save_validation(self, group: FeatureGroup, report: dict[str, Any]) -> str:
+    def save_validation(self, group: GroupRef, report: dict[str, Any]) -> str:
         """Keep a validation report beside the group's table; where it lies."""
         path = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                            layout.GROUP_VALIDATION, f"{time.time_ns()}.json")
         self.storage.write_json(path, report)
         return self.storage.uri(path)
 
-    def read_statistics(self, group: FeatureGroup, version: int | None = None) -> dict[str, Any]:
+    def read_statistics(self, group: GroupRef, version: int | None = None) -> dict[str, Any]:
+        """The statistics of the group's newest commit (at or before commit `version` when given)."""
         folder = layout.join(layout.feature_group_dir(self.project, group.name, group.version),
                              layout.GROUP_STATISTICS)
         found = sorted(int(e.name[:-5]) for e in self.storage.walk(folder, recursive=False)
@@ -247,7 +253,7 @@ class FeatureStore(StoreMembers):
                                     + ": statistics_config may be off; call compute_statistics()")
         return dict(self.storage.read_json(layout.join(folder, f"{found[-1]}.json")))
 
-    def _saved(self, folder: str, record: Any) -> list[tuple[str, int]]:
+    def _saved(self, folder: str, record: Callable[[str, int], str]) -> list[tuple[str, int]]:
         """(name, version) of every `<name>_<version>` folder in `folder` whose record (`record(name, version)`,
         a path) exists: what is saved, not what a failed first insert left."""
         if not self.storage.exists(folder):
@@ -264,6 +270,7 @@ class FeatureStore(StoreMembers):
         return [v for n, v in self.group_names() if n == name]
 
     def group_names(self) -> list[tuple[str, int]]:
+        """(name, version) of every saved group version, sorted."""
         return self._saved(layout.feature_store_dir(self.project), self._record)
 
     # --- the hopsworks SDK's calls ----------------------------------------------------------------------
@@ -293,6 +300,7 @@ class FeatureStore(StoreMembers):
         return self._load(name, int(version))
 
     def get_feature_groups(self, name: str | None = None) -> list[FeatureGroup]:
+        """Every saved version of every group (of group `name` only when given)."""
         return [self._load(n, v) for n, v in self.group_names() if name is None or n == name]
 
     def scan_groups(self) -> list[tuple[str, int, FeatureGroup | BrokenRecordError]]:
@@ -312,7 +320,7 @@ class FeatureStore(StoreMembers):
     def create_feature_group(self, name: str, version: int | None = None, description: str = "",
                              online_enabled: bool = False, primary_key: Sequence[str] | None = None,
                              event_time: str | None = None, partition_key: Sequence[str] | None = None,
-                             statistics_config: Any = None, **options: Any) -> FeatureGroup:
+                             statistics_config: object = None, **options: Any) -> FeatureGroup:
         """A new group (saved by its first insert); refused when that version exists."""
         from hopsml.featurestore.group import FeatureGroup
 
@@ -329,7 +337,7 @@ class FeatureStore(StoreMembers):
     def get_or_create_feature_group(self, name: str, version: int | None = None, description: str = "",
                                     online_enabled: bool = False, primary_key: Sequence[str] | None = None,
                                     event_time: str | None = None, partition_key: Sequence[str] | None = None,
-                                    statistics_config: Any = None, **options: Any) -> FeatureGroup:
+                                    statistics_config: object = None, **options: Any) -> FeatureGroup:
         """Group `name` at `version` (the newest when None) if saved, else a new one saved by its first insert."""
         versions = self.versions(name)
         wanted = version if version is not None else (versions[-1] if versions else 1)
@@ -338,7 +346,7 @@ class FeatureStore(StoreMembers):
         return self.create_feature_group(name, int(wanted), description, online_enabled, primary_key, event_time,
                                          partition_key, statistics_config, **options)
 
-    def delete_group(self, group: FeatureGroup) -> None:
+    def delete_group(self, group: GroupRef) -> None:
         """The group's folder and, when it is online enabled, its online table."""
         if group.online_enabled:
             self.online().drop(group)
@@ -352,6 +360,7 @@ class FeatureStore(StoreMembers):
         return engine.run(query, dataframe_type, read_options)
 
     def query_sql(self, query: Query) -> str:
+        """The SQL the embedded engine (DuckDB) runs for `query`: what `query.to_string()` shows."""
         from hopsml.featurestore import engine
 
         return engine.duckdb_sql(query)
@@ -365,9 +374,11 @@ class FeatureStore(StoreMembers):
         return layout.join(layout.feature_view_dir(self.project, name, version), layout.VIEW_RECORD)
 
     def view_versions(self, name: str) -> list[int]:
+        """The saved versions of view `name`, oldest first."""
         return [v for n, v in self.view_names() if n == name]
 
     def view_names(self) -> list[tuple[str, int]]:
+        """(name, version) of every saved view version, sorted."""
         return self._saved(layout.feature_views_dir(self.project), self._view_record)
 
     def _load_view(self, name: str, version: int) -> FeatureView:
@@ -412,6 +423,7 @@ class FeatureStore(StoreMembers):
         return view
 
     def get_feature_view(self, name: str, version: int | None = None) -> FeatureView:
+        """View `name` at `version` (the newest when None); refused, naming the saved views, when it is not saved."""
         versions = self.view_versions(name)
         if not versions or (version is not None and int(version) not in versions):
             known = sorted({n for n, _ in self.view_names()})
@@ -421,6 +433,7 @@ class FeatureStore(StoreMembers):
         return self._load_view(name, int(version) if version is not None else versions[-1])
 
     def get_feature_views(self, name: str | None = None) -> list[FeatureView]:
+        """Every saved version of every view (of view `name` only when given)."""
         return [self._load_view(n, v) for n, v in self.view_names() if name is None or n == name]
 
     def scan_views(self) -> list[tuple[str, int, FeatureView | BrokenRecordError]]:
@@ -440,17 +453,20 @@ class FeatureStore(StoreMembers):
                                    labels: Sequence[str] | None = None,
                                    transformation_functions: Sequence[TransformationFunction] | None = None,
                                    **options: Any) -> FeatureView:
+        """View `name` at `version` (the newest when None) if saved, else a new one of `query` (create_feature_view)."""
         versions = self.view_versions(name)
         wanted = int(version) if version is not None else (versions[-1] if versions else 1)
         if wanted in versions:
             return self._load_view(name, wanted)
         return self.create_feature_view(name, query, wanted, description, labels, transformation_functions, **options)
 
-    def delete_view(self, view: FeatureView) -> None:
+    def delete_view(self, view: ViewRef) -> None:
+        """Delete the view's record and its training dataset versions' records (the groups it reads stay)."""
         self.storage.delete(layout.feature_view_dir(self.project, view.name, view.version))
         self.storage.delete(layout.training_datasets_dir(self.project, view.name, view.version))
 
-    def training_dataset_versions(self, view: FeatureView) -> list[int]:
+    def training_dataset_versions(self, view: ViewRef) -> list[int]:
+        """The view's training dataset versions that have a record, oldest first."""
         folder = layout.training_datasets_dir(self.project, view.name, view.version)
         if not self.storage.exists(folder):
             return []
@@ -458,7 +474,7 @@ class FeatureStore(StoreMembers):
                       if e.is_dir and e.name.isdigit()
                       and self.storage.exists(layout.join(folder, e.name, layout.TRAINING_DATASET_RECORD)))
 
-    def save_training_dataset(self, view: FeatureView, record: dict[str, Any]) -> int:
+    def save_training_dataset(self, view: ViewRef, record: dict[str, Any]) -> int:
         """Record a new training dataset version of `view`; its number."""
         folder = layout.training_datasets_dir(self.project, view.name, view.version)
         self.storage.makedirs(folder)
@@ -469,14 +485,15 @@ class FeatureStore(StoreMembers):
                                 {"version": version, "feature_view": view.key, **record})
         return version
 
-    def update_training_dataset(self, view: FeatureView, version: int, **fields: Any) -> None:
+    def update_training_dataset(self, view: ViewRef, version: int, **fields: object) -> None:
+        """Add or replace fields of a training dataset version's record (its statistics, its dataset's name)."""
         record = self.read_training_dataset(view, version)
         record.pop("state", None)   # said when it is read, never stored
         path = layout.join(layout.training_datasets_dir(self.project, view.name, view.version), str(int(version)),
                            layout.TRAINING_DATASET_RECORD)
         self.storage.write_json(path, {**record, **fields})
 
-    def read_training_dataset(self, view: FeatureView, version: int) -> dict[str, Any]:
+    def read_training_dataset(self, view: ViewRef, version: int) -> dict[str, Any]:
         """A training dataset version's record, with its `state`: COMPLETE, or INCOMPLETE when it names a
         written-out dataset that is not there (its record is written before its data, so a write that failed, was
         killed or is still running leaves one; it is never listed as normal)."""
@@ -502,6 +519,7 @@ class FeatureStore(StoreMembers):
         return self.storage.exists(ddir.success) and self.storage.exists(ddir.manifest)
 
     def get_transformation_functions(self) -> list[TransformationFunction]:
+        """The built-in transformation functions (min_max_scaler, standard_scaler, label_encoder, ...), unfitted."""
         from hopsml.featurestore import transformations
 
         return transformations.builtins()

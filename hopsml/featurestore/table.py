@@ -24,10 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from hopsml import layout
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.seams import WallClock
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame as SparkFrame
+    from pyspark.sql import DataFrameReader, SparkSession
+    from pyspark.sql.types import StructType
+
+    from hopsml.fs import Storage
 
 _RETRIES = 8
 
@@ -55,7 +62,7 @@ class Commit:
                 "addedColumns": list(self.added_columns)}
 
 
-def wallclock_ms(value: Any) -> int:
+def wallclock_ms(value: WallClock) -> int:
     """Epoch milliseconds of a wall-clock time as Hopsworks takes it: a datetime or date (naive: UTC), epoch
     milliseconds, or a string of year, month, day and optionally hours, minutes, seconds and fractions, with or
     without the separators - / : . T and spaces ('2024-05-01', '2024/05/01 12:00', '20240501120000').
@@ -106,10 +113,10 @@ class Location:
 
     uri: str
     options: dict[str, str] | None = None
-    filesystem: Any = None
+    filesystem: object = None   # a pyarrow filesystem (fs.py is the one module that imports pyarrow.fs)
 
     @classmethod
-    def of(cls, storage: Any, rel: str) -> Location:
+    def of(cls, storage: Storage, rel: str) -> Location:
         """The location of root-relative `rel` under `storage` (a hopsml.fs.Storage): a local folder, S3 (the
         root's endpoint, region and keys given to delta-rs, commits made safe by S3's conditional writes) or
         HDFS (delta-rs speaks to the namenode itself)."""
@@ -174,7 +181,7 @@ class Location:
         return f"{scheme}://{rest.partition('/')[0]}{path}"
 
 
-def logged_files(table: Any, location: Location) -> list[str]:
+def logged_files(table: DeltaTable, location: Location) -> list[str]:
     """The data files of the Delta table `table` (a deltalake.DeltaTable at `location`) as paths of the
     location's filesystem, what DuckDB, Arrow and Spark open."""
     import pyarrow as pa
@@ -280,7 +287,7 @@ class GroupTable:
                               str(entry.get("hopsml.operation") or operation), tuple(a for a in added.split(",") if a)))
         return out
 
-    def version_at(self, wallclock: Any) -> int:
+    def version_at(self, wallclock: WallClock) -> int:
         """The newest commit at or before `wallclock` (see `wallclock_ms`)."""
         at = wallclock_ms(wallclock)
         for commit in self.commits():
@@ -330,7 +337,7 @@ class GroupTable:
         counts = pa.table(actions).column("num_records") if actions.num_rows else None
         return int(sum(v or 0 for v in counts.to_pylist())) if counts is not None else 0
 
-    def spark(self, spark: Any, version: int | None = None) -> Any:
+    def spark(self, spark: SparkSession, version: int | None = None) -> SparkFrame:
         """The rows at `version` as a Spark DataFrame, read from the version's Parquet files."""
         files = [self.location.hadoop(f) for f in self.files(version)]
         schema = _spark_schema(self._table(version))
@@ -345,7 +352,7 @@ class GroupTable:
         return logged_files(self._table(version), self.location)
 
 
-def spark_reader(spark: Any, base: str) -> Any:
+def spark_reader(spark: SparkSession, base: str) -> DataFrameReader:
     """Spark's Parquet reader for files of the table at `base`, each path taken as it is: Hadoop would read
     `[`, `{`, `*`, `?` and `\\` in a folder's name as a glob pattern (`__globPaths__` is Spark's switch for
     that, which its own file streams use)."""
@@ -376,7 +383,7 @@ def _delta_field(field: pa.Field) -> Any:
     return Field.from_arrow(field.with_nullable(True))
 
 
-def _spark_schema(table: Any) -> Any:
+def _spark_schema(table: DeltaTable) -> StructType:
     """The Spark schema of an empty table (Spark cannot infer one from no files)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema

@@ -14,13 +14,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import engine
+from hopsml.featurestore.refs import Condition, ViewRef
 from hopsml.featurestore.row_layout import HIDDEN, RowLayout, row_layout
+from hopsml.featurestore.seams import When
 from hopsml.featurestore.transformations import TransformationFunction, apply_all
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from hopsml.featurestore.query import Query
+    from hopsml.fs import Storage
 
 __all__ = ["HIDDEN", "RowLayout", "Splits", "as_type", "pandas_rows", "row_layout", "splits"]
 
@@ -51,15 +54,15 @@ class Splits(Protocol):
     def out(self, name: str, labels: Sequence[str], dataframe_type: str) -> tuple[Any, Any]:
         """(features, labels) of a split: pandas frames, or Spark DataFrames where dataframe_type is 'spark'."""
 
-    def write(self, storage: Any, project: str, name: str, labels: Sequence[str], keys: Sequence[str], shards: int,
+    def write(self, storage: Storage, project: str, name: str, labels: Sequence[str], keys: Sequence[str], shards: int,
               source: str) -> Any: ...
 
     def statistics(self, labels: Sequence[str], keys: Sequence[str], where: str) -> tuple[dict[str, Any],
                                                                                           list[str]]: ...
 
 
-def splits(view: Any, query: Query, split: Mapping[str, Any], start_time: Any, end_time: Any,
-           read_options: dict[str, Any] | None, extra_filter: Any = None, dataframe_type: str = "default"
+def splits(view: ViewRef, query: Query, split: Mapping[str, Any], start_time: When, end_time: When,
+           read_options: dict[str, Any] | None, extra_filter: Condition | None = None, dataframe_type: str = "default"
            ) -> Splits:
     """The split rows of `query` (pinned to a version's commits), held by the engine `engine.choose` picks:
     Spark when asked for (read_options engine, dataframe_type='spark') or when the groups outgrow DuckDB."""
@@ -100,7 +103,7 @@ class PandasSplits:
         frame = self.frames[name]
         return frame.drop(columns=list(labels)), (frame[list(labels)] if labels else None)
 
-    def write(self, storage: Any, project: str, name: str, labels: Sequence[str], keys: Sequence[str], shards: int,
+    def write(self, storage: Storage, project: str, name: str, labels: Sequence[str], keys: Sequence[str], shards: int,
               source: str) -> Any:
         from hopsml.featurestore import materialize
 

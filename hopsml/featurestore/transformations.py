@@ -22,12 +22,17 @@ from typing import TYPE_CHECKING, Any
 from hopsml import layout
 from hopsml.data.tables import transform as primitives
 from hopsml.errors import FeatureStoreError
+from hopsml.featurestore.seams import ProjectStore
 
 if TYPE_CHECKING:
     import pandas as pd
 
 BUILTINS = ("min_max_scaler", "standard_scaler", "robust_scaler", "label_encoder", "one_hot_encoder")
 _NUMERIC = {"min_max_scaler", "standard_scaler", "robust_scaler"}
+
+# What a @udf says it returns, as hsfs takes it: a Python type or its name (float, "float"), or a list of them for a
+# function that returns several columns.
+ReturnType = type | str | Sequence[type | str]
 
 
 @dataclass(frozen=True)
@@ -37,11 +42,11 @@ class TransformationFunction:
     name: str
     features: tuple[str, ...] = ()
     fn: Callable[..., Any] | None = None      # a user function; None for a built-in
-    return_type: Any = float
+    return_type: ReturnType = float
     drop: tuple[str, ...] = ()                # input features the output replaces
     statistics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
-    home: Any = field(default=None, compare=False, repr=False)   # (feature store, version): fs.create_...
+    home: tuple[ProjectStore, int | None] | None = field(default=None, compare=False, repr=False)   # fs.create_...
 
     def __call__(self, *features: str) -> TransformationFunction:
         """This function bound to `features` (its inputs, in order)."""
@@ -155,16 +160,16 @@ class TransformationFunction:
         return record
 
     # --- kept in the feature store by name (hsfs' fs.create_transformation_function(udf).save()) ---------------
-    def saved_in(self, store: Any, version: int | None = None) -> TransformationFunction:
+    def saved_in(self, store: ProjectStore, version: int | None = None) -> TransformationFunction:
         """This function as `fs.create_transformation_function` gives it: `save()` keeps it in `store`."""
         return replace(self, home=(store, version))
 
-    def _home(self) -> tuple[Any, str]:
+    def _home(self) -> tuple[ProjectStore, str, int | None]:
         if self.home is None:
             raise FeatureStoreError(f"transformation function {self.name!r} belongs to no feature store: make it "
                                     "with fs.create_transformation_function(fn) first")
-        store = self.home[0]
-        return store, layout.join(layout.feature_store_dir(store.project), layout.TRANSFORMATION_FUNCTIONS)
+        store, version = self.home
+        return store, layout.join(layout.feature_store_dir(store.project), layout.TRANSFORMATION_FUNCTIONS), version
 
     def save(self) -> TransformationFunction:
         """Keep the function (its code found again by module and name) under its name and the next version (or
@@ -172,8 +177,7 @@ class TransformationFunction:
         if self.fn is None:
             raise FeatureStoreError(f"{self.name} is a built-in: fs.get_transformation_function({self.name!r}) "
                                     "finds it without saving")
-        store, folder = self._home()
-        version = self.home[1]
+        store, folder, version = self._home()
         if version is None:
             taken = [int(e.name[len(self.name) + 1:-5]) for e in store.storage.walk(folder, recursive=False)
                      if e.name.startswith(self.name + "_") and e.name[len(self.name) + 1:-5].isdigit()] \
@@ -187,10 +191,10 @@ class TransformationFunction:
 
     def delete(self) -> None:
         """Remove the saved function from its feature store."""
-        store, folder = self._home()
-        if self.home[1] is None:
+        store, folder, version = self._home()
+        if version is None:
             raise FeatureStoreError(f"transformation function {self.name!r} is not saved")
-        store.storage.delete(layout.join(folder, f"{self.name}_{int(self.home[1])}.json"))
+        store.storage.delete(layout.join(folder, f"{self.name}_{int(version)}.json"))
 
     @property
     def version(self) -> int | None:
@@ -312,7 +316,7 @@ def _builtin(name: str, values: pd.Series, stats: Mapping[str, Any]) -> Any:
                          for i, c in enumerate(categories)}, index=values.index)
 
 
-def udf(return_type: Any, drop: str | Sequence[str] | None = None, mode: str = "default"
+def udf(return_type: ReturnType, drop: str | Sequence[str] | None = None, mode: str = "default"
         ) -> Callable[[Callable[..., Any]], TransformationFunction]:
     """Make `fn` a transformation function (`@udf(float)`); `drop` names the inputs its output replaces."""
     if mode not in ("default", "pandas", "python"):
@@ -478,7 +482,7 @@ def _matches(kind: str, category_type: type | None) -> bool:
     return category_type is bool and kind in ("bool", "object")
 
 
-def _scaled(value: Any, center: float, spread: float) -> float | None:
+def _scaled(value: float | None, center: float, spread: float) -> float | None:
     """`primitives.scaled` of one value: (x - center) / spread in doubles (IEEE's division by zero too), NaN as
     missing."""
     if value is None:

@@ -23,17 +23,26 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
 from hopsml.featurestore.online import as_stored, store_errors
+from hopsml.featurestore.refs import GroupRef, ViewRef
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+
+    from hopsml.featurestore.online import OnlineStore, Reader
+    from hopsml.featurestore.transformations import RowStep, TransformationFunction
+
+# A group's rows by primary-key value (a tuple in the group's key order), for the keys asked: the online store's,
+# or the offline tables' as they were at a time (`offline_rows_of`).
+RowsOf = Callable[[GroupRef, Sequence[tuple[Any, ...]]], dict[tuple[Any, ...], dict[str, Any]]]
 
 
-def serving_keys(view: Any) -> list[str]:
+def serving_keys(view: ViewRef) -> list[str]:
     """The names an entry gives values for: the left group's primary key and every join's left-side keys."""
     names = list(view.query.left.primary_key)
     for join in view.query.joins:
@@ -41,14 +50,14 @@ def serving_keys(view: Any) -> list[str]:
     return names
 
 
-def columns(view: Any) -> list[str]:
+def columns(view: ViewRef) -> list[str]:
     """A vector's columns before transformation, as hsfs's vector server has them: the view's features but its
     labels and helper columns (a primary key or event time the query selects is among them)."""
     hidden = set(view.helper_columns)
     return [c for c in view.features if c not in view.labels and c not in hidden]
 
 
-def _plans(view: Any) -> list[tuple[Any, list[str], list[str]]]:
+def _plans(view: ViewRef) -> list[tuple[GroupRef, list[str], list[str]]]:
     """(group, its key columns, the entry names their values come from) for each group of the query."""
     query = view.query
     plans = [(query.left, list(query.left.primary_key), list(query.left.primary_key))]
@@ -57,8 +66,8 @@ def _plans(view: Any) -> list[tuple[Any, list[str], list[str]]]:
     return plans
 
 
-def vectors(view: Any, entries: Sequence[Mapping[str, Any]], passed: Sequence[Mapping[str, Any]] | None,
-            allow_missing: bool, rows_of: Any = None) -> pd.DataFrame:
+def vectors(view: ViewRef, entries: Sequence[Mapping[str, Any]], passed: Sequence[Mapping[str, Any]] | None,
+            allow_missing: bool, rows_of: RowsOf | None = None) -> pd.DataFrame:
     """The untransformed vectors of `entries`, one row each, in `columns(view)`. `rows_of(group, keys)` gives a
     group's rows by key (the online store's by default)."""
     import pandas as pd
@@ -72,7 +81,7 @@ class Plan:
     key and features, and per group its offline schema and a reader of its online table (see `fetch`). `wanted`:
     other columns than the vector's (the view's inference helper columns)."""
 
-    def __init__(self, view: Any, wanted: Sequence[str] | None = None) -> None:
+    def __init__(self, view: ViewRef, wanted: Sequence[str] | None = None) -> None:
         self.view = view
         self.wanted = list(wanted) if wanted is not None else columns(view)
         self.position = {c: i for i, c in enumerate(self.wanted)}
@@ -86,10 +95,10 @@ class Plan:
                                                        if source is group and c in self.position
                                                        and not (source is left and f in given)], self.position)
                        for group, keys, names in _plans(view)]
-        self._store: Any = None
+        self._store: OnlineStore | None = None
 
     def fetch(self, entries: Sequence[Mapping[str, Any]], passed: Sequence[Mapping[str, Any]] | None,
-              allow_missing: bool, rows_of: Any = None) -> list[list[Any]]:
+              allow_missing: bool, rows_of: RowsOf | None = None) -> list[list[Any]]:
         """The untransformed vectors of `entries` as lists in `wanted`'s order: what `vectors` puts in its frame."""
         view = self.view
         entries = [{str(k).lower(): v for k, v in entry.items()} for entry in entries]
@@ -181,7 +190,7 @@ class _GroupPlan:
     feature names there, the key columns and the entry names their values come from, and what `Plan._online`
     keeps of it."""
 
-    def __init__(self, group: Any, keys: list[str], names: list[str], needed: list[tuple[str, str]],
+    def __init__(self, group: GroupRef, keys: list[str], names: list[str], needed: list[tuple[str, str]],
                  position: Mapping[str, int]) -> None:
         self.group, self.keys, self.names = group, keys, names
         self.columns = [c for c, _ in needed]
@@ -192,11 +201,11 @@ class _GroupPlan:
             if self.positions == list(range(first, first + len(self.positions))) else None
         self.by_primary_key = set(keys) == set(group.primary_key)
         self._one = (names[0], keys[0]) if len(keys) == 1 and list(group.primary_key) == keys else None
-        self.schema: Any = None
+        self.schema: pa.Schema | None = None
         self.typed = False      # the schema has every one of the features
-        self.reader: Any = None
+        self.reader: Reader | None = None
 
-    def key(self, view: Any, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    def key(self, view: ViewRef, entry: Mapping[str, Any]) -> tuple[Any, ...]:
         """The group's primary-key values an entry names (by the left-side name of a join key, or the group's own),
         as a store column holds them."""
         if self._one is not None:
@@ -316,10 +325,10 @@ def _typed(column: Sequence[Any]) -> tuple[list[Any], str] | None:
     return None
 
 
-def _online(view: Any) -> Any:
+def _online(view: ViewRef) -> RowsOf:
     store = view.store.online()
 
-    def rows_of(group: Any, keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    def rows_of(group: GroupRef, keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         schema = group.table.schema()
         if schema is None:
             return {}
@@ -328,10 +337,10 @@ def _online(view: Any) -> Any:
     return rows_of
 
 
-def offline_rows_of(now: dt.datetime) -> Any:
+def offline_rows_of(now: dt.datetime) -> RowsOf:
     """rows_of for `vectors` from the offline tables: each key's newest row with an event time at or before
     `now` (the point-in-time row a label at `now` would get)."""
-    def rows_of(group: Any, keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    def rows_of(group: GroupRef, keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -353,7 +362,7 @@ def offline_rows_of(now: dt.datetime) -> Any:
     return rows_of
 
 
-def check(view: Any, sample: int = 100, seed: int | None = None, now: dt.datetime | None = None,
+def check(view: ViewRef, sample: int = 100, seed: int | None = None, now: dt.datetime | None = None,
           training_dataset_version: int | None = None) -> dict[str, Any]:
     """Online against offline for up to `sample` entries drawn from the left group's keys: per feature, how many
     vectors differ, untransformed and transformed, with examples. The two transformed sides are made apart, so a
@@ -375,7 +384,7 @@ def check(view: Any, sample: int = 100, seed: int | None = None, now: dt.datetim
     from_offline = offline_rows_of(now)
     from_online = _online(view)
 
-    def online_rows_of(group: Any, keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    def online_rows_of(group: GroupRef, keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         return (from_online if group.online_enabled else from_offline)(group, keys)   # offline-only: the same
 
     plan = Plan(view)
@@ -417,8 +426,9 @@ def check(view: Any, sample: int = 100, seed: int | None = None, now: dt.datetim
     return report
 
 
-def _rebuilt(wanted: Sequence[str], rows: list[list[Any]], frame: pd.DataFrame, functions: Sequence[Any],
-             row_steps: Any) -> pd.DataFrame:
+def _rebuilt(wanted: Sequence[str], rows: list[list[Any]], frame: pd.DataFrame,
+             functions: Sequence[TransformationFunction],
+             row_steps: Callable[[Sequence[TransformationFunction]], list[RowStep] | None]) -> pd.DataFrame:
     """The offline vectors transformed with `functions` (a training dataset's recorded ones) on plain values, as
     the steps compute them from the statistics; on pandas where only pandas can (a user function, a time)."""
     import pandas as pd
@@ -427,7 +437,7 @@ def _rebuilt(wanted: Sequence[str], rows: list[list[Any]], frame: pd.DataFrame, 
 
     steps = row_steps(functions)
     made = shaped(wanted, rows, steps, "list", single=False, logged=False) if steps is not None else None
-    if made is None:
+    if made is None or steps is None:
         return apply_all(frame.copy(), functions)
     names: dict[str, None] = dict.fromkeys(wanted)
     for step in steps:
@@ -453,7 +463,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _missing(value: Any) -> bool:
+def _missing(value: object) -> bool:
     import pandas as pd
 
     try:
@@ -462,7 +472,7 @@ def _missing(value: Any) -> bool:
         return False
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     if hasattr(value, "item"):

@@ -20,6 +20,8 @@ from hopsml.errors import FeatureStoreError
 from hopsml.featurestore import engine, in_memory, training, vectors
 from hopsml.featurestore.hsfs_members import ViewMembers
 from hopsml.featurestore.query import Query
+from hopsml.featurestore.refs import Condition, StoreRef
+from hopsml.featurestore.seams import KeyedGroup, LoggedRows, NamedModel, When
 from hopsml.featurestore.table import wallclock_ms
 from hopsml.featurestore.training import as_type
 from hopsml.featurestore.transformations import TransformationFunction, apply_all, row_steps
@@ -31,7 +33,7 @@ SPLITS = ("train", "validation", "test")
 _HIDDEN = training.HIDDEN
 
 
-def qualified_name(project: str, group: Any, column: str) -> str:
+def qualified_name(project: str, group: KeyedGroup, column: str) -> str:
     """hsfs's name of a group's column the view's query does not select (`<project>_<group>_<version>_<column>`),
     as `primary_key=True` / `event_time=True` add it."""
     return f"{project}_{group.name}_{group.version}_{column}"
@@ -40,7 +42,10 @@ def qualified_name(project: str, group: Any, column: str) -> str:
 class FeatureView(ViewMembers):
     """One version of a feature view (see the module docstring)."""
 
-    def __init__(self, store: Any, name: str, version: int, query: Query, labels: Sequence[str] = (),
+    store: StoreRef   # its FeatureStore
+    query: Query
+
+    def __init__(self, store: StoreRef, name: str, version: int, query: Query, labels: Sequence[str] = (),
                  transformation_functions: Sequence[TransformationFunction] = (), description: str = "",
                  created: str | None = None, logging: dict[str, Any] | None = None,
                  inference_helper_columns: Sequence[str] = (), training_helper_columns: Sequence[str] = ()) -> None:
@@ -53,8 +58,8 @@ class FeatureView(ViewMembers):
         self._last_accessed: int | None = None   # the training dataset version this object made or read last
         self._serving: int | None = None
         self._serving_fitted: tuple[int, list[TransformationFunction], Any] | None = None  # per serving version
-        self._vector_plan: Any = None   # vectors.Plan, made on the first feature vector
-        self._helper_plan: Any = None   # the one of the inference helper columns
+        self._vector_plan: vectors.Plan | None = None   # made on the first feature vector
+        self._helper_plan: vectors.Plan | None = None   # the one of the inference helper columns
         self.inference_helper_columns = [c.lower() for c in inference_helper_columns]
         self.training_helper_columns = [c.lower() for c in training_helper_columns]
         columns = query.output_columns()
@@ -141,11 +146,11 @@ class FeatureView(ViewMembers):
     # or event time among them too; the left group's key and event time it does not select only with
     # primary_key=True / event_time=True; training helper columns only with training_helper_columns=True; never
     # the inference helper columns. hsfs's `primary_keys=` spelling is taken as `primary_key=`.
-    def training_data(self, start_time: Any = None, end_time: Any = None, description: str = "",
-                      extra_filter: Any = None, statistics_config: Any = None,
-                      read_options: dict[str, Any] | None = None, spine: Any = None, primary_key: bool = False,
+    def training_data(self, start_time: When = None, end_time: When = None, description: str = "",
+                      extra_filter: Condition | None = None, statistics_config: object = None,
+                      read_options: dict[str, Any] | None = None, spine: object = None, primary_key: bool = False,
                       event_time: bool = False, training_helper_columns: bool = False,
-                      dataframe_type: str = "default", transformation_context: Any = None, **kwargs: Any
+                      dataframe_type: str = "default", transformation_context: object = None, **kwargs: object
                       ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         """(features, labels) of the whole window, as a new training dataset version."""
         self._supported(spine, transformation_context)
@@ -154,12 +159,13 @@ class FeatureView(ViewMembers):
         return self._shaped(rows, "train", _flag(primary_key, kwargs), event_time, dataframe_type,
                             training_helper_columns)
 
-    def train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
-                         test_start: Any = "", test_end: Any = "", description: str = "", extra_filter: Any = None,
-                         statistics_config: Any = None, read_options: dict[str, Any] | None = None,
-                         spine: Any = None, primary_key: bool = False, event_time: bool = False,
+    def train_test_split(self, test_size: float | None = None, train_start: When = "", train_end: When = "",
+                         test_start: When = "", test_end: When = "", description: str = "",
+                         extra_filter: Condition | None = None, statistics_config: object = None,
+                         read_options: dict[str, Any] | None = None,
+                         spine: object = None, primary_key: bool = False, event_time: bool = False,
                          training_helper_columns: bool = False, dataframe_type: str = "default",
-                         transformation_context: Any = None, seed: int | None = None, **kwargs: Any
+                         transformation_context: object = None, seed: int | None = None, **kwargs: object
                          ) -> tuple[Any, ...]:
         """X_train, X_test, y_train, y_test: split at random (`test_size`, `seed`) or by event time ranges."""
         self._supported(spine, transformation_context)
@@ -170,13 +176,14 @@ class FeatureView(ViewMembers):
                                training_helper_columns)
 
     def train_validation_test_split(self, validation_size: float | None = None, test_size: float | None = None,
-                                    train_start: Any = "", train_end: Any = "", validation_start: Any = "",
-                                    validation_end: Any = "", test_start: Any = "", test_end: Any = "",
-                                    description: str = "", extra_filter: Any = None, statistics_config: Any = None,
-                                    read_options: dict[str, Any] | None = None, spine: Any = None,
+                                    train_start: When = "", train_end: When = "", validation_start: When = "",
+                                    validation_end: When = "", test_start: When = "", test_end: When = "",
+                                    description: str = "", extra_filter: Condition | None = None,
+                                    statistics_config: object = None,
+                                    read_options: dict[str, Any] | None = None, spine: object = None,
                                     primary_key: bool = False, event_time: bool = False,
                                     training_helper_columns: bool = False, dataframe_type: str = "default",
-                                    transformation_context: Any = None, seed: int | None = None, **kwargs: Any
+                                    transformation_context: object = None, seed: int | None = None, **kwargs: object
                                     ) -> tuple[Any, ...]:
         """X_train, X_val, X_test, y_train, y_val, y_test."""
         self._supported(spine, transformation_context)
@@ -189,7 +196,7 @@ class FeatureView(ViewMembers):
     def get_training_data(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
                           primary_key: bool = False, event_time: bool = False,
                           training_helper_columns: bool = False, dataframe_type: str = "default",
-                          transformation_context: Any = None, **kwargs: Any) -> tuple[Any, Any]:
+                          transformation_context: object = None, **kwargs: object) -> tuple[Any, Any]:
         """Training dataset `training_dataset_version` read back as (features, labels), transformed."""
         self._supported(None, transformation_context)
         rows = self._read_version(training_dataset_version, read_options, dataframe_type)
@@ -199,7 +206,7 @@ class FeatureView(ViewMembers):
     def get_train_test_split(self, training_dataset_version: int, read_options: dict[str, Any] | None = None,
                              primary_key: bool = False, event_time: bool = False,
                              training_helper_columns: bool = False, dataframe_type: str = "default",
-                             transformation_context: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+                             transformation_context: object = None, **kwargs: object) -> tuple[Any, ...]:
         """Training dataset `training_dataset_version` read back as (X_train, X_test, y_train, y_test), transformed as
         serving transforms."""
         self._supported(None, transformation_context)
@@ -210,8 +217,8 @@ class FeatureView(ViewMembers):
     def get_train_validation_test_split(self, training_dataset_version: int,
                                         read_options: dict[str, Any] | None = None, primary_key: bool = False,
                                         event_time: bool = False, training_helper_columns: bool = False,
-                                        dataframe_type: str = "default", transformation_context: Any = None,
-                                        **kwargs: Any) -> tuple[Any, ...]:
+                                        dataframe_type: str = "default", transformation_context: object = None,
+                                        **kwargs: object) -> tuple[Any, ...]:
         """Training dataset `training_dataset_version` read back as (X_train, X_val, X_test, y_train, y_val, y_test),
         transformed."""
         self._supported(None, transformation_context)
@@ -223,7 +230,7 @@ class FeatureView(ViewMembers):
         """The record of each of the view's training dataset versions."""
         return [self.store.read_training_dataset(self, v) for v in self.store.training_dataset_versions(self)]
 
-    def _supported(self, spine: Any, transformation_context: Any) -> None:
+    def _supported(self, spine: object, transformation_context: object) -> None:
         """Refuse what hsfs would use and hopsml cannot, rather than answer without it."""
         if spine is not None:
             raise FeatureStoreError(f"feature view {self.key!r}: spine=... (a spine group or DataFrame on the left of "
@@ -246,10 +253,10 @@ class FeatureView(ViewMembers):
                                     f"versions: {versions}")
         self._scoring = chosen
 
-    def get_batch_data(self, start_time: Any = None, end_time: Any = None, read_options: dict[str, Any] | None = None,
-                       spine: Any = None, primary_key: bool = False, event_time: bool = False,
+    def get_batch_data(self, start_time: When = None, end_time: When = None, read_options: dict[str, Any] | None = None,
+                       spine: object = None, primary_key: bool = False, event_time: bool = False,
                        inference_helper_columns: bool = False, dataframe_type: str = "default",
-                       transformed: bool = True, transformation_context: Any = None, **kwargs: Any) -> Any:
+                       transformed: bool = True, transformation_context: object = None, **kwargs: object) -> Any:
         """The view's features (no labels) for the window, transformed as its training data was. As hsfs: with the
         inference helper columns when `inference_helper_columns` (hopsml's older `inference_helpers=` too) or
         when not `transformed`; never the training helper columns."""
@@ -270,14 +277,14 @@ class FeatureView(ViewMembers):
         self.store.delete_view(self)
 
     # --- written out: a prepared dataset per training dataset version (materialize.py) ---------------------
-    def create_training_data(self, start_time: Any = "", end_time: Any = "", storage_connector: Any = None,
-                             location: str = "", description: str = "", extra_filter: Any = None,
+    def create_training_data(self, start_time: When = "", end_time: When = "", storage_connector: object = None,
+                             location: str = "", description: str = "", extra_filter: Condition | None = None,
                              data_format: str = "parquet", coalesce: bool = False, seed: int | None = None,
-                             statistics_config: Any = None, write_options: dict[str, Any] | None = None,
-                             spine: Any = None, transformation_context: Any = None, *,
+                             statistics_config: object = None, write_options: dict[str, Any] | None = None,
+                             spine: object = None, transformation_context: object = None, *,
                              read_options: dict[str, Any] | None = None, primary_key: bool = False,
                              event_time: bool = False, shards: int | None = None,
-                             training_helper_columns: bool = False, **kwargs: Any) -> tuple[int, None]:
+                             training_helper_columns: bool = False, **kwargs: object) -> tuple[int, None]:
         """Write the training data out as a prepared dataset (`materialize.py`); returns (version, None: no job).
         hsfs's storage_connector, location, data_format and coalesce have no meaning here (one format, in the
         project) and are refused when given."""
@@ -287,15 +294,15 @@ class FeatureView(ViewMembers):
                                   _flag(primary_key, kwargs), event_time, shards, training_helper_columns,
                                   extra_filter)
 
-    def create_train_test_split(self, test_size: float | None = None, train_start: Any = "", train_end: Any = "",
-                                test_start: Any = "", test_end: Any = "", storage_connector: Any = None,
-                                location: str = "", description: str = "", extra_filter: Any = None,
+    def create_train_test_split(self, test_size: float | None = None, train_start: When = "", train_end: When = "",
+                                test_start: When = "", test_end: When = "", storage_connector: object = None,
+                                location: str = "", description: str = "", extra_filter: Condition | None = None,
                                 data_format: str = "parquet", coalesce: bool = False, seed: int | None = None,
-                                statistics_config: Any = None, write_options: dict[str, Any] | None = None,
-                                spine: Any = None, transformation_context: Any = None, *,
+                                statistics_config: object = None, write_options: dict[str, Any] | None = None,
+                                spine: object = None, transformation_context: object = None, *,
                                 read_options: dict[str, Any] | None = None, primary_key: bool = False,
                                 event_time: bool = False, shards: int | None = None,
-                                training_helper_columns: bool = False, **kwargs: Any) -> tuple[int, None]:
+                                training_helper_columns: bool = False, **kwargs: object) -> tuple[int, None]:
         """train_test_split's rows written out as a prepared dataset with splits 'train' and 'test'."""
         self._written_where(storage_connector, location)
         self._supported(spine, transformation_context)
@@ -305,18 +312,18 @@ class FeatureView(ViewMembers):
                                   event_time, shards, training_helper_columns, extra_filter)
 
     def create_train_validation_test_split(self, validation_size: float | None = None,
-                                           test_size: float | None = None, train_start: Any = "",
-                                           train_end: Any = "", validation_start: Any = "",
-                                           validation_end: Any = "", test_start: Any = "", test_end: Any = "",
-                                           storage_connector: Any = None, location: str = "",
-                                           description: str = "", extra_filter: Any = None,
+                                           test_size: float | None = None, train_start: When = "",
+                                           train_end: When = "", validation_start: When = "",
+                                           validation_end: When = "", test_start: When = "", test_end: When = "",
+                                           storage_connector: object = None, location: str = "",
+                                           description: str = "", extra_filter: Condition | None = None,
                                            data_format: str = "parquet", coalesce: bool = False,
-                                           seed: int | None = None, statistics_config: Any = None,
-                                           write_options: dict[str, Any] | None = None, spine: Any = None,
-                                           transformation_context: Any = None, *,
+                                           seed: int | None = None, statistics_config: object = None,
+                                           write_options: dict[str, Any] | None = None, spine: object = None,
+                                           transformation_context: object = None, *,
                                            read_options: dict[str, Any] | None = None, primary_key: bool = False,
                                            event_time: bool = False, shards: int | None = None,
-                                           training_helper_columns: bool = False, **kwargs: Any
+                                           training_helper_columns: bool = False, **kwargs: object
                                            ) -> tuple[int, None]:
         """train_validation_test_split's rows written out, with splits 'train', 'validation' and 'test'."""
         self._written_where(storage_connector, location)
@@ -326,7 +333,7 @@ class FeatureView(ViewMembers):
         return self._materialized(split, None, None, description, read_options, _flag(primary_key, kwargs),
                                   event_time, shards, training_helper_columns, extra_filter)
 
-    def _written_where(self, storage_connector: Any, location: str) -> None:
+    def _written_where(self, storage_connector: object, location: str) -> None:
         if storage_connector is not None or location:
             raise FeatureStoreError(f"feature view {self.key!r}: storage_connector=/location= are not offered by "
                                     "hopsml: a created training dataset is a prepared dataset in the project's "
@@ -345,9 +352,10 @@ class FeatureView(ViewMembers):
                                     "create_training_data or create_train_test_split")
         return str(record["dataset"])
 
-    def _materialized(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
+    def _materialized(self, split: dict[str, Any], start_time: When, end_time: When, description: str,
                       read_options: dict[str, Any] | None, primary_key: bool, event_time: bool,
-                      shards: int | None, training_helpers: bool, extra_filter: Any = None) -> tuple[int, None]:
+                      shards: int | None, training_helpers: bool, extra_filter: Condition | None = None
+                      ) -> tuple[int, None]:
         from hopsml.featurestore import materialize
 
         upcoming = (self.store.training_dataset_versions(self) or [0])[-1] + 1
@@ -373,7 +381,7 @@ class FeatureView(ViewMembers):
                                                               for t in self._transformations for label in self.labels)]
 
     # --- serving: feature vectors from the online store (vectors.py) -----------------------------------
-    def init_serving(self, training_dataset_version: int | None = None, **_: Any) -> None:
+    def init_serving(self, training_dataset_version: int | None = None, **_: object) -> None:
         """Transform feature vectors with the statistics of this training dataset version (the newest when
         None); the model's own version is the one to give."""
         versions = self.store.training_dataset_versions(self)
@@ -415,21 +423,21 @@ class FeatureView(ViewMembers):
 
     def get_feature_vector(self, entry: dict[str, Any], passed_features: dict[str, Any] | None = None,
                            return_type: str = "list", allow_missing: bool = False, transform: bool = True,
-                           **_: Any) -> Any:
+                           **_: object) -> Any:
         """One entry's feature vector (see vectors.py): the features the model was trained on, in order."""
         return self._vectors([entry], [passed_features or {}], allow_missing, transform, return_type, single=True)
 
     def get_feature_vectors(self, entry: list[dict[str, Any]], passed_features: list[dict[str, Any]] | None = None,
                             return_type: str = "list", allow_missing: bool = False, transform: bool = True,
-                            **_: Any) -> Any:
+                            **_: object) -> Any:
         """Several entries' vectors, one lookup per group for all of them."""
         return self._vectors(entry, passed_features, allow_missing, transform, return_type, single=False)
 
-    def get_inference_helper(self, entry: dict[str, Any], return_type: str = "pandas", **_: Any) -> Any:
+    def get_inference_helper(self, entry: dict[str, Any], return_type: str = "pandas", **_: object) -> Any:
         """One entry's inference helper columns from the online store: a one-row frame, or a dict."""
         return self._helpers([entry], return_type, single=True)
 
-    def get_inference_helpers(self, entry: list[dict[str, Any]], return_type: str = "pandas", **_: Any) -> Any:
+    def get_inference_helpers(self, entry: list[dict[str, Any]], return_type: str = "pandas", **_: object) -> Any:
         """Several entries' inference helper columns: a frame (one row per entry), or a list of dicts."""
         return self._helpers(entry, return_type, single=False)
 
@@ -473,8 +481,8 @@ class FeatureView(ViewMembers):
                                        .values.tolist()})
         return _vector_as(frame, return_type, single)
 
-    def transform(self, feature_vector: Any, external: bool | None = None, transformation_context: Any = None,
-                  return_type: str | None = None, **_: Any) -> Any:
+    def transform(self, feature_vector: Any, external: bool | None = None, transformation_context: object = None,
+                  return_type: str | None = None, **_: object) -> Any:
         """Untransformed features transformed with the serving version's statistics (init_serving; else the
         batch-scoring one; else the newest), as hsfs's `transform`: one vector as a list (in the order of
         `get_feature_vector(..., transform=False)`), a list of them, a dict of one vector (by feature name), or a
@@ -516,7 +524,7 @@ class FeatureView(ViewMembers):
     def logging_enabled(self) -> bool:
         return bool(self._logging["enabled"])
 
-    def enable_logging(self, **_: Any) -> None:
+    def enable_logging(self, **_: object) -> None:
         """Turn on the view's feature log, so that `log()` keeps what a model was given and predicted."""
         self._set_logging(enabled=True)
 
@@ -528,9 +536,10 @@ class FeatureView(ViewMembers):
         """Log again after `pause_logging()`."""
         self._set_logging(paused=False)
 
-    def log(self, untransformed_features: Any = None, predictions: Any = None, transformed_features: Any = None,
+    def log(self, untransformed_features: LoggedRows | None = None, predictions: LoggedRows | None = None,
+            transformed_features: LoggedRows | None = None,
             write_options: dict[str, Any] | None = None, training_dataset_version: int | None = None,
-            model: Any = None, logging_data: Any = None, **_: Any) -> int:
+            model: NamedModel | None = None, logging_data: LoggedRows | None = None, **_: object) -> int:
         """Log features (untransformed, transformed or both) and predictions, with the training dataset version
         and model they belong to; returns the rows logged. Predictions come in `predictions` (one column per
         label) or as label-named columns of the features. Logging is enabled by the first call."""
@@ -554,9 +563,11 @@ class FeatureView(ViewMembers):
 
         return FeatureLog(self).materialize()
 
-    def read_log(self, start_time: Any = None, end_time: Any = None, filter: Any = None,  # noqa: A002 (hsfs's name)
-                 transformed: bool = False, training_dataset_version: int | None = None, model: Any = None,
-                 **_: Any) -> pd.DataFrame:
+    def read_log(self, start_time: When = None, end_time: When = None,
+                 filter: Condition | None = None,  # noqa: A002 (hsfs's name)
+                 transformed: bool = False, training_dataset_version: int | None = None,
+                 model: NamedModel | None = None,
+                 **_: object) -> pd.DataFrame:
         """The committed log rows (materialize_log() commits the newest), by log time, training dataset version,
         model (an hsml model) or a filter on a feature."""
         from hopsml.featurestore.feature_log import FeatureLog
@@ -564,7 +575,7 @@ class FeatureView(ViewMembers):
         model_id = (str(model.name), int(model.version)) if model is not None else None
         return FeatureLog(self).read(start_time, end_time, filter, transformed, training_dataset_version, model_id)
 
-    def get_log_timeline(self, limit: int | None = None, **_: Any) -> list[dict[str, Any]]:
+    def get_log_timeline(self, limit: int | None = None, **_: object) -> list[dict[str, Any]]:
         """The feature log's commits, newest first (time and rows), at most `limit`."""
         from hopsml.featurestore.feature_log import FeatureLog
 
@@ -581,16 +592,17 @@ class FeatureView(ViewMembers):
         self.store.save_view(self)
 
     # --- inside ---------------------------------------------------------------------------------------
-    def _rows(self, query: Query, start_time: Any, end_time: Any, read_options: dict[str, Any] | None,
-              extra_filter: Any = None) -> pd.DataFrame:
+    def _rows(self, query: Query, start_time: When, end_time: When, read_options: dict[str, Any] | None,
+              extra_filter: Condition | None = None) -> pd.DataFrame:
         """The query's rows on the driver (batch data), ordered by the left group's key and event time, with those
         of them the query does not select kept under hidden names (`training.HIDDEN`)."""
         return training.pandas_rows(training.row_layout(self, query, start_time, end_time, extra_filter),
                                     read_options)
 
-    def _new_version(self, split: dict[str, Any], start_time: Any, end_time: Any, description: str,
-                     read_options: dict[str, Any] | None, extra_filter: Any = None, dataframe_type: str = "default",
-                     **fields: Any) -> tuple[int, training.Splits]:
+    def _new_version(self, split: dict[str, Any], start_time: When, end_time: When, description: str,
+                     read_options: dict[str, Any] | None, extra_filter: Condition | None = None,
+                     dataframe_type: str = "default",
+                     **fields: object) -> tuple[int, training.Splits]:
         commits = engine.versions(self.query)
         pinned = self.query.pin(commits)
         if extra_filter is not None:   # kept with the version, so that reading it again filters alike
@@ -627,6 +639,9 @@ class FeatureView(ViewMembers):
         self._last_accessed = version
         in_memory.note_read(self, version, list(rows.sizes()))
         return rows.transformed(self._fitted(version))
+
+    def _training_dataset_record(self, version: int) -> dict[str, Any]:
+        return self.store.read_training_dataset(self, version)
 
     def _fitted(self, version: int) -> list[TransformationFunction]:
         record = self.store.read_training_dataset(self, version)
@@ -675,12 +690,12 @@ class FeatureView(ViewMembers):
         return (*[x for x, _ in shaped], *[y for _, y in shaped])
 
 
-def _flag(primary_key: bool, kwargs: dict[str, Any]) -> bool:
+def _flag(primary_key: bool, kwargs: dict[str, object]) -> bool:
     """`primary_key=`, or hsfs's other spelling `primary_keys=` (its methods take both)."""
     return bool(primary_key or kwargs.get("primary_keys"))
 
 
-def _stored_filter(query: Query, condition: Any) -> dict[str, Any]:
+def _stored_filter(query: Query, condition: Condition) -> dict[str, Any]:
     """An extra filter as a training dataset record keeps it (the query's own filter form)."""
     from hopsml.featurestore.query import Filter, Logic, to_dict
 
@@ -689,7 +704,7 @@ def _stored_filter(query: Query, condition: Any) -> dict[str, Any]:
     return dict(to_dict(dataclasses.replace(query, joins=(), filters=(condition,)))["filters"][0])
 
 
-def _loaded_filter(store: Any, stored: dict[str, Any]) -> Any:
+def _loaded_filter(store: StoreRef, stored: dict[str, Any]) -> Condition:
     from hopsml.featurestore.query import from_dict
 
     first = stored
@@ -699,11 +714,11 @@ def _loaded_filter(store: Any, stored: dict[str, Any]) -> Any:
     return from_dict(record, store._group_by_key).filters[0]
 
 
-def _stored_time(value: Any) -> int | None:
+def _stored_time(value: When) -> int | None:
     return None if value in (None, "") else wallclock_ms(value)
 
 
-def _split_spec(ranges: dict[str, tuple[Any, Any]], sizes: dict[str, float | None], seed: int | None
+def _split_spec(ranges: dict[str, tuple[When, When]], sizes: dict[str, float | None], seed: int | None
                 ) -> dict[str, Any]:
     timed = {name: (start, end) for name, (start, end) in ranges.items() if start not in (None, "") or
              end not in (None, "")}

@@ -78,6 +78,19 @@ def test_frames_of_every_kind_and_epoch_millisecond_event_times(fs):
     assert fg.version == 1 and fs.create_feature_group("clicks").version == 2  # the next free version
 
 
+def test_parts_of_every_kind_are_one_insert_and_a_lazy_polars_frame_is_refused_by_name(fs):
+    import polars as pl
+
+    fg = fs.create_feature_group("parts", primary_key=["user"])
+    fg.multi_part_insert(pd.DataFrame({"user": ["a"], "n": [1]}))
+    fg.multi_part_insert(pa.table({"user": ["b"], "n": [2]}))
+    fg.multi_part_insert(pl.DataFrame({"user": ["c"], "n": [3]}))
+    fg.finalize_multi_part_insert()
+    assert len(fg.table.commits()) == 1 and sorted(fg.read()["n"]) == [1, 2, 3]
+    with pytest.raises(FeatureStoreError, match="cannot insert a polars.*LazyFrame"):
+        fg.insert(pl.LazyFrame({"user": ["d"], "n": [4]}))
+
+
 @pytest.mark.parametrize("batch, message", [
     (pd.DataFrame({"ts": [T0], "amount": [1.0]}), "has no column 'customer_id'"),
     (pd.DataFrame({"customer_id": [1, None], "ts": [T0, T0], "amount": [1.0, 2.0]}),

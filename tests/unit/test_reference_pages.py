@@ -21,23 +21,11 @@ HELP_OWED = {
 }
 
 # Public functions and methods without a docstring in files others are editing now (hopsml/serving/,
-# hopsworks/deployments.py, featurestore/group.py, store.py, online.py): owed, not forgiven; take an entry out
-# once its docstring is written.
+# hopsworks/deployments.py): owed, not forgiven; take an entry out once its docstring is written.
 DOCSTRINGS_OWED = {
     # hopsml/serving/ (the hops face's serving functions)
     "hopsml.serving.get_model_version", "hopsml.serving.get_predictor", "hopsml.serving.get_status",
     "hopsml.serving.get_transformer",
-    # hopsml/featurestore/store.py
-    *(f"hopsml.featurestore.store.FeatureStore.{name}" for name in (
-        "delete_view", "get_feature_groups", "get_feature_view", "get_feature_views", "get_or_create_feature_view",
-        "get_transformation_functions", "group_names", "group_saved", "query_sql", "read_statistics", "save_group",
-        "save_statistics", "save_view", "training_dataset_versions", "update_training_dataset", "view_names",
-        "view_versions")),
-    # hopsml/featurestore/group.py
-    *(f"hopsml.featurestore.group.FeatureGroup.{name}" for name in (
-        "as_of", "compute_statistics", "delete", "delete_expectation_suite", "feature_names", "filter",
-        "get_expectation_suite", "get_feature", "show", "to_dict", "update_description",
-        "update_feature_description")),
     # hopsml/hopsworks/deployments.py
     *(f"hopsml.hopsworks.deployments.ModelServing.{name}" for name in (
         "create_deployment", "get_deployment", "get_deployment_by_id", "get_deployments")),

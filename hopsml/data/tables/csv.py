@@ -3,7 +3,7 @@ source named early."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Union
 
 from hopsml.cluster.handle import is_connect
 from hopsml.data import dataset as ds
@@ -11,10 +11,15 @@ from hopsml.data.tables.options import CORRUPT, TableOptions
 from hopsml.redact import redact_uri
 
 if TYPE_CHECKING:
+    from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
+# What the CSV reader reads (csv_source): the path, or the lines after a preamble, as a DataFrame of lines (Spark 4,
+# Spark Connect) or an RDD of them (Spark 3.5).
+CsvSource = Union[str, "DataFrame", "RDD[str]"]
 
-def csv_source(spark: SparkSession, src: str, options: TableOptions) -> Any:
+
+def csv_source(spark: SparkSession, src: str, options: TableOptions) -> CsvSource:
     """What the CSV reader reads: the path, or with ``skip_rows`` the lines of every file after its
     first ``skip_rows`` (preamble lines before the header, as in scikit-learn's CSV files)."""
     if not options.skip_rows:
@@ -31,7 +36,7 @@ def csv_source(spark: SparkSession, src: str, options: TableOptions) -> Any:
     return lines_after if is_connect(spark) else lines_after.rdd.map(lambda row: row[0])
 
 
-def column_names(spark: SparkSession, src: Any, options: TableOptions, multiline: bool = False,
+def column_names(spark: SparkSession, src: CsvSource, options: TableOptions, multiline: bool = False,
                   escape: str = '"') -> list[str]:
     if options.columns:
         return list(options.columns)
@@ -43,7 +48,7 @@ def column_names(spark: SparkSession, src: Any, options: TableOptions, multiline
     return [name.strip().lstrip("\ufeff").strip() for name in probe.columns]
 
 
-def _local_file(src: Any) -> str | None:
+def _local_file(src: object) -> str | None:
     """The path of ``src`` when it is one plain local file (not a folder, glob or URI), else None."""
     import os
     from urllib.parse import urlparse
@@ -93,7 +98,7 @@ def header_names(header: list[str]) -> list[str]:
             for i, name in enumerate(names)]
 
 
-def read_text(spark: SparkSession, src: Any, names: list[str], options: TableOptions,
+def read_text(spark: SparkSession, src: CsvSource, names: list[str], options: TableOptions,
                multiline: bool = False, escape: str = '"') -> DataFrame:
     """Every field as text. Quotes are doubled inside quoted fields (RFC 4180: pandas, Excel, R), or
     with ``escape='\\'`` escaped by a backslash (Spark's own CSV writer); ``multiline`` reads quoted

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import pickle
+import types
 import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from hopsml.cluster import preflight
 from hopsml.cluster.handle import SparkHandle
 from hopsml.data import dataset as ds
 from hopsml.data.manifest import Manifest
-from hopsml.data.tables.csv import HINT, column_names, csv_source, is_number, read_text
+from hopsml.data.tables.csv import HINT, CsvSource, column_names, csv_source, is_number, read_text
 from hopsml.data.tables.inference import Inference, infer_types, one_row
 from hopsml.data.tables.options import (
     CORRUPT,
@@ -93,7 +94,7 @@ class _TableJob:
         finally:
             read.parsed.unpersist()
 
-    def _reread(self, source: Any, read: Read) -> Read:
+    def _reread(self, source: CsvSource, read: Read) -> Read:
         """``read``, or a reading of the text with other options that leaves fewer rows malformed: each file
         whole (quoted fields that hold line breaks), quotes escaped by a backslash (Spark's CSV writer), a
         first field that the header does not name (R's write.table)."""
@@ -137,7 +138,7 @@ class _TableJob:
     def _adopt(self, read: Read) -> None:
         self.source_names, self.left_out, self._raw = read.source_names, read.left_out, read.raw
 
-    def _read(self, source: Any, multiline: bool, escape: str = '"', row_names: bool = False) -> Read:
+    def _read(self, source: CsvSource, multiline: bool, escape: str = '"', row_names: bool = False) -> Read:
         """The table typed, cached (every later step reads it), with its names and what the reading
         told (:class:`Inference`). With ``row_names`` every row starts with a field the header does
         not name (left out as a nameless column).
@@ -245,7 +246,7 @@ class _TableJob:
         return (f"{inference.failures[name]} values of {self._described(name, kind)} do not parse as "
                 f"{kind}, e.g. {inference.samples.get(name)!r}. ")
 
-    def _run_typed(self, stage: ds.DatasetDir, read: Read, stats_mod: Any) -> ds.DatasetSummary:
+    def _run_typed(self, stage: ds.DatasetDir, read: Read, stats_mod: types.ModuleType) -> ds.DatasetSummary:
         from pyspark.sql import functions as F
 
         opts = self.options
@@ -339,7 +340,7 @@ class _TableJob:
         return means, stds, fills, categories
 
     def _write(self, stage: ds.DatasetDir, usable: Any, names: list[str], label: str,
-               inference: Inference, rejected_reasons: dict[str, int], stats_mod: Any,
+               inference: Inference, rejected_reasons: dict[str, int], stats_mod: types.ModuleType,
                kept: Any) -> ds.DatasetSummary:
         opts = self.options
         types, read = inference.types, inference.read

@@ -27,7 +27,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from hopsml.data.tables.row_hash import row_hashes
 from hopsml.data.tables.transform import Transform
 from hopsml.data.tables.writers import TableShardWriter
 from hopsml.fs import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +241,7 @@ def aggregates(values: np.ndarray) -> dict[str, Any]:
             "std": math.sqrt(m2 / (n - 1.0)) if count > 1 else None, "zeros": int((values == 0).sum())}
 
 
-def default_parallelism(settings: config.Settings, spark: Any) -> int | None:
+def default_parallelism(settings: config.Settings, spark: SparkSession | None) -> int | None:
     """Spark's default parallelism (the default shards), from the session in use, else from a local master
     and its settings; None where only a running cluster would tell."""
     if spark is None and "pyspark" in sys.modules:
@@ -267,7 +270,7 @@ class LocalTableJob(_TableJob):
 
     @classmethod
     def of(cls, src: str, storage: Storage, settings: config.Settings, name: str, options: TableOptions,
-           spark: Any = None) -> LocalTableJob | None:
+           spark: SparkSession | None = None) -> LocalTableJob | None:
         """The job for ``src`` when it is a small table this module reads with certainty, else None."""
         if settings.small_table_rows <= 0:
             return None

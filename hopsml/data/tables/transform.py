@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+# A column as Arrow's compute functions take it: one array, or a table's chunked column.
+ArrowColumn = Union["pa.Array", "pa.ChunkedArray"]
 
 _ARROW_TYPES = {"float64": "float64", "float32": "float32", "int32": "int32", "int64": "int64"}
 
@@ -42,7 +44,7 @@ class Transform:
         return pa.schema([pa.field(name, pa.list_(pa.float32()) if name == "features" else
                                    pa.type_for_alias(_ARROW_TYPES[dtype])) for name, dtype in self.dtypes.items()])
 
-    def _index(self, column: Any, name: str) -> Any:
+    def _index(self, column: ArrowColumn, name: str) -> pa.Array:
         return category_index(column, self.categories.get(name, []))
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Table:
@@ -74,7 +76,7 @@ class Transform:
         return pa.Table.from_pydict(out, schema=self.schema())
 
 
-def scaled(column: Any, center: float, spread: float) -> Any:
+def scaled(column: ArrowColumn, center: float, spread: float) -> ArrowColumn:
     """``(x - center) / spread`` as doubles: standardizing (mean, std), min-max (min, max - min), robust
     scaling (median, IQR)."""
     import pyarrow as pa
@@ -83,7 +85,7 @@ def scaled(column: Any, center: float, spread: float) -> Any:
     return pc.divide(pc.subtract(pc.cast(column, pa.float64(), safe=False), center), spread)
 
 
-def category_index(column: Any, categories: Sequence[Any], missing: int | None = -1) -> Any:
+def category_index(column: ArrowColumn, categories: Sequence[Any], missing: int | None = -1) -> pa.Array:
     """Each value's index in ``categories`` (int32): -1 for one not there; a missing value gets ``missing``
     (-1 by default, None keeps it missing)."""
     import pyarrow as pa
@@ -99,7 +101,7 @@ def category_index(column: Any, categories: Sequence[Any], missing: int | None =
     return index.cast(pa.int32())
 
 
-def one_hot(index: Any, count: int) -> list[Any]:
+def one_hot(index: pa.Array, count: int) -> list[pa.Array]:
     """One float32 column per category: 1 where ``index`` (of category_index) is that category, else 0."""
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from hopsml.formats.tfrecord import TFRecordWriter
+
 
 class TableShardWriter:
     """Transform and write the shards whose rows a task holds, each as its Parquet file and its TFRecord
@@ -100,7 +102,7 @@ class TableShardWriter:
                                   for split in rows], pa.binary())})
 
 
-def _write_examples(records: Any, part: pa.Table) -> None:
+def _write_examples(records: TFRecordWriter, part: pa.Table) -> None:
     """The rows of ``part`` as tf.train.Example records: scalars and the ``features`` vector by
     numpy in one go; a row holding a null is written alone, without its null features."""
     import pyarrow as pa
@@ -127,7 +129,7 @@ def _write_examples(records: Any, part: pa.Table) -> None:
     records.write_batch(*encode_examples(columns))
 
 
-def _write_examples_one_by_one(records: Any, part: pa.Table) -> None:
+def _write_examples_one_by_one(records: TFRecordWriter, part: pa.Table) -> None:
     for row in part.to_pylist():
         records.write(encode_example({
             name: (np.asarray(value, dtype=np.float32) if name == "features" else value)
