@@ -8,11 +8,10 @@ changed, with the extra each event carries (a feature group's commit, a model's 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,22 +48,6 @@ class Step:
 def settings_for(root: str | None = None, project: str | None = None) -> config.Settings:
     """The project a step works in: the arguments, else HOPSML_ROOT / HOPSML_PROJECT, else conf/hopsml.toml."""
     return config.load(root=root, project=project)
-
-
-@contextlib.contextmanager
-def project_environment(settings: config.Settings) -> Iterator[None]:
-    """HOPSML_ROOT and HOPSML_PROJECT set to `settings`' for the hops-style verbs that read the environment
-    (experiment.launch has no settings argument), and restored after."""
-    saved = {key: os.environ.get(key) for key in ("HOPSML_ROOT", "HOPSML_PROJECT")}
-    os.environ["HOPSML_ROOT"], os.environ["HOPSML_PROJECT"] = settings.root, settings.project
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # --- data -----------------------------------------------------------------------------------------------
@@ -170,13 +153,12 @@ def run_experiment(settings: config.Settings, function: str, *, verb: str = "lau
         raise StepError(f"experiment {name!r}: verb {verb!r} is not one of {', '.join(VERBS)}")
     fn = import_function(function)
     call = getattr(experiment, verb)
-    with project_environment(settings):
-        if verb == "launch":
-            result = call(fn, dict(args or {}), name=name, **options)
-        elif verb == "allreduce":
-            result = call(fn, name=name, **options)
-        else:
-            result = call(fn, dict(args or {}), name=name, **options)
+    # the settings go with the call: an Airflow worker runs many tasks in one process, and an environment set
+    # for one of them would reach the others
+    if verb == "allreduce":
+        result = call(fn, name=name, settings=settings, **options)
+    else:
+        result = call(fn, dict(args or {}), name=name, settings=settings, **options)
     logdir = str(result[0])
     exp_id = logdir.rstrip("/").rsplit("/", 1)[-1]
     record = read_record(Storage(settings.root), settings.project, exp_id)
