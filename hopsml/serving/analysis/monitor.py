@@ -31,12 +31,13 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from hopsml import config, layout
+from hopsml.clock import utc_now
 from hopsml.data import dataset as ds
 from hopsml.data.tables.transform import Transform
 from hopsml.fs import Storage
@@ -557,7 +558,7 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
     report: dict[str, Any] = {
         "serving": serving_name, "model": {"name": d.model_name, "version": served},
         "dataset": {"name": name, "split": split, "rows": stats.get("rows", {}).get(split)},
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "inference_log": folder,
+        "generated": utc_now(), "inference_log": folder,
         "requests": len(answered), "rows": len(rows),
         "thresholds": {"psi": psi_threshold, "ks": ks_threshold},
         "drifted": drifted, "unseen": unseen,
