@@ -137,6 +137,8 @@ class Deployment:
         return self.predictor.model_version
 
     def save(self, await_update: int | None = None) -> Deployment:
+        """Create the serving from the predictor, or update it (a running one restarts with the new definition);
+        `await_update` is hsml's and unused: saving returns once the definition is written."""
         p = self.predictor
         batcher = p.inference_batcher
         lifecycle.create_or_update(
@@ -206,19 +208,24 @@ class Deployment:
         self.predictor.canary_traffic_percent = serving.canary_traffic_percent if serving.canary_version else None
 
     def start(self, await_running: int | None = 300) -> None:
+        """Start the deployment's server and wait up to `await_running` seconds (default 300) until it answers."""
         lifecycle.start(self.name, timeout_s=float(await_running or 300), settings=self._settings)
 
     def stop(self, await_stopped: int | None = None) -> None:
+        """Stop the server: no process or port is left when it returns (`await_stopped` is hsml's, unused)."""
         lifecycle.stop(self.name, settings=self._settings)
 
     def get_state(self) -> PredictorState:
+        """Its state now: status ('Running', 'Stopped', 'Starting', 'Failed'), why, and the instances up."""
         serving = lifecycle.get(self.name, self._settings)
         return PredictorState(str(serving.status), serving.status.reason, serving.available_instances)
 
     def is_running(self) -> bool:
+        """Whether its server is up and answering."""
         return self.get_state().status == "Running"
 
     def is_stopped(self) -> bool:
+        """Whether it is stopped (a failed deployment is neither running nor stopped)."""
         return self.get_state().status == "Stopped"
 
     def predict(self, data: Any = None, inputs: Any = None) -> Any:
@@ -250,6 +257,8 @@ class Deployment:
         return text
 
     def delete(self, force: bool = False) -> None:
+        """Stop the deployment if it runs and remove its definition (its log stays), as hsml's delete(force=True)
+        does; here a running deployment is stopped with or without `force`."""
         if force and self.get_state().status in ("Running", "Starting"):
             self.stop()
         lifecycle.delete(self.name, settings=self._settings)
@@ -298,9 +307,11 @@ class ModelServing:
         return Transformer(script_file, resources)
 
     def create_deployment(self, predictor: Predictor, name: str | None = None, **_: Any) -> Deployment:
+        """A deployment of `predictor` named `name` (default: the predictor's); nothing is written until save()."""
         return Deployment(predictor, name)
 
     def get_deployment(self, name: str) -> Deployment:
+        """The deployment `name`, as its serving is recorded; ServingNotFound when the project has none such."""
         serving = lifecycle.get(name, self._settings)
         return Deployment(Predictor(serving.model_name, serving.model_version, name, serving.predictor,
                                     settings=self._settings, canary_version=serving.canary_version,
@@ -310,12 +321,15 @@ class ModelServing:
                           name)
 
     def get_deployment_by_id(self, id: int) -> Deployment:  # noqa: A002 - hsml's name
+        """The deployment whose serving has id `id`; ServingNotFound when none has."""
         for serving in lifecycle.get_all(self._settings):
             if int(serving.id) == int(id):
                 return self.get_deployment(serving.name)
         raise ServingNotFound(f"no deployment with id {id} in project {self._settings.project!r}")
 
     def get_deployments(self, model: Any = None, status: str | None = None) -> list[Deployment]:
+        """Every deployment of the project; with `model`, only those serving that model, with `status` (e.g.
+        'Running'), only those in it."""
         found = [self.get_deployment(s.name) for s in lifecycle.get_all(self._settings)
                  if model is None or s.model_name == model.name]
         return [d for d in found if status is None or d.get_state().status.lower() == status.lower()]

@@ -12,21 +12,13 @@ from hopsml import cli, config
 
 ROOT = Path(__file__).parents[2]
 
-# Commands and arguments without a help text in files others are editing now (hopsml/serving/): owed, not
-# forgiven; take an entry out once its help is written.
-HELP_OWED = {
-    "hopsml serving create --model-server {TENSORFLOW_SERVING,PYTHON}",
-    *(f"hopsml serving {verb} name" for verb in ("start", "stop", "status", "delete", "promote", "rollback",
-                                                "canary-gate", "export-kserve", "monitor", "logs")),
-}
+# Commands and arguments without a help text in files others are editing now: owed, not forgiven; take an entry out
+# once its help is written.
+HELP_OWED: set[str] = set()
 
-# Public functions and methods without a docstring in files others are editing now (hopsml/serving/,
-# hopsworks/deployments.py, featurestore/group.py, store.py, online.py): owed, not forgiven; take an entry out
-# once its docstring is written.
+# Public functions and methods without a docstring in files others are editing now (featurestore/group.py,
+# store.py): owed, not forgiven; take an entry out once its docstring is written.
 DOCSTRINGS_OWED = {
-    # hopsml/serving/ (the hops face's serving functions)
-    "hopsml.serving.get_model_version", "hopsml.serving.get_predictor", "hopsml.serving.get_status",
-    "hopsml.serving.get_transformer",
     # hopsml/featurestore/store.py
     *(f"hopsml.featurestore.store.FeatureStore.{name}" for name in (
         "delete_view", "get_feature_groups", "get_feature_view", "get_feature_views", "get_or_create_feature_view",
@@ -38,11 +30,6 @@ DOCSTRINGS_OWED = {
         "as_of", "compute_statistics", "delete", "delete_expectation_suite", "feature_names", "filter",
         "get_expectation_suite", "get_feature", "show", "to_dict", "update_description",
         "update_feature_description")),
-    # hopsml/hopsworks/deployments.py
-    *(f"hopsml.hopsworks.deployments.ModelServing.{name}" for name in (
-        "create_deployment", "get_deployment", "get_deployment_by_id", "get_deployments")),
-    *(f"hopsml.hopsworks.deployments.Deployment.{name}" for name in (
-        "delete", "get_state", "is_running", "is_stopped", "save", "start", "stop")),
 }
 
 

@@ -609,6 +609,8 @@ def get_inference_log(serving_name: str, settings: config.Settings | None = None
 
 
 def get_status(serving_name: str, settings: config.Settings | None = None) -> Status:
+    """The serving's status as hops gives it ('Running', 'Stopped', 'Starting', 'Failed'), read from its server's
+    state: with the reason and the log's last lines when it failed."""
     storage, project, settings = _where(settings)
     defs.read(storage, project, serving_name)
     return status_of(settings, project, serving_name, states.read(storage, project, serving_name))
