@@ -21,7 +21,7 @@ COMMANDS = ("serving",)
 NAME_HELP = "the serving's name (hopsml serving list shows them)"
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serving`` and its actions to the CLI's subparsers."""
     serving = subparsers.add_parser("serving", help="serve registered models over TF Serving's REST API")
     actions = serving.add_subparsers(dest="serving_action", required=True)
