@@ -42,7 +42,7 @@ def steps(storage: Any, run_path: str) -> list[int]:
     return sorted(int(match.group(1)) for match in found if match)
 
 
-def save(state: Any, step: int, keep: int = 3) -> str | None:
+def save(state: object, step: int, keep: int = 3) -> str | None:
     """Save `state` as the checkpoint of `step` (rank 0 only; other ranks return None at once) and
     keep the newest `keep`; returns the file's local path."""
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:

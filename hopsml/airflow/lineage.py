@@ -41,7 +41,7 @@ class _Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def _literal(value: Any, indent: int) -> str:
+def _literal(value: object, indent: int) -> str:
     text = pprint.pformat(value, width=110 - indent, sort_dicts=False)
     return text.replace("\n", "\n" + " " * indent)
 

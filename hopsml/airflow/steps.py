@@ -193,7 +193,7 @@ def _check_reads(function: str, exp_id: str, read: Sequence[Mapping[str, Any]], 
                             "(fv.train_test_split), not read a fixed version")
 
 
-def _best_trial(exp_dir: str, record: Any) -> str:
+def _best_trial(exp_dir: str, record: object) -> str:
     """A search's best trial folder (its record names it); the run's own folder for the other verbs."""
     best = (getattr(record, "extra", None) or {}).get("best_logdir")
     return layout.join(exp_dir, str(best).rstrip("/").rsplit("/", 1)[-1]) if best else exp_dir

@@ -304,7 +304,7 @@ class Communicator:
         with self._operation("barrier") as seq:
             check_headers(self._exchange(Header("barrier", seq, "")))
 
-    def allgather(self, obj: Any) -> list[Any]:
+    def allgather(self, obj: object) -> list[Any]:
         """Every rank's picklable object, in rank order (pickles come only from authenticated peers)."""
         self._settle_pending("allgather")
         problem = ""

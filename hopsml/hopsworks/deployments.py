@@ -228,7 +228,7 @@ class Deployment:
         """Whether it is stopped (a failed deployment is neither running nor stopped)."""
         return self.get_state().status == "Stopped"
 
-    def predict(self, data: Any = None, inputs: Any = None) -> Any:
+    def predict(self, data: object = None, inputs: object = None) -> Any:
         """hsml's predict: `inputs` (one instance, or a list of them) or `data` (the request body,
         {"instances": [...]}); the answer is the server's, {"predictions": [...]}."""
         return lifecycle.make_inference_request(self.name, request_body(data, inputs), settings=self._settings)
@@ -299,7 +299,7 @@ class ModelServing:
         return Predictor(model.name, int(model.version), name or model.name, script_file, resources, inference_logger,
                          inference_batcher, self._settings, canary_version, canary_traffic_percent, transformer)
 
-    def create_transformer(self, script_file: str | None = None, resources: Any = None) -> Transformer:
+    def create_transformer(self, script_file: str | None = None, resources: object = None) -> Transformer:
         """hsml's transformer: a script whose `Transformer` pre- and post-processes the predictor's requests."""
         if not script_file:
             raise ServingError("create_transformer needs script_file=: a .py with a Transformer class "
@@ -335,7 +335,7 @@ class ModelServing:
         return [d for d in found if status is None or d.get_state().status.lower() == status.lower()]
 
 
-def request_body(data: Any = None, inputs: Any = None) -> dict[str, Any]:
+def request_body(data: object = None, inputs: object = None) -> dict[str, Any]:
     """The REST request body hsml's `predict(data=, inputs=)` sends: `data` as given (a dict with a non-empty
     2-dimensional "instances" or "inputs" list); `inputs` (a dict, a list of rows, or one row) made two-dimensional:
     a row of plain values (`[4467360740682089]`) is one instance, `[[...]]`, and a dict one instance of one value,

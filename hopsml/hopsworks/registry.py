@@ -128,8 +128,8 @@ class _Framework:
         self._settings, self._framework = settings, framework
 
     def create_model(self, name: str, version: int | None = None, metrics: dict[str, Any] | None = None,
-                     description: str | None = None, input_example: Any = None, model_schema: Any = None,
-                     feature_view: Any = None, training_dataset_version: int | None = None, **_: Any) -> Model:
+                     description: str | None = None, input_example: object = None, model_schema: object = None,
+                     feature_view: object = None, training_dataset_version: int | None = None, **_: Any) -> Model:
         return Model(self._settings, layout.validate_name(name, "model name"), self._framework, version, metrics,
                      description, input_example, model_schema, feature_view, training_dataset_version)
 

@@ -28,7 +28,6 @@ from hopsml.jobs.execution import LIVE, Execution
 from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.redact import HIDDEN, is_secret, redact_value
 
-
 T = TypeVar("T")
 
 

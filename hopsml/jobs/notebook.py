@@ -58,7 +58,7 @@ def _remember_kernel(**_: Any) -> None:
 _client: list[Any] = []
 
 
-def _on_term(signum: int, _frame: Any) -> None:
+def _on_term(signum: int, _frame: object) -> None:
     for pid in _kernel_pid:
         try:
             os.killpg(pid, signal.SIGKILL)

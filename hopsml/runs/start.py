@@ -69,7 +69,7 @@ class Start:
                         seed=self.seed, **fields)
 
 
-def check_function(train_fn: Any, args_dict: Any, name: str,
+def check_function(train_fn: object, args_dict: object, name: str,
                    versioned_resources: Iterable[str] | None = None) -> dict[str, Any]:
     """What can be checked before Spark starts (seconds): the function, its arguments, the name, the files."""
     ExperimentRun.check_arguments(name, versioned_resources)

@@ -80,7 +80,7 @@ def rank_trace(recorder: Recorder) -> dict[str, Any]:
             "metadata": {"hopsml_timeline": 1, "ranks": [rank_metadata(recorder)]}}
 
 
-def problems(trace: Any) -> list[str]:
+def problems(trace: object) -> list[str]:
     """What makes `trace` break the Chrome trace event format as hopsml writes it; [] when it is fine."""
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         return ["the trace is not an object with a traceEvents list"]

@@ -36,7 +36,7 @@ class ShardDataset(_IterableDataset):
     """This rank's batches of ``dataset`` as ``{field: tensor}``; ``reader_kwargs`` go to hopsml.data.reader."""
 
     def __init__(self, dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None,
-                 device: Any = None, **reader_kwargs: Any) -> None:
+                 device: object = None, **reader_kwargs: Any) -> None:
         require()
         from hopsml.data.readers import reader
 
@@ -63,7 +63,7 @@ class ShardDataset(_IterableDataset):
         return self.steps_per_epoch * self.reader.epochs
 
 
-def data_loader(dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None, device: Any = None,
+def data_loader(dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None, device: object = None,
                 pin_memory: bool = False, **reader_kwargs: Any) -> Any:
     """A torch DataLoader over this rank's shard (see ShardDataset); e.g. batch_size=64, equal_steps=True."""
     torch = require()

@@ -117,7 +117,7 @@ class ExperimentRecord:
         return {"format_version": data.pop("format_version"), **data}
 
     @classmethod
-    def from_dict(cls, data: Any) -> ExperimentRecord:
+    def from_dict(cls, data: object) -> ExperimentRecord:
         """The record in `data`, or BrokenRecordError saying what is wrong with it."""
         if not isinstance(data, dict):
             kind = "null" if data is None else _JSON_TYPES.get(type(data), type(data).__name__)
@@ -221,7 +221,7 @@ class ExperimentRun:
         return resources
 
     @classmethod
-    def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: Any = None,
+    def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: object = None,
               versioned_resources: Iterable[str] | None = None, spark_conf: dict[str, str] | None = None,
               spark_version: str | None = None, heartbeat_s: float | None = None,
               modules: Mapping[str, bytes] | None = None, **fields: Any) -> ExperimentRun:
@@ -250,7 +250,7 @@ class ExperimentRun:
             raise
         return run
 
-    def _version(self, resources: list[str], fn: Any, modules: Mapping[str, bytes]) -> None:
+    def _version(self, resources: list[str], fn: object, modules: Mapping[str, bytes]) -> None:
         program = versioning.find_program(fn)
         if program:
             suffix = ".ipynb" if program.endswith(".ipynb") else ".py"

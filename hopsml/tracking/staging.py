@@ -154,7 +154,7 @@ def _watch(stdin: IO[bytes]) -> int:
     if stdin.readline() == _DONE or not os.path.isdir(job["dir"]):
         return 0  # the run ended normally and cleaned up itself
 
-    def give_up(signum: int, frame: Any) -> None:
+    def give_up(signum: int, frame: object) -> None:
         raise TimeoutError(f"copying took more than {_WATCHER_TIMEOUT_S:.0f}s")
 
     signal.signal(signal.SIGALRM, give_up)

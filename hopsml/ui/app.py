@@ -13,7 +13,6 @@ import json
 import logging
 import mimetypes
 import posixpath
-from typing import Any
 
 from flask import Flask, Response, jsonify, redirect, render_template, request, url_for
 
@@ -88,7 +87,7 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None, acces
         return render_template("error.html", title="not found", message=str(exc)), 404
 
     @app.errorhandler(404)
-    def _no_route(exc: Any) -> tuple[str, int]:
+    def _no_route(exc: object) -> tuple[str, int]:
         return render_template("error.html", title="not found", message="no such page"), 404
 
     @app.errorhandler(HopsmlError)

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, settings: config.Settings) -> str:
                     "of it", args.host, Storage(settings.root).uri())
     print(f"hopsml ui: {Storage(settings.root).uri()} at {url} (Ctrl-C stops it)", flush=True)
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     previous = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None

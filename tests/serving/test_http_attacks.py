@@ -1,8 +1,9 @@
 """Hostile but fair clients against the model server's HTTP (a process of its own, production limits but a 2 s
 request deadline), each beside a steady load in another process: the attack is refused (431, 414, 408), memory
 per stalled client stays bounded, and the load's p99 stays near its p99 without the attack, measured just before (the
-best of three windows counts, so that a busy machine does not fail it). The load sends on a fixed schedule and counts latency from when each request was due, so a stalled event loop
-shows in every request it delays, not in one."""
+best of three windows counts, so that a busy machine does not fail it). The load sends on a fixed schedule and
+counts latency from when each request was due, so a stalled event loop shows in every request it delays, not in
+one."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from typing import Any
 class Transformer:
     """A transformer script to give to `model.deploy(transformer=...)` or `ms.create_predictor(transformer=...)`."""
 
-    def __init__(self, script_file: str, resources: Any = None, **kwargs: Any) -> None:
+    def __init__(self, script_file: str, resources: object = None, **kwargs: Any) -> None:
         self.script_file, self.resources = script_file, resources
 
     def __repr__(self) -> str:

@@ -185,7 +185,7 @@ class RankFramework:
         """This rank's TF_CONFIG; None: every rank a worker."""
         return None
 
-    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+    def run(self, ctx: object, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
         raise NotImplementedError
 
     def timeout_s(self, spec: TaskSpec) -> float:
@@ -251,7 +251,7 @@ class CollectiveRank(RankFramework):
     def timeout_s(self, spec: TaskSpec) -> float:
         return self.options.timeout_s
 
-    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+    def run(self, ctx: object, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
         listener, fn, options, timeline = self._listener, self.fn, self.options, self.timeline
 
         def connected_fn() -> Any:

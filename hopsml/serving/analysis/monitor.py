@@ -183,7 +183,7 @@ def _category_counts(entry: Mapping[str, Any], column: str, categories: Sequence
 
 
 def _references(stats: Mapping[str, Any], transform: Mapping[str, Any], split: str,
-                counter: Any = None) -> list[dict[str, Any]]:
+                counter: object = None) -> list[dict[str, Any]]:
     """One reference per model feature: its kind, the train histogram in the feature's space (a category's
     exact counts), and what the preprocessing checks need. `counter(column, size)` counts a categorical
     column's categories in the split's rows when the statistics do not hold them all."""
@@ -251,7 +251,7 @@ def _split_counter(dataset: str, split: str, transform: Mapping[str, Any], setti
 
 
 # --- what serving got --------------------------------------------------------------------------------
-def _flat(data: Any) -> list[Any]:
+def _flat(data: object) -> list[Any]:
     """A v2 tensor's data, flat in row-major order (it may come nested)."""
     if not isinstance(data, list):
         return [data]
@@ -595,7 +595,7 @@ def report_text(report: Mapping[str, Any]) -> str:
         flags = (["DRIFT"] if f.get("drift") else []) + (["PREPROCESSING"] if not f["preprocessing"]["ok"] else [])
         flags += ["UNSEEN"] if f.get("unseen") else []
 
-        def num(value: Any) -> str:
+        def num(value: object) -> str:
             return "-" if value is None else f"{value:.3f}"
 
         lines.append(f"{f['name']:<24} {f['kind']:<9} {num(f.get('psi')):>8} {num(f.get('ks')):>7} "

@@ -617,7 +617,7 @@ def get_status(serving_name: str, settings: config.Settings | None = None) -> St
 
 
 # --- inference -----------------------------------------------------------------------------------------
-def make_inference_request(serving_name: str, data: Any, verb: str = ":predict", *, timeout_s: float = 60.0,
+def make_inference_request(serving_name: str, data: object, verb: str = ":predict", *, timeout_s: float = 60.0,
                            settings: config.Settings | None = None) -> Any:
     """POST `data` to the serving's `/v1/models/<name><verb>` and return the decoded JSON answer; a list is
     sent as {"instances": data}. An error answer raises ServingError with the server's message."""

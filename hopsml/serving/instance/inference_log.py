@@ -134,7 +134,7 @@ class RecordingTransformer:
         return getattr(self._transformer, name)
 
 
-def _rows(inputs: Any) -> int:
+def _rows(inputs: object) -> int:
     shape = getattr(inputs, "shape", None)
     if shape is not None and len(shape):
         return int(shape[0])
@@ -364,7 +364,7 @@ def private_folder(folder: str) -> None:
     os.chmod(folder, FOLDER_MODE)
 
 
-def _write_json(path: str, value: Any) -> None:
+def _write_json(path: str, value: object) -> None:
     """A small JSON file written whole (under a temporary name, then renamed), readable by its owner only."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
@@ -373,11 +373,11 @@ def _write_json(path: str, value: Any) -> None:
     os.replace(tmp, path)
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, default=_plain)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     tolist = getattr(value, "tolist", None)
     if tolist is not None:
         return tolist()

@@ -465,7 +465,7 @@ def _retrieved(task: asyncio.Task[None]) -> None:
         task.exception()
 
 
-def _close(app: Any) -> None:
+def _close(app: object) -> None:
     """Let an evicted app go: its `close()` where it has one, else its batcher's model thread, which would keep
     the model alive."""
     while app is not None:   # through wrappers (inference_log.LoggedApp) that hold the app as `.app`
@@ -484,5 +484,5 @@ def _mb(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
-def _answer(status: int, body: Any) -> Answer:
+def _answer(status: int, body: object) -> Answer:
     return status, orjson.dumps(body)

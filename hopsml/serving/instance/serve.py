@@ -167,7 +167,7 @@ def several_models(spec: InstanceSpec, model_app: MakeApp) -> Any:
             raise LookupError(f"its versions here are {', '.join(sorted(model['versions'], key=int))}")
         return ModelSource(name, number, **files)
 
-    def make(source: ModelSource, servable: Any, transformer: Any) -> Any:
+    def make(source: ModelSource, servable: object, transformer: object) -> Any:
         return model_app(source.name, source.version, servable, transformer)
 
     mux = ModelMultiplexer(resolve, catalog.keys, make, max_models=spec.max_models,
