@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from types import TracebackType
 from typing import Any, Literal
 
 from hopsml import config, execution_notes, layout, skeleton
@@ -292,7 +293,8 @@ class ExperimentRun:
     def __enter__(self) -> ExperimentRun:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self.record.state != State.RUNNING.value:
             return False  # already finished by the caller
         if exc is None:

@@ -15,6 +15,7 @@ import mimetypes
 import posixpath
 
 from flask import Flask, Response, jsonify, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response as BaseResponse
 
 from hopsml import config, layout
 from hopsml.errors import HopsmlError
@@ -63,7 +64,7 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None, acces
                         "start it with --allow-host NAME.\n", status=421, mimetype="text/plain")
 
     @app.before_request
-    def _check_token() -> Response | None:
+    def _check_token() -> BaseResponse | None:   # a redirect is werkzeug's Response
         if access is None:
             return None
         allowed, in_query = access.check(request)
