@@ -41,14 +41,14 @@ import orjson
 from hopsml import layout, request_notes
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
-from hopsml.serving.instance.loaders import RequestError
+from hopsml.serving.instance.loaders import RequestError, Servable, Transformer
 from hopsml.serving.instance.v2_binary import binary_inputs
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from hopsml import config
-    from hopsml.serving.instance.http_server import Answer, Request
+    from hopsml.serving.instance.http_server import Answer, App, Request
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +122,10 @@ def record(**seen: Any) -> None:
 class RecordingTransformer:
     """A transformer whose `preprocess` output is noted for the inference log; the rest is the transformer's."""
 
-    def __init__(self, transformer: Any) -> None:
+    def __init__(self, transformer: Transformer) -> None:
         self._transformer = transformer
 
-    def preprocess(self, body: Any) -> Any:
+    def preprocess(self, body: dict[str, Any]) -> dict[str, Any]:
         out = self._transformer.preprocess(body)
         record(inputs=out)
         return out
@@ -144,15 +144,15 @@ def _rows(inputs: object) -> int:
 class CountingServable:
     """The servable, with the rows of each model call counted (the serving page's batch sizes)."""
 
-    def __init__(self, servable: Any, counts: Counter[int]) -> None:
+    def __init__(self, servable: Servable, counts: Counter[int]) -> None:
         self._servable = servable
         self._counts = counts
 
-    def predict(self, inputs: Any) -> Any:
+    def predict(self, inputs: object) -> Any:
         self._counts[_rows(inputs)] += 1
         return self._servable.predict(inputs)
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         self._counts[_rows(prepared)] += 1
         return self._servable.call(prepared)
 
@@ -428,7 +428,7 @@ class LoggedApp:
     """The instance's app (protocol.ModelApp, which notes with `record` what it read) with each POST logged:
     bytes are kept, the answer is not delayed."""
 
-    def __init__(self, app: Any, logger: InferenceLogger) -> None:
+    def __init__(self, app: App, logger: InferenceLogger) -> None:
         self.app = app
         self.logger = logger
 

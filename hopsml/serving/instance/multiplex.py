@@ -37,14 +37,14 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from hopsml.request_notes import note
 from hopsml.serving.definition import ServingError
 from hopsml.serving.instance import loaders
-from hopsml.serving.instance.http_server import Answer, Request
+from hopsml.serving.instance.http_server import Answer, App, Request
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,6 @@ class LoadedModel:
     last_used: float
     load_s: float
     in_flight: int
-
-
-class App(Protocol):
-    """What `make_app` returns: protocol.ModelApp, or a wrapper of it with the same `handle`."""
-
-    async def handle(self, request: Request) -> Answer: ...
 
 
 Resolve = Callable[[str, int | None], ModelSource]
