@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hopsml import config, hdfs, layout
 from hopsml.fs import Storage
@@ -22,13 +22,22 @@ from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import Batching, Canary, ServingError, ServingNotFound
 
 
+class SavedModel(Protocol):
+    """What a predictor reads of hsml's Model (hopsworks/registry.py): its name, and its version once saved."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int | None: ...
+
+
 @dataclass
 class Resources:
     """hsml's resources: here only the number of instances counts (one process each)."""
 
     num_instances: int = 1
-    requests: Any = None
-    limits: Any = None
+    requests: object = None   # hsml's, kept and unused
+    limits: object = None
 
 
 @dataclass
@@ -36,7 +45,7 @@ class InferenceLogger:
     """hsml's inference logger: which parts of each request the serving's inference log keeps."""
 
     mode: str = "ALL"   # "ALL", "MODEL_INPUTS", "PREDICTIONS" or "NONE"
-    kafka_topic: Any = None
+    kafka_topic: object = None   # hsml's; the log is Parquet files under the serving (get_inference_log)
 
 
 @dataclass
@@ -270,11 +279,11 @@ class ModelServing:
     def __init__(self, settings: config.Settings) -> None:
         self._settings = settings
 
-    def create_predictor(self, model: Any, name: str | None = None, script_file: str | None = None,
+    def create_predictor(self, model: SavedModel, name: str | None = None, script_file: str | None = None,
                          resources: Resources | dict[str, Any] | None = None,
                          inference_logger: InferenceLogger | str | None = None,
                          inference_batcher: InferenceBatcher | bool | None = None,
-                         canary_version: Any = None, canary_traffic_percent: int | None = None,
+                         canary_version: int | SavedModel | None = None, canary_traffic_percent: int | None = None,
                          transformer: Transformer | dict[str, Any] | None = None, **_: Any) -> Predictor:
         """hsml's create_predictor; `canary_version` (a version number, or a saved version of the same model) and
         `canary_traffic_percent` are hopsml's: the deployment saves them as create_or_update's `Canary`."""
@@ -287,11 +296,11 @@ class ModelServing:
         if model.version is None:
             raise ServingError(f"model {model.name!r} is not saved yet: model.save(path) first")
         if canary_version is not None and not isinstance(canary_version, int):
-            if getattr(canary_version, "name", model.name) != model.name or getattr(canary_version, "version",
-                                                                                   None) is None:
+            saved = getattr(canary_version, "version", None)
+            if getattr(canary_version, "name", model.name) != model.name or saved is None:
                 raise ServingError(f"canary_version must be a version of model {model.name!r} (a number, or a "
                                    f"saved version of it), not {canary_version!r}")
-            canary_version = int(canary_version.version)
+            canary_version = int(saved)
         if canary_traffic_percent is not None and canary_version is None:
             raise ServingError(f"canary_traffic_percent={canary_traffic_percent} needs a canary_version")
         if isinstance(transformer, dict):
@@ -327,7 +336,7 @@ class ModelServing:
                 return self.get_deployment(serving.name)
         raise ServingNotFound(f"no deployment with id {id} in project {self._settings.project!r}")
 
-    def get_deployments(self, model: Any = None, status: str | None = None) -> list[Deployment]:
+    def get_deployments(self, model: SavedModel | None = None, status: str | None = None) -> list[Deployment]:
         """Every deployment of the project; with `model`, only those serving that model, with `status` (e.g.
         'Running'), only those in it."""
         found = [self.get_deployment(s.name) for s in lifecycle.get_all(self._settings)
