@@ -19,7 +19,7 @@ from hopsml.errors import ModelError
 from hopsml.model.registry import ModelVersion, export
 
 
-def export_spark_ml(pipeline_model: Any, model_name: str, inputs: Any, *, spark: Any = None,
+def export_spark_ml(pipeline_model: Any, model_name: str, inputs: object, *, spark: object = None,
                     metrics: Mapping[str, Any] | None = None, description: str | None = None,
                     settings: config.Settings | None = None) -> ModelVersion:
     """Register a fitted PySpark ML `PipelineModel` (or a single fitted model) as the next version of

@@ -25,7 +25,7 @@ except ImportError:  # without PyTorch the class still imports; using it raises 
     _IterableDataset = object  # type: ignore[assignment,misc]
 
 
-def _tensor(torch: Any, values: np.ndarray, device: Any) -> Any:
+def _tensor(torch: Any, values: np.ndarray, device: object) -> Any:
     if values.dtype == object:  # strings stay numpy
         return values
     tensor = torch.from_numpy(values if values.flags.writeable else values.copy())
