@@ -430,7 +430,7 @@ class RunSettings(_RunFields):
         return cls(**{name: getattr(settings, name) for name in names}, user=settings.user or getpass.getuser())
 
     @classmethod
-    def resolve(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> RunSettings:
+    def resolve(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> RunSettings:
         """Resolve every setting now (argument > HOPSML_* > hopsml.toml > default) and take the snapshot."""
         return cls.of(load(environ, **overrides))
 
@@ -449,7 +449,7 @@ def value(name: str, override: object = None, environ: Mapping[str, str] | None 
     return _resolve(name, override, environ, _read_conf_file(conf_path) if conf_path else {}, conf_path)[0]
 
 
-def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Resolve every setting; keyword arguments that are None fall through to the next source."""
     environ = os.environ if environ is None else environ
     unknown = sorted(set(overrides) - set(_FIELDS))

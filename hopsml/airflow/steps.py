@@ -139,7 +139,7 @@ def import_function(ref: str) -> Callable[..., Any]:
 def run_experiment(settings: config.Settings, function: str, *, verb: str = "launch",
                    args: Mapping[str, Any] | None = None, name: str = "no-name",
                    reads: Sequence[str] | None = None, reads_view: Mapping[str, Any] | None = None,
-                   **options: Any) -> Step:
+                   **options: object) -> Step:
     """An experiment verb (`launch`, `allreduce`, a search) of an importable function; `args` are launch's
     args_dict or a search's space. The reference: the experiment id, its logdir, its numeric metrics and the
     datasets the run read (`datasets`). `reads`: datasets the run must have read, and `reads_view` ({"name",

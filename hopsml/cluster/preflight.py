@@ -132,7 +132,7 @@ def guard(partition_fn: TaskFunction, preflight: Preflight) -> TaskFunction:
     payload = cloudpickle.dumps(partition_fn)
     stack, modules = preflight.stack, dict(preflight.modules)
 
-    def checked(*args: Any) -> Iterable[Any]:
+    def checked(*args: object) -> Iterable[Any]:
         differences = _differences(stack) if stack is not None else []
         if differences:
             report = {"host": socket.gethostname(), "executable": sys.executable, "differences": differences}

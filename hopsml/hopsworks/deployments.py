@@ -284,7 +284,7 @@ class ModelServing:
                          inference_logger: InferenceLogger | str | None = None,
                          inference_batcher: InferenceBatcher | bool | None = None,
                          canary_version: int | SavedModel | None = None, canary_traffic_percent: int | None = None,
-                         transformer: Transformer | dict[str, Any] | None = None, **_: Any) -> Predictor:
+                         transformer: Transformer | dict[str, Any] | None = None, **_: object) -> Predictor:
         """hsml's create_predictor; `canary_version` (a version number, or a saved version of the same model) and
         `canary_traffic_percent` are hopsml's: the deployment saves them as create_or_update's `Canary`."""
         if isinstance(resources, dict):
@@ -315,7 +315,7 @@ class ModelServing:
                                "(preprocess(self, inputs), postprocess(self, outputs))")
         return Transformer(script_file, resources)
 
-    def create_deployment(self, predictor: Predictor, name: str | None = None, **_: Any) -> Deployment:
+    def create_deployment(self, predictor: Predictor, name: str | None = None, **_: object) -> Deployment:
         """A deployment of `predictor` named `name` (default: the predictor's); nothing is written until save()."""
         return Deployment(predictor, name)
 

@@ -145,7 +145,7 @@ class _Framework:
     def create_model(self, name: str, version: int | None = None, metrics: dict[str, Any] | None = None,
                      description: str | None = None, input_example: object = None, model_schema: object = None,
                      feature_view: TrainingView | None = None, training_dataset_version: int | None = None,
-                     **_: Any) -> Model:
+                     **_: object) -> Model:
         return Model(self._settings, layout.validate_name(name, "model name"), self._framework, version, metrics,
                      description, input_example, model_schema, feature_view, training_dataset_version)
 

@@ -73,11 +73,11 @@ class Runner:
             self.ready_fd = None
 
     # --- the record -------------------------------------------------------------------------------------
-    def save(self, **fields: Any) -> None:
+    def save(self, **fields: object) -> None:
         self.record.update(fields)
         self.storage.write_json(self.dir.record, self.record)
 
-    def finish(self, state: str, **fields: Any) -> None:
+    def finish(self, state: str, **fields: object) -> None:
         """Record the end: state, final status, end time, what the app produced; copy the logs (remote roots)."""
         self.sync()
         started = self.record.get("start")

@@ -50,7 +50,7 @@ class Start:
         """The Spark to run on (a session started with these settings when none runs)."""
         return SparkHandle.of(session.get_or_create(self.settings))
 
-    def start_run(self, spark: SparkHandle, request: RunRequest, **fields: Any) -> ExperimentRun:
+    def start_run(self, spark: SparkHandle, request: RunRequest, **fields: object) -> ExperimentRun:
         """Claim the run directory and write the RUNNING record (`fields` go into it, over the request's)."""
         fields = {"description": request.description, "metric_key": request.metric_key, **fields}
         # rerun_of, in a rerun

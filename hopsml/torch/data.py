@@ -64,7 +64,7 @@ class ShardDataset(_IterableDataset):
 
 
 def data_loader(dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None, device: object = None,
-                pin_memory: bool = False, **reader_kwargs: Any) -> Any:
+                pin_memory: bool = False, **reader_kwargs: object) -> Any:
     """A torch DataLoader over this rank's shard (see ShardDataset); e.g. batch_size=64, equal_steps=True."""
     torch = require()
     return torch.utils.data.DataLoader(ShardDataset(dataset, transform=transform, device=device, **reader_kwargs),

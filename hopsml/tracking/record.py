@@ -275,7 +275,7 @@ class ExperimentRun:
     def save(self) -> None:
         self.storage.write_json(self.dir.record, self.record.to_dict())
 
-    def finish(self, state: State = State.FINISHED, **fields: Any) -> None:
+    def finish(self, state: State = State.FINISHED, **fields: object) -> None:
         for key, value in fields.items():
             if hasattr(self.record, key) and key != "extra":
                 setattr(self.record, key, value)

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hopsml.featurestore.query import Feature as _Feature
 
 
@@ -23,7 +21,7 @@ class Feature(_Feature, metaclass=_AnyFeature):
                  primary: bool = False, foreign: bool = False, partition: bool = False,
                  hudi_precombine_key: bool = False, online_type: str | None = None, default_value: str | None = None,
                  feature_group_id: int | None = None, feature_group: object = None, on_demand: bool = False,
-                 use_fully_qualified_name: bool = False, **kwargs: Any) -> None:
+                 use_fully_qualified_name: bool = False, **kwargs: object) -> None:
         super().__init__(name.lower(), type or "", description or "", primary, False,
                          getattr(feature_group, "key", "") or "")
         for key, value in {"foreign": foreign, "partition": partition, "online_type": online_type,

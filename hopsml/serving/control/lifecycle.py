@@ -262,7 +262,7 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      *, host: str | None = None, port: int | None = None, max_body_bytes: int | None = None,
                      batching: Batching | None = None, canary: Canary | None = None, scaling: Scaling | None = None,
                      models: Models | None = None, inference_log: InferenceLog | None = None,
-                     settings: config.Settings | None = None, **moved: Any) -> Serving:
+                     settings: config.Settings | None = None, **moved: object) -> Serving:
     """Define (or redefine) a serving. A running one takes the new definition in place, answering throughout on
     the same port: the new instances start beside the old ones, which drain once the new are ready (a canary
     added, promoted or rolled back, another version, other scripts, batching or instance count); a change of host,

@@ -112,7 +112,7 @@ class _Record:
 _POLL_S = 0.05   # how often the writer takes the records that have come
 
 
-def record(**seen: Any) -> None:
+def record(**seen: object) -> None:
     """Note, for the log's record of the request being answered, what the app read or made: its rows (the
     writer then need not parse the JSON again) and the model's inputs after the transformer (`inputs`).
     Nothing when the log is off (see hopsml.request_notes)."""
