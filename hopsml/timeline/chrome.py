@@ -20,10 +20,10 @@ def path_of(recorder: Recorder, kind: str, nbytes: int) -> str:
     """How an op moved its data: 'shm' or 'tcp' (inline in the header exchange), or the large path."""
     paths = recorder.paths
     if kind == "broadcast" and nbytes > int(paths.get("small_bytes", 0)):
-        return paths.get("broadcast", "chain")
+        return str(paths.get("broadcast", "chain"))
     if nbytes <= int(paths.get("small_bytes", 0)):
-        return paths.get("small", "")
-    return paths.get("large", "")
+        return str(paths.get("small", ""))
+    return str(paths.get("large", ""))
 
 
 def _us(recorder: Recorder, ns: int) -> float:
