@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
 from hopsml.airflow import assets
@@ -23,6 +23,10 @@ from hopsml.fs import Storage
 log = logging.getLogger(__name__)
 
 VERBS = ("launch", "allreduce", "grid_search", "random_search", "differential_evolution", "tpe_search")
+
+if TYPE_CHECKING:
+    from hopsml.model.registry import ModelVersion
+    from hopsml.tracking.record import ExperimentRecord
 
 
 class StepError(HopsmlError, RuntimeError):
@@ -199,7 +203,7 @@ def _best_trial(exp_dir: str, record: object) -> str:
     return layout.join(exp_dir, str(best).rstrip("/").rsplit("/", 1)[-1]) if best else exp_dir
 
 
-def _results(record: Any) -> dict[str, float]:
+def _results(record: ExperimentRecord) -> dict[str, float]:
     """The numeric values a run returned: the function's dict (rank 0's of a distributed run, the best trial's
     of a search)."""
     results = record.results[0] if isinstance(record.results, list) and record.results else record.results
@@ -261,7 +265,7 @@ def training_dataset_of(settings: config.Settings, entry: Mapping[str, Any]) -> 
     return None
 
 
-def record_feature_view(settings: config.Settings, mv: Any, previous: int | None) -> dict[str, Any]:
+def record_feature_view(settings: config.Settings, mv: ModelVersion, previous: int | None) -> dict[str, Any]:
     """The hsml record of a version exported from a run that read a feature view's training dataset: its view
     and training dataset version (so `model.get_feature_view()` and a predictor's `init_serving` use that
     version's statistics), with the framework, input example and schema of the version before it."""
