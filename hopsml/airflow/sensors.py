@@ -6,13 +6,16 @@ long wait holds no worker slot."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException
 
 from hopsml import config
 from hopsml.airflow import checks, steps
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 DAY_S = 24 * 3600.0
 
