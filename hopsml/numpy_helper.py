@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from hopsml import hdfs
 from hopsml.hdfs import InvalidPathError
@@ -85,17 +86,17 @@ def _write(hdfs_filename: str, suffix: str, writer: Callable[[Any], None]) -> No
         writer(stream)
 
 
-def save(hdfs_filename: str, data: Any) -> None:
+def save(hdfs_filename: str, data: ArrayLike) -> None:
     """numpy.save: one array to ``<hdfs_filename>.npy`` (the suffix is added when missing, as numpy does)."""
     _write(hdfs_filename, ".npy", lambda stream: np.save(stream, data))
 
 
-def savez(hdfs_filename: str, *args: Any, **kwds: Any) -> None:
+def savez(hdfs_filename: str, *args: ArrayLike, **kwds: Any) -> None:
     """numpy.savez: several arrays (arr_0, ... or the keyword names) to an uncompressed ``.npz``."""
     _write(hdfs_filename, ".npz", lambda stream: np.savez(stream, *args, **kwds))
 
 
-def savez_compressed(hdfs_filename: str, *args: Any, **kwds: Any) -> None:
+def savez_compressed(hdfs_filename: str, *args: ArrayLike, **kwds: Any) -> None:
     """numpy.savez_compressed: as savez, deflated."""
     _write(hdfs_filename, ".npz", lambda stream: np.savez_compressed(stream, *args, **kwds))
 
