@@ -24,10 +24,11 @@ import re
 from typing import Any
 
 from hopsml.errors import HopsmlError
+from hopsml.fs import Storage
 from hopsml.layout import CHECKPOINT, join
 from hopsml.timeline.recorder import CHECKPOINT as CHECKPOINT_SPAN
 from hopsml.timeline.span import span
-from hopsml.tracking.run_context import current
+from hopsml.tracking.run_context import RunContext, current
 
 _NAME = re.compile(r"step-(\d+)\.pkl$")
 
@@ -36,13 +37,13 @@ def _step_name(step: int) -> str:
     return f"step-{step:09d}.pkl"
 
 
-def steps(storage: Any, run_path: str) -> list[int]:
+def steps(storage: Storage, run_path: str) -> list[int]:
     """The steps with a checkpoint in a run directory, oldest first."""
     found = (_NAME.search(path) for path in storage.ls(join(run_path, CHECKPOINT)))
     return sorted(int(match.group(1)) for match in found if match)
 
 
-def save(state: Any, step: int, keep: int = 3) -> str | None:
+def save(state: object, step: int, keep: int = 3) -> str | None:
     """Save `state` as the checkpoint of `step` (rank 0 only; other ranks return None at once) and
     keep the newest `keep`; returns the file's local path."""
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
@@ -56,7 +57,7 @@ def save(state: Any, step: int, keep: int = 3) -> str | None:
         return _save(ctx, state, step, keep)
 
 
-def _save(ctx: Any, state: Any, step: int, keep: int) -> str:
+def _save(ctx: RunContext, state: object, step: int, keep: int) -> str:
     folder = os.path.join(ctx.local_dir, CHECKPOINT)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, _step_name(step))
@@ -79,7 +80,7 @@ def load() -> tuple[Any, int] | None:
     return pickle.loads(data), saved[-1]
 
 
-def copy_latest(storage: Any, source_run: str, target_run: str) -> int | None:
+def copy_latest(storage: Storage, source_run: str, target_run: str) -> int | None:
     """Copy the newest checkpoint of `source_run` into `target_run` (what `resume=` starts from)."""
     saved = steps(storage, source_run)
     if not saved:

@@ -130,7 +130,7 @@ def experiments_clean(settings: config.Settings, ids: Sequence[str], lost: bool 
     return "\n".join(lines)
 
 
-def _duration(seconds: Any) -> str | None:
+def _duration(seconds: object) -> str | None:
     if not isinstance(seconds, (int, float)):
         return None
     minutes, rest = divmod(float(seconds), 60)

@@ -22,7 +22,7 @@ def printable(text: str, keep: str = "") -> str:
     return _CONTROL.sub(lambda m: m.group(0) if m.group(0) in keep else ascii(m.group(0))[1:-1], text)
 
 
-def number(value: Any, digits: int = 4) -> str:
+def number(value: object, digits: int = 4) -> str:
     """A float with `digits` significant digits (0.944444 -> '0.9444'); anything else as str.
 
     >>> number(0.9444444), number(12345.678), number(3), number("x")
@@ -33,7 +33,7 @@ def number(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def pairs(mapping: Any, sep: str = ",", digits: int = 4) -> str:
+def pairs(mapping: object, sep: str = ",", digits: int = 4) -> str:
     """A dict as 'k=v' items with floats rounded to `digits` significant digits, or '-' when empty.
 
     >>> pairs({"accuracy": 0.944444, "loss": 0.26921, "epochs": 10})
@@ -44,7 +44,7 @@ def pairs(mapping: Any, sep: str = ",", digits: int = 4) -> str:
     return sep.join(f"{k}={number(v, digits)}" for k, v in mapping.items()) or "-"
 
 
-def cell(value: Any, limit: int | None = _MAX_CELL) -> str:
+def cell(value: object, limit: int | None = _MAX_CELL) -> str:
     """One value as table text: '-' for nothing, k=v lists for dicts, short floats, long text cut
     (at `limit` characters; None: never)."""
     if value is None:

@@ -28,7 +28,7 @@ def _default_master() -> str:
     return f"local[{max(4, os.cpu_count() or 1)}]"
 
 
-def _parse_int(value: Any) -> int:
+def _parse_int(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number")
     number = int(str(value).strip()) if not isinstance(value, int) else value
@@ -37,7 +37,7 @@ def _parse_int(value: Any) -> int:
     return number
 
 
-def _parse_count(value: Any) -> int:
+def _parse_count(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number")
     number = int(str(value).strip()) if not isinstance(value, int) else value
@@ -46,7 +46,7 @@ def _parse_count(value: Any) -> int:
     return number
 
 
-def _parse_seconds(value: Any) -> float:
+def _parse_seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number of seconds")
     number = float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
@@ -55,20 +55,20 @@ def _parse_seconds(value: Any) -> float:
     return number
 
 
-def _parse_name(value: Any) -> str:
+def _parse_name(value: object) -> str:
     from hopsml.layout import validate_name  # layout is pure; local import keeps the layering flat
 
     return validate_name(str(value), what="project name")
 
 
-def _parse_str(value: Any) -> str:
+def _parse_str(value: object) -> str:
     text = str(value).strip()
     if not text:
         raise ValueError("must not be empty")
     return text
 
 
-def _parse_bool(value: Any) -> bool:
+def _parse_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -79,7 +79,7 @@ def _parse_bool(value: Any) -> bool:
     raise ValueError("must be true or false")
 
 
-def _parse_interface(value: Any) -> str:
+def _parse_interface(value: object) -> str:
     """An interface name (eth0, ib0), an IP address, or '' for the address Spark knows the host by."""
     text = str(value).strip()
     if any(c.isspace() or c in "/:" for c in text) and not is_ip_address(text):
@@ -87,7 +87,7 @@ def _parse_interface(value: Any) -> str:
     return text
 
 
-def _parse_remote(value: Any) -> str:
+def _parse_remote(value: object) -> str:
     """A Spark Connect URL (sc://host:port/;params), local[N] for a Connect server in this process, or ''."""
     text = str(value).strip()
     if text and not text.startswith(("sc://", "local")):
@@ -96,7 +96,7 @@ def _parse_remote(value: Any) -> str:
     return text
 
 
-def _parse_online_store(value: Any) -> str:
+def _parse_online_store(value: object) -> str:
     """Where online-enabled feature groups keep their newest rows: '' (SQLite in the project), sqlite:///path, or
     mysql://user:password@host:port/database (MySQL, MariaDB or RonDB)."""
     text = str(value).strip()
@@ -117,7 +117,7 @@ def is_ip_address(text: str) -> bool:
     return True
 
 
-def _parse_port_range(value: Any) -> tuple[int, int] | None:
+def _parse_port_range(value: object) -> tuple[int, int] | None:
     """'40000-40100' (or a [low, high] pair) -> (40000, 40100); '' -> None (the kernel picks)."""
     if value is None:
         return None
@@ -144,7 +144,7 @@ def _parse_port_range(value: Any) -> tuple[int, int] | None:
 def _parse_choice(*choices: str) -> Callable[[Any], str]:
     """A parser that accepts one of `choices` (any case, spaces stripped); empty is the first."""
 
-    def parse(value: Any) -> str:
+    def parse(value: object) -> str:
         text = str(value).strip().lower() or choices[0]
         if text not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
@@ -153,11 +153,11 @@ def _parse_choice(*choices: str) -> Callable[[Any], str]:
     return parse
 
 
-def _parse_text(value: Any) -> str:
+def _parse_text(value: object) -> str:
     return str(value).strip()
 
 
-def _parse_spark_conf(value: Any) -> dict[str, str]:
+def _parse_spark_conf(value: object) -> dict[str, str]:
     """A mapping, JSON object text, or 'k=v,k=v' text."""
     if isinstance(value, Mapping):
         return {str(k): str(v) for k, v in value.items()}
@@ -363,7 +363,7 @@ def settings_markdown() -> str:
     return "\n".join(rows)
 
 
-def _shown(name: str, raw: Any) -> str:
+def _shown(name: str, raw: object) -> str:
     """A setting's raw value as an error message may show it: without credentials."""
     if name == "spark_conf":
         return repr(redact_conf(raw)) if isinstance(raw, Mapping) else "<not shown: it may hold secrets>"
@@ -395,7 +395,7 @@ def _read_conf_file(path: Path) -> dict[str, Any]:
     return values
 
 
-def _resolve(name: str, override: Any, environ: Mapping[str, str], from_file: Mapping[str, Any],
+def _resolve(name: str, override: object, environ: Mapping[str, str], from_file: Mapping[str, Any],
              conf_path: Path | None) -> tuple[Any, str]:
     """One setting's value and where it came from."""
     spec, env_name = _FIELDS[name], ENV_PREFIX + name.upper()
@@ -430,7 +430,7 @@ class RunSettings(_RunFields):
         return cls(**{name: getattr(settings, name) for name in names}, user=settings.user or getpass.getuser())
 
     @classmethod
-    def resolve(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> RunSettings:
+    def resolve(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> RunSettings:
         """Resolve every setting now (argument > HOPSML_* > hopsml.toml > default) and take the snapshot."""
         return cls.of(load(environ, **overrides))
 
@@ -440,7 +440,7 @@ def default(name: str) -> Any:
     return _FIELDS[name].default()
 
 
-def value(name: str, override: Any = None, environ: Mapping[str, str] | None = None) -> Any:
+def value(name: str, override: object = None, environ: Mapping[str, str] | None = None) -> Any:
     """One setting alone (e.g. inside a task), so a bad value of another setting cannot fail it."""
     if name not in _FIELDS:
         raise SettingsError(f"unknown setting {name}; known: {', '.join(sorted(_FIELDS))}")
@@ -449,7 +449,7 @@ def value(name: str, override: Any = None, environ: Mapping[str, str] | None = N
     return _resolve(name, override, environ, _read_conf_file(conf_path) if conf_path else {}, conf_path)[0]
 
 
-def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+def load(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Resolve every setting; keyword arguments that are None fall through to the next source."""
     environ = os.environ if environ is None else environ
     unknown = sorted(set(overrides) - set(_FIELDS))

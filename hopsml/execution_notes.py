@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 ENV = "HOPSML_EXECUTION_NOTES"
 
 
-def note(kind: str, **fields: Any) -> None:
+def note(kind: str, **fields: object) -> None:
     """Note that this process produced an object of `kind` ("experiment", "dataset", "featuregroup", "model",
     "serving") with its `fields` (an id or name, a version, ...); nothing outside a job's execution. Never
     fails the caller: a note that cannot be written is logged."""

@@ -4,7 +4,9 @@
     logdir, result = experiment.launch(train, {"lr": 0.01}, name="digits")
 
 Names and return values follow the hops library, so a Hopsworks user feels at home. Only the
-signatures live here; the engine behind them is hopsml.runs.
+signatures live here; the engine behind them is hopsml.runs. Every verb also takes `settings=` (keyword only):
+the project, root and settings to run with, resolved once by the caller; by default they are resolved at the call
+(arguments, HOPSML_* environment, conf/hopsml.toml).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from hopsml.search.space import Direction, SearchSpaceError
 def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None, name: str = "no-name",
            local_logdir: bool = False, description: str | None = None, metric_key: str | None = None,
            versioned_resources: list[str] | None = None, seed: int | None = None,
-           timeline: bool = True) -> tuple[str, Any]:
+           timeline: bool = True, *, settings: config.Settings | None = None) -> tuple[str, Any]:
     """Run `train_fn(**args_dict)` in a Spark task; returns (logdir, return_dict).
 
     As in hops, list values run the function once per list index, in parallel Spark tasks:
@@ -46,14 +48,15 @@ def launch(train_fn: Callable[..., Any], args_dict: dict[str, Any] | None = None
     timeline=False turns it off.
     """
     return engine.launch(RunRequest(train_fn, name, description, metric_key, versioned_resources, local_logdir, seed,
-                                    timeline), args_dict)
+                                    timeline), args_dict, _settings(settings))
 
 
 def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
               description: str | None = None, metric_key: str | None = None, num_workers: int | None = None,
               gpus_per_worker: int | None = None, versioned_resources: list[str] | None = None,
               timeout_s: float | None = None, all_ranks_write_metrics: bool = False, retries: int = 0,
-              resume: str | None = None, seed: int | None = None, timeline: bool = True
+              resume: str | None = None, seed: int | None = None, timeline: bool = True,
+              *, settings: config.Settings | None = None
               ) -> tuple[str, dict[str, Any]]:
     """Data-parallel training: `train_fn()` runs once per rank, in one barrier-mode Spark task each,
     with `hopsml.collective` connected between the ranks; returns (logdir, rank 0's return_dict).
@@ -68,7 +71,7 @@ def allreduce(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: 
     `timeline` records where each rank's time goes (timeline/trace.json) and names stragglers as the run goes;
     timeline=False turns it off.
     """
-    settings = config.load(num_workers=num_workers)
+    settings = _settings(settings, num_workers)
     ranks = engine.collective_ranks(train_fn, workers=settings.num_workers, gpus=int(gpus_per_worker or 0),
                                     timeout_s=timeout_s, all_ranks_write_metrics=all_ranks_write_metrics,
                                     timeline=timeline)
@@ -83,7 +86,7 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
              description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
              num_workers: int | None = None, gpus_per_worker: int | None = None,
              versioned_resources: list[str] | None = None, seed: int | None = None,
-             timeline: bool = True) -> tuple[str, dict[str, Any]]:
+             timeline: bool = True, *, settings: config.Settings | None = None) -> tuple[str, dict[str, Any]]:
     """TensorFlow MultiWorkerMirroredStrategy across `num_workers` Spark ranks; returns (logdir, the
     chief's return_dict).
 
@@ -95,7 +98,7 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
     spans (`hopsml.timeline.keras.callback()` for model.fit's batches) and system metrics, as allreduce does;
     timeline=False turns it off.
     """
-    settings = config.load()
+    settings = _settings(settings)
     workers = num_workers if num_workers is not None else util.executors_of_application()
     tf_cluster.roles(tf_cluster.MIRRORED, workers, evaluator=evaluator)  # refuse a bad layout before Spark
     ranks = engine.tensorflow_ranks(train_fn, strategy=tf_cluster.MIRRORED, workers=workers,
@@ -107,7 +110,8 @@ def mirrored(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: b
 def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_logdir: bool = False,
                      description: str | None = None, evaluator: bool = False, metric_key: str | None = None,
                      num_workers: int = 1, num_ps: int = 1, gpus_per_worker: int | None = None,
-                     versioned_resources: list[str] | None = None, seed: int | None = None, timeline: bool = True
+                     versioned_resources: list[str] | None = None, seed: int | None = None, timeline: bool = True,
+                     *, settings: config.Settings | None = None
                      ) -> tuple[str, dict[str, Any]]:
     """TensorFlow 2 ParameterServerStrategy on 1 + num_ps + num_workers (+ 1 evaluator) Spark ranks;
     returns (logdir, the chief's return_dict).
@@ -125,7 +129,7 @@ def parameter_server(train_fn: Callable[[], Any], name: str = "no-name", local_l
                                     gpus=int(gpus_per_worker or 0), num_ps=num_ps, evaluator=bool(evaluator),
                                     timeline=timeline)
     request = RunRequest(train_fn, name, description, metric_key, versioned_resources, local_logdir, seed, timeline)
-    return engine.run_ranks(request, config.load(), ranks, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps,
+    return engine.run_ranks(request, _settings(settings), ranks, strategy=tf_cluster.PARAMETER_SERVER, num_ps=num_ps,
                             evaluator=bool(evaluator))
 
 
@@ -134,7 +138,8 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
                 optimization_key: str = "metric",
                 versioned_resources: list[str] | None = None, early_stopping: str | None = None,
                 early_stopping_min_steps: int = 3, seed: int | None = None, num_workers: int = 1,
-                resume: str | None = None, timeline: bool = True) -> tuple[str, dict[str, Any], dict[str, Any]]:
+                resume: str | None = None, timeline: bool = True,
+                *, settings: config.Settings | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Every combination of `grid_dict` as its own trial, in parallel; returns (logdir, best_params, best_return).
     `num_workers` > 1 makes every trial an allreduce job of that many ranks, as many at once as the slots hold.
     `resume=<experiment id>` takes up a search whose driver was killed (call it with the same grid): its
@@ -145,7 +150,7 @@ def grid_search(train_fn: Callable[..., Any], grid_dict: dict[str, list[Any]], d
     _check_workers(num_workers, None)
     if num_workers > 1 and early_stopping:
         raise SearchSpaceError("early_stopping works with trials of one rank; leave it out with num_workers > 1")
-    settings = config.load()
+    settings = _settings(settings)
     source, seed = previous_search(settings, resume, "grid", dict(grid_dict)) if resume else (None, seed)
     request = SearchRequest.of(RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed,
                                           timeline), dict(grid_dict), direction, optimization_key, "grid",
@@ -160,12 +165,13 @@ def random_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], d
                   description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
                   versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
                   early_stopping: str | None = None, early_stopping_min_steps: int = 3,
-                  resume: str | None = None, timeline: bool = True) -> tuple[str, dict[str, Any], dict[str, Any]]:
+                  resume: str | None = None, timeline: bool = True,
+                  *, settings: config.Settings | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """`samples` random points within `boundary_dict` ([low, high] numbers, or lists as categories;
     names in `log_scale` are sampled on a log scale); the same seed gives the same trials.
     `resume=<experiment id>` takes up a search whose driver was killed, as grid_search does (with its seed);
     `timeline` as grid_search."""
-    settings = config.load()
+    settings = _settings(settings)
     source, seed = _resumed(settings, resume, "random", boundary_dict, seed)
     points = space.Space.from_bounds(boundary_dict, log_scale or ()).sample(samples, seed)
     request = SearchRequest.of(RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed,
@@ -184,13 +190,13 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
                            local_logdir: bool = False, description: str | None = None,
                            optimization_key: str = "metric", seed: int | None = None,
                            versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
-                           resume: str | None = None, timeline: bool = True
+                           resume: str | None = None, timeline: bool = True, *, settings: config.Settings | None = None
                            ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evolve a population over `generations`, each generation one parallel batch of trials.
     `resume=<experiment id>` takes up a search whose driver was killed (same space and settings): with its
     seed the generations are proposed again alike, the trials that ended are kept and not run again, the
     ones that were running run again in their folders (from their last checkpoint). `timeline` as grid_search."""
-    settings = config.load()
+    settings = _settings(settings)
     source, seed = _resumed(settings, resume, "differential_evolution", boundary_dict, seed)
     evolution = DifferentialEvolution(space.Space.from_bounds(boundary_dict, log_scale or ()),
                                       population=population, mutation=mutation, crossover=crossover,
@@ -205,6 +211,14 @@ def differential_evolution(train_fn: Callable[..., Any], boundary_dict: dict[str
         resume=source, record_fields={"generations": generations, "population": population,
                                       "best_per_generation": best_per_generation, "log_scale": list(log_scale or [])})
     return run_search(request, settings)
+
+
+def _settings(given: config.Settings | None, num_workers: int | None = None) -> config.Settings:
+    """The settings a verb runs with: the caller's (one process that serves several projects, such as an Airflow
+    worker, passes each run its own), else resolved now; `num_workers` over either."""
+    if given is None:
+        return config.load(num_workers=num_workers)
+    return given if num_workers is None else replace(given, num_workers=config.value("num_workers", num_workers))
 
 
 def _resumed(settings: config.Settings, resume: str | None, strategy: str, boundary_dict: dict[str, Any],
@@ -232,8 +246,8 @@ class _Rungs:
 
 
 def _successive_halving(strategy: str, run: RunRequest, boundary_dict: dict[str, Any], direction: Direction | str,
-                        optimization_key: str, log_scale: list[str] | None, rungs: _Rungs, resume: str | None
-                        ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+                        optimization_key: str, log_scale: list[str] | None, rungs: _Rungs, resume: str | None,
+                        settings: config.Settings) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """What asha and hyperband share: the checks, the configurations (random, or drawn by TPE), the scheduler."""
     budget = rungs.budget
     if not isinstance(budget, str) or not budget.isidentifier():
@@ -242,7 +256,6 @@ def _successive_halving(strategy: str, run: RunRequest, boundary_dict: dict[str,
         raise SearchSpaceError(f"{budget!r} is the budget and cannot be in the search space too; "
                                "leave it out of boundary_dict")
     _check_workers(rungs.num_workers, rungs.max_parallel)
-    settings = config.load()
     source, seed = _resumed(settings, resume, strategy, boundary_dict, run.seed)
     sampler = rungs.sampler
     if sampler is None:   # TPE, or for a resumed search what it drew with (records before TPE: random)
@@ -283,7 +296,8 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
          num_trials: int = 27, name: str = "no-name", local_logdir: bool = False, description: str | None = None,
          optimization_key: str = "metric", seed: int | None = None, versioned_resources: list[str] | None = None,
          log_scale: list[str] | None = None, num_workers: int = 1, max_parallel: int | None = None,
-         resume: str | None = None, sampler: str | None = None, timeline: bool = True
+         resume: str | None = None, sampler: str | None = None, timeline: bool = True,
+         *, settings: config.Settings | None = None
          ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Asynchronous successive halving: `num_trials` configurations, each first run with
     `budget=min_budget` (the function's parameter named by `budget`: epochs, steps, a data fraction); a
@@ -302,7 +316,8 @@ def asha(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction:
     return _successive_halving(
         "asha", RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
         boundary_dict, direction, optimization_key, log_scale,
-        _Rungs(budget, min_budget, max_budget, eta, num_trials, 1, sampler, num_workers, max_parallel), resume)
+        _Rungs(budget, min_budget, max_budget, eta, num_trials, 1, sampler, num_workers, max_parallel), resume,
+        _settings(settings))
 
 
 def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -311,14 +326,16 @@ def hyperband(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direc
               description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
               versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
               num_workers: int = 1, max_parallel: int | None = None, resume: str | None = None,
-              sampler: str | None = None, timeline: bool = True) -> tuple[str, dict[str, Any], dict[str, Any]]:
+              sampler: str | None = None, timeline: bool = True,
+              *, settings: config.Settings | None = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Asynchronous Hyperband: brackets of asha, bracket s starting its configurations at rung s (so the
     later brackets give fewer configurations more budget from the start); new configurations go to the
     brackets in turn. `brackets` defaults to one per rung. Otherwise as asha."""
     return _successive_halving(
         "hyperband", RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
         boundary_dict, direction, optimization_key, log_scale,
-        _Rungs(budget, min_budget, max_budget, eta, num_trials, brackets, sampler, num_workers, max_parallel), resume)
+        _Rungs(budget, min_budget, max_budget, eta, num_trials, brackets, sampler, num_workers, max_parallel), resume,
+        _settings(settings))
 
 
 def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], direction: Direction | str = "max",
@@ -326,7 +343,8 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
                optimization_key: str = "metric", seed: int | None = None,
                versioned_resources: list[str] | None = None, log_scale: list[str] | None = None,
                sampler: str = "tpe", startup_trials: int | None = None, num_workers: int = 1,
-               max_parallel: int | None = None, resume: str | None = None, timeline: bool = True
+               max_parallel: int | None = None, resume: str | None = None, timeline: bool = True,
+               *, settings: config.Settings | None = None
                ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Model-based search over the same `boundary_dict` as random_search: Optuna's TPE sampler (or
     `sampler="gp"`) proposes each next trial from the finished ones, the first `startup_trials` at random;
@@ -337,7 +355,7 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
     from hopsml.search.tpe import ModelBased
 
     _check_workers(num_workers, max_parallel)
-    settings = config.load()
+    settings = _settings(settings)
     source, seed = _resumed(settings, resume, sampler, boundary_dict, seed)
     scheduler = ModelBased(space.Space.from_bounds(boundary_dict, log_scale or ()), direction=Direction.of(direction),
                            samples=samples, seed=seed, sampler=sampler, startup_trials=startup_trials)
@@ -352,7 +370,8 @@ def tpe_search(train_fn: Callable[..., Any], boundary_dict: dict[str, Any], dire
 def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, layers: list[str] | None = None,
              direction: Direction | str = "max", name: str = "no-name", local_logdir: bool = False,
              description: str | None = None, optimization_key: str = "metric", seed: int | None = None,
-             versioned_resources: list[str] | None = None, num_workers: int = 1, timeline: bool = True
+             versioned_resources: list[str] | None = None, num_workers: int = 1, timeline: bool = True,
+             *, settings: config.Settings | None = None
              ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """An ablation study, as maggy has them: the base model, then one trial per feature (a column of the
     prepared table) and per layer left out. `train_fn(ablated_feature=None, ablated_layer=None)` gets the
@@ -371,4 +390,4 @@ def ablation(train_fn: Callable[..., Any], features: list[str] | None = None, la
         RunRequest(train_fn, name, description, None, versioned_resources, local_logdir, seed, timeline),
         {"features": list(features or []), "layers": list(layers or [])}, direction, optimization_key, "ablation",
         PointList([dict(p) for p in points]), SlotPlan(len(points), num_workers))
-    return run_search(request, config.load())
+    return run_search(request, _settings(settings))

@@ -132,7 +132,7 @@ def _name_too_long(exc: OSError) -> bool:
     return exc.errno == errno.ENAMETOOLONG or f"[errno {errno.ENAMETOOLONG}]" in str(exc).lower()
 
 
-def _json_ready(value: Any) -> Any:
+def _json_ready(value: object) -> Any:
     """``value`` with NaN and infinities as the strings 'nan', 'inf' and '-inf' (float() reads them
     back): JSON has no such numbers, and a bare NaN makes a file other JSON readers reject."""
     if isinstance(value, float):
@@ -511,7 +511,7 @@ class Storage:
     def write_text(self, rel: str, text: str) -> None:
         self.write_bytes(rel, text.encode("utf-8"))
 
-    def write_json(self, rel: str, obj: Any) -> None:
+    def write_json(self, rel: str, obj: object) -> None:
         """Write JSON atomically; NaN and infinities become the strings 'nan', 'inf', '-inf'."""
         text = json.dumps(_json_ready(obj), indent=2, sort_keys=False, default=str, allow_nan=False)
         self.write_bytes(rel, (text + "\n").encode())

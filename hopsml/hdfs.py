@@ -73,7 +73,7 @@ def _context(project: str | None = None) -> tuple[Storage, str]:
     return storage, layout.project_dir(settings.project)
 
 
-def _text(path: Any) -> str:
+def _text(path: object) -> str:
     if isinstance(path, bytes):
         path = path.decode("utf-8")
     path = os.fspath(path) if isinstance(path, os.PathLike) else path
@@ -134,13 +134,13 @@ def _from_uri(text: str, storage: Storage) -> str | None:
     return None
 
 
-def _resolve(path: Any, project: str | None = None) -> tuple[Storage, str]:
+def _resolve(path: object, project: str | None = None) -> tuple[Storage, str]:
     """(storage, root-relative path) for any path form the module accepts."""
     storage, project_dir = _context(project)
     return storage, _root_relative(path, storage, project_dir)
 
 
-def root_relative(path: Any, storage: Storage, project: str) -> str:
+def root_relative(path: object, storage: Storage, project: str) -> str:
     """The root-relative path that any path form hdfs accepts names, for `storage`'s root and `project`: a
     project-relative path, 'Projects/<p>/...', '/Projects/<p>/...', hdfs:// (or hopsfs://, s3://, file://) URIs
     of the root, and what `project_path()`/`abs_path()` return under any root. The one resolver every entry
@@ -149,7 +149,7 @@ def root_relative(path: Any, storage: Storage, project: str) -> str:
     return _root_relative(path, storage, layout.project_dir(project))
 
 
-def _root_relative(path: Any, storage: Storage, project_dir: str) -> str:
+def _root_relative(path: object, storage: Storage, project_dir: str) -> str:
     text = _text(path)
     if "://" in text or text.lower().startswith(("file:", "hdfs:", "hopsfs:")):
         rel = _from_uri(text, storage)
@@ -170,7 +170,7 @@ def _root_relative(path: Any, storage: Storage, project_dir: str) -> str:
     return rel
 
 
-def _require(storage: Storage, rel: str, original: Any) -> Entry:
+def _require(storage: Storage, rel: str, original: object) -> Entry:
     info = storage.info(rel)
     if not info.exists:
         given, where = _text(original), storage.uri(rel)
@@ -180,7 +180,7 @@ def _require(storage: Storage, rel: str, original: Any) -> Entry:
 
 
 # --- the project ----------------------------------------------------------------------------------
-def log(string: Any) -> None:
+def log(string: object) -> None:
     """Write a timestamped line to the run's log (output.log), as hops 1.x's hdfs.log did.
 
     Inside a run the line goes where the function's output goes (its output.log, and the notebook);

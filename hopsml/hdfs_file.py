@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from contextlib import ExitStack
+from types import TracebackType
 from typing import IO, Any, cast
 
 
@@ -69,7 +70,8 @@ class HdfsFile(io.RawIOBase):
         if self.closed:
             raise ValueError(f"I/O operation on closed file {self.name}")
 
-    def discard_on_close(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def discard_on_close(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                         tb: TracebackType | None) -> None:
         """Make the next close() drop a pending write (the block that wrote it failed)."""
         self._failure = (exc_type, exc, tb)
 
@@ -84,7 +86,8 @@ class HdfsFile(io.RawIOBase):
         finally:
             super().close()
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is not None:
             self.discard_on_close(exc_type, exc, tb)
         self.close()
@@ -98,7 +101,8 @@ class _Buffered:
     def close(self) -> None:
         super().close()  # type: ignore[misc]  # io.BufferedReader's or io.TextIOWrapper's, after this mixin
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is not None:
             self.raw_file.discard_on_close(exc_type, exc, tb)
         self.close()

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from hopsml import hdfs
 from hopsml.hdfs import InvalidPathError
@@ -45,32 +46,32 @@ def _read(reader: Callable[..., Any], hdfs_filename: str, args: tuple[Any, ...],
         return reader(local, *args, **kwds)
 
 
-def load(hdfs_filename: str, *args: Any, **kwds: Any) -> Any:
+def load(hdfs_filename: str, *args: object, **kwds: object) -> Any:
     """numpy.load: an array from .npy, an NpzFile from .npz (or a pickled object with allow_pickle)."""
     return _read(np.load, hdfs_filename, args, kwds)
 
 
-def loadtxt(hdfs_filename: str, *args: Any, **kwds: Any) -> np.ndarray:
+def loadtxt(hdfs_filename: str, *args: object, **kwds: object) -> np.ndarray:
     """numpy.loadtxt: a text file whose rows all hold the same number of values."""
     return _read(np.loadtxt, hdfs_filename, args, kwds)
 
 
-def genfromtxt(hdfs_filename: str, *args: Any, **kwds: Any) -> np.ndarray:
+def genfromtxt(hdfs_filename: str, *args: object, **kwds: object) -> np.ndarray:
     """numpy.genfromtxt: a text file with missing values handled as `kwds` say."""
     return _read(np.genfromtxt, hdfs_filename, args, kwds)
 
 
-def fromregex(hdfs_filename: str, *args: Any, **kwds: Any) -> np.ndarray:
+def fromregex(hdfs_filename: str, *args: object, **kwds: object) -> np.ndarray:
     """numpy.fromregex (regexp, dtype): the groups a regular expression matches, as a structured array."""
     return _read(np.fromregex, hdfs_filename, args, kwds)
 
 
-def fromfile(hdfs_filename: str, *args: Any, **kwds: Any) -> np.ndarray:
+def fromfile(hdfs_filename: str, *args: object, **kwds: object) -> np.ndarray:
     """numpy.fromfile: raw binary (or text with sep=) data of a known dtype."""
     return _read(np.fromfile, hdfs_filename, args, kwds)
 
 
-def memmap(hdfs_filename: str, *args: Any, **kwds: Any) -> np.memmap:
+def memmap(hdfs_filename: str, *args: object, **kwds: object) -> np.memmap:
     """numpy.memmap of a project file: under a local root writes (mode 'r+') reach the file itself."""
     mode = kwds.get("mode", args[1] if len(args) > 1 else "r+")
     if mode not in ("r", "readonly", "c", "copyonwrite") and "://" in hdfs.abs_path(hdfs_filename):
@@ -85,17 +86,17 @@ def _write(hdfs_filename: str, suffix: str, writer: Callable[[Any], None]) -> No
         writer(stream)
 
 
-def save(hdfs_filename: str, data: Any) -> None:
+def save(hdfs_filename: str, data: ArrayLike) -> None:
     """numpy.save: one array to ``<hdfs_filename>.npy`` (the suffix is added when missing, as numpy does)."""
     _write(hdfs_filename, ".npy", lambda stream: np.save(stream, data))
 
 
-def savez(hdfs_filename: str, *args: Any, **kwds: Any) -> None:
+def savez(hdfs_filename: str, *args: ArrayLike, **kwds: Any) -> None:
     """numpy.savez: several arrays (arr_0, ... or the keyword names) to an uncompressed ``.npz``."""
     _write(hdfs_filename, ".npz", lambda stream: np.savez(stream, *args, **kwds))
 
 
-def savez_compressed(hdfs_filename: str, *args: Any, **kwds: Any) -> None:
+def savez_compressed(hdfs_filename: str, *args: ArrayLike, **kwds: Any) -> None:
     """numpy.savez_compressed: as savez, deflated."""
     _write(hdfs_filename, ".npz", lambda stream: np.savez_compressed(stream, *args, **kwds))
 

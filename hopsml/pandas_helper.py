@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml import hdfs
 from hopsml.hdfs import InvalidPathError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _read(reader: Callable[..., Any], hdfs_filename: str, kwds: dict[str, Any]) -> Any:
@@ -23,28 +26,28 @@ def _read(reader: Callable[..., Any], hdfs_filename: str, kwds: dict[str, Any]) 
         return reader(stream, **kwds)
 
 
-def read_csv(hdfs_filename: str, **kwds: Any) -> Any:
+def read_csv(hdfs_filename: str, **kwds: object) -> Any:
     """pandas.read_csv of a project file."""
     import pandas as pd
 
     return _read(pd.read_csv, hdfs_filename, kwds)
 
 
-def read_parquet(hdfs_filename: str, **kwds: Any) -> Any:
+def read_parquet(hdfs_filename: str, **kwds: object) -> Any:
     """pandas.read_parquet of one Parquet file (a dataset folder: hopsml.data.reader or Spark)."""
     import pandas as pd
 
     return _read(pd.read_parquet, hdfs_filename, kwds)
 
 
-def read_json(hdfs_filename: str, **kwds: Any) -> Any:
+def read_json(hdfs_filename: str, **kwds: object) -> Any:
     """pandas.read_json of a project file (``lines=True`` for JSON Lines)."""
     import pandas as pd
 
     return _read(pd.read_json, hdfs_filename, kwds)
 
 
-def read_excel(hdfs_filename: str, **kwds: Any) -> Any:
+def read_excel(hdfs_filename: str, **kwds: object) -> Any:
     """pandas.read_excel of a project file (needs openpyxl for .xlsx, as pandas does)."""
     import pandas as pd
 
@@ -58,17 +61,17 @@ def _write(hdfs_filename: str, text: bool, write: Callable[[Any], Any]) -> None:
     hdfs.dump(data.encode("utf-8") if isinstance(data, str) else data, hdfs_filename)
 
 
-def write_csv(hdfs_filename: str, dataframe: Any, **kwds: Any) -> None:
+def write_csv(hdfs_filename: str, dataframe: pd.DataFrame, **kwds: object) -> None:
     """DataFrame.to_csv into a project file, replacing it."""
     _write(hdfs_filename, True, lambda buffer: dataframe.to_csv(buffer, **kwds))
 
 
-def write_parquet(hdfs_filename: str, dataframe: Any, **kwds: Any) -> None:
+def write_parquet(hdfs_filename: str, dataframe: pd.DataFrame, **kwds: object) -> None:
     """DataFrame.to_parquet into a project file, replacing it."""
     _write(hdfs_filename, False, lambda buffer: dataframe.to_parquet(buffer, **kwds))
 
 
-def write_json(hdfs_filename: str, dataframe: Any, **kwds: Any) -> None:
+def write_json(hdfs_filename: str, dataframe: pd.DataFrame, **kwds: object) -> None:
     """DataFrame.to_json into a project file, replacing it."""
     _write(hdfs_filename, True, lambda buffer: dataframe.to_json(buffer, **kwds))
 

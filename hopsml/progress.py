@@ -69,7 +69,7 @@ class LineProgress:
     ``close``), written as a few whole lines: at the start, at each quarter, and at the end."""
 
     def __init__(self, total: int | None = None, desc: str = "", unit: str | None = "it", disable: bool = False,
-                 stream: TextIO | None = None, **_: Any) -> None:
+                 stream: TextIO | None = None, **_: object) -> None:
         self.total, self.desc, self.unit, self.disable = total, desc, unit, disable
         self.n = 0
         self._stream = stream
@@ -98,7 +98,7 @@ class LineProgress:
         self.n += n
         self.refresh()
 
-    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+    def set_postfix(self, refresh: bool = True, **values: object) -> None:
         self._postfix = ", ".join(f"{k}={v}" for k, v in values.items())
         if refresh:
             self.refresh()

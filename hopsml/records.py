@@ -50,7 +50,7 @@ class BrokenRecordError(HopsmlError, ValueError):
         self.reason = reason or message
 
 
-def _json_name(value: Any) -> str:
+def _json_name(value: object) -> str:
     return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
@@ -64,7 +64,7 @@ class Shape:
     required: tuple[str, ...] = ()
     types: Mapping[str, tuple[type, ...]] = field(default_factory=dict)
 
-    def check(self, data: Any) -> dict[str, Any]:
+    def check(self, data: object) -> dict[str, Any]:
         """`data` when it has this shape, else BrokenRecordError saying what is wrong."""
         if not isinstance(data, dict):
             raise BrokenRecordError(f"{self.name} holds a JSON {_json_name(data)}, not an object")
@@ -81,7 +81,7 @@ class Shape:
         return data
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
+def _depth_exceeds(value: object, limit: int) -> bool:
     """True when `value` nests lists and objects more than `limit` levels deep (walked without recursion)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:

@@ -14,7 +14,7 @@ from typing import Any
 _seen: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("hopsml_request_notes", default=None)
 
 
-def note(**seen: Any) -> None:
+def note(**seen: object) -> None:
     """Add to the note of the request being answered (nothing when there is none)."""
     holder = _seen.get()
     if holder is not None:

@@ -15,7 +15,6 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from hopsml import config
 from hopsml.errors import SettingsError
@@ -28,7 +27,7 @@ TYPES = tuple(t.value for t in records.ExperimentType)
 STATES = tuple(s.value for s in records.State)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None

@@ -21,7 +21,7 @@ _LOCAL = re.compile(r"^local(?:\[(?P<threads>\*|\d+)(?:,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(?P<workers>\d+)\s*,")
 
 
-def _conf(spark: Any) -> tuple[dict[str, str], str, SparkHandle | None]:
+def _conf(spark: object) -> tuple[dict[str, str], str, SparkHandle | None]:
     """(Spark settings, master, handle or None) from `spark` (a SparkSession, Spark Connect session or
     SparkContext) or the running session, else from hopsml's settings."""
     spark = spark if spark is not None else session.active()
@@ -43,7 +43,7 @@ def _int_setting(conf: Mapping[str, str], key: str) -> int | None:
                             "Spark settings (HOPSML_SPARK_CONF or the [spark] table of conf/hopsml.toml)") from None
 
 
-def num_executors(spark: Any = None) -> int:
+def num_executors(spark: object = None) -> int:
     """How many executors the application may use, i.e. how many workers a distributed run can have.
 
     As hops: spark.dynamicAllocation.maxExecutors when dynamic allocation is on; else
@@ -76,14 +76,14 @@ def num_executors(spark: Any = None) -> int:
                        "once the executors have registered (Spark Connect does not list them)")
 
 
-def executors_of_application(spark: Any = None) -> int:
+def executors_of_application(spark: object = None) -> int:
     """hops' count of executors for a distributed TensorFlow run: `num_executors()` on a cluster; in local
     mode 1, for local[N] is one executor (the driver's JVM) whatever its task slots."""
     _, master, _ = _conf(spark)
     return 1 if _LOCAL.match(master) else num_executors(spark)
 
 
-def num_param_servers(spark: Any = None) -> int:
+def num_param_servers(spark: object = None) -> int:
     """The parameter servers asked for with spark.tensorflow.num.ps (hops' setting), 0 when unset."""
     conf, _, _ = _conf(spark)
     return _int_setting(conf, "spark.tensorflow.num.ps") or 0

@@ -16,6 +16,7 @@ from hopsml.airflow import assets
 from hopsml.airflow.steps import Step, StepError
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
+from hopsml.jobs import Execution, Job, get_job, job_exists
 
 log = logging.getLogger(__name__)
 
@@ -30,20 +31,14 @@ class ExecutionFailed(HopsmlError, RuntimeError):
         self.ref = dict(ref or {})
 
 
-def _jobs() -> Any:
-    from hopsml import jobs  # the named jobs; imported late so the rest of the provider works without them
-
-    return jobs
-
-
-def execution_ref(execution: Any) -> dict[str, Any]:
+def execution_ref(execution: Execution) -> dict[str, Any]:
     """What a task passes on about an execution: ids, states and what it produced (names, never data)."""
     return {"job": execution.job_name, "execution_id": execution.id, "state": execution.state,
             "final_status": execution.final_status, "exit_code": execution.exit_code,
             "produced": [dict(p) for p in (execution.produced or [])]}
 
 
-def check_finished(execution: Any, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
+def check_finished(execution: Execution, lines: int = LOG_TAIL_LINES) -> dict[str, Any]:
     """The reference of a finished execution; ExecutionFailed with its log tail when it did not succeed."""
     if not execution.success:
         raise ExecutionFailed(f"execution {execution.id} of job {execution.job_name!r} ended {execution.state} "
@@ -52,7 +47,7 @@ def check_finished(execution: Any, lines: int = LOG_TAIL_LINES) -> dict[str, Any
     return execution_ref(execution)
 
 
-def start_job(settings: config.Settings, job_name: str, args: str | Sequence[str] | None = None) -> Any:
+def start_job(settings: config.Settings, job_name: str, args: str | Sequence[str] | None = None) -> Execution:
     """A new execution of job `job_name`, not awaited. `exclusive` refuses a second one while one runs, so a
     retried task never runs the job twice at once."""
     return _job(settings, job_name).run(args=args, await_termination=False, exclusive=True)
@@ -74,16 +69,15 @@ def run_job(settings: config.Settings, job_name: str, args: str | Sequence[str] 
     return check_finished(execution)
 
 
-def _job(settings: config.Settings, job_name: str) -> Any:
+def _job(settings: config.Settings, job_name: str) -> Job:
     """Job `job_name`; a missing one is a StepError naming it (no retry can make it appear)."""
-    jobs = _jobs()
-    if not jobs.job_exists(job_name, settings):
+    if not job_exists(job_name, settings):
         raise StepError(f"no job {job_name!r} in project {settings.project!r}; create it first (hopsml jobs create "
                         f"{job_name} APP) or fix the name")
-    return jobs.get_job(job_name, settings)
+    return get_job(job_name, settings)
 
 
-def await_job(execution: Any, timeout_s: float) -> dict[str, Any]:
+def await_job(execution: Execution, timeout_s: float) -> dict[str, Any]:
     """Wait up to `timeout_s` for `execution`; a run past it is stopped and fails with what it logged."""
     try:
         execution.await_termination(timeout=timeout_s)
@@ -110,7 +104,8 @@ def job_step(settings: config.Settings, ref: Mapping[str, Any]) -> Step:
     return Step(dict(ref), events)
 
 
-def execution_done(settings: config.Settings, job_name: str, execution_id: Any = None) -> dict[str, Any] | None:
+def execution_done(settings: config.Settings, job_name: str, execution_id: int | str | None = None
+                   ) -> dict[str, Any] | None:
     """None while the execution (the job's newest when `execution_id` is None) runs; its reference once it
     succeeded; ExecutionFailed when it did not."""
     job = _job(settings, job_name)
@@ -127,7 +122,7 @@ def execution_done(settings: config.Settings, job_name: str, execution_id: Any =
 
 
 def group_commit(settings: config.Settings, name: str, version: int = 1,
-                 after_commit: int | None = None) -> dict[str, Any] | None:
+                 after_commit: int | str | None = None) -> dict[str, Any] | None:
     """The newest commit of feature group `name` when there is one after `after_commit` (any with None)."""
     from hopsml.featurestore.store import FeatureStore
 

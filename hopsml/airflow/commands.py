@@ -7,8 +7,8 @@ returns the text to print. Neither needs Airflow installed: the file is written 
 
 from __future__ import annotations
 
+import argparse
 import os
-from typing import Any
 
 from hopsml import config
 from hopsml.airflow import lineage
@@ -17,7 +17,7 @@ from hopsml.airflow.steps import StepError
 COMMANDS = ("pipelines",)
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pipelines = subparsers.add_parser("pipelines", help="Airflow pipelines of the project's steps")
     actions = pipelines.add_subparsers(dest="pipelines_action", required=True)
     dag = actions.add_parser("dag", help="write the Airflow DAG that re-runs what produced a model's current "
@@ -40,7 +40,7 @@ def add_commands(subparsers: Any) -> None:
                                                                       "version's that rolls it back (default 1.5)")
 
 
-def run(args: Any, settings: config.Settings) -> str:
+def run(args: argparse.Namespace, settings: config.Settings) -> str:
     canary = lineage.Canary(traffic_percent=args.canary_percent, min_requests=args.min_requests,
                             timeout_s=args.canary_timeout, poke_interval_s=args.poke_interval,
                             max_p99_ratio=args.max_p99_ratio)

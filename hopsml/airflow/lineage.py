@@ -14,14 +14,17 @@ import datetime as dt
 import inspect
 import pprint
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml import config
 from hopsml.airflow import assets
 from hopsml.airflow.steps import StepError
 from hopsml.fs import Storage
+
+if TYPE_CHECKING:
+    from hopsml.tracking.record import ExperimentRecord
 
 
 @dataclass
@@ -41,7 +44,7 @@ class _Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def _literal(value: Any, indent: int) -> str:
+def _literal(value: object, indent: int) -> str:
     text = pprint.pformat(value, width=110 - indent, sort_dicts=False)
     return text.replace("\n", "\n" + " " * indent)
 
@@ -51,7 +54,7 @@ def _var(text: str) -> str:
     return name if not name[0].isdigit() else f"t_{name}"
 
 
-def _defaults(fn: Any) -> dict[str, Any]:
+def _defaults(fn: Callable[..., Any]) -> dict[str, Any]:
     return {n: p.default for n, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
 
 
@@ -114,7 +117,7 @@ def _args(hyperparameters: Mapping[str, Any], bound: Mapping[str, str]) -> str:
     return "{" + ", ".join(items) + "}"
 
 
-def _bind(rec: Any, fn: Any, verb: str, old: str, new: str, bound: dict[str, str]) -> None:
+def _bind(rec: ExperimentRecord, fn: Callable[..., Any], verb: str, old: str, new: str, bound: dict[str, str]) -> None:
     """The rule that hands a re-run its new training dataset: the argument whose recorded value named the old
     one, else the parameter whose default named it, gets the new name; with neither, the DAG is refused (the run
     would read the old rows again)."""
@@ -134,7 +137,7 @@ def _bind(rec: Any, fn: Any, verb: str, old: str, new: str, bound: dict[str, str
     bound[named[0]] = new
 
 
-def _function(rec: Any) -> Any:
+def _function(rec: ExperimentRecord) -> Callable[..., Any]:
     """The experiment's training function, imported by name as the workers will; StepError naming it and why
     when it cannot be re-run."""
     from hopsml.airflow.steps import import_function
@@ -150,7 +153,7 @@ def _function(rec: Any) -> Any:
         raise StepError(f"experiment {rec.id} ran {where}, which cannot be re-run here: {exc}") from None
 
 
-def _experiment_options(rec: Any, verb: str) -> dict[str, Any]:
+def _experiment_options(rec: ExperimentRecord, verb: str) -> dict[str, Any]:
     options: dict[str, Any] = {"seed": rec.seed} if rec.seed is not None else {}
     if verb == "launch" and rec.metric_key:
         options["metric_key"] = rec.metric_key

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from hopsml import config
 from hopsml.airflow import assets, checks, steps
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +36,7 @@ def _serving(name: str) -> str:
     return check_name(name)
 
 
-def _int(value: Any) -> int | None:
+def _int(value: int | str | None) -> int | None:
     """A version from an argument or a rendered template ('3', 3, None)."""
     return None if value in (None, "", "None") else int(value)
 
@@ -60,10 +63,10 @@ class HopsmlOperator(BaseOperator):
         """The Assets this operator changes, known before it runs (its outlets)."""
         return []
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         raise NotImplementedError
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         settings = steps.settings_for(self.root, self.project)
         try:
             step = self.run_step(settings, context)
@@ -72,7 +75,7 @@ class HopsmlOperator(BaseOperator):
         self.emit(context, step.events)
         return step.ref
 
-    def emit(self, context: Any, events: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    def emit(self, context: Context, events: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """The extra of each event on an outlet (its commit, version); objects known only now (what a job
         produced) through the operator's AssetAlias."""
         outlet_events = context["outlet_events"]
@@ -106,7 +109,7 @@ class HopsmlJobOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.job(self.project_name, self.job_name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         if self.wait_for_completion:   # owned by this task: it ends with the task, whatever kills it
             return checks.job_step(settings, checks.run_job(settings, self.job_name, self.args, self.timeout_s))
         execution = checks.start_job(settings, self.job_name, self.args)
@@ -128,7 +131,7 @@ class PrepareDatasetOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.dataset(self.project_name, self.dataset)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.prepare_dataset(settings, self.src, self.dataset, kind=self.kind, options=self.options)
 
 
@@ -146,7 +149,7 @@ class FeatureGroupInsertOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.featuregroup(self.project_name, self.name, self.version)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.insert_into_group(settings, self.name, self.path, version=self.version,
                                        primary_key=self.primary_key, event_time=self.event_time,
                                        description=self.description)
@@ -163,7 +166,7 @@ class TrainingDatasetOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.featureview(self.project_name, self.view, self.view_version)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.create_training_dataset(settings, self.view, self.view_version, test_size=self.test_size,
                                              seed=self.seed)
 
@@ -176,8 +179,9 @@ class ExperimentOperator(HopsmlOperator):
     template_fields: Sequence[str] = ("args", "options", "reads")
 
     def __init__(self, *, function: str, verb: str = "launch", args: Mapping[str, Any] | None = None,
-                 name: str = "no-name", options: Mapping[str, Any] | None = None, reads: Any = None,
-                 reads_view: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+                 name: str = "no-name", options: Mapping[str, Any] | None = None,
+                 reads: str | Sequence[str] | None = None, reads_view: Mapping[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         self.function, self.verb, self.args, self.name = function, verb, dict(args or {}), name
         self.options = dict(options or {})
         self.reads, self.reads_view = reads, dict(reads_view) if reads_view else None
@@ -186,7 +190,7 @@ class ExperimentOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.experiment(self.project_name, self.name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         reads = [self.reads] if isinstance(self.reads, str) else list(self.reads or [])
         return steps.run_experiment(settings, self.function, verb=self.verb, args=self.args, name=self.name,
                                     reads=reads, reads_view=self.reads_view, **self.options)
@@ -208,7 +212,7 @@ class ModelExportOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.model(self.project_name, self.model_name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.export_model(settings, self.model_name, str(self.experiment_id), model_file=self.model_file,
                                   metrics=self.metrics)
 
@@ -220,7 +224,7 @@ class BestModelOperator(HopsmlOperator):
         self.model_name, self.metric, self.direction = model_name, metric, direction
         super().__init__(**kwargs)
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.best_model(settings, self.model_name, self.metric, self.direction)
 
 
@@ -230,7 +234,7 @@ class CreateServingOperator(HopsmlOperator):
 
     template_fields: Sequence[str] = ("model_version",)
 
-    def __init__(self, *, serving_name: str, model_name: str, model_version: Any = None,
+    def __init__(self, *, serving_name: str, model_name: str, model_version: int | str | None = None,
                  options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.serving_name, self.model_name, self.model_version = _serving(serving_name), model_name, model_version
         self.options = dict(options or {})
@@ -239,7 +243,7 @@ class CreateServingOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.serving(self.project_name, self.serving_name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.create_serving(settings, self.serving_name, self.model_name, _int(self.model_version),
                                     **self.options)
 
@@ -252,8 +256,8 @@ class DeployCanaryOperator(HopsmlOperator):
 
     template_fields: Sequence[str] = ("model_version",)
 
-    def __init__(self, *, serving_name: str, model_name: str, model_version: Any, traffic_percent: int = 20,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, serving_name: str, model_name: str, model_version: int | str | None,
+                 traffic_percent: int = 20, **kwargs: Any) -> None:
         self.serving_name, self.model_name, self.model_version = _serving(serving_name), model_name, model_version
         self.traffic_percent = int(traffic_percent)
         super().__init__(**kwargs)
@@ -261,7 +265,7 @@ class DeployCanaryOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.serving(self.project_name, self.serving_name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         version = _int(self.model_version)
         if version is None:
             raise steps.StepError(f"{self.task_id}: no model version to deploy as the canary")
@@ -279,7 +283,7 @@ class CanaryGateOperator(HopsmlOperator):
         self.thresholds = dict(thresholds or {})
         super().__init__(**kwargs)
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.canary_gate(settings, self.serving_name, window_s=self.window_s, min_requests=self.min_requests,
                                  **self.thresholds)
 
@@ -291,14 +295,15 @@ class CanaryRolloutOperator(HopsmlOperator):
 
     template_fields: Sequence[str] = ("decision", "reasons")
 
-    def __init__(self, *, serving_name: str, decision: Any, reasons: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, serving_name: str, decision: str,
+                 reasons: str | Sequence[str] | None = None, **kwargs: Any) -> None:
         self.serving_name, self.decision, self.reasons = _serving(serving_name), decision, reasons
         super().__init__(**kwargs)
 
     def asset_uris(self) -> list[str]:
         return [assets.serving(self.project_name, self.serving_name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         reasons = [self.reasons] if isinstance(self.reasons, str) else list(self.reasons or [])
         return steps.canary_rollout(settings, self.serving_name, str(self.decision), reasons)
 
@@ -312,13 +317,13 @@ class ServingCheckOperator(HopsmlOperator):
     template_fields: Sequence[str] = ("canary_version",)
 
     def __init__(self, *, serving_name: str, instances: Sequence[Any] | None = None, timeout_s: float = 60.0,
-                 canary_version: Any = None, **kwargs: Any) -> None:
+                 canary_version: int | str | None = None, **kwargs: Any) -> None:
         self.serving_name, self.instances, self.timeout_s = _serving(serving_name), instances, float(timeout_s)
         self.canary_version = canary_version
         kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(**kwargs)
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.check_serving(settings, self.serving_name, self.instances, self.timeout_s,
                                    _int(self.canary_version))
 
@@ -333,7 +338,7 @@ class StartServingOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.serving(self.project_name, self.serving_name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.start_serving(settings, self.serving_name, self.timeout_s)
 
 
@@ -347,7 +352,7 @@ class StopServingOperator(HopsmlOperator):
     def asset_uris(self) -> list[str]:
         return [assets.serving(self.project_name, self.serving_name)]
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.stop_serving(settings, self.serving_name)
 
 
@@ -362,7 +367,7 @@ class MonitorGateOperator(HopsmlOperator):
         self.max_drifted, self.require_preprocessing, self.dataset = max_drifted, require_preprocessing, dataset
         super().__init__(**kwargs)
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.monitor_gate(settings, self.serving_name, psi_threshold=self.psi_threshold,
                                   ks_threshold=self.ks_threshold, max_drifted=self.max_drifted,
                                   require_preprocessing=self.require_preprocessing, dataset=self.dataset)
@@ -376,7 +381,7 @@ class ValidationGateOperator(HopsmlOperator):
         self.name, self.version, self.max_failed = name, version, max_failed
         super().__init__(**kwargs)
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         return steps.validation_gate(settings, self.name, self.version, max_failed=self.max_failed)
 
 
@@ -387,14 +392,14 @@ class HopsworksLaunchOperator(HopsmlJobOperator):
     def __init__(self, *, job_name: str, project_name: str | None = None, job_arguments: str | None = None,
                  wait_for_completion: bool = True, wait_timeout_s: float = -1, ignore_failure: bool = False,
                  hopsworks_conn_id: str | None = None, project_id: int | None = None, poke_interval_s: float = 1,
-                 wait_for_state: Any = None, **kwargs: Any) -> None:
+                 wait_for_state: object = None, **kwargs: Any) -> None:
         del hopsworks_conn_id, project_id, poke_interval_s, wait_for_state
         self.ignore_failure = ignore_failure
         super().__init__(job_name=job_name, args=job_arguments, wait_for_completion=wait_for_completion,
                          timeout_s=wait_timeout_s if wait_timeout_s and wait_timeout_s > 0 else 24 * 3600.0,
                          project=kwargs.pop("project", None) or project_name, **kwargs)
 
-    def run_step(self, settings: config.Settings, context: Any) -> steps.Step:
+    def run_step(self, settings: config.Settings, context: Context) -> steps.Step:
         try:
             return super().run_step(settings, context)
         except checks.ExecutionFailed as exc:

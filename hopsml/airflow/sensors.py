@@ -6,12 +6,16 @@ long wait holds no worker slot."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException
 
+from hopsml import config
 from hopsml.airflow import checks, steps
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 DAY_S = 24 * 3600.0
 
@@ -27,10 +31,10 @@ class HopsmlSensor(BaseSensorOperator):
         kwargs.setdefault("multiple_outputs", True)
         super().__init__(**kwargs)
 
-    def check(self, settings: Any) -> dict[str, Any] | None:
+    def check(self, settings: config.Settings) -> dict[str, Any] | None:
         raise NotImplementedError
 
-    def poke(self, context: Any) -> PokeReturnValue:
+    def poke(self, context: Context) -> PokeReturnValue:
         settings = steps.settings_for(self.root, self.project)
         try:
             found = self.check(settings)
@@ -45,11 +49,11 @@ class JobExecutionSensor(HopsmlSensor):
 
     template_fields: Sequence[str] = ("job_name", "execution_id")
 
-    def __init__(self, *, job_name: str, execution_id: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, job_name: str, execution_id: int | str | None = None, **kwargs: Any) -> None:
         self.job_name, self.execution_id = job_name, execution_id
         super().__init__(**kwargs)
 
-    def check(self, settings: Any) -> dict[str, Any] | None:
+    def check(self, settings: config.Settings) -> dict[str, Any] | None:
         return checks.execution_done(settings, self.job_name, self.execution_id)
 
 
@@ -58,11 +62,11 @@ class FeatureGroupCommitSensor(HopsmlSensor):
 
     template_fields: Sequence[str] = ("after_commit",)
 
-    def __init__(self, *, name: str, version: int = 1, after_commit: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, name: str, version: int = 1, after_commit: int | str | None = None, **kwargs: Any) -> None:
         self.name, self.version, self.after_commit = name, int(version), after_commit
         super().__init__(**kwargs)
 
-    def check(self, settings: Any) -> dict[str, Any] | None:
+    def check(self, settings: config.Settings) -> dict[str, Any] | None:
         return checks.group_commit(settings, self.name, self.version, self.after_commit)
 
 
@@ -75,7 +79,7 @@ class DatasetSensor(HopsmlSensor):
         self.name = name
         super().__init__(**kwargs)
 
-    def check(self, settings: Any) -> dict[str, Any] | None:
+    def check(self, settings: config.Settings) -> dict[str, Any] | None:
         return checks.dataset_ready(settings, self.name)
 
 
@@ -84,11 +88,11 @@ class ModelVersionSensor(HopsmlSensor):
 
     template_fields: Sequence[str] = ("min_version",)
 
-    def __init__(self, *, name: str, min_version: Any = 1, **kwargs: Any) -> None:
+    def __init__(self, *, name: str, min_version: int | str = 1, **kwargs: Any) -> None:
         self.name, self.min_version = name, min_version
         super().__init__(**kwargs)
 
-    def check(self, settings: Any) -> dict[str, Any] | None:
+    def check(self, settings: config.Settings) -> dict[str, Any] | None:
         return checks.model_version(settings, self.name, int(self.min_version))
 
 
@@ -99,7 +103,7 @@ class ServingStateSensor(HopsmlSensor):
         self.serving_name, self.state = serving_name, state
         super().__init__(**kwargs)
 
-    def check(self, settings: Any) -> dict[str, Any] | None:
+    def check(self, settings: config.Settings) -> dict[str, Any] | None:
         return checks.serving_state(settings, self.serving_name, self.state)
 
 
@@ -110,7 +114,8 @@ class CanaryRequestsSensor(HopsmlSensor):
 
     template_fields: Sequence[str] = ("canary_version", "since")
 
-    def __init__(self, *, serving_name: str, canary_version: Any, min_requests: int = 50, since: Any = None,
+    def __init__(self, *, serving_name: str, canary_version: int | str, min_requests: int = 50,
+                 since: str | None = None,
                  timeout_s: float = 3600.0, **kwargs: Any) -> None:
         self.serving_name, self.canary_version, self.min_requests = serving_name, canary_version, int(min_requests)
         self.since, self.timeout_s = since, float(timeout_s)
@@ -118,7 +123,7 @@ class CanaryRequestsSensor(HopsmlSensor):
         kwargs.setdefault("timeout", self.timeout_s + 3600)   # the check's own timeout speaks first, clearly
         super().__init__(**kwargs)
 
-    def check(self, settings: Any) -> dict[str, Any] | None:
+    def check(self, settings: config.Settings) -> dict[str, Any] | None:
         return checks.canary_requests(settings, self.serving_name, int(self.canary_version), self.min_requests,
                                       str(self.since) if self.since not in (None, "", "None") else None,
                                       self.timeout_s)
@@ -127,7 +132,7 @@ class CanaryRequestsSensor(HopsmlSensor):
 class HopsworksJobSuccessSensor(JobExecutionSensor):
     """Hopsworks' name and arguments (project_name, execution_id), for DAGs that move over."""
 
-    def __init__(self, *, job_name: str, project_name: str | None = None, execution_id: Any = None,
+    def __init__(self, *, job_name: str, project_name: str | None = None, execution_id: int | str | None = None,
                  hopsworks_conn_id: str | None = None, project_id: int | None = None, **kwargs: Any) -> None:
         del hopsworks_conn_id, project_id
         super().__init__(job_name=job_name, execution_id=execution_id,

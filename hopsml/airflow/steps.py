@@ -8,13 +8,12 @@ changed, with the extra each event carries (a feature group's commit, a model's 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml import config, layout
 from hopsml.airflow import assets
@@ -24,6 +23,10 @@ from hopsml.fs import Storage
 log = logging.getLogger(__name__)
 
 VERBS = ("launch", "allreduce", "grid_search", "random_search", "differential_evolution", "tpe_search")
+
+if TYPE_CHECKING:
+    from hopsml.model.registry import ModelVersion
+    from hopsml.tracking.record import ExperimentRecord
 
 
 class StepError(HopsmlError, RuntimeError):
@@ -49,22 +52,6 @@ class Step:
 def settings_for(root: str | None = None, project: str | None = None) -> config.Settings:
     """The project a step works in: the arguments, else HOPSML_ROOT / HOPSML_PROJECT, else conf/hopsml.toml."""
     return config.load(root=root, project=project)
-
-
-@contextlib.contextmanager
-def project_environment(settings: config.Settings) -> Iterator[None]:
-    """HOPSML_ROOT and HOPSML_PROJECT set to `settings`' for the hops-style verbs that read the environment
-    (experiment.launch has no settings argument), and restored after."""
-    saved = {key: os.environ.get(key) for key in ("HOPSML_ROOT", "HOPSML_PROJECT")}
-    os.environ["HOPSML_ROOT"], os.environ["HOPSML_PROJECT"] = settings.root, settings.project
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # --- data -----------------------------------------------------------------------------------------------
@@ -156,7 +143,7 @@ def import_function(ref: str) -> Callable[..., Any]:
 def run_experiment(settings: config.Settings, function: str, *, verb: str = "launch",
                    args: Mapping[str, Any] | None = None, name: str = "no-name",
                    reads: Sequence[str] | None = None, reads_view: Mapping[str, Any] | None = None,
-                   **options: Any) -> Step:
+                   **options: object) -> Step:
     """An experiment verb (`launch`, `allreduce`, a search) of an importable function; `args` are launch's
     args_dict or a search's space. The reference: the experiment id, its logdir, its numeric metrics and the
     datasets the run read (`datasets`). `reads`: datasets the run must have read, and `reads_view` ({"name",
@@ -170,13 +157,12 @@ def run_experiment(settings: config.Settings, function: str, *, verb: str = "lau
         raise StepError(f"experiment {name!r}: verb {verb!r} is not one of {', '.join(VERBS)}")
     fn = import_function(function)
     call = getattr(experiment, verb)
-    with project_environment(settings):
-        if verb == "launch":
-            result = call(fn, dict(args or {}), name=name, **options)
-        elif verb == "allreduce":
-            result = call(fn, name=name, **options)
-        else:
-            result = call(fn, dict(args or {}), name=name, **options)
+    # the settings go with the call: an Airflow worker runs many tasks in one process, and an environment set
+    # for one of them would reach the others
+    if verb == "allreduce":
+        result = call(fn, name=name, settings=settings, **options)
+    else:
+        result = call(fn, dict(args or {}), name=name, settings=settings, **options)
     logdir = str(result[0])
     exp_id = logdir.rstrip("/").rsplit("/", 1)[-1]
     record = read_record(Storage(settings.root), settings.project, exp_id)
@@ -211,13 +197,13 @@ def _check_reads(function: str, exp_id: str, read: Sequence[Mapping[str, Any]], 
                             "(fv.train_test_split), not read a fixed version")
 
 
-def _best_trial(exp_dir: str, record: Any) -> str:
+def _best_trial(exp_dir: str, record: object) -> str:
     """A search's best trial folder (its record names it); the run's own folder for the other verbs."""
     best = (getattr(record, "extra", None) or {}).get("best_logdir")
     return layout.join(exp_dir, str(best).rstrip("/").rsplit("/", 1)[-1]) if best else exp_dir
 
 
-def _results(record: Any) -> dict[str, float]:
+def _results(record: ExperimentRecord) -> dict[str, float]:
     """The numeric values a run returned: the function's dict (rank 0's of a distributed run, the best trial's
     of a search)."""
     results = record.results[0] if isinstance(record.results, list) and record.results else record.results
@@ -279,7 +265,7 @@ def training_dataset_of(settings: config.Settings, entry: Mapping[str, Any]) -> 
     return None
 
 
-def record_feature_view(settings: config.Settings, mv: Any, previous: int | None) -> dict[str, Any]:
+def record_feature_view(settings: config.Settings, mv: ModelVersion, previous: int | None) -> dict[str, Any]:
     """The hsml record of a version exported from a run that read a feature view's training dataset: its view
     and training dataset version (so `model.get_feature_view()` and a predictor's `init_serving` use that
     version's statistics), with the framework, input example and schema of the version before it."""

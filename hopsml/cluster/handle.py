@@ -26,7 +26,7 @@ _THIS_HOST = ("localhost", "127.0.0.1", "::1", socket.gethostname())
 _LOCAL = re.compile(r"^local(?:\[(?P<threads>\*|\d+)(?:,\s*\d+)?\])?$")
 
 
-def is_connect(spark: Any) -> bool:
+def is_connect(spark: object) -> bool:
     """True for a Spark Connect session (its class lives in pyspark.sql.connect)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
@@ -45,7 +45,7 @@ class SparkHandle:
             self._sc = spark.sparkContext if self.session is not None else spark
 
     @classmethod
-    def of(cls, spark: Any) -> SparkHandle:
+    def of(cls, spark: object) -> SparkHandle:
         return spark if isinstance(spark, SparkHandle) else cls(spark)
 
     # what the application is

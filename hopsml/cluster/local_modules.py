@@ -111,7 +111,7 @@ def _files_of(base: str, root: str) -> Iterator[tuple[str, str]]:
                 yield os.path.relpath(path, base), path
 
 
-def collect(fn: Any) -> dict[str, bytes]:
+def collect(fn: object) -> dict[str, bytes]:
     """The user's own module files `fn` needs, relative path -> source (its imports' imports included)."""
     files: dict[str, bytes] = {}
     seen: set[str] = set()

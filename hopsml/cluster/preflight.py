@@ -80,7 +80,7 @@ def _imported_names(code: types.CodeType) -> Iterator[str]:
             yield from _imported_names(const)
 
 
-def used_modules(fn: Any) -> Iterable[str]:
+def used_modules(fn: object) -> Iterable[str]:
     """Top-level names of the modules `fn` uses: imported in its body, or module globals it refers to."""
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -96,7 +96,7 @@ def used_modules(fn: Any) -> Iterable[str]:
     return names
 
 
-def driver_stack(fn: Any = None, packages: Iterable[str] = ()) -> Stack:
+def driver_stack(fn: object = None, packages: Iterable[str] = ()) -> Stack:
     """The driver's stack: hopsml, numpy, pyarrow, `packages`, and the installed packages `fn` imports or uses."""
     distributions = _distributions()
     wanted = [*ALWAYS, *packages]
@@ -132,7 +132,7 @@ def guard(partition_fn: TaskFunction, preflight: Preflight) -> TaskFunction:
     payload = cloudpickle.dumps(partition_fn)
     stack, modules = preflight.stack, dict(preflight.modules)
 
-    def checked(*args: Any) -> Iterable[Any]:
+    def checked(*args: object) -> Iterable[Any]:
         differences = _differences(stack) if stack is not None else []
         if differences:
             report = {"host": socket.gethostname(), "executable": sys.executable, "differences": differences}

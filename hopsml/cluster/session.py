@@ -111,7 +111,7 @@ def _enabled(conf: Any, key: str) -> bool:
     return str(value).strip().lower() == "true"
 
 
-def spark_security_warning(conf: Any, master: str) -> str | None:
+def spark_security_warning(conf: object, master: str) -> str | None:
     """The warning for a session on a cluster master whose Spark channels are unprotected, else None.
 
     `conf` is a SparkConf or a mapping of Spark settings. Spark 4's TLS for RPC (spark.ssl.rpc.enabled) counts
@@ -132,7 +132,7 @@ def spark_security_warning(conf: Any, master: str) -> str | None:
             "and Kubernetes)")
 
 
-def check_spark_security(spark: Any) -> None:
+def check_spark_security(spark: object) -> None:
     """Warn (once per Spark application) when an experiment or data job starts on an unprotected cluster
     (`spark`: a session, a SparkContext or a SparkHandle)."""
     handle = SparkHandle.of(spark)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from hopsml import installed, layout
+from hopsml.clock import utc_now
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 
@@ -218,5 +219,5 @@ def pack(storage: Storage, project: str, prefix: str | None = None, force: bool 
     storage.write_json(manifest, {"fingerprint": print_, "size": size, "sha256": digest, "kind": kind,
                                   "python": sys.version.split()[0],
                                   "prefix": prefix, "packages": len(_distributions(prefix)),
-                                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                                  "created": utc_now()})
     return PackedEnvironment(print_, storage.uri(archive), size, False, time.monotonic() - started)

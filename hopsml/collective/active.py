@@ -125,7 +125,7 @@ def broadcast(array: ArrayT, root: int = 0) -> ArrayT:
     return current().broadcast(array, root)
 
 
-def allgather(obj: Any) -> list[Any]:
+def allgather(obj: object) -> list[Any]:
     """Every rank's picklable object, in rank order."""
     return current().allgather(obj)
 

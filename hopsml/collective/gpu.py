@@ -89,7 +89,7 @@ def nccl_module() -> ModuleType | None:
     return nccl if getattr(nccl, "available", True) else None
 
 
-def nccl_supports(dtype: Any) -> bool:
+def nccl_supports(dtype: object) -> bool:
     return str(dtype) in _NCCL_DTYPES
 
 
@@ -193,7 +193,7 @@ def _abort(comm: Abortable | None) -> None:
 class NcclComm:
     """One NCCL communicator over all ranks, on this rank's current GPU; every call waits, bounded."""
 
-    def __init__(self, nccl: ModuleType, size: int, rank: int, unique_id: Any, timeout_s: float,
+    def __init__(self, nccl: ModuleType, size: int, rank: int, unique_id: object, timeout_s: float,
                  lost_peer: Callable[[], int | None]) -> None:
         self._nccl = nccl
         self._size = size
@@ -203,7 +203,7 @@ class NcclComm:
         self._aborted = False
         self._comm = self._create(unique_id)
 
-    def _create(self, unique_id: Any) -> Any:
+    def _create(self, unique_id: object) -> Any:
         """ncclCommInitRank blocks until every rank joins, so it runs on a thread and the wait is bounded;
         if it never returns, that thread is abandoned (there is nothing to abort yet)."""
         device = cupy_module().cuda.Device().id
@@ -229,10 +229,10 @@ class NcclComm:
             raise NcclFailure(f"creating the NCCL communicator failed on rank {self._rank}: {outcome['error']}")
         return outcome["comm"]
 
-    def _dtype(self, dtype: Any) -> int:
+    def _dtype(self, dtype: object) -> int:
         return getattr(self._nccl, _NCCL_DTYPES[str(dtype)])
 
-    def _wait(self, cupy: ModuleType, stream: Any, what: str) -> None:
+    def _wait(self, cupy: ModuleType, stream: object, what: str) -> None:
         event = cupy.cuda.Event(block=False, disable_timing=True)
         event.record(stream)
         try:

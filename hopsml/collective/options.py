@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from hopsml import config
 from hopsml.collective.timeout import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
@@ -66,7 +65,8 @@ class CollectiveOptions:
         object.__setattr__(self, "timeout_s", float(timeout))
 
     @classmethod
-    def from_settings(cls, settings: Any, timeout_s: float | None = None) -> CollectiveOptions:
+    def from_settings(cls, settings: config.Settings | config.RunSettings, timeout_s: float | None = None
+                      ) -> CollectiveOptions:
         """From a resolved `config.Settings` (the run's snapshot); `timeout_s` overrides its timeout."""
         return cls(timeout_s=timeout_s if timeout_s is not None else settings.collective_timeout_s,
                    shared_memory=settings.collective_shm, host_id=settings.collective_host_id,

@@ -27,7 +27,7 @@ def load(test_fraction: float = 0.25, seed: int = 0) -> tuple[np.ndarray, np.nda
     return x[train], y[train], x[test], y[test]
 
 
-def array_module(array: Any) -> Any:
+def array_module(array: object) -> Any:
     """numpy, or cupy for cupy arrays (without importing cupy when it is not in use)."""
     if type(array).__module__.startswith("cupy"):
         import cupy
@@ -49,7 +49,7 @@ class SoftmaxRegression:
         weights = rng.normal(0, 0.01, (n_features, n_classes)).astype(np.float32)
         return cls(xp.asarray(weights), xp.zeros(n_classes, dtype=xp.float32))
 
-    def probabilities(self, x: Any) -> Any:
+    def probabilities(self, x: object) -> Any:
         xp = array_module(x)
         logits = x @ self.weights + self.bias
         logits -= logits.max(axis=1, keepdims=True)
@@ -70,7 +70,7 @@ class SoftmaxRegression:
         self.weights -= lr * gradients[0]
         self.bias -= lr * gradients[1]
 
-    def accuracy(self, x: Any, y: Any) -> float:
+    def accuracy(self, x: object, y: object) -> float:
         return float((self.probabilities(x).argmax(axis=1) == y).mean())
 
     @classmethod

@@ -34,7 +34,7 @@ def inputs(batch: dict[str, Any]) -> tuple[Any, Any]:
     return images.permute(0, 3, 1, 2).float().div_(255.0), batch["label"].long()
 
 
-def _wrap(model: Any, optimizer: Any, mode: str) -> tuple[Any, Any]:
+def _wrap(model: object, optimizer: object, mode: str) -> tuple[Any, Any]:
     """(the module to call, what to close at the end) for the chosen gradient averaging."""
     import hopsml.torch as ht
 

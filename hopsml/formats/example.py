@@ -25,7 +25,7 @@ __all__ = ["FeatureTypeError", "decode_example", "encode_example", "encode_examp
 class FeatureTypeError(HopsmlError, TypeError):
     """A feature value cannot be expressed as a bytes, float or int64 list."""
 
-    def __init__(self, name: str, value: Any, problem: str = "") -> None:
+    def __init__(self, name: str, value: object, problem: str = "") -> None:
         problem = problem or (f"a value of type {type(value).__name__} is not bytes, str, int or "
                               "float (or a list/array of one kind of them); convert it, e.g. "
                               "serialize it to bytes or make it a numpy array")
@@ -38,7 +38,7 @@ _NUMPY_KINDS = {"b": _INT64_LIST, "i": _INT64_LIST, "u": _INT64_LIST, "f": _FLOA
                 "S": _BYTES_LIST, "U": _BYTES_LIST, "O": None}
 
 
-def _as_bytes(value: Any, name: str) -> bytes:
+def _as_bytes(value: object, name: str) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
@@ -48,7 +48,7 @@ def _as_bytes(value: Any, name: str) -> bytes:
     raise FeatureTypeError(name, value)
 
 
-def _feature_payload(name: str, value: Any) -> tuple[int, list[Any], int]:
+def _feature_payload(name: str, value: object) -> tuple[int, list[Any], int]:
     """Return (kind, pieces of the list message, its length) for one feature value."""
     if isinstance(value, (bytes, str, bytearray, memoryview)):
         value = [value]

@@ -101,7 +101,7 @@ def _compression(compression: str | None) -> str | None:
     return _COMPRESSIONS[key]
 
 
-def _describe(path_or_file: Any) -> str:
+def _describe(path_or_file: object) -> str:
     if isinstance(path_or_file, (str, os.PathLike)):
         return os.fspath(path_or_file)
     return str(getattr(path_or_file, "name", None) or repr(path_or_file))

@@ -81,7 +81,7 @@ class Project:
 
 def login(host: str | None = None, port: int = 443, project: str | None = None, api_key_value: str | None = None,
           api_key_file: str | None = None, hostname_verification: bool = False, trust_store_path: str | None = None,
-          engine: str | None = None, **options: Any) -> Project:
+          engine: str | None = None, **options: object) -> Project:
     """The project `project` (else the setting `project`) under hopsml's root; see the module docstring. As with
     Hopsworks, the project named becomes this process's project (HOPSML_PROJECT): the experiments, datasets and
     models of later calls go there too."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hopsml import config, hdfs, layout
 from hopsml.fs import Storage
@@ -22,13 +22,22 @@ from hopsml.serving.control import lifecycle
 from hopsml.serving.definition import Batching, Canary, ServingError, ServingNotFound
 
 
+class SavedModel(Protocol):
+    """What a predictor reads of hsml's Model (hopsworks/registry.py): its name, and its version once saved."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int | None: ...
+
+
 @dataclass
 class Resources:
     """hsml's resources: here only the number of instances counts (one process each)."""
 
     num_instances: int = 1
-    requests: Any = None
-    limits: Any = None
+    requests: object = None   # hsml's, kept and unused
+    limits: object = None
 
 
 @dataclass
@@ -36,7 +45,7 @@ class InferenceLogger:
     """hsml's inference logger: which parts of each request the serving's inference log keeps."""
 
     mode: str = "ALL"   # "ALL", "MODEL_INPUTS", "PREDICTIONS" or "NONE"
-    kafka_topic: Any = None
+    kafka_topic: object = None   # hsml's; the log is Parquet files under the serving (get_inference_log)
 
 
 @dataclass
@@ -137,6 +146,8 @@ class Deployment:
         return self.predictor.model_version
 
     def save(self, await_update: int | None = None) -> Deployment:
+        """Create the serving from the predictor, or update it (a running one restarts with the new definition);
+        `await_update` is hsml's and unused: saving returns once the definition is written."""
         p = self.predictor
         batcher = p.inference_batcher
         lifecycle.create_or_update(
@@ -206,22 +217,27 @@ class Deployment:
         self.predictor.canary_traffic_percent = serving.canary_traffic_percent if serving.canary_version else None
 
     def start(self, await_running: int | None = 300) -> None:
+        """Start the deployment's server and wait up to `await_running` seconds (default 300) until it answers."""
         lifecycle.start(self.name, timeout_s=float(await_running or 300), settings=self._settings)
 
     def stop(self, await_stopped: int | None = None) -> None:
+        """Stop the server: no process or port is left when it returns (`await_stopped` is hsml's, unused)."""
         lifecycle.stop(self.name, settings=self._settings)
 
     def get_state(self) -> PredictorState:
+        """Its state now: status ('Running', 'Stopped', 'Starting', 'Failed'), why, and the instances up."""
         serving = lifecycle.get(self.name, self._settings)
         return PredictorState(str(serving.status), serving.status.reason, serving.available_instances)
 
     def is_running(self) -> bool:
+        """Whether its server is up and answering."""
         return self.get_state().status == "Running"
 
     def is_stopped(self) -> bool:
+        """Whether it is stopped (a failed deployment is neither running nor stopped)."""
         return self.get_state().status == "Stopped"
 
-    def predict(self, data: Any = None, inputs: Any = None) -> Any:
+    def predict(self, data: object = None, inputs: object = None) -> Any:
         """hsml's predict: `inputs` (one instance, or a list of them) or `data` (the request body,
         {"instances": [...]}); the answer is the server's, {"predictions": [...]}."""
         return lifecycle.make_inference_request(self.name, request_body(data, inputs), settings=self._settings)
@@ -250,6 +266,8 @@ class Deployment:
         return text
 
     def delete(self, force: bool = False) -> None:
+        """Stop the deployment if it runs and remove its definition (its log stays), as hsml's delete(force=True)
+        does; here a running deployment is stopped with or without `force`."""
         if force and self.get_state().status in ("Running", "Starting"):
             self.stop()
         lifecycle.delete(self.name, settings=self._settings)
@@ -261,12 +279,12 @@ class ModelServing:
     def __init__(self, settings: config.Settings) -> None:
         self._settings = settings
 
-    def create_predictor(self, model: Any, name: str | None = None, script_file: str | None = None,
+    def create_predictor(self, model: SavedModel, name: str | None = None, script_file: str | None = None,
                          resources: Resources | dict[str, Any] | None = None,
                          inference_logger: InferenceLogger | str | None = None,
                          inference_batcher: InferenceBatcher | bool | None = None,
-                         canary_version: Any = None, canary_traffic_percent: int | None = None,
-                         transformer: Transformer | dict[str, Any] | None = None, **_: Any) -> Predictor:
+                         canary_version: int | SavedModel | None = None, canary_traffic_percent: int | None = None,
+                         transformer: Transformer | dict[str, Any] | None = None, **_: object) -> Predictor:
         """hsml's create_predictor; `canary_version` (a version number, or a saved version of the same model) and
         `canary_traffic_percent` are hopsml's: the deployment saves them as create_or_update's `Canary`."""
         if isinstance(resources, dict):
@@ -278,11 +296,11 @@ class ModelServing:
         if model.version is None:
             raise ServingError(f"model {model.name!r} is not saved yet: model.save(path) first")
         if canary_version is not None and not isinstance(canary_version, int):
-            if getattr(canary_version, "name", model.name) != model.name or getattr(canary_version, "version",
-                                                                                   None) is None:
+            saved = getattr(canary_version, "version", None)
+            if getattr(canary_version, "name", model.name) != model.name or saved is None:
                 raise ServingError(f"canary_version must be a version of model {model.name!r} (a number, or a "
                                    f"saved version of it), not {canary_version!r}")
-            canary_version = int(canary_version.version)
+            canary_version = int(saved)
         if canary_traffic_percent is not None and canary_version is None:
             raise ServingError(f"canary_traffic_percent={canary_traffic_percent} needs a canary_version")
         if isinstance(transformer, dict):
@@ -290,17 +308,19 @@ class ModelServing:
         return Predictor(model.name, int(model.version), name or model.name, script_file, resources, inference_logger,
                          inference_batcher, self._settings, canary_version, canary_traffic_percent, transformer)
 
-    def create_transformer(self, script_file: str | None = None, resources: Any = None) -> Transformer:
+    def create_transformer(self, script_file: str | None = None, resources: object = None) -> Transformer:
         """hsml's transformer: a script whose `Transformer` pre- and post-processes the predictor's requests."""
         if not script_file:
             raise ServingError("create_transformer needs script_file=: a .py with a Transformer class "
                                "(preprocess(self, inputs), postprocess(self, outputs))")
         return Transformer(script_file, resources)
 
-    def create_deployment(self, predictor: Predictor, name: str | None = None, **_: Any) -> Deployment:
+    def create_deployment(self, predictor: Predictor, name: str | None = None, **_: object) -> Deployment:
+        """A deployment of `predictor` named `name` (default: the predictor's); nothing is written until save()."""
         return Deployment(predictor, name)
 
     def get_deployment(self, name: str) -> Deployment:
+        """The deployment `name`, as its serving is recorded; ServingNotFound when the project has none such."""
         serving = lifecycle.get(name, self._settings)
         return Deployment(Predictor(serving.model_name, serving.model_version, name, serving.predictor,
                                     settings=self._settings, canary_version=serving.canary_version,
@@ -310,18 +330,21 @@ class ModelServing:
                           name)
 
     def get_deployment_by_id(self, id: int) -> Deployment:  # noqa: A002 - hsml's name
+        """The deployment whose serving has id `id`; ServingNotFound when none has."""
         for serving in lifecycle.get_all(self._settings):
             if int(serving.id) == int(id):
                 return self.get_deployment(serving.name)
         raise ServingNotFound(f"no deployment with id {id} in project {self._settings.project!r}")
 
-    def get_deployments(self, model: Any = None, status: str | None = None) -> list[Deployment]:
+    def get_deployments(self, model: SavedModel | None = None, status: str | None = None) -> list[Deployment]:
+        """Every deployment of the project; with `model`, only those serving that model, with `status` (e.g.
+        'Running'), only those in it."""
         found = [self.get_deployment(s.name) for s in lifecycle.get_all(self._settings)
                  if model is None or s.model_name == model.name]
         return [d for d in found if status is None or d.get_state().status.lower() == status.lower()]
 
 
-def request_body(data: Any = None, inputs: Any = None) -> dict[str, Any]:
+def request_body(data: object = None, inputs: object = None) -> dict[str, Any]:
     """The REST request body hsml's `predict(data=, inputs=)` sends: `data` as given (a dict with a non-empty
     2-dimensional "instances" or "inputs" list); `inputs` (a dict, a list of rows, or one row) made two-dimensional:
     a row of plain values (`[4467360740682089]`) is one instance, `[[...]]`, and a dict one instance of one value,

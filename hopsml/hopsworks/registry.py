@@ -8,15 +8,29 @@ schema, the feature view and training dataset version it was trained on, goes in
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hopsml import config, layout
 from hopsml.errors import ModelError
 from hopsml.fs import Storage
 from hopsml.model import registry
 
+if TYPE_CHECKING:
+    from hopsml.hopsworks.deployments import Deployment, InferenceBatcher, InferenceLogger, Resources
+
 FRAMEWORKS = ("python", "sklearn", "tensorflow", "torch", "llm")
 HSML_RECORD = layout.HSML_RECORD
+
+
+class TrainingView(Protocol):
+    """What a model reads of the feature view it was trained on (hsfs' FeatureView): its name and version, and the
+    training dataset version it gave last."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    def get_last_accessed_training_dataset(self) -> int | None: ...
 
 
 class Model:
@@ -24,7 +38,7 @@ class Model:
 
     def __init__(self, settings: config.Settings, name: str, framework: str, version: int | None = None,
                  metrics: dict[str, Any] | None = None, description: str | None = None,
-                 input_example: Any = None, model_schema: Any = None, feature_view: Any = None,
+                 input_example: object = None, model_schema: object = None, feature_view: TrainingView | None = None,
                  training_dataset_version: int | None = None) -> None:
         self._settings, self.name, self.framework, self.version = settings, name, framework, version
         self.training_metrics = dict(metrics or {})
@@ -55,8 +69,9 @@ class Model:
         return self
 
     def deploy(self, name: str | None = None, description: str | None = None, script_file: str | None = None,
-               resources: Any = None, inference_logger: Any = None, inference_batcher: Any = None,
-               **options: Any) -> Any:
+               resources: Resources | dict[str, Any] | None = None,
+               inference_logger: InferenceLogger | str | None = None,
+               inference_batcher: InferenceBatcher | bool | None = None, **options: Any) -> Deployment:
         """A deployment of this version (saved, not started: `deployment.start()`), as hsml's `model.deploy`."""
         from hopsml.hopsworks.deployments import ModelServing
 
@@ -128,8 +143,9 @@ class _Framework:
         self._settings, self._framework = settings, framework
 
     def create_model(self, name: str, version: int | None = None, metrics: dict[str, Any] | None = None,
-                     description: str | None = None, input_example: Any = None, model_schema: Any = None,
-                     feature_view: Any = None, training_dataset_version: int | None = None, **_: Any) -> Model:
+                     description: str | None = None, input_example: object = None, model_schema: object = None,
+                     feature_view: TrainingView | None = None, training_dataset_version: int | None = None,
+                     **_: object) -> Model:
         return Model(self._settings, layout.validate_name(name, "model name"), self._framework, version, metrics,
                      description, input_example, model_schema, feature_view, training_dataset_version)
 

@@ -7,6 +7,7 @@ exits with status 1.
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from typing import Any
 
@@ -23,7 +24,7 @@ COMMANDS = ("jobs",)
 EXECUTION_COLUMNS = ("id", "state", "final_status", "exit", "start", "duration_s", "args", "produced")
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     jobs = subparsers.add_parser("jobs", help="named jobs (a script or notebook run under spark-submit) and their "
                                               "executions")
     actions = jobs.add_subparsers(dest="jobs_action", required=True)
@@ -63,7 +64,7 @@ def add_commands(subparsers: Any) -> None:
     delete.add_argument("name", help="the job's name, as in 'hopsml jobs list'")
 
 
-def run(args: Any, settings: config.Settings) -> str:
+def run(args: argparse.Namespace, settings: config.Settings) -> str:
     action = args.jobs_action
     if action == "create":
         job = create_job(args.name, args.app, args=args.args, spark_conf=args.spark_conf,

@@ -46,7 +46,7 @@ def parse_args(args: str | Sequence[str] | None, what: str = "args") -> list[str
     return [str(word) for word in args]
 
 
-def _conf_value(value: Any) -> str:
+def _conf_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -152,7 +152,7 @@ class JobDefinition:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> JobDefinition:
+    def from_dict(cls, data: object, where: str) -> JobDefinition:
         """The definition read from `where` (job.json), or JobError saying what is wrong with the file."""
         if not isinstance(data, dict):
             raise JobError(f"{where} is not a job definition (a JSON object); recreate the job with "

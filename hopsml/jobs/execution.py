@@ -49,7 +49,7 @@ def epoch(stamp: str | None) -> float | None:
         return None
 
 
-def _proc(data: Any) -> Proc | None:
+def _proc(data: object) -> Proc | None:
     try:
         return Proc.from_dict(data) if data else None
     except (KeyError, TypeError, ValueError):

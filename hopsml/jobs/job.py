@@ -12,11 +12,12 @@ A job is kept in the project (`Jobs/<name>/job.json`), each run in `Jobs/<name>/
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from hopsml import config, layout
 from hopsml.errors import InvalidNameError, JobError, StorageError
@@ -26,6 +27,30 @@ from hopsml.jobs.definition import PYSPARK, JobDefinition, job_kind, parse_args,
 from hopsml.jobs.execution import LIVE, Execution
 from hopsml.records import BrokenRecordError, Shape, read_record
 from hopsml.redact import HIDDEN, is_secret, redact_value
+
+T = TypeVar("T")
+
+
+class _FromDefinition(property, Generic[T]):
+    """A Job attribute that is a field of its definition, read each time (`save` rewrites some of them); a list or
+    a dict comes as a copy, so a caller's change does not reach job.json. A property, so the reference lists it."""
+
+    def __init__(self, field: str, doc: str | None = None) -> None:
+        def read(job: Job) -> object:
+            return copy.copy(getattr(job.definition, field))
+
+        read.__doc__ = doc
+        super().__init__(read, doc=doc)
+
+    @overload
+    def __get__(self, job: None, owner: type, /) -> _FromDefinition[T]: ...
+
+    @overload
+    def __get__(self, job: object, owner: type | None = None, /) -> T: ...
+
+    def __get__(self, job: object, owner: type | None = None, /) -> T | _FromDefinition[T]:
+        value: T | _FromDefinition[T] = super().__get__(job, owner)
+        return value
 
 
 class Job:
@@ -40,49 +65,20 @@ class Job:
     def __repr__(self) -> str:
         return f"Job({self.name!r}, {self.job_type!r})"
 
-    @property
-    def name(self) -> str:
-        return self.definition.name
-
-    @property
-    def app_path(self) -> str:
-        return self.definition.app_path
-
-    @property
-    def kind(self) -> str:
-        """'python' (a script) or 'notebook'."""
-        return self.definition.kind
-
-    @property
-    def job_type(self) -> str:
-        """PYSPARK (under spark-submit) or PYTHON (no JVM), as hopsworks names job types."""
-        return self.definition.job_type
-
-    @property
-    def default_args(self) -> list[str]:
-        return list(self.definition.default_args)
-
-    @property
-    def spark_conf(self) -> dict[str, str]:
-        """The job's Spark settings as they may be shown: the secret ones (hopsml.redact's rule) redacted; their
-        values are read from secrets.json only to run the job."""
-        return dict(self.definition.spark_conf)
-
-    @property
-    def description(self) -> str:
-        return self.definition.description
-
-    @property
-    def created(self) -> str:
-        return self.definition.created
-
-    @property
-    def creation_time(self) -> str:
-        return self.definition.created
-
-    @property
-    def creator(self) -> str:
-        return self.definition.creator
+    # The definition's fields under hopsworks' names, read through (lists and dicts as copies).
+    name: _FromDefinition[str] = _FromDefinition("name")
+    app_path: _FromDefinition[str] = _FromDefinition("app_path")
+    kind: _FromDefinition[str] = _FromDefinition("kind", "'python' (a script) or 'notebook'.")
+    job_type: _FromDefinition[str] = _FromDefinition(
+        "job_type", "PYSPARK (under spark-submit) or PYTHON (no JVM), as hopsworks names job types.")
+    default_args: _FromDefinition[list[str]] = _FromDefinition("default_args")
+    spark_conf: _FromDefinition[dict[str, str]] = _FromDefinition(
+        "spark_conf", "The job's Spark settings as they may be shown: the secret ones (hopsml.redact's rule) "
+        "redacted; their values are read from secrets.json only to run the job.")
+    description: _FromDefinition[str] = _FromDefinition("description")
+    created: _FromDefinition[str] = _FromDefinition("created")
+    creation_time: _FromDefinition[str] = _FromDefinition("created", "When the job was created (hopsworks' name).")
+    creator: _FromDefinition[str] = _FromDefinition("creator")
 
     @property
     def config(self) -> dict[str, Any]:

@@ -33,9 +33,11 @@ from hopsml.processes import Proc
 from hopsml.redact import is_secret, redact_conf, secret_parts
 
 START_TIMEOUT_S = 120.0   # for the runner to record RUNNING (a Python start, a copy of the app, one fork)
+# Words of the command (and the folder) the runner fills in: the app's local path, its staging folder, and
+# --properties-file with the secret settings (runner.py). JSON-safe, since they travel in the runner's spec.
 APP = {"placeholder": "app"}
 STAGING = {"placeholder": "staging"}
-PROPERTIES = {"placeholder": "properties"}   # --properties-file with the secret settings (runner.py)
+PROPERTIES = {"placeholder": "properties"}
 # Variables of the calling process that would mislead the job's: a spark-submit or notebook around the caller.
 _NOT_INHERITED = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT_ARGS", "JPY_SESSION_NAME",
                   "JPY_PARENT_PID", "HOPSML_EXECUTION_NOTES", "HOPSML_LOG_TAG")

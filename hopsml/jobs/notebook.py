@@ -30,7 +30,7 @@ def _print(text: str) -> None:
     sys.stdout.flush()
 
 
-def _show_outputs(cell: Any, cell_index: int, **_: Any) -> None:
+def _show_outputs(cell: Any, cell_index: int, **_: object) -> None:
     """What a cell printed or returned, in the order it came: the log a notebook job leaves."""
     if cell.get("cell_type") != "code" or ARGS_TAG in cell.get("metadata", {}).get("tags", []):
         return
@@ -47,7 +47,7 @@ def _show_outputs(cell: Any, cell_index: int, **_: Any) -> None:
             _print(_ANSI.sub("", "\n".join(output.get("traceback", []))))
 
 
-def _remember_kernel(**_: Any) -> None:
+def _remember_kernel(**_: object) -> None:
     """Called when the kernel is up: note its pid, to end its group on SIGTERM."""
     client = _client[0] if _client else None
     process = getattr(getattr(getattr(client, "km", None), "provisioner", None), "process", None)
@@ -58,7 +58,7 @@ def _remember_kernel(**_: Any) -> None:
 _client: list[Any] = []
 
 
-def _on_term(signum: int, _frame: Any) -> None:
+def _on_term(signum: int, _frame: object) -> None:
     for pid in _kernel_pid:
         try:
             os.killpg(pid, signal.SIGKILL)

@@ -40,6 +40,7 @@ from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
 from hopsml.jobs import log_redaction
 from hopsml.jobs.execution import FAILED, FINAL_STATUS, FINISHED, KILLED, LOST, RUNNING, now
+from hopsml.jobs.launch import APP, PROPERTIES, STAGING
 from hopsml.processes import Proc, parent_death_hook, start_time
 from hopsml.tracking.heartbeat import Heartbeat
 
@@ -72,11 +73,11 @@ class Runner:
             self.ready_fd = None
 
     # --- the record -------------------------------------------------------------------------------------
-    def save(self, **fields: Any) -> None:
+    def save(self, **fields: object) -> None:
         self.record.update(fields)
         self.storage.write_json(self.dir.record, self.record)
 
-    def finish(self, state: str, **fields: Any) -> None:
+    def finish(self, state: str, **fields: object) -> None:
         """Record the end: state, final status, end time, what the app produced; copy the logs (remote roots)."""
         self.sync()
         started = self.record.get("start")
@@ -122,11 +123,10 @@ class Runner:
         app = self.app_path()
         words: list[str] = []
         for word in self.spec["command"]:
-            if word == {"placeholder": "properties"}:
+            if word == PROPERTIES:
                 words += ["--properties-file", self._properties()]
             else:
-                words.append(app if word == {"placeholder": "app"} else self.staging
-                             if word == {"placeholder": "staging"} else word)
+                words.append(app if word == APP else self.staging if word == STAGING else word)
         env = {**self.spec["env"], execution_notes.ENV: self.notes}
         die_with_runner = parent_death_hook(os.getpid())
 
@@ -134,7 +134,7 @@ class Runner:
             os.setpgid(0, 0)   # a group of its own, which stop() ends as a whole
             die_with_runner()   # the kernel ends it when the runner dies
 
-        cwd = self.staging if self.spec["cwd"] == {"placeholder": "staging"} else self.spec["cwd"]
+        cwd = self.staging if self.spec["cwd"] == STAGING else self.spec["cwd"]
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:

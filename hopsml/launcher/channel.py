@@ -141,7 +141,7 @@ class DriverChannel:
             sock.settimeout(None)
             threading.Thread(target=self._serve, args=(sock, peer), daemon=True).start()
 
-    def _serve(self, sock: socket.socket, peer: Any) -> None:
+    def _serve(self, sock: socket.socket, peer: object) -> None:
         try:
             sock.settimeout(_HANDSHAKE_TIMEOUT_S)
             auth.challenge(sock, self.secret)

@@ -219,7 +219,7 @@ def check_shippable(fn: Callable[..., Any], args: dict[str, Any] | None = None) 
     the culprit (an argument, or a variable the function uses) instead of Spark's raw TypeError later."""
     from pyspark import cloudpickle
 
-    def problem(value: Any) -> str | None:
+    def problem(value: object) -> str | None:
         try:
             cloudpickle.dumps(value)
         except Exception as exc:  # noqa: BLE001 - pickling can fail with any error type

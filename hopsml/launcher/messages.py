@@ -193,7 +193,7 @@ Message = Output | Failing | Finished | Metric | Stop | Ready | Assign | Clock |
 _TUPLE = "__tuple__"
 
 
-def pack_arguments(value: Any) -> Any:
+def pack_arguments(value: object) -> Any:
     """A trial's arguments as JSON carries them exactly: a tuple (JSON has only lists) as a tagged object.
 
     >>> pack_arguments({"layers": (64, 32), "acts": ["relu", ("tanh", 2)]})
@@ -208,7 +208,7 @@ def pack_arguments(value: Any) -> Any:
     return value
 
 
-def unpack_arguments(value: Any) -> Any:
+def unpack_arguments(value: object) -> Any:
     """The arguments `pack_arguments` packed, read back from JSON.
 
     >>> unpack_arguments({"layers": {"__tuple__": [64, 32]}, "acts": ["relu", {"__tuple__": ["tanh", 2]}]})

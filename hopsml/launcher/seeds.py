@@ -15,7 +15,6 @@ import random
 import secrets
 import sys
 import types
-from typing import Any
 
 from hopsml.cluster import preflight
 from hopsml.errors import HopsmlError
@@ -23,7 +22,7 @@ from hopsml.errors import HopsmlError
 _FRAMEWORKS = ("torch", "tensorflow", "keras")
 
 
-def resolve(seed: Any) -> int:
+def resolve(seed: object) -> int:
     """The run's seed: `seed` checked, or when it is None the seed of the run being rerun
     (HOPSML_RERUN_SEED, set by `hopsml experiments rerun`), else a fresh one."""
     if seed is None:
@@ -34,7 +33,7 @@ def resolve(seed: Any) -> int:
     return seed
 
 
-def _used(fn: Any, depth: int = 3) -> set[str]:
+def _used(fn: object, depth: int = 3) -> set[str]:
     """Top-level modules `fn` uses, and those of the functions it closes over (a launcher's wrapper)."""
     names = set(preflight.used_modules(fn))
     if depth:
@@ -48,7 +47,7 @@ def _used(fn: Any, depth: int = 3) -> set[str]:
     return names
 
 
-def seed_generators(seed: int, fn: Any) -> dict[str, int]:
+def seed_generators(seed: int, fn: object) -> dict[str, int]:
     """Seed what `fn` will draw from; returns each generator seeded, by name."""
     import numpy as np
 

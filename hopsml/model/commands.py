@@ -23,7 +23,7 @@ from hopsml.records import BROKEN, BrokenRecordError
 COMMANDS = ("models", "predict")
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``models`` and ``predict`` to the CLI's subparsers."""
     models = subparsers.add_parser("models", help="list and inspect registered models")
     actions = models.add_subparsers(dest="models_action", required=True)

@@ -83,13 +83,13 @@ class _Job:
     stage: str
 
 
-def _as_numpy(value: Any) -> np.ndarray:
+def _as_numpy(value: object) -> np.ndarray:
     if hasattr(value, "get") and type(value).__module__.startswith("cupy"):
         value = value.get()
     return np.asarray(value)
 
 
-def prediction_columns(output: Any, rows: int, where: str) -> dict[str, np.ndarray]:
+def prediction_columns(output: object, rows: int, where: str) -> dict[str, np.ndarray]:
     """The predict function's output for a batch of `rows` rows as named columns, one value per row.
 
     >>> sorted(prediction_columns({"label": [1, 2], "score": [[.1, .9], [.8, .2]]}, 2, "shard 0"))

@@ -90,7 +90,7 @@ class EvalData:
     reason: str | None = None
 
 
-def _eval_arrays(eval_data: Any) -> tuple[np.ndarray, np.ndarray]:
+def _eval_arrays(eval_data: object) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(eval_data, Sequence) or len(eval_data) != 2:
         raise ModelError("eval_data must be (inputs, labels): two arrays with one row per example, e.g. "
                          "(x_test, y_test)")
@@ -269,7 +269,7 @@ def run_tflite(path: str, x: np.ndarray) -> np.ndarray:
     return np.array(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
 
 
-def quantize_files(source: str, method: str = "int8", eval_data: Any = None, *, source_ref: str | None = None,
+def quantize_files(source: str, method: str = "int8", eval_data: object = None, *, source_ref: str | None = None,
                    test_split: Callable[[], EvalData] | None = None) -> Quantized:
     """A quantized copy of the model file (or the folder holding one) at `source`, in a new temporary folder.
 

@@ -459,7 +459,7 @@ def export(model_path: str, model_name: str, model_version: int | None = None, o
            metrics: Mapping[str, Any] | None = None, description: str | None = None,
            synchronous: bool = True, synchronous_timeout: float = 120, project: str | None = None, *,
            experiment_id: str | None = None, settings: config.Settings | None = None, quantize: str | None = None,
-           eval_data: Any = None, quantized_from: ModelVersion | None = None) -> ModelVersion:
+           eval_data: object = None, quantized_from: ModelVersion | None = None) -> ModelVersion:
     """Register a model file or folder as `Models/<model_name>/<version>/`; returns its record.
 
     `model_path` is a local file or folder, or a path under the root (absolute URI, 'Projects/...',
@@ -538,7 +538,7 @@ def resolve(model_ref: ModelVersion | str | tuple[str, int], settings: config.Se
                      f"not {model_ref!r}")
 
 
-def quantize(model_name: str, model_version: int | None = None, method: str = "int8", *, eval_data: Any = None,
+def quantize(model_name: str, model_version: int | None = None, method: str = "int8", *, eval_data: object = None,
              metrics: Mapping[str, Any] | None = None, description: str | None = None,
              settings: config.Settings | None = None) -> ModelVersion:
     """A new version of `model_name`: version `model_version` (the latest when None) with int8 weights.

@@ -19,7 +19,7 @@ from hopsml.errors import ModelError
 from hopsml.model.registry import ModelVersion, export
 
 
-def export_spark_ml(pipeline_model: Any, model_name: str, inputs: Any, *, spark: Any = None,
+def export_spark_ml(pipeline_model: Any, model_name: str, inputs: object, *, spark: object = None,
                     metrics: Mapping[str, Any] | None = None, description: str | None = None,
                     settings: config.Settings | None = None) -> ModelVersion:
     """Register a fitted PySpark ML `PipelineModel` (or a single fitted model) as the next version of
@@ -52,7 +52,7 @@ def export_spark_ml(pipeline_model: Any, model_name: str, inputs: Any, *, spark:
     return export(folder, model_name, metrics=metrics, description=description, settings=settings)
 
 
-def _columns(inputs: Any) -> list[tuple[str, str]]:
+def _columns(inputs: object) -> list[tuple[str, str]]:
     """(name, 'number' or 'string') of each input column, in order."""
     schema = getattr(inputs, "schema", None)
     if schema is not None:
@@ -74,7 +74,7 @@ def _columns(inputs: Any) -> list[tuple[str, str]]:
     return [(str(name), "number") for name in inputs]
 
 
-def _check_stages(pipeline_model: Any) -> None:
+def _check_stages(pipeline_model: object) -> None:
     """Refuse, naming it, a stage onnxmltools has no converter for (before any work)."""
     from onnxmltools.convert.sparkml.ops_names import get_sparkml_operator_name
 

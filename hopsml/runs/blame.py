@@ -13,7 +13,12 @@ from typing import Any, Protocol
 from hopsml.errors import ClusterError, ExperimentFailed
 from hopsml.fs import Storage
 from hopsml.launcher.messages import COLLECTIVE, DIED, PROCESS, STAGE, STUCK, RankReport
-from hopsml.layout import ExperimentDir
+
+
+class RunFolder(Protocol):
+    """Where a run's ranks write their logs: an experiment's folder, or a trial's."""
+
+    def worker_log(self, rank: int) -> str: ...
 
 
 class FailedRun(Protocol):
@@ -22,7 +27,7 @@ class FailedRun(Protocol):
     @property
     def id(self) -> str: ...
     @property
-    def dir(self) -> ExperimentDir: ...
+    def dir(self) -> RunFolder: ...
     @property
     def storage(self) -> Storage: ...
     @property

@@ -62,7 +62,8 @@ def executions(args: dict[str, Any]) -> list[dict[str, Any]] | None:
     return [{k: (v[i] if k in lists else v) for k, v in args.items()} for i in range(count)]
 
 
-def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, Any]:
+def launch(request: RunRequest, args_dict: dict[str, Any] | None, settings: config.Settings | None = None
+           ) -> tuple[str, Any]:
     """experiment.launch: one task (or one per execution of list arguments), each in a child process; with
     `timeline`, the single task records its timeline and system metrics (the executions of the list form run as
     a search's trials)."""
@@ -70,7 +71,7 @@ def launch(request: RunRequest, args_dict: dict[str, Any] | None) -> tuple[str, 
     args = rerun.arguments(name, train_fn, check_function(train_fn, args_dict, name, request.versioned_resources))
     runs = executions(args)
     ship(train_fn, args)
-    start = Start.of(config.load(), train_fn, request.seed)
+    start = Start.of(settings or config.load(), train_fn, request.seed)
     spark = start.spark()
     run = start.start_run(spark, request, hyperparameters=args, type=ExperimentType.EXPERIMENT.value,
                           executors=len(runs) if runs else 1)

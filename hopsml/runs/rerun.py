@@ -41,7 +41,7 @@ def pending() -> str | None:
     return os.environ.get(ENV) or None
 
 
-def _pending_record(name: str, fn: Any, storage: Storage | None = None, project: str | None = None
+def _pending_record(name: str, fn: object, storage: Storage | None = None, project: str | None = None
                     ) -> ExperimentRecord | None:
     """The record being rerun, when this verb call (its name and function) is the recorded one."""
     exp_id = pending()
@@ -60,13 +60,13 @@ def _pending_record(name: str, fn: Any, storage: Storage | None = None, project:
     return rec
 
 
-def link(storage: Storage, project: str, name: str, fn: Any) -> dict[str, Any]:
+def link(storage: Storage, project: str, name: str, fn: object) -> dict[str, Any]:
     """The fields that link a new record to the experiment it reruns (none outside a rerun)."""
     rec = _pending_record(name, fn, storage, project)
     return {"rerun_of": rec.id} if rec is not None else {}
 
 
-def arguments(name: str, fn: Any, args: dict[str, Any]) -> dict[str, Any]:
+def arguments(name: str, fn: object, args: dict[str, Any]) -> dict[str, Any]:
     """launch's arguments: in a rerun the recorded ones, also where the program computes them anew."""
     rec = _pending_record(name, fn)
     if rec is None or rec.type != ExperimentType.EXPERIMENT.value:

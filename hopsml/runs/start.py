@@ -50,7 +50,7 @@ class Start:
         """The Spark to run on (a session started with these settings when none runs)."""
         return SparkHandle.of(session.get_or_create(self.settings))
 
-    def start_run(self, spark: SparkHandle, request: RunRequest, **fields: Any) -> ExperimentRun:
+    def start_run(self, spark: SparkHandle, request: RunRequest, **fields: object) -> ExperimentRun:
         """Claim the run directory and write the RUNNING record (`fields` go into it, over the request's)."""
         fields = {"description": request.description, "metric_key": request.metric_key, **fields}
         # rerun_of, in a rerun
@@ -69,7 +69,7 @@ class Start:
                         seed=self.seed, **fields)
 
 
-def check_function(train_fn: Any, args_dict: Any, name: str,
+def check_function(train_fn: object, args_dict: object, name: str,
                    versioned_resources: Iterable[str] | None = None) -> dict[str, Any]:
     """What can be checked before Spark starts (seconds): the function, its arguments, the name, the files."""
     ExperimentRun.check_arguments(name, versioned_resources)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hopsml.errors import ExperimentFailed, StorageError
+from hopsml.fs import Storage
 from hopsml.launcher.channel import Connection
 from hopsml.launcher.messages import Metric, RankReport, Stop, to_wire
 from hopsml.layout import LOGS, ExperimentDir, RunDir, join
@@ -41,8 +42,8 @@ class TrialRun:
     """A trial as the failure messages read a run (hopsml.runs.blame): its folder and storage."""
 
     id: str
-    dir: Any   # a TrialDir: the trial folder has logs/worker_<rank>.log as an experiment has
-    storage: Any
+    dir: TrialDir   # the trial folder has logs/worker_<rank>.log as an experiment has
+    storage: Storage
     logdir: str
 
 

@@ -77,7 +77,7 @@ class Direction(str, Enum):
         return (max if self is Direction.MAX else min)(items, key=key)
 
 
-def _check_name(name: Any) -> str:
+def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.isidentifier():
         raise SearchSpaceError(f"parameter name {name!r} must be a valid Python identifier "
                                "(it is passed to the training function as a keyword argument)")
@@ -108,7 +108,7 @@ class Dimension:
     categories: tuple[Any, ...] | None = None
 
     @classmethod
-    def parse(cls, name: str, bound: Any, log: bool) -> Dimension:
+    def parse(cls, name: str, bound: object, log: bool) -> Dimension:
         _check_name(name)
         if isinstance(bound, (list, tuple)) and len(bound) == 2 and all(
                 isinstance(b, numbers.Real) and not isinstance(b, bool) for b in bound):

@@ -44,7 +44,7 @@ def distribution(dim: Dimension) -> Any:
     return distributions.FloatDistribution(low, high, log=dim.log)
 
 
-def _as_recorded(value: Any) -> Any:
+def _as_recorded(value: object) -> Any:
     """A value as a JSON record gives it back (tuples as lists)."""
     return json.loads(json.dumps(value, default=str))
 

@@ -97,6 +97,7 @@ def get_model_name(serving_name: str) -> str:
 
 
 def get_model_version(serving_name: str) -> int:
+    """The model version the serving answers with (its stable one; a canary's is get_canary_version's)."""
     return _get(serving_name).model_version
 
 
@@ -106,10 +107,12 @@ def get_artifact_version(serving_name: str) -> int | str | None:
 
 
 def get_predictor(serving_name: str) -> str | None:
+    """The serving's predictor script (its path as recorded), None when the model is served without one."""
     return _get(serving_name).predictor
 
 
 def get_transformer(serving_name: str) -> str | None:
+    """The serving's transformer script (its path as recorded), None when requests go to the predictor as sent."""
     return _get(serving_name).transformer
 
 

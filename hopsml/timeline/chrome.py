@@ -20,10 +20,10 @@ def path_of(recorder: Recorder, kind: str, nbytes: int) -> str:
     """How an op moved its data: 'shm' or 'tcp' (inline in the header exchange), or the large path."""
     paths = recorder.paths
     if kind == "broadcast" and nbytes > int(paths.get("small_bytes", 0)):
-        return paths.get("broadcast", "chain")
+        return str(paths.get("broadcast", "chain"))
     if nbytes <= int(paths.get("small_bytes", 0)):
-        return paths.get("small", "")
-    return paths.get("large", "")
+        return str(paths.get("small", ""))
+    return str(paths.get("large", ""))
 
 
 def _us(recorder: Recorder, ns: int) -> float:
@@ -80,7 +80,7 @@ def rank_trace(recorder: Recorder) -> dict[str, Any]:
             "metadata": {"hopsml_timeline": 1, "ranks": [rank_metadata(recorder)]}}
 
 
-def problems(trace: Any) -> list[str]:
+def problems(trace: object) -> list[str]:
     """What makes `trace` break the Chrome trace event format as hopsml writes it; [] when it is fine."""
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         return ["the trace is not an object with a traceEvents list"]

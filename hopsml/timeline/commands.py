@@ -4,9 +4,8 @@ how to open it, and the stragglers the run named."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from hopsml import layout
+from hopsml import config, layout
 from hopsml.fs import Storage
 from hopsml.timeline import merge
 
@@ -15,7 +14,7 @@ OPEN_HINT = ("open it in https://ui.perfetto.dev (Open trace file; it stays in y
              "for peers")
 
 
-def experiments_timeline(settings: Any, exp_id: str, output: str | None = None) -> str:
+def experiments_timeline(settings: config.Settings, exp_id: str, output: str | None = None) -> str:
     """Write the run's merged trace (and a copy to `output`, a local file); says where and how to open it."""
     from hopsml.tracking import record as records
 

@@ -23,7 +23,7 @@ def callback() -> Any:
             super().__init__()
             self._started = 0
 
-        def _begin(self, batch: int, logs: Any = None) -> None:
+        def _begin(self, batch: int, logs: object = None) -> None:
             self._started = perf_counter_ns()
 
         def _end(self, name: str, batch: int) -> None:
@@ -35,10 +35,10 @@ def callback() -> Any:
         on_train_batch_begin = _begin
         on_test_batch_begin = _begin
 
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
             self._end("train batch", batch)
 
-        def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        def on_test_batch_end(self, batch: int, logs: object = None) -> None:
             self._end("test batch", batch)
 
     return TimelineCallback()

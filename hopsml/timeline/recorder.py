@@ -65,7 +65,8 @@ class Recorder:
         self.anchor_perf, self.anchor_wall = time.perf_counter_ns(), time.time_ns()
         self.offset_ns = 0      # add to this rank's wall clock to get the reference clock (the driver's)
         self.offset_error_ns: int | None = None  # half the best ping's round trip: the offset's error bound
-        self.paths: dict[str, str] = {}  # how this rank's collectives move data: small / large / broadcast
+        # how this rank's collectives move data: small / large / broadcast, and the size where large begins
+        self.paths: dict[str, str | int] = {}
         self.gpu_events: list[tuple[int, Any, Any]] = []  # (index into spans, start event, end event)
 
     def op(self, kind: str, seq: int, start: int, peers: int, end: int, nbytes: int) -> None:

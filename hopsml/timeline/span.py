@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from time import perf_counter_ns
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from hopsml.timeline import gpu as timeline_gpu
 from hopsml.timeline.recorder import COMPUTE, INPUT, current
@@ -15,7 +15,7 @@ T = TypeVar("T")
 
 
 @contextmanager
-def span(name: str, category: str = COMPUTE, gpu: bool = False, **args: Any) -> Iterator[None]:
+def span(name: str, category: str = COMPUTE, gpu: bool = False, **args: object) -> Iterator[None]:
     """Record the block as a span of this rank's timeline (a no-op when the timeline is off).
 
     `category` says what the time is: 'compute' (default), 'input' (waiting for data: counted as input by the

@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import statistics
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from hopsml.clock import utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -187,4 +188,4 @@ class StragglerWatch:
                     "last_in_window": {str(r): c for r, c in sorted(counts.items())},
                     "settings": {"window": self.settings.window, "fraction": self.settings.fraction,
                                  "min_late_s": self.settings.min_late_s},
-                    "at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())}
+                    "at": utc_now()}

@@ -25,7 +25,7 @@ except ImportError:  # without PyTorch the class still imports; using it raises 
     _IterableDataset = object  # type: ignore[assignment,misc]
 
 
-def _tensor(torch: Any, values: np.ndarray, device: Any) -> Any:
+def _tensor(torch: Any, values: np.ndarray, device: object) -> Any:
     if values.dtype == object:  # strings stay numpy
         return values
     tensor = torch.from_numpy(values if values.flags.writeable else values.copy())
@@ -36,7 +36,7 @@ class ShardDataset(_IterableDataset):
     """This rank's batches of ``dataset`` as ``{field: tensor}``; ``reader_kwargs`` go to hopsml.data.reader."""
 
     def __init__(self, dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None,
-                 device: Any = None, **reader_kwargs: Any) -> None:
+                 device: object = None, **reader_kwargs: Any) -> None:
         require()
         from hopsml.data.readers import reader
 
@@ -63,8 +63,8 @@ class ShardDataset(_IterableDataset):
         return self.steps_per_epoch * self.reader.epochs
 
 
-def data_loader(dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None, device: Any = None,
-                pin_memory: bool = False, **reader_kwargs: Any) -> Any:
+def data_loader(dataset: str, *, transform: Callable[[dict[str, Any]], Any] | None = None, device: object = None,
+                pin_memory: bool = False, **reader_kwargs: object) -> Any:
     """A torch DataLoader over this rank's shard (see ShardDataset); e.g. batch_size=64, equal_steps=True."""
     torch = require()
     return torch.utils.data.DataLoader(ShardDataset(dataset, transform=transform, device=device, **reader_kwargs),

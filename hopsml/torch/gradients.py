@@ -100,7 +100,7 @@ def _tensors_of(model: Any) -> list[Any]:
     return [t.detach() for t in values]
 
 
-def broadcast_parameters(model: Any, root: int = 0, comm: collective.Communicator | None = None) -> None:
+def broadcast_parameters(model: object, root: int = 0, comm: collective.Communicator | None = None) -> None:
     """Overwrite every rank's parameters and buffers with root's (a module, state dict or tensors), in place."""
     torch = require()
     comm = comm or collective.current()
@@ -206,11 +206,11 @@ class GradientAllReduce:
             bucket.handle = bucket.flat = None
 
     def _hook(self, index: int) -> Any:
-        def on_gradient(param: Any) -> None:
+        def on_gradient(param: object) -> None:
             self._gradient_ready(index, param)
         return on_gradient
 
-    def _gradient_ready(self, index: int, param: Any) -> None:
+    def _gradient_ready(self, index: int, param: object) -> None:
         bucket = self.buckets[index]
         with self._lock:
             if id(param) in self._fired:
@@ -301,7 +301,7 @@ class GradientAllReduce:
         self.close()
 
 
-def distribute(model: Any, optimizer: Any = None, *, op: str = "mean", bucket_mb: float = DEFAULT_BUCKET_MB,
+def distribute(model: object, optimizer: object = None, *, op: str = "mean", bucket_mb: float = DEFAULT_BUCKET_MB,
                first_bucket_mb: float | None = DEFAULT_FIRST_BUCKET_MB, broadcast: bool = True,
                root: int = 0) -> GradientAllReduce:
     """Make `model` train data-parallel over the ranks of this run (see GradientAllReduce)."""
@@ -309,7 +309,7 @@ def distribute(model: Any, optimizer: Any = None, *, op: str = "mean", bucket_mb
                              broadcast=broadcast, root=root)
 
 
-def parameters_checksum(model: Any) -> str:
+def parameters_checksum(model: object) -> str:
     """A digest of the parameters and buffers, to show that every rank holds the same model."""
     import hashlib
 

@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any
 
 from hopsml.errors import StorageError
 from hopsml.fs import Storage
@@ -102,5 +101,5 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop(remove=True)

@@ -75,7 +75,7 @@ def _plain(value: Any) -> Any:
         return json.dumps(value, default=str) if not isinstance(value, str) else value
 
 
-def _value(value: Any) -> bytes:
+def _value(value: object) -> bytes:
     """A google.protobuf.Value."""
     value = _plain(value)
     if isinstance(value, bool):

@@ -13,7 +13,7 @@ from typing import Any
 from hopsml.tracking.events import EventWriter
 
 
-def _as_float(name: str, value: Any) -> float:
+def _as_float(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         if hasattr(value, "item"):  # numpy / cupy scalars and 0-d arrays
             value = value.item()

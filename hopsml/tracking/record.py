@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from types import TracebackType
 from typing import Any, Literal
 
 from hopsml import config, execution_notes, layout, skeleton
@@ -117,7 +118,7 @@ class ExperimentRecord:
         return {"format_version": data.pop("format_version"), **data}
 
     @classmethod
-    def from_dict(cls, data: Any) -> ExperimentRecord:
+    def from_dict(cls, data: object) -> ExperimentRecord:
         """The record in `data`, or BrokenRecordError saying what is wrong with it."""
         if not isinstance(data, dict):
             kind = "null" if data is None else _JSON_TYPES.get(type(data), type(data).__name__)
@@ -221,7 +222,7 @@ class ExperimentRun:
         return resources
 
     @classmethod
-    def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: Any = None,
+    def start(cls, storage: Storage, project: str, app_id: str, *, name: str, fn: object = None,
               versioned_resources: Iterable[str] | None = None, spark_conf: dict[str, str] | None = None,
               spark_version: str | None = None, heartbeat_s: float | None = None,
               modules: Mapping[str, bytes] | None = None, **fields: Any) -> ExperimentRun:
@@ -250,7 +251,7 @@ class ExperimentRun:
             raise
         return run
 
-    def _version(self, resources: list[str], fn: Any, modules: Mapping[str, bytes]) -> None:
+    def _version(self, resources: list[str], fn: object, modules: Mapping[str, bytes]) -> None:
         program = versioning.find_program(fn)
         if program:
             suffix = ".ipynb" if program.endswith(".ipynb") else ".py"
@@ -274,7 +275,7 @@ class ExperimentRun:
     def save(self) -> None:
         self.storage.write_json(self.dir.record, self.record.to_dict())
 
-    def finish(self, state: State = State.FINISHED, **fields: Any) -> None:
+    def finish(self, state: State = State.FINISHED, **fields: object) -> None:
         for key, value in fields.items():
             if hasattr(self.record, key) and key != "extra":
                 setattr(self.record, key, value)
@@ -292,7 +293,8 @@ class ExperimentRun:
     def __enter__(self) -> ExperimentRun:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self.record.state != State.RUNNING.value:
             return False  # already finished by the caller
         if exc is None:

@@ -23,9 +23,10 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, Any
+from typing import IO
 
 from hopsml import orphans
+from hopsml.fs import Storage
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _changed(folder: str, seen: dict[str, tuple[int, int]]) -> list[tuple[str, s
     return sorted(out, key=lambda item: item[1])
 
 
-def copy_changed(storage: Any, folder: str, run_path: str, seen: dict[str, tuple[int, int]]) -> int:
+def copy_changed(storage: Storage, folder: str, run_path: str, seen: dict[str, tuple[int, int]]) -> int:
     """Copy the files of `folder` new or changed since `seen` (updated) to `run_path`; returns how many."""
     copied = 0
     for path, rel, key in _changed(folder, seen):
@@ -74,7 +75,7 @@ def sweep_dead(older_than_s: float, tmp: str | None = None) -> list[str]:
 class StagedRun:
     """The local folder of one run on a remote root, kept copied to the run directory."""
 
-    def __init__(self, storage: Any, run_path: str, interval_s: float, *, stale_after_s: float = 3600.0) -> None:
+    def __init__(self, storage: Storage, run_path: str, interval_s: float, *, stale_after_s: float = 3600.0) -> None:
         sweep_dead(stale_after_s)
         self.storage = storage
         self.run_path = run_path
@@ -154,7 +155,7 @@ def _watch(stdin: IO[bytes]) -> int:
     if stdin.readline() == _DONE or not os.path.isdir(job["dir"]):
         return 0  # the run ended normally and cleaned up itself
 
-    def give_up(signum: int, frame: Any) -> None:
+    def give_up(signum: int, frame: object) -> None:
         raise TimeoutError(f"copying took more than {_WATCHER_TIMEOUT_S:.0f}s")
 
     signal.signal(signal.SIGALRM, give_up)
@@ -169,7 +170,7 @@ def _watch(stdin: IO[bytes]) -> int:
     return 0
 
 
-def _remote_sizes(storage: Any, job: dict[str, str]) -> dict[str, tuple[int, int]]:
+def _remote_sizes(storage: Storage, job: dict[str, str]) -> dict[str, tuple[int, int]]:
     """The `seen` of files already in the run directory with the local size and time (not copied again)."""
     seen = {}
     for _path, rel, key in _changed(job["dir"], {}):

@@ -20,8 +20,13 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlencode
+
+if TYPE_CHECKING:
+    from werkzeug.wrappers import Request, Response
+
+AnyResponse = TypeVar("AnyResponse", bound="Response")   # flask's, or a page's own
 
 TOKEN_ENV = "HOPSML_UI_TOKEN"
 PARAMETER = "token"
@@ -51,7 +56,7 @@ class TokenCheck:
     def matches(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self._token)
 
-    def check(self, request: Any) -> tuple[bool, bool]:
+    def check(self, request: Request) -> tuple[bool, bool]:
         """(allowed, the token came as the query parameter): a page reached by the printed address sets the cookie
         and is redirected to itself without the token."""
         header = request.headers.get("Authorization", "")
@@ -63,11 +68,11 @@ class TokenCheck:
             return True, True
         return False, False
 
-    def without_token(self, request: Any) -> str:
+    def without_token(self, request: Request) -> str:
         """The request's path and query without the token."""
         rest = [(key, value) for key, value in request.args.items(multi=True) if key != PARAMETER]
         return request.path + (f"?{urlencode(rest)}" if rest else "")
 
-    def set_cookie(self, response: Any) -> Any:
+    def set_cookie(self, response: AnyResponse) -> AnyResponse:
         response.set_cookie(self.cookie, self._token.decode(), httponly=True, samesite="Strict", path="/")
         return response

@@ -13,9 +13,9 @@ import json
 import logging
 import mimetypes
 import posixpath
-from typing import Any
 
 from flask import Flask, Response, jsonify, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response as BaseResponse
 
 from hopsml import config, layout
 from hopsml.errors import HopsmlError
@@ -64,7 +64,7 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None, acces
                         "start it with --allow-host NAME.\n", status=421, mimetype="text/plain")
 
     @app.before_request
-    def _check_token() -> Response | None:
+    def _check_token() -> BaseResponse | None:   # a redirect is werkzeug's Response
         if access is None:
             return None
         allowed, in_query = access.check(request)
@@ -88,7 +88,7 @@ def create_app(settings: config.Settings, hosts: HostPolicy | None = None, acces
         return render_template("error.html", title="not found", message=str(exc)), 404
 
     @app.errorhandler(404)
-    def _no_route(exc: Any) -> tuple[str, int]:
+    def _no_route(exc: object) -> tuple[str, int]:
         return render_template("error.html", title="not found", message="no such page"), 404
 
     @app.errorhandler(HopsmlError)

@@ -37,7 +37,7 @@ def _num(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def fmt(value: Any) -> str:
+def fmt(value: object) -> str:
     """A number as a short label."""
     number = _num(value)
     if number is None:
@@ -52,12 +52,12 @@ def _scale(low: float, high: float, out_low: float, out_high: float):
     return lambda v: out_low + (v - low) / span * (out_high - out_low)
 
 
-def _text(x: float, y: float, text: Any, anchor: str = "start", size: int = 11, fill: str = "#444") -> str:
+def _text(x: float, y: float, text: object, anchor: str = "start", size: int = 11, fill: str = "#444") -> str:
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}" text-anchor="{anchor}">'
             f"{escape(str(text))}</text>")
 
 
-def _title(text: Any) -> str:
+def _title(text: object) -> str:
     """An SVG <title> (the tooltip): the whole text composed first, then escaped once, so no part of it (a metric
     name, a search's optimization key, a trial's label) can close the element and add markup after it."""
     return f"<title>{escape(str(text))}</title>"
@@ -127,7 +127,7 @@ def _metric_colour(frac: float) -> str:
     return f"rgb({int(200 - 170 * frac)},{int(120 + 40 * frac)},{int(220 - 150 * frac)})"
 
 
-def _label(x: float, y: float, text: Any, anchor: str = "start", size: int = 10, fill: str = "#444") -> str:
+def _label(x: float, y: float, text: object, anchor: str = "start", size: int = 10, fill: str = "#444") -> str:
     """A text drawn over lines: a white halo around the glyphs keeps it readable where a line crosses."""
     return (f'<text class="label" x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}" text-anchor="{anchor}" '
             f'stroke="#fff" stroke-width="3" stroke-linejoin="round" paint-order="stroke">{escape(str(text))}</text>')
@@ -198,7 +198,7 @@ def parallel_coordinates(rows: Sequence[Mapping[str, Any]], axes: Sequence[str],
             y = positions[axis][1](tick) if positions[axis][0] == "num" else positions[axis][1][tick]
             labels.append(_label(x + 4, y + 4, text, fill="#555"))
 
-    def y_of(axis: str, raw: Any) -> float | None:
+    def y_of(axis: str, raw: object) -> float | None:
         kind = positions[axis]
         if raw is None:
             return None

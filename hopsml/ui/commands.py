@@ -6,6 +6,7 @@ Ctrl-C (or SIGTERM) and returns the text to print at the end.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ DEFAULT_PORT = 5151
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``ui`` to the CLI's subparsers."""
     ui = subparsers.add_parser("ui", help="a web view of experiments, searches, datasets and models")
     ui.add_argument("--port", type=int, default=DEFAULT_PORT,
@@ -88,7 +89,7 @@ def _redirect_page(url: str) -> str:
     return path
 
 
-def run(args: Any, settings: config.Settings) -> str:
+def run(args: argparse.Namespace, settings: config.Settings) -> str:
     """Serve the view until interrupted."""
     from hopsml.ui.app import settings_for
 
@@ -108,7 +109,7 @@ def run(args: Any, settings: config.Settings) -> str:
                     "of it", args.host, Storage(settings.root).uri())
     print(f"hopsml ui: {Storage(settings.root).uri()} at {url} (Ctrl-C stops it)", flush=True)
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     previous = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None

@@ -237,11 +237,11 @@ def _query_groups(query: dict[str, Any], join: dict[str, Any] | None = None) -> 
     return out
 
 
-def _list(value: Any) -> list[Any]:
+def _list(value: object) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -323,7 +323,7 @@ def _dataset_there(storage: Storage, project: str, name: str) -> bool:
         return False
 
 
-def split_text(split: Any) -> str:
+def split_text(split: object) -> str:
     """How a training dataset version was split, in words.
 
     >>> split_text({"type": "random", "sizes": {"test": 0.2}, "seed": 7})

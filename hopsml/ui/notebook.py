@@ -24,7 +24,7 @@ _BOLD = re.compile(r"\*\*([^*]+)\*\*")
 _ITALIC = re.compile(r"(?<![*\w])\*([^*]+)\*(?!\w)")
 
 
-def _source(value: Any) -> str:
+def _source(value: object) -> str:
     return "".join(value) if isinstance(value, list) else str(value or "")
 
 
@@ -86,7 +86,7 @@ def render_markdown(text: str) -> Markup:
     return Markup("".join(html))
 
 
-def _png(data: Any) -> str | None:
+def _png(data: object) -> str | None:
     """The base64 text of a PNG output, only if it decodes to a PNG."""
     text = _source(data).replace("\n", "")
     try:

@@ -323,7 +323,7 @@ def run_view(storage: Storage, project: str, exp_id: str, lost_after_s: float) -
     return view
 
 
-def shown(value: Any, indent: int | None = None) -> str:
+def shown(value: object, indent: int | None = None) -> str:
     """A recorded value as a page shows it: a string as it is (no quotes), anything else as JSON with
     its characters unescaped (the template escapes the text for HTML; tojson would write '&' as \\u0026).
 
@@ -335,7 +335,7 @@ def shown(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
 
 
-def short_value(value: Any) -> str:
+def short_value(value: object) -> str:
     """A parameter value for display: floats with 4 significant digits (random search samples them at full
     precision), anything else as it is.
 
@@ -452,7 +452,7 @@ def slot_gantt(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"lanes": drawn, "seconds": round(span, 2), "busy": round(busy, 3), "width": GANTT_WIDTH, "ticks": ticks}
 
 
-def rung_table(rows: list[dict[str, Any]], budgets: Any) -> list[dict[str, Any]]:
+def rung_table(rows: list[dict[str, Any]], budgets: object) -> list[dict[str, Any]]:
     """Per rung of a successive-halving search: its budget, the trials that ran it, those promoted from it;
     empty for other searches."""
     if not isinstance(budgets, list):

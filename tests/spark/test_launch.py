@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from hopsml import experiment, tensorboard
+from hopsml import config, experiment, tensorboard
 from hopsml.errors import ExperimentFailed, HopsmlError, InvalidNameError, ResourceNotFoundError
 from hopsml.tracking.metrics import read_metrics
 
@@ -213,3 +213,18 @@ def test_the_traceback_of_a_failing_function_is_shown_once(spark, root, capfd):
     text = shown.out + shown.err + str(caught.value)
     assert text.count('raise ValueError("shown only once")') == 1
     assert "the function raised ValueError: shown only once" in shown.out + shown.err
+
+
+def test_a_run_given_its_settings_uses_them_and_leaves_the_environment_alone(spark, root, tmp_path):
+    """A process that serves several projects (an Airflow worker) passes each run its own settings: the run goes
+    to that project, not to the one HOPSML_ROOT/HOPSML_PROJECT name, and the environment stays as it was."""
+    other = config.load(root=str(tmp_path / "other"), project="elsewhere")
+    environment = dict(os.environ)
+    logdir, result = experiment.launch(lambda lr: {"accuracy": lr}, {"lr": 0.25}, name="given", settings=other)
+    searched, best, _ = experiment.grid_search(lambda x: {"metric": x}, {"x": [1, 2]}, name="given-search",
+                                               settings=other)
+    projects = tmp_path / "other" / "Projects" / "elsewhere" / "Experiments"
+    assert os.path.dirname(logdir) == str(projects) and os.path.dirname(searched) == str(projects)
+    assert result == {"accuracy": 0.25} and best == {"x": 2}
+    assert not (root / "Projects" / "test" / "Experiments").exists()
+    assert dict(os.environ) == environment

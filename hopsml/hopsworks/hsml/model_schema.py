@@ -9,7 +9,7 @@ from hopsml.hopsworks.hsml.schema import Schema
 
 class ModelSchema:
     """A model's input and output schemas (hsml's ModelSchema), registered with the model."""
-    def __init__(self, input_schema: Schema | None = None, output_schema: Schema | None = None, **_: Any) -> None:
+    def __init__(self, input_schema: Schema | None = None, output_schema: Schema | None = None, **_: object) -> None:
         self.input_schema, self.output_schema = input_schema, output_schema
 
     def to_dict(self) -> dict[str, Any]:

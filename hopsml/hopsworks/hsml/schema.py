@@ -10,7 +10,7 @@ class Schema:
     """The schema of `object`: columnar for a pandas/Polars DataFrame, a Series or a list of column dicts;
     a tensor schema (type and shape) for an array or a list of numbers."""
 
-    def __init__(self, object: Any = None, **_: Any) -> None:  # noqa: A002 (hsml's name)
+    def __init__(self, object: Any = None, **_: object) -> None:  # noqa: A002 (hsml's name)
         self.columnar_schema: list[dict[str, Any]] | None = None
         self.tensor_schema: dict[str, Any] | None = None
         if object is None:

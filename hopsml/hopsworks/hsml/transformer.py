@@ -4,13 +4,11 @@ instances (hopsml.serving's transformer)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class Transformer:
     """A transformer script to give to `model.deploy(transformer=...)` or `ms.create_predictor(transformer=...)`."""
 
-    def __init__(self, script_file: str, resources: Any = None, **kwargs: Any) -> None:
+    def __init__(self, script_file: str, resources: object = None, **kwargs: object) -> None:
         self.script_file, self.resources = script_file, resources
 
     def __repr__(self) -> str:

@@ -53,7 +53,7 @@ _WATCHDOG_INTERVAL_S = 1.0
 _TAIL_LINES = 30
 
 
-def _dumps(value: Any) -> bytes:
+def _dumps(value: object) -> bytes:
     """Pickle functions by value where their module cannot be imported (notebook cells, test files).
 
     PySpark's own copy first: it is the one the driver registered by-value modules with, and it keeps

@@ -125,7 +125,7 @@ def _restore_native(saved: tuple[int, int]) -> None:
     os.close(saved[1])
 
 
-def _json_safe(value: Any, where: str) -> Any:
+def _json_safe(value: object, where: str) -> Any:
     """Numbers, strings, booleans, None, lists and dicts of them; numpy/cupy scalars and arrays converted."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
@@ -142,7 +142,7 @@ def _json_safe(value: Any, where: str) -> Any:
                              "numbers, strings, lists or dicts of them, or the path of a file you wrote")
 
 
-def normalise_result(value: Any, storage: Storage, run_dir: RunDir, *, started: float | None = None,
+def normalise_result(value: object, storage: Storage, run_dir: RunDir, *, started: float | None = None,
                      run_local_dir: str | None = None) -> dict[str, Any]:
     """The function's return value as a dict, with the files it returned moved into the run dir.
 

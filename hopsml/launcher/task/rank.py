@@ -19,7 +19,7 @@ import queue
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml import collective, config, devices
 from hopsml.cluster.ports import FrameworkPorts
@@ -34,6 +34,9 @@ from hopsml.layout import LOGS
 from hopsml.net import Network
 
 logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from pyspark import BarrierTaskContext
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class RankInfo:
     framework_addresses: list[str]  # every rank's reserved host:port for TF_CONFIG
 
 
-def task_host(ctx: Any, network: Network | None = None) -> str:
+def task_host(ctx: BarrierTaskContext, network: Network | None = None) -> str:
     """Where this rank listens: the address of the network_interface setting's interface on this host,
     else this task's executor address as Spark knows it."""
     infos = ctx.getTaskInfos()
@@ -58,13 +61,13 @@ def task_host(ctx: Any, network: Network | None = None) -> str:
     return network.host(default) if network is not None else default
 
 
-def _assigned_gpus(ctx: Any) -> list[str]:
+def _assigned_gpus(ctx: BarrierTaskContext) -> list[str]:
     """The GPUs Spark's resource scheduling gave this task (none in local mode)."""
     resource = ctx.resources().get("gpu")
     return list(resource.addresses) if resource is not None else []
 
 
-def meet(ctx: Any, spec: TaskSpec, mine: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
+def meet(ctx: BarrierTaskContext, spec: TaskSpec, mine: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
     """Every rank's `mine`, in rank order: through the driver's channel (each rank joins, the driver answers
     once all have), or Spark's allGather where the run has no channel."""
     if spec.channel_address is None:
@@ -95,8 +98,8 @@ def meet(ctx: Any, spec: TaskSpec, mine: dict[str, Any], timeout_s: float) -> li
         channel.close()
 
 
-def rendezvous(ctx: Any, spec: TaskSpec, listener_address: str | None, gpus_per_worker: int, ports: FrameworkPorts,
-               timeout_s: float) -> RankInfo:
+def rendezvous(ctx: BarrierTaskContext, spec: TaskSpec, listener_address: str | None, gpus_per_worker: int,
+               ports: FrameworkPorts, timeout_s: float) -> RankInfo:
     """Every rank's listener address (None without hopsml's collective), host, GPUs, reserved framework port
     (and rank 0's MASTER_PORT), exchanged once (`meet`)."""
     rank = ctx.partitionId()
@@ -185,7 +188,7 @@ class RankFramework:
         """This rank's TF_CONFIG; None: every rank a worker."""
         return None
 
-    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+    def run(self, ctx: BarrierTaskContext, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
         raise NotImplementedError
 
     def timeout_s(self, spec: TaskSpec) -> float:
@@ -251,7 +254,7 @@ class CollectiveRank(RankFramework):
     def timeout_s(self, spec: TaskSpec) -> float:
         return self.options.timeout_s
 
-    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+    def run(self, ctx: BarrierTaskContext, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
         listener, fn, options, timeline = self._listener, self.fn, self.options, self.timeline
 
         def connected_fn() -> Any:

@@ -23,7 +23,7 @@ _CLOCK_WAIT_S = 2.0
 
 
 @contextmanager
-def recorded(rank: int, world_size: int, spec: TaskSpec, comm: Any = None) -> Iterator[None]:
+def recorded(rank: int, world_size: int, spec: TaskSpec, comm: object = None) -> Iterator[None]:
     """Record this rank's timeline for the block (and `comm`'s collective ops, when given); inside the run's
     context (`active_run`), whose folder gets the rank's part `timeline/rank-<rank>.json`."""
     channel = TaskChannel.connect(spec.channel_address, spec.secret) if spec.channel_address else None

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopsml.cluster.ports import FrameworkPorts
 from hopsml.errors import HopsmlError
@@ -31,6 +31,9 @@ MIRRORED = "mirrored"
 PARAMETER_SERVER = "parameter_server"
 SERVER_ROLES = ("ps", "worker")  # in a parameter-server run these host a server, the chief trains
 _SERVER_STOP_S = 60.0
+
+if TYPE_CHECKING:
+    from pyspark import BarrierTaskContext
 
 
 def roles(strategy: str, world_size: int, *, num_ps: int = 0, evaluator: bool = False) -> list[tuple[str, int]]:
@@ -97,7 +100,7 @@ class TensorFlowRank(RankFramework):
                                  evaluator=self.evaluator)
         return self._config
 
-    def run(self, ctx: Any, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
+    def run(self, ctx: BarrierTaskContext, info: RankInfo, spec: TaskSpec, ports: FrameworkPorts) -> dict[str, Any]:
         serves = self.strategy == PARAMETER_SERVER and self._config["task"]["type"] in SERVER_ROLES
         ports.release()  # right before TensorFlow binds them, in the child
         child = self._child = ChildRank(serve_tensorflow if serves else self.fn, spec, rank=info.rank,

@@ -31,12 +31,13 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from hopsml import config, layout
+from hopsml.clock import utc_now
 from hopsml.data import dataset as ds
 from hopsml.data.tables.transform import Transform
 from hopsml.fs import Storage
@@ -182,7 +183,7 @@ def _category_counts(entry: Mapping[str, Any], column: str, categories: Sequence
 
 
 def _references(stats: Mapping[str, Any], transform: Mapping[str, Any], split: str,
-                counter: Any = None) -> list[dict[str, Any]]:
+                counter: object = None) -> list[dict[str, Any]]:
     """One reference per model feature: its kind, the train histogram in the feature's space (a category's
     exact counts), and what the preprocessing checks need. `counter(column, size)` counts a categorical
     column's categories in the split's rows when the statistics do not hold them all."""
@@ -250,7 +251,7 @@ def _split_counter(dataset: str, split: str, transform: Mapping[str, Any], setti
 
 
 # --- what serving got --------------------------------------------------------------------------------
-def _flat(data: Any) -> list[Any]:
+def _flat(data: object) -> list[Any]:
     """A v2 tensor's data, flat in row-major order (it may come nested)."""
     if not isinstance(data, list):
         return [data]
@@ -557,7 +558,7 @@ def monitor(serving_name: str, dataset: str | None = None, *, split: str = "trai
     report: dict[str, Any] = {
         "serving": serving_name, "model": {"name": d.model_name, "version": served},
         "dataset": {"name": name, "split": split, "rows": stats.get("rows", {}).get(split)},
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "inference_log": folder,
+        "generated": utc_now(), "inference_log": folder,
         "requests": len(answered), "rows": len(rows),
         "thresholds": {"psi": psi_threshold, "ks": ks_threshold},
         "drifted": drifted, "unseen": unseen,
@@ -594,7 +595,7 @@ def report_text(report: Mapping[str, Any]) -> str:
         flags = (["DRIFT"] if f.get("drift") else []) + (["PREPROCESSING"] if not f["preprocessing"]["ok"] else [])
         flags += ["UNSEEN"] if f.get("unseen") else []
 
-        def num(value: Any) -> str:
+        def num(value: object) -> str:
             return "-" if value is None else f"{value:.3f}"
 
         lines.append(f"{f['name']:<24} {f['kind']:<9} {num(f.get('psi')):>8} {num(f.get('ks')):>7} "

@@ -52,7 +52,7 @@ def fitted_transform(transform: Mapping[str, Any]) -> Transform:
                      dtypes=dtypes, fills=fills)
 
 
-def number(value: Any) -> float:
+def number(value: object) -> float:
     """A served value as a float: NaN for what is not a number (a string, a list, None)."""
     if isinstance(value, bool):
         return float(value)
@@ -104,7 +104,7 @@ def _how(ref: Mapping[str, Any]) -> str:
     return "the train split's index of the category (-1 for one it never saw)"
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, float) and math.isfinite(value):
         return f"{value:.6g}"
     return repr(value)

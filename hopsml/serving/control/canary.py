@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from hopsml import config, layout
+from hopsml.clock import utc_now
 from hopsml.fs import Storage
 from hopsml.serving import definition as defs
 from hopsml.serving.analysis.monitor import KS_THRESHOLD, PSI_THRESHOLD, psi
@@ -237,7 +238,7 @@ def _decided(serving_name: str, d: defs.ServingDefinition, decision: str, reason
     settings = settings or config.load()
     report = {"serving": serving_name, "decision": decision, "stable": d.model_version, "canary": d.canary_version,
               "percent": d.canary_traffic_percent, "reasons": reasons, "figures": figures,
-              "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+              "time": utc_now()}
     Storage(settings.root).write_json(layout.ServingDir.of(settings.project, serving_name).canary_report, report)
     log.info("serving %s: canary version %s %s: %s", serving_name, d.canary_version, decision, "; ".join(reasons))
     return report

@@ -18,9 +18,10 @@ from hopsml.serving import definition as defs
 from hopsml.serving.control import lifecycle
 
 COMMANDS = ("serving",)
+NAME_HELP = "the serving's name (hopsml serving list shows them)"
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``serving`` and its actions to the CLI's subparsers."""
     serving = subparsers.add_parser("serving", help="serve registered models over TF Serving's REST API")
     actions = serving.add_subparsers(dest="serving_action", required=True)
@@ -28,7 +29,9 @@ def add_commands(subparsers: Any) -> None:
     create.add_argument("name", help="serving name: letters and digits")
     create.add_argument("model", help="'Models/<name>' or 'Models/<name>/<version>', as hops takes model_path")
     create.add_argument("--version", type=int, default=1, help="model version (default 1)")
-    create.add_argument("--model-server", choices=defs.MODEL_SERVERS, default=defs.PYTHON)
+    create.add_argument("--model-server", choices=defs.MODEL_SERVERS, default=defs.PYTHON,
+                        help="the model server, as hsml names it: PYTHON (the default; needed for a --predictor "
+                             "script) or TENSORFLOW_SERVING (no Python code of yours runs)")
     create.add_argument("--instances", type=int, default=1, help="processes behind the port (default 1)")
     create.add_argument("--predictor", help="predictor script (a Predict class): a file in the version folder or "
                                             "a project path")
@@ -65,18 +68,18 @@ def add_commands(subparsers: Any) -> None:
                          ("delete", "stop it and remove its definition (its log stays)"),
                          ("promote", "the canary version becomes the stable one"),
                          ("rollback", "drop the canary: the stable version takes every request")):
-        actions.add_parser(action, help=text).add_argument("name")
+        actions.add_parser(action, help=text).add_argument("name", help=NAME_HELP)
     gate = actions.add_parser("canary-gate", help="promote the canary if, over the last window, its served features "
                                                   "do not skew from its training data and its predictions, errors "
                                                   "and p99 hold up against the stable version's; else roll it back")
-    gate.add_argument("name")
+    gate.add_argument("name", help=NAME_HELP)
     gate.add_argument("--window", type=float, default=3600.0, help="seconds of traffic to judge (default 3600)")
     gate.add_argument("--min-requests", type=int, default=50, help="canary requests needed to decide (default 50)")
     gate.add_argument("--dry-run", action="store_true", help="decide and record, but change nothing")
     kserve = actions.add_parser("export-kserve", help="write a KServe InferenceService manifest for the serving "
                                                       "(versions, batcher, canary, scaling, logger) and the model "
                                                       "layout its storageUri reads")
-    kserve.add_argument("name")
+    kserve.add_argument("name", help=NAME_HELP)
     kserve.add_argument("--out", help="folder to write (default ./kserve-NAME)")
     kserve.add_argument("--storage-uri", help="where the version folders will be uploaded, e.g. s3://bucket/path "
                                               "(default pvc://hopsml-models/NAME)")
@@ -87,14 +90,14 @@ def add_commands(subparsers: Any) -> None:
     actions.add_parser("list", help="every serving of the project with its status")
     watch = actions.add_parser("monitor", help="drift and training-serving skew: the logged inputs against the "
                                                "training dataset's statistics (JSON report in the serving's folder)")
-    watch.add_argument("name")
+    watch.add_argument("name", help=NAME_HELP)
     watch.add_argument("--dataset", help="the training dataset (default: the one the model's lineage names)")
     watch.add_argument("--split", default="train", help="the dataset split to compare with (default train)")
     watch.add_argument("--psi", type=float, default=None, help="PSI over this flags drift (default 0.2)")
     watch.add_argument("--ks", type=float, default=None, help="KS over this flags drift (default 0.15)")
     watch.add_argument("--json", action="store_true", help="print the whole report as JSON")
     logs = actions.add_parser("logs", help="the last lines of the serving's log")
-    logs.add_argument("name")
+    logs.add_argument("name", help=NAME_HELP)
     logs.add_argument("-n", "--lines", type=int, default=50, help="how many lines (default 50)")
 
 

@@ -452,7 +452,7 @@ _PLAIN_VALUE = re.compile(r"^[A-Za-z]([A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?$")   # 
 _YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}   # YAML 1.1 readers take these as bools
 
 
-def to_yaml(value: Any, indent: int = 0) -> str:
+def to_yaml(value: object, indent: int = 0) -> str:
     """Block-style YAML of JSON-like data: keys sorted, strings plain where no YAML reader can take them
     for anything else, else double-quoted (JSON's escapes are YAML's), so any
     YAML reader gets the same mapping back and the same data always gives the same text."""
@@ -483,7 +483,7 @@ def to_yaml(value: Any, indent: int = 0) -> str:
     return pad + _scalar(value) + "\n"
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

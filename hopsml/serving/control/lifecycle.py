@@ -262,7 +262,7 @@ def create_or_update(serving_name: str, model_path: str, model_server: str | Non
                      *, host: str | None = None, port: int | None = None, max_body_bytes: int | None = None,
                      batching: Batching | None = None, canary: Canary | None = None, scaling: Scaling | None = None,
                      models: Models | None = None, inference_log: InferenceLog | None = None,
-                     settings: config.Settings | None = None, **moved: Any) -> Serving:
+                     settings: config.Settings | None = None, **moved: object) -> Serving:
     """Define (or redefine) a serving. A running one takes the new definition in place, answering throughout on
     the same port: the new instances start beside the old ones, which drain once the new are ready (a canary
     added, promoted or rolled back, another version, other scripts, batching or instance count); a change of host,
@@ -609,13 +609,15 @@ def get_inference_log(serving_name: str, settings: config.Settings | None = None
 
 
 def get_status(serving_name: str, settings: config.Settings | None = None) -> Status:
+    """The serving's status as hops gives it ('Running', 'Stopped', 'Starting', 'Failed'), read from its server's
+    state: with the reason and the log's last lines when it failed."""
     storage, project, settings = _where(settings)
     defs.read(storage, project, serving_name)
     return status_of(settings, project, serving_name, states.read(storage, project, serving_name))
 
 
 # --- inference -----------------------------------------------------------------------------------------
-def make_inference_request(serving_name: str, data: Any, verb: str = ":predict", *, timeout_s: float = 60.0,
+def make_inference_request(serving_name: str, data: object, verb: str = ":predict", *, timeout_s: float = 60.0,
                            settings: config.Settings | None = None) -> Any:
     """POST `data` to the serving's `/v1/models/<name><verb>` and return the decoded JSON answer; a list is
     sent as {"instances": data}. An error answer raises ServingError with the server's message."""

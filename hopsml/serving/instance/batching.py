@@ -60,7 +60,7 @@ class ModelThread:
         self.executor.shutdown(wait=False)
 
 
-def _rows(prepared: Any) -> int | None:
+def _rows(prepared: object) -> int | None:
     """How many rows prepared inputs hold, None when they cannot join a batch (not rows)."""
     if isinstance(prepared, np.ndarray) and prepared.ndim >= 1:
         return int(prepared.shape[0])
@@ -124,7 +124,7 @@ class Batcher:
         if self.owns_thread:
             self.thread.close()
 
-    async def predict(self, inputs: Any) -> Any:
+    async def predict(self, inputs: object) -> Any:
         """This request's predictions, JSON-ready (lists and numbers), once its batch has been computed."""
         prepared = self.servable.prepare(inputs)
         rows = _rows(prepared)
@@ -206,7 +206,7 @@ class Batcher:
             if not item[2].done():
                 item[2].set_result(part)
 
-    def _compute(self, joined: Any, sizes: list[int]) -> list[Any]:
+    def _compute(self, joined: object, sizes: list[int]) -> list[Any]:
         """On the model thread: the call, its answer made JSON-ready there too (in one conversion: a tolist()
         per request cost the model thread more than the split) and split per request."""
         return _split(to_json_ready(self.servable.call(joined)), sizes)

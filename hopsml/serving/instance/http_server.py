@@ -73,6 +73,12 @@ Answer = tuple[int, bytes]          # status, JSON body (or a BinaryBody)
 Handler = Callable[[Request], Awaitable[Answer]]
 
 
+class App(Protocol):
+    """What an instance serves: a model version, a canary split, several models, or a wrapper around one."""
+
+    async def handle(self, request: Request) -> Answer: ...
+
+
 def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 

@@ -41,14 +41,14 @@ import orjson
 from hopsml import layout, request_notes
 from hopsml.errors import HopsmlError
 from hopsml.fs import Storage
-from hopsml.serving.instance.loaders import RequestError
+from hopsml.serving.instance.loaders import RequestError, Servable, Transformer
 from hopsml.serving.instance.v2_binary import binary_inputs
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from hopsml import config
-    from hopsml.serving.instance.http_server import Answer, Request
+    from hopsml.serving.instance.http_server import Answer, App, Request
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class _Record:
 _POLL_S = 0.05   # how often the writer takes the records that have come
 
 
-def record(**seen: Any) -> None:
+def record(**seen: object) -> None:
     """Note, for the log's record of the request being answered, what the app read or made: its rows (the
     writer then need not parse the JSON again) and the model's inputs after the transformer (`inputs`).
     Nothing when the log is off (see hopsml.request_notes)."""
@@ -122,10 +122,10 @@ def record(**seen: Any) -> None:
 class RecordingTransformer:
     """A transformer whose `preprocess` output is noted for the inference log; the rest is the transformer's."""
 
-    def __init__(self, transformer: Any) -> None:
+    def __init__(self, transformer: Transformer) -> None:
         self._transformer = transformer
 
-    def preprocess(self, body: Any) -> Any:
+    def preprocess(self, body: dict[str, Any]) -> dict[str, Any]:
         out = self._transformer.preprocess(body)
         record(inputs=out)
         return out
@@ -134,7 +134,7 @@ class RecordingTransformer:
         return getattr(self._transformer, name)
 
 
-def _rows(inputs: Any) -> int:
+def _rows(inputs: object) -> int:
     shape = getattr(inputs, "shape", None)
     if shape is not None and len(shape):
         return int(shape[0])
@@ -144,15 +144,15 @@ def _rows(inputs: Any) -> int:
 class CountingServable:
     """The servable, with the rows of each model call counted (the serving page's batch sizes)."""
 
-    def __init__(self, servable: Any, counts: Counter[int]) -> None:
+    def __init__(self, servable: Servable, counts: Counter[int]) -> None:
         self._servable = servable
         self._counts = counts
 
-    def predict(self, inputs: Any) -> Any:
+    def predict(self, inputs: object) -> Any:
         self._counts[_rows(inputs)] += 1
         return self._servable.predict(inputs)
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         self._counts[_rows(prepared)] += 1
         return self._servable.call(prepared)
 
@@ -364,7 +364,7 @@ def private_folder(folder: str) -> None:
     os.chmod(folder, FOLDER_MODE)
 
 
-def _write_json(path: str, value: Any) -> None:
+def _write_json(path: str, value: object) -> None:
     """A small JSON file written whole (under a temporary name, then renamed), readable by its owner only."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
@@ -373,11 +373,11 @@ def _write_json(path: str, value: Any) -> None:
     os.replace(tmp, path)
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, default=_plain)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     tolist = getattr(value, "tolist", None)
     if tolist is not None:
         return tolist()
@@ -428,7 +428,7 @@ class LoggedApp:
     """The instance's app (protocol.ModelApp, which notes with `record` what it read) with each POST logged:
     bytes are kept, the answer is not delayed."""
 
-    def __init__(self, app: Any, logger: InferenceLogger) -> None:
+    def __init__(self, app: App, logger: InferenceLogger) -> None:
         self.app = app
         self.logger = logger
 

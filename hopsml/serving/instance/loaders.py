@@ -54,15 +54,15 @@ class Servable:
     input_dtype: str = "float32"
     feature_names: list[str] | None = None
 
-    def prepare(self, inputs: Any) -> Any:
+    def prepare(self, inputs: object) -> Any:
         """The request's inputs checked and converted for `call` (a 4xx RequestError if they cannot be)."""
         return self.rows(inputs)
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         """The model on prepared inputs: one prediction per row."""
         raise NotImplementedError
 
-    def predict(self, inputs: Any) -> Any:
+    def predict(self, inputs: object) -> Any:
         return self.call(self.prepare(inputs))
 
     def on_thread(self) -> None:
@@ -91,7 +91,7 @@ class Servable:
             return [[r[n] for n in self.feature_names] for r in inputs]
         return inputs
 
-    def array(self, inputs: Any, dtype: str) -> np.ndarray:
+    def array(self, inputs: object, dtype: str) -> np.ndarray:
         """The inputs as one numeric array with the model's row shape, else a 400 naming the problem."""
         inputs = self.rows(inputs)
         try:
@@ -152,10 +152,10 @@ class PickledModel(Servable):
         names = getattr(self.model, "feature_names_in_", None)
         self.feature_names = [str(x) for x in names] if names is not None else None
 
-    def prepare(self, inputs: Any) -> np.ndarray:
+    def prepare(self, inputs: object) -> np.ndarray:
         return self.array(inputs, self.input_dtype)
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         return self.model.predict(prepared)
 
 
@@ -199,7 +199,7 @@ class TorchModel(Servable):
                 return None  # the first layer with weights is not a Linear: its input shape is not known here
         return None
 
-    def prepare(self, inputs: Any) -> np.ndarray:
+    def prepare(self, inputs: object) -> np.ndarray:
         return self.array(inputs, self.input_dtype)
 
     def on_thread(self) -> None:
@@ -207,7 +207,7 @@ class TorchModel(Servable):
         # host its spinning workers cost the batched MLP 59 ms at one client instead of 1.7 ms
         self.torch.set_num_threads(self.threads)
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         with self.torch.inference_mode():
             return self.model(self.torch.from_numpy(prepared))
 
@@ -225,10 +225,10 @@ class KerasModel(Servable):
         if isinstance(shape, tuple) and shape and all(d is None or isinstance(d, int) for d in shape):
             self.input_shape = tuple(shape[1:])
 
-    def prepare(self, inputs: Any) -> np.ndarray:
+    def prepare(self, inputs: object) -> np.ndarray:
         return self.array(inputs, self.input_dtype)
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         return self.model(prepared, training=False)
 
 
@@ -255,7 +255,7 @@ class TFLiteModel(Servable):
         self.output_index = int(self.interpreter.get_output_details()[0]["index"])
         self.shape: tuple[int, ...] | None = None
 
-    def prepare(self, inputs: Any) -> np.ndarray:
+    def prepare(self, inputs: object) -> np.ndarray:
         return self.array(inputs, self.input_dtype)
 
     def call(self, prepared: Any) -> Any:
@@ -305,7 +305,7 @@ class OnnxModel(Servable):
             self.input_dtype = "float32" if all(t != "object" for _, t in self.columns) else "object"
         self.output_name = self.session.get_outputs()[0].name
 
-    def prepare(self, inputs: Any) -> Any:
+    def prepare(self, inputs: object) -> Any:
         if len(self.columns) == 1:
             return {self.columns[0][0]: self.array(inputs, self.columns[0][1])}
         rows = self.rows(inputs)
@@ -318,7 +318,7 @@ class OnnxModel(Servable):
         except (ValueError, TypeError) as exc:
             raise RequestError(f"rows cannot be read as the model's inputs ({exc})") from None
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         return self.session.run([self.output_name], prepared)[0]
 
 
@@ -345,10 +345,10 @@ class SavedModel(Servable):
         dims = spec.shape.as_list() if spec.shape.rank is not None else None
         self.input_shape = tuple(dims[1:]) if dims else None
 
-    def prepare(self, inputs: Any) -> np.ndarray:
+    def prepare(self, inputs: object) -> np.ndarray:
         return self.array(inputs, self.input_dtype)
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         outputs = self.function(**{self.input_name: self.tf.constant(prepared)})
         return next(iter(outputs.values())) if len(outputs) == 1 else dict(outputs)
 
@@ -481,7 +481,7 @@ class PredictorScript(Servable):
         if not callable(getattr(self.predictor, "predict", None)):
             raise ServingError(f"the predictor script {path}: class Predict has no method predict(self, inputs)")
 
-    def call(self, prepared: Any) -> Any:
+    def call(self, prepared: object) -> Any:
         return self.predictor.predict(prepared)
 
 

@@ -37,14 +37,14 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from hopsml.request_notes import note
 from hopsml.serving.definition import ServingError
 from hopsml.serving.instance import loaders
-from hopsml.serving.instance.http_server import Answer, Request
+from hopsml.serving.instance.http_server import Answer, App, Request
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,6 @@ class LoadedModel:
     last_used: float
     load_s: float
     in_flight: int
-
-
-class App(Protocol):
-    """What `make_app` returns: protocol.ModelApp, or a wrapper of it with the same `handle`."""
-
-    async def handle(self, request: Request) -> Answer: ...
 
 
 Resolve = Callable[[str, int | None], ModelSource]
@@ -465,7 +459,7 @@ def _retrieved(task: asyncio.Task[None]) -> None:
         task.exception()
 
 
-def _close(app: Any) -> None:
+def _close(app: object) -> None:
     """Let an evicted app go: its `close()` where it has one, else its batcher's model thread, which would keep
     the model alive."""
     while app is not None:   # through wrappers (inference_log.LoggedApp) that hold the app as `.app`
@@ -484,5 +478,5 @@ def _mb(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
-def _answer(status: int, body: Any) -> Answer:
+def _answer(status: int, body: object) -> Answer:
     return status, orjson.dumps(body)

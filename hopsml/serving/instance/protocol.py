@@ -250,7 +250,7 @@ class ModelApp:
             answer = self.transformer.postprocess(answer)
         return _binary_outputs(answer, body)
 
-    def _v2_output(self, name: str, value: Any) -> dict[str, Any]:
+    def _v2_output(self, name: str, value: object) -> dict[str, Any]:
         """One v2 output tensor: its shape, type and row-major data."""
         if hasattr(value, "detach") or (not isinstance(value, (list, np.ndarray)) and hasattr(value, "numpy")):
             value = to_json_ready(value)
@@ -262,7 +262,7 @@ class ModelApp:
         data = array.ravel().tolist() if array.dtype.kind != "U" else [str(v) for v in array.ravel()]
         return {"name": name, "shape": list(array.shape), "datatype": datatype, "data": data}
 
-    def _columns(self, inputs: Any) -> Any:
+    def _columns(self, inputs: object) -> Any:
         """TF Serving's columnar form: one tensor, or named tensors in the model's feature order."""
         if not isinstance(inputs, dict):
             return inputs
@@ -317,7 +317,7 @@ class VersionRouter:
         return await app.handle(request)
 
 
-def _binary_outputs(answer: Any, body: dict[str, Any]) -> Any:
+def _binary_outputs(answer: object, body: dict[str, Any]) -> Any:
     """The answer as the request asked for its outputs: only those it names in "outputs" (all without one), and
     as raw bytes after a JSON head (a BinaryBody) where it asks for binary data (an output's
     `parameters.binary_data`, or the request's `parameters.binary_data_output`)."""
@@ -410,7 +410,7 @@ def _loads_noting(raw: bytes) -> tuple[Any, bool]:
     return json.loads(raw, parse_constant=constant), bool(seen)
 
 
-def _dumps(body: Any) -> bytes:
+def _dumps(body: object) -> bytes:
     """An answer's JSON: orjson (NaN and infinities as null, which every JSON parser reads), else the json
     module for what orjson cannot write (an integer over 64 bits, a subclass it refuses)."""
     try:
@@ -419,7 +419,7 @@ def _dumps(body: Any) -> bytes:
         return json.dumps(body, default=_json_ready).encode()
 
 
-def _json_ready(value: Any) -> Any:
+def _json_ready(value: object) -> Any:
     ready = to_json_ready(value)
     if ready is value:
         raise TypeError(f"the answer holds {type(value).__name__!r}, which cannot be written as JSON")

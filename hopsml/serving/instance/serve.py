@@ -17,7 +17,12 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from hopsml.serving.instance.http_server import App
+    from hopsml.serving.instance.loaders import Servable, Transformer
+    from hopsml.serving.instance.protocol import ModelApp
 
 SPEC_ENV = "HOPSML_SERVING_INSTANCE"
 
@@ -84,7 +89,8 @@ def main() -> int:
 
         model_thread = ModelThread()  # one for every model of the instance
 
-    def model_app(name: str, version: int, servable: Any, transformer: Any) -> ModelApp:
+    def model_app(name: str, version: int, servable: loaders.Servable, transformer: loaders.Transformer | None
+                  ) -> ModelApp:
         if logger is not None:
             servable = cast(loaders.Servable, CountingServable(servable, logger.batch_sizes))
             if transformer is not None:
@@ -100,7 +106,7 @@ def main() -> int:
         return ModelApp(name, version, servable, transformer, batcher=batcher)
 
     try:
-        app: Any = several_models(spec, model_app) if spec.models is not None else one_model(spec, model_app)
+        app: App = several_models(spec, model_app) if spec.models is not None else one_model(spec, model_app)
     except Exception as exc:  # the supervisor records why, so the status can say it
         log.exception("cannot load the model of serving %s", spec.name)
         reason = str(exc) if isinstance(exc, loaders.ServingError) else f"{type(exc).__name__}: {exc}"
@@ -133,10 +139,10 @@ def main() -> int:
     return 0
 
 
-MakeApp = Callable[[str, int, Any, Any], Any]
+MakeApp = Callable[[str, int, "Servable", "Transformer | None"], "ModelApp"]
 
 
-def one_model(spec: InstanceSpec, model_app: MakeApp) -> Any:
+def one_model(spec: InstanceSpec, model_app: MakeApp) -> App:
     """The serving's model, and its canary beside it when it has one (the split needs no router in front)."""
     from hopsml.serving.instance import loaders
     from hopsml.serving.instance.protocol import VersionRouter
@@ -145,15 +151,15 @@ def one_model(spec: InstanceSpec, model_app: MakeApp) -> Any:
     transformer = loaders.Transformer.load(spec.transformer) if spec.transformer else None
     app = model_app(spec.name, spec.version, servable, transformer)
     canary = spec.canary
-    if canary is not None:
-        canary_servable = loaders.load(canary["model_dir"], canary["predictor"], spec.threads)
-        canary_transformer = loaders.Transformer.load(canary["transformer"]) if canary["transformer"] else None
-        app = VersionRouter(app, model_app(spec.name, canary["version"], canary_servable, canary_transformer),
-                            canary["percent"])
-    return app
+    if canary is None:
+        return app
+    canary_servable = loaders.load(canary["model_dir"], canary["predictor"], spec.threads)
+    canary_transformer = loaders.Transformer.load(canary["transformer"]) if canary["transformer"] else None
+    return VersionRouter(app, model_app(spec.name, canary["version"], canary_servable, canary_transformer),
+                         canary["percent"])
 
 
-def several_models(spec: InstanceSpec, model_app: MakeApp) -> Any:
+def several_models(spec: InstanceSpec, model_app: MakeApp) -> App:
     """A multiplexer over the catalog the supervisor resolved, the serving's own model loaded before it answers."""
     from hopsml.serving.instance.multiplex import ModelMultiplexer, ModelSource
 
@@ -167,7 +173,7 @@ def several_models(spec: InstanceSpec, model_app: MakeApp) -> Any:
             raise LookupError(f"its versions here are {', '.join(sorted(model['versions'], key=int))}")
         return ModelSource(name, number, **files)
 
-    def make(source: ModelSource, servable: Any, transformer: Any) -> Any:
+    def make(source: ModelSource, servable: Servable, transformer: Transformer | None) -> ModelApp:
         return model_app(source.name, source.version, servable, transformer)
 
     mux = ModelMultiplexer(resolve, catalog.keys, make, max_models=spec.max_models,

@@ -108,7 +108,7 @@ def read(storage: Storage, project: str, name: str) -> ServerState:
         return ServerState(state=STARTING, reason=f"server.json cannot be read: {exc}")
 
 
-def _is_proc(value: Any) -> bool:
+def _is_proc(value: object) -> bool:
     return (isinstance(value, dict) and all(isinstance(value.get(k), int) and not isinstance(value.get(k), bool)
                                             for k in ("pid", "started")))
 
