@@ -117,7 +117,7 @@ def check_markers(page_blocks: list[Block]) -> list[str]:
     for index, block in enumerate(page_blocks):
         if block.is_output:
             before = page_blocks[index - 1] if index else None
-            if before is None or before.lang not in RUNNABLE or before.marker:
+            if before is None or before.lang not in RUNNABLE or (before.marker and before.needs not in NEEDS):
                 problems.append(f"{block.where}: an output block must follow a block that runs here")
         elif block.needs == "not run" and not block.reason:
             problems.append(f"{block.where}: 'not run' needs a reason after a colon")
@@ -177,8 +177,10 @@ def run_page(page: str, work: Path, lane: str = "", timeout: float = 1800) -> li
     plan = work / "blocks.json"
     plan.write_text(json.dumps([dataclasses.asdict(b) | {"code": shell_commands(b) if b.lang != "python" else b.code}
                                 for b in chosen]))
+    # The page's folder is on the path, as for `python` started there with PYTHONPATH=$PWD: a module a page writes
+    # imports by name, in the page's process and in Spark's workers.
     env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT="demo", HOPSML_LOG_DIR=str(work / "logs"),
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               PYTHONPATH=os.pathsep.join([str(cwd), str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                HOPSML_DOCS_REPO=str(REPO), MPLBACKEND="Agg")
     env.pop("HOPSML_CONF", None)
     done = subprocess.run([sys.executable, __file__, str(plan)], cwd=cwd, env=env, timeout=timeout,
@@ -201,6 +203,7 @@ def _run_blocks(plan: Path) -> int:
     """The page's process: each block in order, python ones in one namespace, stdout kept per block."""
     results = json.loads(plan.read_text())
     namespace: dict = {"__name__": "__main__"}
+    sys.path.insert(0, os.getcwd())
     status = 0
     for result in results:
         if status:
