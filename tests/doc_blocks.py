@@ -181,7 +181,8 @@ def run_page(page: str, work: Path, lane: str = "", timeout: float = 1800) -> li
     # imports by name, in the page's process and in Spark's workers.
     env = dict(os.environ, HOPSML_ROOT=str(root), HOPSML_PROJECT="demo", HOPSML_LOG_DIR=str(work / "logs"),
                PYTHONPATH=os.pathsep.join([str(cwd), str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               HOPSML_DOCS_REPO=str(REPO), MPLBACKEND="Agg")
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),   # `hopsml`
+               MPLBACKEND="Agg")
     env.pop("HOPSML_CONF", None)
     done = subprocess.run([sys.executable, __file__, str(plan)], cwd=cwd, env=env, timeout=timeout,
                           capture_output=True, text=True)
