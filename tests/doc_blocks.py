@@ -10,6 +10,8 @@ HTML comment on the line before its fence, which a reader sees in the Markdown a
     <!-- block: not run: why -->           not run: a sketch with placeholders, an install CI does itself, ...
     <!-- block: output -->                 this block is the stdout of the block before it, compared after NORMALIZE
     <!-- block: output, any order -->      the same, its lines compared as a sorted list (ranks print in any order)
+    <!-- block: output, last lines -->      the same, compared with as many last lines of what the block printed
+                                           (a library logging to stdout before it, as Airflow's dag.test() does)
 
 Run as a script (`python tests/doc_blocks.py PAGE.json`) it is the page's process: it runs the blocks the JSON
 lists and writes each block's stdout back into that JSON file.
@@ -141,9 +143,11 @@ def normalize(text: str, root: str = "", user: str = "") -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").split("\n"))
 
 
-def compare(shown: str, printed: str, any_order: bool, root: str) -> str:
+def compare(shown: str, printed: str, any_order: bool, root: str, last_lines: bool = False) -> str:
     """"" when the output the docs show is what ran, else a diff-like message."""
     want, got = normalize(shown), normalize(printed, root, getpass.getuser())
+    if last_lines:
+        got = "\n".join(got.split("\n")[-len(want.split("\n")):])
     if any_order:
         want, got = "\n".join(sorted(want.split("\n"))), "\n".join(sorted(got.split("\n")))
     if want == got:
@@ -194,7 +198,7 @@ def run_page(page: str, work: Path, lane: str = "", timeout: float = 1800) -> li
     for index, block in enumerate(page_blocks):
         if block.is_output and index and page_blocks[index - 1] in chosen:
             diff = compare(block.code, printed.get(page_blocks[index - 1].line, ""), "any order" in block.marker,
-                           str(root))
+                           str(root), "last lines" in block.marker)
             if diff:
                 failures.append(f"{block.where}: the output shown is not what the block before printed:\n{diff}")
     return failures
