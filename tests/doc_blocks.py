@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import getpass
 import io
 import json
@@ -152,9 +153,8 @@ def compare(shown: str, printed: str, any_order: bool, root: str, last_lines: bo
         want, got = "\n".join(sorted(want.split("\n"))), "\n".join(sorted(got.split("\n")))
     if want == got:
         return ""
-    import difflib
-
-    return "\n".join(difflib.unified_diff(want.split("\n"), got.split("\n"), "shown in the docs", "printed", lineterm=""))
+    diff = difflib.unified_diff(want.split("\n"), got.split("\n"), "shown in the docs", "printed", lineterm="")
+    return "\n".join(diff)
 
 
 def shell_commands(block: Block) -> str:
