@@ -103,7 +103,9 @@ T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 FEAST_DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "feast_pit.py")
 
 
-def frames(labels: int, groups: int, ratio: int, seed: int = 0) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+def frames(labels: int, groups: int, ratio: int, seed: int = 0, features: int = 2
+           ) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """Label rows and `groups` groups of `features` float features each, `ratio` group rows per label row in all."""
     rng = np.random.default_rng(seed)
     keys = max(10, labels // 20)
 
@@ -118,7 +120,8 @@ def frames(labels: int, groups: int, ratio: int, seed: int = 0) -> tuple[pd.Data
     for g in range(groups):
         count = labels * ratio // groups
         key, ts = timed_rows(count)
-        out.append(pd.DataFrame({"id": key, "ts": ts, f"f{g}a": rng.random(count), f"f{g}b": rng.random(count)}))
+        names = [f"f{g}a", f"f{g}b"] if features == 2 else [f"f{g}_{i}" for i in range(features)]
+        out.append(pd.DataFrame({"id": key, "ts": ts, **{name: rng.random(count) for name in names}}))
     return label, out
 
 
@@ -215,7 +218,7 @@ def feast(root: str, label_path: str, group_paths: list[str], args: argparse.Nam
 def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, engines: list[str]) -> str:
     """One row of (a): the same training data by each engine, timed, and whether they agree."""
     fs = FeatureStore(config.load(environ={}, root=root, project=f"bench{labels}", master=args.master))
-    label, groups = frames(labels, args.groups, args.ratio)
+    label, groups = frames(labels, args.groups, args.ratio, features=args.features)
     label_group = fs.create_feature_group("label", primary_key=["id"], event_time="ts", statistics_config=False)
     label_group.insert(label)
     query = label_group.select_all()
@@ -229,11 +232,12 @@ def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, 
         group_paths.append(path)
     label_path = os.path.join(root, f"plain-{labels}-label.parquet")
     label.to_parquet(label_path)
-    seconds, answers = {}, {}
+    seconds, answers, loads = {}, {}, []
     for engine in engines:
         run = (functools.partial(plain_spark, spark, label_path, group_paths) if engine == "plain"
                else functools.partial(query.read, read_options={"engine": engine}))
         seconds[engine], answers[engine] = median_time(run, args.repeat)
+        loads.append(f"{os.getloadavg()[0]:.1f}")   # the machine's 1-minute load right after this engine's runs
     agree = all(same(answers[engines[0]], answers[e]) for e in engines[1:])
     feast_seconds, feast_same, left_out = "skipped", "-", "-"
     if args.feast_version:
@@ -253,7 +257,9 @@ def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, 
 
     if isinstance(feast_seconds, float):
         feast_seconds = f"{feast_seconds:.2f} (peak {peak_gib:.1f} GiB)"
+    rate = f"{labels / seconds['duckdb']:,.0f}" if "duckdb" in seconds else "-"
     return (f"{labels:>9} {labels * args.ratio:>11} " + " ".join(f"{seconds[e]:>9.2f}" for e in engines)
+            + f" {rate:>15} {'/'.join(loads):>14}"
             + f" {ratio('spark', 'plain'):>12} {ratio('duckdb', 'spark'):>13} {str(agree):>5}"
             + f" {ratio('feast', 'duckdb'):>13} {ratio('feast', 'spark'):>12} {feast_same:>11} {left_out:>9}"
             + f" {feast_seconds}")
@@ -303,6 +309,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--engines", default="duckdb,spark,plain")
+    parser.add_argument("--features", type=int, default=2, help="float features per group")
+    parser.add_argument("--wide", action="store_true",
+                        help="the wide shape: --groups 25 --features 10 --ratio 25 (a group as many rows as labels), "
+                             "--labels 1000000 unless given, no inserts")
+    parser.add_argument("--no-inserts", action="store_true", help="leave out (b), the inserts")
     parser.add_argument("--feast-python", default=os.environ.get("HOPSML_BENCH_FEAST_PYTHON"),
                         help="python of an environment with Feast (default: $HOPSML_BENCH_FEAST_PYTHON)")
     parser.add_argument("--feast-limit", type=float, default=900, help="seconds one Feast call may take")
@@ -316,6 +327,10 @@ def main() -> None:
     parser.add_argument("--e2e-seconds", type=float, default=5.0)
     parser.add_argument("--no-e2e", action="store_true", help="leave out (d), the deployments")
     args = parser.parse_args()
+    if args.wide:
+        args.groups, args.features, args.ratio, args.no_inserts = 25, 10, 25, True
+        if "--labels" not in sys.argv:
+            args.labels = "1000000"
     args.feast_version = feast_version(args.feast_python)
     if args.online:
         from feature_store_online import run
@@ -331,11 +346,16 @@ def main() -> None:
           f"{args.feast_limit:g} s" if args.feast_version else
           f"Feast skipped: no Feast in --feast-python / $HOPSML_BENCH_FEAST_PYTHON ({args.feast_python or 'unset'})")
     print("(a) point-in-time training data")
+    print(f"groups: {args.groups} of {args.features} features each; each time the median of {args.repeat} runs")
     print(f"{'labels':>9} {'group rows':>11} " + " ".join(f"{e + ' s':>9}" for e in engines)
+          + f" {'duckdb rows/s':>15} {'load ' + '/'.join(e[0] for e in engines):>14}"
           + f" {'spark/plain':>12} {'duckdb/spark':>13} {'same':>5}"
           + f" {'feast/duckdb':>13} {'feast/spark':>12} {'feast same':>11} {'left out':>9} feast s")
     for labels in sizes:
         print(point_in_time(spark, root, labels, args, engines), flush=True)
+    if args.no_inserts:
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        return
     print("(b) inserts, one commit, from pandas against pyarrow writing one Parquet file, and from Spark against "
           "Spark writing Parquet")
     print(f"{'rows':>9} {'pandas rows/s':>14} {'pyarrow rows/s':>15} {'ratio':>6} {'Spark rows/s':>14} "

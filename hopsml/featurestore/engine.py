@@ -342,11 +342,26 @@ def duckdb_arrow(query: Query) -> Any:
         connection.close()
 
 
-# --- Spark ----------------------------------------------------------------------------------------------
+# --- Spark ---------------------------------------------------------------------------------------------
+SORT_MERGE_AS_OF = "spark.sql.join.sortMergeAsOfJoin.enabled"
+_AS_OF_TIME = "__hopsml_as_of_us"
+
+
+def native_as_of(spark: Any) -> bool:
+    """Whether this Spark plans an as-of join as one sort-merge pass (SortMergeAsOfJoinExec, the setting
+    SORT_MERGE_AS_OF, Spark 4.3 here); it is switched on for the session when it exists. Without it Spark rewrites
+    `_joinAsOf` into a cartesian product, so older Spark keeps the join on the key and time plus a window."""
+    if not hasattr(spark.conf, "isModifiable") or not spark.conf.isModifiable(SORT_MERGE_AS_OF):
+        return False
+    if str(spark.conf.get(SORT_MERGE_AS_OF, "false")).lower() != "true":
+        spark.conf.set(SORT_MERGE_AS_OF, "true")
+    return True
+
+
 def spark_frame(query: Query) -> Any:
     """The query as a Spark DataFrame: each group read from its Parquet files at the query's version, each
-    point-in-time join as a join on the key and event time <= the left row's, keeping the newest match."""
-    from pyspark.sql import Window
+    point-in-time join Spark's sort-merge as-of join on the key and the event time in microseconds (where Spark has
+    one, `native_as_of`), else a join on the key and event time <= the left row's, keeping the newest match."""
     from pyspark.sql import functions as F
 
     from hopsml.cluster import session
@@ -356,11 +371,14 @@ def spark_frame(query: Query) -> Any:
     read = versions(query)
     aliases = _aliases(query)
     left = query.left
-    row = "__hopsml_row"
-    frame = left.table.spark(spark, read[left.key]).alias("g0")
-    needs_row = any(left.event_time and j.query.left.event_time for j in query.joins)
-    if needs_row:
-        frame = frame.withColumn(row, F.monotonically_increasing_id())
+    frame = left.table.spark(spark, read[left.key])
+    any_point_in_time = any(left.event_time and j.query.left.event_time for j in query.joins)
+    native = any_point_in_time and native_as_of(spark)
+    if native:
+        frame = frame.withColumn(_AS_OF_TIME, _micros(_spark_col("", left.event_time)))
+    elif any_point_in_time:
+        frame = frame.withColumn(_ROW, F.monotonically_increasing_id())
+    frame = frame.alias("g0")
     columns = [_spark_col("g0", name).alias(name) for name in query.features]
     taken = list(query.features)
     for join in query.joins:
@@ -368,22 +386,21 @@ def spark_frame(query: Query) -> Any:
         alias = aliases[right.key]
         filtered = {f.name for condition in query.filters for f in condition.features() if f.group == right.key}
         wanted = {*join.query.features, *join.right_on, *([right.event_time] if right.event_time else []), *filtered}
-        other = right.table.spark(spark, read[right.key]).select(*[_spark_col("", n) for n in wanted]).alias(alias)
+        other = right.table.spark(spark, read[right.key]).select(*[_spark_col("", n) for n in wanted])
         terms = [_spark_col("g0", lk) == _spark_col(alias, rk) for lk, rk in zip(join.left_on, join.right_on)]
         condition = terms[0]
         for term in terms[1:]:
             condition = condition & term
         point_in_time = bool(left.event_time and right.event_time)
-        if point_in_time:
-            condition = condition & (_spark_col("g0", left.event_time) >= _spark_col(alias, right.event_time))
-            if right.ttl:
-                condition = condition & (F.unix_micros(_spark_col(alias, right.event_time))
-                                         >= F.unix_micros(_spark_col("g0", left.event_time)) - _ttl_us(right))
-        frame = frame.join(other, condition, "left")
-        if point_in_time:
-            newest = Window.partitionBy(F.col(row)).orderBy(_spark_col(alias, right.event_time).desc_nulls_last())
-            frame = frame.withColumn("__hopsml_rank", F.row_number().over(newest)).where("__hopsml_rank = 1")
-            frame = frame.drop("__hopsml_rank")
+        if point_in_time and native:
+            other = other.withColumn(_AS_OF_TIME, _micros(_spark_col("", right.event_time))).alias(alias)
+            frame = frame._joinAsOf(other, leftAsOfColumn=_spark_col("g0", _AS_OF_TIME),
+                                    rightAsOfColumn=_spark_col(alias, _AS_OF_TIME), on=condition, how="left",
+                                    tolerance=F.lit(_ttl_us(right)) if right.ttl else None)
+        elif point_in_time:
+            frame = _newest_at_or_before(frame, other.alias(alias), condition, left, right, alias)
+        else:
+            frame = frame.join(other.alias(alias), condition, "left")
         if join.join_type == "inner":
             frame = frame.where(_spark_col(alias, join.right_on[0]).isNotNull())
         for name in join.query.features:
@@ -396,6 +413,32 @@ def spark_frame(query: Query) -> Any:
     for condition in query.filters:
         frame = frame.where(spark_condition(condition, lambda f: _spark_col(aliases[f.group], f.name), kinds))
     return frame.select(*columns)
+
+
+_ROW = "__hopsml_row"
+
+
+def _micros(column: Any) -> Any:
+    """An event time as microseconds since the epoch: the as-of key Spark's sort-merge as-of join orders by."""
+    from pyspark.sql import functions as F
+
+    return F.unix_micros(column.cast("timestamp"))
+
+
+def _newest_at_or_before(frame: Any, other: Any, condition: Any, left: Any, right: Any, alias: str) -> Any:
+    """The point-in-time join where Spark has no as-of join: every row of the key at or before (and within the
+    group's ttl), then the newest per left row (`_ROW`) by a window."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    condition = condition & (_spark_col("g0", left.event_time) >= _spark_col(alias, right.event_time))
+    if right.ttl:
+        condition = condition & (F.unix_micros(_spark_col(alias, right.event_time))
+                                 >= F.unix_micros(_spark_col("g0", left.event_time)) - _ttl_us(right))
+    frame = frame.join(other, condition, "left")
+    newest = Window.partitionBy(F.col(_ROW)).orderBy(_spark_col(alias, right.event_time).desc_nulls_last())
+    return frame.withColumn("__hopsml_rank", F.row_number().over(newest)).where("__hopsml_rank = 1") \
+        .drop("__hopsml_rank")
 
 
 def _spark_col(alias: str, name: str) -> Any:
