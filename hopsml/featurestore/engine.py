@@ -318,7 +318,8 @@ def _ttl_us(group: Any) -> int:
 
 
 def duckdb_arrow(query: Query) -> Any:
-    """The query's rows as an Arrow table, by DuckDB over the groups' Arrow datasets."""
+    """The query's rows as an Arrow table, by DuckDB over the groups' Parquet files (`_as_of_arrow` where every join
+    is point in time, else the one statement of `duckdb_statement`)."""
     import duckdb
 
     read = versions(query)
@@ -333,13 +334,97 @@ def duckdb_arrow(query: Query) -> Any:
                                    f"union_by_name = true{hive_options(group.table.partitioning(read[group.key]))})")
             else:   # remote (this DuckDB has no S3 or HDFS reader): the version read by Arrow, into memory
                 connection.register(alias, group.table.dataset(read[group.key]).to_table())
+        if query.joins and all(query.left.event_time and j.query.left.event_time for j in query.joins):
+            return _as_of_arrow(query, connection)
         sql, params = duckdb_statement(query)
-        relation = connection.sql(sql, params=params or None)
-        # DuckDB 2.x calls it to_arrow_table, 1.x arrow
-        fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
-        return fetch()
+        return _fetched(connection.sql(sql, params=params or None))
     finally:
         connection.close()
+
+
+def _fetched(relation: Any) -> Any:
+    # DuckDB 2.x calls it to_arrow_table, 1.x arrow
+    fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
+    return fetch()
+
+
+_ROW_NUMBER = "__hopsml_r"
+
+
+def _as_of_arrow(query: Query, connection: Any) -> Any:
+    """`duckdb_statement`'s answer where every join is point in time, joined a group at a time: each ASOF JOIN takes
+    only the left rows' number, keys and event time (chained, each join sorted the whole row built so far: 25 groups
+    of 10 features sorted 3,000 columns of 1M rows), and its rows are put back in the left rows' order by their
+    number (an ASOF LEFT JOIN gives one row per left row). Filters and inner joins then drop rows in one WHERE."""
+    import numpy as np
+    import pyarrow as pa
+
+    from hopsml.featurestore.query import _joined_name, repeats_left_key
+
+    aliases = _aliases(query)
+    _checked_aliases(query, aliases)
+    left = query.left
+    referenced = {(aliases[f.group], f.name) for c in query.filters for f in c.features()}
+    hidden: dict[tuple[str, str], str] = {}   # (alias, feature) a filter reads -> its column while joining
+
+    def hide(alias: str, name: str) -> str:
+        return hidden.setdefault((alias, name), f"__hopsml_c{len(hidden)}")
+
+    keys = sorted({k for join in query.joins for k in join.left_on} | {left.event_time})
+    key_names = {k: f"__hopsml_k{i}" for i, k in enumerate(keys)}
+    wanted = [f"g0.{_q(name)} AS {_q(name)}" for name in query.features]
+    wanted += [f"g0.{_q(k)} AS {key_names[k]}" for k in keys]
+    wanted += [f"g0.{_q(name)} AS {hide(a, name)}" for a, name in sorted(referenced) if a == "g0"]
+    base = _fetched(connection.sql(f"SELECT {', '.join(wanted)} FROM g0"))
+    rows = base.num_rows
+    base = base.append_column(_ROW_NUMBER, pa.array(np.arange(rows, dtype=np.int64)))
+    connection.register("__hopsml_left", base.select([*key_names.values(), _ROW_NUMBER]))
+    columns = {name: base.column(name) for name in query.features}
+    columns.update({hidden[r]: base.column(hidden[r]) for r in hidden})
+    taken = list(query.features)
+    where: list[str] = []
+    for join in query.joins:
+        right = join.query.left
+        alias = aliases[right.key]
+        fresh = (f"epoch_us({alias}.{_q(right.event_time)}) >= epoch_us(l.{key_names[left.event_time]}) - "
+                 f"{_ttl_us(right)}" if right.ttl else None)
+        windowed = {alias: fresh} if fresh else {}
+        selected = [f"l.{_ROW_NUMBER}"]
+        outputs: dict[str, str] = {}   # output column -> its column in this join's rows
+        for name in join.query.features:
+            if not repeats_left_key(join, name, query.features):
+                out = _joined_name(name, taken, join)
+                taken.append(out)
+                outputs[out] = f"__hopsml_o{len(outputs)}"
+                selected.append(f"{_windowed(alias, name, windowed)} AS {outputs[out]}")
+        selected += [f"{_windowed(alias, name, windowed)} AS {hide(a, name)}" for a, name in sorted(referenced)
+                     if a == alias]
+        if join.join_type == "inner":
+            matched = f"__hopsml_m{len(where)}"
+            selected.append(f"({alias}.{_q(join.right_on[0])} IS NOT NULL{' AND ' + fresh if fresh else ''})"
+                            f" AS {matched}")
+            where.append(matched)
+        on = [f"l.{key_names[lk]} = {alias}.{_q(rk)}" for lk, rk in zip(join.left_on, join.right_on)]
+        on.append(f"l.{key_names[left.event_time]} >= {alias}.{_q(right.event_time)}")
+        joined = _fetched(connection.sql(f"SELECT {', '.join(selected)} FROM __hopsml_left l ASOF LEFT JOIN "
+                                         f"{alias} ON {' AND '.join(on)}"))
+        order = np.empty(rows, dtype=np.int64)   # the left rows' order: their numbers scattered back
+        order[joined.column(_ROW_NUMBER).to_numpy()] = np.arange(rows, dtype=np.int64)
+        joined = joined.take(pa.array(order))
+        columns.update({out: joined.column(inner) for out, inner in outputs.items()})
+        columns.update({hidden[(a, n)]: joined.column(hidden[(a, n)]) for a, n in referenced if a == alias})
+        columns.update({m: joined.column(m) for m in where if m in joined.column_names})
+    table = pa.table(columns)
+    connection.unregister("__hopsml_left")
+    if not where and not query.filters:
+        return table.select(taken)
+    params: list[Any] = []
+    kinds = column_kinds(query)
+    where += [duckdb_condition(c, lambda f: hidden[(aliases[f.group], f.name)], params, kinds)
+              for c in query.filters]
+    connection.register("__hopsml_joined", table)
+    return _fetched(connection.sql(f"SELECT {', '.join(_q(c) for c in taken)} FROM __hopsml_joined WHERE "
+                                   + " AND ".join(where), params=params or None))
 
 
 # --- Spark ---------------------------------------------------------------------------------------------
