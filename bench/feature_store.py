@@ -1,9 +1,10 @@
 """Point-in-time training data and inserts of the feature store, and (`--online`) feature vectors from the online
 store, against the plain ways and Feast, side by side in one run.
 
-    python bench/feature_store.py [--labels 10000,100000,1000000] [--groups 3] [--ratio 10] [--repeat 3]
-                                  [--master local[*]] [--engines duckdb,spark,plain] [--feast-python PATH]
-                                  [--feast-limit 900] [--feast-memory-gib 7]
+    python bench/feature_store.py [--labels 10000,100000,1000000] [--groups 3] [--features 2] [--ratio 10]
+                                  [--repeat 3] [--master local[*]] [--engines duckdb,spark,plain] [--no-inserts]
+                                  [--feast-python PATH] [--feast-limit 900] [--feast-memory-gib 7]
+    python bench/feature_store.py --wide [--labels 1000000] [--engines duckdb,spark,plain] ...
     python bench/feature_store.py --online [--online-keys 100000] [--online-calls 10000] [--online-threads 1,16]
                                   [--repeat 3] [--feast-python PATH] [--e2e-clients 1,64] [--e2e-seconds 5] [--no-e2e]
 
@@ -11,13 +12,21 @@ store, against the plain ways and Feast, side by side in one run.
 groups holding `--ratio` times as many rows in all, each label row getting each group's newest row of its key
 at or before its time. Timed, each on the same data and the same Spark session, the answer collected to pandas:
 
-* duckdb: hopsml's embedded engine (`read_options={"engine": "duckdb"}`: ASOF JOIN over the Arrow datasets);
-* spark: hopsml's Spark engine (each group's Parquet files; a join on the key and time, newest match kept);
+* duckdb: hopsml's embedded engine (`read_options={"engine": "duckdb"}`: one ASOF JOIN per group over the groups'
+  Parquet files, the rows put together in Arrow);
+* spark: hopsml's Spark engine (each group's Parquet files; Spark's sort-merge as-of join where this Spark has one,
+  else a join on the key and time, newest match kept);
 * plain: the PySpark join written the common way: union the label rows with the group's rows, and take the last
   non-null value of each feature over a window ordered by time (`last(..., ignorenulls=True)`), per group.
 
-The three answers are compared (the same rows, the same values). Prints seconds and label rows/s of each, and
-the ratios spark/plain (target: at most 1.5) and duckdb/spark (target: under 1 below 10M rows).
+The three answers are compared (the same rows, the same values). Prints seconds of each, DuckDB's label rows/s
+and the CPU seconds of the bench process while DuckDB ran (its threads run there; other users of a shared machine
+move it less than wall time), the 1-minute load average after each engine's runs, and the ratios spark/plain
+(target: at most 1.25) and duckdb/spark (target: under 1 below 10M rows); DuckDB's target: 1M label rows/s at
+1M labels x 3 groups of 10M rows in all on 2 cores.
+
+`--wide` is the shape of the published comparisons: 1M label rows (entities), 25 groups of 10 features each (250
+features), each group as many rows as there are label rows (target: DuckDB within 60 s on 2 cores).
 
 * feast: Feast's local offline store (provider local, the file/Dask store) on the same rows written as Parquet,
   `get_historical_features(...).to_df()` timed by bench/feast_pit.py in the environment of `--feast-python`
@@ -36,6 +45,8 @@ The figures in docs/benchmarks.md:
     python bench/feature_store.py --labels 10000,100000 --repeat 3 --master "local[2]"
     python bench/feature_store.py --labels 300000 --repeat 1 --master "local[2]"
     python bench/feature_store.py --labels 1000000 --repeat 1 --master "local[2]"
+    python bench/feature_store.py --labels 1000000 --repeat 1 --master "local[2]" --no-inserts
+    python bench/feature_store.py --wide --engines duckdb --repeat 1 --master "local[2]"
 
 (b) Inserts: `--labels` rows of 8 columns from pandas into a new group (one commit, statistics included), against
 writing the same rows as one Parquet file with pyarrow; and the same rows as a Spark DataFrame (cached, so the

@@ -1,6 +1,6 @@
 """The two engines that answer a query, with one answer: DuckDB for data one machine holds (no JVM; its ASOF
-JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs in Spark, nothing is collected
-on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by default DuckDB up to
+JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs in Spark, its sort-merge as-of
+join where it has one; nothing is collected on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by default DuckDB up to
 SPARK_ABOVE_ROWS rows in all the query's groups (REMOTE_SPARK_ABOVE_ROWS under an S3 or HDFS root, where DuckDB
 joins the versions in memory), Spark above. DuckDB streams and spills, and on one machine it was 24x faster than
 Spark at 11M rows (bench/feature_store.py, 1.7 GiB peak for the whole bench process); Spark is for what outgrows
