@@ -1,8 +1,9 @@
 """The two engines that answer a query, with one answer: DuckDB for data one machine holds (no JVM; its ASOF
 JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs in Spark, its sort-merge as-of
-join where it has one; nothing is collected on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by default DuckDB up to
-SPARK_ABOVE_ROWS rows in all the query's groups (REMOTE_SPARK_ABOVE_ROWS under an S3 or HDFS root, where DuckDB
-joins the versions in memory), Spark above. DuckDB streams and spills, and on one machine it was 24x faster than
+join where it has one; nothing is collected on the driver). `read_options={"engine": "duckdb" | "spark"}`
+chooses; by default DuckDB up to SPARK_ABOVE_ROWS rows in all the query's groups (REMOTE_SPARK_ABOVE_ROWS under an
+S3 or HDFS root, where DuckDB joins the versions in memory), Spark above. DuckDB streams and spills, and on one
+machine it was 24x faster than
 Spark at 11M rows (bench/feature_store.py, 1.7 GiB peak for the whole bench process); Spark is for what outgrows
 one machine.
 
@@ -349,13 +350,17 @@ def _fetched(relation: Any) -> Any:
 
 
 _ROW_NUMBER = "__hopsml_r"
+AS_OF_JOINS_PER_STATEMENT = 4   # 3 groups: one statement (DuckDB runs its joins on both cores); 25: 7 statements
 
 
 def _as_of_arrow(query: Query, connection: Any) -> Any:
-    """`duckdb_statement`'s answer where every join is point in time, joined a group at a time: each ASOF JOIN takes
-    only the left rows' number, keys and event time (chained, each join sorted the whole row built so far: 25 groups
-    of 10 features sorted 3,000 columns of 1M rows), and its rows are put back in the left rows' order by their
-    number (an ASOF LEFT JOIN gives one row per left row). Filters and inner joins then drop rows in one WHERE."""
+    """`duckdb_statement`'s answer where every join is point in time, a few groups at a time: each statement chains
+    the ASOF JOINs of up to AS_OF_JOINS_PER_STATEMENT groups onto only the left rows' number, keys and event time,
+    and its rows are put back in the left rows' order by that number (an ASOF LEFT JOIN gives one row per left row).
+    One statement of all the joins sorted every column built so far again in each join (25 groups of 10 features:
+    1021 s, 21 GiB); one statement per group ran each join on one core. Filters and inner joins drop rows last."""
+    import itertools
+
     import numpy as np
     import pyarrow as pa
 
@@ -383,37 +388,41 @@ def _as_of_arrow(query: Query, connection: Any) -> Any:
     columns.update({hidden[r]: base.column(hidden[r]) for r in hidden})
     taken = list(query.features)
     where: list[str] = []
-    for join in query.joins:
-        right = join.query.left
-        alias = aliases[right.key]
-        fresh = (f"epoch_us({alias}.{_q(right.event_time)}) >= epoch_us(l.{key_names[left.event_time]}) - "
-                 f"{_ttl_us(right)}" if right.ttl else None)
-        windowed = {alias: fresh} if fresh else {}
+    numbered = itertools.count()
+    for first in range(0, len(query.joins), AS_OF_JOINS_PER_STATEMENT):
         selected = [f"l.{_ROW_NUMBER}"]
-        outputs: dict[str, str] = {}   # output column -> its column in this join's rows
-        for name in join.query.features:
-            if not repeats_left_key(join, name, query.features):
-                out = _joined_name(name, taken, join)
-                taken.append(out)
-                outputs[out] = f"__hopsml_o{len(outputs)}"
-                selected.append(f"{_windowed(alias, name, windowed)} AS {outputs[out]}")
-        selected += [f"{_windowed(alias, name, windowed)} AS {hide(a, name)}" for a, name in sorted(referenced)
-                     if a == alias]
-        if join.join_type == "inner":
-            matched = f"__hopsml_m{len(where)}"
-            selected.append(f"({alias}.{_q(join.right_on[0])} IS NOT NULL{' AND ' + fresh if fresh else ''})"
-                            f" AS {matched}")
-            where.append(matched)
-        on = [f"l.{key_names[lk]} = {alias}.{_q(rk)}" for lk, rk in zip(join.left_on, join.right_on)]
-        on.append(f"l.{key_names[left.event_time]} >= {alias}.{_q(right.event_time)}")
-        joined = _fetched(connection.sql(f"SELECT {', '.join(selected)} FROM __hopsml_left l ASOF LEFT JOIN "
-                                         f"{alias} ON {' AND '.join(on)}"))
+        outputs: dict[str, str] = {}   # output column -> its column in this statement's rows
+        clauses, inner = [], []
+        for join in query.joins[first:first + AS_OF_JOINS_PER_STATEMENT]:
+            right = join.query.left
+            alias = aliases[right.key]
+            fresh = (f"epoch_us({alias}.{_q(right.event_time)}) >= epoch_us(l.{key_names[left.event_time]}) - "
+                     f"{_ttl_us(right)}" if right.ttl else None)
+            windowed = {alias: fresh} if fresh else {}
+            for name in join.query.features:
+                if not repeats_left_key(join, name, query.features):
+                    out = _joined_name(name, taken, join)
+                    taken.append(out)
+                    outputs[out] = f"__hopsml_o{next(numbered)}"
+                    selected.append(f"{_windowed(alias, name, windowed)} AS {outputs[out]}")
+            for a, name in sorted(referenced):
+                if a == alias:
+                    outputs[hide(a, name)] = hide(a, name)
+                    selected.append(f"{_windowed(alias, name, windowed)} AS {hide(a, name)}")
+            if join.join_type == "inner":
+                inner.append(f"__hopsml_m{len(where) + len(inner)}")
+                outputs[inner[-1]] = inner[-1]
+                selected.append(f"({alias}.{_q(join.right_on[0])} IS NOT NULL{' AND ' + fresh if fresh else ''})"
+                                f" AS {inner[-1]}")
+            on = [f"l.{key_names[lk]} = {alias}.{_q(rk)}" for lk, rk in zip(join.left_on, join.right_on)]
+            on.append(f"l.{key_names[left.event_time]} >= {alias}.{_q(right.event_time)}")
+            clauses.append(f"ASOF LEFT JOIN {alias} ON {' AND '.join(on)}")
+        where += inner
+        joined = _fetched(connection.sql(f"SELECT {', '.join(selected)} FROM __hopsml_left l {' '.join(clauses)}"))
         order = np.empty(rows, dtype=np.int64)   # the left rows' order: their numbers scattered back
         order[joined.column(_ROW_NUMBER).to_numpy()] = np.arange(rows, dtype=np.int64)
         joined = joined.take(pa.array(order))
-        columns.update({out: joined.column(inner) for out, inner in outputs.items()})
-        columns.update({hidden[(a, n)]: joined.column(hidden[(a, n)]) for a, n in referenced if a == alias})
-        columns.update({m: joined.column(m) for m in where if m in joined.column_names})
+        columns.update({out: joined.column(inner_name) for out, inner_name in outputs.items()})
     table = pa.table(columns)
     connection.unregister("__hopsml_left")
     if not where and not query.filters:

