@@ -320,8 +320,8 @@ def _ttl_us(group: Any) -> int:
 
 def duckdb_arrow(query: Query) -> Any:
     """The query's rows as an Arrow table, by DuckDB over the groups' Parquet files: the one statement of
-    `duckdb_statement`, or `_as_of_arrow` where more than AS_OF_JOINS_PER_STATEMENT joins are all point in time
-    (up to that many, its narrower joins cost more than they save: 1M x 3 groups, 3.6 s against 2.8 s)."""
+    `duckdb_statement`, or `_as_of_arrow` where more than ONE_STATEMENT_UP_TO joins are all point in time (up to
+    that many, its narrower joins cost more than they save: 1M x 3 groups, 3.6 s against 2.8 s)."""
     import duckdb
 
     read = versions(query)
@@ -336,7 +336,7 @@ def duckdb_arrow(query: Query) -> Any:
                                    f"union_by_name = true{hive_options(group.table.partitioning(read[group.key]))})")
             else:   # remote (this DuckDB has no S3 or HDFS reader): the version read by Arrow, into memory
                 connection.register(alias, group.table.dataset(read[group.key]).to_table())
-        if len(query.joins) > AS_OF_JOINS_PER_STATEMENT and \
+        if len(query.joins) > ONE_STATEMENT_UP_TO and \
                 all(query.left.event_time and j.query.left.event_time for j in query.joins):
             return _as_of_arrow(query, connection)
         sql, params = duckdb_statement(query)
@@ -352,15 +352,16 @@ def _fetched(relation: Any) -> Any:
 
 
 _ROW_NUMBER = "__hopsml_r"
-AS_OF_JOINS_PER_STATEMENT = 4   # chained ASOF JOINs in one statement: DuckDB runs them on both cores
+ONE_STATEMENT_UP_TO = 4         # point-in-time joins chained in one statement: DuckDB runs them on both cores
+AS_OF_JOINS_PER_STATEMENT = 1   # above: 25 groups of 10 features, CPU 22 s one a statement, 35 s four a statement
 
 
 def _as_of_arrow(query: Query, connection: Any) -> Any:
-    """`duckdb_statement`'s answer where every join is point in time, a few groups at a time: each statement chains
-    the ASOF JOINs of up to AS_OF_JOINS_PER_STATEMENT groups onto only the left rows' number, keys and event time,
+    """`duckdb_statement`'s answer where every join is point in time, a group or a few at a time: each statement
+    chains the ASOF JOINs of AS_OF_JOINS_PER_STATEMENT groups onto only the left rows' number, keys and event time,
     and its rows are put back in the left rows' order by that number (an ASOF LEFT JOIN gives one row per left row).
     One statement of all the joins sorted every column built so far again in each join (25 groups of 10 features:
-    1021 s, 21 GiB); one statement per group ran each join on one core. Filters and inner joins drop rows last."""
+    1021 s, 21 GiB). Filters and inner joins drop rows last."""
     import itertools
 
     import numpy as np

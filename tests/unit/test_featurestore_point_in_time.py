@@ -134,7 +134,7 @@ def test_a_staleness_window_leaves_out_feature_rows_older_than_the_groups_ttl(fs
 
 @pytest.mark.parametrize("seed", [8, 9])
 def test_joins_taken_a_few_groups_a_statement_give_the_one_statements_rows(fs, seed, monkeypatch):
-    """Over AS_OF_JOINS_PER_STATEMENT point-in-time joins, DuckDB joins a few groups a statement and puts the rows
+    """Over ONE_STATEMENT_UP_TO point-in-time joins, DuckDB joins a group or a few a statement and puts the rows
     back in the label rows' order: the same rows as one statement of all the joins, with a staleness window, an
     inner join, the same feature name twice and filters on a left and a joined column."""
     import datetime as dt
@@ -162,8 +162,10 @@ def test_joins_taken_a_few_groups_a_statement_give_the_one_statements_rows(fs, s
         frame = frame.sort_values(["customer", "ts"]).reset_index(drop=True)
         return [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)]
 
-    monkeypatch.setattr(engine, "AS_OF_JOINS_PER_STATEMENT", 10)
+    monkeypatch.setattr(engine, "ONE_STATEMENT_UP_TO", 10)
     one, one_filtered = rows(query.read()), rows(filtered.read())
-    monkeypatch.setattr(engine, "AS_OF_JOINS_PER_STATEMENT", 3)   # two statements: 3 groups, then 1
-    assert rows(query.read()) == one and rows(filtered.read()) == one_filtered
+    monkeypatch.setattr(engine, "ONE_STATEMENT_UP_TO", 3)
+    for per_statement in (1, 3):   # a group a statement; 3 groups, then 1
+        monkeypatch.setattr(engine, "AS_OF_JOINS_PER_STATEMENT", per_statement)
+        assert rows(query.read()) == one and rows(filtered.read()) == one_filtered
     assert 0 < len(one_filtered) < len(one) < len(label)   # the filters and the inner join dropped rows
