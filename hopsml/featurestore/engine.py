@@ -395,7 +395,8 @@ def _as_of_arrow(query: Query, connection: Any) -> Any:
     for first in range(0, len(query.joins), AS_OF_JOINS_PER_STATEMENT):
         selected = [f"l.{_ROW_NUMBER}"]
         outputs: dict[str, str] = {}   # output column -> its column in this statement's rows
-        clauses, inner = [], []
+        clauses: list[str] = []
+        inner: list[str] = []
         for join in query.joins[first:first + AS_OF_JOINS_PER_STATEMENT]:
             right = join.query.left
             alias = aliases[right.key]
