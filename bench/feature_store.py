@@ -45,7 +45,7 @@ The figures in docs/benchmarks.md:
     python bench/feature_store.py --labels 10000,100000 --repeat 3 --master "local[2]"
     python bench/feature_store.py --labels 300000 --repeat 1 --master "local[2]"
     python bench/feature_store.py --labels 1000000 --repeat 1 --master "local[2]"
-    python bench/feature_store.py --labels 1000000 --repeat 1 --master "local[2]" --no-inserts
+    python bench/feature_store.py --labels 1000000 --repeat 3 --master "local[2]" --no-inserts
     python bench/feature_store.py --wide --engines duckdb --repeat 1 --master "local[2]"
 
 (b) Inserts: `--labels` rows of 8 columns from pandas into a new group (one commit, statistics included), against
