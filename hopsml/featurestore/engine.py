@@ -3,9 +3,8 @@ JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs 
 join where it has one; nothing is collected on the driver). `read_options={"engine": "duckdb" | "spark"}`
 chooses; by default DuckDB up to SPARK_ABOVE_ROWS rows in all the query's groups (REMOTE_SPARK_ABOVE_ROWS under an
 S3 or HDFS root, where DuckDB joins the versions in memory), Spark above. DuckDB streams and spills, and on one
-machine it was 24x faster than
-Spark at 11M rows (bench/feature_store.py, 1.7 GiB peak for the whole bench process); Spark is for what outgrows
-one machine.
+machine it was 24x faster than Spark at 11M rows (bench/feature_store.py, 1.7 GiB peak for the whole bench
+process); Spark is for what outgrows one machine.
 
 Point in time, both ways: a left row with event time t gets, from each joined group that has an event time,
 the row of its key with the newest event time <= t (nulls when there is none; an inner join drops the row);
