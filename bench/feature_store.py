@@ -1,9 +1,10 @@
 """Point-in-time training data and inserts of the feature store, and (`--online`) feature vectors from the online
 store, against the plain ways and Feast, side by side in one run.
 
-    python bench/feature_store.py [--labels 10000,100000,1000000] [--groups 3] [--ratio 10] [--repeat 3]
-                                  [--master local[*]] [--engines duckdb,spark,plain] [--feast-python PATH]
-                                  [--feast-limit 900] [--feast-memory-gib 7]
+    python bench/feature_store.py [--labels 10000,100000,1000000] [--groups 3] [--features 2] [--ratio 10]
+                                  [--repeat 3] [--master local[*]] [--engines duckdb,spark,plain] [--no-inserts]
+                                  [--feast-python PATH] [--feast-limit 900] [--feast-memory-gib 7]
+    python bench/feature_store.py --wide [--labels 1000000] [--engines duckdb,spark,plain] ...
     python bench/feature_store.py --online [--online-keys 100000] [--online-calls 10000] [--online-threads 1,16]
                                   [--repeat 3] [--feast-python PATH] [--e2e-clients 1,64] [--e2e-seconds 5] [--no-e2e]
 
@@ -11,13 +12,21 @@ store, against the plain ways and Feast, side by side in one run.
 groups holding `--ratio` times as many rows in all, each label row getting each group's newest row of its key
 at or before its time. Timed, each on the same data and the same Spark session, the answer collected to pandas:
 
-* duckdb: hopsml's embedded engine (`read_options={"engine": "duckdb"}`: ASOF JOIN over the Arrow datasets);
-* spark: hopsml's Spark engine (each group's Parquet files; a join on the key and time, newest match kept);
+* duckdb: hopsml's embedded engine (`read_options={"engine": "duckdb"}`: one ASOF JOIN per group over the groups'
+  Parquet files, the rows put together in Arrow);
+* spark: hopsml's Spark engine (each group's Parquet files; Spark's sort-merge as-of join where this Spark has one,
+  else a join on the key and time, newest match kept);
 * plain: the PySpark join written the common way: union the label rows with the group's rows, and take the last
   non-null value of each feature over a window ordered by time (`last(..., ignorenulls=True)`), per group.
 
-The three answers are compared (the same rows, the same values). Prints seconds and label rows/s of each, and
-the ratios spark/plain (target: at most 1.5) and duckdb/spark (target: under 1 below 10M rows).
+The three answers are compared (the same rows, the same values). Prints seconds of each, DuckDB's label rows/s
+and the CPU seconds of the bench process while DuckDB ran (its threads run there; other users of a shared machine
+move it less than wall time), the 1-minute load average after each engine's runs, and the ratios spark/plain
+(target: at most 1.25) and duckdb/spark (target: under 1 below 10M rows); DuckDB's target: 1M label rows/s at
+1M labels x 3 groups of 10M rows in all on 2 cores.
+
+`--wide` is the shape of the published comparisons: 1M label rows (entities), 25 groups of 10 features each (250
+features), each group as many rows as there are label rows (target: DuckDB within 60 s on 2 cores).
 
 * feast: Feast's local offline store (provider local, the file/Dask store) on the same rows written as Parquet,
   `get_historical_features(...).to_df()` timed by bench/feast_pit.py in the environment of `--feast-python`
@@ -36,6 +45,8 @@ The figures in docs/benchmarks.md:
     python bench/feature_store.py --labels 10000,100000 --repeat 3 --master "local[2]"
     python bench/feature_store.py --labels 300000 --repeat 1 --master "local[2]"
     python bench/feature_store.py --labels 1000000 --repeat 1 --master "local[2]"
+    python bench/feature_store.py --labels 1000000 --repeat 3 --master "local[2]" --no-inserts
+    python bench/feature_store.py --wide --engines duckdb --repeat 1 --master "local[2]"
 
 (b) Inserts: `--labels` rows of 8 columns from pandas into a new group (one commit, statistics included), against
 writing the same rows as one Parquet file with pyarrow; and the same rows as a Spark DataFrame (cached, so the
@@ -103,7 +114,9 @@ T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 FEAST_DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "feast_pit.py")
 
 
-def frames(labels: int, groups: int, ratio: int, seed: int = 0) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+def frames(labels: int, groups: int, ratio: int, seed: int = 0, features: int = 2
+           ) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """Label rows and `groups` groups of `features` float features each, `ratio` group rows per label row in all."""
     rng = np.random.default_rng(seed)
     keys = max(10, labels // 20)
 
@@ -118,17 +131,25 @@ def frames(labels: int, groups: int, ratio: int, seed: int = 0) -> tuple[pd.Data
     for g in range(groups):
         count = labels * ratio // groups
         key, ts = timed_rows(count)
-        out.append(pd.DataFrame({"id": key, "ts": ts, f"f{g}a": rng.random(count), f"f{g}b": rng.random(count)}))
+        names = [f"f{g}a", f"f{g}b"] if features == 2 else [f"f{g}_{i}" for i in range(features)]
+        out.append(pd.DataFrame({"id": key, "ts": ts, **{name: rng.random(count) for name in names}}))
     return label, out
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    times, result = [], None
+    return median_times(fn, repeat)[:2]
+
+
+def median_times(fn: Callable[[], Any], repeat: int) -> tuple[float, Any, float]:
+    """The median wall seconds, the last answer, and the median CPU seconds of this process (all its threads:
+    DuckDB's work, not Spark's, which runs in the JVM), a figure the other users of a shared machine move less."""
+    times, cpu, result = [], [], None
     for _ in range(repeat):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         result = fn()
         times.append(time.perf_counter() - began)
-    return statistics.median(times), result
+        cpu.append(time.process_time() - began_cpu)
+    return statistics.median(times), result, statistics.median(cpu)
 
 
 def plain_spark(spark: Any, label_path: str, group_paths: list[str]) -> pd.DataFrame:
@@ -215,7 +236,7 @@ def feast(root: str, label_path: str, group_paths: list[str], args: argparse.Nam
 def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, engines: list[str]) -> str:
     """One row of (a): the same training data by each engine, timed, and whether they agree."""
     fs = FeatureStore(config.load(environ={}, root=root, project=f"bench{labels}", master=args.master))
-    label, groups = frames(labels, args.groups, args.ratio)
+    label, groups = frames(labels, args.groups, args.ratio, features=args.features)
     label_group = fs.create_feature_group("label", primary_key=["id"], event_time="ts", statistics_config=False)
     label_group.insert(label)
     query = label_group.select_all()
@@ -229,11 +250,12 @@ def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, 
         group_paths.append(path)
     label_path = os.path.join(root, f"plain-{labels}-label.parquet")
     label.to_parquet(label_path)
-    seconds, answers = {}, {}
+    seconds, answers, loads, cpu = {}, {}, [], {}
     for engine in engines:
         run = (functools.partial(plain_spark, spark, label_path, group_paths) if engine == "plain"
                else functools.partial(query.read, read_options={"engine": engine}))
-        seconds[engine], answers[engine] = median_time(run, args.repeat)
+        seconds[engine], answers[engine], cpu[engine] = median_times(run, args.repeat)
+        loads.append(f"{os.getloadavg()[0]:.1f}")   # the machine's 1-minute load right after this engine's runs
     agree = all(same(answers[engines[0]], answers[e]) for e in engines[1:])
     feast_seconds, feast_same, left_out = "skipped", "-", "-"
     if args.feast_version:
@@ -253,7 +275,9 @@ def point_in_time(spark: Any, root: str, labels: int, args: argparse.Namespace, 
 
     if isinstance(feast_seconds, float):
         feast_seconds = f"{feast_seconds:.2f} (peak {peak_gib:.1f} GiB)"
+    rate = f"{labels / seconds['duckdb']:,.0f} ({cpu['duckdb']:.1f})" if "duckdb" in seconds else "-"
     return (f"{labels:>9} {labels * args.ratio:>11} " + " ".join(f"{seconds[e]:>9.2f}" for e in engines)
+            + f" {rate:>22} {'/'.join(loads):>14}"
             + f" {ratio('spark', 'plain'):>12} {ratio('duckdb', 'spark'):>13} {str(agree):>5}"
             + f" {ratio('feast', 'duckdb'):>13} {ratio('feast', 'spark'):>12} {feast_same:>11} {left_out:>9}"
             + f" {feast_seconds}")
@@ -303,6 +327,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--engines", default="duckdb,spark,plain")
+    parser.add_argument("--features", type=int, default=2, help="float features per group")
+    parser.add_argument("--wide", action="store_true",
+                        help="the wide shape: --groups 25 --features 10 --ratio 25 (a group as many rows as labels), "
+                             "--labels 1000000 unless given, no inserts")
+    parser.add_argument("--no-inserts", action="store_true", help="leave out (b), the inserts")
     parser.add_argument("--feast-python", default=os.environ.get("HOPSML_BENCH_FEAST_PYTHON"),
                         help="python of an environment with Feast (default: $HOPSML_BENCH_FEAST_PYTHON)")
     parser.add_argument("--feast-limit", type=float, default=900, help="seconds one Feast call may take")
@@ -316,6 +345,10 @@ def main() -> None:
     parser.add_argument("--e2e-seconds", type=float, default=5.0)
     parser.add_argument("--no-e2e", action="store_true", help="leave out (d), the deployments")
     args = parser.parse_args()
+    if args.wide:
+        args.groups, args.features, args.ratio, args.no_inserts = 25, 10, 25, True
+        if "--labels" not in sys.argv:
+            args.labels = "1000000"
     args.feast_version = feast_version(args.feast_python)
     if args.online:
         from feature_store_online import run
@@ -331,11 +364,16 @@ def main() -> None:
           f"{args.feast_limit:g} s" if args.feast_version else
           f"Feast skipped: no Feast in --feast-python / $HOPSML_BENCH_FEAST_PYTHON ({args.feast_python or 'unset'})")
     print("(a) point-in-time training data")
+    print(f"groups: {args.groups} of {args.features} features each; each time the median of {args.repeat} runs")
     print(f"{'labels':>9} {'group rows':>11} " + " ".join(f"{e + ' s':>9}" for e in engines)
+          + f" {'duckdb rows/s (cpu s)':>22} {'load ' + '/'.join(e[0] for e in engines):>14}"
           + f" {'spark/plain':>12} {'duckdb/spark':>13} {'same':>5}"
           + f" {'feast/duckdb':>13} {'feast/spark':>12} {'feast same':>11} {'left out':>9} feast s")
     for labels in sizes:
         print(point_in_time(spark, root, labels, args, engines), flush=True)
+    if args.no_inserts:
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        return
     print("(b) inserts, one commit, from pandas against pyarrow writing one Parquet file, and from Spark against "
           "Spark writing Parquet")
     print(f"{'rows':>9} {'pandas rows/s':>14} {'pyarrow rows/s':>15} {'ratio':>6} {'Spark rows/s':>14} "

@@ -1,10 +1,10 @@
 """The two engines that answer a query, with one answer: DuckDB for data one machine holds (no JVM; its ASOF
-JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs in Spark, nothing is collected
-on the driver). `read_options={"engine": "duckdb" | "spark"}` chooses; by default DuckDB up to
-SPARK_ABOVE_ROWS rows in all the query's groups (REMOTE_SPARK_ABOVE_ROWS under an S3 or HDFS root, where DuckDB
-joins the versions in memory), Spark above. DuckDB streams and spills, and on one machine it was 24x faster than
-Spark at 11M rows (bench/feature_store.py, 1.7 GiB peak for the whole bench process); Spark is for what outgrows
-one machine.
+JOIN over the groups' Parquet files), Spark for what outgrows it (the join runs in Spark, its sort-merge as-of
+join where it has one; nothing is collected on the driver). `read_options={"engine": "duckdb" | "spark"}`
+chooses; by default DuckDB up to SPARK_ABOVE_ROWS rows in all the query's groups (REMOTE_SPARK_ABOVE_ROWS under an
+S3 or HDFS root, where DuckDB joins the versions in memory), Spark above. DuckDB streams and spills, and on one
+machine it was 24x faster than Spark at 11M rows (bench/feature_store.py, 1.7 GiB peak for the whole bench
+process); Spark is for what outgrows one machine.
 
 Point in time, both ways: a left row with event time t gets, from each joined group that has an event time,
 the row of its key with the newest event time <= t (nulls when there is none; an inner join drops the row);
@@ -318,7 +318,9 @@ def _ttl_us(group: Any) -> int:
 
 
 def duckdb_arrow(query: Query) -> Any:
-    """The query's rows as an Arrow table, by DuckDB over the groups' Arrow datasets."""
+    """The query's rows as an Arrow table, by DuckDB over the groups' Parquet files: the one statement of
+    `duckdb_statement`, or `_as_of_arrow` where more than ONE_STATEMENT_UP_TO joins are all point in time (up to
+    that many, its narrower joins cost more than they save: 1M x 3 groups, 3.6 s against 2.8 s)."""
     import duckdb
 
     read = versions(query)
@@ -333,20 +335,130 @@ def duckdb_arrow(query: Query) -> Any:
                                    f"union_by_name = true{hive_options(group.table.partitioning(read[group.key]))})")
             else:   # remote (this DuckDB has no S3 or HDFS reader): the version read by Arrow, into memory
                 connection.register(alias, group.table.dataset(read[group.key]).to_table())
+        if len(query.joins) > ONE_STATEMENT_UP_TO and \
+                all(query.left.event_time and j.query.left.event_time for j in query.joins):
+            return _as_of_arrow(query, connection)
         sql, params = duckdb_statement(query)
-        relation = connection.sql(sql, params=params or None)
-        # DuckDB 2.x calls it to_arrow_table, 1.x arrow
-        fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
-        return fetch()
+        return _fetched(connection.sql(sql, params=params or None))
     finally:
         connection.close()
 
 
-# --- Spark ----------------------------------------------------------------------------------------------
+def _fetched(relation: Any) -> Any:
+    # DuckDB 2.x calls it to_arrow_table, 1.x arrow
+    fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
+    return fetch()
+
+
+_ROW_NUMBER = "__hopsml_r"
+ONE_STATEMENT_UP_TO = 4         # point-in-time joins chained in one statement: DuckDB runs them on both cores
+AS_OF_JOINS_PER_STATEMENT = 1   # above: 25 groups of 10 features, CPU 22 s one a statement, 35 s four a statement
+
+
+def _as_of_arrow(query: Query, connection: Any) -> Any:
+    """`duckdb_statement`'s answer where every join is point in time, a group or a few at a time: each statement
+    chains the ASOF JOINs of AS_OF_JOINS_PER_STATEMENT groups onto only the left rows' number, keys and event time,
+    and its rows are put back in the left rows' order by that number (an ASOF LEFT JOIN gives one row per left row).
+    One statement of all the joins sorted every column built so far again in each join (25 groups of 10 features:
+    1021 s, 21 GiB). Filters and inner joins drop rows last."""
+    import itertools
+
+    import numpy as np
+    import pyarrow as pa
+
+    from hopsml.featurestore.query import _joined_name, repeats_left_key
+
+    aliases = _aliases(query)
+    _checked_aliases(query, aliases)
+    left = query.left
+    referenced = {(aliases[f.group], f.name) for c in query.filters for f in c.features()}
+    hidden: dict[tuple[str, str], str] = {}   # (alias, feature) a filter reads -> its column while joining
+
+    def hide(alias: str, name: str) -> str:
+        return hidden.setdefault((alias, name), f"__hopsml_c{len(hidden)}")
+
+    keys = sorted({k for join in query.joins for k in join.left_on} | {left.event_time})
+    key_names = {k: f"__hopsml_k{i}" for i, k in enumerate(keys)}
+    wanted = [f"g0.{_q(name)} AS {_q(name)}" for name in query.features]
+    wanted += [f"g0.{_q(k)} AS {key_names[k]}" for k in keys]
+    wanted += [f"g0.{_q(name)} AS {hide(a, name)}" for a, name in sorted(referenced) if a == "g0"]
+    base = _fetched(connection.sql(f"SELECT {', '.join(wanted)} FROM g0"))
+    rows = base.num_rows
+    base = base.append_column(_ROW_NUMBER, pa.array(np.arange(rows, dtype=np.int64)))
+    connection.register("__hopsml_left", base.select([*key_names.values(), _ROW_NUMBER]))
+    columns = {name: base.column(name) for name in query.features}
+    columns.update({hidden[r]: base.column(hidden[r]) for r in hidden})
+    taken = list(query.features)
+    where: list[str] = []
+    numbered = itertools.count()
+    for first in range(0, len(query.joins), AS_OF_JOINS_PER_STATEMENT):
+        selected = [f"l.{_ROW_NUMBER}"]
+        outputs: dict[str, str] = {}   # output column -> its column in this statement's rows
+        clauses: list[str] = []
+        inner: list[str] = []
+        for join in query.joins[first:first + AS_OF_JOINS_PER_STATEMENT]:
+            right = join.query.left
+            alias = aliases[right.key]
+            fresh = (f"epoch_us({alias}.{_q(right.event_time)}) >= epoch_us(l.{key_names[left.event_time]}) - "
+                     f"{_ttl_us(right)}" if right.ttl else None)
+            windowed = {alias: fresh} if fresh else {}
+            for name in join.query.features:
+                if not repeats_left_key(join, name, query.features):
+                    out = _joined_name(name, taken, join)
+                    taken.append(out)
+                    outputs[out] = f"__hopsml_o{next(numbered)}"
+                    selected.append(f"{_windowed(alias, name, windowed)} AS {outputs[out]}")
+            for a, name in sorted(referenced):
+                if a == alias:
+                    outputs[hide(a, name)] = hide(a, name)
+                    selected.append(f"{_windowed(alias, name, windowed)} AS {hide(a, name)}")
+            if join.join_type == "inner":
+                inner.append(f"__hopsml_m{len(where) + len(inner)}")
+                outputs[inner[-1]] = inner[-1]
+                selected.append(f"({alias}.{_q(join.right_on[0])} IS NOT NULL{' AND ' + fresh if fresh else ''})"
+                                f" AS {inner[-1]}")
+            on = [f"l.{key_names[lk]} = {alias}.{_q(rk)}" for lk, rk in zip(join.left_on, join.right_on)]
+            on.append(f"l.{key_names[left.event_time]} >= {alias}.{_q(right.event_time)}")
+            clauses.append(f"ASOF LEFT JOIN {alias} ON {' AND '.join(on)}")
+        where += inner
+        joined = _fetched(connection.sql(f"SELECT {', '.join(selected)} FROM __hopsml_left l {' '.join(clauses)}"))
+        order = np.empty(rows, dtype=np.int64)   # the left rows' order: their numbers scattered back
+        order[joined.column(_ROW_NUMBER).to_numpy()] = np.arange(rows, dtype=np.int64)
+        joined = joined.take(pa.array(order))
+        columns.update({out: joined.column(inner_name) for out, inner_name in outputs.items()})
+    table = pa.table(columns)
+    connection.unregister("__hopsml_left")
+    if not where and not query.filters:
+        return table.select(taken)
+    params: list[Any] = []
+    kinds = column_kinds(query)
+    where += [duckdb_condition(c, lambda f: hidden[(aliases[f.group], f.name)], params, kinds)
+              for c in query.filters]
+    connection.register("__hopsml_joined", table)
+    return _fetched(connection.sql(f"SELECT {', '.join(_q(c) for c in taken)} FROM __hopsml_joined WHERE "
+                                   + " AND ".join(where), params=params or None))
+
+
+# --- Spark ---------------------------------------------------------------------------------------------
+SORT_MERGE_AS_OF = "spark.sql.join.sortMergeAsOfJoin.enabled"
+_AS_OF_TIME = "__hopsml_as_of_us"
+
+
+def native_as_of(spark: Any) -> bool:
+    """Whether this Spark plans an as-of join as one sort-merge pass (SortMergeAsOfJoinExec, the setting
+    SORT_MERGE_AS_OF, Spark 4.3 here); it is switched on for the session when it exists. Without it Spark rewrites
+    `_joinAsOf` into a cartesian product, so older Spark keeps the join on the key and time plus a window."""
+    if not hasattr(spark.conf, "isModifiable") or not spark.conf.isModifiable(SORT_MERGE_AS_OF):
+        return False
+    if str(spark.conf.get(SORT_MERGE_AS_OF, "false")).lower() != "true":
+        spark.conf.set(SORT_MERGE_AS_OF, "true")
+    return True
+
+
 def spark_frame(query: Query) -> Any:
     """The query as a Spark DataFrame: each group read from its Parquet files at the query's version, each
-    point-in-time join as a join on the key and event time <= the left row's, keeping the newest match."""
-    from pyspark.sql import Window
+    point-in-time join Spark's sort-merge as-of join on the key and the event time in microseconds (where Spark has
+    one, `native_as_of`), else a join on the key and event time <= the left row's, keeping the newest match."""
     from pyspark.sql import functions as F
 
     from hopsml.cluster import session
@@ -356,11 +468,14 @@ def spark_frame(query: Query) -> Any:
     read = versions(query)
     aliases = _aliases(query)
     left = query.left
-    row = "__hopsml_row"
-    frame = left.table.spark(spark, read[left.key]).alias("g0")
-    needs_row = any(left.event_time and j.query.left.event_time for j in query.joins)
-    if needs_row:
-        frame = frame.withColumn(row, F.monotonically_increasing_id())
+    frame = left.table.spark(spark, read[left.key])
+    any_point_in_time = any(left.event_time and j.query.left.event_time for j in query.joins)
+    native = any_point_in_time and native_as_of(spark)
+    if native:
+        frame = frame.withColumn(_AS_OF_TIME, _micros(_spark_col("", left.event_time)))
+    elif any_point_in_time:
+        frame = frame.withColumn(_ROW, F.monotonically_increasing_id())
+    frame = frame.alias("g0")
     columns = [_spark_col("g0", name).alias(name) for name in query.features]
     taken = list(query.features)
     for join in query.joins:
@@ -368,22 +483,21 @@ def spark_frame(query: Query) -> Any:
         alias = aliases[right.key]
         filtered = {f.name for condition in query.filters for f in condition.features() if f.group == right.key}
         wanted = {*join.query.features, *join.right_on, *([right.event_time] if right.event_time else []), *filtered}
-        other = right.table.spark(spark, read[right.key]).select(*[_spark_col("", n) for n in wanted]).alias(alias)
+        other = right.table.spark(spark, read[right.key]).select(*[_spark_col("", n) for n in wanted])
         terms = [_spark_col("g0", lk) == _spark_col(alias, rk) for lk, rk in zip(join.left_on, join.right_on)]
         condition = terms[0]
         for term in terms[1:]:
             condition = condition & term
         point_in_time = bool(left.event_time and right.event_time)
-        if point_in_time:
-            condition = condition & (_spark_col("g0", left.event_time) >= _spark_col(alias, right.event_time))
-            if right.ttl:
-                condition = condition & (F.unix_micros(_spark_col(alias, right.event_time))
-                                         >= F.unix_micros(_spark_col("g0", left.event_time)) - _ttl_us(right))
-        frame = frame.join(other, condition, "left")
-        if point_in_time:
-            newest = Window.partitionBy(F.col(row)).orderBy(_spark_col(alias, right.event_time).desc_nulls_last())
-            frame = frame.withColumn("__hopsml_rank", F.row_number().over(newest)).where("__hopsml_rank = 1")
-            frame = frame.drop("__hopsml_rank")
+        if point_in_time and native:
+            other = other.withColumn(_AS_OF_TIME, _micros(_spark_col("", right.event_time))).alias(alias)
+            frame = frame._joinAsOf(other, leftAsOfColumn=_spark_col("g0", _AS_OF_TIME),
+                                    rightAsOfColumn=_spark_col(alias, _AS_OF_TIME), on=condition, how="left",
+                                    tolerance=F.lit(_ttl_us(right)) if right.ttl else None)
+        elif point_in_time:
+            frame = _newest_at_or_before(frame, other.alias(alias), condition, left, right, alias)
+        else:
+            frame = frame.join(other.alias(alias), condition, "left")
         if join.join_type == "inner":
             frame = frame.where(_spark_col(alias, join.right_on[0]).isNotNull())
         for name in join.query.features:
@@ -396,6 +510,32 @@ def spark_frame(query: Query) -> Any:
     for condition in query.filters:
         frame = frame.where(spark_condition(condition, lambda f: _spark_col(aliases[f.group], f.name), kinds))
     return frame.select(*columns)
+
+
+_ROW = "__hopsml_row"
+
+
+def _micros(column: Any) -> Any:
+    """An event time as microseconds since the epoch: the as-of key Spark's sort-merge as-of join orders by."""
+    from pyspark.sql import functions as F
+
+    return F.unix_micros(column.cast("timestamp"))
+
+
+def _newest_at_or_before(frame: Any, other: Any, condition: Any, left: Any, right: Any, alias: str) -> Any:
+    """The point-in-time join where Spark has no as-of join: every row of the key at or before (and within the
+    group's ttl), then the newest per left row (`_ROW`) by a window."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    condition = condition & (_spark_col("g0", left.event_time) >= _spark_col(alias, right.event_time))
+    if right.ttl:
+        condition = condition & (F.unix_micros(_spark_col(alias, right.event_time))
+                                 >= F.unix_micros(_spark_col("g0", left.event_time)) - _ttl_us(right))
+    frame = frame.join(other, condition, "left")
+    newest = Window.partitionBy(F.col(_ROW)).orderBy(_spark_col(alias, right.event_time).desc_nulls_last())
+    return frame.withColumn("__hopsml_rank", F.row_number().over(newest)).where("__hopsml_rank = 1") \
+        .drop("__hopsml_rank")
 
 
 def _spark_col(alias: str, name: str) -> Any:

@@ -156,3 +156,26 @@ def test_a_spark_batch_that_repeats_a_key_keeps_its_last_row(fs, spark):
     bureau.insert(frame.coalesce(1))
     rows = bureau.read().sort_values("sk_id_bureau")
     assert rows["status"].tolist() == ["1", "X"]
+
+
+def test_each_point_in_time_join_is_one_sort_merge_as_of_join_and_the_window_way_agrees(fs, spark, monkeypatch):
+    """Where Spark has a sort-merge as-of join, each group's join is one (no join of every earlier row and window);
+    the way kept for older Spark gives the same rows."""
+    from hopsml.featurestore import engine
+
+    if not engine.native_as_of(spark):
+        pytest.skip(f"Spark {spark.version} has no sort-merge as-of join")
+    label, spend, risk = random_groups(6)
+    groups = {}
+    for name, frame in (("label", label), ("spend", spend), ("risk", risk)):
+        window = dt.timedelta(minutes=40) if name == "spend" else None
+        groups[name] = fs.create_feature_group(name, primary_key=["customer"], event_time="ts", ttl=window)
+        groups[name].insert(frame)
+    query = (groups["label"].select_all().join(groups["spend"].select(["spend"]))
+             .join(groups["risk"].select(["risk"]), join_type="inner"))
+    frame = engine.spark_frame(query)
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("SortMergeAsOfJoin") == 2 and "Window" not in plan
+    native = _rows(frame.toPandas())
+    monkeypatch.setattr(engine, "native_as_of", lambda _spark: False)
+    assert _rows(engine.spark_frame(query).toPandas()) == native   # and DuckDB's rows: the tests above

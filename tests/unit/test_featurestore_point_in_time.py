@@ -130,3 +130,42 @@ def test_a_staleness_window_leaves_out_feature_rows_older_than_the_groups_ttl(fs
     assert len(filtered) == sum(v is not None and v > 0.5 for v in values)  # a filter sees the windowed value
     with pytest.raises(FeatureStoreError, match="ttl=-5 is not a staleness window"):
         fs.create_feature_group("bad", primary_key=["customer"], event_time="ts", ttl=-5)
+
+
+@pytest.mark.parametrize("seed", [8, 9])
+def test_joins_taken_a_few_groups_a_statement_give_the_one_statements_rows(fs, seed, monkeypatch):
+    """Over ONE_STATEMENT_UP_TO point-in-time joins, DuckDB joins a group or a few a statement and puts the rows
+    back in the label rows' order: the same rows as one statement of all the joins, with a staleness window, an
+    inner join, the same feature name twice and filters on a left and a joined column."""
+    import datetime as dt
+
+    from hopsml.featurestore import engine
+
+    label, spend, risk = random_groups(seed)
+    label_group = fs.create_feature_group("label", primary_key=["customer"], event_time="ts")
+    label_group.insert(label)
+    groups = []
+    for i in range(3):
+        window = dt.timedelta(minutes=30) if i == 1 else None
+        group = fs.create_feature_group(f"spend{i}", primary_key=["customer"], event_time="ts", ttl=window)
+        group.insert(spend.sample(frac=0.7, random_state=i))
+        groups.append(group)
+    risky = fs.create_feature_group("risk", primary_key=["customer"], event_time="ts")
+    risky.insert(risk)
+    query = label_group.select_all()
+    for group in groups:
+        query = query.join(group.select(["spend"]))
+    query = query.join(risky.select(["risk"]), join_type="inner")
+    filtered = query.filter(groups[1].spend > 0.3).filter(label_group.target > 0.5)
+
+    def rows(frame: pd.DataFrame) -> list[tuple]:
+        frame = frame.sort_values(["customer", "ts"]).reset_index(drop=True)
+        return [tuple(None if pd.isna(v) else v for v in row) for row in frame.itertuples(index=False)]
+
+    monkeypatch.setattr(engine, "ONE_STATEMENT_UP_TO", 10)
+    one, one_filtered = rows(query.read()), rows(filtered.read())
+    monkeypatch.setattr(engine, "ONE_STATEMENT_UP_TO", 3)
+    for per_statement in (1, 3):   # a group a statement; 3 groups, then 1
+        monkeypatch.setattr(engine, "AS_OF_JOINS_PER_STATEMENT", per_statement)
+        assert rows(query.read()) == one and rows(filtered.read()) == one_filtered
+    assert 0 < len(one_filtered) < len(one) < len(label)   # the filters and the inner join dropped rows
