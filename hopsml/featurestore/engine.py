@@ -13,11 +13,16 @@ a group with a staleness window `ttl` gives only a row with event time >= t - tt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hopsml.errors import FeatureStoreError
 
 if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+
     from hopsml.featurestore.query import Query
 
 SPARK_ABOVE_ROWS = 100_000_000
@@ -344,9 +349,9 @@ def duckdb_arrow(query: Query) -> Any:
         connection.close()
 
 
-def _fetched(relation: Any) -> Any:
+def _fetched(relation: duckdb.DuckDBPyRelation) -> pa.Table:
     # DuckDB 2.x calls it to_arrow_table, 1.x arrow
-    fetch: Any = getattr(relation, "to_arrow_table", None) or relation.arrow
+    fetch: Callable[[], pa.Table] = getattr(relation, "to_arrow_table", None) or relation.arrow
     return fetch()
 
 
@@ -355,7 +360,7 @@ ONE_STATEMENT_UP_TO = 4         # point-in-time joins chained in one statement: 
 AS_OF_JOINS_PER_STATEMENT = 1   # above: 25 groups of 10 features, CPU 22 s one a statement, 35 s four a statement
 
 
-def _as_of_arrow(query: Query, connection: Any) -> Any:
+def _as_of_arrow(query: Query, connection: duckdb.DuckDBPyConnection) -> pa.Table:
     """`duckdb_statement`'s answer where every join is point in time, a group or a few at a time: each statement
     chains the ASOF JOINs of AS_OF_JOINS_PER_STATEMENT groups onto only the left rows' number, keys and event time,
     and its rows are put back in the left rows' order by that number (an ASOF LEFT JOIN gives one row per left row).
@@ -444,7 +449,7 @@ SORT_MERGE_AS_OF = "spark.sql.join.sortMergeAsOfJoin.enabled"
 _AS_OF_TIME = "__hopsml_as_of_us"
 
 
-def native_as_of(spark: Any) -> bool:
+def native_as_of(spark: SparkSession) -> bool:
     """Whether this Spark plans an as-of join as one sort-merge pass (SortMergeAsOfJoinExec, the setting
     SORT_MERGE_AS_OF, Spark 4.3 here); it is switched on for the session when it exists. Without it Spark rewrites
     `_joinAsOf` into a cartesian product, so older Spark keeps the join on the key and time plus a window."""
@@ -515,14 +520,15 @@ def spark_frame(query: Query) -> Any:
 _ROW = "__hopsml_row"
 
 
-def _micros(column: Any) -> Any:
+def _micros(column: Column) -> Column:
     """An event time as microseconds since the epoch: the as-of key Spark's sort-merge as-of join orders by."""
     from pyspark.sql import functions as F
 
     return F.unix_micros(column.cast("timestamp"))
 
 
-def _newest_at_or_before(frame: Any, other: Any, condition: Any, left: Any, right: Any, alias: str) -> Any:
+def _newest_at_or_before(frame: DataFrame, other: DataFrame, condition: Column, left: Any, right: Any,
+                         alias: str) -> DataFrame:
     """The point-in-time join where Spark has no as-of join: every row of the key at or before (and within the
     group's ttl), then the newest per left row (`_ROW`) by a window."""
     from pyspark.sql import Window
