@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
-from hopsml.featurestore.seams import KeyedGroup, ProjectStore
+from hopsml.featurestore.seams import KeyedGroup, ProjectStore, Versioned
 
 if TYPE_CHECKING:
     from hopsml import config
@@ -38,17 +38,8 @@ class GroupRef(KeyedGroup, Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-class ViewRef(Protocol):
+class ViewRef(Versioned, Protocol):
     """A feature view as the store and the modules that serve it use it."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def version(self) -> int: ...
-
-    @property
-    def key(self) -> str: ...
 
     @property
     def store(self) -> StoreRef: ...

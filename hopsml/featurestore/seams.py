@@ -46,6 +46,13 @@ class NamedModel(Protocol):
     def version(self) -> int: ...
 
 
+class Versioned(NamedModel, Protocol):
+    """A group or view version: its name, version and the key that names both (`<name>_<version>`)."""
+
+    @property
+    def key(self) -> str: ...
+
+
 class SourcedColumns(Protocol):
     """A view's query as its schema reads it: each output column with the group it comes from (a FeatureGroup)
     and that group's column name."""
@@ -63,17 +70,8 @@ class ProjectStore(Protocol):
     def storage(self) -> Storage: ...
 
 
-class KeyedGroup(Protocol):
+class KeyedGroup(Versioned, Protocol):
     """What the online store and the modules below a group read of it: its identity and keys."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def version(self) -> int: ...
-
-    @property
-    def key(self) -> str: ...
 
     @property
     def primary_key(self) -> list[str]: ...
